@@ -1,0 +1,224 @@
+"""Messages between the FailoverCoordinator (the controller), replicas and clients:
+Metadata, LeaderAndIsr, AlterPartition, Heartbeat, and the admin calls the controller
+serves (CreateTopics, DeleteTopics, InitProducerId, DescribeCluster)."""
+
+from __future__ import annotations
+
+from dataclasses import field
+from typing import ClassVar
+
+from .codec import Message, register
+
+NO_LEADER = -1
+
+
+@register
+class PartitionMetadata(Message):
+    API_KEY: ClassVar[int] = 1003
+    partition: int
+    leader: int = NO_LEADER
+    leader_epoch: int = -1
+    partition_epoch: int = -1
+    replicas: list[int] = field(default_factory=list)
+    isr: list[int] = field(default_factory=list)
+    offline_replicas: list[int] = field(default_factory=list)
+    error_code: int = 0
+
+
+@register
+class TopicMetadata(Message):
+    API_KEY: ClassVar[int] = 1004
+    name: str
+    error_code: int = 0
+    error_message: str | None = None
+    partitions: list[PartitionMetadata] = field(default_factory=list)
+    config: dict[str, str] = field(default_factory=dict)
+    internal: bool = False
+
+
+@register
+class MetadataRequest(Message):
+    API_KEY: ClassVar[int] = 3
+    VERSION: ClassVar[int] = 1
+    topics: list[str] | None = None  # None = all topics
+
+
+@register
+class MetadataResponse(Message):
+    API_KEY: ClassVar[int] = 3
+    VERSION: ClassVar[int] = 1
+    IS_RESPONSE: ClassVar[bool] = True
+    error_code: int = 0
+    error_message: str | None = None
+    cluster: str = ""
+    controller_epoch: int = -1
+    brokers: list[int] = field(default_factory=list)
+    topics: list[TopicMetadata] = field(default_factory=list)
+
+
+@register
+class LeaderAndIsrRequest(Message):
+    """Controller -> replica: your role at ``leader_epoch``. ``leader`` equal to the
+    receiver's broker id means BecomeLeader, anything else BecomeFollower."""
+
+    API_KEY: ClassVar[int] = 4
+    VERSION: ClassVar[int] = 1
+    controller_epoch: int
+    topic: str
+    partition: int
+    leader: int
+    leader_epoch: int
+    partition_epoch: int
+    isr: list[int]
+    replicas: list[int]
+    config: dict[str, str] | None = None
+
+
+@register
+class LeaderAndIsrResponse(Message):
+    API_KEY: ClassVar[int] = 4
+    VERSION: ClassVar[int] = 1
+    IS_RESPONSE: ClassVar[bool] = True
+    error_code: int = 0
+    error_message: str | None = None
+
+
+@register
+class AlterPartitionRequest(Message):
+    """Leader -> controller: please make ``new_isr`` the ISR (KIP-497). Applied only when
+    ``leader_epoch`` and ``partition_epoch`` match the controller's view."""
+
+    API_KEY: ClassVar[int] = 56
+    VERSION: ClassVar[int] = 1
+    topic: str
+    partition: int
+    leader: int
+    leader_epoch: int
+    partition_epoch: int
+    new_isr: list[int]
+
+
+@register
+class AlterPartitionResponse(Message):
+    API_KEY: ClassVar[int] = 56
+    VERSION: ClassVar[int] = 1
+    IS_RESPONSE: ClassVar[bool] = True
+    error_code: int = 0
+    error_message: str | None = None
+    leader: int = NO_LEADER
+    leader_epoch: int = -1
+    partition_epoch: int = -1
+    isr: list[int] = field(default_factory=list)
+
+
+@register
+class HeartbeatRequest(Message):
+    """Controller -> replica liveness probe; the answer is the replica's own view, which
+    lets the controller verify state after a restart."""
+
+    API_KEY: ClassVar[int] = 63
+    VERSION: ClassVar[int] = 1
+    controller_epoch: int = -1
+
+
+@register
+class HeartbeatResponse(Message):
+    API_KEY: ClassVar[int] = 63
+    VERSION: ClassVar[int] = 1
+    IS_RESPONSE: ClassVar[bool] = True
+    error_code: int = 0
+    error_message: str | None = None
+    topic: str = ""
+    partition: int = -1
+    broker: int = -1
+    role: str = "none"  # "leader" | "follower" | "none" (not yet told)
+    leader: int = NO_LEADER
+    leader_epoch: int = -1
+    partition_epoch: int = -1
+    log_start_offset: int = -1
+    log_end_offset: int = -1
+    high_watermark: int = -1
+    isr: list[int] = field(default_factory=list)
+    # Leader only: per follower broker id, its LEO and how far it lags (records).
+    follower_leo: dict[int, int] = field(default_factory=dict)
+    incarnation: str = ""  # changes on every actor (re)start
+
+
+@register
+class CreateTopicsRequest(Message):
+    API_KEY: ClassVar[int] = 19
+    VERSION: ClassVar[int] = 1
+    name: str
+    partitions: int = 1
+    replication_factor: int = 1
+    config: dict[str, str] | None = None
+    # Explicit assignment: partition -> broker ids (first is the preferred leader).
+    assignment: dict[int, list[int]] | None = None
+
+
+@register
+class CreateTopicsResponse(Message):
+    API_KEY: ClassVar[int] = 19
+    VERSION: ClassVar[int] = 1
+    IS_RESPONSE: ClassVar[bool] = True
+    error_code: int = 0
+    error_message: str | None = None
+    topic: TopicMetadata | None = None
+
+
+@register
+class DeleteTopicsRequest(Message):
+    API_KEY: ClassVar[int] = 20
+    VERSION: ClassVar[int] = 1
+    name: str
+
+
+@register
+class DeleteTopicsResponse(Message):
+    API_KEY: ClassVar[int] = 20
+    VERSION: ClassVar[int] = 1
+    IS_RESPONSE: ClassVar[bool] = True
+    error_code: int = 0
+    error_message: str | None = None
+
+
+@register
+class InitProducerIdRequest(Message):
+    """Ask the controller for ``count`` consecutive fresh producer ids."""
+
+    API_KEY: ClassVar[int] = 22
+    VERSION: ClassVar[int] = 1
+    count: int = 1
+
+
+@register
+class InitProducerIdResponse(Message):
+    API_KEY: ClassVar[int] = 22
+    VERSION: ClassVar[int] = 1
+    IS_RESPONSE: ClassVar[bool] = True
+    error_code: int = 0
+    error_message: str | None = None
+    producer_id: int = -1
+    producer_epoch: int = 0
+    count: int = 0
+
+
+@register
+class DescribeClusterRequest(Message):
+    API_KEY: ClassVar[int] = 60
+    VERSION: ClassVar[int] = 1
+
+
+@register
+class DescribeClusterResponse(Message):
+    API_KEY: ClassVar[int] = 60
+    VERSION: ClassVar[int] = 1
+    IS_RESPONSE: ClassVar[bool] = True
+    error_code: int = 0
+    error_message: str | None = None
+    cluster: str = ""
+    controller_epoch: int = -1
+    brokers: list[int] = field(default_factory=list)
+    group_coordinators: int = 0
+    # Failover/ISR metrics snapshot (names documented in kcoord.replication.metrics).
+    metrics: dict[str, float] = field(default_factory=dict)

@@ -1,0 +1,124 @@
+"""Messages served by a partition replica: Produce, Fetch, ListOffsets, OffsetsForLeaderEpoch.
+
+Every ReplicaActor holds exactly one partition, so unlike Kafka's multi-partition
+requests each of these names a single (topic, partition). ``records`` fields carry whole
+record batches (see :mod:`kcoord.records`) as opaque bytes.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from .codec import Message, register
+
+# ListOffsets special timestamps (Kafka's numbering).
+LATEST_TIMESTAMP = -1
+EARLIEST_TIMESTAMP = -2
+
+# Fetch replica_id for consumers (anything >= 0 is a follower's broker id).
+CONSUMER_REPLICA_ID = -1
+
+
+@register
+class ProduceRequest(Message):
+    API_KEY: ClassVar[int] = 0
+    VERSION: ClassVar[int] = 1
+    topic: str
+    partition: int
+    records: bytes
+    acks: int = -1  # 0, 1 or -1 (all)
+    timeout_ms: int = 30000
+    # The leader epoch the producer believes current, or -1 to skip the check.
+    current_leader_epoch: int = -1
+
+
+@register
+class ProduceResponse(Message):
+    API_KEY: ClassVar[int] = 0
+    VERSION: ClassVar[int] = 1
+    IS_RESPONSE: ClassVar[bool] = True
+    error_code: int = 0
+    error_message: str | None = None
+    base_offset: int = -1
+    log_append_time: int = -1
+    log_start_offset: int = -1
+    leader_epoch: int = -1
+    # True when an idempotent producer re-sent a batch the leader already had; base_offset
+    # is then the offset of the original append, or -1 if it fell out of the dedup window.
+    duplicate: bool = False
+
+
+@register
+class FetchRequest(Message):
+    API_KEY: ClassVar[int] = 1
+    VERSION: ClassVar[int] = 1
+    topic: str
+    partition: int
+    fetch_offset: int
+    max_bytes: int = 8 << 20
+    min_bytes: int = 1
+    max_wait_ms: int = 500
+    replica_id: int = CONSUMER_REPLICA_ID
+    current_leader_epoch: int = -1
+
+
+@register
+class FetchResponse(Message):
+    API_KEY: ClassVar[int] = 1
+    VERSION: ClassVar[int] = 1
+    IS_RESPONSE: ClassVar[bool] = True
+    error_code: int = 0
+    error_message: str | None = None
+    high_watermark: int = -1
+    log_start_offset: int = -1
+    log_end_offset: int = -1
+    leader_epoch: int = -1
+    records: bytes = b""
+
+
+@register
+class ListOffsetsRequest(Message):
+    API_KEY: ClassVar[int] = 2
+    VERSION: ClassVar[int] = 1
+    topic: str
+    partition: int
+    timestamp: int = LATEST_TIMESTAMP
+    current_leader_epoch: int = -1
+
+
+@register
+class ListOffsetsResponse(Message):
+    API_KEY: ClassVar[int] = 2
+    VERSION: ClassVar[int] = 1
+    IS_RESPONSE: ClassVar[bool] = True
+    error_code: int = 0
+    error_message: str | None = None
+    offset: int = -1
+    timestamp: int = -1
+    leader_epoch: int = -1
+
+
+@register
+class OffsetsForLeaderEpochRequest(Message):
+    """A follower asks: where does ``leader_epoch`` end in your log? (KIP-101/KIP-279)"""
+
+    API_KEY: ClassVar[int] = 23
+    VERSION: ClassVar[int] = 1
+    topic: str
+    partition: int
+    leader_epoch: int
+    current_leader_epoch: int = -1
+    replica_id: int = CONSUMER_REPLICA_ID
+
+
+@register
+class OffsetsForLeaderEpochResponse(Message):
+    API_KEY: ClassVar[int] = 23
+    VERSION: ClassVar[int] = 1
+    IS_RESPONSE: ClassVar[bool] = True
+    error_code: int = 0
+    error_message: str | None = None
+    # The largest epoch <= the requested one that the leader knows, and the offset where
+    # it ends (the start of the next epoch, or the leader's LEO for its current epoch).
+    leader_epoch: int = -1
+    end_offset: int = -1

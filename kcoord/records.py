@@ -1,0 +1,446 @@
+"""Record batches: a fixed binary header, then the records packed once by the producer.
+
+Layout (big-endian, 61-byte header, field order as in Kafka's v2 batch so Kafka engineers
+recognise it)::
+
+    0  base_offset        int64   stamped by the leader on append
+    8  batch_length       int32   bytes after this field (total size = 12 + batch_length)
+    12 leader_epoch       int32   stamped by the leader on append
+    16 magic              int8    FORMAT_VERSION
+    17 crc                uint32  CRC-32 (zlib) of bytes [21, end)
+    21 attributes         int16   bits 0-2 compression codec, bit 3 timestamp type
+    23 last_offset_delta  int32   record_count - 1
+    27 first_timestamp    int64   ms
+    35 max_timestamp      int64   ms
+    43 producer_id        int64   -1 without idempotence
+    51 producer_epoch     int16
+    53 base_sequence      int32   -1 without idempotence
+    57 record_count       int32
+    61 payload            records, compressed per attributes
+
+The CRC starts after the leader-stamped fields, so a replica stamps ``base_offset`` and
+``leader_epoch`` and otherwise copies the producer's bytes; no replica ever decodes a record.
+
+The payload is kcoord's own (not Kafka's varint records): one msgpack array of columns
+``[timestamp_deltas|None, keys|None, values, headers|None]``. Columns pack and unpack in C,
+which is what lets a Python producer and consumer move a million records a second; a
+``None`` column means "all default" (all keys null, all timestamps equal, no headers).
+"""
+
+from __future__ import annotations
+
+import struct
+import time
+import zlib
+from dataclasses import dataclass
+from functools import partial
+from itertools import repeat
+from typing import Any, Callable, Iterable, Iterator, NamedTuple, Sequence
+
+import msgpack
+
+from .protocol.errors import ErrorCode, KafkaError
+
+FORMAT_VERSION = 1
+HEADER = struct.Struct(">qiibIhiqqqhii")
+HEADER_SIZE = HEADER.size  # 61
+LENGTH_PREFIX = 12  # base_offset + batch_length: what you read to learn a batch's size
+_PREFIX = struct.Struct(">qi")
+_STAMP = struct.Struct(">qii")  # base_offset, batch_length, leader_epoch
+_HEAD = struct.Struct(">qiibI")  # bytes [0, 21): the part outside the CRC, plus the CRC
+_TAIL = struct.Struct(">hiqqqhii")  # bytes [21, 61): header fields covered by the CRC
+CRC_START = 21
+assert HEADER_SIZE == 61
+
+COMPRESSION_MASK = 0x07
+TIMESTAMP_TYPE_BIT = 0x08
+CREATE_TIME = 0
+LOG_APPEND_TIME = 1
+
+NO_PRODUCER_ID = -1
+NO_PRODUCER_EPOCH = -1
+NO_SEQUENCE = -1
+
+
+class CorruptRecordError(KafkaError):
+    """A batch whose bytes do not check out (bad CRC, bad length, bad payload)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(ErrorCode.CORRUPT_MESSAGE, message)
+
+
+# -- compression codecs -------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Codec:
+    id: int
+    name: str
+    compress: Callable[[bytes], bytes]
+    decompress: Callable[[bytes], bytes]
+
+
+_CODECS: dict[int, Codec] = {}
+_CODEC_IDS: dict[str, int] = {}
+
+
+def register_codec(codec_id: int, name: str, compress: Callable[[bytes], bytes], decompress: Callable[[bytes], bytes]) -> None:
+    """Add a compression codec (ids 1-7; Kafka uses 1 gzip, 2 snappy, 3 lz4, 4 zstd)."""
+    if not 0 < codec_id <= COMPRESSION_MASK:
+        raise ValueError(f"codec id must be in 1..{COMPRESSION_MASK}, got {codec_id}")
+    _CODECS[codec_id] = Codec(codec_id, name, compress, decompress)
+    _CODEC_IDS[name] = codec_id
+
+
+def codec_id(name: str | None) -> int:
+    """Compression id for a ``compression_type`` name (None or "none" -> 0)."""
+    if name is None or name == "none":
+        return 0
+    try:
+        return _CODEC_IDS[name]
+    except KeyError:
+        raise KafkaError(
+            ErrorCode.UNSUPPORTED_COMPRESSION_TYPE,
+            f"compression_type {name!r} is not available; known: {sorted(['none', *_CODEC_IDS])}",
+        ) from None
+
+
+def available_codecs() -> list[str]:
+    return ["none", *sorted(_CODEC_IDS)]
+
+
+# gzip container via zlib (wbits=31): same format as Kafka's gzip codec, C speed.
+register_codec(1, "gzip", lambda b: zlib.compress(b, 1, 31), lambda b: zlib.decompress(b, 47))
+try:  # optional codecs, registered when their library is importable
+    import zstandard as _zstd  # type: ignore
+
+    register_codec(4, "zstd", lambda b: _zstd.ZstdCompressor().compress(b), lambda b: _zstd.ZstdDecompressor().decompress(b))
+except ImportError:  # pragma: no cover - depends on the environment
+    pass
+try:
+    import lz4.frame as _lz4  # type: ignore
+
+    register_codec(3, "lz4", _lz4.compress, _lz4.decompress)
+except ImportError:  # pragma: no cover
+    pass
+
+
+# -- header -------------------------------------------------------------------------------
+
+
+class BatchHeader(NamedTuple):
+    base_offset: int
+    batch_length: int
+    leader_epoch: int
+    magic: int
+    crc: int
+    attributes: int
+    last_offset_delta: int
+    first_timestamp: int
+    max_timestamp: int
+    producer_id: int
+    producer_epoch: int
+    base_sequence: int
+    record_count: int
+
+    @property
+    def size(self) -> int:
+        return LENGTH_PREFIX + self.batch_length
+
+    @property
+    def last_offset(self) -> int:
+        return self.base_offset + self.last_offset_delta
+
+    @property
+    def next_offset(self) -> int:
+        return self.base_offset + self.last_offset_delta + 1
+
+    @property
+    def compression(self) -> int:
+        return self.attributes & COMPRESSION_MASK
+
+    @property
+    def timestamp_type(self) -> int:
+        return LOG_APPEND_TIME if self.attributes & TIMESTAMP_TYPE_BIT else CREATE_TIME
+
+    @property
+    def last_sequence(self) -> int:
+        if self.base_sequence < 0:
+            return NO_SEQUENCE
+        return (self.base_sequence + self.last_offset_delta) & 0x7FFFFFFF
+
+    @property
+    def has_producer_id(self) -> bool:
+        return self.producer_id >= 0
+
+
+def read_header(buf: bytes | bytearray | memoryview, pos: int = 0) -> BatchHeader:
+    """Parse the header at ``pos`` without touching the records (or the CRC)."""
+    if len(buf) - pos < HEADER_SIZE:
+        raise CorruptRecordError(f"truncated batch header at byte {pos}: {len(buf) - pos} bytes left")
+    return BatchHeader._make(HEADER.unpack_from(buf, pos))
+
+
+def batch_size_at(buf: bytes | bytearray | memoryview, pos: int = 0) -> int:
+    """Total size of the batch at ``pos`` from its length prefix alone."""
+    _, length = _PREFIX.unpack_from(buf, pos)
+    return LENGTH_PREFIX + length
+
+
+def compute_crc(buf: bytes | bytearray | memoryview, pos: int, size: int) -> int:
+    mv = memoryview(buf)
+    return zlib.crc32(mv[pos + CRC_START : pos + size]) & 0xFFFFFFFF
+
+
+def validate_batch(buf: bytes | bytearray | memoryview, pos: int = 0, *, check_crc: bool = True) -> BatchHeader:
+    """Check one batch's framing (and CRC): raises :class:`CorruptRecordError`."""
+    h = read_header(buf, pos)
+    if h.magic != FORMAT_VERSION:
+        raise CorruptRecordError(f"batch at byte {pos}: unknown format version {h.magic}")
+    if h.batch_length < HEADER_SIZE - LENGTH_PREFIX or pos + h.size > len(buf):
+        raise CorruptRecordError(f"batch at byte {pos}: length {h.batch_length} does not fit the {len(buf) - pos} bytes left")
+    if h.record_count < 1 or h.last_offset_delta != h.record_count - 1:
+        raise CorruptRecordError(f"batch at byte {pos}: record count {h.record_count} and last offset delta {h.last_offset_delta} disagree")
+    if check_crc and compute_crc(buf, pos, h.size) != h.crc:
+        raise CorruptRecordError(f"batch at offset {h.base_offset} (byte {pos}): CRC mismatch")
+    return h
+
+
+def iter_headers(buf: bytes | bytearray | memoryview, *, check_crc: bool = False) -> Iterator[tuple[int, BatchHeader]]:
+    """Yield ``(position, header)`` for each batch in a buffer of concatenated batches.
+
+    Raises :class:`CorruptRecordError` at the first batch that does not check out.
+    """
+    pos, end = 0, len(buf)
+    while pos < end:
+        h = validate_batch(buf, pos, check_crc=check_crc)
+        yield pos, h
+        pos += h.size
+
+
+def stamp(batch: bytes | bytearray | memoryview, base_offset: int, leader_epoch: int) -> bytes:
+    """Return ``batch`` with base offset and leader epoch set (the CRC stays valid)."""
+    mv = memoryview(batch)
+    return b"".join((_STAMP.pack(base_offset, _PREFIX.unpack_from(mv, 0)[1], leader_epoch), mv[16:]))
+
+
+def stamp_prefix(batch: bytes | bytearray | memoryview, base_offset: int, leader_epoch: int) -> bytes:
+    """The first 16 bytes of ``batch`` as stamped; write these then ``batch[16:]`` to avoid
+    copying a large batch."""
+    return _STAMP.pack(base_offset, _PREFIX.unpack_from(batch, 0)[1], leader_epoch)
+
+
+def set_log_append_time(batch: bytes, timestamp_ms: int) -> bytes:
+    """For topics with message.timestamp.type=LogAppendTime: rewrite the batch timestamps
+    and the timestamp-type bit, recomputing the CRC (header-only change)."""
+    h = read_header(batch)
+    head = bytearray(batch[:HEADER_SIZE])
+    struct.pack_into(">h", head, 21, h.attributes | TIMESTAMP_TYPE_BIT)
+    struct.pack_into(">qq", head, 27, timestamp_ms, timestamp_ms)
+    out = bytearray(head)
+    out += memoryview(batch)[HEADER_SIZE:]
+    struct.pack_into(">I", out, 17, zlib.crc32(memoryview(out)[CRC_START:]) & 0xFFFFFFFF)
+    return bytes(out)
+
+
+# -- building -----------------------------------------------------------------------------
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def build_batch_columns(
+    values: Sequence[bytes | None],
+    keys: Sequence[bytes | None] | None = None,
+    headers: Sequence[Sequence[tuple[str, bytes]]] | None = None,
+    timestamps: Sequence[int] | None = None,
+    *,
+    timestamp_ms: int | None = None,
+    compression: int = 0,
+    producer_id: int = NO_PRODUCER_ID,
+    producer_epoch: int = NO_PRODUCER_EPOCH,
+    base_sequence: int = NO_SEQUENCE,
+    base_offset: int = 0,
+    leader_epoch: int = -1,
+) -> bytes:
+    """Pack records given as columns into one batch. The fast path for bulk producers.
+
+    ``keys``/``headers``/``timestamps`` may be None (all null / none / all ``timestamp_ms``).
+    """
+    n = len(values)
+    if n == 0:
+        raise ValueError("a record batch needs at least one record")
+    if keys is not None and len(keys) != n:
+        raise ValueError(f"keys has {len(keys)} entries for {n} values")
+    if headers is not None and len(headers) != n:
+        raise ValueError(f"headers has {len(headers)} entries for {n} values")
+    if timestamps is not None:
+        if len(timestamps) != n:
+            raise ValueError(f"timestamps has {len(timestamps)} entries for {n} values")
+        first_ts = timestamps[0]
+        max_ts = max(timestamps)
+        deltas = [t - first_ts for t in timestamps]
+        if not any(deltas):
+            deltas = None
+    else:
+        first_ts = max_ts = now_ms() if timestamp_ms is None else timestamp_ms
+        deltas = None
+    if keys is not None and not any(k is not None for k in keys):
+        keys = None
+    if headers is not None and not any(headers):
+        headers = None
+    elif headers is not None:
+        headers = [[list(h) for h in hs] if hs else None for hs in headers]
+    try:
+        payload = msgpack.packb([deltas, keys, values, headers], use_bin_type=True)
+    except (TypeError, ValueError) as exc:
+        raise TypeError(f"record keys and values must be bytes or None, headers (str, bytes) pairs: {exc}") from None
+    if compression:
+        codec = _CODECS.get(compression)
+        if codec is None:
+            raise KafkaError(ErrorCode.UNSUPPORTED_COMPRESSION_TYPE, f"compression codec {compression} is not registered")
+        payload = codec.compress(payload)
+    tail = _TAIL.pack(
+        compression & COMPRESSION_MASK,
+        n - 1,
+        first_ts,
+        max_ts,
+        producer_id,
+        producer_epoch,
+        base_sequence,
+        n,
+    )
+    crc = zlib.crc32(payload, zlib.crc32(tail)) & 0xFFFFFFFF
+    head = _HEAD.pack(base_offset, HEADER_SIZE - LENGTH_PREFIX + len(payload), leader_epoch, FORMAT_VERSION, crc)
+    return b"".join((head, tail, payload))
+
+
+def build_batch(
+    records: Iterable[tuple],
+    *,
+    compression: int = 0,
+    producer_id: int = NO_PRODUCER_ID,
+    producer_epoch: int = NO_PRODUCER_EPOCH,
+    base_sequence: int = NO_SEQUENCE,
+    timestamp_ms: int | None = None,
+) -> bytes:
+    """Pack ``(key, value[, headers[, timestamp_ms]])`` tuples into one batch."""
+    keys: list = []
+    values: list = []
+    headers: list = []
+    stamps: list = []
+    default_ts = now_ms() if timestamp_ms is None else timestamp_ms
+    for rec in records:
+        n = len(rec)
+        if n < 2 or n > 4:
+            raise ValueError(f"a record is (key, value[, headers[, timestamp_ms]]), got {n} fields")
+        keys.append(rec[0])
+        values.append(rec[1])
+        headers.append(rec[2] if n > 2 and rec[2] else None)
+        stamps.append(rec[3] if n > 3 and rec[3] is not None else default_ts)
+    return build_batch_columns(
+        values,
+        keys,
+        headers,
+        stamps,
+        compression=compression,
+        producer_id=producer_id,
+        producer_epoch=producer_epoch,
+        base_sequence=base_sequence,
+    )
+
+
+# -- reading ------------------------------------------------------------------------------
+
+
+class Record(NamedTuple):
+    offset: int
+    timestamp: int
+    key: bytes | None
+    value: bytes | None
+    headers: list[tuple[str, bytes]]
+
+
+@dataclass(frozen=True)
+class DecodedBatch:
+    """One batch's header and its records as columns (cheap to turn into rows)."""
+
+    header: BatchHeader
+    timestamps: list[int] | None  # None: all records carry header.first_timestamp
+    keys: list[bytes | None] | None
+    values: list[bytes | None]
+    headers: list[Any] | None
+
+    def __len__(self) -> int:
+        return len(self.values)
+
+    def records(self) -> list[Record]:
+        h = self.header
+        n = len(self.values)
+        offsets = range(h.base_offset, h.base_offset + n)
+        ts = self.timestamps if self.timestamps is not None else repeat(h.first_timestamp)
+        keys = self.keys if self.keys is not None else repeat(None)
+        hdrs = self.headers if self.headers is not None else repeat(_NO_HEADERS)
+        # tuple.__new__ through partial/zip/map builds the named tuples without running
+        # any Python bytecode per record: ~3x faster than calling Record(...).
+        return list(map(_new_record, zip(offsets, ts, keys, self.values, hdrs)))
+
+
+_NO_HEADERS: tuple = ()  # shared, so immutable
+_new_record = partial(tuple.__new__, Record)
+
+
+def decode_batch(buf: bytes | bytearray | memoryview, pos: int = 0, *, check_crc: bool = True) -> DecodedBatch:
+    """Decode the records of the batch at ``pos`` (consumer side only)."""
+    h = validate_batch(buf, pos, check_crc=check_crc)
+    payload = bytes(memoryview(buf)[pos + HEADER_SIZE : pos + h.size])
+    if h.compression:
+        codec = _CODECS.get(h.compression)
+        if codec is None:
+            raise KafkaError(ErrorCode.UNSUPPORTED_COMPRESSION_TYPE, f"batch at offset {h.base_offset} uses unknown codec {h.compression}")
+        try:
+            payload = codec.decompress(payload)
+        except Exception as exc:
+            raise CorruptRecordError(f"batch at offset {h.base_offset}: cannot decompress ({exc})") from None
+    try:
+        deltas, keys, values, headers = msgpack.unpackb(payload, raw=False, use_list=True)
+    except Exception as exc:
+        raise CorruptRecordError(f"batch at offset {h.base_offset}: bad record payload ({exc})") from None
+    if not isinstance(values, list) or len(values) != h.record_count:
+        raise CorruptRecordError(f"batch at offset {h.base_offset}: {h.record_count} records in header, payload disagrees")
+    timestamps = None
+    if deltas is not None:
+        first = h.first_timestamp
+        timestamps = [first + d for d in deltas]
+    if headers is not None:
+        headers = [[(k, v) for k, v in hs] if hs else [] for hs in headers]
+    return DecodedBatch(h, timestamps, keys, values, headers)
+
+
+def iter_batches(buf: bytes | bytearray | memoryview, *, check_crc: bool = True) -> Iterator[DecodedBatch]:
+    for pos, _ in iter_headers(buf, check_crc=False):
+        yield decode_batch(buf, pos, check_crc=check_crc)
+
+
+def iter_records(buf: bytes | bytearray | memoryview, *, from_offset: int = 0, check_crc: bool = True) -> Iterator[Record]:
+    """Every record in a buffer of batches, skipping offsets below ``from_offset``."""
+    for batch in iter_batches(buf, check_crc=check_crc):
+        if batch.header.next_offset <= from_offset:
+            continue
+        for rec in batch.records():
+            if rec.offset >= from_offset:
+                yield rec
+
+
+def batches_info(buf: bytes | bytearray | memoryview) -> tuple[int, int, int]:
+    """(first base offset, next offset after the last batch, batch count) of a buffer."""
+    first = -1
+    nxt = -1
+    count = 0
+    for _, h in iter_headers(buf):
+        if first < 0:
+            first = h.base_offset
+        nxt = h.next_offset
+        count += 1
+    return first, nxt, count
