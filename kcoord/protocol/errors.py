@@ -70,6 +70,7 @@ class ErrorCode(IntEnum):
     ELECTION_NOT_NEEDED = 84
     INVALID_RECORD = 87
     INVALID_UPDATE_VERSION = 95
+    INELIGIBLE_REPLICA = 107
 
 
 # Errors a client may retry after refreshing metadata or backing off (Kafka's

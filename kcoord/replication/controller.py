@@ -1,0 +1,604 @@
+"""The FailoverCoordinator's logic (the cluster controller), as a sans-I/O state machine.
+
+It owns cluster metadata and is its only writer. Every decision is persisted before anyone
+is told about it: the actions it returns always put :class:`Persist` ahead of the
+LeaderAndIsr messages that depend on it, and the shell executes actions in order. A
+restarted controller reloads the store, bumps the controller epoch and re-sends every
+replica its current role, which completes an election that was persisted but not yet
+delivered; one that was not persisted never happened and is simply redone.
+
+Replicas are identified by :class:`ReplicaId` (topic, partition, broker).
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
+
+from ..protocol.controller import (
+    AlterPartitionRequest,
+    AlterPartitionResponse,
+    CreateTopicsRequest,
+    CreateTopicsResponse,
+    DeleteTopicsRequest,
+    DeleteTopicsResponse,
+    HeartbeatRequest,
+    HeartbeatResponse,
+    InitProducerIdRequest,
+    InitProducerIdResponse,
+    LeaderAndIsrRequest,
+    LeaderAndIsrResponse,
+    MetadataRequest,
+    MetadataResponse,
+    TopicMetadata,
+)
+from ..protocol.errors import ErrorCode, KafkaError
+from .config import REPLICATION_KEYS, ReplicationConfig
+from .election import elect_leader, preferred_leader_move, shrink_isr_without
+from .failure_detector import RECOVERED, RESTARTED, FailureDetector
+from .metadata import (
+    INTERNAL_OFFSETS_TOPIC,
+    NO_LEADER,
+    ClusterState,
+    PartitionState,
+    TopicState,
+    cluster_key,
+    partition_key,
+    topic_key,
+    topic_metadata,
+    validate_topic_name,
+)
+
+
+class ReplicaId(NamedTuple):
+    topic: str
+    partition: int
+    broker: int
+
+    def __str__(self) -> str:
+        return f"{self.topic}-{self.partition}@{self.broker}"
+
+
+# -- actions ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Persist:
+    """Write ``value`` under ``key`` in the metadata store (None deletes). Must complete
+    before any later action runs."""
+
+    key: str
+    value: bytes | None
+
+
+@dataclass(frozen=True)
+class CreateReplica:
+    """Make sure the actor for ``replica`` exists (create it if missing), with this topic
+    config; report through ``on_replica_created``."""
+
+    replica: ReplicaId
+    config: dict[str, str]
+
+
+@dataclass(frozen=True)
+class DeleteReplica:
+    """Stop the replica actor and delete its data."""
+
+    replica: ReplicaId
+
+
+@dataclass(frozen=True)
+class SendLeaderAndIsr:
+    replica: ReplicaId
+    request: LeaderAndIsrRequest
+
+
+@dataclass(frozen=True)
+class SendHeartbeat:
+    replica: ReplicaId
+    request: HeartbeatRequest
+
+
+ControllerAction = Persist | CreateReplica | DeleteReplica | SendLeaderAndIsr | SendHeartbeat
+
+
+# Topic config keys the controller accepts (Kafka names); the log's keys are checked by
+# the log's own parser when replicas open.
+LOG_KEYS = frozenset(
+    {
+        "segment.bytes",
+        "segment.ms",
+        "retention.bytes",
+        "retention.ms",
+        "index.interval.bytes",
+        "flush.messages",
+        "flush.ms",
+        "max.message.bytes",
+        "cleanup.policy",
+    }
+)
+TOPIC_CONFIG_KEYS = REPLICATION_KEYS | LOG_KEYS
+
+
+@dataclass
+class ControllerConfig:
+    heartbeat_interval_ms: int = 200
+    session_timeout_ms: int = 3000
+    ensure_replica_interval_ms: int = 1000
+    auto_leader_rebalance: bool = True
+    leader_rebalance_interval_ms: int = 5000
+    # Topic config every topic starts from (a topic's own config overrides it).
+    default_topic_config: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class ControllerMetrics:
+    failovers_total: int = 0  # leader elections after a leader failure that found a leader
+    failovers_failed: int = 0  # leader failures that left the partition offline
+    unclean_elections: int = 0
+    preferred_leader_elections: int = 0
+    isr_shrinks: int = 0
+    isr_expands: int = 0
+    replicas_failed: int = 0
+    replicas_recovered: int = 0
+    replicas_recreated: int = 0
+    failover_ms: deque = field(default_factory=lambda: deque(maxlen=1000))  # detect -> new leader accepts
+
+    def snapshot(self) -> dict[str, float]:
+        durations = sorted(self.failover_ms)
+
+        def pct(q: float) -> float:
+            if not durations:
+                return -1.0
+            return float(durations[min(len(durations) - 1, int(q * len(durations)))])
+
+        return {
+            "failovers_total": self.failovers_total,
+            "failovers_failed": self.failovers_failed,
+            "unclean_elections": self.unclean_elections,
+            "preferred_leader_elections": self.preferred_leader_elections,
+            "isr_shrinks": self.isr_shrinks,
+            "isr_expands": self.isr_expands,
+            "replicas_failed": self.replicas_failed,
+            "replicas_recovered": self.replicas_recovered,
+            "replicas_recreated": self.replicas_recreated,
+            "failover_ms_p50": pct(0.5),
+            "failover_ms_p99": pct(0.99),
+            "failover_ms_max": float(durations[-1]) if durations else -1.0,
+            "failover_ms_last": float(self.failover_ms[-1]) if self.failover_ms else -1.0,
+        }
+
+
+class ControllerState:
+    def __init__(self, name: str, config: ControllerConfig | None = None) -> None:
+        self.name = name
+        self.config = config or ControllerConfig()
+        self.cluster: ClusterState | None = None
+        self.topics: dict[str, TopicState] = {}
+        self.partitions: dict[tuple[str, int], PartitionState] = {}
+        self.detector = FailureDetector(self.config.heartbeat_interval_ms, self.config.session_timeout_ms)
+        self.metrics = ControllerMetrics()
+        self._failover_started: dict[tuple[str, int], int] = {}
+        self._next_ensure: dict[ReplicaId, int] = {}
+        self._last_status: dict[ReplicaId, HeartbeatResponse] = {}
+        self._next_rebalance_ms = 0
+
+    # ------------------------------------------------------------------------------------
+    # boot
+    # ------------------------------------------------------------------------------------
+    @property
+    def controller_epoch(self) -> int:
+        return self.cluster.controller_epoch if self.cluster else -1
+
+    def start(self, stored: dict[str, bytes], brokers: list[int], group_coordinators: int, now_ms: int) -> list[ControllerAction]:
+        """Boot from whatever the store holds (``stored``: key -> value; empty for a new
+        cluster). Bumps the controller epoch and re-sends every replica its role."""
+        raw = stored.get(cluster_key())
+        if raw is None:
+            self.cluster = ClusterState(self.name, sorted(brokers), 0, 1000, group_coordinators)
+        else:
+            self.cluster = ClusterState.decode(raw)
+        self.cluster.controller_epoch += 1
+        actions: list[ControllerAction] = [Persist(cluster_key(), self.cluster.encode())]
+        for key, value in stored.items():
+            if key.startswith("topic/"):
+                t = TopicState.decode(value)
+                self.topics[t.name] = t
+        for key, value in stored.items():
+            if key.startswith("partition/"):
+                p = PartitionState.decode(value)
+                if p.topic in self.topics:
+                    self.partitions[(p.topic, p.partition)] = p
+        self._next_rebalance_ms = now_ms + self.config.leader_rebalance_interval_ms
+        for p in self._sorted_partitions():
+            topic = self.topics[p.topic]
+            for b in p.replicas:
+                rid = ReplicaId(p.topic, p.partition, b)
+                self.detector.add(rid, now_ms)
+                actions.append(CreateReplica(rid, self._effective_config(topic)))
+            actions += self._send_state(p, p.replicas)
+        return actions
+
+    def _sorted_partitions(self) -> list[PartitionState]:
+        return [self.partitions[k] for k in sorted(self.partitions)]
+
+    def _effective_config(self, topic: TopicState) -> dict[str, str]:
+        cfg = dict(self.config.default_topic_config)
+        cfg.update(topic.config)
+        return cfg
+
+    # ------------------------------------------------------------------------------------
+    # metadata & admin
+    # ------------------------------------------------------------------------------------
+    def metadata(self, req: MetadataRequest) -> MetadataResponse:
+        names = sorted(self.topics) if req.topics is None else req.topics
+        out: list[TopicMetadata] = []
+        for name in names:
+            topic = self.topics.get(name)
+            if topic is None:
+                out.append(TopicMetadata(name, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic {name!r} does not exist"))
+                continue
+            parts = [self.partitions[(name, i)] for i in range(topic.num_partitions)]
+            offline = {p.partition: [b for b in p.replicas if not self.detector.is_alive(ReplicaId(name, p.partition, b))] for p in parts}
+            md = topic_metadata(topic, parts, offline)
+            md.config = self._effective_config(topic)
+            out.append(md)
+        assert self.cluster is not None
+        return MetadataResponse(
+            cluster=self.name,
+            controller_epoch=self.controller_epoch,
+            brokers=list(self.cluster.brokers),
+            topics=out,
+        )
+
+    def create_topic(self, req: CreateTopicsRequest, now_ms: int) -> tuple[CreateTopicsResponse, list[ControllerAction]]:
+        try:
+            topic, parts = self._plan_topic(req, now_ms)
+        except KafkaError as exc:
+            return CreateTopicsResponse(int(exc.code), exc.message), []
+        self.topics[topic.name] = topic
+        actions: list[ControllerAction] = [Persist(topic_key(topic.name), topic.encode())]
+        for p in parts:
+            self.partitions[(p.topic, p.partition)] = p
+            actions.append(Persist(partition_key(p.topic, p.partition), p.encode()))
+        config = self._effective_config(topic)
+        for p in parts:
+            for b in p.replicas:
+                rid = ReplicaId(p.topic, p.partition, b)
+                self.detector.add(rid, now_ms)
+                actions.append(CreateReplica(rid, config))
+        for p in parts:
+            actions += self._send_state(p, p.replicas)
+        md = topic_metadata(topic, parts)
+        md.config = config
+        return CreateTopicsResponse(topic=md), actions
+
+    def _plan_topic(self, req: CreateTopicsRequest, now_ms: int) -> tuple[TopicState, list[PartitionState]]:
+        assert self.cluster is not None
+        validate_topic_name(req.name)
+        if req.name.startswith("__") and req.name != INTERNAL_OFFSETS_TOPIC:
+            raise KafkaError(ErrorCode.INVALID_TOPIC_EXCEPTION, f"topic names starting with '__' are reserved for internal topics: {req.name!r}")
+        if req.name in self.topics:
+            raise KafkaError(ErrorCode.TOPIC_ALREADY_EXISTS, f"topic {req.name!r} already exists")
+        brokers = self.cluster.brokers
+        if req.partitions < 1:
+            raise KafkaError(ErrorCode.INVALID_PARTITIONS, f"a topic needs at least 1 partition, got {req.partitions}")
+        if req.partitions > 10_000:
+            raise KafkaError(ErrorCode.INVALID_PARTITIONS, f"{req.partitions} partitions is more than the limit of 10000")
+        if req.replication_factor < 1:
+            raise KafkaError(ErrorCode.INVALID_REPLICATION_FACTOR, f"replication factor must be >= 1, got {req.replication_factor}")
+        if req.replication_factor > len(brokers):
+            raise KafkaError(
+                ErrorCode.INVALID_REPLICATION_FACTOR,
+                f"replication factor {req.replication_factor} is larger than the {len(brokers)} available brokers",
+            )
+        config = {str(k): str(v) for k, v in (req.config or {}).items()}
+        unknown = sorted(set(config) - TOPIC_CONFIG_KEYS)
+        if unknown:
+            raise KafkaError(ErrorCode.INVALID_CONFIG, f"unknown topic config {unknown}; known keys: {sorted(TOPIC_CONFIG_KEYS)}")
+        merged = dict(self.config.default_topic_config)
+        merged.update(config)
+        rcfg = ReplicationConfig.from_topic_config(merged)
+        if rcfg.min_insync_replicas > req.replication_factor:
+            raise KafkaError(
+                ErrorCode.INVALID_CONFIG,
+                f"min.insync.replicas={rcfg.min_insync_replicas} exceeds replication factor {req.replication_factor}: acks=all writes could never succeed",
+            )
+        from ..log import LogConfig  # parse to validate values (clear INVALID_CONFIG errors)
+
+        LogConfig.from_topic_config({k: v for k, v in merged.items() if k in LOG_KEYS})
+        if req.assignment:
+            assignment = self._check_assignment(req, brokers)
+        else:
+            n = len(brokers)
+            start = zlib.crc32(req.name.encode()) % n
+            assignment = {
+                i: [brokers[(start + i + j) % n] for j in range(req.replication_factor)] for i in range(req.partitions)
+            }
+        topic = TopicState(req.name, req.partitions, req.replication_factor, config, req.name == INTERNAL_OFFSETS_TOPIC, now_ms)
+        parts = [
+            PartitionState(req.name, i, list(assignment[i]), leader=assignment[i][0], leader_epoch=0, partition_epoch=0, isr=list(assignment[i]))
+            for i in range(req.partitions)
+        ]
+        return topic, parts
+
+    def _check_assignment(self, req: CreateTopicsRequest, brokers: list[int]) -> dict[int, list[int]]:
+        assert req.assignment is not None
+        if sorted(req.assignment) != list(range(req.partitions)):
+            raise KafkaError(ErrorCode.INVALID_REPLICA_ASSIGNMENT, f"assignment must name partitions 0..{req.partitions - 1}")
+        for part, reps in req.assignment.items():
+            if len(reps) != req.replication_factor or len(set(reps)) != len(reps):
+                raise KafkaError(ErrorCode.INVALID_REPLICA_ASSIGNMENT, f"partition {part}: {reps} must be {req.replication_factor} distinct brokers")
+            if any(b not in brokers for b in reps):
+                raise KafkaError(ErrorCode.INVALID_REPLICA_ASSIGNMENT, f"partition {part}: {reps} names brokers outside {brokers}")
+        return req.assignment
+
+    def delete_topic(self, req: DeleteTopicsRequest, now_ms: int) -> tuple[DeleteTopicsResponse, list[ControllerAction]]:
+        topic = self.topics.get(req.name)
+        if topic is None:
+            return DeleteTopicsResponse(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic {req.name!r} does not exist"), []
+        if topic.internal:
+            return DeleteTopicsResponse(ErrorCode.POLICY_VIOLATION, f"{req.name!r} is an internal topic and cannot be deleted"), []
+        actions: list[ControllerAction] = []
+        for i in range(topic.num_partitions):
+            p = self.partitions.pop((req.name, i))
+            actions.append(Persist(partition_key(req.name, i), None))
+            for b in p.replicas:
+                rid = ReplicaId(req.name, i, b)
+                self.detector.remove(rid)
+                self._next_ensure.pop(rid, None)
+                self._last_status.pop(rid, None)
+                actions.append(DeleteReplica(rid))
+            self._failover_started.pop((req.name, i), None)
+        del self.topics[req.name]
+        actions.insert(0, Persist(topic_key(req.name), None))
+        return DeleteTopicsResponse(), actions
+
+    def init_producer_id(self, req: InitProducerIdRequest) -> tuple[InitProducerIdResponse, list[ControllerAction]]:
+        assert self.cluster is not None
+        if req.count < 1 or req.count > 1_000_000:
+            return InitProducerIdResponse(ErrorCode.INVALID_REQUEST, f"count must be in 1..1000000, got {req.count}"), []
+        pid = self.cluster.next_producer_id
+        self.cluster.next_producer_id += req.count
+        return InitProducerIdResponse(producer_id=pid, producer_epoch=0, count=req.count), [Persist(cluster_key(), self.cluster.encode())]
+
+    # ------------------------------------------------------------------------------------
+    # AlterPartition (ISR changes proposed by leaders)
+    # ------------------------------------------------------------------------------------
+    def alter_partition(self, req: AlterPartitionRequest, now_ms: int) -> tuple[AlterPartitionResponse, list[ControllerAction]]:
+        p = self.partitions.get((req.topic, req.partition))
+        if p is None:
+            return AlterPartitionResponse(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"{req.topic}-{req.partition} does not exist"), []
+
+        def answer(code: int, msg: str | None = None) -> AlterPartitionResponse:
+            return AlterPartitionResponse(code, msg, p.leader, p.leader_epoch, p.partition_epoch, list(p.isr))
+
+        if req.leader != p.leader or req.leader_epoch != p.leader_epoch:
+            return answer(ErrorCode.FENCED_LEADER_EPOCH, f"leader {req.leader} at epoch {req.leader_epoch} is not the current leader ({p.leader} at {p.leader_epoch})"), []
+        if req.partition_epoch != p.partition_epoch:
+            return answer(ErrorCode.INVALID_UPDATE_VERSION, f"partition epoch {req.partition_epoch} is stale (current {p.partition_epoch})"), []
+        new_isr = list(dict.fromkeys(req.new_isr))
+        if p.leader not in new_isr or any(b not in p.replicas for b in new_isr):
+            return answer(ErrorCode.INVALID_REQUEST, f"ISR {req.new_isr} must contain the leader and only replicas of {p.replicas}"), []
+        added = [b for b in new_isr if b not in p.isr]
+        ineligible = [b for b in added if not self.detector.is_alive(ReplicaId(p.topic, p.partition, b))]
+        if ineligible:
+            return answer(ErrorCode.INELIGIBLE_REPLICA, f"replicas {ineligible} are not live and cannot join the ISR"), []
+        removed = [b for b in p.isr if b not in new_isr]
+        if added:
+            self.metrics.isr_expands += 1
+        if removed:
+            self.metrics.isr_shrinks += 1
+        p.isr = sorted(new_isr, key=p.replicas.index)
+        p.partition_epoch += 1
+        return answer(ErrorCode.NONE), [Persist(partition_key(p.topic, p.partition), p.encode())]
+
+    # ------------------------------------------------------------------------------------
+    # replica liveness
+    # ------------------------------------------------------------------------------------
+    def on_heartbeat_sent(self, replica: ReplicaId, now_ms: int) -> None:
+        self.detector.on_sent(replica, now_ms)
+
+    def on_heartbeat(self, replica: ReplicaId, status: HeartbeatResponse | None, now_ms: int, *, dead: bool = False) -> list[ControllerAction]:
+        """Outcome of a heartbeat: ``status`` on success; ``dead`` when Ray reports the
+        actor dead or restarting; neither when the call merely timed out."""
+        if replica not in self.detector:
+            return []
+        if dead:
+            if self.detector.on_dead(replica, now_ms):
+                return self._on_failed(replica, now_ms)
+            return []
+        if status is None:
+            self.detector.on_no_answer(replica, now_ms)
+            return []
+        self._last_status[replica] = status
+        event = self.detector.on_ok(replica, now_ms, status.incarnation or None)
+        actions: list[ControllerAction] = []
+        if event == RESTARTED:
+            # It died and came back between two beats: fail it, then take it back.
+            self.detector.on_dead(replica, now_ms)
+            actions += self._on_failed(replica, now_ms)
+            self.detector.on_ok(replica, now_ms, status.incarnation or None)
+            event = RECOVERED
+        if event == RECOVERED:
+            actions += self._on_recovered(replica, now_ms)
+        else:
+            actions += self._verify(replica, status)
+        return actions
+
+    def on_replica_dead(self, replica: ReplicaId, now_ms: int) -> list[ControllerAction]:
+        """Ray reported the actor dead outside a heartbeat (e.g. a failed call)."""
+        return self.on_heartbeat(replica, None, now_ms, dead=True)
+
+    def on_replica_created(self, replica: ReplicaId, created: bool, now_ms: int) -> None:
+        if created and replica in self.detector and not self.detector.is_alive(replica):
+            self.metrics.replicas_recreated += 1
+
+    def on_leader_and_isr_result(self, replica: ReplicaId, request: LeaderAndIsrRequest, response: LeaderAndIsrResponse | None, now_ms: int) -> None:
+        key = (replica.topic, replica.partition)
+        p = self.partitions.get(key)
+        if p is None or response is None or response.error_code != ErrorCode.NONE:
+            return
+        started = self._failover_started.get(key)
+        if started is not None and replica.broker == request.leader == p.leader and request.leader_epoch == p.leader_epoch:
+            del self._failover_started[key]
+            self.metrics.failover_ms.append(now_ms - started)
+
+    def _verify(self, replica: ReplicaId, status: HeartbeatResponse) -> list[ControllerAction]:
+        """Re-send the replica its role if its view is behind ours (missed message, restart)."""
+        p = self.partitions.get((replica.topic, replica.partition))
+        if p is None:
+            return []
+        behind = status.leader_epoch < p.leader_epoch or (
+            status.leader_epoch == p.leader_epoch and status.partition_epoch < p.partition_epoch
+        )
+        expected_role = "leader" if p.leader == replica.broker else ("follower" if p.leader != NO_LEADER else "none")
+        if behind or (status.leader_epoch == p.leader_epoch and status.role != expected_role):
+            return self._send_state(p, [replica.broker])
+        return []
+
+    def _alive(self, p: PartitionState):
+        return lambda b: self.detector.is_alive(ReplicaId(p.topic, p.partition, b))
+
+    def _on_failed(self, replica: ReplicaId, now_ms: int) -> list[ControllerAction]:
+        self.metrics.replicas_failed += 1
+        self._next_ensure[replica] = now_ms  # try to bring it back at once
+        p = self.partitions.get((replica.topic, replica.partition))
+        if p is None:
+            return []
+        if p.leader == replica.broker:
+            return self._elect(p, now_ms, failed_leader=True)
+        new_isr = shrink_isr_without(p, replica.broker)
+        if new_isr is None:
+            return []
+        self.metrics.isr_shrinks += 1
+        p.isr = new_isr
+        p.partition_epoch += 1
+        actions: list[ControllerAction] = [Persist(partition_key(p.topic, p.partition), p.encode())]
+        alive = self._alive(p)
+        return actions + self._send_state(p, [b for b in p.replicas if alive(b)])
+
+    def _on_recovered(self, replica: ReplicaId, now_ms: int) -> list[ControllerAction]:
+        self.metrics.replicas_recovered += 1
+        self._next_ensure.pop(replica, None)
+        p = self.partitions.get((replica.topic, replica.partition))
+        if p is None:
+            return []
+        if p.leader == NO_LEADER:
+            return self._elect(p, now_ms, failed_leader=False)
+        # Tell it who leads; it truncates, catches up, and the leader adds it to the ISR.
+        return self._send_state(p, [replica.broker])
+
+    def _elect(self, p: PartitionState, now_ms: int, *, failed_leader: bool) -> list[ControllerAction]:
+        key = (p.topic, p.partition)
+        topic = self.topics[p.topic]
+        rcfg = ReplicationConfig.from_topic_config(self._effective_config(topic))
+        leos = {
+            rid.broker: st.log_end_offset
+            for rid, st in self._last_status.items()
+            if rid.topic == p.topic and rid.partition == p.partition
+        }
+        was_online = p.leader != NO_LEADER
+        result = elect_leader(p, self._alive(p), rcfg.unclean_leader_election, leos)
+        if result.offline and not was_online:
+            return []  # still nobody to elect; nothing changes
+        p.leader = result.leader
+        p.isr = result.isr
+        p.leader_epoch += 1
+        p.partition_epoch += 1
+        if result.unclean:
+            self.metrics.unclean_elections += 1
+        if result.offline:
+            if failed_leader:
+                self.metrics.failovers_failed += 1
+            self._failover_started.pop(key, None)
+        else:
+            self.metrics.failovers_total += 1
+            self._failover_started.setdefault(key, now_ms)
+        actions: list[ControllerAction] = [Persist(partition_key(p.topic, p.partition), p.encode())]
+        alive = self._alive(p)
+        return actions + self._send_state(p, [b for b in p.replicas if alive(b)])
+
+    def _send_state(self, p: PartitionState, brokers: list[int]) -> list[ControllerAction]:
+        """LeaderAndIsr for ``brokers``, the leader first so followers find it ready."""
+        topic = self.topics[p.topic]
+        config = self._effective_config(topic)
+        ordered = sorted(brokers, key=lambda b: (b != p.leader, p.replicas.index(b) if b in p.replicas else b))
+        return [
+            SendLeaderAndIsr(
+                ReplicaId(p.topic, p.partition, b),
+                LeaderAndIsrRequest(
+                    controller_epoch=self.controller_epoch,
+                    topic=p.topic,
+                    partition=p.partition,
+                    leader=p.leader,
+                    leader_epoch=p.leader_epoch,
+                    partition_epoch=p.partition_epoch,
+                    isr=list(p.isr),
+                    replicas=list(p.replicas),
+                    config=config,
+                ),
+            )
+            for b in ordered
+        ]
+
+    # ------------------------------------------------------------------------------------
+    # timers
+    # ------------------------------------------------------------------------------------
+    def tick(self, now_ms: int) -> list[ControllerAction]:
+        actions: list[ControllerAction] = []
+        for rid in self.detector.check(now_ms):
+            actions += self._on_failed(rid, now_ms)
+        for rid in self.detector.due(now_ms):
+            actions.append(SendHeartbeat(rid, HeartbeatRequest(controller_epoch=self.controller_epoch)))
+        for rid, at in list(self._next_ensure.items()):
+            if now_ms >= at:
+                topic = self.topics.get(rid.topic)
+                if topic is None:
+                    del self._next_ensure[rid]
+                    continue
+                self._next_ensure[rid] = now_ms + self.config.ensure_replica_interval_ms
+                actions.append(CreateReplica(rid, self._effective_config(topic)))
+        if self.config.auto_leader_rebalance and now_ms >= self._next_rebalance_ms:
+            self._next_rebalance_ms = now_ms + self.config.leader_rebalance_interval_ms
+            actions += self.rebalance_leaders(now_ms)
+        return actions
+
+    def rebalance_leaders(self, now_ms: int) -> list[ControllerAction]:
+        """Move leadership back to preferred replicas that are healthy and in sync."""
+        actions: list[ControllerAction] = []
+        for p in self._sorted_partitions():
+            target = preferred_leader_move(p, self._alive(p))
+            if target is None:
+                continue
+            self.metrics.preferred_leader_elections += 1
+            p.leader = target
+            p.leader_epoch += 1
+            p.partition_epoch += 1
+            actions.append(Persist(partition_key(p.topic, p.partition), p.encode()))
+            alive = self._alive(p)
+            actions += self._send_state(p, [b for b in p.replicas if alive(b)])
+        return actions
+
+    def next_deadline(self, now_ms: int) -> int | None:
+        deadlines = [d for d in (self.detector.next_deadline(now_ms),) if d is not None]
+        deadlines += list(self._next_ensure.values())
+        if self.config.auto_leader_rebalance:
+            deadlines.append(self._next_rebalance_ms)
+        return min(deadlines) if deadlines else None
+
+    # ------------------------------------------------------------------------------------
+    # views
+    # ------------------------------------------------------------------------------------
+    def partition_counts(self) -> dict[str, int]:
+        under = sum(1 for p in self.partitions.values() if p.leader != NO_LEADER and len(p.isr) < len(p.replicas))
+        offline = sum(1 for p in self.partitions.values() if p.leader == NO_LEADER)
+        return {"partitions": len(self.partitions), "under_replicated_partitions": under, "offline_partitions": offline}
+
+    def metrics_snapshot(self) -> dict[str, float]:
+        snap: dict[str, Any] = self.metrics.snapshot()
+        snap.update(self.partition_counts())
+        snap["controller_epoch"] = self.controller_epoch
+        return snap

@@ -1,0 +1,64 @@
+"""Who leads a partition next. Pure rules, so they are tested exhaustively without Ray.
+
+* Clean election: the first live ISR member in replica-assignment order (the preferred
+  leader first). Every ISR member holds every record below the HW, so nothing acked is lost.
+* No live ISR member: the partition goes offline (no leader) and keeps its ISR, so the
+  first ISR member to come back is elected -- unless the topic allows unclean election,
+  which then picks the live replica with the longest log and may lose acked records.
+* A live leader is never replaced except to restore the preferred leader when it is in
+  the ISR (controlled move).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Mapping
+
+from .metadata import NO_LEADER, PartitionState
+
+
+@dataclass(frozen=True)
+class Election:
+    leader: int
+    isr: list[int]
+    unclean: bool = False
+
+    @property
+    def offline(self) -> bool:
+        return self.leader == NO_LEADER
+
+
+def elect_leader(
+    p: PartitionState,
+    alive: Callable[[int], bool],
+    unclean_allowed: bool = False,
+    log_end_offsets: Mapping[int, int] | None = None,
+) -> Election:
+    live_isr = [b for b in p.replicas if b in p.isr and alive(b)]
+    if live_isr:
+        return Election(live_isr[0], live_isr)
+    if unclean_allowed:
+        live = [b for b in p.replicas if alive(b)]
+        if live:
+            leos = log_end_offsets or {}
+            # Longest log loses least; ties go to assignment order.
+            best = max(live, key=lambda b: (leos.get(b, -1), -p.replicas.index(b)))
+            return Election(best, [best], unclean=True)
+    return Election(NO_LEADER, list(p.isr))
+
+
+def preferred_leader_move(p: PartitionState, alive: Callable[[int], bool]) -> int | None:
+    """The preferred replica, if leadership should move back to it now."""
+    preferred = p.preferred_leader
+    if p.leader == preferred or p.leader == NO_LEADER:
+        return None
+    if preferred in p.isr and alive(preferred):
+        return preferred
+    return None
+
+
+def shrink_isr_without(p: PartitionState, broker: int) -> list[int] | None:
+    """ISR after a follower's failure, or None when it cannot shrink (never below one)."""
+    if broker not in p.isr or broker == p.leader or len(p.isr) <= 1:
+        return None
+    return [b for b in p.isr if b != broker]

@@ -1,0 +1,136 @@
+"""Heartbeat-based failure detection for replica actors, with an explicit clock.
+
+A replica is failed when it has not answered a heartbeat for ``session_timeout_ms`` -- one
+slow answer is not a failure, only a missed timeout is -- or at once when Ray reports its
+actor dead. A heartbeat answer carrying a new *incarnation* (the actor restarted between
+two beats) counts as a failure immediately followed by a recovery: whatever the old
+process had in memory is gone, so it must not stay in the ISR on trust.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Hashable
+
+OK = "ok"
+RECOVERED = "recovered"  # was failed, answers again
+RESTARTED = "restarted"  # answers with a new incarnation without having been seen failed
+
+
+@dataclass
+class _Health:
+    last_ok_ms: int
+    last_sent_ms: int = -1
+    in_flight: bool = False
+    failed: bool = False
+    failed_at_ms: int = -1
+    incarnation: str | None = None
+
+
+class FailureDetector:
+    def __init__(self, heartbeat_interval_ms: int, session_timeout_ms: int) -> None:
+        if session_timeout_ms <= heartbeat_interval_ms:
+            raise ValueError(
+                f"session timeout ({session_timeout_ms} ms) must exceed the heartbeat interval ({heartbeat_interval_ms} ms)"
+            )
+        self.interval_ms = heartbeat_interval_ms
+        self.timeout_ms = session_timeout_ms
+        self._health: dict[Hashable, _Health] = {}
+
+    def add(self, member: Hashable, now_ms: int) -> None:
+        """Start watching ``member``; it gets a full session timeout to answer."""
+        if member not in self._health:
+            self._health[member] = _Health(last_ok_ms=now_ms)
+
+    def remove(self, member: Hashable) -> None:
+        self._health.pop(member, None)
+
+    def __contains__(self, member: Hashable) -> bool:
+        return member in self._health
+
+    def members(self) -> list[Hashable]:
+        return list(self._health)
+
+    def is_alive(self, member: Hashable) -> bool:
+        h = self._health.get(member)
+        return h is not None and not h.failed
+
+    def failed_members(self) -> list[Hashable]:
+        return [m for m, h in self._health.items() if h.failed]
+
+    def failed_since(self, member: Hashable) -> int:
+        h = self._health.get(member)
+        return h.failed_at_ms if h is not None and h.failed else -1
+
+    # -- heartbeat bookkeeping ------------------------------------------------------------
+    def due(self, now_ms: int) -> list[Hashable]:
+        """Members to send a heartbeat to now (at most one in flight each)."""
+        out = []
+        for m, h in self._health.items():
+            if not h.in_flight and (h.last_sent_ms < 0 or now_ms - h.last_sent_ms >= self.interval_ms):
+                out.append(m)
+        return out
+
+    def on_sent(self, member: Hashable, now_ms: int) -> None:
+        h = self._health.get(member)
+        if h is not None:
+            h.in_flight = True
+            h.last_sent_ms = now_ms
+
+    def on_ok(self, member: Hashable, now_ms: int, incarnation: str | None = None) -> str | None:
+        """A heartbeat answered. Returns OK, RECOVERED or RESTARTED (None if unknown member)."""
+        h = self._health.get(member)
+        if h is None:
+            return None
+        h.in_flight = False
+        h.last_ok_ms = now_ms
+        previous = h.incarnation
+        if incarnation is not None:
+            h.incarnation = incarnation
+        if h.failed:
+            h.failed = False
+            h.failed_at_ms = -1
+            return RECOVERED
+        if previous is not None and incarnation is not None and incarnation != previous:
+            return RESTARTED
+        return OK
+
+    def on_no_answer(self, member: Hashable, now_ms: int) -> None:
+        """A heartbeat timed out: not a failure by itself (only the session timeout is)."""
+        h = self._health.get(member)
+        if h is not None:
+            h.in_flight = False
+
+    def on_dead(self, member: Hashable, now_ms: int) -> bool:
+        """Ray says the actor is dead or restarting. Returns True if newly failed."""
+        h = self._health.get(member)
+        if h is None:
+            return False
+        h.in_flight = False
+        if h.failed:
+            return False
+        h.failed = True
+        h.failed_at_ms = now_ms
+        return True
+
+    def check(self, now_ms: int) -> list[Hashable]:
+        """Members whose session timed out since the last check (newly failed)."""
+        newly = []
+        for m, h in self._health.items():
+            if not h.failed and now_ms - h.last_ok_ms > self.timeout_ms:
+                h.failed = True
+                h.failed_at_ms = now_ms
+                newly.append(m)
+        return newly
+
+    def next_deadline(self, now_ms: int) -> int | None:
+        deadline = None
+        for h in self._health.values():
+            candidates = []
+            if not h.failed:
+                candidates.append(h.last_ok_ms + self.timeout_ms + 1)
+            if not h.in_flight:
+                candidates.append(h.last_sent_ms + self.interval_ms if h.last_sent_ms >= 0 else now_ms)
+            for c in candidates:
+                deadline = c if deadline is None else min(deadline, c)
+        return deadline

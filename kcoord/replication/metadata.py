@@ -1,0 +1,131 @@
+"""Cluster metadata owned by the controller: topics, replica assignment, leader, epochs, ISR.
+
+These records are what the controller persists in the metadata store *before* it acts on
+them, so that a restarted controller resumes from exactly what replicas may have been told.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import msgpack
+
+from ..protocol.controller import PartitionMetadata, TopicMetadata
+from ..protocol.errors import ErrorCode, KafkaError
+
+NO_LEADER = -1
+INTERNAL_OFFSETS_TOPIC = "__consumer_offsets"
+_LEGAL_TOPIC = re.compile(r"^[a-zA-Z0-9._-]+$")
+MAX_TOPIC_NAME = 249
+
+
+def validate_topic_name(name: Any) -> None:
+    """Kafka's rules: [a-zA-Z0-9._-], 1..249 characters, not "." or ".."."""
+    if not isinstance(name, str) or not name:
+        raise KafkaError(ErrorCode.INVALID_TOPIC_EXCEPTION, f"topic name must be a non-empty string, got {name!r}")
+    if name in (".", ".."):
+        raise KafkaError(ErrorCode.INVALID_TOPIC_EXCEPTION, f"topic name cannot be {name!r}")
+    if len(name) > MAX_TOPIC_NAME:
+        raise KafkaError(ErrorCode.INVALID_TOPIC_EXCEPTION, f"topic name is {len(name)} characters; the limit is {MAX_TOPIC_NAME}")
+    if not _LEGAL_TOPIC.match(name):
+        bad = sorted({c for c in name if not re.match(r"[a-zA-Z0-9._-]", c)})
+        raise KafkaError(
+            ErrorCode.INVALID_TOPIC_EXCEPTION,
+            f"topic name {name!r} has illegal characters {bad}; allowed are ASCII letters, digits, '.', '_' and '-'",
+        )
+
+
+@dataclass
+class PartitionState:
+    topic: str
+    partition: int
+    replicas: list[int]
+    leader: int = NO_LEADER
+    leader_epoch: int = 0
+    partition_epoch: int = 0
+    isr: list[int] = field(default_factory=list)
+
+    @property
+    def preferred_leader(self) -> int:
+        return self.replicas[0]
+
+    @property
+    def online(self) -> bool:
+        return self.leader != NO_LEADER
+
+    def to_metadata(self, offline_replicas: list[int] | None = None) -> PartitionMetadata:
+        return PartitionMetadata(
+            partition=self.partition,
+            leader=self.leader,
+            leader_epoch=self.leader_epoch,
+            partition_epoch=self.partition_epoch,
+            replicas=list(self.replicas),
+            isr=list(self.isr),
+            offline_replicas=list(offline_replicas or []),
+            error_code=0 if self.online else ErrorCode.LEADER_NOT_AVAILABLE,
+        )
+
+    def encode(self) -> bytes:
+        return msgpack.packb(asdict(self), use_bin_type=True)
+
+    @classmethod
+    def decode(cls, data: bytes) -> "PartitionState":
+        return cls(**msgpack.unpackb(data, raw=False))
+
+
+@dataclass
+class TopicState:
+    name: str
+    num_partitions: int
+    replication_factor: int
+    config: dict[str, str] = field(default_factory=dict)
+    internal: bool = False
+    created_ms: int = 0
+
+    def encode(self) -> bytes:
+        return msgpack.packb(asdict(self), use_bin_type=True)
+
+    @classmethod
+    def decode(cls, data: bytes) -> "TopicState":
+        return cls(**msgpack.unpackb(data, raw=False))
+
+
+@dataclass
+class ClusterState:
+    name: str
+    brokers: list[int]
+    controller_epoch: int = 0
+    next_producer_id: int = 1000
+    group_coordinators: int = 0
+
+    def encode(self) -> bytes:
+        return msgpack.packb(asdict(self), use_bin_type=True)
+
+    @classmethod
+    def decode(cls, data: bytes) -> "ClusterState":
+        return cls(**msgpack.unpackb(data, raw=False))
+
+
+def topic_metadata(topic: TopicState, partitions: list[PartitionState], offline: dict[int, list[int]] | None = None) -> TopicMetadata:
+    offline = offline or {}
+    return TopicMetadata(
+        name=topic.name,
+        partitions=[p.to_metadata(offline.get(p.partition)) for p in partitions],
+        config=dict(topic.config),
+        internal=topic.internal,
+    )
+
+
+# Store keys
+def cluster_key() -> str:
+    return "cluster"
+
+
+def topic_key(name: str) -> str:
+    return f"topic/{name}"
+
+
+def partition_key(topic: str, partition: int) -> str:
+    return f"partition/{topic}/{partition}"
