@@ -1,1 +1,29 @@
-"""log"""
+"""Durable partition log: segments, sparse index, leader-epoch cache, HW checkpoint, recovery.
+
+Pure Python and Ray-free; the replica actor owns one :class:`Log` per partition, and the
+replication simulation uses :class:`MemoryLog`, which behaves the same in memory.
+"""
+
+from .base import AppendInfo, BaseLog
+from .config import LogConfig
+from .epochs import EpochEntry, LeaderEpochCache
+from .errors import OffsetOutOfRange
+from .log import Log, SegmentInfo
+from .memory import MemoryLog
+from .producer_state import ProducerCheck, ProducerStateManager
+from .recovery import RecoveryReport
+
+__all__ = [
+    "AppendInfo",
+    "BaseLog",
+    "EpochEntry",
+    "LeaderEpochCache",
+    "Log",
+    "LogConfig",
+    "MemoryLog",
+    "OffsetOutOfRange",
+    "ProducerCheck",
+    "ProducerStateManager",
+    "RecoveryReport",
+    "SegmentInfo",
+]

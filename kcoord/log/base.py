@@ -1,0 +1,260 @@
+"""What the file log and the in-memory log share: the append pipeline and its bookkeeping.
+
+Validation, idempotence, stamping, epoch-cache and producer-state updates and the flush
+policy must behave identically in both, or the simulation would test a different log than
+the one that runs. So they live here once, and the two logs supply only storage:
+``_write``, ``_read``, ``_truncate_storage`` and friends.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import Iterator, Sequence
+
+from ..protocol.errors import ErrorCode, KafkaError
+from ..records import BatchHeader, decode_batch, now_ms as wall_clock_ms, stamp_prefix
+from .batches import validate_follower_batches, validate_leader_batch
+from .config import LogConfig
+from .epochs import LeaderEpochCache
+from .errors import OffsetOutOfRange
+from .flush import FlushPolicy
+from .producer_state import ProducerStateManager
+
+_BufferLike = bytes | bytearray | memoryview
+
+
+@dataclass(frozen=True)
+class AppendInfo:
+    """What an append did: the offsets it assigned, or that it was a retried duplicate.
+
+    For a duplicate nothing was written: ``base_offset``/``last_offset`` are where the
+    original batch went (-1 when that is no longer known) and ``log_append_time`` is -1.
+    ``log_append_time`` is the log's clock at the append; the produce path reports it only
+    for LogAppendTime topics.
+    """
+
+    base_offset: int
+    last_offset: int
+    record_count: int
+    max_timestamp: int
+    size_bytes: int
+    duplicate: bool = False
+    log_append_time: int = -1
+
+
+class BaseLog(ABC):
+    """The storage-independent half of a partition log."""
+
+    config: LogConfig
+    epoch_cache: LeaderEpochCache
+    producer_state: ProducerStateManager
+
+    def __init__(self, config: LogConfig, now_ms: int | None) -> None:
+        self.config = config
+        self._now = wall_clock_ms() if now_ms is None else now_ms
+        self._flush_policy = FlushPolicy(config.flush_messages, config.flush_ms, last_flush_ms=self._now)
+        self._high_watermark = 0
+        self.producer_state = ProducerStateManager()
+
+    # -- storage hooks ------------------------------------------------------------------
+
+    @property
+    @abstractmethod
+    def log_start_offset(self) -> int: ...
+
+    @property
+    @abstractmethod
+    def log_end_offset(self) -> int: ...
+
+    @abstractmethod
+    def _write(
+        self,
+        chunks: Sequence[_BufferLike],
+        nbytes: int,
+        headers: Sequence[BatchHeader],
+        positions: Sequence[int],
+        now_ms: int,
+    ) -> None:
+        """Store whole batches. ``chunks`` concatenated are the bytes; ``positions`` give
+        each batch's start within them. Either everything is stored or nothing."""
+
+    @abstractmethod
+    def _read(self, from_offset: int, max_bytes: int, max_offset: int | None) -> bytes:
+        """``read`` after its range checks: from_offset is inside [log start, LEO)."""
+
+    @abstractmethod
+    def _truncate_storage(self, offset: int) -> int:
+        """Drop the batch containing ``offset`` and everything after; return the new LEO."""
+
+    @abstractmethod
+    def _restore_producer_state(self) -> None:
+        """Make producer state match the batches left after a truncation."""
+
+    @abstractmethod
+    def _flush_storage(self) -> None: ...
+
+    @abstractmethod
+    def _batches_from_timestamp(self, timestamp_ms: int) -> Iterator[tuple[BatchHeader, bytes]]:
+        """Batches (header, bytes) that may hold a record at or after ``timestamp_ms``, in
+        offset order; may skip ones whose max timestamp is known to be smaller."""
+
+    def _check_open(self) -> None:
+        """Raise if the log can no longer be used (the file log after close)."""
+
+    # -- state --------------------------------------------------------------------------
+
+    @property
+    def high_watermark(self) -> int:
+        return self._high_watermark
+
+    def _clock(self, now_ms: int | None) -> int:
+        now = wall_clock_ms() if now_ms is None else now_ms
+        self._now = now
+        return now
+
+    # -- append -------------------------------------------------------------------------
+
+    def append(
+        self,
+        data: _BufferLike,
+        *,
+        leader_epoch: int | None = None,
+        now_ms: int | None = None,
+        verify_crc: bool = True,
+    ) -> AppendInfo:
+        """Append a producer's batch (``leader_epoch`` given) or replicated batches (None).
+
+        Leader path: validate one batch, deduplicate/sequence-check it, stamp base offset =
+        LEO and the leader epoch on its first 16 bytes (the rest is written as is).
+        Follower path: batches already stamped by the leader, which must start at our LEO
+        and be contiguous; written unchanged. Nothing is written unless everything checks.
+        """
+        self._check_open()
+        now = self._clock(now_ms)
+        if leader_epoch is not None:
+            h = validate_leader_batch(data, self.config.max_batch_bytes)
+            if leader_epoch < 0:
+                raise ValueError(f"leader epoch must be >= 0, got {leader_epoch}")
+            latest = self.epoch_cache.latest_epoch
+            if leader_epoch < latest:
+                raise KafkaError(
+                    ErrorCode.FENCED_LEADER_EPOCH,
+                    f"append at leader epoch {leader_epoch}, but the log already has epoch {latest}",
+                )
+            verdict = self.producer_state.check(h)
+            if verdict.duplicate:
+                base = verdict.duplicate_base_offset
+                return AppendInfo(
+                    base_offset=base,
+                    last_offset=base + h.last_offset_delta if base >= 0 else -1,
+                    record_count=h.record_count,
+                    max_timestamp=h.max_timestamp,
+                    size_bytes=h.size,
+                    duplicate=True,
+                )
+            verdict.raise_for_error()
+            base = self.log_end_offset
+            chunks: Sequence[_BufferLike] = (stamp_prefix(data, base, leader_epoch), memoryview(data)[16:])
+            headers: Sequence[BatchHeader] = (h._replace(base_offset=base, leader_epoch=leader_epoch),)
+            positions: Sequence[int] = (0,)
+        else:
+            found = validate_follower_batches(data, self.log_end_offset, check_crc=verify_crc)
+            chunks, headers, positions = (data,), found.headers, found.positions
+        nbytes = len(data)
+        self._write(chunks, nbytes, headers, positions, now)
+
+        cache = self.epoch_cache
+        latest = cache.latest_epoch
+        state = self.producer_state
+        records = 0
+        max_ts = -1
+        for h in headers:
+            if h.leader_epoch > latest:
+                cache.assign(h.leader_epoch, h.base_offset)
+                latest = h.leader_epoch
+            state.update(h)
+            records += h.record_count
+            if h.max_timestamp > max_ts:
+                max_ts = h.max_timestamp
+        if self._flush_policy.record_append(records, now):
+            self.flush()
+        return AppendInfo(
+            base_offset=headers[0].base_offset,
+            last_offset=headers[-1].last_offset,
+            record_count=records,
+            max_timestamp=max_ts,
+            size_bytes=nbytes,
+            log_append_time=now,
+        )
+
+    # -- read ---------------------------------------------------------------------------
+
+    def read(self, from_offset: int, max_bytes: int, max_offset: int | None = None) -> bytes:
+        """Whole batches from the one containing ``from_offset``, concatenated.
+
+        Stops before exceeding ``max_bytes`` but always includes the first batch, unless
+        that batch reaches ``max_offset`` (exclusive; the HW for consumers): no batch with
+        an offset at or past ``max_offset`` is ever included.
+        """
+        self._check_open()
+        leo = self.log_end_offset
+        start = self.log_start_offset
+        if from_offset == leo and from_offset >= start:
+            return b""
+        if from_offset < start or from_offset > leo:
+            raise OffsetOutOfRange(from_offset, start, leo)
+        if max_offset is not None and from_offset >= max_offset:
+            return b""
+        return self._read(from_offset, max_bytes, max_offset)
+
+    def offset_for_timestamp(self, timestamp_ms: int) -> tuple[int, int] | None:
+        """(offset, timestamp) of the first record with a timestamp >= ``timestamp_ms``.
+
+        Admin path (ListOffsets by time): batch headers narrow it down to one batch, whose
+        records are then decoded.
+        """
+        self._check_open()
+        for h, data in self._batches_from_timestamp(timestamp_ms):
+            if h.max_timestamp < timestamp_ms:
+                continue
+            for rec in decode_batch(data, check_crc=False).records():
+                if rec.timestamp >= timestamp_ms:
+                    return rec.offset, rec.timestamp
+        return None
+
+    # -- truncation ---------------------------------------------------------------------
+
+    def truncate_to(self, offset: int) -> None:
+        """Remove every batch with an offset >= ``offset`` (a batch containing it goes whole).
+
+        Used by a follower to drop records that diverge from the new leader's log.
+        """
+        self._check_open()
+        if offset >= self.log_end_offset:
+            return
+        new_leo = self._truncate_storage(max(offset, self.log_start_offset))
+        self.epoch_cache.truncate_from_end(new_leo)
+        self._restore_producer_state()
+        self._high_watermark = min(self._high_watermark, new_leo)
+        self._flush_policy.flushed(self._now)  # the truncation was made durable
+
+    # -- flushing -----------------------------------------------------------------------
+
+    def flush(self) -> None:
+        """Make everything appended so far durable."""
+        self._check_open()
+        self._flush_storage()
+        self._flush_policy.flushed(self._now)
+
+    def maybe_flush(self, now_ms: int) -> bool:
+        """Flush if flush.ms says it is time; returns whether it did."""
+        self._check_open()
+        self._now = now_ms
+        if self._flush_policy.time_due(now_ms):
+            self.flush()
+            return True
+        return False
+
+    def _clamp_high_watermark(self, hw: int) -> int:
+        return max(self.log_start_offset, min(hw, self.log_end_offset))

@@ -1,0 +1,490 @@
+"""The durable, segmented partition log.
+
+Layout of a log directory::
+
+    00000000000000000000.log              batches, exactly as appended
+    00000000000000000000.index            sparse offset index of that segment
+    00000000000000001234.log / .index     the next segment, starting at offset 1234
+    leader-epoch-checkpoint               epoch -> start offset (text)
+    high-watermark-checkpoint             last checkpointed HW (text)
+    00000000000000001234.producer-snapshot  producer state as of offset 1234 (msgpack)
+    .kcoord-clean-shutdown                present only between close() and the next open
+
+The log start offset is the first segment's base offset and the LEO is the last
+segment's next offset, so neither needs a file of its own.
+
+Producer state is derived from batch headers; to avoid reading the whole log on every
+open or truncation it is snapshotted at each segment roll and on close, and rebuilt
+from the newest snapshot not past the LEO plus the headers after it.
+"""
+
+from __future__ import annotations
+
+import os
+from bisect import bisect_right
+from collections import OrderedDict
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator, Sequence
+
+from ..protocol.errors import ErrorCode, KafkaError
+from ..records import BatchHeader
+from .base import AppendInfo, BaseLog, _BufferLike
+from .checkpoint import (
+    CLEAN_SHUTDOWN,
+    EPOCH_CHECKPOINT,
+    HW_CHECKPOINT,
+    PRODUCER_SNAPSHOT_SUFFIX,
+    CheckpointError,
+    fsync_dir,
+    producer_snapshot_path,
+    read_epochs,
+    read_high_watermark,
+    read_producer_snapshot,
+    write_atomic,
+    write_epochs,
+    write_high_watermark,
+    write_producer_snapshot,
+)
+from .config import INT32_MAX, LogConfig
+from .epochs import EpochEntry, LeaderEpochCache
+from .producer_state import ProducerStateManager
+from .recovery import RecoveryReport, load_segments
+from .segment import Segment, parse_base_offset
+
+KEEP_PRODUCER_SNAPSHOTS = 3
+MAX_OPEN_READERS = 64  # file handles kept open for reading older segments
+
+__all__ = ["Log", "SegmentInfo", "AppendInfo"]
+
+
+@dataclass(frozen=True)
+class SegmentInfo:
+    base_offset: int
+    size_bytes: int
+    next_offset: int
+    created_ms: int
+    last_modified_ms: int
+    max_timestamp: int
+
+
+class Log(BaseLog):
+    """A partition's log in ``directory``; opening it recovers from whatever a crash left."""
+
+    def __init__(self, directory: str | Path, config: LogConfig | None = None, *, now_ms: int | None = None) -> None:
+        super().__init__(config if config is not None else LogConfig(), now_ms)
+        self.directory = Path(directory)
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self._closed = False
+        self._readers: OrderedDict[int, Segment] = OrderedDict()
+        self._pending: Sequence[BatchHeader] = ()
+        report = RecoveryReport()
+        marker = self.directory / CLEAN_SHUTDOWN
+        report.clean_shutdown = marker.exists()
+
+        transitions: list[tuple[int, int]] = []  # epoch changes seen in the verified segment
+
+        def note_epoch(_pos: int, h: BatchHeader) -> None:
+            if h.leader_epoch >= 0 and (not transitions or h.leader_epoch > transitions[-1][0]):
+                transitions.append((h.leader_epoch, h.base_offset))
+
+        self._segments = load_segments(self.directory, self.config.index_interval_bytes, self._now, report, note_epoch)
+        self._bases = [s.base_offset for s in self._segments]
+        self._size = sum(s.size for s in self._segments)
+        for seg in self._segments[:-1]:
+            self._remember_reader(seg)  # bounds the handles recovery opened
+        self.recovery_report = report
+        self.epoch_cache = self._load_epoch_cache(transitions)
+        self._checkpointed_hw = self._load_high_watermark()
+        self._high_watermark = self._clamp_high_watermark(self._checkpointed_hw)
+        self._load_producer_state()
+        if report.clean_shutdown:
+            os.unlink(marker)  # from now on a crash must be noticed
+        fsync_dir(self.directory)
+
+    # -- opening --------------------------------------------------------------------------
+
+    def _persist_epochs(self, entries: list[EpochEntry]) -> None:
+        write_epochs(self.directory / EPOCH_CHECKPOINT, entries)
+
+    def _load_epoch_cache(self, transitions: list[tuple[int, int]]) -> LeaderEpochCache:
+        report = self.recovery_report
+        entries: list[tuple[int, int]] | None
+        try:
+            entries = read_epochs(self.directory / EPOCH_CHECKPOINT)
+            cache = LeaderEpochCache(entries or (), on_change=self._persist_epochs)
+        except (CheckpointError, ValueError) as exc:
+            report.notes.append(f"leader epoch checkpoint ignored: {exc}")
+            entries = None
+        if entries is None:
+            # No usable checkpoint: the batches carry their epochs, so derive it.
+            cache = LeaderEpochCache(on_change=self._persist_epochs)
+            if self.log_end_offset > self.log_start_offset:
+                report.notes.append("leader epoch cache rebuilt from batch headers")
+                rebuilt = LeaderEpochCache()
+                for h in self._iter_headers(self.log_start_offset):
+                    if h.leader_epoch >= 0:
+                        rebuilt.assign(h.leader_epoch, h.base_offset)
+                cache = LeaderEpochCache(rebuilt.entries, on_change=self._persist_epochs)
+            self._persist_epochs(cache.entries)
+        cache.truncate_from_end(self.log_end_offset)
+        cache.truncate_from_start(self.log_start_offset)
+        for epoch, start in transitions:
+            cache.assign(epoch, start)
+        return cache
+
+    def _load_high_watermark(self) -> int:
+        try:
+            hw = read_high_watermark(self.directory / HW_CHECKPOINT)
+        except CheckpointError as exc:
+            self.recovery_report.notes.append(f"high watermark checkpoint ignored: {exc}")
+            hw = None
+        return self.log_start_offset if hw is None else hw
+
+    def _snapshot_offsets(self) -> list[int]:
+        offsets = []
+        for name in os.listdir(self.directory):
+            off = parse_base_offset(name, PRODUCER_SNAPSHOT_SUFFIX)
+            if off is not None:
+                offsets.append(off)
+        return sorted(offsets)
+
+    def _load_producer_state(self) -> None:
+        """Newest usable snapshot at or below the LEO, then the headers after it."""
+        leo, start = self.log_end_offset, self.log_start_offset
+        state = self.producer_state
+        for off in reversed(self._snapshot_offsets()):
+            path = producer_snapshot_path(self.directory, off)
+            if off > leo or off < start:
+                os.unlink(path)  # describes batches that are gone
+                continue
+            try:
+                state.load(read_producer_snapshot(path))
+            except (CheckpointError, KeyError, TypeError, ValueError) as exc:
+                self.recovery_report.notes.append(f"producer snapshot {off} ignored: {exc}")
+                os.unlink(path)
+                continue
+            state.replay(self._iter_headers(off))
+            return
+        state.rebuild(self._iter_headers(start))
+
+    # -- basic facts ----------------------------------------------------------------------
+
+    @property
+    def log_start_offset(self) -> int:
+        return self._segments[0].base_offset
+
+    @property
+    def log_end_offset(self) -> int:
+        return self._segments[-1].next_offset
+
+    @property
+    def size_bytes(self) -> int:
+        return self._size
+
+    @property
+    def segments(self) -> list[SegmentInfo]:
+        return [
+            SegmentInfo(s.base_offset, s.size, s.next_offset, s.created_ms, s.last_modified_ms, s.max_timestamp)
+            for s in self._segments
+        ]
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, f"log {self.directory} is closed")
+
+    def _iter_headers(self, from_offset: int) -> Iterator[BatchHeader]:
+        """Headers of every batch from the one containing ``from_offset`` to the end."""
+        segs = self._segments
+        i = max(0, bisect_right(self._bases, from_offset) - 1)
+        found = segs[i].find(from_offset)
+        position = found[0] if found else segs[i].size
+        for _, h in segs[i].iter_headers(position):
+            yield h
+        for seg in segs[i + 1 :]:
+            for _, h in seg.iter_headers():
+                yield h
+
+    # -- appending ------------------------------------------------------------------------
+
+    def _must_roll(self, seg: Segment, nbytes: int, last_offset: int, now_ms: int) -> bool:
+        if seg.size == 0:
+            return False
+        cfg = self.config
+        return (
+            seg.size + nbytes > cfg.segment_bytes
+            or now_ms - seg.created_ms >= cfg.segment_ms
+            or last_offset - seg.base_offset > INT32_MAX
+        )
+
+    def _write(
+        self,
+        chunks: Sequence[_BufferLike],
+        nbytes: int,
+        headers: Sequence[BatchHeader],
+        positions: Sequence[int],
+        now_ms: int,
+    ) -> None:
+        try:
+            self._write_batches(chunks, nbytes, headers, positions, now_ms)
+        except OSError as exc:
+            raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, f"append to {self.directory} failed: {exc}") from exc
+
+    def _write_batches(
+        self,
+        chunks: Sequence[_BufferLike],
+        nbytes: int,
+        headers: Sequence[BatchHeader],
+        positions: Sequence[int],
+        now_ms: int,
+    ) -> None:
+        seg = self._segments[-1]
+        if len(headers) == 1:
+            if self._must_roll(seg, nbytes, headers[0].last_offset, now_ms):
+                seg = self._roll(now_ms)
+            self._append_to(seg, chunks, nbytes, headers, positions, now_ms)
+            return
+        if not self._must_roll(seg, nbytes, headers[-1].last_offset, now_ms):
+            self._append_to(seg, chunks, nbytes, headers, positions, now_ms)
+            return
+        # Replicated batches that do not fit the active segment: split at batch boundaries
+        # so segments keep close to segment.bytes.
+        (data,) = chunks
+        view = memoryview(data)
+        n = len(headers)
+        ends = list(positions[1:]) + [nbytes]
+        start_leo = self.log_end_offset
+        i = 0
+        try:
+            while i < n:
+                seg = self._segments[-1]
+                if self._must_roll(seg, ends[i] - positions[i], headers[i].last_offset, now_ms):
+                    self._pending = headers[:i]
+                    seg = self._roll(now_ms)
+                j = i + 1
+                limit = self.config.segment_bytes - seg.size + positions[i]
+                while j < n and ends[j] <= limit and headers[j].last_offset - seg.base_offset <= INT32_MAX:
+                    j += 1
+                a, b = positions[i], ends[j - 1]
+                self._append_to(seg, (view[a:b],), b - a, headers[i:j], [p - a for p in positions[i:j]], now_ms)
+                i = j
+        except (KafkaError, OSError):
+            if self.log_end_offset > start_leo:
+                self._truncate_storage(start_leo)  # all or nothing, as far as the disk lets us
+            raise
+        finally:
+            self._pending = ()
+
+    def _append_to(
+        self,
+        seg: Segment,
+        chunks: Sequence[_BufferLike],
+        nbytes: int,
+        headers: Sequence[BatchHeader],
+        positions: Sequence[int],
+        now_ms: int,
+    ) -> None:
+        seg.append(chunks, nbytes, headers, positions, now_ms)
+        self._size += nbytes
+
+    def _roll(self, now_ms: int) -> Segment:
+        """Seal the active segment (fsync it and its index) and start a new one at the LEO.
+
+        Sealing at roll is what lets recovery CRC-check only the active segment.
+        """
+        old = self._segments[-1]
+        old.flush(fsync_index=True)
+        base = old.next_offset
+        self._write_producer_snapshot(base, self._pending)
+        seg = Segment.create(self.directory, base, self.config.index_interval_bytes, now_ms)
+        fsync_dir(self.directory)
+        self._segments.append(seg)
+        self._bases.append(base)
+        self._flush_policy.flushed(now_ms)
+        self._prune_producer_snapshots()
+        self._remember_reader(old)
+        return seg
+
+    def _write_producer_snapshot(self, offset: int, pending: Sequence[BatchHeader] = ()) -> None:
+        state = self.producer_state
+        if pending:  # batches already written by this append but not yet in the state
+            state = ProducerStateManager()
+            state.load(self.producer_state.snapshot())
+            state.replay(pending)
+        write_producer_snapshot(producer_snapshot_path(self.directory, offset), state.snapshot())
+
+    def _prune_producer_snapshots(self) -> None:
+        offsets = self._snapshot_offsets()
+        start = self.log_start_offset
+        keep = [o for o in offsets if o >= start][-KEEP_PRODUCER_SNAPSHOTS:]
+        for off in set(offsets) - set(keep):
+            try:
+                os.unlink(producer_snapshot_path(self.directory, off))
+            except FileNotFoundError:
+                pass
+
+    def _remember_reader(self, seg: Segment) -> None:
+        """Keep file handles of recently read older segments open, up to a limit."""
+        self._readers[seg.base_offset] = seg
+        self._readers.move_to_end(seg.base_offset)
+        while len(self._readers) > MAX_OPEN_READERS:
+            _, oldest = self._readers.popitem(last=False)
+            if oldest is not self._segments[-1]:
+                oldest.close()
+
+    # -- reading --------------------------------------------------------------------------
+
+    def _read(self, from_offset: int, max_bytes: int, max_offset: int | None) -> bytes:
+        segs = self._segments
+        last = len(segs) - 1
+        i = bisect_right(self._bases, from_offset) - 1
+        found = segs[i].find(from_offset)
+        while found is None:  # only an empty segment can hold no batch for an offset < LEO
+            i += 1
+            found = segs[i].find(from_offset)
+        if i != last:
+            self._remember_reader(segs[i])
+        data, to_end = segs[i].read(found[0], max_bytes, max_offset, True)
+        if not to_end or i == last or len(data) >= max_bytes:
+            return data
+        parts = [data]
+        total = len(data)
+        while to_end and i < last and total < max_bytes:
+            i += 1
+            more, to_end = segs[i].read(0, max_bytes - total, max_offset, False)
+            if more:
+                parts.append(more)
+                total += len(more)
+        return b"".join(parts)
+
+    def _batches_from_timestamp(self, timestamp_ms: int) -> Iterator[tuple[BatchHeader, bytes]]:
+        for seg in self._segments:
+            if seg.size == 0 or seg.max_timestamp < timestamp_ms:
+                continue
+            for pos, h in seg.iter_headers():
+                if h.max_timestamp >= timestamp_ms:
+                    yield h, os.pread(seg.fd, h.size, pos)
+
+    # -- truncation -----------------------------------------------------------------------
+
+    def _truncate_storage(self, offset: int) -> int:
+        segs = self._segments
+        i = bisect_right(self._bases, offset) - 1
+        seg = segs[i]
+        found = seg.find(offset)
+        position, new_leo = (found[0], found[1].base_offset) if found else (seg.size, seg.next_offset)
+        later = segs[i + 1 :]
+        for s in reversed(later):  # newest first: a crash part-way leaves a shorter valid log
+            self._readers.pop(s.base_offset, None)
+            s.delete()
+            self._size -= s.size
+        del segs[i + 1 :]
+        del self._bases[i + 1 :]
+        self._size -= seg.size - position
+        seg.truncate(position, new_leo)
+        if later:
+            fsync_dir(self.directory)
+        return new_leo
+
+    def _restore_producer_state(self) -> None:
+        self._load_producer_state()
+
+    def truncate_fully_and_start_at(self, offset: int) -> None:
+        """Drop all data; the log restarts empty at ``offset`` (a follower that fell
+        behind the leader's retention)."""
+        self._check_open()
+        if offset < 0:
+            raise ValueError(f"offset must be >= 0, got {offset}")
+        for seg in reversed(self._segments):
+            seg.delete()
+        for off in self._snapshot_offsets():
+            os.unlink(producer_snapshot_path(self.directory, off))
+        fsync_dir(self.directory)
+        self._readers.clear()
+        self._segments = [Segment.create(self.directory, offset, self.config.index_interval_bytes, self._now)]
+        self._bases = [offset]
+        self._size = 0
+        fsync_dir(self.directory)
+        self.epoch_cache.clear()
+        self.producer_state.clear()
+        self._high_watermark = offset
+        self._flush_policy.flushed(self._now)
+
+    # -- retention ------------------------------------------------------------------------
+
+    def apply_retention(self, now_ms: int, high_watermark: int | None = None) -> int:
+        """Delete the oldest whole segments past retention.ms or beyond retention.bytes.
+
+        The active segment is never deleted, nor (when ``high_watermark`` is given) one
+        holding offsets at or above it: consumers and lagging followers still need those.
+        Returns the number of segments deleted.
+        """
+        self._check_open()
+        self._now = now_ms
+        cfg = self.config
+        deleted = 0
+        while len(self._segments) > 1:
+            seg = self._segments[0]
+            if high_watermark is not None and seg.next_offset > high_watermark:
+                break
+            too_old = cfg.retention_ms >= 0 and now_ms - seg.max_timestamp > cfg.retention_ms
+            too_big = cfg.retention_bytes >= 0 and self._size - seg.size >= cfg.retention_bytes
+            if not (too_old or too_big):
+                break
+            self._readers.pop(seg.base_offset, None)
+            seg.delete()
+            self._size -= seg.size
+            del self._segments[0]
+            del self._bases[0]
+            deleted += 1
+        if deleted:
+            fsync_dir(self.directory)
+            self.epoch_cache.truncate_from_start(self.log_start_offset)
+            self._high_watermark = max(self._high_watermark, self.log_start_offset)
+            self._prune_producer_snapshots()
+        return deleted
+
+    # -- durability -----------------------------------------------------------------------
+
+    def _flush_storage(self) -> None:
+        self._segments[-1].flush()
+
+    def checkpoint_high_watermark(self, hw: int) -> None:
+        """Set the HW (clamped to [log start, LEO]) and persist it atomically."""
+        self._check_open()
+        hw = self._clamp_high_watermark(hw)
+        if hw != self._checkpointed_hw:
+            write_high_watermark(self.directory / HW_CHECKPOINT, hw)
+            self._checkpointed_hw = hw
+        self._high_watermark = hw
+
+    def close(self) -> None:
+        """Flush, snapshot producer state, mark the shutdown clean, close files. Idempotent."""
+        if self._closed:
+            return
+        try:
+            self._segments[-1].flush(fsync_index=True)
+            self._write_producer_snapshot(self.log_end_offset)
+            self._prune_producer_snapshots()
+            write_atomic(self.directory / CLEAN_SHUTDOWN, b"")
+        finally:
+            for seg in self._segments:
+                seg.close()
+            self._readers.clear()
+            self._closed = True
+
+    def __enter__(self) -> "Log":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return (
+            f"Log({str(self.directory)!r}, start={self.log_start_offset}, end={self.log_end_offset}, "
+            f"hw={self._high_watermark}, segments={len(self._segments)})"
+        )

@@ -1,0 +1,146 @@
+"""Opening a log directory after a clean shutdown or a crash.
+
+A crash can leave the active segment with a torn last batch (the write was cut short) and
+a disk can flip bits; either would otherwise be served to consumers and replicated. So on
+every open the active segment is read end to end with CRCs checked and cut at the first
+batch that does not check out. Older segments were fsynced when they were rolled, so they
+get cheaper checks: a trustworthy index and framing from the last index entry to the end;
+if those fail the segment is verified fully like the active one. Whatever is cut, and
+every later segment, is reported in :class:`RecoveryReport`.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from ..records import BatchHeader
+from .batches import ScanProblem
+from .checkpoint import TMP_SUFFIX
+from .segment import INDEX_SUFFIX, LOG_SUFFIX, Segment, index_path, log_path, open_segment, parse_base_offset, walk_to_end
+
+
+@dataclass
+class RecoveryReport:
+    """What opening the log found and changed."""
+
+    clean_shutdown: bool = False  # the previous close() finished
+    segments_scanned: int = 0  # segments whose every batch was CRC-checked
+    truncated_bytes: int = 0  # bytes cut from the cut segment plus all deleted segments
+    corrupt_offset: int | None = None  # offset where the first bad batch should have started
+    corrupt_position: int | None = None  # its byte position in its segment
+    corrupt_segment: int | None = None  # that segment's base offset
+    reason: str = ""  # why it was cut ("" when nothing was)
+    index_rebuilt: bool = False
+    rebuilt_indexes: list[int] = field(default_factory=list)  # base offsets
+    deleted_segments: list[int] = field(default_factory=list)  # base offsets of segments removed whole
+    notes: list[str] = field(default_factory=list)  # other repairs (bad checkpoints, stray files)
+
+    @property
+    def cut(self) -> bool:
+        return self.truncated_bytes > 0 or bool(self.deleted_segments)
+
+
+def _remove(path: Path) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+
+
+def load_segments(
+    directory: Path,
+    index_interval_bytes: int,
+    now_ms: int,
+    report: RecoveryReport,
+    on_active_batch: Callable[[int, BatchHeader], None] | None = None,
+) -> list[Segment]:
+    """Open, check and repair every segment in ``directory``; returns them in order.
+
+    An empty directory gets one empty segment at offset 0.
+    """
+    names = os.listdir(directory)
+    bases: list[int] = []
+    index_bases: list[int] = []
+    for name in names:
+        if name.endswith(TMP_SUFFIX):
+            _remove(directory / name)  # an atomic write that never got renamed
+            report.notes.append(f"removed unfinished temporary file {name}")
+        elif (b := parse_base_offset(name, LOG_SUFFIX)) is not None:
+            bases.append(b)
+        elif (b := parse_base_offset(name, INDEX_SUFFIX)) is not None:
+            index_bases.append(b)
+    for b in set(index_bases) - set(bases):
+        _remove(index_path(directory, b))  # its log was deleted and the crash came in between
+    bases.sort()
+    if not bases:
+        return [Segment.create(directory, 0, index_interval_bytes, now_ms)]
+
+    segments: list[Segment] = []
+    for i, base in enumerate(bases):
+        seg, index_problem = open_segment(directory, base, index_interval_bytes, now_ms)
+        if segments and seg.base_offset != segments[-1].next_offset:
+            _cut_from(report, bases[i:], directory, segments[-1],
+                      f"segment {base} does not follow on from the previous segment, which ends at offset {segments[-1].next_offset}")
+            seg.close()
+            break
+        last = i == len(bases) - 1
+        problem: ScanProblem | None = None
+        file_size = seg.size
+        if not last and index_problem is None:
+            _, next_offset, bad = walk_to_end(seg, seg.index.last_position)
+            if bad is None:
+                seg.next_offset = next_offset
+                segments.append(seg)
+                continue
+        # The active segment, or an older one whose index or framing is in doubt: verify
+        # every batch and rebuild its index.
+        old_index = seg.index
+        _, problem, _ = seg.recover(check_crc=True, on_batch=on_active_batch if last else None)
+        report.segments_scanned += 1
+        if index_problem is not None or not seg.index.same_entries(old_index):
+            seg.index.rewrite()
+            report.index_rebuilt = True
+            report.rebuilt_indexes.append(base)
+            if index_problem is not None:
+                report.notes.append(f"index of segment {base} rebuilt: {index_problem}")
+        else:
+            seg.index = old_index
+        segments.append(seg)
+        if problem is not None:
+            report.truncated_bytes += file_size - seg.size
+            report.corrupt_offset = problem.expected_offset
+            report.corrupt_position = problem.position
+            report.corrupt_segment = base
+            report.reason = (
+                f"{problem.kind.value} batch where offset {problem.expected_offset} should start "
+                f"(segment {base}): {problem.message}"
+            )
+            seg.truncate(seg.size, seg.next_offset)
+            _delete_later(report, bases[i + 1 :], directory)
+            break
+    return segments
+
+
+def _cut_from(report: RecoveryReport, bases: list[int], directory: Path, previous: Segment, reason: str) -> None:
+    report.reason = reason
+    report.corrupt_offset = previous.next_offset
+    report.corrupt_segment = bases[0]
+    report.corrupt_position = 0
+    _delete_later(report, bases, directory)
+
+
+def _delete_later(report: RecoveryReport, bases: list[int], directory: Path) -> None:
+    """Delete whole segments after a cut: without the bytes before them they are unreachable."""
+    for b in reversed(bases):
+        path = log_path(directory, b)
+        try:
+            report.truncated_bytes += path.stat().st_size
+        except FileNotFoundError:
+            pass
+        _remove(path)
+        _remove(index_path(directory, b))
+        report.deleted_segments.insert(0, b)
+

@@ -1,0 +1,371 @@
+"""One segment: a ``{base_offset:020d}.log`` file of concatenated batches plus its index.
+
+All reading is ``os.pread`` of whole batches, and only the fixed batch header is ever
+parsed: no record is decoded on the append, read or recovery paths.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+from pathlib import Path
+from typing import Callable, Iterator, Sequence
+
+from ..records import HEADER, HEADER_SIZE, LENGTH_PREFIX, BatchHeader, CorruptRecordError
+from .batches import Problem, Scan, ScanProblem, scan
+from .index import OffsetIndex
+
+LOG_SUFFIX = ".log"
+INDEX_SUFFIX = ".index"
+_PREFIX = struct.Struct(">qi")  # base_offset, batch_length
+_LAST_DELTA = struct.Struct(">i")  # last_offset_delta, at byte 23 of a batch
+_LAST_DELTA_END = 27  # bytes of header needed to know a batch's offsets and size
+_WALK_WINDOW = 16 * 1024  # bytes read at a time when walking headers
+_SCAN_CHUNK = 8 * 2**20  # bytes read at a time when verifying CRCs on recovery
+_BufferLike = bytes | bytearray | memoryview
+
+
+def log_path(directory: Path, base_offset: int) -> Path:
+    return directory / f"{base_offset:020d}{LOG_SUFFIX}"
+
+
+def index_path(directory: Path, base_offset: int) -> Path:
+    return directory / f"{base_offset:020d}{INDEX_SUFFIX}"
+
+
+def parse_base_offset(name: str, suffix: str) -> int | None:
+    """The base offset in a segment file name, or None if the name is not one of ours."""
+    stem = name[: -len(suffix)] if name.endswith(suffix) else ""
+    if len(stem) == 20 and stem.isdigit():
+        return int(stem)
+    return None
+
+
+def _write_all(fd: int, chunks: Sequence[_BufferLike], nbytes: int) -> None:
+    written = os.writev(fd, chunks)
+    if written == nbytes:
+        return
+    # A short write (disk nearly full, signal): finish with plain writes.
+    rest = memoryview(b"".join(chunks))[written:]
+    while rest:
+        rest = rest[os.write(fd, rest) :]
+
+
+class Segment:
+    """A segment's file, index and the facts about it the log needs without reading it."""
+
+    def __init__(
+        self,
+        directory: Path,
+        base_offset: int,
+        *,
+        size: int,
+        next_offset: int,
+        index: OffsetIndex,
+        index_interval_bytes: int,
+        created_ms: int,
+        last_modified_ms: int,
+    ) -> None:
+        self.directory = directory
+        self.base_offset = base_offset
+        self.size = size
+        self.next_offset = next_offset
+        self.index = index
+        self.index_interval_bytes = index_interval_bytes
+        self.created_ms = created_ms
+        self.last_modified_ms = last_modified_ms
+        self._fd: int | None = None
+        self._max_timestamp: int | None = None if size else -1
+
+    def __repr__(self) -> str:
+        return f"Segment(base={self.base_offset}, next={self.next_offset}, size={self.size})"
+
+    @property
+    def log_path(self) -> Path:
+        return log_path(self.directory, self.base_offset)
+
+    @property
+    def index_path(self) -> Path:
+        return index_path(self.directory, self.base_offset)
+
+    @classmethod
+    def create(cls, directory: Path, base_offset: int, index_interval_bytes: int, now_ms: int) -> "Segment":
+        seg = cls(
+            directory,
+            base_offset,
+            size=0,
+            next_offset=base_offset,
+            index=OffsetIndex(index_path(directory, base_offset), base_offset),
+            index_interval_bytes=index_interval_bytes,
+            created_ms=now_ms,
+            last_modified_ms=now_ms,
+        )
+        # O_TRUNC: a file left behind under this name by an interrupted delete is stale.
+        seg._fd = os.open(seg.log_path, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644)
+        seg.index.rewrite()
+        return seg
+
+    @property
+    def fd(self) -> int:
+        if self._fd is None:
+            self._fd = os.open(self.log_path, os.O_RDWR | os.O_APPEND)
+        return self._fd
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+    def delete(self) -> None:
+        """Remove the files (log first: an orphan index is cleaned up on open)."""
+        self.close()
+        for path in (self.log_path, self.index_path):
+            try:
+                os.unlink(path)
+            except FileNotFoundError:
+                pass
+
+    # -- appending ------------------------------------------------------------------------
+
+    def append(
+        self,
+        chunks: Sequence[_BufferLike],
+        nbytes: int,
+        headers: Sequence[BatchHeader],
+        positions: Sequence[int],
+        now_ms: int,
+    ) -> None:
+        """Write whole batches (``positions`` are relative to the first chunk's start)."""
+        start = self.size
+        if start == 0:
+            self.created_ms = now_ms  # a segment's age counts from its first batch
+        try:
+            _write_all(self.fd, chunks, nbytes)
+        except BaseException:
+            # Leave no partial batch behind for a reader (or the next append) to trip on.
+            os.ftruncate(self.fd, start)
+            raise
+        for h, p in zip(headers, positions):
+            self.note_batch(h, start + p)
+        self.size = start + nbytes
+        self.next_offset = headers[-1].next_offset
+        self.last_modified_ms = now_ms
+        if self._max_timestamp is not None:
+            self._max_timestamp = max(self._max_timestamp, max(h.max_timestamp for h in headers))
+
+    def note_batch(self, h: BatchHeader, position: int) -> None:
+        """Index a batch if enough bytes went by since the last entry (append and rebuild
+        share this rule, so a rebuilt index equals the one written while appending)."""
+        if position and position - self.index.last_position >= self.index_interval_bytes:
+            self.index.append(h.base_offset, position)
+
+    def flush(self, *, fsync_index: bool = False) -> None:
+        os.fsync(self.fd)
+        self.index.sync(fsync=fsync_index)
+
+    def truncate(self, position: int, next_offset: int) -> None:
+        """Cut the file at ``position`` (a batch boundary) and make the cut durable."""
+        os.ftruncate(self.fd, position)
+        os.fsync(self.fd)
+        self.index.truncate_to_position(position)
+        self.size = position
+        self.next_offset = next_offset
+        self._max_timestamp = None if position else -1
+
+    # -- reading --------------------------------------------------------------------------
+
+    def iter_headers(self, position: int = 0) -> Iterator[tuple[int, BatchHeader]]:
+        """``(position, header)`` of each batch from ``position`` on; framing is trusted
+        (the segment was verified when written or recovered)."""
+        fd, end = self.fd, self.size
+        while position < end:
+            buf = os.pread(fd, min(_WALK_WINDOW, end - position), position)
+            off, n = 0, len(buf)
+            while off + HEADER_SIZE <= n:
+                h = BatchHeader._make(HEADER.unpack_from(buf, off))
+                if h.batch_length < HEADER_SIZE - LENGTH_PREFIX:
+                    raise CorruptRecordError(f"segment {self.base_offset}: bad batch length at byte {position + off}")
+                yield position + off, h
+                off += h.size
+            if off == 0:
+                raise CorruptRecordError(f"segment {self.base_offset}: torn batch header at byte {position}")
+            position += off
+
+    def find(self, offset: int) -> tuple[int, BatchHeader] | None:
+        """``(position, header)`` of the batch containing ``offset`` (None if past the end)."""
+        if offset >= self.next_offset:
+            return None
+        _, position = self.index.lookup(offset)
+        for pos, h in self.iter_headers(position):
+            if h.last_offset >= offset:
+                return pos, h
+        return None
+
+    def read(self, position: int, max_bytes: int, max_offset: int | None, take_first: bool) -> tuple[bytes, bool]:
+        """Whole batches from ``position``: at most ``max_bytes`` (but the first one always
+        when ``take_first``), none with an offset at or past ``max_offset``.
+
+        Returns the bytes and whether they run to the end of the segment (so the caller
+        may carry on into the next one).
+        """
+        avail = self.size - position
+        if avail <= 0:
+            return b"", True
+        want = min(avail, max_bytes) if max_bytes > 0 else 0
+        if take_first:
+            want = max(want, min(avail, _LAST_DELTA_END))
+        if want <= 0:
+            return b"", False
+        buf = os.pread(self.fd, want, position)
+        n = len(buf)
+        off = 0
+        while off + _LAST_DELTA_END <= n:
+            base, length = _PREFIX.unpack_from(buf, off)
+            size = LENGTH_PREFIX + length
+            if max_offset is not None and base + _LAST_DELTA.unpack_from(buf, off + 23)[0] >= max_offset:
+                return buf[:off], False
+            if off + size > n:
+                if off == 0 and take_first:
+                    # The first batch is larger than max_bytes: it is returned alone.
+                    return os.pread(self.fd, size, position), size == avail
+                break
+            off += size
+        if off == n:
+            return buf, n == avail
+        return buf[:off], False
+
+    @property
+    def max_timestamp(self) -> int:
+        """Largest batch max_timestamp in the segment (-1 if empty); computed once, then
+        kept up to date by appends."""
+        if self._max_timestamp is None:
+            self._max_timestamp = max((h.max_timestamp for _, h in self.iter_headers()), default=-1)
+        return self._max_timestamp
+
+    def first_header(self) -> BatchHeader | None:
+        if self.size < HEADER_SIZE:
+            return None
+        return BatchHeader._make(HEADER.unpack_from(os.pread(self.fd, HEADER_SIZE, 0)))
+
+    # -- recovery -------------------------------------------------------------------------
+
+    def recover(
+        self,
+        *,
+        check_crc: bool,
+        on_batch: Callable[[int, BatchHeader], None] | None = None,
+    ) -> tuple[int, ScanProblem | None, int]:
+        """Verify every batch from the start; rebuild the index and size/next_offset from
+        what checks out. Returns (valid bytes, first problem, batches seen).
+
+        Reads the file in chunks and hands each batch to ``on_batch`` as it goes, so a
+        segment of millions of small batches never holds all their headers at once.
+        """
+        fd = self.fd
+        end = os.fstat(fd).st_size
+        # A fresh index: the caller compares it with the old one to see if the file was right.
+        self.index = OffsetIndex(self.index_path, self.base_offset)
+        self.size = 0
+        pos, expected, count = 0, self.base_offset, 0
+        problem: ScanProblem | None = None
+        max_ts = -1
+        while pos < end:
+            want = _SCAN_CHUNK
+            head = os.pread(fd, LENGTH_PREFIX, pos)
+            if len(head) == LENGTH_PREFIX:
+                size = LENGTH_PREFIX + _PREFIX.unpack(head)[1]
+                if 0 < size <= end - pos:
+                    want = max(want, size)
+            buf = os.pread(fd, min(want, end - pos), pos)
+            part = scan(buf, expected_offset=expected, check_crc=check_crc, base_position=pos)
+            for p, h in zip(part.positions, part.headers):
+                self.note_batch(h, p)
+                if h.max_timestamp > max_ts:
+                    max_ts = h.max_timestamp
+                if on_batch is not None:
+                    on_batch(p, h)
+            count += len(part.headers)
+            if part.headers:
+                expected = part.headers[-1].next_offset
+            problem = part.problem
+            if problem is not None and problem.kind is Problem.TORN and pos + len(buf) < end:
+                problem = None  # cut by our chunk, not by the end of the file
+            pos = part.end
+            if problem is not None:
+                break
+        self.size = pos
+        self.next_offset = expected
+        self._max_timestamp = max_ts
+        return pos, problem, count
+
+
+def open_segment(
+    directory: Path,
+    base_offset: int,
+    index_interval_bytes: int,
+    now_ms: int,
+) -> tuple[Segment, str | None]:
+    """Open an existing segment, trusting its index if it passes the cheap checks.
+
+    The second item says why the index was not trusted (the segment then still needs
+    :meth:`Segment.recover` or a header walk to rebuild it). ``next_offset`` is found by
+    walking headers from the last index entry to the end of the file.
+    """
+    path = log_path(directory, base_offset)
+    size = path.stat().st_size
+    index, problem = OffsetIndex.load(index_path(directory, base_offset), base_offset, size)
+    mtime_ms = int(path.stat().st_mtime * 1000)
+    seg = Segment(
+        directory,
+        base_offset,
+        size=size,
+        next_offset=base_offset,
+        index=index,
+        index_interval_bytes=index_interval_bytes,
+        created_ms=now_ms,
+        last_modified_ms=mtime_ms,
+    )
+    first = seg.first_header()
+    if first is not None:
+        # After a restart the segment's age is taken from its first batch's timestamp
+        # (the append clock that created it is gone); never in the future.
+        seg.created_ms = min(now_ms, first.max_timestamp)
+    if problem is None and len(index):
+        last_offset, last_pos = index.entries[-1]
+        head = os.pread(seg.fd, LENGTH_PREFIX, last_pos)
+        if len(head) < LENGTH_PREFIX or _PREFIX.unpack(head)[0] != last_offset:
+            problem = f"last entry ({last_offset}, {last_pos}) does not point at that batch"
+    return seg, problem
+
+
+def walk_to_end(seg: Segment, position: int = 0) -> tuple[int, int, Scan | None]:
+    """Follow framing from ``position`` to the end of the file without CRC checks.
+
+    Returns (end of the last whole batch, its next offset, None) or, at a framing problem,
+    the Scan describing it. Used for non-active segments, whose bytes were fsynced at roll.
+    """
+    end = seg.size
+    expected = None
+    fd = seg.fd
+    while position < end:
+        buf = os.pread(fd, min(_WALK_WINDOW, end - position), position)
+        off = 0
+        n = len(buf)
+        while off + _LAST_DELTA_END <= n:
+            base, length = _PREFIX.unpack_from(buf, off)
+            size = LENGTH_PREFIX + length
+            if length < HEADER_SIZE - LENGTH_PREFIX or position + off + size > end or (expected is not None and base != expected):
+                bad = Scan(end=position + off)
+                kind = Problem.DISCONTIGUOUS if expected is not None and base != expected else Problem.CORRUPT
+                if position + off + size > end and length >= HEADER_SIZE - LENGTH_PREFIX:
+                    kind = Problem.TORN
+                bad.problem = ScanProblem(kind, position + off, expected, f"byte {position + off}: {kind.value} batch")
+                return position + off, expected if expected is not None else seg.base_offset, bad
+            expected = base + _LAST_DELTA.unpack_from(buf, off + 23)[0] + 1
+            off += size
+        if off == 0:
+            bad = Scan(end=position)
+            bad.problem = ScanProblem(Problem.TORN, position, expected, f"byte {position}: torn batch header")
+            return position, expected if expected is not None else seg.base_offset, bad
+        position += off
+    return position, expected if expected is not None else seg.base_offset, None
