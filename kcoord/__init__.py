@@ -13,7 +13,7 @@ from typing import Any
 __version__ = "0.1.0"
 
 _LAZY = {
-    "local_cluster": "kcoord.client.cluster",
+    "local_cluster": "cluster.local",
     "connect": "kcoord.client.cluster",
     "ClusterClient": "kcoord.client.cluster",
     "Admin": "kcoord.client.admin",

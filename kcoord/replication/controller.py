@@ -127,6 +127,8 @@ class ControllerConfig:
     heartbeat_interval_ms: int = 200
     session_timeout_ms: int = 3000
     ensure_replica_interval_ms: int = 1000
+    # A new replica actor may take seconds to start on a busy node; not a failure.
+    replica_startup_grace_ms: int = 30_000
     auto_leader_rebalance: bool = True
     leader_rebalance_interval_ms: int = 5000
     # Topic config every topic starts from (a topic's own config overrides it).
@@ -216,7 +218,7 @@ class ControllerState:
             topic = self.topics[p.topic]
             for b in p.replicas:
                 rid = ReplicaId(p.topic, p.partition, b)
-                self.detector.add(rid, now_ms)
+                self.detector.add(rid, now_ms, self.config.replica_startup_grace_ms)
                 actions.append(CreateReplica(rid, self._effective_config(topic)))
             actions += self._send_state(p, p.replicas)
         return actions
@@ -267,7 +269,7 @@ class ControllerState:
         for p in parts:
             for b in p.replicas:
                 rid = ReplicaId(p.topic, p.partition, b)
-                self.detector.add(rid, now_ms)
+                self.detector.add(rid, now_ms, self.config.replica_startup_grace_ms)
                 actions.append(CreateReplica(rid, config))
         for p in parts:
             actions += self._send_state(p, p.replicas)

@@ -37,10 +37,11 @@ class FailureDetector:
         self.timeout_ms = session_timeout_ms
         self._health: dict[Hashable, _Health] = {}
 
-    def add(self, member: Hashable, now_ms: int) -> None:
-        """Start watching ``member``; it gets a full session timeout to answer."""
+    def add(self, member: Hashable, now_ms: int, grace_ms: int = 0) -> None:
+        """Start watching ``member``; it gets ``grace_ms`` (time to start a new actor)
+        plus a full session timeout to answer its first heartbeat."""
         if member not in self._health:
-            self._health[member] = _Health(last_ok_ms=now_ms)
+            self._health[member] = _Health(last_ok_ms=now_ms + grace_ms)
 
     def remove(self, member: Hashable) -> None:
         self._health.pop(member, None)

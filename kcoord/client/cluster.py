@@ -1,0 +1,264 @@
+"""ClusterClient: find a kcoord cluster's actors by name, cache metadata, route and retry.
+
+Works the same from a driver script, a Ray task or a Spark executor: it needs only a Ray
+connection and the cluster's name. It pickles as (name, namespace), so passing it into a
+Ray task or a Spark closure reconnects on the other side.
+
+Routing follows Kafka clients: metadata (leader and leader epoch per partition) is cached;
+NOT_LEADER_OR_FOLLOWER, FENCED_LEADER_EPOCH, LEADER_NOT_AVAILABLE and dead actors make the
+client refresh it and retry with backoff, up to a deadline.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from typing import Any, Callable, TypeVar
+
+import ray
+from ray.exceptions import GetTimeoutError, RayActorError
+
+from ..protocol import names
+from ..protocol.codec import Message
+from ..protocol.controller import MetadataRequest, MetadataResponse, PartitionMetadata, TopicMetadata
+from ..protocol.errors import METADATA_REFRESH, DecodeError, ErrorCode, KafkaError
+
+R = TypeVar("R", bound=Message)
+
+DEFAULT_CLUSTER = "kcoord"
+MIN_REFRESH_INTERVAL_S = 0.02
+
+
+class ClusterNotFoundError(LookupError):
+    """There is no kcoord cluster of that name on the Ray cluster."""
+
+
+def ensure_ray(address: str | None = "auto", namespace: str = names.DEFAULT_NAMESPACE) -> None:
+    """Connect this process to Ray if it is not connected yet (driver, Spark executor)."""
+    if not ray.is_initialized():
+        ray.init(address=address or "auto", namespace=namespace, logging_level="WARNING", configure_logging=False)
+
+
+class ClusterClient:
+    def __init__(
+        self,
+        name: str = DEFAULT_CLUSTER,
+        namespace: str = names.DEFAULT_NAMESPACE,
+        address: str | None = "auto",
+        request_timeout_ms: int = 30_000,
+        retry_backoff_ms: int = 50,
+    ) -> None:
+        ensure_ray(address, namespace)
+        self.name = name
+        self.namespace = namespace
+        self.request_timeout_ms = request_timeout_ms
+        self.retry_backoff_ms = retry_backoff_ms
+        self._lock = threading.RLock()
+        self._topics: dict[str, TopicMetadata] = {}
+        self._brokers: list[int] = []
+        self._handles: dict[str, Any] = {}
+        self._last_refresh = 0.0
+        self._controller = self._lookup_controller()
+
+    def __reduce__(self):
+        return (connect, (self.name, None, self.namespace))
+
+    def __repr__(self) -> str:
+        return f"ClusterClient(name={self.name!r}, namespace={self.namespace!r})"
+
+    # -- actors -----------------------------------------------------------------------------
+    def _lookup_controller(self) -> Any:
+        try:
+            return ray.get_actor(names.controller(self.name), namespace=self.namespace)
+        except ValueError:
+            raise ClusterNotFoundError(
+                f"no kcoord cluster named {self.name!r} in Ray namespace {self.namespace!r}. "
+                f"Deploy one with `kcoord up --name {self.name}` (after `ray start --head`), "
+                f"or use kcoord.local_cluster() for an embedded one."
+            ) from None
+
+    @property
+    def controller(self) -> Any:
+        return self._controller
+
+    def handle(self, actor_name: str) -> Any:
+        with self._lock:
+            h = self._handles.get(actor_name)
+        if h is None:
+            try:
+                h = ray.get_actor(actor_name, namespace=self.namespace)
+            except ValueError:
+                raise KafkaError(ErrorCode.BROKER_NOT_AVAILABLE, f"actor {actor_name!r} is not running") from None
+            with self._lock:
+                self._handles[actor_name] = h
+        return h
+
+    def forget(self, actor_name: str) -> None:
+        with self._lock:
+            self._handles.pop(actor_name, None)
+
+    def replica_name(self, topic: str, partition: int, broker: int) -> str:
+        return names.replica(self.name, topic, partition, broker)
+
+    def replica(self, topic: str, partition: int, broker: int) -> Any:
+        return self.handle(self.replica_name(topic, partition, broker))
+
+    # -- controller calls -------------------------------------------------------------------
+    def call_controller(self, method: str, request: Message, response_type: type[R], timeout_ms: int | None = None) -> R:
+        """Call the FailoverCoordinator, riding out its restarts until the deadline."""
+        deadline = time.monotonic() + (timeout_ms or self.request_timeout_ms) / 1000
+        last: Exception | None = None
+        while True:
+            try:
+                remaining = max(0.05, deadline - time.monotonic())
+                raw = ray.get(getattr(self._controller, method).remote(request.encode()), timeout=remaining)
+                return response_type.decode(raw)
+            except RayActorError as exc:
+                last = exc
+            except GetTimeoutError as exc:
+                last = exc
+            if time.monotonic() >= deadline:
+                raise KafkaError(ErrorCode.REQUEST_TIMED_OUT, f"controller of {self.name!r} did not answer {method}: {last}")
+            time.sleep(self.retry_backoff_ms / 1000)
+            try:
+                self._controller = self._lookup_controller()
+            except ClusterNotFoundError:
+                pass
+
+    async def acall_controller(self, method: str, request: Message, response_type: type[R], timeout_ms: int | None = None) -> R:
+        deadline = time.monotonic() + (timeout_ms or self.request_timeout_ms) / 1000
+        last: Exception | None = None
+        while True:
+            try:
+                remaining = max(0.05, deadline - time.monotonic())
+                raw = await asyncio.wait_for(getattr(self._controller, method).remote(request.encode()), remaining)
+                return response_type.decode(raw)
+            except (RayActorError, asyncio.TimeoutError) as exc:
+                last = exc
+            if time.monotonic() >= deadline:
+                raise KafkaError(ErrorCode.REQUEST_TIMED_OUT, f"controller of {self.name!r} did not answer {method}: {last!r}")
+            await asyncio.sleep(self.retry_backoff_ms / 1000)
+            try:
+                self._controller = self._lookup_controller()
+            except ClusterNotFoundError:
+                pass
+
+    # -- metadata ---------------------------------------------------------------------------
+    def _apply_metadata(self, response: MetadataResponse, topics: list[str] | None) -> None:
+        with self._lock:
+            self._brokers = list(response.brokers)
+            if topics is None:
+                self._topics = {t.name: t for t in response.topics if t.error_code == 0}
+            else:
+                for t in response.topics:
+                    if t.error_code == 0:
+                        self._topics[t.name] = t
+                    else:
+                        self._topics.pop(t.name, None)
+            self._last_refresh = time.monotonic()
+
+    def refresh_metadata(self, topics: list[str] | None = None) -> MetadataResponse:
+        response = self.call_controller("metadata", MetadataRequest(topics=topics), MetadataResponse)
+        self._apply_metadata(response, topics)
+        return response
+
+    async def arefresh_metadata(self, topics: list[str] | None = None) -> MetadataResponse:
+        response = await self.acall_controller("metadata", MetadataRequest(topics=topics), MetadataResponse)
+        self._apply_metadata(response, topics)
+        return response
+
+    def invalidate(self, topic: str | None = None) -> None:
+        with self._lock:
+            if topic is None:
+                self._topics.clear()
+            else:
+                self._topics.pop(topic, None)
+
+    def topic(self, name: str, refresh: bool = False) -> TopicMetadata:
+        with self._lock:
+            md = self._topics.get(name)
+        if md is None or refresh:
+            response = self.refresh_metadata([name])
+            md = next((t for t in response.topics if t.name == name), None)
+            if md is None or md.error_code:
+                raise KafkaError(
+                    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                    md.error_message if md is not None and md.error_message else f"topic {name!r} does not exist",
+                )
+        return md
+
+    async def atopic(self, name: str, refresh: bool = False) -> TopicMetadata:
+        with self._lock:
+            md = self._topics.get(name)
+        if md is None or refresh:
+            response = await self.arefresh_metadata([name])
+            md = next((t for t in response.topics if t.name == name), None)
+            if md is None or md.error_code:
+                raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic {name!r} does not exist")
+        return md
+
+    def partitions_for(self, topic: str) -> list[int]:
+        return [p.partition for p in self.topic(topic).partitions]
+
+    def partition_metadata(self, topic: str, partition: int, refresh: bool = False) -> PartitionMetadata:
+        md = self.topic(topic, refresh=refresh)
+        if not 0 <= partition < len(md.partitions):
+            raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic {topic!r} has no partition {partition} (it has {len(md.partitions)})")
+        return md.partitions[partition]
+
+    # -- leader calls with retry ----------------------------------------------------------------
+    def call_leader(
+        self,
+        topic: str,
+        partition: int,
+        method: str,
+        make_request: Callable[[int], Message],
+        response_type: type[R],
+        timeout_ms: int | None = None,
+    ) -> R:
+        """Send ``make_request(leader_epoch)`` to the partition leader; on a stale-metadata
+        error or a dead leader, refresh metadata and retry until the deadline. Returns the
+        last response (which may carry a non-retriable error)."""
+        deadline = time.monotonic() + (timeout_ms or self.request_timeout_ms) / 1000
+        refresh = False
+        last_error = "no attempt"
+        while True:
+            try:
+                p = self.partition_metadata(topic, partition, refresh=refresh)
+                if p.leader < 0:
+                    raise KafkaError(ErrorCode.LEADER_NOT_AVAILABLE, f"{topic}-{partition} has no leader (offline)")
+                name = self.replica_name(topic, partition, p.leader)
+                handle = self.handle(name)
+                remaining = max(0.05, deadline - time.monotonic())
+                raw = ray.get(getattr(handle, method).remote(make_request(p.leader_epoch).encode()), timeout=remaining)
+                response = response_type.decode(raw)
+                code = getattr(response, "error_code", 0)
+                if code in METADATA_REFRESH:
+                    last_error = f"{ErrorCode(code).name}: {getattr(response, 'error_message', '')}"
+                else:
+                    return response
+            except KafkaError as exc:
+                if not exc.needs_metadata_refresh:
+                    raise
+                last_error = str(exc)
+            except RayActorError as exc:
+                self.forget(self.replica_name(topic, partition, p.leader))
+                last_error = f"leader actor unavailable ({type(exc).__name__})"
+            except GetTimeoutError:
+                last_error = "timed out"
+            if time.monotonic() >= deadline:
+                raise KafkaError(ErrorCode.REQUEST_TIMED_OUT, f"{method} on {topic}-{partition} did not succeed in time: {last_error}")
+            time.sleep(self.retry_backoff_ms / 1000)
+            refresh = True
+
+    @property
+    def brokers(self) -> list[int]:
+        if not self._brokers:
+            self.refresh_metadata([])
+        return list(self._brokers)
+
+
+def connect(name: str = DEFAULT_CLUSTER, address: str | None = "auto", namespace: str = names.DEFAULT_NAMESPACE) -> ClusterClient:
+    """Connect to a deployed kcoord cluster by name (``ray.init(address)`` if needed)."""
+    return ClusterClient(name, namespace=namespace, address=address)

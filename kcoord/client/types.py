@@ -1,0 +1,39 @@
+"""Value types of the client API, named as in kafka-python."""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+
+class TopicPartition(NamedTuple):
+    topic: str
+    partition: int
+
+
+class RecordMetadata(NamedTuple):
+    """What a producer future resolves to. ``offset`` is -1 when the broker reported a
+    duplicate of an older batch whose offset it no longer remembers."""
+
+    topic: str
+    partition: int
+    offset: int
+    timestamp: int
+    topic_partition: TopicPartition | None = None
+
+
+class ConsumerRecord(NamedTuple):
+    topic: str
+    partition: int
+    offset: int
+    timestamp: int
+    timestamp_type: int  # 0 CreateTime, 1 LogAppendTime
+    key: bytes | None
+    value: bytes | None
+    headers: list  # [(str, bytes)]
+    leader_epoch: int = -1
+
+
+class OffsetAndMetadata(NamedTuple):
+    offset: int
+    metadata: str = ""
+    leader_epoch: int = -1

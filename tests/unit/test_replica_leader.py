@@ -1,0 +1,234 @@
+"""Leader-side rules of the replica state machine, with an explicit clock."""
+
+from __future__ import annotations
+
+from replication_helpers import TOPIC, batch, consumer_fetch, follower_fetch, lai, make_replica, of_type, produce, replies
+
+from kcoord import records
+from kcoord.protocol.controller import AlterPartitionResponse
+from kcoord.protocol.errors import ErrorCode
+from kcoord.protocol.replication import ListOffsetsRequest, OffsetsForLeaderEpochRequest
+from kcoord.replication.actions import SendAlterPartition
+from kcoord.replication.config import ReplicationConfig
+
+
+def leader(isr=(0, 1, 2), epoch=1, **cfg):
+    r = make_replica(0, ReplicationConfig(**cfg))
+    resp, actions = r.handle_leader_and_isr(lai(0, epoch, isr), 0)
+    assert resp.error_code == 0 and r.role == "leader"
+    return r
+
+
+def test_acks_1_appends_and_stamps_offset_and_epoch():
+    r = leader(epoch=7)
+    acts = produce(r, batch(3), "p1", now=10, acks=1)
+    resp = replies(acts)["p1"]
+    assert resp.error_code == 0 and resp.base_offset == 0 and resp.leader_epoch == 7
+    acts = produce(r, batch(2), "p2", now=11, acks=1)
+    assert replies(acts)["p2"].base_offset == 3
+    h = records.read_header(r.log.read(3, 1 << 20))
+    assert (h.base_offset, h.leader_epoch, h.record_count) == (3, 7, 2)
+    assert r.log.log_end_offset == 5
+
+
+def test_acks_all_waits_for_every_isr_member_then_hw_is_min_leo():
+    r = leader()
+    acts = produce(r, batch(4), "p", now=0)
+    assert "p" not in replies(acts) and r.hw == 0
+    # follower 1 fetches the data, then reports LEO 4 with its next fetch
+    acts = follower_fetch(r, 1, 0, "f1", 1, epoch=1)
+    assert len(replies(acts)["f1"].records) > 0
+    acts = follower_fetch(r, 1, 4, "f1b", 2, epoch=1, max_wait_ms=500)
+    assert r.hw == 0, "follower 2 has not reported: HW must not move"
+    assert "p" not in replies(acts)
+    acts = follower_fetch(r, 2, 4, "f2", 3, epoch=1, max_wait_ms=500)
+    assert r.hw == 4
+    assert replies(acts)["p"].error_code == 0 and replies(acts)["p"].base_offset == 0
+
+
+def test_hw_stops_at_slowest_isr_member_and_never_goes_back():
+    r = leader()
+    produce(r, batch(5), "a", 0)
+    produce(r, batch(5), "b", 0)
+    follower_fetch(r, 1, 10, "x", 1, epoch=1, max_wait_ms=100)
+    follower_fetch(r, 2, 5, "y", 1, epoch=1, max_wait_ms=100)
+    assert r.hw == 5
+    # follower 2 reports a lower offset (a stale request): HW must stay
+    follower_fetch(r, 2, 3, "z", 2, epoch=1, max_wait_ms=100)
+    assert r.hw == 5
+
+
+def test_not_enough_replicas_before_append_leaves_log_untouched():
+    r = leader(isr=(0,), min_insync_replicas=2)
+    resp = replies(produce(r, batch(), "p", 0))["p"]
+    assert resp.error_code == ErrorCode.NOT_ENOUGH_REPLICAS
+    assert "min.insync.replicas is 2" in resp.error_message
+    assert r.log.log_end_offset == 0
+    # acks=1 is still allowed
+    assert replies(produce(r, batch(), "q", 0, acks=1))["q"].error_code == 0
+
+
+def test_acks_all_times_out_when_isr_cannot_reach_offset():
+    r = leader()
+    produce(r, batch(), "p", now=0, timeout_ms=300)
+    assert r.next_deadline() == 300
+    assert replies(r.tick(299)) == {}
+    resp = replies(r.tick(300))["p"]
+    assert resp.error_code == ErrorCode.REQUEST_TIMED_OUT
+
+
+def test_isr_shrinks_after_lag_time_and_hw_uses_old_isr_until_confirmed():
+    r = leader(replica_lag_time_max_ms=1000)
+    produce(r, batch(2), "p", 0, timeout_ms=5000)
+    follower_fetch(r, 1, 2, "f1", 10, epoch=1, max_wait_ms=5000)  # 1 caught up
+    # follower 2 never fetches: after the lag time, the leader proposes ISR [0, 1]
+    assert of_type(r.tick(900), SendAlterPartition) == []
+    acts = r.tick(1001)
+    (alter,) = of_type(acts, SendAlterPartition)
+    assert alter.request.new_isr == [0, 1] and alter.request.partition_epoch == 1
+    assert r.hw == 0, "until the controller confirms, follower 2 still counts"
+    acts = r.on_alter_partition_response(alter.request, AlterPartitionResponse(leader=0, leader_epoch=1, partition_epoch=2, isr=[0, 1]), 1002)
+    assert r.isr == [0, 1] and r.hw == 2
+    assert replies(acts)["p"].error_code == 0
+    assert r.metrics["isr_shrinks"] == 1
+
+
+def test_isr_expands_when_follower_reaches_hw():
+    r = leader(isr=(0, 1))
+    produce(r, batch(3), "p", 0)
+    follower_fetch(r, 1, 3, "f1", 1, epoch=1, max_wait_ms=1000)
+    assert r.hw == 3
+    acts = follower_fetch(r, 2, 0, "f2", 2, epoch=1)
+    assert of_type(acts, SendAlterPartition) == [], "follower 2 is behind the HW"
+    acts = follower_fetch(r, 2, 3, "f2b", 3, epoch=1, max_wait_ms=1000)
+    (alter,) = of_type(acts, SendAlterPartition)
+    assert alter.request.new_isr == [0, 1, 2]
+    # while the expansion is pending the HW is computed over [0, 1, 2] (maximal ISR)
+    produce(r, batch(1), "q", 4)
+    follower_fetch(r, 1, 4, "f1c", 5, epoch=1, max_wait_ms=1000)
+    assert r.hw == 3
+    r.on_alter_partition_response(alter.request, AlterPartitionResponse(leader=0, leader_epoch=1, partition_epoch=2, isr=[0, 1, 2]), 6)
+    assert r.isr == [0, 1, 2] and r.metrics["isr_expands"] == 1
+
+
+def test_rejected_alter_partition_is_retried_after_backoff():
+    r = leader(replica_lag_time_max_ms=100, alter_partition_backoff_ms=50)
+    (alter,) = of_type(r.tick(200), SendAlterPartition)
+    r.on_alter_partition_response(alter.request, AlterPartitionResponse(ErrorCode.INVALID_UPDATE_VERSION), 201)
+    assert of_type(r.tick(220), SendAlterPartition) == []
+    assert len(of_type(r.tick(251), SendAlterPartition)) == 1
+
+
+def test_consumer_reads_only_below_hw_and_long_poll_completes_on_hw_advance():
+    r = leader(isr=(0, 1))
+    produce(r, batch(3), "p", 0)
+    resp = replies(consumer_fetch(r, 0, "c", 1))["c"]
+    assert resp.records == b"" and resp.high_watermark == 0
+    acts = consumer_fetch(r, 0, "c2", 1, max_wait_ms=500)
+    assert "c2" not in replies(acts)
+    acts = follower_fetch(r, 1, 3, "f", 2, epoch=1, max_wait_ms=500)
+    got = replies(acts)
+    assert got["p"].error_code == 0
+    assert got["c2"].high_watermark == 3
+    assert [rec.offset for rec in records.iter_records(got["c2"].records)] == [0, 1, 2]
+
+
+def test_follower_long_poll_is_woken_by_append_and_expires_empty():
+    r = leader()
+    acts = follower_fetch(r, 1, 0, "f", 0, epoch=1, max_wait_ms=500)
+    assert "f" not in replies(acts)
+    acts = produce(r, batch(2), "p", 10)
+    assert len(replies(acts)["f"].records) > 0
+    follower_fetch(r, 2, 0, "g", 20, epoch=1, max_wait_ms=500)
+    # g was answered at once (data exists); park a new one at the end and let it expire
+    acts = follower_fetch(r, 2, 2, "h", 20, epoch=1, max_wait_ms=500)
+    assert "h" not in replies(acts)
+    resp = replies(r.tick(520))["h"]
+    assert resp.error_code == 0 and resp.records == b""
+
+
+def test_epoch_fencing_on_fetch_and_produce():
+    r = leader(epoch=5)
+    assert replies(follower_fetch(r, 1, 0, "a", 0, epoch=4))["a"].error_code == ErrorCode.FENCED_LEADER_EPOCH
+    assert replies(follower_fetch(r, 1, 0, "b", 0, epoch=6))["b"].error_code == ErrorCode.UNKNOWN_LEADER_EPOCH
+    assert replies(produce(r, batch(), "c", 0, acks=1, epoch=4))["c"].error_code == ErrorCode.FENCED_LEADER_EPOCH
+    assert replies(produce(r, batch(), "d", 0, acks=1, epoch=5))["d"].error_code == 0
+
+
+def test_bad_input_errors():
+    r = leader()
+    follower = make_replica(1)
+    follower.handle_leader_and_isr(lai(0, 1, (0, 1, 2)), 0)
+    assert replies(produce(follower, batch(), "x", 0))["x"].error_code == ErrorCode.NOT_LEADER_OR_FOLLOWER
+    good = batch(3)
+    bad = bytearray(good)
+    bad[-1] ^= 0xFF
+    resp = replies(produce(r, bytes(bad), "y", 0, acks=1))["y"]
+    assert resp.error_code == ErrorCode.CORRUPT_MESSAGE and r.log.log_end_offset == 0
+    assert replies(produce(r, b"garbage", "g", 0, acks=1))["g"].error_code == ErrorCode.CORRUPT_MESSAGE
+    assert replies(produce(r, good, "z", 0, acks=5))["z"].error_code == ErrorCode.INVALID_REQUIRED_ACKS
+    assert replies(consumer_fetch(r, 42, "o", 0))["o"].error_code == ErrorCode.OFFSET_OUT_OF_RANGE
+    assert r.log.log_end_offset == 0
+
+
+def test_message_too_large_is_refused():
+    from kcoord.log import LogConfig, MemoryLog
+
+    r = make_replica(0, log=MemoryLog(LogConfig(max_batch_bytes=2000)))
+    r.handle_leader_and_isr(lai(0, 1, (0,)), 0)
+    big = records.build_batch_columns([b"x" * 5000])
+    resp = replies(produce(r, big, "p", 0, acks=1))["p"]
+    assert resp.error_code == ErrorCode.MESSAGE_TOO_LARGE and r.log.log_end_offset == 0
+
+
+def test_leadership_change_fails_pending_requests():
+    r = leader()
+    produce(r, batch(), "p", 0)
+    consumer_fetch(r, 0, "c", 0, max_wait_ms=1000)
+    _, acts = r.handle_leader_and_isr(lai(1, 2, (1, 2)), 5)
+    got = replies(acts)
+    assert got["p"].error_code == ErrorCode.NOT_LEADER_OR_FOLLOWER
+    assert got["c"].error_code == ErrorCode.NOT_LEADER_OR_FOLLOWER
+    assert r.role == "follower"
+
+
+def test_not_enough_replicas_after_append_when_isr_shrinks_below_min():
+    r = leader(min_insync_replicas=2, replica_lag_time_max_ms=100)
+    produce(r, batch(), "p", 0)
+    # controller removes both followers (they died) before they replicated
+    _, acts = r.handle_leader_and_isr(lai(0, 1, (0,), partition_epoch=2), 10)
+    assert replies(acts)["p"].error_code == ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND
+
+
+def test_stale_controller_and_leader_epochs_are_refused():
+    r = leader(epoch=3)
+    resp, _ = r.handle_leader_and_isr(lai(1, 2, (1,)), 1)
+    assert resp.error_code == ErrorCode.FENCED_LEADER_EPOCH and r.role == "leader"
+    resp, _ = r.handle_leader_and_isr(lai(1, 4, (1,), controller_epoch=0), 1)
+    assert resp.error_code == ErrorCode.STALE_CONTROLLER_EPOCH and r.role == "leader"
+    resp, _ = r.handle_leader_and_isr(lai(0, 3, (0, 1, 2)), 1)
+    assert resp.error_code == 0, "same epoch again is idempotent"
+
+
+def test_idempotent_duplicate_returns_original_offset_and_does_not_append():
+    r = leader(isr=(0,))
+    b = batch(3, producer_id=7, producer_epoch=0, base_sequence=0)
+    first = replies(produce(r, b, "a", 0))["a"]
+    again = replies(produce(r, b, "b", 1))["b"]
+    assert first.error_code == 0 and again.error_code == 0
+    assert again.duplicate and again.base_offset == first.base_offset == 0
+    assert r.log.log_end_offset == 3
+    gap = batch(2, producer_id=7, producer_epoch=0, base_sequence=10)
+    assert replies(produce(r, gap, "c", 2))["c"].error_code == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
+
+
+def test_list_offsets_and_offsets_for_leader_epoch():
+    r = leader(isr=(0,), epoch=2)
+    produce(r, records.build_batch_columns([b"a", b"b"], timestamps=[100, 200]), "p", 0)
+    assert r.list_offsets(ListOffsetsRequest(TOPIC, 0, -2)).offset == 0
+    assert r.list_offsets(ListOffsetsRequest(TOPIC, 0, -1)).offset == 2
+    found = r.list_offsets(ListOffsetsRequest(TOPIC, 0, 150))
+    assert (found.offset, found.timestamp) == (1, 200)
+    assert r.list_offsets(ListOffsetsRequest(TOPIC, 0, 999)).offset == -1
+    resp = r.offsets_for_leader_epoch(OffsetsForLeaderEpochRequest(TOPIC, 0, 2))
+    assert (resp.leader_epoch, resp.end_offset) == (2, 2)
