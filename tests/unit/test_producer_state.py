@@ -1,0 +1,134 @@
+"""ProducerStateManager: idempotent-producer sequence and epoch rules."""
+
+from __future__ import annotations
+
+import pytest
+
+from kcoord.log import ProducerCheck, ProducerStateManager
+from kcoord.log.producer_state import CACHED_BATCHES
+from kcoord.protocol.errors import ErrorCode, KafkaError
+from kcoord.records import build_batch_columns, read_header, stamp
+
+
+def header(pid: int, epoch: int, seq: int, n: int = 1, offset: int = 0):
+    data = build_batch_columns([b"v"] * n, timestamp_ms=0, producer_id=pid, producer_epoch=epoch, base_sequence=seq)
+    return read_header(stamp(data, offset, 0))
+
+
+class Producer:
+    """Appends batches of one producer at increasing offsets, as the log would."""
+
+    def __init__(self, state: ProducerStateManager, pid: int = 1, epoch: int = 0) -> None:
+        self.state, self.pid, self.epoch = state, pid, epoch
+        self.seq = 0
+        self.offset = 0
+
+    def next(self, n: int = 2):
+        h = header(self.pid, self.epoch, self.seq, n, self.offset)
+        return h
+
+    def append(self, n: int = 2):
+        h = self.next(n)
+        assert self.state.check(h).ok
+        self.state.update(h)
+        self.seq += n
+        self.offset += n
+        return h
+
+
+def test_non_idempotent_batches_are_always_ok_and_not_tracked():
+    s = ProducerStateManager()
+    for h in (header(-1, -1, -1), header(-1, 0, 5), header(3, 0, -1)):
+        assert s.check(h) == ProducerCheck() and s.check(h).ok
+        s.update(h)
+    assert len(s) == 0
+
+
+def test_unknown_producer_must_start_at_sequence_zero():
+    s = ProducerStateManager()
+    assert s.check(header(7, 0, 0)).ok
+    bad = s.check(header(7, 0, 3))
+    assert bad.error == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER and not bad.ok
+    with pytest.raises(KafkaError) as err:
+        bad.raise_for_error()
+    assert err.value.code == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
+
+
+def test_next_sequence_is_ok_and_gaps_are_out_of_order():
+    s = ProducerStateManager()
+    p = Producer(s)
+    p.append(3)  # seq 0..2
+    assert s.check(header(1, 0, 3, 2)).ok
+    assert s.check(header(1, 0, 5, 1)).error == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
+    assert s.check(header(1, 0, 2, 2)).error == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER  # overlaps
+
+
+def test_cached_duplicate_reports_the_original_offset():
+    s = ProducerStateManager()
+    p = Producer(s)
+    hs = [p.append(2) for _ in range(4)]
+    for h in hs:
+        again = header(1, 0, h.base_sequence, 2, offset=999)
+        verdict = s.check(again)
+        assert verdict.duplicate and verdict.duplicate_base_offset == h.base_offset and verdict.error is None
+
+
+def test_duplicate_older_than_the_cache_has_unknown_offset():
+    s = ProducerStateManager()
+    p = Producer(s)
+    hs = [p.append(1) for _ in range(CACHED_BATCHES + 3)]
+    entry = s.get(1)
+    assert len(entry.batches) == CACHED_BATCHES
+    assert entry.batches[0].first_seq == 3
+    verdict = s.check(header(1, 0, hs[0].base_sequence, 1))
+    assert verdict.duplicate and verdict.duplicate_base_offset == -1
+    verdict = s.check(header(1, 0, hs[-1].base_sequence, 1))
+    assert verdict.duplicate and verdict.duplicate_base_offset == hs[-1].base_offset
+
+
+def test_lower_epoch_is_fenced():
+    s = ProducerStateManager()
+    Producer(s, epoch=3).append()
+    verdict = s.check(header(1, 2, 0))
+    assert verdict.error == ErrorCode.INVALID_PRODUCER_EPOCH
+    assert s.check(header(1, 2, 2)).error == ErrorCode.INVALID_PRODUCER_EPOCH
+
+
+def test_higher_epoch_must_restart_at_zero():
+    s = ProducerStateManager()
+    Producer(s, epoch=0).append(4)
+    assert s.check(header(1, 1, 0)).ok
+    assert s.check(header(1, 1, 4)).error == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
+    s.update(header(1, 1, 0, 2, offset=10))
+    entry = s.get(1)
+    assert entry.epoch == 1 and len(entry.batches) == 1  # the old epoch's batches are forgotten
+    assert s.check(header(1, 1, 2)).ok
+    assert s.check(header(1, 0, 4)).error == ErrorCode.INVALID_PRODUCER_EPOCH
+
+
+def test_producers_are_independent():
+    s = ProducerStateManager()
+    Producer(s, pid=1).append(5)
+    assert s.check(header(2, 0, 0)).ok
+    assert s.check(header(2, 0, 5)).error == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
+
+
+def test_rebuild_snapshot_and_load_agree():
+    s = ProducerStateManager()
+    hs = []
+    for pid in (1, 2):
+        p = Producer(s, pid=pid)
+        p.offset = pid * 100
+        hs += [p.append(n) for n in (1, 2, 3, 1, 1, 2, 1)]
+    rebuilt = ProducerStateManager()
+    rebuilt.rebuild(hs)
+    assert rebuilt == s
+    snap = s.snapshot()
+    assert snap[1]["epoch"] == 0 and len(snap[1]["batches"]) == CACHED_BATCHES
+    loaded = ProducerStateManager()
+    loaded.load({str(k): v for k, v in snap.items()})  # keys may come back as anything int-like
+    assert loaded == s and loaded.get(2).last_seq == 10
+    rebuilt.rebuild(hs[:3])
+    assert rebuilt.get(1).last_seq == 5 and 2 not in rebuilt
+    rebuilt.clear()
+    assert len(rebuilt) == 0
