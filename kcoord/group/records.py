@@ -1,0 +1,255 @@
+"""Records of the internal ``__consumer_offsets`` topic: what a coordinator writes and
+replays.
+
+Two kinds of record share the topic, told apart by the first element of the key (the key
+version, as in Kafka: 1 = offset commit, 2 = group metadata):
+
+* offset commit   key ``[1, group, topic, partition]`` -> :class:`OffsetValue`, or ``None``
+  (a tombstone: the offset was expired or deleted);
+* group metadata  key ``[2, group]`` -> :class:`GroupValue`, or ``None`` (group deleted).
+
+Keys are msgpack arrays so that the same logical key always packs to the same bytes (log
+compaction keeps the last value per key bytes). Values are msgpack maps with a ``"v"``
+version and named fields so later versions can add fields without breaking old readers.
+Readers skip keys of unknown versions (written by a newer kcoord) and raise
+:class:`DecodeError` (CORRUPT_MESSAGE) on malformed ones.
+
+This module is also the reader for anyone who scans the topic directly, e.g. Spark's
+committed-offsets view: ``decode_record(key, value)``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import msgpack
+
+from ..protocol.errors import DecodeError, ErrorCode
+
+OFFSETS_TOPIC = "__consumer_offsets"
+
+OFFSET_KEY_VERSION = 1
+GROUP_KEY_VERSION = 2
+OFFSET_VALUE_VERSION = 1
+GROUP_VALUE_VERSION = 1
+
+Record = tuple[bytes, "bytes | None"]
+
+
+@dataclass(frozen=True)
+class OffsetKey:
+    group_id: str
+    topic: str
+    partition: int
+
+
+@dataclass(frozen=True)
+class GroupKey:
+    group_id: str
+
+
+@dataclass(frozen=True)
+class OffsetValue:
+    """A committed offset. ``expire_timestamp_ms`` is set only when the committer asked for
+    an explicit retention; otherwise retention follows the group's state."""
+
+    offset: int
+    metadata: str = ""
+    leader_epoch: int = -1
+    commit_timestamp_ms: int = 0
+    expire_timestamp_ms: int | None = None
+
+
+@dataclass(frozen=True)
+class MemberValue:
+    """A member as persisted: enough to resume its generation after a restart.
+    ``subscription`` is its metadata for the group's selected protocol."""
+
+    member_id: str
+    group_instance_id: str | None
+    client_id: str
+    client_host: str
+    rebalance_timeout_ms: int
+    session_timeout_ms: int
+    subscription: bytes
+    assignment: bytes
+
+
+@dataclass(frozen=True)
+class GroupValue:
+    """A group's generation as persisted at SyncGroup (Stable, with assignments) or when it
+    became Empty (no members). ``state_timestamp_ms`` is when that state began; retention of
+    an Empty group's offsets counts from it."""
+
+    protocol_type: str | None
+    generation_id: int
+    protocol: str | None
+    leader: str | None
+    state_timestamp_ms: int
+    members: list[MemberValue] = field(default_factory=list)
+
+
+# -- keys ------------------------------------------------------------------------------------
+
+
+def _pack(obj: Any) -> bytes:
+    return msgpack.packb(obj, use_bin_type=True)
+
+
+def _unpack(data: bytes, what: str) -> Any:
+    try:
+        return msgpack.unpackb(data, raw=False, strict_map_key=False)
+    except Exception as exc:
+        raise DecodeError(ErrorCode.CORRUPT_MESSAGE, f"{what}: not msgpack ({exc})") from None
+
+
+def encode_key(key: OffsetKey | GroupKey) -> bytes:
+    if isinstance(key, OffsetKey):
+        return _pack([OFFSET_KEY_VERSION, key.group_id, key.topic, key.partition])
+    return _pack([GROUP_KEY_VERSION, key.group_id])
+
+
+def decode_key(data: bytes) -> OffsetKey | GroupKey | None:
+    """The key, or None for a key version this reader does not know."""
+    obj = _unpack(data, "__consumer_offsets key")
+    if not isinstance(obj, list) or not obj or not isinstance(obj[0], int):
+        raise DecodeError(ErrorCode.CORRUPT_MESSAGE, "__consumer_offsets key: expected [version, ...]")
+    version = obj[0]
+    try:
+        if version == OFFSET_KEY_VERSION:
+            _, group, topic, partition = obj
+            if isinstance(group, str) and isinstance(topic, str) and type(partition) is int:
+                return OffsetKey(group, topic, partition)
+        elif version == GROUP_KEY_VERSION:
+            _, group = obj
+            if isinstance(group, str):
+                return GroupKey(group)
+        else:
+            return None
+    except ValueError:
+        pass
+    raise DecodeError(ErrorCode.CORRUPT_MESSAGE, f"__consumer_offsets key: malformed {obj!r}")
+
+
+# -- values ----------------------------------------------------------------------------------
+
+
+def encode_offset_value(value: OffsetValue) -> bytes:
+    return _pack(
+        {
+            "v": OFFSET_VALUE_VERSION,
+            "offset": value.offset,
+            "metadata": value.metadata,
+            "leader_epoch": value.leader_epoch,
+            "commit_ts": value.commit_timestamp_ms,
+            "expire_ts": value.expire_timestamp_ms,
+        }
+    )
+
+
+def _member_obj(m: MemberValue) -> dict[str, Any]:
+    return {
+        "member_id": m.member_id,
+        "instance_id": m.group_instance_id,
+        "client_id": m.client_id,
+        "client_host": m.client_host,
+        "rebalance_timeout_ms": m.rebalance_timeout_ms,
+        "session_timeout_ms": m.session_timeout_ms,
+        "subscription": m.subscription,
+        "assignment": m.assignment,
+    }
+
+
+def encode_group_value(value: GroupValue) -> bytes:
+    return _pack(
+        {
+            "v": GROUP_VALUE_VERSION,
+            "protocol_type": value.protocol_type,
+            "generation": value.generation_id,
+            "protocol": value.protocol,
+            "leader": value.leader,
+            "state_ts": value.state_timestamp_ms,
+            "members": [_member_obj(m) for m in value.members],
+        }
+    )
+
+
+def _field(obj: dict, name: str, types: tuple[type, ...], what: str) -> Any:
+    if name not in obj:
+        raise DecodeError(ErrorCode.CORRUPT_MESSAGE, f"{what}: missing field {name!r}")
+    v = obj[name]
+    if type(v) not in types:
+        raise DecodeError(ErrorCode.CORRUPT_MESSAGE, f"{what}: field {name!r} has type {type(v).__name__}")
+    return v
+
+
+def _map(data: bytes, what: str) -> dict:
+    obj = _unpack(data, what)
+    if not isinstance(obj, dict) or type(obj.get("v")) is not int:
+        raise DecodeError(ErrorCode.CORRUPT_MESSAGE, f"{what}: expected a versioned map")
+    return obj
+
+
+def decode_offset_value(data: bytes) -> OffsetValue:
+    what = "offset commit value"
+    obj = _map(data, what)
+    return OffsetValue(
+        offset=_field(obj, "offset", (int,), what),
+        metadata=_field(obj, "metadata", (str,), what),
+        leader_epoch=_field(obj, "leader_epoch", (int,), what),
+        commit_timestamp_ms=_field(obj, "commit_ts", (int,), what),
+        expire_timestamp_ms=_field(obj, "expire_ts", (int, type(None)), what),
+    )
+
+
+def decode_group_value(data: bytes) -> GroupValue:
+    what = "group metadata value"
+    obj = _map(data, what)
+    members = []
+    for m in _field(obj, "members", (list,), what):
+        if not isinstance(m, dict):
+            raise DecodeError(ErrorCode.CORRUPT_MESSAGE, f"{what}: member is not a map")
+        members.append(
+            MemberValue(
+                member_id=_field(m, "member_id", (str,), what),
+                group_instance_id=_field(m, "instance_id", (str, type(None)), what),
+                client_id=_field(m, "client_id", (str,), what),
+                client_host=_field(m, "client_host", (str,), what),
+                rebalance_timeout_ms=_field(m, "rebalance_timeout_ms", (int,), what),
+                session_timeout_ms=_field(m, "session_timeout_ms", (int,), what),
+                subscription=_field(m, "subscription", (bytes,), what),
+                assignment=_field(m, "assignment", (bytes,), what),
+            )
+        )
+    return GroupValue(
+        protocol_type=_field(obj, "protocol_type", (str, type(None)), what),
+        generation_id=_field(obj, "generation", (int,), what),
+        protocol=_field(obj, "protocol", (str, type(None)), what),
+        leader=_field(obj, "leader", (str, type(None)), what),
+        state_timestamp_ms=_field(obj, "state_ts", (int,), what),
+        members=members,
+    )
+
+
+# -- whole records ---------------------------------------------------------------------------
+
+
+def offset_record(key: OffsetKey, value: OffsetValue | None) -> Record:
+    return encode_key(key), None if value is None else encode_offset_value(value)
+
+
+def group_record(key: GroupKey, value: GroupValue | None) -> Record:
+    return encode_key(key), None if value is None else encode_group_value(value)
+
+
+def decode_record(
+    key: bytes, value: bytes | None
+) -> tuple[OffsetKey, OffsetValue | None] | tuple[GroupKey, GroupValue | None] | None:
+    """Decode one record of the topic; None when its key version is unknown (skip it)."""
+    k = decode_key(key)
+    if k is None:
+        return None
+    if isinstance(k, OffsetKey):
+        return k, None if value is None else decode_offset_value(value)
+    return k, None if value is None else decode_group_value(value)
