@@ -1,0 +1,86 @@
+"""Election rules (kcoord.replication.election): who leads next, and when nobody may."""
+
+from __future__ import annotations
+
+import itertools
+
+from kcoord.replication.election import elect_leader, preferred_leader_move, shrink_isr_without
+from kcoord.replication.metadata import NO_LEADER, PartitionState
+
+
+def part(replicas=(0, 1, 2), leader=0, isr=(0, 1, 2), epoch=3) -> PartitionState:
+    return PartitionState("t", 0, list(replicas), leader=leader, leader_epoch=epoch, partition_epoch=epoch, isr=list(isr))
+
+
+def alive(*brokers: int):
+    return lambda b: b in brokers
+
+
+def test_clean_election_picks_first_live_isr_member_in_assignment_order():
+    p = part(replicas=(2, 0, 1), leader=2, isr=(0, 1, 2))
+    e = elect_leader(p, alive(0, 1))
+    assert (e.leader, e.isr, e.unclean) == (0, [0, 1], False)
+    e = elect_leader(p, alive(1))
+    assert (e.leader, e.isr) == (1, [1])
+
+
+def test_clean_election_never_picks_a_live_replica_outside_the_isr():
+    p = part(isr=(0, 1))
+    e = elect_leader(p, alive(1, 2))
+    assert e.leader == 1 and 2 not in e.isr
+    e = elect_leader(part(isr=(0,)), alive(1, 2))
+    assert e.offline
+
+
+def test_offline_when_no_isr_member_is_alive_and_isr_is_kept():
+    p = part(isr=(0, 1))
+    e = elect_leader(p, alive(2), log_end_offsets={2: 100})
+    assert e.offline and e.leader == NO_LEADER
+    assert e.isr == [0, 1], "kept, so the first ISR member to return is elected"
+    assert not e.unclean
+
+
+def test_unclean_election_picks_the_longest_log_only_when_allowed():
+    p = part(isr=(0,))
+    leos = {1: 40, 2: 70}
+    e = elect_leader(p, alive(1, 2), unclean_allowed=True, log_end_offsets=leos)
+    assert (e.leader, e.isr, e.unclean) == (2, [2], True)
+    # ties go to assignment order; unknown LEOs count as -1
+    e = elect_leader(p, alive(1, 2), unclean_allowed=True, log_end_offsets={1: 5, 2: 5})
+    assert e.leader == 1
+    e = elect_leader(p, alive(2, 1), unclean_allowed=True, log_end_offsets={})
+    assert e.leader == 1
+    # a live ISR member always wins over an unclean candidate with a longer log
+    e = elect_leader(part(isr=(0, 1)), alive(1, 2), unclean_allowed=True, log_end_offsets={1: 1, 2: 99})
+    assert (e.leader, e.unclean) == (1, False)
+
+
+def test_unclean_with_nobody_alive_is_offline():
+    e = elect_leader(part(isr=(0,)), alive(), unclean_allowed=True)
+    assert e.offline and e.isr == [0]
+
+
+def test_preferred_leader_move_only_when_preferred_is_alive_and_in_isr():
+    assert preferred_leader_move(part(leader=1, isr=(0, 1, 2)), alive(0, 1, 2)) == 0
+    assert preferred_leader_move(part(leader=1, isr=(1, 2)), alive(0, 1, 2)) is None, "not in the ISR"
+    assert preferred_leader_move(part(leader=1, isr=(0, 1, 2)), alive(1, 2)) is None, "not alive"
+    assert preferred_leader_move(part(leader=0), alive(0, 1, 2)) is None, "already leads"
+    assert preferred_leader_move(part(leader=NO_LEADER, isr=(0,)), alive(0)) is None, "offline: election's job"
+
+
+def test_isr_shrinks_without_a_failed_follower():
+    assert shrink_isr_without(part(isr=(0, 1, 2)), 1) == [0, 2]
+    assert shrink_isr_without(part(isr=(0, 2)), 1) is None, "not a member"
+    assert shrink_isr_without(part(isr=(0, 1, 2)), 0) is None, "the leader is replaced by election, not shrunk"
+
+
+def test_isr_never_shrinks_below_one():
+    # whatever order followers fail in, the ISR keeps at least one member
+    for order in itertools.permutations([0, 1, 2]):
+        p = part(leader=NO_LEADER, isr=(0, 1, 2))
+        for b in order:
+            new = shrink_isr_without(p, b)
+            if new is not None:
+                p.isr = new
+            assert len(p.isr) >= 1
+        assert len(p.isr) == 1

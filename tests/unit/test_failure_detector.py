@@ -1,0 +1,121 @@
+"""FailureDetector rules with an explicit clock: a replica fails only after the session
+timeout (never from one slow beat), at once when Ray reports it dead, and an answer from a
+new incarnation counts as failed-then-recovered."""
+
+from __future__ import annotations
+
+import pytest
+
+from kcoord.replication.failure_detector import OK, RECOVERED, RESTARTED, FailureDetector
+
+INTERVAL = 200
+TIMEOUT = 3000
+
+
+def detector(*members: str, now: int = 0, grace_ms: int = 0) -> FailureDetector:
+    fd = FailureDetector(INTERVAL, TIMEOUT)
+    for m in members:
+        fd.add(m, now, grace_ms)
+    return fd
+
+
+def beat(fd: FailureDetector, member: str, sent: int, answered: int, incarnation: str | None = "a") -> str | None:
+    """One heartbeat round trip: sent at ``sent``, answered at ``answered``."""
+    fd.on_sent(member, sent)
+    return fd.on_ok(member, answered, incarnation)
+
+
+def test_session_timeout_must_exceed_interval():
+    with pytest.raises(ValueError):
+        FailureDetector(200, 200)
+
+
+def test_one_slow_beat_is_not_a_failure():
+    fd = detector("r")
+    assert fd.due(0) == ["r"]
+    fd.on_sent("r", 0)
+    assert fd.due(INTERVAL * 5) == [], "at most one heartbeat in flight per member"
+    # the answer takes 2.5 s -- slow, but inside the session timeout
+    assert fd.check(2500) == []
+    assert fd.on_ok("r", 2500, "a") == OK
+    assert fd.check(2500 + TIMEOUT) == [] and fd.is_alive("r")
+
+
+def test_fails_only_after_session_timeout_without_answers():
+    fd = detector("r")
+    assert beat(fd, "r", 0, 10) == OK
+    fd.on_sent("r", 200)
+    fd.on_no_answer("r", 1000)  # a timed-out call is not a failure by itself
+    assert fd.is_alive("r")
+    assert fd.check(10 + TIMEOUT) == [], "exactly at the timeout is still alive"
+    assert fd.check(10 + TIMEOUT + 1) == ["r"]
+    assert not fd.is_alive("r") and fd.failed_since("r") == 10 + TIMEOUT + 1
+    assert fd.check(10 + TIMEOUT + 500) == [], "reported once, not on every check"
+    assert fd.failed_members() == ["r"]
+
+
+def test_startup_grace_delays_the_first_timeout():
+    fd = detector("r", grace_ms=5000)
+    assert fd.check(5000 + TIMEOUT) == []
+    assert fd.check(5000 + TIMEOUT + 1) == ["r"]
+
+
+def test_dead_is_immediate_and_reported_once():
+    fd = detector("r")
+    beat(fd, "r", 0, 1)
+    fd.on_sent("r", 200)
+    assert fd.on_dead("r", 250) is True
+    assert not fd.is_alive("r") and fd.failed_since("r") == 250
+    assert fd.on_dead("r", 260) is False
+    assert fd.check(10_000) == []
+    assert fd.due(200 + INTERVAL) == ["r"], "the in-flight beat ended with the death; keep probing"
+
+
+def test_new_incarnation_is_restarted():
+    fd = detector("r")
+    assert beat(fd, "r", 0, 1, "inc-1") == OK
+    assert beat(fd, "r", 200, 201, "inc-1") == OK
+    assert beat(fd, "r", 400, 401, "inc-2") == RESTARTED
+    assert fd.is_alive("r")
+    assert beat(fd, "r", 600, 601, "inc-2") == OK
+
+
+def test_first_incarnation_seen_is_not_a_restart():
+    fd = detector("r")
+    assert beat(fd, "r", 0, 1, None) == OK
+    assert beat(fd, "r", 200, 201, "inc-1") == OK
+
+
+def test_recovery_after_failure():
+    fd = detector("r")
+    beat(fd, "r", 0, 0, "inc-1")
+    assert fd.check(TIMEOUT + 1) == ["r"]
+    # it answers again (with a new incarnation, or the same one after a partition heals)
+    assert beat(fd, "r", TIMEOUT + 100, TIMEOUT + 101, "inc-2") == RECOVERED
+    assert fd.is_alive("r") and fd.failed_since("r") == -1
+    assert fd.check(TIMEOUT + 101 + TIMEOUT) == []
+    assert beat(fd, "r", 7000, 7001, "inc-2") == OK
+
+
+def test_due_respects_interval():
+    fd = detector("a", "b")
+    assert fd.due(0) == ["a", "b"]
+    beat(fd, "a", 0, 5)
+    assert fd.due(INTERVAL - 1) == ["b"]
+    assert fd.due(INTERVAL) == ["a", "b"]
+
+
+def test_next_deadline_covers_timeout_and_next_beat():
+    fd = detector("r")
+    assert fd.next_deadline(0) == 0, "never probed: due now"
+    beat(fd, "r", 0, 10)
+    assert fd.next_deadline(10) == INTERVAL
+    fd.on_sent("r", INTERVAL)
+    assert fd.next_deadline(INTERVAL) == 10 + TIMEOUT + 1, "in flight: only the timeout is pending"
+
+
+def test_unknown_and_removed_members():
+    fd = detector("r")
+    assert fd.on_ok("x", 0) is None and fd.on_dead("x", 0) is False
+    fd.remove("r")
+    assert "r" not in fd and fd.members() == [] and not fd.is_alive("r")
