@@ -6,7 +6,8 @@ and tests can shrink every timeout to a few milliseconds.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
+from typing import Any, Mapping
 
 
 @dataclass(frozen=True)
@@ -48,3 +49,15 @@ class GroupConfig:
     @property
     def offsets_retention_ms(self) -> int:
         return self.offsets_retention_minutes * 60_000
+
+    @classmethod
+    def from_properties(cls, props: Mapping[str, Any]) -> "GroupConfig":
+        """Build from Kafka-style names (``group.initial.rebalance.delay.ms``) or field
+        names; unknown keys are ignored so a whole broker config can be passed in."""
+        known = {f.name for f in fields(cls)}
+        kwargs = {}
+        for key, value in props.items():
+            name = key.replace(".", "_")
+            if name in known:
+                kwargs[name] = int(value)
+        return cls(**kwargs)

@@ -625,3 +625,59 @@ def test_config_validation():
         GroupConfig(group_min_session_timeout_ms=10, group_max_session_timeout_ms=5)
     with pytest.raises(ValueError):
         GroupConfig(group_max_size=0)
+
+
+def test_leader_that_never_syncs_expires_and_waiting_followers_are_told_to_rejoin():
+    s = Shell()
+    leader, follower, gen = two_joined(s)
+    tf = s.sync("g", follower, gen)  # blocked: alive while it waits
+    s.advance(SESSION)  # the leader neither syncs nor heartbeats
+    assert s.reply(tf).error_code == E.REBALANCE_IN_PROGRESS
+    assert list(s.group().members) == [follower]
+    assert s.group().state == GroupState.PREPARING_REBALANCE
+
+
+def test_member_id_handed_out_holds_the_join_phase_until_it_rejoins():
+    s = Shell()
+    members, gen, _ = s.form_group("g", 1)
+    (a,) = members
+    newcomer = s.new_member_id("g")  # got its id, has not rejoined yet
+    assert s.group().state == GroupState.STABLE  # handing out an id changes nothing
+    ta = s.join("g", a)  # leader rejoin starts a rebalance
+    s.advance(1_000)
+    assert s.reply(ta) is None  # waits for the pending member
+    tn = s.join("g", newcomer)
+    ra, rn = s.reply(ta), s.reply(tn)
+    assert ra.generation_id == rn.generation_id == gen + 1 and len(ra.members) == 2
+
+
+def test_pending_member_that_never_rejoins_stops_holding_the_join_phase_at_its_session_end():
+    s = Shell()
+    members, gen, _ = s.form_group("g", 1)
+    s.new_member_id("g", session=5_000)
+    ta = s.join("g", members[0])
+    s.advance(4_999)
+    assert s.reply(ta) is None
+    s.advance(1)
+    assert s.reply(ta).generation_id == gen + 1
+
+
+def test_illegal_transitions_are_refused():
+    from kcoord.group.metadata import GroupMetadata, IllegalStateTransition
+
+    g = GroupMetadata("g")
+    with pytest.raises(IllegalStateTransition):
+        g.transition(GroupState.STABLE, 0)
+    with pytest.raises(IllegalStateTransition):
+        g.transition(GroupState.COMPLETING_REBALANCE, 0)
+    g.transition(GroupState.PREPARING_REBALANCE, 5)
+    assert g.state_timestamp_ms == 5
+
+
+def test_next_deadline_tracks_sessions_and_the_join_phase():
+    s = Shell()
+    assert s.coord.next_deadline() is None
+    t = s.join("g", s.new_member_id("g"))
+    assert s.coord.next_deadline() == s.now + FAST.group_initial_rebalance_delay_ms
+    s.settle(t)
+    assert s.coord.next_deadline() == s.now + SESSION

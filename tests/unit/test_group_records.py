@@ -5,6 +5,7 @@ from __future__ import annotations
 import msgpack
 import pytest
 
+from kcoord.group.config import GroupConfig
 from kcoord.group.placement import coordinator_for, java_string_hash
 from kcoord.group.records import (
     GroupKey,
@@ -154,3 +155,14 @@ def test_timers_ties_pop_in_insertion_order_and_heap_stays_small():
     for i in range(10_000):  # a member heartbeating for a long time
         t.set("member", i)
     assert len(t._heap) < 200 and t.next_deadline() == 9_999
+
+
+# -- config --------------------------------------------------------------------------------
+
+
+def test_config_from_kafka_style_properties():
+    cfg = GroupConfig.from_properties(
+        {"group.initial.rebalance.delay.ms": "0", "offsets.retention.minutes": 5, "log.dirs": "/x", "group_max_size": 9}
+    )
+    assert cfg.group_initial_rebalance_delay_ms == 0 and cfg.offsets_retention_ms == 300_000
+    assert cfg.group_max_size == 9 and cfg.group_min_session_timeout_ms == 6_000
