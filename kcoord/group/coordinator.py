@@ -207,7 +207,7 @@ class _Inflight:
 
 
 @dataclass
-class _Stats:
+class CoordinatorStats:
     """Counters a shell may export as metrics."""
 
     rebalances: int = 0
@@ -234,7 +234,7 @@ class GroupCoordinatorState:
         self.config = config or GroupConfig()
         self.partition = partition
         self.num_partitions = num_partitions
-        self.stats = _Stats()
+        self.stats = CoordinatorStats()
         self._new_member_id = member_id_factory or _default_member_id
         self._groups: dict[str, GroupMetadata] = {}
         self._timers = Timers()
