@@ -82,14 +82,12 @@ class FailoverCoordinator:
         store: str = "gcs",
         controller_config: dict | None = None,
         group_coordinators: int = 0,
-        detached: bool = False,
         placement: dict[int, str] | None = None,
     ) -> None:
         self.cluster = cluster
         self.brokers = sorted(brokers)
         self.data_dir = data_dir
         self.namespace = namespace
-        self.detached = detached
         self.placement = {int(k): v for k, v in (placement or {}).items()}
         self.group_coordinators = group_coordinators
         self.store = make_store(store, cluster)
@@ -188,9 +186,10 @@ class FailoverCoordinator:
             max_restarts=-1,
             max_task_retries=0,
             max_concurrency=10_000,
+            # Detached: a non-detached actor dies with its owner, and replicas must survive
+            # a controller restart.
+            lifetime="detached",
         )
-        if self.detached:
-            options["lifetime"] = "detached"
         node = self.placement.get(rid.broker)
         if node:
             options["scheduling_strategy"] = NodeAffinitySchedulingStrategy(node_id=node, soft=True)

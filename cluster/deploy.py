@@ -53,7 +53,6 @@ def deploy(
     address: str | None = "auto",
     namespace: str = names.DEFAULT_NAMESPACE,
     *,
-    detached: bool = True,
     store: str = "gcs",
     controller_config: dict | None = None,
     default_topic_config: dict[str, str] | None = None,
@@ -88,9 +87,10 @@ def deploy(
         max_restarts=-1,
         max_task_retries=0,
         max_concurrency=10_000,
+        # Always detached: the cluster must outlive the script that deployed it, and a
+        # non-detached actor dies with its owner (taking the replicas it owns with it).
+        lifetime="detached",
     )
-    if detached:
-        options["lifetime"] = "detached"
     controller = ray.remote(FailoverCoordinator).options(**options).remote(
         name,
         list(range(brokers)),
@@ -99,22 +99,21 @@ def deploy(
         store,
         cfg,
         group_coordinators,
-        detached,
         broker_placement(brokers),
     )
     ray.get(controller.ready.remote(), timeout=timeout_s)
     client = ClusterClient(name, namespace=namespace, address=address)
     if group_coordinators:
-        _deploy_group_coordinators(client, group_coordinators, str(data_path), detached, timeout_s)
+        _deploy_group_coordinators(client, group_coordinators, str(data_path), timeout_s)
     return client
 
 
-def _deploy_group_coordinators(client: ClusterClient, count: int, data_dir: str, detached: bool, timeout_s: float) -> None:
+def _deploy_group_coordinators(client: ClusterClient, count: int, data_dir: str, timeout_s: float) -> None:
     try:
         from actors.group_coordinator import deploy_group_coordinators
     except ImportError:  # consumer groups not available in this build
         return
-    deploy_group_coordinators(client, count, data_dir, detached, timeout_s)
+    deploy_group_coordinators(client, count, data_dir, timeout_s)
 
 
 def _cluster_actor_names(name: str, namespace: str) -> list[str]:

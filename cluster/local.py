@@ -70,7 +70,6 @@ def local_cluster(
             group_coordinators=group_coordinators,
             address=None,
             namespace=namespace,
-            detached=False,
             controller_config=controller_config,
             default_topic_config=default_topic_config,
         )
