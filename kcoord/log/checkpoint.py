@@ -36,7 +36,9 @@ def fsync_dir(directory: Path) -> None:
         os.close(fd)
 
 
-def write_atomic(path: Path, data: bytes) -> None:
+def write_atomic(path: Path, data: bytes, *, sync_dir: bool = True) -> None:
+    """Replace ``path`` with ``data`` all at once. ``sync_dir=False`` leaves the directory
+    fsync to a caller that is about to make more changes in it."""
     tmp = path.with_name(path.name + TMP_SUFFIX)
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
@@ -47,7 +49,8 @@ def write_atomic(path: Path, data: bytes) -> None:
     finally:
         os.close(fd)
     os.replace(tmp, path)
-    fsync_dir(path.parent)
+    if sync_dir:
+        fsync_dir(path.parent)
 
 
 def _read_lines(path: Path) -> list[str] | None:
@@ -109,8 +112,9 @@ def producer_snapshot_path(directory: Path, offset: int) -> Path:
     return directory / f"{offset:020d}{PRODUCER_SNAPSHOT_SUFFIX}"
 
 
-def write_producer_snapshot(path: Path, snapshot: dict[int, dict[str, Any]]) -> None:
-    write_atomic(path, msgpack.packb({"version": _VERSION, "producers": snapshot}, use_bin_type=True))
+def write_producer_snapshot(path: Path, snapshot: dict[int, dict[str, Any]], *, sync_dir: bool = True) -> None:
+    data = msgpack.packb({"version": _VERSION, "producers": snapshot}, use_bin_type=True)
+    write_atomic(path, data, sync_dir=sync_dir)
 
 
 def read_producer_snapshot(path: Path) -> dict[int, dict[str, Any]]:

@@ -248,7 +248,9 @@ class Log(BaseLog):
                 seg = self._roll(now_ms)
             self._append_to(seg, chunks, nbytes, headers, positions, now_ms)
             return
-        if not self._must_roll(seg, nbytes, headers[-1].last_offset, now_ms):
+        if seg.size + nbytes <= self.config.segment_bytes and not self._must_roll(
+            seg, nbytes, headers[-1].last_offset, now_ms
+        ):
             self._append_to(seg, chunks, nbytes, headers, positions, now_ms)
             return
         # Replicated batches that do not fit the active segment: split at batch boundaries
@@ -299,9 +301,9 @@ class Log(BaseLog):
         old = self._segments[-1]
         old.flush(fsync_index=True)
         base = old.next_offset
-        self._write_producer_snapshot(base, self._pending)
+        self._write_producer_snapshot(base, self._pending, sync_dir=False)
         seg = Segment.create(self.directory, base, self.config.index_interval_bytes, now_ms)
-        fsync_dir(self.directory)
+        fsync_dir(self.directory)  # the snapshot's rename and the new segment's files
         self._segments.append(seg)
         self._bases.append(base)
         self._flush_policy.flushed(now_ms)
@@ -309,13 +311,15 @@ class Log(BaseLog):
         self._remember_reader(old)
         return seg
 
-    def _write_producer_snapshot(self, offset: int, pending: Sequence[BatchHeader] = ()) -> None:
+    def _write_producer_snapshot(
+        self, offset: int, pending: Sequence[BatchHeader] = (), *, sync_dir: bool = True
+    ) -> None:
         state = self.producer_state
         if pending:  # batches already written by this append but not yet in the state
             state = ProducerStateManager()
             state.load(self.producer_state.snapshot())
             state.replay(pending)
-        write_producer_snapshot(producer_snapshot_path(self.directory, offset), state.snapshot())
+        write_producer_snapshot(producer_snapshot_path(self.directory, offset), state.snapshot(), sync_dir=sync_dir)
 
     def _prune_producer_snapshots(self) -> None:
         offsets = self._snapshot_offsets()
@@ -444,6 +448,9 @@ class Log(BaseLog):
         if deleted:
             fsync_dir(self.directory)
             self.epoch_cache.truncate_from_start(self.log_start_offset)
+            # If nothing is left, the clipped first epoch would start at the LEO and hold
+            # no records; drop it, as reopening the log would.
+            self.epoch_cache.truncate_from_end(self.log_end_offset)
             self._high_watermark = max(self._high_watermark, self.log_start_offset)
             self._prune_producer_snapshots()
         return deleted

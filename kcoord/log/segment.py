@@ -102,7 +102,7 @@ class Segment:
         )
         # O_TRUNC: a file left behind under this name by an interrupted delete is stale.
         seg._fd = os.open(seg.log_path, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644)
-        seg.index.rewrite()
+        os.close(os.open(seg.index_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644))
         return seg
 
     @property

@@ -1,0 +1,269 @@
+"""Property-based: random append/read/truncate/retention/reopen sequences against a model.
+
+The model is the obvious one: a list of stamped batches plus a log start offset. The file
+log (with tiny segments, so rolls, multi-segment reads and segment deletions happen all
+the time) and the memory log must agree with it after every step.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass, field
+from unittest import mock
+
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+
+from kcoord.log import Log, LogConfig, MemoryLog, OffsetOutOfRange
+from kcoord.protocol.errors import KafkaError
+from kcoord.records import build_batch_columns, stamp
+
+SETTINGS = settings(max_examples=40, stateful_step_count=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+@dataclass
+class Model:
+    start: int = 0
+    batches: list[tuple[int, int, bytes, int]] = field(default_factory=list)  # base, last, bytes, timestamp
+    hw: int = 0
+    checkpointed_hw: int = 0
+
+    @property
+    def leo(self) -> int:
+        return self.batches[-1][1] + 1 if self.batches else self.start
+
+    def clamp(self, hw: int) -> int:
+        return max(self.start, min(hw, self.leo))
+
+    def read(self, offset: int, max_bytes: int, max_offset: int | None) -> bytes:
+        out, total = [], 0
+        for base, last, data, _ in self.batches:
+            if last < offset:
+                continue
+            if max_offset is not None and last >= max_offset:
+                break
+            if out and total + len(data) > max_bytes:
+                break
+            out.append(data)
+            total += len(data)
+        return b"".join(out)
+
+    def truncate(self, offset: int) -> None:
+        self.batches = [b for b in self.batches if b[1] < offset]
+        self.hw = min(self.hw, self.leo)
+
+    def epochs(self) -> list[tuple[int, int]]:
+        out: list[tuple[int, int]] = []
+        for base, _, data, _ in self.batches:
+            epoch = int.from_bytes(data[12:16], "big", signed=True)
+            if not out or epoch > out[-1][0]:
+                out.append((epoch, base))
+        return out
+
+
+class LogMachine(RuleBasedStateMachine):
+    FILE = True
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.model = Model()
+        self.epoch = 0
+        self.now = 1_000_000
+        self.tag = 0
+        self.dir: str | None = None
+
+    @initialize(
+        segment_bytes=st.sampled_from([200, 400, 1000]),
+        index_interval=st.sampled_from([0, 100, 4096]),
+        retention_bytes=st.sampled_from([-1, 1500]),
+    )
+    def open(self, segment_bytes, index_interval, retention_bytes):
+        self.config = LogConfig(
+            segment_bytes=segment_bytes,
+            index_interval_bytes=index_interval,
+            retention_bytes=retention_bytes,
+            retention_ms=3000,
+            flush_messages=1 if not self.FILE else None,
+        )
+        if self.FILE:
+            self.no_fsync = mock.patch.object(os, "fsync", lambda fd: None)
+            self.no_fsync.start()
+            self.dir = tempfile.mkdtemp(prefix="kcoord-log-prop-")
+            self.log = Log(self.dir, self.config, now_ms=self.now)
+        else:
+            self.log = MemoryLog(self.config, now_ms=self.now)
+
+    def teardown(self) -> None:
+        if self.dir is not None:
+            try:
+                self.log.close()
+            finally:
+                self.no_fsync.stop()
+                shutil.rmtree(self.dir, ignore_errors=True)
+
+    def _batch(self, n: int, size: int) -> bytes:
+        self.tag += 1
+        self.now += 100
+        return build_batch_columns([bytes([self.tag % 256]) * size] * n, timestamp_ms=self.now)
+
+    # -- rules ------------------------------------------------------------------------------
+
+    @rule(n=st.integers(1, 5), size=st.integers(0, 120), bump=st.booleans())
+    def append_leader(self, n, size, bump):
+        if bump:
+            self.epoch += 1
+        data = self._batch(n, size)
+        info = self.log.append(data, leader_epoch=self.epoch, now_ms=self.now)
+        base = self.model.leo
+        assert (info.base_offset, info.last_offset, info.record_count) == (base, base + n - 1, n)
+        self.model.batches.append((base, base + n - 1, stamp(data, base, self.epoch), self.now))
+
+    @rule(count=st.integers(2, 10), size=st.integers(0, 60))
+    def append_leader_many(self, count, size):
+        for _ in range(count):
+            self.append_leader(1 + count % 3, size, False)
+
+    @rule(counts=st.lists(st.integers(1, 4), min_size=1, max_size=5), size=st.integers(0, 200))
+    def append_follower(self, counts, size):
+        base = self.model.leo
+        stored = []
+        for n in counts:
+            stored.append((base, base + n - 1, stamp(self._batch(n, size), base, self.epoch), self.now))
+            base += n
+        info = self.log.append(b"".join(b[2] for b in stored), now_ms=self.now)
+        assert info.last_offset == base - 1
+        self.model.batches.extend(stored)
+
+    @rule(skew=st.sampled_from([-1, 1, 3]))
+    def append_follower_wrong_offset(self, skew):
+        base = self.model.leo + skew
+        if base < 0:
+            return
+        try:
+            self.log.append(stamp(self._batch(1, 10), base, self.epoch), now_ms=self.now)
+        except KafkaError:
+            pass
+        else:
+            raise AssertionError("a batch not at the LEO was accepted")
+
+    @rule(data=st.data(), max_bytes=st.integers(0, 3000), limit=st.one_of(st.none(), st.integers(0, 40)))
+    def read(self, data, max_bytes, limit):
+        m = self.model
+        offset = data.draw(st.integers(m.start, m.leo))
+        max_offset = None if limit is None else m.start + limit
+        got = self.log.read(offset, max_bytes, max_offset)
+        want = b"" if max_offset is not None and offset >= max_offset else m.read(offset, max_bytes, max_offset)
+        assert got == want
+
+    @rule(below=st.integers(1, 5), above=st.integers(1, 5))
+    def read_out_of_range(self, below, above):
+        m = self.model
+        for offset in (m.start - below, m.leo + above):
+            if offset < 0:
+                continue
+            try:
+                self.log.read(offset, 100)
+            except OffsetOutOfRange:
+                pass
+            else:
+                raise AssertionError(f"read at {offset} outside [{m.start}, {m.leo}] did not raise")
+
+    @rule(data=st.data())
+    def truncate_to(self, data):
+        m = self.model
+        offset = data.draw(st.integers(max(0, m.start - 2), m.leo + 2))
+        self.log.truncate_to(offset)
+        m.truncate(max(offset, m.start))
+
+    @rule(gap=st.integers(0, 50))
+    def truncate_fully_and_start_at(self, gap):
+        offset = self.model.leo + gap
+        self.log.truncate_fully_and_start_at(offset)
+        self.model = Model(start=offset, hw=offset, checkpointed_hw=self.model.checkpointed_hw)
+
+    @rule(data=st.data())
+    def checkpoint_hw(self, data):
+        m = self.model
+        hw = data.draw(st.integers(m.start, m.leo))
+        self.log.checkpoint_high_watermark(hw)
+        m.hw = m.checkpointed_hw = hw
+
+    @rule(ts_back=st.integers(0, 3000))
+    def offset_for_timestamp(self, ts_back):
+        target = self.now - ts_back
+        want = next(((b, ts) for b, _, _, ts in self.model.batches if ts >= target), None)
+        assert self.log.offset_for_timestamp(target) == want
+
+    @precondition(lambda self: self.FILE)
+    @rule(use_hw=st.booleans(), advance=st.integers(0, 4000))
+    def retention(self, use_hw, advance):
+        m = self.model
+        self.now += advance
+        hw = m.hw if use_hw else None
+        before = m.start
+        deleted = self.log.apply_retention(self.now, hw)
+        start = self.log.log_start_offset
+        assert (deleted > 0) == (start > before)
+        assert start <= m.leo
+        if hw is not None:
+            assert start <= max(hw, before)
+        assert start == m.leo or any(b[0] == start for b in m.batches)  # a batch boundary
+        for base, last, _, ts in m.batches:
+            if last < start:  # only expired or over-size data was deleted
+                assert self.now - ts > self.config.retention_ms or self.config.retention_bytes >= 0
+        m.batches = [b for b in m.batches if b[0] >= start]
+        m.start = start
+        m.hw = max(m.hw, start)
+
+    @precondition(lambda self: self.FILE)
+    @rule(clean=st.booleans())
+    def reopen(self, clean):
+        if clean:
+            self.log.close()
+        else:  # like a SIGKILL: files stay as written, no shutdown marker
+            for seg in self.log._segments:
+                seg.close()
+        self.log = Log(self.dir, self.config, now_ms=self.now)
+        report = self.log.recovery_report
+        assert report.clean_shutdown == clean
+        assert not report.cut, report
+        self.model.hw = self.model.clamp(self.model.checkpointed_hw)
+
+    @precondition(lambda self: not self.FILE)
+    @rule()
+    def crash(self):
+        self.log = self.log.crash()  # flush.messages=1: every append survives
+        self.model.hw = self.model.clamp(self.model.checkpointed_hw)
+
+    # -- invariants -------------------------------------------------------------------------
+
+    @invariant()
+    def offsets_size_and_caches_agree(self):
+        if not hasattr(self, "log"):
+            return
+        m = self.model
+        assert (self.log.log_start_offset, self.log.log_end_offset) == (m.start, m.leo)
+        assert self.log.size_bytes == sum(len(b[2]) for b in m.batches)
+        assert self.log.high_watermark == m.hw
+        assert self.log.epoch_cache.entries == m.epochs()
+        if self.FILE:
+            segs = self.log.segments
+            assert segs[0].base_offset == m.start and segs[-1].next_offset == m.leo
+            assert all(a.next_offset == b.base_offset for a, b in zip(segs, segs[1:]))
+            for s in segs:  # over segment.bytes only when a single batch is that big
+                inside = [b for b in m.batches if s.base_offset <= b[0] < s.next_offset]
+                assert s.size_bytes == sum(len(b[2]) for b in inside)
+                assert s.size_bytes <= self.config.segment_bytes or len(inside) == 1
+
+
+class MemoryLogMachine(LogMachine):
+    FILE = False
+
+
+TestLogMachine = LogMachine.TestCase
+TestLogMachine.settings = SETTINGS
+TestMemoryLogMachine = MemoryLogMachine.TestCase
+TestMemoryLogMachine.settings = SETTINGS
