@@ -409,6 +409,10 @@ def decode_batch(buf: bytes | bytearray | memoryview, pos: int = 0, *, check_crc
         raise CorruptRecordError(f"batch at offset {h.base_offset}: bad record payload ({exc})") from None
     if not isinstance(values, list) or len(values) != h.record_count:
         raise CorruptRecordError(f"batch at offset {h.base_offset}: {h.record_count} records in header, payload disagrees")
+    # A short keys/timestamps/headers column would make records() silently drop records.
+    for column in (deltas, keys, headers):
+        if column is not None and (not isinstance(column, list) or len(column) != h.record_count):
+            raise CorruptRecordError(f"batch at offset {h.base_offset}: payload columns have different lengths")
     timestamps = None
     if deltas is not None:
         first = h.first_timestamp
