@@ -98,6 +98,9 @@ class FailoverCoordinator:
         self._wake: asyncio.Event | None = None
         self._exporter = ControllerMetricsExporter(cluster)
         self._tasks: set[asyncio.Task] = set()
+        # Boot now, not on the first request: after a Ray restart nobody may call us for a
+        # while, yet failure detection must resume at once.
+        ray.get_runtime_context().current_actor.ready.remote()
 
     # -- lifecycle ------------------------------------------------------------------------
     async def _started(self) -> None:

@@ -92,6 +92,8 @@ class ReplicaActor:
         self._timer: asyncio.Task | None = None
         self._scheduled_ms = 0
         self._closed = False
+        # Start the timer loop now rather than on the first request (after a restart).
+        ray.get_runtime_context().current_actor.ready.remote()
         self._log(
             "opened log at %s: LEO %d, log start %d, HW %d%s",
             self.directory,

@@ -427,7 +427,7 @@ class ControllerState:
         if event == RECOVERED:
             actions += self._on_recovered(replica, now_ms)
         else:
-            actions += self._verify(replica, status)
+            actions += self._verify(replica, status, now_ms)
         return actions
 
     def on_replica_dead(self, replica: ReplicaId, now_ms: int) -> list[ControllerAction]:
@@ -448,11 +448,16 @@ class ControllerState:
             del self._failover_started[key]
             self.metrics.failover_ms.append(now_ms - started)
 
-    def _verify(self, replica: ReplicaId, status: HeartbeatResponse) -> list[ControllerAction]:
+    def _verify(self, replica: ReplicaId, status: HeartbeatResponse, now_ms: int) -> list[ControllerAction]:
         """Re-send the replica its role if its view is behind ours (missed message, restart)."""
         p = self.partitions.get((replica.topic, replica.partition))
         if p is None:
             return []
+        if p.leader == NO_LEADER and replica.broker in p.isr:
+            # An ISR member of an offline partition answers. Its recovery normally triggers
+            # the election, but a controller that restarted meanwhile never saw it fail (a
+            # fresh detector starts out trusting everyone), so no recovery event comes.
+            return self._elect(p, now_ms, failed_leader=False)
         behind = status.leader_epoch < p.leader_epoch or (
             status.leader_epoch == p.leader_epoch and status.partition_epoch < p.partition_epoch
         )

@@ -58,7 +58,9 @@ def preferred_leader_move(p: PartitionState, alive: Callable[[int], bool]) -> in
 
 
 def shrink_isr_without(p: PartitionState, broker: int) -> list[int] | None:
-    """ISR after a follower's failure, or None when it cannot shrink (never below one)."""
-    if broker not in p.isr or broker == p.leader or len(p.isr) <= 1:
+    """ISR after a follower's failure, or None when it cannot shrink: never below one
+    member, and never while the partition is offline -- then the ISR is exactly the set of
+    replicas holding every acknowledged record, kept whole so any of them can lead again."""
+    if p.leader == NO_LEADER or broker not in p.isr or broker == p.leader or len(p.isr) <= 1:
         return None
     return [b for b in p.isr if b != broker]
