@@ -9,8 +9,7 @@ the one that runs. So they live here once, and the two logs supply only storage:
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from dataclasses import dataclass
-from typing import Iterator, Sequence
+from typing import Iterator, NamedTuple, Sequence
 
 from ..protocol.errors import ErrorCode, KafkaError
 from ..records import BatchHeader, decode_batch, now_ms as wall_clock_ms, stamp_prefix
@@ -24,14 +23,13 @@ from .producer_state import ProducerStateManager
 _BufferLike = bytes | bytearray | memoryview
 
 
-@dataclass(frozen=True)
-class AppendInfo:
+class AppendInfo(NamedTuple):
     """What an append did: the offsets it assigned, or that it was a retried duplicate.
 
     For a duplicate nothing was written: ``base_offset``/``last_offset`` are where the
     original batch went (-1 when that is no longer known) and ``log_append_time`` is -1.
     ``log_append_time`` is the log's clock at the append; the produce path reports it only
-    for LogAppendTime topics.
+    for LogAppendTime topics. (A NamedTuple: built on every append, so it must be cheap.)
     """
 
     base_offset: int
@@ -41,6 +39,9 @@ class AppendInfo:
     size_bytes: int
     duplicate: bool = False
     log_append_time: int = -1
+
+
+_AT_START = (0,)  # positions of a single batch
 
 
 class BaseLog(ABC):
@@ -55,6 +56,7 @@ class BaseLog(ABC):
         self._now = wall_clock_ms() if now_ms is None else now_ms
         self._flush_policy = FlushPolicy(config.flush_messages, config.flush_ms, last_flush_ms=self._now)
         self._high_watermark = 0
+        self._closed = False
         self.producer_state = ProducerStateManager()
 
     # -- storage hooks ------------------------------------------------------------------
@@ -130,40 +132,50 @@ class BaseLog(ABC):
         Follower path: batches already stamped by the leader, which must start at our LEO
         and be contiguous; written unchanged. Nothing is written unless everything checks.
         """
-        self._check_open()
-        now = self._clock(now_ms)
-        if leader_epoch is not None:
-            h = validate_leader_batch(data, self.config.max_batch_bytes)
+        if self._closed:
+            self._check_open()
+        now = wall_clock_ms() if now_ms is None else now_ms
+        self._now = now
+        if leader_epoch is None:
+            return self._append_replicated(data, now, verify_crc)
+        # The produce hot path: kept flat, one batch, no per-append allocations beyond
+        # the stamped 16-byte prefix, the stamped header and the result.
+        h = validate_leader_batch(data, self.config.max_batch_bytes)
+        cache = self.epoch_cache
+        latest = cache.latest_epoch
+        if leader_epoch < latest or leader_epoch < 0:
             if leader_epoch < 0:
                 raise ValueError(f"leader epoch must be >= 0, got {leader_epoch}")
-            latest = self.epoch_cache.latest_epoch
-            if leader_epoch < latest:
-                raise KafkaError(
-                    ErrorCode.FENCED_LEADER_EPOCH,
-                    f"append at leader epoch {leader_epoch}, but the log already has epoch {latest}",
-                )
-            verdict = self.producer_state.check(h)
+            raise KafkaError(
+                ErrorCode.FENCED_LEADER_EPOCH,
+                f"append at leader epoch {leader_epoch}, but the log already has epoch {latest}",
+            )
+        state = self.producer_state
+        idempotent = h.producer_id >= 0
+        if idempotent:
+            verdict = state.check(h)
             if verdict.duplicate:
-                base = verdict.duplicate_base_offset
-                return AppendInfo(
-                    base_offset=base,
-                    last_offset=base + h.last_offset_delta if base >= 0 else -1,
-                    record_count=h.record_count,
-                    max_timestamp=h.max_timestamp,
-                    size_bytes=h.size,
-                    duplicate=True,
-                )
+                dup = verdict.duplicate_base_offset
+                last = dup + h.last_offset_delta if dup >= 0 else -1
+                return AppendInfo(dup, last, h.record_count, h.max_timestamp, len(data), True, -1)
             verdict.raise_for_error()
-            base = self.log_end_offset
-            chunks: Sequence[_BufferLike] = (stamp_prefix(data, base, leader_epoch), memoryview(data)[16:])
-            headers: Sequence[BatchHeader] = (h._replace(base_offset=base, leader_epoch=leader_epoch),)
-            positions: Sequence[int] = (0,)
-        else:
-            found = validate_follower_batches(data, self.log_end_offset, check_crc=verify_crc)
-            chunks, headers, positions = (data,), found.headers, found.positions
+        base = self.log_end_offset
         nbytes = len(data)
-        self._write(chunks, nbytes, headers, positions, now)
+        h = BatchHeader._make((base, h.batch_length, leader_epoch) + h[3:])
+        self._write((stamp_prefix(data, base, leader_epoch), memoryview(data)[16:]), nbytes, (h,), _AT_START, now)
+        if leader_epoch > latest:
+            cache.assign(leader_epoch, base)
+        if idempotent:
+            state.update(h)
+        if self._flush_policy.record_append(h.record_count, now):
+            self.flush()
+        return AppendInfo(base, base + h.last_offset_delta, h.record_count, h.max_timestamp, nbytes, False, now)
 
+    def _append_replicated(self, data: _BufferLike, now: int, verify_crc: bool) -> AppendInfo:
+        found = validate_follower_batches(data, self.log_end_offset, check_crc=verify_crc)
+        headers = found.headers
+        nbytes = len(data)
+        self._write((data,), nbytes, headers, found.positions, now)
         cache = self.epoch_cache
         latest = cache.latest_epoch
         state = self.producer_state
@@ -179,14 +191,7 @@ class BaseLog(ABC):
                 max_ts = h.max_timestamp
         if self._flush_policy.record_append(records, now):
             self.flush()
-        return AppendInfo(
-            base_offset=headers[0].base_offset,
-            last_offset=headers[-1].last_offset,
-            record_count=records,
-            max_timestamp=max_ts,
-            size_bytes=nbytes,
-            log_append_time=now,
-        )
+        return AppendInfo(headers[0].base_offset, headers[-1].last_offset, records, max_ts, nbytes, False, now)
 
     # -- read ---------------------------------------------------------------------------
 

@@ -23,7 +23,7 @@ class FlushPolicy:
         self.unflushed_records += records
         if self.flush_messages is not None and self.unflushed_records >= self.flush_messages:
             return True
-        return self.time_due(now_ms)
+        return self.flush_ms is not None and now_ms - self.last_flush_ms >= self.flush_ms
 
     def time_due(self, now_ms: int) -> bool:
         return (

@@ -42,6 +42,7 @@ class OffsetIndex:
         self._rel = array("i")
         self._pos = array("i")
         self._persisted = 0  # entries [0, _persisted) are in the file
+        self.last_position = 0  # position of the last entry (0 when empty): a plain attribute for the append path
 
     def __len__(self) -> int:
         return len(self._rel)
@@ -52,13 +53,10 @@ class OffsetIndex:
         b = self.base_offset
         return [(b + r, p) for r, p in zip(self._rel, self._pos)]
 
-    @property
-    def last_position(self) -> int:
-        return self._pos[-1] if self._pos else 0
-
     def append(self, offset: int, position: int) -> None:
         self._rel.append(offset - self.base_offset)
         self._pos.append(position)
+        self.last_position = position
 
     def lookup(self, offset: int) -> tuple[int, int]:
         """(offset, position) of the last indexed batch starting at or before ``offset``;
@@ -73,6 +71,7 @@ class OffsetIndex:
         keep = bisect_right(self._pos, position - 1)
         del self._rel[keep:]
         del self._pos[keep:]
+        self.last_position = self._pos[-1] if self._pos else 0
         if self._persisted > keep:
             self._persisted = keep
             try:
@@ -143,4 +142,5 @@ class OffsetIndex:
             return index, f"entry points at byte {pos[-1]}, past the segment's {segment_size} bytes"
         index._rel, index._pos = rel, pos
         index._persisted = len(rel)
+        index.last_position = pos[-1] if len(pos) else 0
         return index, None

@@ -75,7 +75,6 @@ class Log(BaseLog):
         super().__init__(config if config is not None else LogConfig(), now_ms)
         self.directory = Path(directory)
         self.directory.mkdir(parents=True, exist_ok=True)
-        self._closed = False
         self._readers: OrderedDict[int, Segment] = OrderedDict()
         self._pending: Sequence[BatchHeader] = ()
         report = RecoveryReport()
@@ -230,7 +229,19 @@ class Log(BaseLog):
         now_ms: int,
     ) -> None:
         try:
-            self._write_batches(chunks, nbytes, headers, positions, now_ms)
+            seg = self._segments[-1]
+            if len(headers) == 1:  # the produce path
+                size = seg.size
+                if size and (
+                    size + nbytes > self.config.segment_bytes
+                    or now_ms - seg.created_ms >= self.config.segment_ms
+                    or headers[0].last_offset - seg.base_offset > INT32_MAX
+                ):  # _must_roll, inlined
+                    seg = self._roll(now_ms)
+                seg.append(chunks, nbytes, headers, positions, now_ms)
+                self._size += nbytes
+            else:
+                self._write_batches(chunks, nbytes, headers, positions, now_ms)
         except OSError as exc:
             raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, f"append to {self.directory} failed: {exc}") from exc
 
@@ -243,11 +254,6 @@ class Log(BaseLog):
         now_ms: int,
     ) -> None:
         seg = self._segments[-1]
-        if len(headers) == 1:
-            if self._must_roll(seg, nbytes, headers[0].last_offset, now_ms):
-                seg = self._roll(now_ms)
-            self._append_to(seg, chunks, nbytes, headers, positions, now_ms)
-            return
         if seg.size + nbytes <= self.config.segment_bytes and not self._must_roll(
             seg, nbytes, headers[-1].last_offset, now_ms
         ):

@@ -41,7 +41,6 @@ class MemoryLog(BaseLog):
         self.epoch_cache = LeaderEpochCache(on_change=self._persist_epochs)
         self._checkpointed_hw = log_start_offset
         self._high_watermark = log_start_offset
-        self._closed = False
 
     def _persist_epochs(self, entries: list[EpochEntry]) -> None:
         self._persisted_epochs = list(entries)

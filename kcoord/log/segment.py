@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import struct
+from bisect import bisect_right
 from pathlib import Path
 from typing import Callable, Iterator, Sequence
 
@@ -41,11 +42,9 @@ def parse_base_offset(name: str, suffix: str) -> int | None:
     return None
 
 
-def _write_all(fd: int, chunks: Sequence[_BufferLike], nbytes: int) -> None:
-    written = os.writev(fd, chunks)
-    if written == nbytes:
-        return
-    # A short write (disk nearly full, signal): finish with plain writes.
+def _finish_short_write(fd: int, start: int, chunks: Sequence[_BufferLike], nbytes: int) -> None:
+    """writev wrote only part (disk nearly full, a signal): write the rest."""
+    written = os.fstat(fd).st_size - start
     rest = memoryview(b"".join(chunks))[written:]
     while rest:
         rest = rest[os.write(fd, rest) :]
@@ -139,19 +138,27 @@ class Segment:
         start = self.size
         if start == 0:
             self.created_ms = now_ms  # a segment's age counts from its first batch
+        fd = self._fd if self._fd is not None else self.fd
         try:
-            _write_all(self.fd, chunks, nbytes)
+            if os.writev(fd, chunks) != nbytes:
+                _finish_short_write(fd, start, chunks, nbytes)
         except BaseException:
             # Leave no partial batch behind for a reader (or the next append) to trip on.
-            os.ftruncate(self.fd, start)
+            os.ftruncate(fd, start)
             raise
+        index = self.index
+        interval = self.index_interval_bytes
+        max_ts = self._max_timestamp
         for h, p in zip(headers, positions):
-            self.note_batch(h, start + p)
+            p += start
+            if p and p - index.last_position >= interval:  # same rule as note_batch
+                index.append(h.base_offset, p)
+            if max_ts is not None and h.max_timestamp > max_ts:
+                max_ts = h.max_timestamp
+        self._max_timestamp = max_ts
         self.size = start + nbytes
         self.next_offset = headers[-1].next_offset
         self.last_modified_ms = now_ms
-        if self._max_timestamp is not None:
-            self._max_timestamp = max(self._max_timestamp, max(h.max_timestamp for h in headers))
 
     def note_batch(self, h: BatchHeader, position: int) -> None:
         """Index a batch if enough bytes went by since the last entry (append and rebuild
@@ -205,34 +212,38 @@ class Segment:
         """Whole batches from ``position``: at most ``max_bytes`` (but the first one always
         when ``take_first``), none with an offset at or past ``max_offset``.
 
-        Returns the bytes and whether they run to the end of the segment (so the caller
-        may carry on into the next one).
+        The end is worked out first from the index and batch headers, so the data is read
+        with one exact ``pread`` and never copied. Returns the bytes and whether they run
+        to the end of the segment (so the caller may carry on into the next one).
         """
-        avail = self.size - position
-        if avail <= 0:
+        size = self.size
+        if position >= size:
             return b"", True
-        want = min(avail, max_bytes) if max_bytes > 0 else 0
-        if take_first:
-            want = max(want, min(avail, _LAST_DELTA_END))
-        if want <= 0:
+        end = size
+        if max_offset is not None and max_offset < self.next_offset:
+            found = self.find(max_offset)  # the first batch that must not be returned
+            if found is not None:
+                end = found[0]
+        limit = position + max(max_bytes, 0)
+        if limit < end:
+            cut = self._last_boundary(position, limit)
+            if cut == position and take_first:  # the first batch alone exceeds max_bytes
+                _, length = _PREFIX.unpack(os.pread(self.fd, LENGTH_PREFIX, position))
+                cut = position + LENGTH_PREFIX + length
+            end = min(end, cut)
+        if end <= position:
             return b"", False
-        buf = os.pread(self.fd, want, position)
-        n = len(buf)
-        off = 0
-        while off + _LAST_DELTA_END <= n:
-            base, length = _PREFIX.unpack_from(buf, off)
-            size = LENGTH_PREFIX + length
-            if max_offset is not None and base + _LAST_DELTA.unpack_from(buf, off + 23)[0] >= max_offset:
-                return buf[:off], False
-            if off + size > n:
-                if off == 0 and take_first:
-                    # The first batch is larger than max_bytes: it is returned alone.
-                    return os.pread(self.fd, size, position), size == avail
-                break
-            off += size
-        if off == n:
-            return buf, n == avail
-        return buf[:off], False
+        return os.pread(self.fd, end - position, position), end == size
+
+    def _last_boundary(self, position: int, limit: int) -> int:
+        """The last batch boundary at or before byte ``limit``, not before ``position``."""
+        positions = self.index._pos
+        i = bisect_right(positions, limit) - 1
+        start = positions[i] if i >= 0 and positions[i] > position else position
+        for pos, h in self.iter_headers(start):
+            if pos + h.size > limit:
+                return pos
+        return self.size
 
     @property
     def max_timestamp(self) -> int:
