@@ -9,6 +9,7 @@ Layout of a log directory::
     high-watermark-checkpoint             last checkpointed HW (text)
     00000000000000001234.producer-snapshot  producer state as of offset 1234 (msgpack)
     .kcoord-clean-shutdown                present only between close() and the next open
+    .lock                                 flock'ed while a Log has the directory open
 
 The log start offset is the first segment's base offset and the LEO is the last
 segment's next offset, so neither needs a file of its own.
@@ -48,6 +49,7 @@ from .checkpoint import (
 )
 from .config import INT32_MAX, LogConfig
 from .epochs import EpochEntry, LeaderEpochCache
+from .lock import DirectoryLock
 from .producer_state import ProducerStateManager
 from .recovery import RecoveryReport, load_segments
 from .segment import Segment, parse_base_offset
@@ -75,6 +77,15 @@ class Log(BaseLog):
         super().__init__(config if config is not None else LogConfig(), now_ms)
         self.directory = Path(directory)
         self.directory.mkdir(parents=True, exist_ok=True)
+        self._lock = DirectoryLock(self.directory)
+        try:
+            self._open()
+        except BaseException:
+            self._lock.release()
+            raise
+
+    def _open(self) -> None:
+        """Recover the directory's contents and load the checkpoints (see recovery.py)."""
         self._readers: OrderedDict[int, Segment] = OrderedDict()
         self._pending: Sequence[BatchHeader] = ()
         report = RecoveryReport()
@@ -488,6 +499,7 @@ class Log(BaseLog):
             for seg in self._segments:
                 seg.close()
             self._readers.clear()
+            self._lock.release()
             self._closed = True
 
     def __enter__(self) -> "Log":

@@ -610,6 +610,16 @@ def test_stray_files_are_cleaned_up(tmp_path):
     assert again.log_end_offset == 6
 
 
+def test_a_directory_is_open_in_one_log_at_a_time(tmp_path):
+    log = open_log(tmp_path)
+    with pytest.raises(KafkaError) as err:
+        open_log(tmp_path)
+    assert err.value.code == ErrorCode.KAFKA_STORAGE_ERROR and "already open" in str(err.value)
+    log.close()
+    with open_log(tmp_path) as again:
+        assert again.log_end_offset == 0
+
+
 def test_empty_directory_and_header_only_reads(tmp_path):
     log = open_log(tmp_path / "new" / "dir")
     assert (log.log_start_offset, log.log_end_offset, log.high_watermark, log.size_bytes) == (0, 0, 0, 0)

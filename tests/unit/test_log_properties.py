@@ -226,6 +226,7 @@ class LogMachine(RuleBasedStateMachine):
         else:  # like a SIGKILL: files stay as written, no shutdown marker
             for seg in self.log._segments:
                 seg.close()
+            self.log._lock.release()  # the kernel drops a dead process's flock
         self.log = Log(self.dir, self.config, now_ms=self.now)
         report = self.log.recovery_report
         assert report.clean_shutdown == clean
