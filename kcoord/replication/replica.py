@@ -388,6 +388,7 @@ class Replica:
         ls = self.leader_state
         if ls is None or ls.alter_in_flight or now_ms < ls.retry_alter_at_ms:
             return []
+        ls.retry_alter_at_ms = 0  # the backoff is over (a stale value would be a past deadline)
         proposal = ls.proposed_isr(self.log.log_end_offset, self.hw, now_ms, self.config.replica_lag_time_max_ms)
         if proposal is None:
             return []
@@ -661,11 +662,14 @@ class Replica:
         if self._fetch_waiters:
             deadlines.append(min(w.deadline_ms for w in self._fetch_waiters.values()))
         ls = self.leader_state
-        if ls is not None:
+        if ls is not None and not ls.alter_in_flight:
+            # Only what tick() can act on: while an AlterPartition is in flight nothing can be
+            # proposed, and during a backoff nothing before it ends (a past deadline here
+            # makes the shell's timer loop spin).
             lag = ls.next_lag_deadline(self.config.replica_lag_time_max_ms)
             if lag is not None:
-                deadlines.append(lag)
-            if ls.retry_alter_at_ms and not ls.alter_in_flight:
+                deadlines.append(max(lag, ls.retry_alter_at_ms))
+            if ls.retry_alter_at_ms:
                 deadlines.append(ls.retry_alter_at_ms)
         fs = self.follower_state
         if fs is not None and not fs.in_flight:

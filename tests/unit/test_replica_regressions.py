@@ -1,0 +1,55 @@
+"""Replica-core bugs found by the deterministic simulation (tests/sim), one test each.
+
+Each test names the seed that found it: ``python -m tests.sim.run --seed N --verbose``
+replays the original run (with the fix reverted it fails again).
+"""
+
+from __future__ import annotations
+
+from replication_helpers import follower_fetch, lai, make_replica, of_type
+
+from kcoord.protocol.controller import AlterPartitionResponse
+from kcoord.protocol.errors import ErrorCode
+from kcoord.replication.actions import SendAlterPartition
+from kcoord.replication.config import ReplicationConfig
+
+
+def _leader(**cfg):
+    r = make_replica(0, ReplicationConfig(**cfg))
+    r.handle_leader_and_isr(lai(0, 1, (0, 1, 2)), 0)
+    return r
+
+
+def test_timer_does_not_spin_while_an_isr_shrink_is_in_flight():
+    """Seed 1: follower 2 stopped fetching; at its lag deadline the leader proposed a
+    shrink, but next_deadline() kept returning the (past) lag deadline while the
+    AlterPartition was in flight, so the actor's timer loop never slept."""
+    r = _leader(replica_lag_time_max_ms=1000)
+    follower_fetch(r, 1, 0, "f", 900, epoch=1, max_wait_ms=0)
+    (alter,) = of_type(r.tick(1001), SendAlterPartition)
+    # while the shrink is in flight tick() cannot do anything about lag: no past deadline
+    deadline = r.next_deadline()
+    assert deadline is None or deadline > 1001
+    assert r.tick(1500) == []
+    deadline = r.next_deadline()
+    assert deadline is None or deadline > 1500
+
+
+def test_timer_does_not_spin_after_a_rejected_alter_partition():
+    """Seed 1: after one rejected AlterPartition, retry_alter_at_ms stayed set forever, so
+    once it had passed next_deadline() returned it on every call: a busy loop for the rest
+    of the leadership."""
+    r = _leader(replica_lag_time_max_ms=1000, alter_partition_backoff_ms=100)
+    (alter,) = of_type(r.tick(1001), SendAlterPartition)
+    r.on_alter_partition_response(alter.request, AlterPartitionResponse(ErrorCode.INVALID_UPDATE_VERSION), 1010)
+    assert r.next_deadline() == 1110, "retry after the backoff"
+    (retry,) = of_type(r.tick(1110), SendAlterPartition)
+    r.on_alter_partition_response(
+        retry.request, AlterPartitionResponse(leader=0, leader_epoch=1, partition_epoch=2, isr=[0]), 1120
+    )
+    assert r.isr == [0]
+    # the shrink is done and nothing else is pending: no deadline in the past
+    deadline = r.next_deadline()
+    assert deadline is None or deadline > 1120
+    assert r.tick(5000) == [] and (r.next_deadline() is None or r.next_deadline() > 5000)
+
