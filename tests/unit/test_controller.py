@@ -493,3 +493,25 @@ def test_metrics_snapshot_counts():
     assert snap["under_replicated_partitions"] == 2 and snap["offline_partitions"] == 0
     assert snap["controller_epoch"] == 1
     assert snap["failover_ms_p50"] == -1.0, "no new leader confirmed yet"
+
+
+# -- regressions found by the simulation (tests/sim) -----------------------------------------
+
+
+def test_restarted_controller_elects_an_isr_member_that_came_back_while_it_was_down():
+    """Seed 4: the whole ISR died (partition offline, ISR [0]); broker 0 came back while the
+    controller was down. The new controller's detector saw 0 alive from its first beat, so
+    no RECOVERED event ever fired, and nothing else elected it: offline forever."""
+    h = Harness()
+    h.create()
+    h.dead(1)
+    h.dead(2)
+    h.dead(0)
+    assert h.stored().leader == NO_LEADER
+    h2 = h.restart()
+    h2.beat(1, incarnation="b")  # not in the ISR: still offline
+    assert h2.stored().leader == NO_LEADER
+    actions = h2.beat(0, incarnation="a")
+    p = h2.stored()
+    assert (p.leader, p.isr) == (0, [0]) and p.leader_epoch == 2
+    assert isinstance(actions[0], Persist) and lai_targets(actions)[0] == 0
