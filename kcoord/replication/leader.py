@@ -89,10 +89,20 @@ class LeaderState:
         except ValueError:
             return len(self.replicas) + broker
 
+    def adopt_isr(self, isr: list[int]) -> None:
+        """Take ``isr`` as the confirmed ISR. A follower that leaves it forgets its progress:
+        it may have left because it crashed, and what it reported before the crash (a log
+        end it may no longer have) must not bring it back into the ISR; only a fetch made
+        after it left may."""
+        for b in self.isr:
+            if b not in isr and b in self.followers:
+                self.followers[b] = FollowerProgress(b)
+        self.isr = list(isr)
+
     def update_from_controller(self, isr: list[int], replicas: list[int], partition_epoch: int, now_ms: int) -> None:
         """A LeaderAndIsr at our epoch with a newer partition epoch (e.g. the controller
         removed a dead follower): adopt it and drop any proposal built on the old view."""
-        self.isr = list(isr)
+        self.adopt_isr(isr)
         self.partition_epoch = partition_epoch
         self.pending_isr = None
         self.alter_in_flight = False

@@ -433,7 +433,7 @@ class Replica:
             ls.isr_shrinks += 1
         self.isr = list(response.isr)
         self.partition_epoch = response.partition_epoch
-        ls.isr = list(response.isr)
+        ls.adopt_isr(response.isr)
         ls.partition_epoch = response.partition_epoch
         actions = self._maybe_advance_hw(now_ms)
         actions += self._maybe_propose_isr(now_ms)

@@ -53,3 +53,30 @@ def test_timer_does_not_spin_after_a_rejected_alter_partition():
     assert deadline is None or deadline > 1120
     assert r.tick(5000) == [] and (r.next_deadline() is None or r.next_deadline() > 5000)
 
+
+def test_follower_that_left_the_isr_needs_a_fresh_fetch_to_rejoin():
+    """Seed 94 (flush.ms mode): follower 1 crashed and lost its unflushed tail; the
+    controller removed it from the ISR. The leader still held the log end offset 1 had
+    reported before the crash, and on its next ISR evaluation proposed 1 back into the ISR
+    on that stale progress, before the restarted 1 had fetched anything. A later failover
+    elected 1 and everyone truncated to its shorter log: acknowledged records were lost."""
+    r = _leader()
+    produce_ = __import__("replication_helpers").produce
+    produce_(r, __import__("replication_helpers").batch(5), "p", 0, acks=1)
+    follower_fetch(r, 1, 5, "f1", 10, epoch=1, max_wait_ms=0)
+    follower_fetch(r, 2, 5, "f2", 10, epoch=1, max_wait_ms=0)
+    assert r.hw == 5
+    # the controller saw 1 die and shrank the ISR
+    r.handle_leader_and_isr(lai(0, 1, (0, 2), partition_epoch=2), 20)
+    assert r.isr == [0, 2]
+    # follower 2 keeps fetching: the leader re-evaluates the ISR, but has no fetch from
+    # the new incarnation of 1 yet, so it must not propose it
+    acts = follower_fetch(r, 2, 5, "f2b", 30, epoch=1, max_wait_ms=0) + r.tick(40)
+    assert of_type(acts, SendAlterPartition) == []
+    # the restarted 1 fetches from where its log really ends: still behind the HW
+    acts = follower_fetch(r, 1, 2, "f1b", 50, epoch=1, max_wait_ms=0)
+    assert of_type(acts, SendAlterPartition) == []
+    # once it has caught up, it may rejoin
+    acts = follower_fetch(r, 1, 5, "f1c", 60, epoch=1, max_wait_ms=0)
+    (alter,) = of_type(acts, SendAlterPartition)
+    assert alter.request.new_isr == [0, 1, 2]
