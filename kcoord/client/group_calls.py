@@ -1,0 +1,135 @@
+"""Calling the GroupCoordinatorActors from a client: find the group's coordinator, call it,
+ride out its restarts and loading.
+
+Placement is deterministic (``coordinator_for(group_id, N)``, Kafka's hash), so finding a
+coordinator needs no round trip once ``N`` is known; ``N`` comes from the controller's
+DescribeCluster and never changes for a cluster (it is the partition count of
+``__consumer_offsets``).
+
+Retried until the deadline: a dead or restarting actor, COORDINATOR_LOAD_IN_PROGRESS,
+COORDINATOR_NOT_AVAILABLE and NOT_COORDINATOR. Other error codes are returned to the
+caller, who knows what they mean for its request.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any, TypeVar
+
+import ray
+from ray.exceptions import GetTimeoutError, RayActorError
+
+from ..group.placement import coordinator_for
+from ..protocol import names
+from ..protocol.codec import Message
+from ..protocol.controller import DescribeClusterRequest, DescribeClusterResponse
+from ..protocol.errors import DecodeError, ErrorCode, KafkaError
+from .cluster import ClusterClient
+
+R = TypeVar("R", bound=Message)
+
+# Answers that mean "this coordinator cannot serve right now, try again".
+COORDINATOR_RETRIABLE = frozenset(
+    {ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, ErrorCode.COORDINATOR_NOT_AVAILABLE, ErrorCode.NOT_COORDINATOR}
+)
+
+
+def _top_level_code(response: Message) -> int:
+    return int(getattr(response, "error_code", 0) or 0)
+
+
+class GroupCoordinators:
+    """The cluster's group coordinators as seen from one client (thread-safe)."""
+
+    def __init__(self, cluster: ClusterClient, retry_backoff_ms: int = 50) -> None:
+        self.cluster = cluster
+        self.retry_backoff_ms = retry_backoff_ms
+        self._lock = threading.Lock()
+        self._count: int | None = None
+        self._handles: dict[int, Any] = {}
+
+    def count(self) -> int:
+        """How many coordinators the cluster has (cached: it never changes)."""
+        if self._count is None:
+            response = self.cluster.call_controller("describe_cluster", DescribeClusterRequest(), DescribeClusterResponse)
+            if response.error_code:
+                raise KafkaError(response.error_code, response.error_message or "describe_cluster failed")
+            if response.group_coordinators < 1:
+                raise KafkaError(
+                    ErrorCode.COORDINATOR_NOT_AVAILABLE,
+                    f"cluster {self.cluster.name!r} was deployed without group coordinators (group_coordinators=0)",
+                )
+            self._count = response.group_coordinators
+        return self._count
+
+    def index_for(self, group_id: str) -> int:
+        return coordinator_for(group_id, self.count())
+
+    def name(self, index: int) -> str:
+        return names.group_coordinator(self.cluster.name, index)
+
+    def handle(self, index: int) -> Any:
+        with self._lock:
+            h = self._handles.get(index)
+        if h is None:
+            try:
+                h = ray.get_actor(self.name(index), namespace=self.cluster.namespace)
+            except ValueError:
+                raise KafkaError(ErrorCode.COORDINATOR_NOT_AVAILABLE, f"group coordinator {self.name(index)!r} is not running") from None
+            with self._lock:
+                self._handles[index] = h
+        return h
+
+    def forget(self, index: int) -> None:
+        with self._lock:
+            self._handles.pop(index, None)
+
+    def call(
+        self,
+        index: int,
+        method: str,
+        request: Message,
+        response_type: type[R],
+        timeout_s: float,
+        *,
+        attempt_timeout_s: float | None = None,
+    ) -> R:
+        """Send ``request`` to coordinator ``index`` and return its answer, retrying the
+        coordinator-unavailable cases (see module doc) until ``timeout_s`` passes. After the
+        deadline the last retriable answer is returned, or REQUEST_TIMED_OUT raised if there
+        was none. ``attempt_timeout_s`` bounds one call (long-polls pass their own)."""
+        deadline = time.monotonic() + timeout_s
+        data = request.encode()
+        last: R | None = None
+        last_error = "no attempt"
+        while True:
+            remaining = max(0.05, deadline - time.monotonic())
+            try:
+                handle = self.handle(index)
+                ref = getattr(handle, method).remote(data)
+                raw = ray.get(ref, timeout=min(remaining, attempt_timeout_s) if attempt_timeout_s else remaining)
+                response = response_type.decode(raw)
+                if _top_level_code(response) not in COORDINATOR_RETRIABLE:
+                    return response
+                last = response
+                last_error = f"{ErrorCode(_top_level_code(response)).name}: {getattr(response, 'error_message', '')}"
+            except RayActorError as exc:
+                self.forget(index)
+                last_error = f"coordinator {index} unavailable ({type(exc).__name__})"
+            except GetTimeoutError:
+                last_error = f"coordinator {index} did not answer {method} in time"
+            except DecodeError as exc:
+                last_error = f"bad answer: {exc}"
+            except KafkaError as exc:
+                if exc.code not in COORDINATOR_RETRIABLE:
+                    raise
+                last_error = str(exc)
+            if time.monotonic() >= deadline:
+                if last is not None:
+                    return last
+                raise KafkaError(ErrorCode.REQUEST_TIMED_OUT, f"{method} to group coordinator {index}: {last_error}")
+            time.sleep(self.retry_backoff_ms / 1000)
+
+    def call_group(self, group_id: str, method: str, request: Message, response_type: type[R], timeout_s: float, **kw: Any) -> R:
+        return self.call(self.index_for(group_id), method, request, response_type, timeout_s, **kw)
