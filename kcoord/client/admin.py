@@ -163,3 +163,212 @@ class Admin:
             "group_coordinators": response.group_coordinators,
             "metrics": dict(response.metrics),
         }
+
+    # -- consumer groups --------------------------------------------------------------------
+    # Added with the group coordinators; they talk to the GroupCoordinatorActors (not the
+    # controller) through kcoord.client.group_calls.
+
+    @property
+    def _group_coordinators(self) -> Any:
+        from .group_calls import GroupCoordinators
+
+        gc = self.__dict__.get("_gc")
+        if gc is None:
+            gc = self.__dict__["_gc"] = GroupCoordinators(self.cluster)
+        return gc
+
+    def _group_timeout_s(self) -> float:
+        return self.cluster.request_timeout_ms / 1000
+
+    def list_groups(self, states: list[str] | None = None) -> list[dict]:
+        """Every group of every coordinator: ``{"group_id", "state", "protocol_type",
+        "coordinator"}``, sorted by group id. ``states`` filters by state name."""
+        from ..protocol.group import ListGroupsRequest, ListGroupsResponse
+
+        gc = self._group_coordinators
+        out = []
+        for index in range(gc.count()):
+            response = gc.call(index, "list_groups", ListGroupsRequest(states), ListGroupsResponse, self._group_timeout_s())
+            raise_for_error(response.error_code, response.error_message or f"list_groups on coordinator {index} failed")
+            out += [
+                {"group_id": g.group_id, "state": g.state, "protocol_type": g.protocol_type, "coordinator": index}
+                for g in response.groups
+            ]
+        return sorted(out, key=lambda g: g["group_id"])
+
+    def _describe_group_raw(self, group_id: str) -> Any:
+        from ..protocol.group import DescribeGroupsRequest, DescribeGroupsResponse
+
+        if not isinstance(group_id, str) or not group_id:
+            raise KafkaError(ErrorCode.INVALID_GROUP_ID, f"group id must be a non-empty string, got {group_id!r}")
+        gc = self._group_coordinators
+        response = gc.call_group(group_id, "describe_groups", DescribeGroupsRequest([group_id]), DescribeGroupsResponse, self._group_timeout_s())
+        described = response.groups[0] if response.groups else None
+        if described is None:
+            raise_for_error(response.error_code or ErrorCode.UNKNOWN_SERVER_ERROR, response.error_message or "no answer for the group")
+        return described
+
+    def _committed_offsets(self, group_id: str) -> dict:
+        from ..protocol.group import OffsetFetchRequest, OffsetFetchResponse
+
+        response = self._group_coordinators.call_group(
+            group_id, "offset_fetch", OffsetFetchRequest(group_id, None), OffsetFetchResponse, self._group_timeout_s()
+        )
+        raise_for_error(response.error_code, response.error_message or f"fetching offsets of group {group_id!r} failed")
+        return response.offsets
+
+    def describe_group(self, group_id: str) -> dict:
+        """State, generation, protocol, leader and members (id, instance id, client id/host,
+        assignment) of a group, and per partition (committed or assigned) its committed
+        offset, log-end offset (the HW) and lag. Raises GROUP_ID_NOT_FOUND for an unknown
+        group."""
+        from ..protocol.errors import DecodeError
+        from ..protocol.group import CONSUMER_PROTOCOL_TYPE, Assignment
+
+        g = self._describe_group_raw(group_id)
+        if g.error_code == ErrorCode.GROUP_ID_NOT_FOUND:
+            raise KafkaError(ErrorCode.GROUP_ID_NOT_FOUND, f"group {group_id!r} does not exist")
+        raise_for_error(g.error_code, f"describing group {group_id!r} failed")
+        members = []
+        owner: dict[tuple[str, int], str] = {}
+        for m in g.members:
+            assignment: dict[str, list[int]] = {}
+            if m.assignment and g.protocol_type == CONSUMER_PROTOCOL_TYPE:
+                try:
+                    assignment = {t: sorted(ps) for t, ps in Assignment.decode(m.assignment).partitions.items()}
+                except DecodeError:
+                    assignment = {}
+            for t, ps in assignment.items():
+                for p in ps:
+                    owner[(t, p)] = m.member_id
+            members.append(
+                {
+                    "member_id": m.member_id,
+                    "group_instance_id": m.group_instance_id,
+                    "client_id": m.client_id,
+                    "client_host": m.client_host,
+                    "assignment": assignment,
+                }
+            )
+        committed = self._committed_offsets(group_id)
+        keys = {(t, p) for t, parts in committed.items() for p, o in parts.items() if o.offset >= 0} | set(owner)
+        log_end: dict[tuple[str, int], int] = {}
+        for topic in sorted({t for t, _ in keys}):
+            try:
+                for p, off in self.list_offsets(topic, "latest", sorted(p for t, p in keys if t == topic)).items():
+                    log_end[(topic, p)] = off
+            except KafkaError:
+                pass  # topic deleted or offline: no log end
+        partitions = []
+        total_lag = 0
+        for topic, p in sorted(keys):
+            c = committed.get(topic, {}).get(p)
+            offset = c.offset if c is not None and c.offset >= 0 else None
+            end = log_end.get((topic, p))
+            lag = max(0, end - offset) if offset is not None and end is not None else None
+            total_lag += lag or 0
+            partitions.append(
+                {
+                    "topic": topic,
+                    "partition": p,
+                    "committed_offset": offset,
+                    "metadata": (c.metadata or "") if c is not None else "",
+                    "log_end_offset": end,
+                    "lag": lag,
+                    "member_id": owner.get((topic, p)),
+                }
+            )
+        return {
+            "group_id": group_id,
+            "state": g.state,
+            "generation": g.generation_id,
+            "protocol_type": g.protocol_type,
+            "protocol": g.protocol,
+            "leader": g.leader,
+            "coordinator": self._group_coordinators.index_for(group_id),
+            "members": members,
+            "offsets": partitions,
+            "lag": total_lag,
+        }
+
+    def reset_offsets(self, group_id: str, topic: str, to: str | Mapping[int, int] = "earliest") -> dict[int, int]:
+        """Set the group's committed offsets of ``topic`` to ``"earliest"`` (log start),
+        ``"latest"`` (the HW) or ``{partition: offset}`` (each within [log start, HW]).
+
+        Refused while the group has members (NON_EMPTY_GROUP, or REBALANCE_IN_PROGRESS
+        mid-rebalance): a live consumer would overwrite the reset with its next commit.
+        Returns {partition: new offset}."""
+        from ..protocol.group import OffsetCommitPartition, OffsetCommitRequest, OffsetCommitResponse
+
+        g = self._describe_group_raw(group_id)
+        if g.error_code not in (ErrorCode.NONE, ErrorCode.GROUP_ID_NOT_FOUND):
+            raise_for_error(g.error_code, f"describing group {group_id!r} failed")
+        if g.error_code == ErrorCode.NONE and g.members:
+            code = (
+                ErrorCode.REBALANCE_IN_PROGRESS
+                if g.state in ("PreparingRebalance", "CompletingRebalance")
+                else ErrorCode.NON_EMPTY_GROUP
+            )
+            raise KafkaError(
+                code,
+                f"cannot reset offsets of group {group_id!r}: it has {len(g.members)} active member(s) "
+                f"(state {g.state}); the group must be inactive -- close or stop its consumers first",
+            )
+        partitions = self.cluster.partitions_for(topic)  # UNKNOWN_TOPIC_OR_PARTITION if missing
+        if isinstance(to, str):
+            if to not in ("earliest", "latest"):
+                raise ValueError(f"to must be 'earliest', 'latest' or {{partition: offset}}, got {to!r}")
+            targets = self.list_offsets(topic, to)
+        elif isinstance(to, Mapping):
+            if not to:
+                raise ValueError("to={} names no partition")
+            wanted = {}
+            for p, off in to.items():
+                if not isinstance(p, int) or isinstance(p, bool) or p not in partitions:
+                    raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic {topic!r} has no partition {p!r} (it has {len(partitions)})")
+                if not isinstance(off, int) or isinstance(off, bool):
+                    raise ValueError(f"offset for partition {p} must be an integer, got {off!r}")
+                wanted[p] = off
+            earliest = self.list_offsets(topic, "earliest", sorted(wanted))
+            latest = self.list_offsets(topic, "latest", sorted(wanted))
+            for p, off in sorted(wanted.items()):
+                if not earliest[p] <= off <= latest[p]:
+                    raise KafkaError(
+                        ErrorCode.OFFSET_OUT_OF_RANGE,
+                        f"offset {off} for {topic}-{p} is outside [{earliest[p]}, {latest[p]}] (log start, high watermark)",
+                    )
+            targets = wanted
+        else:
+            raise ValueError(f"to must be 'earliest', 'latest' or {{partition: offset}}, got {to!r}")
+        request = OffsetCommitRequest(
+            group_id, topics={topic: {p: OffsetCommitPartition(off) for p, off in sorted(targets.items())}}
+        )
+        response = self._group_coordinators.call_group(group_id, "offset_commit", request, OffsetCommitResponse, self._group_timeout_s())
+        codes = {c for parts in response.topics.values() for c in parts.values()} | {response.error_code}
+        codes.discard(ErrorCode.NONE)
+        if ErrorCode.UNKNOWN_MEMBER_ID in codes:
+            raise KafkaError(
+                ErrorCode.NON_EMPTY_GROUP,
+                f"cannot reset offsets of group {group_id!r}: members joined meanwhile; the group must be inactive",
+            )
+        if codes:
+            code = sorted(codes)[0]
+            raise KafkaError(code, f"resetting offsets of group {group_id!r} failed: {response.error_message or ''}")
+        return dict(sorted(targets.items()))
+
+    def delete_group(self, group_id: str) -> None:
+        """Delete an inactive group and its committed offsets (NON_EMPTY_GROUP while it has
+        members, GROUP_ID_NOT_FOUND if there is no such group)."""
+        from ..protocol.group import DeleteGroupsRequest, DeleteGroupsResponse
+
+        if not isinstance(group_id, str) or not group_id:
+            raise KafkaError(ErrorCode.INVALID_GROUP_ID, f"group id must be a non-empty string, got {group_id!r}")
+        response = self._group_coordinators.call_group(
+            group_id, "delete_groups", DeleteGroupsRequest([group_id]), DeleteGroupsResponse, self._group_timeout_s()
+        )
+        code = response.results.get(group_id, response.error_code)
+        if code == ErrorCode.NON_EMPTY_GROUP:
+            raise KafkaError(code, f"cannot delete group {group_id!r}: it has active members; close its consumers first")
+        if code == ErrorCode.GROUP_ID_NOT_FOUND:
+            raise KafkaError(code, f"group {group_id!r} does not exist")
+        raise_for_error(code, f"deleting group {group_id!r} failed: {response.error_message or ''}")
