@@ -546,6 +546,12 @@ class Replica:
                 self.hw = log.log_end_offset
                 fs.phase = FETCHING
             else:
+                if 0 <= response.log_end_offset < request.fetch_offset == log.log_end_offset:
+                    # Nothing of ours past the leader's log end can match its log. Drop it
+                    # now: when reconciliation finds no common epoch it keeps our log up
+                    # to our HW, and if the leader's log is shorter than that (an unclean
+                    # election, or lost unflushed data) we would fetch past its end forever.
+                    self._truncate(response.log_end_offset)
                 fs.phase = TRUNCATING  # our log is longer than the leader's: reconcile again
                 fs.asked_epoch = log.epoch_cache.latest_epoch
             fs.consecutive_errors = 0

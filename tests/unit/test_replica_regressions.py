@@ -6,6 +6,8 @@ replays the original run (with the fix reverted it fails again).
 
 from __future__ import annotations
 
+import dataclasses
+
 from replication_helpers import follower_fetch, lai, make_replica, of_type
 
 from kcoord.protocol.controller import AlterPartitionResponse
@@ -80,3 +82,39 @@ def test_follower_that_left_the_isr_needs_a_fresh_fetch_to_rejoin():
     acts = follower_fetch(r, 1, 5, "f1c", 60, epoch=1, max_wait_ms=0)
     (alter,) = of_type(acts, SendAlterPartition)
     assert alter.request.new_isr == [0, 1, 2]
+
+
+def test_follower_converges_on_a_leader_whose_log_is_shorter_than_its_hw():
+    """Seed 0 (page-cache mode): the new leader's log had lost everything (LEO 0, epoch cache
+    [(6, 0)]) while a follower held 9 committed records. OffsetsForLeaderEpoch found no
+    common epoch, so the follower kept its log up to its HW (9), fetched at 9, got
+    OFFSET_OUT_OF_RANGE (the leader ends at 0), reconciled again with the same result, and
+    so on forever: the partition never got its ISR back. The same happens after an unclean
+    election of a replica with a short log. A follower must end up with the leader's log."""
+    from replication_helpers import batch, produce, replies
+    from kcoord.replication.actions import SendFetch, SendOffsetsForLeaderEpoch
+
+    leader = make_replica(2)
+    leader.handle_leader_and_isr(lai(2, 6, (2,)), 0)
+    assert leader.log.epoch_cache.entries == [(6, 0)] and leader.log.log_end_offset == 0
+    follower = make_replica(0)
+    old = make_replica(1)
+    old.handle_leader_and_isr(lai(1, 0, (1,)), 0)
+    produce(old, batch(9), "p", 0, acks=1)
+    follower.log.append(old.log.read(0, 1 << 20))
+    follower.log.checkpoint_high_watermark(9)
+    follower = make_replica(0, log=follower.log)
+    assert follower.hw == 9
+    _, acts = follower.handle_leader_and_isr(lai(2, 6, (2,)), 10)
+    for step in range(10):
+        (send,) = [a for a in acts if isinstance(a, (SendFetch, SendOffsetsForLeaderEpoch))]
+        if isinstance(send, SendOffsetsForLeaderEpoch):
+            acts = follower.on_offsets_for_leader_epoch_response(send.request, leader.offsets_for_leader_epoch(send.request), 11 + step)
+            continue
+        resp = replies(leader.fetch(dataclasses.replace(send.request, max_wait_ms=0), "t", 11 + step))["t"]
+        if resp.error_code == 0:
+            break
+        acts = follower.on_fetch_response(send.request, resp, 11 + step)
+    else:
+        raise AssertionError("the follower never got a successful fetch: livelock")
+    assert follower.log.log_end_offset == 0 and follower.hw == 0
