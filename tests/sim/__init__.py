@@ -1,0 +1,1 @@
+"""Deterministic simulation of partition replication and failover (see simulation.py)."""
