@@ -382,7 +382,9 @@ class ControllerNode:
         if kind == DEAD:
             self.execute(self.core.on_replica_dead(action.replica, now))
         if self.core is not None:
-            self.execute(self.core.on_leader_and_isr_result(action.replica, action.request, response, now))
+            # The core may answer with follow-up actions (e.g. elect again when the designated
+            # leader refused the epoch); run them as the shell does.
+            self.execute(self.core.on_leader_and_isr_result(action.replica, action.request, response, now) or [])
 
     def _heartbeat_done(self, replica: ReplicaId, response: Message | None, kind: str) -> None:
         assert self.core is not None
