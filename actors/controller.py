@@ -219,7 +219,9 @@ class FailoverCoordinator:
                 await self._execute(self.core.on_replica_dead(rid, now_ms()), wait=False)
         except DecodeError:
             pass
-        self.core.on_leader_and_isr_result(rid, action.request, response, now_ms())
+        actions = self.core.on_leader_and_isr_result(rid, action.request, response, now_ms())
+        if actions:
+            await self._execute(actions, wait=False)
 
     async def _send_heartbeat(self, action: SendHeartbeat) -> None:
         rid = action.replica

@@ -254,6 +254,7 @@ class ReplicaActor:
             "directory": str(self.directory),
             "size_bytes": log.size_bytes,
             "metrics": dict(self.replica.metrics),
+            "parked_fetches": self.replica.parked_fetches(),
         }
 
     async def read_log(self, from_offset: int, max_bytes: int = 64 << 20) -> bytes:

@@ -438,15 +438,25 @@ class ControllerState:
         if created and replica in self.detector and not self.detector.is_alive(replica):
             self.metrics.replicas_recreated += 1
 
-    def on_leader_and_isr_result(self, replica: ReplicaId, request: LeaderAndIsrRequest, response: LeaderAndIsrResponse | None, now_ms: int) -> None:
+    def on_leader_and_isr_result(
+        self, replica: ReplicaId, request: LeaderAndIsrRequest, response: LeaderAndIsrResponse | None, now_ms: int
+    ) -> list[ControllerAction]:
         key = (replica.topic, replica.partition)
         p = self.partitions.get(key)
-        if p is None or response is None or response.error_code != ErrorCode.NONE:
-            return
+        if p is None or response is None:
+            return []
+        is_current_leader = replica.broker == request.leader == p.leader and request.leader_epoch == p.leader_epoch
+        if response.error_code == ErrorCode.FENCED_LEADER_EPOCH and is_current_leader:
+            # The designated leader restarted and will not resume this epoch: elect again
+            # (possibly the same replica) with a new epoch.
+            return self._elect(p, now_ms, failed_leader=False)
+        if response.error_code != ErrorCode.NONE:
+            return []
         started = self._failover_started.get(key)
         if started is not None and replica.broker == request.leader == p.leader and request.leader_epoch == p.leader_epoch:
             del self._failover_started[key]
             self.metrics.failover_ms.append(now_ms - started)
+        return []
 
     def _verify(self, replica: ReplicaId, status: HeartbeatResponse, now_ms: int) -> list[ControllerAction]:
         """Re-send the replica its role if its view is behind ours (missed message, restart)."""

@@ -142,6 +142,15 @@ class Replica:
                     actions += self._maybe_advance_hw(now_ms)
             return LeaderAndIsrResponse(), actions
 
+        if req.leader == self.broker and self.leader_epoch < 0 and self.log.epoch_cache.latest_epoch >= req.leader_epoch:
+            # A fresh process (restarted) asked to lead an epoch its log already has: it
+            # would resume that leadership without its in-memory state (follower progress,
+            # HW), so the HW could go backwards. Refuse; the controller elects anew.
+            return LeaderAndIsrResponse(
+                ErrorCode.FENCED_LEADER_EPOCH,
+                f"broker {self.broker} restarted and cannot resume leading epoch {req.leader_epoch} "
+                f"(its log already has epoch {self.log.epoch_cache.latest_epoch}); elect with a new epoch",
+            ), []
         self.leader_epoch = req.leader_epoch
         self.leader = req.leader
         self._set_assignment(req)
@@ -603,6 +612,11 @@ class Replica:
             return OffsetsForLeaderEpochResponse(err[0], err[1])
         epoch, end = self.log.epoch_cache.end_offset_for(req.leader_epoch, self.log.log_end_offset)
         return OffsetsForLeaderEpochResponse(leader_epoch=epoch, end_offset=end)
+
+    def parked_fetches(self) -> dict[str, int]:
+        """Long-poll fetches waiting for data, by kind (for operators and tests)."""
+        followers = sum(1 for w in self._fetch_waiters.values() if w.from_follower)
+        return {"followers": followers, "consumers": len(self._fetch_waiters) - followers}
 
     def status(self, incarnation: str = "") -> HeartbeatResponse:
         ls = self.leader_state

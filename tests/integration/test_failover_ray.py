@@ -1,0 +1,168 @@
+"""FailoverCoordinator on real Ray: elections, truncation of a deposed leader, offline
+partitions, replica recreation, preferred-leader moves, and the coordinator's own death."""
+
+from __future__ import annotations
+
+import os
+import signal
+
+import pytest
+import ray
+
+from kcoord import records
+from kcoord.client.admin import Admin
+from kcoord.protocol.errors import ErrorCode
+from kcoord.protocol.replication import FetchRequest, FetchResponse, ProduceRequest, ProduceResponse
+from waiting import wait_until
+
+pytestmark = pytest.mark.ray
+
+
+def describe(cluster, topic, broker):
+    return ray.get(cluster.replica(topic, 0, broker).describe.remote(), timeout=30)
+
+
+def produce(cluster, topic, values, acks=-1, broker=None) -> ProduceResponse:
+    data = records.build_batch_columns(values)
+    if broker is None:
+        return cluster.call_leader(topic, 0, "produce", lambda e: ProduceRequest(topic, 0, data, acks=acks, current_leader_epoch=e), ProduceResponse)
+    raw = ray.get(cluster.replica(topic, 0, broker).produce.remote(ProduceRequest(topic, 0, data, acks=acks).encode()), timeout=30)
+    return ProduceResponse.decode(raw)
+
+
+def committed_values(cluster, topic) -> list[bytes]:
+    def read():
+        resp = cluster.call_leader(topic, 0, "fetch", lambda e: FetchRequest(topic, 0, 0, current_leader_epoch=e), FetchResponse)
+        return resp if resp.error_code == 0 else None
+
+    resp = wait_until(read, timeout=30, what="a leader to serve reads")
+    return [r.value for r in records.iter_records(resp.records)]
+
+
+def single_leader(cluster, topic):
+    """Metadata names a leader, that replica leads at that epoch, and every other live
+    replica follows it at the same epoch."""
+    md = cluster.partition_metadata(topic, 0, refresh=True)
+    if md.leader < 0:
+        return None
+    infos = {b: describe(cluster, topic, b) for b in md.replicas}
+    leaders = [b for b, i in infos.items() if i["role"] == "leader" and i["leader_epoch"] == md.leader_epoch]
+    followers_ok = all(i["role"] == "follower" and i["leader_epoch"] == md.leader_epoch for b, i in infos.items() if b != md.leader)
+    stale_leaders = [b for b, i in infos.items() if i["role"] == "leader" and b != md.leader]
+    assert not stale_leaders or all(infos[b]["leader_epoch"] < md.leader_epoch for b in stale_leaders), infos
+    return md if leaders == [md.leader] and followers_ok else None
+
+
+def test_deposed_leader_restarts_and_truncates_its_unreplicated_tail(kcluster, topic_name):
+    Admin(kcluster).create_topic(topic_name, partitions=1, replication_factor=3, config={"min.insync.replicas": 2})
+    md = kcluster.partition_metadata(topic_name, 0, refresh=True)
+    assert produce(kcluster, topic_name, [b"a0", b"a1"]).error_code == 0
+    followers = [b for b in md.replicas if b != md.leader]
+    wait_until(lambda: all(describe(kcluster, topic_name, b)["log_end_offset"] == 2 for b in followers), what="followers in sync")
+    pids = [describe(kcluster, topic_name, b)["pid"] for b in followers]
+    leader_pid = describe(kcluster, topic_name, md.leader)["pid"]
+    for pid in pids:
+        os.kill(pid, signal.SIGSTOP)
+    try:
+        # Followers park a long-poll fetch at the leader, which would carry the next write
+        # to them even while they are stopped; wait for those to expire first.
+        wait_until(lambda: describe(kcluster, topic_name, md.leader)["parked_fetches"]["followers"] == 0, timeout=10, what="parked fetches to expire")
+        # the leader takes a write its followers never see, then dies
+        resp = produce(kcluster, topic_name, [b"lost0", b"lost1", b"lost2"], acks=1, broker=md.leader)
+        assert resp.error_code == 0 and resp.base_offset == 2
+        os.kill(leader_pid, signal.SIGKILL)
+    finally:
+        for pid in pids:
+            os.kill(pid, signal.SIGCONT)
+    new = wait_until(lambda: single_leader(kcluster, topic_name) if kcluster.partition_metadata(topic_name, 0, refresh=True).leader != md.leader else None, timeout=60, what="a new single leader")
+    assert new.leader in followers and new.leader_epoch > md.leader_epoch
+    assert produce(kcluster, topic_name, [b"b0"]).error_code == 0
+    # the old leader came back (Ray restarted it): it must drop "lost*" and copy the new leader
+    wait_until(lambda: describe(kcluster, topic_name, md.leader)["role"] == "follower", timeout=60, what="old leader back as follower")
+
+    def logs_equal():
+        logs = [ray.get(kcluster.replica(topic_name, 0, b).read_log.remote(0)) for b in md.replicas]
+        return logs[0] == logs[1] == logs[2] and logs
+
+    logs = wait_until(logs_equal, timeout=60, what="all replicas identical")
+    assert [r.value for r in records.iter_records(logs[0])] == [b"a0", b"a1", b"b0"]
+    assert describe(kcluster, topic_name, md.leader)["metrics"]["truncated_records"] == 3
+
+
+def test_whole_isr_dead_goes_offline_then_returns(kcluster, topic_name):
+    Admin(kcluster).create_topic(topic_name, partitions=1, replication_factor=3)
+    md = kcluster.partition_metadata(topic_name, 0, refresh=True)
+    assert produce(kcluster, topic_name, [b"kept"]).error_code == 0
+    pids = [describe(kcluster, topic_name, b)["pid"] for b in md.replicas]
+    for pid in pids:
+        os.kill(pid, signal.SIGSTOP)
+    try:
+        offline = wait_until(lambda: (m := kcluster.partition_metadata(topic_name, 0, refresh=True)).leader < 0 and m, timeout=30, what="partition offline")
+        assert offline.error_code == ErrorCode.LEADER_NOT_AVAILABLE
+        assert Admin(kcluster).describe_cluster()["metrics"]["offline_partitions"] >= 1
+    finally:
+        for pid in pids:
+            os.kill(pid, signal.SIGCONT)
+    back = wait_until(lambda: single_leader(kcluster, topic_name), timeout=60, what="partition back online")
+    assert back.leader_epoch > md.leader_epoch
+    assert committed_values(kcluster, topic_name)[0] == b"kept"
+    assert produce(kcluster, topic_name, [b"after"]).error_code == 0
+
+
+def test_dead_follower_leaves_isr_is_recreated_and_rejoins(kcluster, topic_name):
+    admin = Admin(kcluster)
+    admin.create_topic(topic_name, partitions=1, replication_factor=3)
+    md = kcluster.partition_metadata(topic_name, 0, refresh=True)
+    follower = [b for b in md.replicas if b != md.leader][0]
+    before = admin.describe_cluster()["metrics"]
+    old = describe(kcluster, topic_name, follower)
+    ray.kill(kcluster.replica(topic_name, 0, follower), no_restart=True)
+    kcluster.forget(kcluster.replica_name(topic_name, 0, follower))
+    wait_until(lambda: follower not in kcluster.partition_metadata(topic_name, 0, refresh=True).isr, timeout=30, what="ISR shrink")
+    assert produce(kcluster, topic_name, [b"while-away"]).error_code == 0
+
+    def rejoined():
+        kcluster.forget(kcluster.replica_name(topic_name, 0, follower))
+        return follower in kcluster.partition_metadata(topic_name, 0, refresh=True).isr
+
+    wait_until(rejoined, timeout=60, what="recreated follower to rejoin the ISR")
+    new = describe(kcluster, topic_name, follower)
+    assert new["incarnation"] != old["incarnation"] and new["log_end_offset"] == 1
+    after = admin.describe_cluster()["metrics"]
+    assert after["replicas_recreated"] > before["replicas_recreated"]
+    assert after["isr_shrinks"] > before["isr_shrinks"] and after["isr_expands"] > before["isr_expands"]
+
+
+def test_leadership_returns_to_preferred_replica(kcluster, topic_name):
+    Admin(kcluster).create_topic(topic_name, partitions=1, replication_factor=3)
+    md = kcluster.partition_metadata(topic_name, 0, refresh=True)
+    preferred = md.replicas[0]
+    assert md.leader == preferred
+    ray.kill(kcluster.replica(topic_name, 0, preferred), no_restart=False)
+    wait_until(lambda: kcluster.partition_metadata(topic_name, 0, refresh=True).leader not in (-1, preferred), timeout=30, what="failover")
+    # once the preferred replica is back in the ISR, the controller moves leadership home
+    moved = wait_until(lambda: (m := single_leader(kcluster, topic_name)) and m.leader == preferred and m, timeout=60, what="preferred leader election")
+    assert moved.leader_epoch >= md.leader_epoch + 2
+    assert Admin(kcluster).describe_cluster()["metrics"]["preferred_leader_elections"] >= 1
+
+
+@pytest.mark.parametrize("controller_first", [True, False])
+def test_coordinator_killed_mid_election_leaves_exactly_one_leader(kcluster, topic_name, controller_first):
+    Admin(kcluster).create_topic(topic_name, partitions=1, replication_factor=3, config={"min.insync.replicas": 2})
+    md = kcluster.partition_metadata(topic_name, 0, refresh=True)
+    assert produce(kcluster, topic_name, [b"v%d" % i for i in range(10)]).error_code == 0
+    epoch_before = ray.get(kcluster.controller.ready.remote())
+    controller_pid = ray.get(kcluster.controller.pid.remote())
+    leader = kcluster.replica(topic_name, 0, md.leader)
+    if controller_first:
+        os.kill(controller_pid, signal.SIGKILL)
+        ray.kill(leader, no_restart=False)
+    else:
+        ray.kill(leader, no_restart=False)
+        os.kill(controller_pid, signal.SIGKILL)
+    # the controller restarts (Ray), reloads the store, and the election completes or is redone
+    wait_until(lambda: ray.get(kcluster.controller.ready.remote(), timeout=10) > epoch_before, timeout=60, what="controller restart")
+    final = wait_until(lambda: single_leader(kcluster, topic_name), timeout=60, what="exactly one leader")
+    assert final.leader_epoch > md.leader_epoch
+    assert committed_values(kcluster, topic_name)[:10] == [b"v%d" % i for i in range(10)]
+    assert produce(kcluster, topic_name, [b"after"]).error_code == 0
