@@ -1,0 +1,326 @@
+"""Consumer groups on real Ray: GroupCoordinatorActors, GroupMembers in driver threads.
+
+Members here are :class:`GroupMember` objects (the Consumer's group half) driven by a poll
+thread each, so the tests exercise the protocol without fetching records; the Consumer
+itself is covered in test_consumer_group_ray.py. All groups share one 12-partition topic
+(a partition replica is an actor: topics are the expensive part).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+import uuid
+
+import pytest
+import ray
+
+from waiting import wait_until
+from actors.group_coordinator import configure_group_coordinators
+from kcoord.client.admin import Admin
+from kcoord.client.group_calls import GroupCoordinators
+from kcoord.client.group_member import CommitFailedError, GroupMember
+from kcoord.client.types import TopicPartition
+from kcoord.protocol.errors import ErrorCode, KafkaError
+from kcoord.protocol.group import (
+    JoinGroupResponse,
+    OffsetCommitPartition,
+    OffsetCommitRequest,
+    OffsetCommitResponse,
+    OffsetFetchRequest,
+    OffsetFetchResponse,
+)
+
+pytestmark = pytest.mark.ray
+
+# Short timeouts so that expiry tests take seconds (the broker-side minimum is lowered to match).
+FAST_GROUP_CONFIG = {"group.min.session.timeout.ms": 500, "group.initial.rebalance.delay.ms": 300}
+
+
+@pytest.fixture(scope="module")
+def groups(kcluster):
+    configure_group_coordinators(kcluster, FAST_GROUP_CONFIG)
+    return kcluster
+
+
+@pytest.fixture(scope="module")
+def topic12(groups):
+    name = f"groups12-{uuid.uuid4().hex[:6]}"
+    Admin(groups).create_topic(name, partitions=12, replication_factor=1)
+    return name
+
+
+@pytest.fixture
+def group_id(request) -> str:
+    return f"{request.node.name[:30]}-{uuid.uuid4().hex[:6]}"
+
+
+class Host:
+    """A stand-in for the Consumer: keeps the assignment and the positions to commit."""
+
+    def __init__(self) -> None:
+        self.assigned: list[TopicPartition] = []
+        self.positions: dict[TopicPartition, int] = {}
+        self.committed_at_assign: dict[TopicPartition, int | None] = {}
+
+    def group_assign(self, partitions, committed):
+        self.assigned = list(partitions)
+        self.committed_at_assign = dict(committed)
+        self.positions = {tp: (c if c is not None else 0) for tp, c in committed.items()}
+
+    def group_positions(self):
+        return dict(self.positions)
+
+
+class Member:
+    """A GroupMember with its own poll thread (as a consumer's poll loop would be)."""
+
+    def __init__(self, cluster, group_id, topic, **kw) -> None:
+        kw.setdefault("session_timeout_ms", 3000)
+        kw.setdefault("heartbeat_interval_ms", 100)
+        kw.setdefault("enable_auto_commit", False)
+        self.host = Host()
+        self.member = GroupMember(cluster, group_id, self.host, **kw)
+        self.member.subscribe([topic])
+        self.polling = True
+        self.errors: list[Exception] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+        self._thread.start()
+
+    def _loop(self) -> None:
+        while not self._stop.wait(0.02):
+            if not self.polling:
+                continue
+            try:
+                self.member.poll()
+            except Exception as exc:  # surfaced by the tests
+                self.errors.append(exc)
+
+    def partitions(self) -> set[int]:
+        return {tp.partition for tp in self.host.assigned}
+
+    def stop_thread(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=30)
+
+    def close(self) -> None:
+        self.stop_thread()
+        self.member.close()
+
+
+def stable_with(admin: Admin, group_id: str, members: list[Member], generation_above: int = 0) -> dict | None:
+    """The group's description once it is Stable with exactly ``members``, all of which
+    hold the current generation's assignment; else None."""
+    d = admin.describe_group(group_id)
+    ids = {m.member.member_id for m in members}
+    if d["state"] != "Stable" or d["generation"] <= generation_above or {x["member_id"] for x in d["members"]} != ids:
+        return None
+    if any(m.member.generation != d["generation"] or m.member.state != "stable" for m in members):
+        return None
+    return d
+
+
+def close_all(members: list[Member]) -> None:
+    for m in members:
+        try:
+            m.close()
+        except Exception:
+            pass
+
+
+def test_four_members_split_twelve_partitions_without_overlap_or_gap(groups, topic12, group_id):
+    admin = Admin(groups)
+    members = [Member(groups, group_id, topic12, client_id=f"m{i}") for i in range(4)]
+    try:
+        d = wait_until(lambda: stable_with(admin, group_id, members), timeout=60, what="4 members stable")
+        owned = [m.partitions() for m in members]
+        assert sorted(p for ps in owned for p in ps) == list(range(12)), owned  # no overlap, no gap
+        assert all(len(ps) == 3 for ps in owned), owned
+        # The coordinator's view (describe) agrees with what members were handed.
+        described = {x["member_id"]: set(x["assignment"][topic12]) for x in d["members"]}
+        assert described == {m.member.member_id: m.partitions() for m in members}
+        assert d["protocol"] == "range" and d["protocol_type"] == "consumer"
+        assert not any(m.errors for m in members)
+    finally:
+        close_all(members)
+
+
+def test_member_leaves_only_its_partitions_move_with_sticky(groups, topic12, group_id):
+    admin = Admin(groups)
+    members = [Member(groups, group_id, topic12, partition_assignment_strategy="sticky") for _ in range(4)]
+    try:
+        d = wait_until(lambda: stable_with(admin, group_id, members), timeout=60, what="4 members stable")
+        before = [m.partitions() for m in members]
+        leaving = members.pop(1)
+        leaving.close()  # LeaveGroup: the rebalance starts at once, not after a session timeout
+        d2 = wait_until(lambda: stable_with(admin, group_id, members, d["generation"]), timeout=30, what="rebalance after leave")
+        after = [m.partitions() for m in members]
+        assert sorted(p for ps in after for p in ps) == list(range(12))
+        kept = [before[0], before[2], before[3]]
+        for old, new in zip(kept, after):
+            assert old <= new, "sticky: a staying member keeps all its partitions"
+        moved = set().union(*after) - set().union(*kept)
+        assert moved == before[1], "exactly the leaver's partitions moved"
+        assert d2["generation"] == d["generation"] + 1
+    finally:
+        close_all(members)
+
+
+def test_member_that_stops_heartbeating_is_removed_after_session_timeout(groups, topic12, group_id):
+    admin = Admin(groups)
+    session_ms = 1500
+    a = Member(groups, group_id, topic12, session_timeout_ms=session_ms)
+    b = Member(groups, group_id, topic12, session_timeout_ms=session_ms)
+    try:
+        d = wait_until(lambda: stable_with(admin, group_id, [a, b]), timeout=60, what="2 members stable")
+        # b hangs: no heartbeats, no polls, no LeaveGroup.
+        b.polling = False
+        b.member._pause_heartbeats_for_test()
+        hung_at = time.monotonic()
+        wait_until(lambda: stable_with(admin, group_id, [a], d["generation"]), timeout=30, what="b expired, a alone")
+        elapsed = time.monotonic() - hung_at
+        assert elapsed >= session_ms / 1000 * 0.8, f"removed after {elapsed:.2f} s, before the session timeout"
+        assert a.partitions() == set(range(12))
+        # The expired member finds out on its next heartbeat and rejoins as a new member.
+        b.member._pause_heartbeats_for_test(False)
+        b.polling = True
+        wait_until(lambda: stable_with(admin, group_id, [a, b]), timeout=30, what="b rejoined")
+        assert sorted(a.partitions() | b.partitions()) == list(range(12))
+    finally:
+        close_all([a, b])
+
+
+def test_member_that_stops_polling_leaves_after_max_poll_interval(groups, topic12, group_id):
+    admin = Admin(groups)
+    a = Member(groups, group_id, topic12)
+    b = Member(groups, group_id, topic12, max_poll_interval_ms=1000)
+    try:
+        d = wait_until(lambda: stable_with(admin, group_id, [a, b]), timeout=60, what="2 members stable")
+        b.polling = False  # heartbeats continue, polls stop: Kafka's "stuck processing" case
+        wait_until(lambda: stable_with(admin, group_id, [a], d["generation"]), timeout=30, what="b left on poll timeout")
+        assert a.partitions() == set(range(12))
+        b.polling = True
+        wait_until(lambda: stable_with(admin, group_id, [a, b]), timeout=30, what="b rejoined after polling again")
+    finally:
+        close_all([a, b])
+
+
+def test_static_member_restart_keeps_assignment_without_new_generation(groups, topic12, group_id):
+    admin = Admin(groups)
+    a = Member(groups, group_id, topic12, group_instance_id="instance-a", session_timeout_ms=10_000)
+    b = Member(groups, group_id, topic12, group_instance_id="instance-b", session_timeout_ms=10_000)
+    members = [a, b]
+    try:
+        d = wait_until(lambda: stable_with(admin, group_id, members), timeout=60, what="2 static members stable")
+        a_parts = a.partitions()
+        old_id = a.member.member_id
+        a.close()  # a static member does not leave: its seat waits for it
+        assert admin.describe_group(group_id)["generation"] == d["generation"]
+        a2 = Member(groups, group_id, topic12, group_instance_id="instance-a", session_timeout_ms=10_000)
+        members = [a2, b]
+        d2 = wait_until(lambda: stable_with(admin, group_id, members), timeout=30, what="restarted static member back")
+        assert d2["generation"] == d["generation"], "no rebalance for a static member's restart"
+        assert a2.partitions() == a_parts
+        assert a2.member.member_id != old_id
+        assert b.member.rebalances == 1, "the other member never rejoined"
+        # The old incarnation is fenced.
+        gc = GroupCoordinators(groups)
+        stale = OffsetCommitRequest(group_id, d["generation"], old_id, "instance-a", topics={topic12: {0: OffsetCommitPartition(1)}})
+        resp = gc.call_group(group_id, "offset_commit", stale, OffsetCommitResponse, 30)
+        assert resp.topics[topic12][0] == ErrorCode.FENCED_INSTANCE_ID
+    finally:
+        close_all(members)
+
+
+def test_commit_from_an_old_generation_is_rejected(groups, topic12, group_id):
+    admin = Admin(groups)
+    gc = GroupCoordinators(groups)
+    a = Member(groups, group_id, topic12)
+    members = [a]
+    try:
+        d = wait_until(lambda: stable_with(admin, group_id, members), timeout=60, what="a stable")
+        old_gen, a_id = d["generation"], a.member.member_id
+        tp = TopicPartition(topic12, 0)
+        a.member.commit({tp: 10})
+        b = Member(groups, group_id, topic12)
+        members.append(b)
+        wait_until(lambda: stable_with(admin, group_id, members, old_gen), timeout=30, what="rebalance to 2 members")
+        stale = OffsetCommitRequest(group_id, old_gen, a_id, topics={topic12: {0: OffsetCommitPartition(99)}})
+        resp = gc.call_group(group_id, "offset_commit", stale, OffsetCommitResponse, 30)
+        assert resp.topics[topic12][0] == ErrorCode.ILLEGAL_GENERATION
+        fetched = gc.call_group(group_id, "offset_fetch", OffsetFetchRequest(group_id, {topic12: [0]}), OffsetFetchResponse, 30)
+        assert fetched.offsets[topic12][0].offset == 10, "a fenced commit must not move the offset"
+        # The client API says the same with CommitFailedError.
+        a.polling = False
+        a.member._pause_heartbeats_for_test()
+        c = Member(groups, group_id, topic12)
+        members.append(c)
+        wait_until(lambda: admin.describe_group(group_id)["state"] != "Stable", timeout=30, what="rebalance started")
+        wait_until(lambda: a.member.member_id not in {x["member_id"] for x in admin.describe_group(group_id)["members"]},
+                   timeout=30, what="a removed")
+        with pytest.raises(CommitFailedError) as info:
+            a.member.commit({tp: 50})
+        assert info.value.code in (ErrorCode.ILLEGAL_GENERATION, ErrorCode.UNKNOWN_MEMBER_ID)
+        assert "rebalanced" in str(info.value)
+    finally:
+        close_all(members)
+
+
+def _coordinator(cluster, group_id):
+    index = GroupCoordinators(cluster).index_for(group_id)
+    from kcoord.protocol import names
+
+    return ray.get_actor(names.group_coordinator(cluster.name, index), namespace=cluster.namespace)
+
+
+@pytest.mark.parametrize("how", ["ray_kill", "sigkill"])
+def test_coordinator_restart_keeps_offsets_and_generation(groups, topic12, group_id, how):
+    admin = Admin(groups)
+    members = [Member(groups, group_id, topic12, session_timeout_ms=10_000) for _ in range(2)]
+    try:
+        d = wait_until(lambda: stable_with(admin, group_id, members), timeout=60, what="2 members stable")
+        for i, m in enumerate(members):
+            m.member.commit({tp: 100 + tp.partition for tp in m.host.assigned})
+        committed = {(x["topic"], x["partition"]): x["committed_offset"] for x in admin.describe_group(group_id)["offsets"]}
+        assert committed == {(topic12, p): 100 + p for p in range(12)}
+        handle = _coordinator(groups, group_id)
+        before = ray.get(handle.describe.remote(), timeout=30)
+        if how == "ray_kill":
+            ray.kill(handle, no_restart=False)
+        else:
+            os.kill(before["pid"], signal.SIGKILL)
+
+        def restarted():
+            info = ray.get(handle.describe.remote(), timeout=10)
+            return info if info["incarnation"] != before["incarnation"] and info["loaded"] else None
+
+        after = wait_until(restarted, timeout=90, what="coordinator restarted and loaded")
+        assert after["groups"][group_id]["generation"] == d["generation"]
+        d2 = admin.describe_group(group_id)
+        assert d2["generation"] == d["generation"] and d2["state"] == "Stable"
+        assert {x["member_id"] for x in d2["members"]} == {m.member.member_id for m in members}
+        assert {(x["topic"], x["partition"]): x["committed_offset"] for x in d2["offsets"]} == committed
+        # Members carry on in the same generation: heartbeats and commits work.
+        for m in members:
+            m.member.commit({tp: 200 + tp.partition for tp in m.host.assigned})
+        assert all(m.member.generation == d["generation"] for m in members)
+        assert admin.describe_group(group_id)["generation"] == d["generation"]
+    finally:
+        close_all(members)
+
+
+def test_coordinator_answers_malformed_bytes_with_an_error_and_stays_up(groups):
+    handle = _coordinator(groups, "any-group")
+    for method in ("join_group", "offset_commit", "heartbeat", "list_groups"):
+        raw = ray.get(getattr(handle, method).remote(b"\xc1 not msgpack"), timeout=30)
+        from kcoord.protocol.group import RESPONSE_FOR
+        from kcoord.protocol.codec import decode_any
+
+        decoded = decode_any(raw, response=True)
+        assert decoded.error_code == ErrorCode.CORRUPT_MESSAGE
+    wrong = ray.get(handle.join_group.remote(OffsetFetchRequest("g").encode()), timeout=30)
+    assert JoinGroupResponse.decode(wrong).error_code == ErrorCode.INVALID_REQUEST
+    assert ray.get(handle.describe.remote(), timeout=30)["loaded"]
