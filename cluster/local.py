@@ -40,6 +40,8 @@ def start_local_ray(num_cpus: int | None = None, namespace: str = names.DEFAULT_
     kwargs.setdefault("include_dashboard", False)
     kwargs.setdefault("logging_level", "WARNING")
     kwargs.setdefault("log_to_driver", False)
+    # "local" always starts a private instance, even when `ray start` runs on this machine.
+    kwargs.setdefault("address", "local")
     ray.init(num_cpus=num_cpus, namespace=namespace, **kwargs)
     return True
 
