@@ -519,9 +519,12 @@ class Replica:
             if our_epoch == leader_epoch:
                 self._truncate(min(leader_end, our_end))
             elif our_epoch < 0:
-                # All our epochs are newer than anything the leader has at or below what we
-                # asked about: nothing of ours beyond the leader's end can be trusted.
-                self._truncate(min(leader_end, log.log_end_offset))
+                # All our epochs are newer than the leader's answer: from the start of our
+                # oldest epoch on, our log was written by leaders whose epochs the current
+                # leader never had, so it diverges there (not merely past the leader's end).
+                entries = log.epoch_cache.entries
+                first = entries[0].start_offset if entries else log.log_end_offset
+                self._truncate(min(leader_end, first))
             else:
                 fs.asked_epoch = our_epoch  # ask again about the older epoch we do have
                 return self._follower_step(now_ms)

@@ -118,3 +118,47 @@ def test_follower_converges_on_a_leader_whose_log_is_shorter_than_its_hw():
     else:
         raise AssertionError("the follower never got a successful fetch: livelock")
     assert follower.log.log_end_offset == 0 and follower.hw == 0
+
+
+def _log_with(batches_by_epoch):
+    """A MemoryLog holding, for each (epoch, [batch, ...]) in order, those batches written
+    by a leader at that epoch."""
+    from kcoord.log import LogConfig, MemoryLog
+
+    log = MemoryLog(LogConfig(flush_messages=1))
+    for epoch, batches in batches_by_epoch:
+        for data in batches:
+            log.append(data, leader_epoch=epoch)
+    return log
+
+
+def test_follower_truncates_an_epoch_the_leader_never_had():
+    """Seed 396 (fsync mode): the leader of epoch 3 wrote offsets 0-7 uncommitted; a
+    preferred-leader move made an empty replica leader of epoch 4, which wrote 0-7 again;
+    a replica still holding the epoch-3 batches then led epoch 5. When the old epoch-4
+    leader came back as a follower it asked where epoch 4 ends, got (epoch 3, offset 8),
+    found no epoch <= 3 of its own and kept its log up to 8 -- batches of an epoch the
+    leader never had -- so replicas disagreed below the HW. Everything from the start of
+    the follower's oldest epoch newer than the leader's answer must go."""
+    from replication_helpers import batch, replies
+    from kcoord.replication.actions import SendOffsetsForLeaderEpoch
+
+    leader_log = _log_with([(3, [batch(4, b"a"), batch(4, b"b")]), (5, [batch(2, b"c")])])
+    follower_log = _log_with([(4, [batch(5, b"x"), batch(3, b"y")])])
+    leader = make_replica(1, log=leader_log)
+    leader.handle_leader_and_isr(lai(1, 6, (1, 0)), 0)
+    follower = make_replica(0, log=follower_log)
+    _, acts = follower.handle_leader_and_isr(lai(1, 6, (1, 0)), 0)
+    (ask,) = of_type(acts, SendOffsetsForLeaderEpoch)
+    assert ask.request.leader_epoch == 4
+    answer = leader.offsets_for_leader_epoch(ask.request)
+    assert (answer.leader_epoch, answer.end_offset) == (3, 8)
+    follower.on_offsets_for_leader_epoch_response(ask.request, answer, 1)
+    assert follower.log.log_end_offset == 0, "offsets 0-7 hold epoch-4 batches the leader does not have"
+    # it then copies the leader's log and ends up identical
+    from kcoord.protocol.replication import FetchRequest
+
+    for now in range(2, 6):
+        req = FetchRequest("t", 0, follower.log.log_end_offset, max_wait_ms=0, replica_id=0, current_leader_epoch=6)
+        follower.on_fetch_response(req, replies(leader.fetch(req, "f", now))["f"], now)
+    assert follower.log.read(0, 1 << 20) == leader.log.read(0, 1 << 20)
