@@ -236,9 +236,10 @@ class BaseLog(ABC):
         Used by a follower to drop records that diverge from the new leader's log.
         """
         self._check_open()
+        offset = max(offset, self.log_start_offset)  # nothing below the log start to keep
         if offset >= self.log_end_offset:
             return
-        new_leo = self._truncate_storage(max(offset, self.log_start_offset))
+        new_leo = self._truncate_storage(offset)
         self.epoch_cache.truncate_from_end(new_leo)
         self._restore_producer_state()
         self._high_watermark = min(self._high_watermark, new_leo)

@@ -47,11 +47,12 @@ from .checkpoint import (
     write_high_watermark,
     write_producer_snapshot,
 )
-from .config import INT32_MAX, LogConfig
+from .config import LogConfig
 from .epochs import EpochEntry, LeaderEpochCache
 from .lock import DirectoryLock
 from .producer_state import ProducerStateManager
 from .recovery import RecoveryReport, load_segments
+from .rolling import must_roll, plan_runs
 from .segment import Segment, parse_base_offset
 
 KEEP_PRODUCER_SNAPSHOTS = 3
@@ -221,16 +222,6 @@ class Log(BaseLog):
 
     # -- appending ------------------------------------------------------------------------
 
-    def _must_roll(self, seg: Segment, nbytes: int, last_offset: int, now_ms: int) -> bool:
-        if seg.size == 0:
-            return False
-        cfg = self.config
-        return (
-            seg.size + nbytes > cfg.segment_bytes
-            or now_ms - seg.created_ms >= cfg.segment_ms
-            or last_offset - seg.base_offset > INT32_MAX
-        )
-
     def _write(
         self,
         chunks: Sequence[_BufferLike],
@@ -242,12 +233,9 @@ class Log(BaseLog):
         try:
             seg = self._segments[-1]
             if len(headers) == 1:  # the produce path
-                size = seg.size
-                if size and (
-                    size + nbytes > self.config.segment_bytes
-                    or now_ms - seg.created_ms >= self.config.segment_ms
-                    or headers[0].last_offset - seg.base_offset > INT32_MAX
-                ):  # _must_roll, inlined
+                if seg.size and must_roll(
+                    self.config, seg.size, seg.base_offset, seg.created_ms, nbytes, headers[0].last_offset, now_ms
+                ):
                     seg = self._roll(now_ms)
                 seg.append(chunks, nbytes, headers, positions, now_ms)
                 self._size += nbytes
@@ -264,33 +252,23 @@ class Log(BaseLog):
         positions: Sequence[int],
         now_ms: int,
     ) -> None:
+        """Replicated batches: split at batch boundaries where segments must roll."""
         seg = self._segments[-1]
-        if seg.size + nbytes <= self.config.segment_bytes and not self._must_roll(
-            seg, nbytes, headers[-1].last_offset, now_ms
-        ):
+        runs = plan_runs(self.config, seg.size, seg.base_offset, seg.created_ms, headers, now_ms)
+        if len(runs) == 1 and not runs[0][2]:
             self._append_to(seg, chunks, nbytes, headers, positions, now_ms)
             return
-        # Replicated batches that do not fit the active segment: split at batch boundaries
-        # so segments keep close to segment.bytes.
         (data,) = chunks
         view = memoryview(data)
-        n = len(headers)
         ends = list(positions[1:]) + [nbytes]
         start_leo = self.log_end_offset
-        i = 0
         try:
-            while i < n:
-                seg = self._segments[-1]
-                if self._must_roll(seg, ends[i] - positions[i], headers[i].last_offset, now_ms):
+            for i, j, roll in runs:
+                if roll:
                     self._pending = headers[:i]
                     seg = self._roll(now_ms)
-                j = i + 1
-                limit = self.config.segment_bytes - seg.size + positions[i]
-                while j < n and ends[j] <= limit and headers[j].last_offset - seg.base_offset <= INT32_MAX:
-                    j += 1
                 a, b = positions[i], ends[j - 1]
                 self._append_to(seg, (view[a:b],), b - a, headers[i:j], [p - a for p in positions[i:j]], now_ms)
-                i = j
         except (KafkaError, OSError):
             if self.log_end_offset > start_leo:
                 self._truncate_storage(start_leo)  # all or nothing, as far as the disk lets us

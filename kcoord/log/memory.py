@@ -1,21 +1,24 @@
 """An in-memory partition log with the file log's behaviour, for deterministic simulation.
 
 The replication simulation (tests/sim) runs many replicas through thousands of seeded
-crashes per second, which real files and fsyncs would make slow and nondeterministic.
-:class:`MemoryLog` shares the append pipeline with :class:`~kcoord.log.Log` (see
-``base.py``) and models durability explicitly: ``flushed_offset`` is what has been
-"fsynced", and :meth:`MemoryLog.crash` returns what a restart would find.
+crashes, which real files and fsyncs would make slow and nondeterministic. MemoryLog
+shares the append pipeline with :class:`~kcoord.log.Log` (``base.py``), rolls virtual
+segments by the same rule (``rolling.py``) so retention deletes the same offsets, and
+models durability explicitly: ``flushed_offset`` is what has been "fsynced", and
+:meth:`MemoryLog.crash` returns what a restart would find.
 
-Durability model, matching the file log: appends are durable once flushed (by the
-flush.messages / flush.ms policy or :meth:`flush`); the leader-epoch cache and the HW
-checkpoint are durable when written; truncation is durable at once. One difference on
-the safe side: the file log also makes data durable when it rolls a segment, which the
-memory log (having no segments) does not model, so it may lose more on a crash.
+Durability model, matching the file log: appended batches are durable once flushed (by
+the flush.messages / flush.ms policy, :meth:`flush`, or a segment roll, which seals the
+previous segment); the leader-epoch cache and the HW checkpoint are durable when written;
+truncation and retention are durable at once. One simplification: after a crash the
+producer state is rebuilt from the kept batches only, while the file log may also remember
+producers whose batches retention deleted (from its producer snapshots).
 """
 
 from __future__ import annotations
 
-from bisect import bisect_right
+from bisect import bisect_left, bisect_right
+from dataclasses import dataclass
 from typing import Iterator, Sequence
 
 from ..protocol.errors import ErrorCode, KafkaError
@@ -23,6 +26,19 @@ from ..records import BatchHeader
 from .base import BaseLog, _BufferLike
 from .config import LogConfig
 from .epochs import EpochEntry, LeaderEpochCache
+from .log import SegmentInfo
+from .rolling import must_roll, plan_runs
+
+
+@dataclass
+class _Span:
+    """Where the file log would have a segment: its base offset and bookkeeping."""
+
+    base_offset: int
+    size: int = 0
+    created_ms: int = 0
+    last_modified_ms: int = 0
+    max_timestamp: int = -1
 
 
 class MemoryLog(BaseLog):
@@ -30,8 +46,8 @@ class MemoryLog(BaseLog):
         super().__init__(config if config is not None else LogConfig(), now_ms)
         if log_start_offset < 0:
             raise ValueError(f"log start offset must be >= 0, got {log_start_offset}")
-        self._start = log_start_offset
         self._leo = log_start_offset
+        self._spans = [_Span(log_start_offset, created_ms=self._now, last_modified_ms=self._now)]
         self._batches: list[bytes] = []
         self._headers: list[BatchHeader] = []
         self._bases: list[int] = []
@@ -49,7 +65,7 @@ class MemoryLog(BaseLog):
 
     @property
     def log_start_offset(self) -> int:
-        return self._start
+        return self._spans[0].base_offset
 
     @property
     def log_end_offset(self) -> int:
@@ -68,6 +84,16 @@ class MemoryLog(BaseLog):
     def batch_count(self) -> int:
         return len(self._batches)
 
+    @property
+    def segments(self) -> list[SegmentInfo]:
+        """The segments the file log would have for the same appends."""
+        spans = self._spans
+        nexts = [s.base_offset for s in spans[1:]] + [self._leo]
+        return [
+            SegmentInfo(s.base_offset, s.size, nxt, s.created_ms, s.last_modified_ms, s.max_timestamp)
+            for s, nxt in zip(spans, nexts)
+        ]
+
     def _check_open(self) -> None:
         if self._closed:
             raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, "memory log is closed")
@@ -83,15 +109,41 @@ class MemoryLog(BaseLog):
         now_ms: int,
     ) -> None:
         if len(chunks) > 1:  # leader path: stamped prefix + the rest of one batch
-            self._batches.append(b"".join(chunks))
+            pieces = [b"".join(chunks)]
         else:
             view = memoryview(chunks[0])
             ends = list(positions[1:]) + [nbytes]
-            self._batches.extend(bytes(view[a:b]) for a, b in zip(positions, ends))
-        self._headers.extend(headers)
-        self._bases.extend(h.base_offset for h in headers)
-        self._leo = headers[-1].next_offset
-        self._size += nbytes
+            pieces = [bytes(view[a:b]) for a, b in zip(positions, ends)]
+        span = self._spans[-1]
+        cfg = self.config
+        if len(headers) == 1:
+            h = headers[0]
+            runs = [(0, 1, must_roll(cfg, span.size, span.base_offset, span.created_ms, h.size, h.last_offset, now_ms))]
+        else:
+            runs = plan_runs(cfg, span.size, span.base_offset, span.created_ms, headers, now_ms)
+        for i, j, roll in runs:
+            if roll:
+                self._roll(now_ms)
+            span = self._spans[-1]
+            if span.size == 0:
+                span.created_ms = now_ms
+            for k in range(i, j):
+                h = headers[k]
+                self._batches.append(pieces[k])
+                self._headers.append(h)
+                self._bases.append(h.base_offset)
+                span.size += h.size
+                self._size += h.size
+                if h.max_timestamp > span.max_timestamp:
+                    span.max_timestamp = h.max_timestamp
+            span.last_modified_ms = now_ms
+            self._leo = headers[j - 1].next_offset
+
+    def _roll(self, now_ms: int) -> None:
+        # The file log fsyncs a segment when it rolls, so everything so far is durable.
+        self._flushed = len(self._batches)
+        self._flush_policy.flushed(now_ms)
+        self._spans.append(_Span(self._leo, created_ms=now_ms, last_modified_ms=now_ms))
 
     def _read(self, from_offset: int, max_bytes: int, max_offset: int | None) -> bytes:
         i = bisect_right(self._bases, from_offset) - 1
@@ -110,14 +162,23 @@ class MemoryLog(BaseLog):
 
     def _truncate_storage(self, offset: int) -> int:
         i = bisect_right(self._bases, offset) - 1
-        if i < 0:
-            i = 0
-        new_leo = self._bases[i] if i < len(self._bases) else self._leo
+        new_leo = self._bases[i]
         self._size -= sum(h.size for h in self._headers[i:])
         del self._batches[i:], self._headers[i:], self._bases[i:]
         self._leo = new_leo
+        # Like the file log: keep the segment that held ``offset``, drop later ones.
+        k = bisect_right([s.base_offset for s in self._spans], offset) - 1
+        del self._spans[k + 1 :]
+        self._resize_last_span()
         self._flushed = len(self._batches)  # the file log fsyncs what is left when it truncates
         return new_leo
+
+    def _resize_last_span(self) -> None:
+        span = self._spans[-1]
+        first = bisect_left(self._bases, span.base_offset)
+        kept = self._headers[first:]
+        span.size = sum(h.size for h in kept)
+        span.max_timestamp = max((h.max_timestamp for h in kept), default=-1)
 
     def _restore_producer_state(self) -> None:
         self.producer_state.rebuild(self._headers)
@@ -138,12 +199,39 @@ class MemoryLog(BaseLog):
         self._headers.clear()
         self._bases.clear()
         self._size = 0
-        self._start = self._leo = offset
+        self._leo = offset
+        self._spans = [_Span(offset, created_ms=self._now, last_modified_ms=self._now)]
         self._flushed = 0
         self.epoch_cache.clear()
         self.producer_state.clear()
         self._high_watermark = offset
         self._flush_policy.flushed(self._now)
+
+    def apply_retention(self, now_ms: int, high_watermark: int | None = None) -> int:
+        """Delete the oldest whole virtual segments, exactly as :meth:`Log.apply_retention`."""
+        self._check_open()
+        self._now = now_ms
+        cfg = self.config
+        deleted = 0
+        while len(self._spans) > 1:
+            span, next_base = self._spans[0], self._spans[1].base_offset
+            if high_watermark is not None and next_base > high_watermark:
+                break
+            too_old = cfg.retention_ms >= 0 and now_ms - span.max_timestamp > cfg.retention_ms
+            too_big = cfg.retention_bytes >= 0 and self._size - span.size >= cfg.retention_bytes
+            if not (too_old or too_big):
+                break
+            k = bisect_left(self._bases, next_base)
+            del self._batches[:k], self._headers[:k], self._bases[:k]
+            self._flushed = max(0, self._flushed - k)
+            self._size -= span.size
+            del self._spans[0]
+            deleted += 1
+        if deleted:
+            self.epoch_cache.truncate_from_start(self.log_start_offset)
+            self.epoch_cache.truncate_from_end(self._leo)
+            self._high_watermark = max(self._high_watermark, self.log_start_offset)
+        return deleted
 
     def checkpoint_high_watermark(self, hw: int) -> None:
         self._check_open()
@@ -160,17 +248,25 @@ class MemoryLog(BaseLog):
         """The log a restart would find: flushed batches only, the epoch cache and HW as
         last persisted, each made consistent with the kept batches as recovery would."""
         n = self._flushed
-        log = MemoryLog(self.config, now_ms=self._now, log_start_offset=self._start)
+        log = MemoryLog(self.config, now_ms=self._now, log_start_offset=self.log_start_offset)
         log._batches = self._batches[:n]
         log._headers = self._headers[:n]
         log._bases = self._bases[:n]
         log._size = sum(h.size for h in log._headers)
-        log._leo = log._headers[-1].next_offset if n else self._start
+        log._leo = log._headers[-1].next_offset if n else self.log_start_offset
         log._flushed = n
+        log._spans = [_Span(s.base_offset, s.size, s.created_ms, s.last_modified_ms, s.max_timestamp)
+                      for s in self._spans if s.base_offset <= log._leo]
+        log._resize_last_span()
+        active = log._spans[-1]
+        # A reopened file log dates its active segment by the first batch's timestamp.
+        first = bisect_left(log._bases, active.base_offset)
+        if first < n:
+            active.created_ms = min(self._now, log._headers[first].max_timestamp)
         log.epoch_cache = LeaderEpochCache(self._persisted_epochs, on_change=log._persist_epochs)
         log._persisted_epochs = list(self._persisted_epochs)
         log.epoch_cache.truncate_from_end(log._leo)
-        log.epoch_cache.truncate_from_start(log._start)
+        log.epoch_cache.truncate_from_start(log.log_start_offset)
         for h in log._headers:  # recovery re-learns epochs from the batches it keeps
             if h.leader_epoch > log.epoch_cache.latest_epoch:
                 log.epoch_cache.assign(h.leader_epoch, h.base_offset)
@@ -181,6 +277,6 @@ class MemoryLog(BaseLog):
 
     def __repr__(self) -> str:
         return (
-            f"MemoryLog(start={self._start}, end={self._leo}, hw={self._high_watermark}, "
-            f"flushed={self.flushed_offset}, batches={len(self._batches)})"
+            f"MemoryLog(start={self.log_start_offset}, end={self._leo}, hw={self._high_watermark}, "
+            f"flushed={self.flushed_offset}, segments={len(self._spans)}, batches={len(self._batches)})"
         )
