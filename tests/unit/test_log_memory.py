@@ -142,3 +142,26 @@ def test_errors_match_the_file_log():
     with pytest.raises(KafkaError):
         log.append(batch(1), leader_epoch=0)
     assert log.crash().log_end_offset == 1  # close flushed
+
+
+def test_segment_roll_makes_earlier_batches_durable():
+    size = len(batch())
+    log = MemoryLog(LogConfig(segment_bytes=size * 3))
+    for _ in range(4):
+        log.append(batch(), leader_epoch=0)
+    assert [(s.base_offset, s.next_offset) for s in log.segments] == [(0, 6), (6, 8)]
+    assert log.flushed_offset == 6  # the file log fsyncs a segment when it rolls
+    assert log.crash().log_end_offset == 6
+
+
+def test_retention_deletes_whole_virtual_segments():
+    size = len(batch())
+    log = MemoryLog(LogConfig(segment_bytes=size * 2, retention_bytes=size * 3))
+    for _ in range(7):
+        log.append(batch(), leader_epoch=0)
+    assert [s.base_offset for s in log.segments] == [0, 4, 8, 12]
+    assert log.apply_retention(0, high_watermark=4) == 1  # the HW pins the second segment
+    assert log.apply_retention(0) == 1
+    assert (log.log_start_offset, log.size_bytes) == (8, 3 * size)
+    assert log.read(8, 1 << 20) == b"".join(log.read(o, 1) for o in (8, 10, 12))
+    assert log.crash().log_start_offset == 8
