@@ -1,0 +1,228 @@
+"""Consumer-group benchmark: rebalance latency and commit throughput.
+
+* join -> Stable: a group of N-1 stable members, one more joins; the time from its first
+  JoinGroup until every one of the N members holds its assignment of the new generation
+  (the group is Stable and ready to consume). N = 1, 2, 4, 8, 16;
+  ``group.initial.rebalance.delay.ms`` = 0.
+* leave -> Stable: one member of N closes (LeaveGroup); the time until the N-1 others hold
+  their new assignment.
+* commit throughput: synchronous OffsetCommits of each member's partitions, from one member
+  and from 8 members at once (the coordinator merges concurrent appends into one acks=all write).
+
+Members are GroupMembers (the Consumer's group half) on threads of this process, with a
+100 ms heartbeat interval: that is how fast existing members learn a rebalance started.
+Prints JSON (medians, and every sample).
+
+    python benchmarks/groups.py [--quick] [--out FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import threading
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+HEARTBEAT_MS = 100
+SESSION_MS = 3000
+PARTITIONS = 16
+QUICK_PARTITIONS = 4  # each partition replica is an actor: --quick keeps setup short
+
+
+class BenchMember:
+    """A GroupMember with a poll thread that wakes as soon as a rebalance is flagged, and
+    records when each generation's assignment arrived."""
+
+    def __init__(self, client, group_id: str, topic: str) -> None:
+        from kcoord.client.group_member import GroupMember
+
+        self.assigned_at: dict[int, float] = {}
+        self.member = GroupMember(
+            client,
+            group_id,
+            None,
+            session_timeout_ms=SESSION_MS,
+            heartbeat_interval_ms=HEARTBEAT_MS,
+            enable_auto_commit=False,
+            partition_assignment_strategy="range",
+        )
+        self._wake = threading.Event()
+        self.member.on_rejoin_needed = self._wake.set
+        self.member.subscribe([topic], on_assign=self._on_assign)
+        self.join_started = 0.0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+
+    def _on_assign(self, partitions) -> None:
+        self.assigned_at[self.member.generation] = time.perf_counter()
+
+    def start(self) -> None:
+        self.join_started = time.perf_counter()
+        self._thread.start()
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.member.poll()
+            except Exception as exc:  # pragma: no cover - reported, the benchmark carries on
+                print(f"member error: {exc}", file=sys.stderr)
+            self._wake.wait(0.05)
+            self._wake.clear()
+
+    def close(self) -> None:
+        self._stop.set()
+        self._wake.set()
+        self._thread.join(timeout=30)
+        self.member.close()
+
+
+def wait_generation(members: list[BenchMember], above: int, timeout: float = 60.0) -> tuple[int, float]:
+    """Wait until all members hold the same generation > ``above``; returns it and the time
+    the last of them got its assignment."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        gens = {m.member.generation for m in members}
+        if len(gens) == 1:
+            gen = gens.pop()
+            if gen > above and all(m.member.state == "stable" and gen in m.assigned_at for m in members):
+                return gen, max(m.assigned_at[gen] for m in members)
+        time.sleep(0.002)
+    raise TimeoutError(f"group did not stabilise above generation {above}")
+
+
+def median(xs: list[float]) -> float | None:
+    return round(statistics.median(xs), 1) if xs else None
+
+
+def bench_rebalances(client, topic: str, sizes: list[int], repeats: int) -> tuple[dict, dict]:
+    join: dict[str, dict] = {}
+    leave: dict[str, dict] = {}
+    for n in sizes:
+        group_id = f"bench-join-{n}-{os.getpid()}"
+        base = [BenchMember(client, group_id, topic) for _ in range(n - 1)]
+        for m in base:
+            m.start()
+        gen = wait_generation(base, 0)[0] if base else 0
+        join_ms: list[float] = []
+        leave_ms: list[float] = []
+        for _ in range(repeats):
+            extra = BenchMember(client, group_id, topic)
+            extra.start()
+            members = base + [extra]
+            gen, done = wait_generation(members, gen)
+            join_ms.append((done - extra.join_started) * 1000)
+            if n >= 2:
+                t0 = time.perf_counter()
+                extra.close()  # sends LeaveGroup
+                gen, done = wait_generation(base, gen)
+                leave_ms.append((done - t0) * 1000)
+            else:
+                extra.close()  # the group goes Empty; the next generation is still higher
+        for m in base:
+            m.close()
+        join[str(n)] = {"median_ms": median(join_ms), "samples_ms": [round(x, 1) for x in join_ms]}
+        if leave_ms:
+            leave[str(n)] = {"median_ms": median(leave_ms), "samples_ms": [round(x, 1) for x in leave_ms]}
+    return join, leave
+
+
+def bench_commits(client, topic: str, seconds: float) -> dict:
+    from kcoord.client.types import TopicPartition
+
+    out = {}
+    for members_count in (1, 8):
+        group_id = f"bench-commit-{members_count}-{os.getpid()}"
+        members = [BenchMember(client, group_id, topic) for _ in range(members_count)]
+        for m in members:
+            m.start()
+        wait_generation(members, 0)
+        counts = [0] * members_count
+        offsets = [0] * members_count
+
+        def run(i: int, m: BenchMember, stop_at: float) -> None:
+            parts = m.member.assignment() or [TopicPartition(topic, 0)]
+            off = 0
+            while time.perf_counter() < stop_at:
+                off += 1
+                m.member.commit({tp: off for tp in parts})
+                counts[i] += 1
+                offsets[i] += len(parts)
+
+        stop_at = time.perf_counter() + seconds
+        threads = [threading.Thread(target=run, args=(i, m, stop_at)) for i, m in enumerate(members)]
+        t0 = time.perf_counter()
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        elapsed = time.perf_counter() - t0
+        out[f"{members_count}_members"] = {
+            "commits_per_s": round(sum(counts) / elapsed, 1),
+            "partition_offsets_per_s": round(sum(offsets) / elapsed, 1),
+            "commit_latency_ms_mean": round(elapsed * 1000 * members_count / max(1, sum(counts)), 2),
+        }
+        for m in members:
+            m.close()
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="fewer repetitions (< 60 s)")
+    parser.add_argument("--out", help="also write the JSON here")
+    parser.add_argument("--repeats", type=int, default=None)
+    args = parser.parse_args()
+    repeats = args.repeats or (3 if args.quick else 7)
+    commit_seconds = 2.0 if args.quick else 5.0
+    partitions = QUICK_PARTITIONS if args.quick else PARTITIONS
+
+    import ray  # noqa: F401
+
+    from actors.group_coordinator import configure_group_coordinators
+    from cluster.deploy import deploy, teardown
+    from cluster.local import start_local_ray
+    from kcoord.client.admin import Admin
+
+    started = time.perf_counter()
+    start_local_ray()
+    name = f"bench-groups-{os.getpid()}"
+    client = deploy(name, brokers=3, group_coordinators=1, address=None)
+    config = {"group.initial.rebalance.delay.ms": 0, "group.min.session.timeout.ms": 1000}
+    configure_group_coordinators(client, config)
+    results: dict = {
+        "benchmark": "groups",
+        "group_config": config,
+        "heartbeat_interval_ms": HEARTBEAT_MS,
+        "session_timeout_ms": SESSION_MS,
+        "partitions": partitions,
+        "repeats": repeats,
+    }
+    try:
+        topic = "bench-groups"
+        Admin(client).create_topic(topic, partitions=partitions, replication_factor=1)
+        results["setup_s"] = round(time.perf_counter() - started, 1)
+        join, leave = bench_rebalances(client, topic, [1, 2, 4, 8, 16], repeats)
+        results["join_to_stable_ms"] = join
+        results["leave_to_stable_ms"] = leave
+        results["commits"] = bench_commits(client, topic, commit_seconds)
+        results["targets"] = {
+            "join_to_stable_16_members_le_1000_ms": (join["16"]["median_ms"] or 1e9) <= 1000,
+            "leave_to_stable_le_500_ms": all((v["median_ms"] or 1e9) <= 500 for v in leave.values()),
+        }
+    finally:
+        teardown(name, delete_data=True, address=None)
+    results["total_s"] = round(time.perf_counter() - started, 1)
+    text = json.dumps(results, indent=2)
+    print(text)
+    if args.out:
+        Path(args.out).write_text(text)
+
+
+if __name__ == "__main__":
+    main()
