@@ -175,6 +175,12 @@ class ClusterClient:
             else:
                 self._topics.pop(topic, None)
 
+    def cached_topic(self, name: str) -> TopicMetadata | None:
+        """The cached metadata of ``name`` without any remote call (None if not cached);
+        for event loops that must not block on a refresh."""
+        with self._lock:
+            return self._topics.get(name)
+
     def topic(self, name: str, refresh: bool = False) -> TopicMetadata:
         with self._lock:
             md = self._topics.get(name)
