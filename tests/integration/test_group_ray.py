@@ -324,3 +324,95 @@ def test_coordinator_answers_malformed_bytes_with_an_error_and_stays_up(groups):
     wrong = ray.get(handle.join_group.remote(OffsetFetchRequest("g").encode()), timeout=30)
     assert JoinGroupResponse.decode(wrong).error_code == ErrorCode.INVALID_REQUEST
     assert ray.get(handle.describe.remote(), timeout=30)["loaded"]
+
+
+def _produce(cluster, topic, partition, count):
+    from kcoord import records
+    from kcoord.protocol.replication import ProduceRequest, ProduceResponse
+
+    batch = records.build_batch_columns([b"v%d" % i for i in range(count)])
+    resp = cluster.call_leader(
+        topic, partition, "produce",
+        lambda epoch: ProduceRequest(topic, partition, batch, acks=-1, current_leader_epoch=epoch), ProduceResponse,
+    )
+    assert resp.error_code == 0, resp
+
+
+def test_admin_group_calls_and_bad_input(groups, topic12, group_id):
+    admin = Admin(groups)
+    # Unknown groups and bad ids are refused clearly.
+    for call in (admin.describe_group, admin.delete_group):
+        with pytest.raises(KafkaError) as info:
+            call(group_id)
+        assert info.value.code == ErrorCode.GROUP_ID_NOT_FOUND and group_id in str(info.value)
+        with pytest.raises(KafkaError) as info:
+            call("")
+        assert info.value.code == ErrorCode.INVALID_GROUP_ID
+    assert group_id not in {g["group_id"] for g in admin.list_groups()}
+
+    end0 = admin.list_offsets(topic12, "latest", [0])[0]
+    end1 = admin.list_offsets(topic12, "latest", [1])[1]
+    _produce(groups, topic12, 0, 10)
+    _produce(groups, topic12, 1, 4)
+    end0, end1 = end0 + 10, end1 + 4
+    m = Member(groups, group_id, topic12, client_id="admin-test")
+    try:
+        wait_until(lambda: stable_with(admin, group_id, [m]), timeout=60, what="member stable")
+        m.member.commit({TopicPartition(topic12, 0): end0 - 7, TopicPartition(topic12, 1): end1})
+        d = admin.describe_group(group_id)
+        assert d["state"] == "Stable" and d["generation"] >= 1 and d["protocol"] == "range"
+        [member] = d["members"]
+        assert member["client_id"] == "admin-test" and member["member_id"] == m.member.member_id
+        assert member["assignment"] == {topic12: list(range(12))}
+        rows = {x["partition"]: x for x in d["offsets"]}
+        assert rows[0]["committed_offset"] == end0 - 7 and rows[0]["log_end_offset"] == end0 and rows[0]["lag"] == 7
+        assert rows[1]["committed_offset"] == end1 and rows[1]["lag"] == 0
+        assert rows[2]["committed_offset"] is None and rows[2]["lag"] is None and rows[2]["member_id"] == member["member_id"]
+        assert d["lag"] == 7
+        listed = {g["group_id"]: g for g in admin.list_groups()}
+        assert listed[group_id]["state"] == "Stable" and listed[group_id]["protocol_type"] == "consumer"
+        assert group_id in {g["group_id"] for g in admin.list_groups(states=["stable"])}
+        assert group_id not in {g["group_id"] for g in admin.list_groups(states=["Empty"])}
+
+        # While the group has members: reset and delete are refused with a clear reason.
+        with pytest.raises(KafkaError) as info:
+            admin.reset_offsets(group_id, topic12, "earliest")
+        assert info.value.code == ErrorCode.NON_EMPTY_GROUP and "inactive" in str(info.value)
+        with pytest.raises(KafkaError) as info:
+            admin.delete_group(group_id)
+        assert info.value.code == ErrorCode.NON_EMPTY_GROUP
+    finally:
+        m.close()
+    assert admin.describe_group(group_id)["state"] == "Empty"
+
+    # Bad reset targets.
+    with pytest.raises(KafkaError) as info:
+        admin.reset_offsets(group_id, topic12, {0: end0 + 1})
+    assert info.value.code == ErrorCode.OFFSET_OUT_OF_RANGE and f"[0, {end0}]" in str(info.value)
+    with pytest.raises(KafkaError) as info:
+        admin.reset_offsets(group_id, topic12, {0: -1})
+    assert info.value.code == ErrorCode.OFFSET_OUT_OF_RANGE
+    with pytest.raises(KafkaError) as info:
+        admin.reset_offsets(group_id, topic12, {99: 0})
+    assert info.value.code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+    with pytest.raises(KafkaError) as info:
+        admin.reset_offsets(group_id, "no-such-topic-" + group_id, "earliest")
+    assert info.value.code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+    with pytest.raises(ValueError):
+        admin.reset_offsets(group_id, topic12, "yesterday")
+
+    # Good resets.
+    assert admin.reset_offsets(group_id, topic12, {0: 3}) == {0: 3}
+    rows = {x["partition"]: x for x in admin.describe_group(group_id)["offsets"]}
+    assert rows[0]["committed_offset"] == 3 and rows[0]["lag"] == end0 - 3
+    assert admin.reset_offsets(group_id, topic12, "latest")[0] == end0
+    assert admin.reset_offsets(group_id, topic12, "earliest") == {p: 0 for p in range(12)}
+    assert admin.describe_group(group_id)["lag"] == end0 + end1 + sum(
+        admin.list_offsets(topic12, "latest", list(range(2, 12))).values()
+    )
+
+    admin.delete_group(group_id)
+    with pytest.raises(KafkaError) as info:
+        admin.describe_group(group_id)
+    assert info.value.code == ErrorCode.GROUP_ID_NOT_FOUND
+    assert group_id not in {g["group_id"] for g in admin.list_groups()}
