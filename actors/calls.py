@@ -13,6 +13,8 @@ from typing import Any
 import ray
 from ray.exceptions import RayActorError, RayTaskError
 
+from kcoord.client.liveness import GONE, actor_state
+
 DEAD = "dead"
 TIMEOUT = "timeout"
 ERROR = "error"
@@ -45,10 +47,25 @@ class Handles:
     def forget(self, name: str) -> None:
         self._cache.pop(name, None)
 
-    async def call(self, name: str, method: str, *args: Any, timeout: float | None = None) -> Any:
+    async def call(
+        self, name: str, method: str, *args: Any, timeout: float | None = None, probe_after: float | None = None
+    ) -> Any:
+        """Call ``name.method(*args)``. With ``probe_after``, a call still unanswered after
+        that many seconds makes us ask the GCS whether the actor is gone (dead or
+        restarting): if so the call fails as DEAD at once instead of 1-2 s later."""
         try:
             handle = self.get(name)
             ref = getattr(handle, method).remote(*args)
+            if probe_after is not None and (timeout is None or probe_after < timeout):
+                fut = asyncio.ensure_future(_await(ref))
+                try:
+                    return await asyncio.wait_for(asyncio.shield(fut), probe_after)
+                except asyncio.TimeoutError:
+                    if actor_state(handle) in GONE:
+                        fut.cancel()
+                        raise CallFailed(DEAD, f"{name} is {actor_state(handle) or 'gone'} (GCS)") from None
+                remaining = None if timeout is None else max(0.0, timeout - probe_after)
+                return await asyncio.wait_for(fut, remaining)
             if timeout is None:
                 return await ref
             return await asyncio.wait_for(ref, timeout)
@@ -63,3 +80,7 @@ class Handles:
             raise CallFailed(DEAD, f"{name}: {type(exc).__name__}") from None
         except RayTaskError as exc:
             raise CallFailed(ERROR, f"{name}.{method} raised: {exc}") from None
+
+
+async def _await(ref: Any) -> Any:
+    return await ref

@@ -46,7 +46,10 @@ from kcoord.replication.controller import (
     SendHeartbeat,
     SendLeaderAndIsr,
 )
+from kcoord.replication.metadata import PartitionState
 from kcoord.replication.metastore import FileStore, MemoryStore
+
+from cluster.placement import ReplicaPlacement
 
 from .calls import DEAD, CallFailed, Handles
 from .metrics import ControllerMetricsExporter
@@ -88,9 +91,10 @@ class FailoverCoordinator:
         self.brokers = sorted(brokers)
         self.data_dir = data_dir
         self.namespace = namespace
-        self.placement = {int(k): v for k, v in (placement or {}).items()}
         self.group_coordinators = group_coordinators
         self.store = make_store(store, cluster)
+        # Broker -> node binding; re-binds brokers whose node died (cluster/placement.py).
+        self._placement = ReplicaPlacement(placement, self.store.put)
         self.core = ControllerState(cluster, ControllerConfig(**(controller_config or {})))
         self._handles = Handles(namespace)
         self._boot: asyncio.Task | None = None
@@ -98,6 +102,7 @@ class FailoverCoordinator:
         self._wake: asyncio.Event | None = None
         self._exporter = ControllerMetricsExporter(cluster)
         self._tasks: set[asyncio.Task] = set()
+        self._logged: dict[tuple[str, int], tuple] = {}
         # Boot now, not on the first request: after a Ray restart nobody may call us for a
         # while, yet failure detection must resume at once.
         ray.get_runtime_context().current_actor.ready.remote()
@@ -110,6 +115,7 @@ class FailoverCoordinator:
 
     async def _do_boot(self) -> None:
         stored = {k: v for k in self.store.keys() if (v := self.store.get(k)) is not None}
+        self._placement.load(stored)
         actions = self.core.start(stored, self.brokers, self.group_coordinators, now_ms())
         logger.info(
             "controller for %r started at epoch %d with %d topics", self.cluster, self.core.controller_epoch, len(self.core.topics)
@@ -159,6 +165,8 @@ class FailoverCoordinator:
                     self.store.delete(action.key)
                 else:
                     self.store.put(action.key, action.value)
+                    if action.key.startswith("partition/"):
+                        self._log_partition(action.value)
             elif isinstance(action, CreateReplica):
                 self._create_replica(action)
             elif isinstance(action, SendLeaderAndIsr):
@@ -174,6 +182,16 @@ class FailoverCoordinator:
     def _replica_name(self, rid: ReplicaId) -> str:
         return names.replica(self.cluster, rid.topic, rid.partition, rid.broker)
 
+    def _log_partition(self, value: bytes) -> None:
+        """One line per persisted partition change (election, ISR change), tagged like the
+        replicas' lines with the partition and its leader epoch."""
+        p = PartitionState.decode(value)
+        key = (p.topic, p.partition)
+        seen = (p.leader, p.leader_epoch, tuple(p.isr))
+        if self._logged.get(key) != seen:
+            self._logged[key] = seen
+            logger.info("[%s-%d epoch=%d] leader=%d isr=%s replicas=%s", p.topic, p.partition, p.leader_epoch, p.leader, p.isr, p.replicas)
+
     def _create_replica(self, action: CreateReplica) -> None:
         rid = action.replica
         name = self._replica_name(rid)
@@ -182,6 +200,9 @@ class FailoverCoordinator:
             return  # alive or being restarted by Ray
         except ValueError:
             pass
+        decision = self._placement.decide(rid.broker, lambda: [p.replicas for p in self.core.partitions.values()])
+        if decision.wait:
+            return  # its broker has no acceptable node; the ensure timer asks again
         options: dict[str, Any] = dict(
             name=name,
             namespace=self.namespace,
@@ -193,16 +214,19 @@ class FailoverCoordinator:
             # a controller restart.
             lifetime="detached",
         )
-        node = self.placement.get(rid.broker)
-        if node:
-            options["scheduling_strategy"] = NodeAffinitySchedulingStrategy(node_id=node, soft=True)
+        if decision.node:
+            # Hard affinity and no Ray restarts: if the node dies the replica dies with it
+            # (rather than Ray restarting it next to another replica of its partition) and
+            # this controller recreates it wherever the placement then says.
+            options["scheduling_strategy"] = NodeAffinitySchedulingStrategy(node_id=decision.node, soft=False)
+            options["max_restarts"] = 0
         try:
             RemoteReplica.options(**options).remote(
                 self.cluster, rid.topic, rid.partition, rid.broker, self.data_dir, action.config, self.namespace
             )
             self._handles.forget(name)
             self.core.on_replica_created(rid, True, now_ms())
-            logger.info("created replica actor %s", name)
+            logger.info("[%s-%d broker=%d] created replica actor %s%s", rid.topic, rid.partition, rid.broker, name, f" on node {decision.node}" if decision.node else "")
         except ValueError:
             pass  # created concurrently (name taken): fine
         except Exception:
@@ -227,7 +251,13 @@ class FailoverCoordinator:
         rid = action.replica
         timeout = self.core.config.session_timeout_ms / 1000
         try:
-            raw = await self._handles.call(self._replica_name(rid), "heartbeat", action.request.encode(), timeout=timeout)
+            raw = await self._handles.call(
+                self._replica_name(rid),
+                "heartbeat",
+                action.request.encode(),
+                timeout=timeout,
+                probe_after=self.core.config.liveness_probe_ms / 1000,
+            )
             status = HeartbeatResponse.decode(raw)
             actions = self.core.on_heartbeat(rid, status, now_ms())
         except CallFailed as exc:
@@ -324,6 +354,11 @@ class FailoverCoordinator:
         """{replica name: alive?} as the failure detector sees it."""
         await self._started()
         return {self._replica_name(r): self.core.detector.is_alive(r) for r in self.core.detector.members()}
+
+    async def placement(self) -> dict:
+        """The broker -> node binding, which nodes are alive, and brokers waiting for one."""
+        await self._started()
+        return self._placement.describe()
 
     async def pid(self) -> int:
         import os
