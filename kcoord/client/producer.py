@@ -40,6 +40,7 @@ from .accumulator import (
 )
 from .cluster import ClusterClient
 from .futures import FutureRecordMetadata, run_callbacks
+from .liveness import ActorGoneError, call_probing
 
 logger = logging.getLogger("kcoord.producer")
 
@@ -867,8 +868,10 @@ class Producer:
                     logger.debug("acks=0 produce to %s-%d: %r", topic, p, exc)
                 return
             try:
-                raw = await asyncio.wait_for(handle.produce.remote(request), wait_s)
-            except RayActorError as exc:
+                # Probing: a leader that was killed is known to Ray's GCS within ~30 ms,
+                # while the call itself would only fail 1-2 s later.
+                raw = await call_probing(handle.produce.remote(request), handle, wait_s)
+            except (RayActorError, ActorGoneError) as exc:
                 self.cluster.forget(name)
                 last_error = f"leader {name} unavailable ({type(exc).__name__})"
                 await self._refresh(topic, force=True)
