@@ -102,7 +102,8 @@ class BaseLog(ABC):
         offset order; may skip ones whose max timestamp is known to be smaller."""
 
     def _check_open(self) -> None:
-        """Raise if the log can no longer be used (the file log after close)."""
+        if self._closed:
+            raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, f"{self!r} is closed")
 
     # -- state --------------------------------------------------------------------------
 

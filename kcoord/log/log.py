@@ -24,7 +24,6 @@ from __future__ import annotations
 import os
 from bisect import bisect_right
 from collections import OrderedDict
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, Sequence
 
@@ -53,22 +52,12 @@ from .lock import DirectoryLock
 from .producer_state import ProducerStateManager
 from .recovery import RecoveryReport, load_segments
 from .rolling import must_roll, plan_runs
-from .segment import Segment, parse_base_offset
+from .segment import Segment, SegmentInfo, parse_base_offset
 
 KEEP_PRODUCER_SNAPSHOTS = 3
 MAX_OPEN_READERS = 64  # file handles kept open for reading older segments
 
 __all__ = ["Log", "SegmentInfo", "AppendInfo"]
-
-
-@dataclass(frozen=True)
-class SegmentInfo:
-    base_offset: int
-    size_bytes: int
-    next_offset: int
-    created_ms: int
-    last_modified_ms: int
-    max_timestamp: int
 
 
 class Log(BaseLog):
@@ -203,10 +192,6 @@ class Log(BaseLog):
     @property
     def closed(self) -> bool:
         return self._closed
-
-    def _check_open(self) -> None:
-        if self._closed:
-            raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, f"log {self.directory} is closed")
 
     def _iter_headers(self, from_offset: int) -> Iterator[BatchHeader]:
         """Headers of every batch from the one containing ``from_offset`` to the end."""

@@ -21,13 +21,12 @@ from bisect import bisect_left, bisect_right
 from dataclasses import dataclass
 from typing import Iterator, Sequence
 
-from ..protocol.errors import ErrorCode, KafkaError
 from ..records import BatchHeader
 from .base import BaseLog, _BufferLike
 from .config import LogConfig
 from .epochs import EpochEntry, LeaderEpochCache
-from .log import SegmentInfo
 from .rolling import must_roll, plan_runs
+from .segment import SegmentInfo
 
 
 @dataclass
@@ -93,10 +92,6 @@ class MemoryLog(BaseLog):
             SegmentInfo(s.base_offset, s.size, nxt, s.created_ms, s.last_modified_ms, s.max_timestamp)
             for s, nxt in zip(spans, nexts)
         ]
-
-    def _check_open(self) -> None:
-        if self._closed:
-            raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, "memory log is closed")
 
     # -- storage hooks --------------------------------------------------------------------
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import struct
 from bisect import bisect_right
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator, Sequence
 
@@ -40,6 +41,18 @@ def parse_base_offset(name: str, suffix: str) -> int | None:
     if len(stem) == 20 and stem.isdigit():
         return int(stem)
     return None
+
+
+@dataclass(frozen=True)
+class SegmentInfo:
+    """A segment as describe and tests see it."""
+
+    base_offset: int
+    size_bytes: int
+    next_offset: int
+    created_ms: int  # append clock at its first batch (after a restart: that batch's timestamp)
+    last_modified_ms: int
+    max_timestamp: int  # largest record timestamp, what time-based retention goes by
 
 
 def _finish_short_write(fd: int, start: int, chunks: Sequence[_BufferLike], nbytes: int) -> None:

@@ -43,13 +43,16 @@ def run_until_killed(directory: Path, first: int, acks_wanted: int) -> list[tupl
             line = proc.stdout.readline()
             if not line:
                 raise AssertionError(f"child exited early: {proc.wait()} {proc.stderr.read().decode()}")
-            i, base, last = map(int, line.split())
-            acks.append((i, base, last))
+            acks.append(tuple(map(int, line.split())))
     finally:
         proc.send_signal(signal.SIGKILL)  # most likely in the middle of the next append
         proc.wait()
+        # The child ran on while we read: every whole line it managed to write is an ack too.
+        rest = proc.stdout.read()
         proc.stdout.close()
         proc.stderr.close()
+    for line in rest.split(b"\n")[:-1]:  # a last line without its newline was cut by the kill
+        acks.append(tuple(map(int, line.split())))
     assert proc.returncode == -signal.SIGKILL
     return acks
 
