@@ -63,3 +63,72 @@ class ControllerMetricsExporter:
         for d in durations[len(durations) - new :] if new else []:
             self._failover.observe(float(d), tags=self._tags)
         self._observed = total
+
+
+class ReplicaMetricsExporter:
+    """Per-partition replica metrics, tagged ``cluster``/``topic``/``partition``/``broker``.
+
+    Gauges hold the replica's current log state (LEO, HW, ISR size, role); counters copy the
+    deltas of :attr:`Replica.metrics` (bytes and requests served, ISR changes, truncations).
+    The replica actor calls :meth:`export` from its timer loop at most every
+    ``interval_s``, so the produce path never touches a metric object."""
+
+    def __init__(self, cluster: str, topic: str, partition: int, broker: int, interval_s: float = 2.0) -> None:
+        tags = ("cluster", "topic", "partition", "broker")
+        self._tags = {"cluster": cluster, "topic": topic, "partition": str(partition), "broker": str(broker)}
+        self.interval_s = interval_s
+        self._last = float("-inf")
+        self._gauges = {
+            name: Gauge(f"kcoord_replica_{name}", description, tag_keys=tags)
+            for name, description in (
+                ("log_end_offset", "Log end offset (LEO) of the replica"),
+                ("high_watermark", "High watermark the replica knows"),
+                ("log_start_offset", "First offset still in the replica's log"),
+                ("isr_size", "Size of the ISR as this replica sees it (meaningful on the leader)"),
+                ("is_leader", "1 while this replica leads its partition"),
+                ("leader_epoch", "Leader epoch the replica is at"),
+                ("size_bytes", "Bytes of log on disk"),
+                ("follower_lag", "Leader's log end minus this follower's (0 on the leader)"),
+            )
+        }
+        self._counters = {
+            name: Counter(f"kcoord_replica_{name}", description, tag_keys=tags)
+            for name, description in (
+                ("produce_requests", "Produce requests handled"),
+                ("produce_bytes", "Record bytes appended by produce requests"),
+                ("fetch_requests", "Fetch requests served (consumers and followers)"),
+                ("fetch_bytes", "Record bytes returned by fetches"),
+                ("isr_shrinks", "ISR shrinks proposed by this replica as leader"),
+                ("isr_expands", "ISR expansions proposed by this replica as leader"),
+                ("truncations", "Log truncations while reconciling with a leader"),
+                ("truncated_records", "Records removed by those truncations"),
+            )
+        }
+        self._exported: dict[str, float] = {}
+
+    def due(self, now_s: float) -> bool:
+        return now_s - self._last >= self.interval_s
+
+    def export(self, replica: Any, now_s: float) -> None:
+        """Copy ``replica``'s (a :class:`kcoord.replication.replica.Replica`) state."""
+        self._last = now_s
+        log = replica.log
+        fs = replica.follower_state
+        values = {
+            "log_end_offset": log.log_end_offset,
+            "high_watermark": replica.hw,
+            "log_start_offset": log.log_start_offset,
+            "isr_size": len(replica.isr),
+            "is_leader": 1 if replica.role == "leader" else 0,
+            "leader_epoch": replica.leader_epoch,
+            "size_bytes": log.size_bytes,
+            "follower_lag": max(0, fs.leader_log_end_offset - log.log_end_offset) if fs is not None and fs.leader_log_end_offset >= 0 else 0,
+        }
+        for name, gauge in self._gauges.items():
+            gauge.set(float(values[name]), tags=self._tags)
+        for name, counter in self._counters.items():
+            value = float(replica.metrics.get(name, 0))
+            delta = value - self._exported.get(name, 0.0)
+            if delta > 0:
+                counter.inc(delta, tags=self._tags)
+            self._exported[name] = value

@@ -48,6 +48,7 @@ from kcoord.replication.config import ReplicationConfig
 from kcoord.replication.replica import Replica
 
 from .calls import CallFailed, Handles
+from .metrics import ReplicaMetricsExporter
 
 logger = logging.getLogger("kcoord.replica")
 
@@ -92,6 +93,7 @@ class ReplicaActor:
         self._timer: asyncio.Task | None = None
         self._scheduled_ms = 0
         self._closed = False
+        self._exporter = ReplicaMetricsExporter(cluster, topic, partition, broker)
         # Start the timer loop now rather than on the first request (after a restart).
         ray.get_runtime_context().current_actor.ready.remote()
         self._log(
@@ -131,6 +133,11 @@ class ReplicaActor:
             except asyncio.TimeoutError:
                 pass
             self._run(self.replica.tick, now_ms())
+            if self._exporter.due(time.monotonic()):
+                try:
+                    self._exporter.export(self.replica, time.monotonic())
+                except Exception:
+                    self._log("metrics export failed:\n%s", traceback.format_exc(), level=logging.WARNING)
 
     def _run(self, fn: Callable[..., list], *args: Any) -> None:
         """Call the core and perform the actions it returns; a bug in the core must not

@@ -1,13 +1,25 @@
 """Deploy a kcoord cluster onto a Ray cluster, inspect it, tear it down.
 
-A deployment is a FailoverCoordinator (and, with consumer groups, GroupCoordinatorActors),
-all named ``"{cluster}/..."`` in one Ray namespace; replica actors are created per topic by
-the controller. Deployed actors are detached by default so the cluster outlives the script
-that created it.
+A deployment is a FailoverCoordinator (the controller) and GroupCoordinatorActors, all
+named ``"{cluster}/..."`` in one Ray namespace; replica actors are created per topic by the
+controller. Every one of them is detached (the cluster outlives the script or CLI that
+deployed it) and restartable.
+
+Placement: on a multi-node Ray cluster each broker id is bound to a node
+(:mod:`cluster.placement`) so the replicas of a partition run on distinct nodes; the
+controller is pinned (softly) to the head node, which holds the GCS anyway. On one node
+brokers are logical.
+
+What a deployment remembers in Ray's GCS key/value store (namespace ``kcoord/{cluster}``):
+the controller's metadata (topics, partitions, leaders, ISR, broker binding), the group
+coordinators' settings, and ``deploy/info`` (data directory, sizes) so that ``teardown``
+and ``status`` work from any process. ``teardown(delete_data=False)`` keeps all of it and
+the logs: deploying the same name again brings the topics back.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import tempfile
@@ -16,15 +28,35 @@ from pathlib import Path
 from typing import Any
 
 import ray
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from kcoord.client.cluster import ClusterClient, ClusterNotFoundError, ensure_ray
 from kcoord.protocol import names
 
+from .placement import broker_placement, ray_alive_nodes, ray_head_node
+
 DEFAULT_DATA_ROOT = Path(os.environ.get("KCOORD_DATA_DIR", Path(tempfile.gettempdir()) / "kcoord-data"))
+# Key of the deployment record in the cluster's GCS KV namespace.
+DEPLOY_INFO_KEY = "deploy/info"
+
+__all__ = [
+    "ClusterExistsError",
+    "ClusterNotFoundError",
+    "DEFAULT_DATA_ROOT",
+    "broker_placement",
+    "deploy",
+    "deploy_info",
+    "status",
+    "teardown",
+]
 
 
 class ClusterExistsError(RuntimeError):
     """A cluster of that name is already running."""
+
+
+def _kv_namespace(name: str) -> str:
+    return f"kcoord/{name}"
 
 
 def _controller_exists(name: str, namespace: str) -> bool:
@@ -35,14 +67,25 @@ def _controller_exists(name: str, namespace: str) -> bool:
         return False
 
 
-def broker_placement(brokers: int) -> dict[int, str]:
-    """Bind broker ids to distinct alive Ray nodes when there are enough of them, so the
-    replicas of a partition (always on distinct brokers) land on distinct nodes. On a
-    single machine brokers are logical and no binding is made."""
-    nodes = sorted(n["NodeID"] for n in ray.nodes() if n.get("Alive"))
-    if len(nodes) < 2:
+def _exists_error(name: str, namespace: str) -> ClusterExistsError:
+    return ClusterExistsError(
+        f"a kcoord cluster named {name!r} is already running in Ray namespace {namespace!r}; "
+        f"connect to it with kcoord.connect({name!r}) or remove it first with `kcoord down --name {name}`"
+    )
+
+
+def deploy_info(name: str) -> dict[str, Any]:
+    """The deployment record of cluster ``name`` ({} if none); needs a Ray connection."""
+    from actors.gcs_store import GcsStore
+
+    raw = GcsStore(_kv_namespace(name)).get(DEPLOY_INFO_KEY)
+    if not raw:
         return {}
-    return {b: nodes[b % len(nodes)] for b in range(brokers)}
+    try:
+        value = json.loads(raw)
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}
 
 
 def deploy(
@@ -60,18 +103,19 @@ def deploy(
 ) -> ClusterClient:
     """Create cluster ``name`` on the Ray cluster at ``address`` and return a client.
 
-    Refuses (``ClusterExistsError``) if a cluster of that name is already running.
+    Refuses (``ClusterExistsError``) if a cluster of that name is already running. If a
+    step fails, whatever was created is removed again (the stored metadata of an earlier
+    deployment of the same name is kept), so the deploy can simply be retried.
     """
+    if not isinstance(name, str) or not name or "/" in name:
+        raise ValueError(f"cluster name must be a non-empty string without '/', got {name!r}")
     if brokers < 1:
         raise ValueError(f"brokers must be >= 1, got {brokers}")
     if group_coordinators < 0:
         raise ValueError(f"group_coordinators must be >= 0, got {group_coordinators}")
     ensure_ray(address, namespace)
     if _controller_exists(name, namespace):
-        raise ClusterExistsError(
-            f"a kcoord cluster named {name!r} is already running in namespace {namespace!r}; "
-            f"connect to it with kcoord.connect({name!r}) or remove it with `kcoord down --name {name}`"
-        )
+        raise _exists_error(name, namespace)
     data_path = Path(data_dir) if data_dir is not None else DEFAULT_DATA_ROOT / name
     data_path.mkdir(parents=True, exist_ok=True)
     cfg = dict(controller_config or {})
@@ -80,6 +124,7 @@ def deploy(
 
     from actors.controller import FailoverCoordinator
 
+    binding = broker_placement(brokers)
     options: dict[str, Any] = dict(
         name=names.controller(name),
         namespace=namespace,
@@ -91,21 +136,53 @@ def deploy(
         # non-detached actor dies with its owner (taking the replicas it owns with it).
         lifetime="detached",
     )
-    controller = ray.remote(FailoverCoordinator).options(**options).remote(
-        name,
-        list(range(brokers)),
-        str(data_path),
-        namespace,
-        store,
-        cfg,
-        group_coordinators,
-        broker_placement(brokers),
-    )
-    ray.get(controller.ready.remote(), timeout=timeout_s)
-    client = ClusterClient(name, namespace=namespace, address=address)
-    if group_coordinators:
-        _deploy_group_coordinators(client, group_coordinators, str(data_path), timeout_s)
+    head = ray_head_node() if binding else None
+    if head:
+        # Soft: the head holds the GCS (whose loss ends the Ray cluster anyway), so the
+        # controller survives any worker node's failure without a restart.
+        options["scheduling_strategy"] = NodeAffinitySchedulingStrategy(node_id=head, soft=True)
+    try:
+        controller = ray.remote(FailoverCoordinator).options(**options).remote(
+            name,
+            list(range(brokers)),
+            str(data_path),
+            namespace,
+            store,
+            cfg,
+            group_coordinators,
+            binding,
+        )
+    except ValueError:  # the name was taken between our check and the creation
+        raise _exists_error(name, namespace) from None
+    try:
+        ray.get(controller.ready.remote(), timeout=timeout_s)
+        from actors.gcs_store import GcsStore
+
+        info = {
+            "name": name,
+            "namespace": namespace,
+            "brokers": brokers,
+            "group_coordinators": group_coordinators,
+            "data_dir": str(data_path),
+            "store": store,
+            "placement": {str(b): n for b, n in binding.items()},
+            "deployed_at_ms": int(time.time() * 1000),
+        }
+        GcsStore(_kv_namespace(name)).put(DEPLOY_INFO_KEY, json.dumps(info).encode())
+        client = ClusterClient(name, namespace=namespace, address=address)
+        if group_coordinators:
+            _deploy_group_coordinators(client, group_coordinators, str(data_path), timeout_s)
+    except BaseException:
+        _kill_quietly(name, namespace)
+        raise
     return client
+
+
+def _kill_quietly(name: str, namespace: str) -> None:
+    try:
+        teardown(name, delete_data=False, address=None, namespace=namespace)
+    except Exception:
+        pass
 
 
 def _deploy_group_coordinators(client: ClusterClient, count: int, data_dir: str, timeout_s: float) -> None:
@@ -117,13 +194,21 @@ def _deploy_group_coordinators(client: ClusterClient, count: int, data_dir: str,
 
 
 def _cluster_actor_names(name: str, namespace: str) -> list[str]:
-    """Every actor of cluster ``name``: from the controller's view plus the fixed ones."""
-    found: list[str] = []
+    """Every actor of cluster ``name``: the controller, the replicas it knows, the group
+    coordinators, plus any other ``{name}/...`` actor the state API lists (it needs the
+    dashboard, so it is only a supplement)."""
+    found: list[str] = [names.controller(name)]
+    coordinators = int(deploy_info(name).get("group_coordinators", 0) or 0)
     try:
         controller = ray.get_actor(names.controller(name), namespace=namespace)
         found += list(ray.get(controller.replica_health.remote(), timeout=30))
+        from kcoord.protocol.controller import DescribeClusterRequest, DescribeClusterResponse
+
+        raw = ray.get(controller.describe_cluster.remote(DescribeClusterRequest().encode()), timeout=30)
+        coordinators = max(coordinators, DescribeClusterResponse.decode(raw).group_coordinators)
     except Exception:
         pass
+    found += [names.group_coordinator(name, i) for i in range(coordinators)]
     try:
         from ray.util.state import list_actors
 
@@ -137,6 +222,25 @@ def _cluster_actor_names(name: str, namespace: str) -> list[str]:
     return sorted(set(found))
 
 
+@ray.remote(num_cpus=0, max_retries=0)
+def _remove_dir(path: str) -> str:
+    """Runs on one node: remove that node's copy of a data directory."""
+    shutil.rmtree(path, ignore_errors=True)
+    return ray.get_runtime_context().get_node_id()
+
+
+def _remove_data_everywhere(path: Path, timeout_s: float = 60.0) -> None:
+    """Replica logs live on the node each replica ran on: remove the directory on every
+    alive node (and locally, which covers single-node clusters and this machine)."""
+    shutil.rmtree(path, ignore_errors=True)
+    refs = [
+        _remove_dir.options(scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=node, soft=False)).remote(str(path))
+        for node in ray_alive_nodes()
+    ]
+    if refs:
+        ray.wait(refs, num_returns=len(refs), timeout=timeout_s)
+
+
 def teardown(
     name: str = "kcoord",
     delete_data: bool = False,
@@ -145,12 +249,14 @@ def teardown(
     data_dir: str | os.PathLike | None = None,
 ) -> int:
     """Kill every actor of cluster ``name``; with ``delete_data`` also remove its data
-    directory and stored metadata. Returns the number of actors killed."""
+    directory (on every node) and its metadata in the GCS. Returns the number of actors
+    killed (0 if nothing was running)."""
     ensure_ray(address, namespace)
-    killed = 0
+    info = deploy_info(name)
     actor_names = _cluster_actor_names(name, namespace)
     # The controller goes first so it does not recreate what we kill next.
     ordered = sorted(actor_names, key=lambda n: n != names.controller(name))
+    killed = 0
     for actor_name in ordered:
         try:
             ray.kill(ray.get_actor(actor_name, namespace=namespace), no_restart=True)
@@ -163,9 +269,14 @@ def teardown(
     if delete_data:
         from actors.gcs_store import GcsStore
 
-        GcsStore(namespace=f"kcoord/{name}").clear()
-        path = Path(data_dir) if data_dir is not None else DEFAULT_DATA_ROOT / name
-        shutil.rmtree(path, ignore_errors=True)
+        GcsStore(_kv_namespace(name)).clear()
+        if data_dir is not None:
+            path = Path(data_dir)
+        elif info.get("data_dir"):
+            path = Path(info["data_dir"])
+        else:
+            path = DEFAULT_DATA_ROOT / name
+        _remove_data_everywhere(path)
     return killed
 
 
@@ -177,15 +288,54 @@ def _alive(actor_name: str, namespace: str) -> bool:
         return False
 
 
+def _coordinator_health(client: ClusterClient, count: int, timeout_s: float = 5.0) -> list[dict[str, Any]]:
+    """Ping every group coordinator: alive, loaded (replayed its partition), groups."""
+    refs = {}
+    out: list[dict[str, Any]] = []
+    for i in range(count):
+        try:
+            refs[i] = ray.get_actor(names.group_coordinator(client.name, i), namespace=client.namespace).describe.remote()
+        except ValueError:
+            pass
+    for i in range(count):
+        entry: dict[str, Any] = {"index": i, "name": names.group_coordinator(client.name, i), "alive": False, "loaded": False, "groups": 0}
+        if i in refs:
+            try:
+                d = ray.get(refs[i], timeout=timeout_s)
+                entry.update(alive=True, loaded=bool(d.get("loaded")), groups=len(d.get("groups", {})), pid=d.get("pid"))
+            except Exception as exc:
+                entry["error"] = type(exc).__name__
+        out.append(entry)
+    return out
+
+
 def status(name: str = "kcoord", address: str | None = "auto", namespace: str = names.DEFAULT_NAMESPACE) -> dict:
-    """A snapshot of cluster ``name``: brokers, controller metrics, topics and partitions."""
+    """A snapshot of cluster ``name``: brokers and controller metrics (``cluster``), every
+    topic with its partitions (``topics``), the broker -> node binding (``placement``),
+    the health of the controller and group coordinators (``coordinators``), the Ray nodes
+    (``nodes``) and the deployment record (``deploy``). Raises ClusterNotFoundError."""
     from kcoord.client.admin import Admin
 
-    try:
-        client = ClusterClient(name, namespace=namespace, address=address)
-    except ClusterNotFoundError:
-        raise
+    client = ClusterClient(name, namespace=namespace, address=address)
     admin = Admin(client)
     cluster = admin.describe_cluster()
     topics = {t: admin.describe_topic(t) for t in admin.list_topics(internal=True)}
-    return {"cluster": cluster, "topics": topics}
+    try:
+        placement = ray.get(client.controller.placement.remote(), timeout=10)
+    except Exception:
+        placement = {}
+    coordinators = {
+        "controller": {"name": names.controller(name), "alive": True, "epoch": cluster["controller_epoch"]},
+        "groups": _coordinator_health(client, int(cluster.get("group_coordinators", 0))),
+    }
+    nodes = [
+        {"node_id": n["NodeID"], "address": n.get("NodeManagerAddress"), "alive": bool(n.get("Alive"))} for n in ray.nodes()
+    ]
+    return {
+        "cluster": cluster,
+        "topics": topics,
+        "placement": placement,
+        "coordinators": coordinators,
+        "nodes": nodes,
+        "deploy": deploy_info(name),
+    }

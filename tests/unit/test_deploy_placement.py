@@ -1,0 +1,93 @@
+"""Broker -> node placement policy (cluster/placement.py), without Ray: the initial binding,
+re-binding after a node dies, and waiting when no node can take a broker."""
+
+from __future__ import annotations
+
+import json
+
+from cluster.placement import (
+    PLACEMENT_KEY,
+    ReplicaPlacement,
+    choose_node,
+    colocated_partitions,
+    initial_binding,
+    order_nodes,
+    peers_of,
+)
+
+
+def consecutive(brokers: int, partitions: int, rf: int) -> dict[tuple[str, int], list[int]]:
+    """The controller's default assignment shape: consecutive broker ids."""
+    return {("t", p): [(p + j) % brokers for j in range(rf)] for p in range(partitions)}
+
+
+def test_single_node_keeps_brokers_logical():
+    assert initial_binding(range(3), []) == {}
+    assert initial_binding(range(3), ["n1"]) == {}
+
+
+def test_enough_nodes_gives_every_broker_its_own_node_and_head_is_the_spare():
+    nodes = order_nodes(["head", "w2", "w1", "w3"], head="head")
+    assert nodes == ["w1", "w2", "w3", "head"]
+    binding = initial_binding(range(3), nodes)
+    assert binding == {0: "w1", 1: "w2", 2: "w3"}
+    assert colocated_partitions(consecutive(3, 6, 3), binding) == []
+
+
+def test_fewer_nodes_deal_round_robin_and_stay_distinct_when_nodes_divide_brokers():
+    binding = initial_binding(range(6), ["a", "b", "c"])
+    assert binding == {0: "a", 1: "b", 2: "c", 3: "a", 4: "b", 5: "c"}
+    assert colocated_partitions(consecutive(6, 12, 3), binding) == []
+
+
+def test_bound_node_alive_is_kept():
+    assert choose_node(1, {0: "a", 1: "b", 2: "c"}, ["a", "b", "c"], peers_of([[0, 1, 2]])) == "b"
+
+
+def test_dead_node_with_no_acceptable_node_waits():
+    binding = {0: "a", 1: "b", 2: "c"}
+    # RF=3 over 3 brokers: both survivors host a peer of broker 1.
+    assert choose_node(1, binding, ["a", "c"], peers_of([[0, 1, 2]])) is None
+
+
+def test_dead_node_rebinds_to_a_spare_node_first():
+    binding = {0: "a", 1: "b", 2: "c"}
+    assert choose_node(1, binding, ["a", "c", "d"], peers_of([[0, 1, 2]])) == "d"
+
+
+def test_rebind_may_share_a_node_with_brokers_that_are_not_peers():
+    binding = initial_binding(range(6), ["a", "b", "c"])
+    peers = peers_of(consecutive(6, 6, 3).values())
+    # node b (brokers 1 and 4) died and a new node d joined: 1 goes to d; 4 shares no
+    # partition with 1 (distance 3), so it may join it there, but not a or c.
+    assert choose_node(1, binding, ["a", "c", "d"], peers) == "d"
+    rebound = {**binding, 1: "d"}
+    assert choose_node(4, rebound, ["a", "c", "d"], peers) == "d"
+    assert colocated_partitions(consecutive(6, 6, 3), {**rebound, 4: "d"}) == []
+
+
+def test_replica_placement_persists_rebinds_and_reports_waiting():
+    stored: dict[str, bytes] = {}
+    alive = ["a", "c"]
+    placement = ReplicaPlacement({0: "a", 1: "b", 2: "c"}, stored.__setitem__, alive_nodes=lambda: list(alive), clock=iter(range(0, 10**6, 10)).__next__)
+    assignments = lambda: [[0, 1, 2]]  # noqa: E731
+    assert placement.decide(0, assignments).node == "a"
+    d = placement.decide(1, assignments)
+    assert d.wait and d.node is None
+    assert placement.describe()["waiting"] == [1]
+    assert PLACEMENT_KEY not in stored
+    alive.append("d")
+    d = placement.decide(1, assignments)
+    assert (d.node, d.wait, d.rebound_from) == ("d", False, "b")
+    assert json.loads(stored[PLACEMENT_KEY]) == {"0": "a", "1": "d", "2": "c"}
+    assert placement.describe()["waiting"] == []
+    # a restarted controller starts from the deploy-time binding and loads the stored one
+    again = ReplicaPlacement({0: "a", 1: "b", 2: "c"}, stored.__setitem__, alive_nodes=lambda: list(alive))
+    again.load(stored)
+    assert again.binding == {0: "a", 1: "d", 2: "c"}
+
+
+def test_unbound_placement_lets_ray_place_replicas():
+    placement = ReplicaPlacement({}, lambda k, v: None, alive_nodes=lambda: ["a", "b"])
+    d = placement.decide(0, lambda: [[0, 1, 2]])
+    assert d.node is None and not d.wait
