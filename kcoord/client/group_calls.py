@@ -26,8 +26,13 @@ from ..protocol.codec import Message
 from ..protocol.controller import DescribeClusterRequest, DescribeClusterResponse
 from ..protocol.errors import DecodeError, ErrorCode, KafkaError
 from .cluster import ClusterClient
+from .liveness import GONE, actor_state
 
 R = TypeVar("R", bound=Message)
+
+# How often a slow call asks Ray's GCS whether the coordinator is gone (killed or
+# restarting): Ray itself fails such calls only after 1-2 s.
+PROBE_EVERY_S = 0.25
 
 # Answers that mean "this coordinator cannot serve right now, try again".
 COORDINATOR_RETRIABLE = frozenset(
@@ -37,6 +42,10 @@ COORDINATOR_RETRIABLE = frozenset(
 
 def _top_level_code(response: Message) -> int:
     return int(getattr(response, "error_code", 0) or 0)
+
+
+class _Gone(Exception):
+    """Ray's GCS says the coordinator actor died or is restarting."""
 
 
 class GroupCoordinators:
@@ -108,13 +117,13 @@ class GroupCoordinators:
             try:
                 handle = self.handle(index)
                 ref = getattr(handle, method).remote(data)
-                raw = ray.get(ref, timeout=min(remaining, attempt_timeout_s) if attempt_timeout_s else remaining)
+                raw = self._wait(ref, handle, min(remaining, attempt_timeout_s) if attempt_timeout_s else remaining)
                 response = response_type.decode(raw)
                 if _top_level_code(response) not in COORDINATOR_RETRIABLE:
                     return response
                 last = response
                 last_error = f"{ErrorCode(_top_level_code(response)).name}: {getattr(response, 'error_message', '')}"
-            except RayActorError as exc:
+            except (RayActorError, _Gone) as exc:
                 self.forget(index)
                 last_error = f"coordinator {index} unavailable ({type(exc).__name__})"
             except GetTimeoutError:
@@ -130,6 +139,23 @@ class GroupCoordinators:
                     return last
                 raise KafkaError(ErrorCode.REQUEST_TIMED_OUT, f"{method} to group coordinator {index}: {last_error}")
             time.sleep(self.retry_backoff_ms / 1000)
+
+    @staticmethod
+    def _wait(ref: Any, handle: Any, timeout: float) -> Any:
+        """ray.get with a deadline that gives up early on an actor the GCS reports gone."""
+        deadline = time.monotonic() + timeout
+        while True:
+            step = min(PROBE_EVERY_S, max(0.0, deadline - time.monotonic()))
+            try:
+                return ray.get(ref, timeout=step)
+            except GetTimeoutError:
+                if time.monotonic() >= deadline:
+                    raise
+                state = actor_state(handle)
+                if state in GONE:
+                    # Not cancelled: a call queued for the restarted actor runs in order
+                    # before our retry, and both carry the same request.
+                    raise _Gone(f"coordinator is {state}") from None
 
     def call_group(self, group_id: str, method: str, request: Message, response_type: type[R], timeout_s: float, **kw: Any) -> R:
         return self.call(self.index_for(group_id), method, request, response_type, timeout_s, **kw)
