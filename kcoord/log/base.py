@@ -45,7 +45,13 @@ _AT_START = (0,)  # positions of a single batch
 
 
 class BaseLog(ABC):
-    """The storage-independent half of a partition log."""
+    """The storage-independent half of a partition log.
+
+    Time: every ``now_ms`` argument is the log's clock (None = wall clock). Tests and the
+    simulation pass it explicitly; calls without one (``flush``) use the last time seen,
+    so a simulated clock is never mixed with the real one. Not thread-safe: one owner
+    (the replica actor's event loop) calls it.
+    """
 
     config: LogConfig
     epoch_cache: LeaderEpochCache
@@ -111,10 +117,9 @@ class BaseLog(ABC):
     def high_watermark(self) -> int:
         return self._high_watermark
 
-    def _clock(self, now_ms: int | None) -> int:
-        now = wall_clock_ms() if now_ms is None else now_ms
-        self._now = now
-        return now
+    @property
+    def closed(self) -> bool:
+        return self._closed
 
     # -- append -------------------------------------------------------------------------
 

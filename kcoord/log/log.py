@@ -189,10 +189,6 @@ class Log(BaseLog):
             for s in self._segments
         ]
 
-    @property
-    def closed(self) -> bool:
-        return self._closed
-
     def _iter_headers(self, from_offset: int) -> Iterator[BatchHeader]:
         """Headers of every batch from the one containing ``from_offset`` to the end."""
         segs = self._segments
