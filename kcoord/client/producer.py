@@ -870,12 +870,11 @@ class Producer:
             try:
                 # Probing: a leader that was killed is known to Ray's GCS within ~30 ms,
                 # while the call itself would only fail 1-2 s later.
-                raw = await call_probing(handle.produce.remote(request), handle, wait_s)
+                raw = await call_probing(handle.produce.remote(request), handle, wait_s, probe_every=0.1)
             except (RayActorError, ActorGoneError) as exc:
                 self.cluster.forget(name)
                 last_error = f"leader {name} unavailable ({type(exc).__name__})"
-                await self._refresh(topic, force=True)
-                await self._backoff(deadline)
+                await self._refresh_or_backoff(topic, p, md.leader_epoch, deadline)
                 continue
             except asyncio.TimeoutError:
                 last_error = f"no answer from {name} within {wait_s:.1f} s"
@@ -907,8 +906,9 @@ class Producer:
             if err.retriable and retries_left > 0:
                 retries_left -= 1
                 if err.needs_metadata_refresh:
-                    await self._refresh(topic, force=True)
-                await self._backoff(deadline)
+                    await self._refresh_or_backoff(topic, p, md.leader_epoch, deadline)
+                else:
+                    await self._backoff(deadline)
                 continue
             self._fail(batch, err)
             return
@@ -918,6 +918,14 @@ class Producer:
         if md is None or partition >= len(md.partitions):
             return None
         return md.partitions[partition]
+
+    async def _refresh_or_backoff(self, topic: str, partition: int, epoch: int, deadline: float) -> None:
+        """Refresh metadata; back off only if it does not name a newer leader yet (retrying
+        at once against a freshly elected leader is what keeps failover short)."""
+        await self._refresh(topic, force=True)
+        md = self._leader(topic, partition)
+        if md is None or md.leader < 0 or md.leader_epoch <= epoch:
+            await self._backoff(deadline)
 
     async def _backoff(self, deadline: float) -> None:
         await asyncio.sleep(max(0.0, min(self._backoff_s, deadline - _monotonic())))

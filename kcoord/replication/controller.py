@@ -128,7 +128,7 @@ class ControllerConfig:
     session_timeout_ms: int = 3000
     # A heartbeat unanswered this long makes the shell ask Ray's GCS whether the actor is
     # gone; a slow but live replica is not failed until session_timeout_ms.
-    liveness_probe_ms: int = 150
+    liveness_probe_ms: int = 50
     ensure_replica_interval_ms: int = 1000
     # A new replica actor may take seconds to start on a busy node; not a failure.
     replica_startup_grace_ms: int = 30_000

@@ -1,0 +1,155 @@
+"""Failover benchmark: kill the partition leader 20 times under steady acks=all load.
+
+For every kill (alternating ``ray.kill`` and SIGKILL of the actor process) it measures:
+
+* ``client_ms``: kill -> first acknowledgement of a record *sent after* the kill (what a
+  producing application observes; includes detection, election, metadata refresh, retry);
+* ``metadata_ms``: kill -> the controller's metadata names a new leader;
+* the controller's own figure (failure detected -> new leader accepted LeaderAndIsr).
+
+At the end every acknowledged record is checked to be in the log at its acked offset.
+Prints JSON.  ``python benchmarks/failover.py [--quick] [--kills N] [--out FILE]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import statistics
+import sys
+import threading
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import ray  # noqa: E402
+
+TOPIC = "failover"
+
+
+def pct(values: list[float], q: float) -> float:
+    s = sorted(values)
+    return s[min(len(s) - 1, int(q * len(s)))] if s else float("nan")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="5 kills instead of 20")
+    parser.add_argument("--kills", type=int, default=None)
+    parser.add_argument("--rate", type=int, default=5000, help="records/s offered")
+    parser.add_argument("--out")
+    args = parser.parse_args()
+    kills = args.kills or (5 if args.quick else 20)
+
+    import kcoord
+    from cluster.deploy import deploy, teardown
+    from cluster.local import start_local_ray
+    from kcoord import records
+    from kcoord.client.admin import Admin
+    from kcoord.protocol.replication import FetchRequest, FetchResponse
+
+    start_local_ray()
+    name = f"bench-failover-{os.getpid()}"
+    client = deploy(name, brokers=3, group_coordinators=0, address=None, controller_config={"heartbeat_interval_ms": 100})
+    result: dict = {"benchmark": "failover", "kills": kills, "offered_records_per_s": args.rate}
+    try:
+        Admin(client).create_topic(TOPIC, partitions=1, replication_factor=3, config={"min.insync.replicas": 2})
+        producer = kcoord.Producer(client, acks="all", linger_ms=2)
+        acked: list[tuple[float, float, int, bytes]] = []  # (sent, acked, offset, value)
+        lock = threading.Lock()
+        stop = threading.Event()
+        seq = [0]
+
+        def load() -> None:
+            per_tick = max(1, args.rate // 200)
+            while not stop.is_set():
+                for _ in range(per_tick):
+                    value = b"%012d" % seq[0]
+                    seq[0] += 1
+                    sent = time.monotonic()
+
+                    def done(meta, sent=sent, value=value):
+                        with lock:
+                            acked.append((sent, time.monotonic(), meta.offset, value))
+
+                    producer.send(TOPIC, value=value).add_callback(done)
+                stop.wait(0.005)
+
+        loader = threading.Thread(target=load, daemon=True)
+        loader.start()
+        client_ms, metadata_ms = [], []
+        for i in range(kills):
+            # let the previous victim rejoin the ISR so every kill starts from a full ISR
+            deadline = time.monotonic() + 60
+            while len(client.partition_metadata(TOPIC, 0, refresh=True).isr) < 3 and time.monotonic() < deadline:
+                stop.wait(0.05)
+            md = client.partition_metadata(TOPIC, 0, refresh=True)
+            handle = client.replica(TOPIC, 0, md.leader)
+            pid = ray.get(handle.describe.remote())["pid"]
+            how = "SIGKILL" if i % 2 else "ray.kill"
+            t0 = time.monotonic()
+            if how == "SIGKILL":
+                os.kill(pid, signal.SIGKILL)
+            else:
+                ray.kill(handle, no_restart=False)
+            new_meta = None
+            while time.monotonic() - t0 < 60:
+                m = client.partition_metadata(TOPIC, 0, refresh=True)
+                if m.leader >= 0 and m.leader_epoch > md.leader_epoch:
+                    new_meta = time.monotonic() - t0
+                    break
+                stop.wait(0.005)
+            first = None
+            while time.monotonic() - t0 < 60 and first is None:
+                with lock:
+                    after = [a for s, a, _, _ in acked if s > t0]
+                first = min(after) - t0 if after else None
+                if first is None:
+                    stop.wait(0.005)
+            client.forget(client.replica_name(TOPIC, 0, md.leader))
+            if new_meta is not None:
+                metadata_ms.append(new_meta * 1000)
+            if first is not None:
+                client_ms.append(first * 1000)
+        stop.set()
+        loader.join()
+        producer.flush(timeout=120)
+        producer.close()
+        # every acknowledged record must be where it was acked
+        log: dict[int, bytes] = {}
+        offset = 0
+        while True:
+            resp = client.call_leader(TOPIC, 0, "fetch", lambda e: FetchRequest(TOPIC, 0, offset, max_bytes=8 << 20, max_wait_ms=0, current_leader_epoch=e), FetchResponse)
+            got = list(records.iter_records(resp.records, from_offset=offset))
+            if not got:
+                break
+            for r in got:
+                log[r.offset] = r.value
+            offset = got[-1].offset + 1
+        lost = sum(1 for _, _, off, v in acked if off >= 0 and log.get(off) != v)
+        metrics = Admin(client).describe_cluster()["metrics"]
+        result.update(
+            {
+                "client_failover_ms": {"p50": round(pct(client_ms, 0.5)), "p99": round(pct(client_ms, 0.99)), "max": round(max(client_ms, default=float("nan"))), "samples": len(client_ms)},
+                "metadata_failover_ms": {"p50": round(pct(metadata_ms, 0.5)), "p99": round(pct(metadata_ms, 0.99)), "max": round(max(metadata_ms, default=float("nan")))},
+                "controller_detect_to_leader_ms": {"p50": metrics["failover_ms_p50"], "p99": metrics["failover_ms_p99"], "max": metrics["failover_ms_max"]},
+                "acked_records": len(acked),
+                "lost": lost,
+                "samples_ms": [round(x) for x in client_ms],
+                "targets": {"p50_ms": 500, "p99_ms": 2000, "lost": 0},
+            }
+        )
+        result["targets_met"] = result["client_failover_ms"]["p50"] <= 500 and result["client_failover_ms"]["p99"] <= 2000 and lost == 0
+    finally:
+        teardown(name, delete_data=True, address=None)
+    text = json.dumps(result, indent=2)
+    print(text)
+    if args.out:
+        Path(args.out).write_text(text)
+
+
+if __name__ == "__main__":
+    main()
