@@ -7,9 +7,11 @@ next chunk is usually already here when ``poll()`` needs it. Answers are decoded
 one chunk at a time, into :class:`ConsumerRecord` tuples built without Python bytecode per
 record. Like kafka-python's consumer, an instance is not thread-safe.
 
-Groups are not here yet: without ``group_id`` the topics given to the constructor mean
-"assign every partition of these topics". The groups layer changes the assignment through
-:meth:`Consumer._set_assignment` and reads positions through :meth:`Consumer._positions`.
+Without ``group_id`` the topics given to the constructor mean "assign every partition of
+these topics". With ``group_id`` they are a subscription: the consumer joins the group and
+reads what the group assigns it. The group logic lives in
+:class:`kcoord.client.group_member.GroupMember`; this class only hosts it (``group_assign``/
+``group_positions``) and gives it a turn at every poll, where rebalances happen.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from ..protocol.replication import (
     ListOffsetsResponse,
 )
 from .cluster import ClusterClient, connect
+from .group_member import GroupMember
 from .types import ConsumerRecord, OffsetAndMetadata, TopicPartition
 
 logger = logging.getLogger("kcoord.consumer")
@@ -122,6 +125,11 @@ class Consumer:
         retry_backoff_ms: int = 100,
         check_crcs: bool = True,
         client_id: str = "kcoord-consumer",
+        group_instance_id: str | None = None,
+        session_timeout_ms: int = 10_000,
+        heartbeat_interval_ms: int = 3_000,
+        max_poll_interval_ms: int = 300_000,
+        partition_assignment_strategy: Any = ("range", "roundrobin"),
     ) -> None:
         if auto_offset_reset not in _RESET:
             raise ValueError(f"auto_offset_reset must be one of {_RESET}, got {auto_offset_reset!r}")
@@ -163,7 +171,26 @@ class Consumer:
         for t in topics:
             if not isinstance(t, str) or not t:
                 raise TypeError(f"topics must be non-empty str, got {t!r}")
-        if topics:
+        self._group: GroupMember | None = None
+        if group_id is not None:
+            self._group = GroupMember(
+                self.cluster,
+                group_id,
+                self,
+                client_id=client_id,
+                group_instance_id=group_instance_id,
+                session_timeout_ms=session_timeout_ms,
+                heartbeat_interval_ms=heartbeat_interval_ms,
+                max_poll_interval_ms=max_poll_interval_ms,
+                partition_assignment_strategy=partition_assignment_strategy,
+                enable_auto_commit=enable_auto_commit,
+                auto_commit_interval_ms=auto_commit_interval_ms,
+                retry_backoff_ms=retry_backoff_ms,
+                request_timeout_ms=request_timeout_ms,
+            )
+        if topics and self._group is not None:
+            self.subscribe(topics)
+        elif topics:
             tps = [TopicPartition(t, p) for t in topics for p in self.cluster.partitions_for(t)]
             self.assign(tps)
 
@@ -183,6 +210,8 @@ class Consumer:
         """Read exactly these partitions from now on (replaces the assignment; partitions
         that stay assigned keep their positions)."""
         self._check_open()
+        if self._group is not None and self._group.subscribed:
+            raise KafkaError(ErrorCode.INVALID_REQUEST, "assign() and subscribe() are mutually exclusive: unsubscribe() first")
         tps = []
         for tp in partitions:
             if not isinstance(tp, tuple) or len(tp) != 2 or not isinstance(tp[0], str) or type(tp[1]) is not int:
@@ -196,8 +225,26 @@ class Consumer:
         return set(self._assigned)
 
     def subscription(self) -> set[str]:
-        """The topics given to the constructor (the groups layer adds ``subscribe()``)."""
+        """The subscribed topics (with a group), else the topics given to the constructor."""
+        if self._group is not None and self._group.subscribed:
+            return set(self._group.subscription())
         return set(self._topics)
+
+    def subscribe(self, topics: Iterable[str] | str, on_assign: Any = None, on_revoke: Any = None) -> None:
+        """Join the group and consume what it assigns from ``topics``; the join happens in
+        the next poll. ``on_revoke(partitions)`` runs before a rebalance takes partitions
+        away (commit there when committing manually), ``on_assign(partitions)`` after the
+        new ones arrive; both in the polling thread."""
+        self._check_open()
+        self._require_group("subscribe()")
+        self._group.subscribe([topics] if isinstance(topics, str) else topics, on_assign=on_assign, on_revoke=on_revoke)
+
+    def unsubscribe(self) -> None:
+        """Revoke all partitions and leave the group."""
+        self._check_open()
+        if self._group is not None:
+            self._group.unsubscribe()
+        self._set_assignment([])
 
     def _set_assignment(self, partitions: Iterable[TopicPartition], positions: dict[TopicPartition, int] | None = None) -> None:
         """Hook for the groups layer: replace the assignment without metadata checks and
@@ -396,6 +443,8 @@ class Consumer:
     def _poll(self, timeout_ms: float, max_records: int, advance: bool) -> dict[TopicPartition, list[ConsumerRecord]]:
         deadline = _monotonic() + max(0.0, timeout_ms) / 1000
         while True:
+            if self._group is not None:
+                self._group.poll()  # liveness for max_poll_interval_ms, rebalances, auto-commit
             self._resolve_positions([st for st in self._assigned.values() if st.position is None])
             self._raise_errors()
             out = self._collect(max_records, advance)
@@ -663,25 +712,38 @@ class Consumer:
     # groups (issue 6)
     # ------------------------------------------------------------------------------------
     def _require_group(self, what: str) -> None:
-        if self.group_id is None:
+        if self._group is None:
             raise KafkaError(ErrorCode.INVALID_GROUP_ID, f"{what} needs a group_id: create the Consumer with group_id=...")
-        raise NotImplementedError(f"{what}: consumer groups are not available in this build yet")
 
     def commit(self, offsets: dict[TopicPartition, OffsetAndMetadata] | None = None) -> None:
+        """Commit ``offsets`` (default: the positions of every assigned partition) and wait.
+        Raises CommitFailedError if the group rebalanced meanwhile."""
+        self._check_open()
         self._require_group("commit()")
+        self._group.commit(offsets)
 
-    def commit_async(self, offsets: dict[TopicPartition, OffsetAndMetadata] | None = None, callback: Any = None) -> None:
+    def commit_async(self, offsets: dict[TopicPartition, OffsetAndMetadata] | None = None, callback: Any = None) -> Any:
+        """Commit in the background; ``callback(offsets, exception_or_None)``. Returns a Future."""
+        self._check_open()
         self._require_group("commit_async()")
+        return self._group.commit_async(offsets, callback)
 
     def committed(self, partition: TopicPartition) -> int | None:
+        """The group's committed offset of ``partition``, or None."""
         self._require_group("committed()")
-        return None
+        return self._group.committed(partition)
 
     # ------------------------------------------------------------------------------------
     def close(self) -> None:
-        """Forget fetches in flight and the assignment. Idempotent."""
+        """Commit (with auto-commit), leave the group (dynamic members), forget fetches in
+        flight and the assignment. Idempotent."""
         if self._closed:
             return
+        if self._group is not None:
+            try:
+                self._group.close()
+            except Exception:
+                logger.exception("leaving group %r while closing failed", self.group_id)
         for st in self._assigned.values():
             self._drop_in_flight(st)
             st.clear_buffer()
