@@ -6,6 +6,9 @@
   ``group.initial.rebalance.delay.ms`` = 0.
 * leave -> Stable: one member of N closes (LeaveGroup); the time until the N-1 others hold
   their new assignment.
+* the same leave measurement with real Consumers polling an idle topic (``poll(1000)``): a
+  consumer notices the rebalance when its poll loop wakes, i.e. when a long-poll fetch
+  (``fetch_max_wait_ms`` = 500) returns, so this adds up to that much to the protocol's time.
 * commit throughput: synchronous OffsetCommits of each member's partitions, from one member
   and from 8 members at once (the coordinator merges concurrent appends into one acks=all write).
 
@@ -172,6 +175,53 @@ def bench_commits(client, topic: str, seconds: float) -> dict:
     return out
 
 
+class BenchConsumer:
+    """A real Consumer in the group, polling on its own thread."""
+
+    def __init__(self, client, group_id: str, topic: str) -> None:
+        from kcoord.client.consumer import Consumer
+
+        self.assigned_at: dict[int, float] = {}
+        self.consumer = Consumer(
+            cluster=client, group_id=group_id, enable_auto_commit=False,
+            heartbeat_interval_ms=HEARTBEAT_MS, session_timeout_ms=SESSION_MS,
+        )
+        self.member = self.consumer._group
+        self.consumer.subscribe([topic], on_assign=self._on_assign)
+        self.closing_at = 0.0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+        self._thread.start()
+
+    def _on_assign(self, partitions) -> None:
+        self.assigned_at[self.member.generation] = time.perf_counter()
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            self.consumer.poll(timeout_ms=1000)
+        self.closing_at = time.perf_counter()
+        self.consumer.close()
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=30)
+
+
+def bench_consumer_leaves(client, topic: str, members: int) -> dict:
+    group_id = f"bench-consumers-{os.getpid()}"
+    group = [BenchConsumer(client, group_id, topic) for _ in range(members)]
+    gen, _ = wait_generation(group, 0)  # type: ignore[arg-type]
+    samples = []
+    while len(group) > 1:
+        leaving = group.pop()
+        leaving.close()
+        gen, done = wait_generation(group, gen)  # type: ignore[arg-type]
+        samples.append((done - leaving.closing_at) * 1000)
+    for c in group:
+        c.close()
+    return {"from_members": members, "median_ms": median(samples), "samples_ms": [round(x, 1) for x in samples]}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer repetitions (< 60 s)")
@@ -210,6 +260,7 @@ def main() -> None:
         join, leave = bench_rebalances(client, topic, [1, 2, 4, 8, 16], repeats)
         results["join_to_stable_ms"] = join
         results["leave_to_stable_ms"] = leave
+        results["consumer_leave_to_stable_ms"] = bench_consumer_leaves(client, topic, 4 if args.quick else 8)
         results["commits"] = bench_commits(client, topic, commit_seconds)
         results["targets"] = {
             "join_to_stable_16_members_le_1000_ms": (join["16"]["median_ms"] or 1e9) <= 1000,
