@@ -127,7 +127,9 @@ class Log(BaseLog):
                         rebuilt.assign(h.leader_epoch, h.base_offset)
                 cache = LeaderEpochCache(rebuilt.entries, on_change=self._persist_epochs)
             self._persist_epochs(cache.entries)
-        cache.truncate_from_end(self.log_end_offset)
+        # Entries past the LEO describe records a crash took. One starting exactly at the
+        # LEO stays: a new leader records its epoch there before its first append.
+        cache.truncate_from_end(self.log_end_offset + 1)
         cache.truncate_from_start(self.log_start_offset)
         for epoch, start in transitions:
             cache.assign(epoch, start)
@@ -424,9 +426,6 @@ class Log(BaseLog):
         if deleted:
             fsync_dir(self.directory)
             self.epoch_cache.truncate_from_start(self.log_start_offset)
-            # If nothing is left, the clipped first epoch would start at the LEO and hold
-            # no records; drop it, as reopening the log would.
-            self.epoch_cache.truncate_from_end(self.log_end_offset)
             self._high_watermark = max(self._high_watermark, self.log_start_offset)
             self._prune_producer_snapshots()
         return deleted

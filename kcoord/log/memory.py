@@ -224,7 +224,6 @@ class MemoryLog(BaseLog):
             deleted += 1
         if deleted:
             self.epoch_cache.truncate_from_start(self.log_start_offset)
-            self.epoch_cache.truncate_from_end(self._leo)
             self._high_watermark = max(self._high_watermark, self.log_start_offset)
         return deleted
 
@@ -260,7 +259,7 @@ class MemoryLog(BaseLog):
             active.created_ms = min(self._now, log._headers[first].max_timestamp)
         log.epoch_cache = LeaderEpochCache(self._persisted_epochs, on_change=log._persist_epochs)
         log._persisted_epochs = list(self._persisted_epochs)
-        log.epoch_cache.truncate_from_end(log._leo)
+        log.epoch_cache.truncate_from_end(log._leo + 1)  # as Log's recovery: keep an epoch starting at the LEO
         log.epoch_cache.truncate_from_start(log.log_start_offset)
         for h in log._headers:  # recovery re-learns epochs from the batches it keeps
             if h.leader_epoch > log.epoch_cache.latest_epoch:

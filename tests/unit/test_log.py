@@ -559,15 +559,28 @@ def test_cut_in_active_segment_deletes_nothing_else_but_fixes_caches(tmp_path):
     assert again.high_watermark == leo - 3
     assert again.producer_state.get(3).last_seq == 2
     assert again.epoch_cache.entries == [(1, 0), (2, 18)]
-    # a torn batch that was the only one of its epoch takes the epoch with it
+    # a cut batch that was the first of its epoch: the epoch still starts at the new LEO
     again.append(batch(), leader_epoch=3)
-    assert again.epoch_cache.entries == [(1, 0), (2, 18), (3, 21)]
+    again.append(batch(), leader_epoch=4)
+    assert again.epoch_cache.entries == [(1, 0), (2, 18), (3, 21), (4, 24)]
     again.close()
     seg = active_segment(tmp_path)
-    with open(seg, "r+b") as f:
-        f.truncate(seg.stat().st_size - 1)
+    data = seg.read_bytes()
+    second_last = [p for p, _ in iter_headers(data)][-2]
+    with open(seg, "r+b") as f:  # tear epoch 3's batch: epoch 4's entry is past the LEO now
+        f.truncate(second_last + 10)
     third = open_log(tmp_path)
-    assert third.log_end_offset == 21 and third.epoch_cache.entries == [(1, 0), (2, 18)]
+    assert third.log_end_offset == 21 and third.epoch_cache.entries == [(1, 0), (2, 18), (3, 21)]
+
+
+def test_epoch_recorded_at_the_leo_survives_reopen(tmp_path):
+    log = open_log(tmp_path)
+    fill(log, 2, epoch=1)
+    log.epoch_cache.assign(2, log.log_end_offset)  # a new leader records its epoch first
+    log.close()
+    again = open_log(tmp_path)
+    assert again.epoch_cache.entries == [(1, 0), (2, 6)]
+    assert again.epoch_cache.end_offset_for(1, again.log_end_offset) == (1, 6)
 
 
 def test_missing_or_corrupt_index_is_rebuilt(tmp_path):

@@ -25,9 +25,11 @@ def test_unflushed_batches_are_lost_on_crash():
     after = log.crash()
     assert (after.log_start_offset, after.log_end_offset, after.flushed_offset) == (0, 4, 4)
     assert after.read(0, 1 << 20) == log.read(0, 1 << 20, max_offset=4)
-    # epoch 2 was persisted in the cache but its only batch is gone
+    # epoch 2 was persisted in the cache; its batch is gone but it still starts at the LEO
     assert log.epoch_cache.entries == [(1, 0), (2, 4)]
-    assert after.epoch_cache.entries == [(1, 0)]
+    assert after.epoch_cache.entries == [(1, 0), (2, 4)]
+    log.append(batch(), leader_epoch=3)  # epoch 3 starts at 6, past the LEO after a crash
+    assert log.crash().epoch_cache.entries == [(1, 0), (2, 4)]
 
 
 def test_flush_messages_policy_decides_what_survives():

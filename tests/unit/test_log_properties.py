@@ -33,6 +33,13 @@ class Model:
     batches: list[tuple[int, int, bytes, int]] = field(default_factory=list)  # base, last, bytes, timestamp
     hw: int = 0
     checkpointed_hw: int = 0
+    epochs: list[tuple[int, int]] = field(default_factory=list)  # the leader-epoch cache, by its rules
+
+    def add(self, base: int, last: int, data: bytes, ts: int) -> None:
+        self.batches.append((base, last, data, ts))
+        epoch = int.from_bytes(data[12:16], "big", signed=True)
+        if not self.epochs or epoch > self.epochs[-1][0]:
+            self.epochs = [e for e in self.epochs if e[1] < base] + [(epoch, base)]
 
     @property
     def leo(self) -> int:
@@ -57,14 +64,15 @@ class Model:
     def truncate(self, offset: int) -> None:
         self.batches = [b for b in self.batches if b[1] < offset]
         self.hw = min(self.hw, self.leo)
+        self.epochs = [e for e in self.epochs if e[1] < self.leo]
 
-    def epochs(self) -> list[tuple[int, int]]:
-        out: list[tuple[int, int]] = []
-        for base, _, data, _ in self.batches:
-            epoch = int.from_bytes(data[12:16], "big", signed=True)
-            if not out or epoch > out[-1][0]:
-                out.append((epoch, base))
-        return out
+    def delete_before(self, start: int) -> None:
+        self.batches = [b for b in self.batches if b[0] >= start]
+        self.start = start
+        self.hw = max(self.hw, start)
+        later = [i for i, e in enumerate(self.epochs) if e[1] <= start]
+        if later:  # the epoch holding the new start survives, clipped to it
+            self.epochs = [(self.epochs[later[-1]][0], start)] + self.epochs[later[-1] + 1 :]
 
 
 class LogMachine(RuleBasedStateMachine):
@@ -136,7 +144,7 @@ class LogMachine(RuleBasedStateMachine):
         info = self.both("append", data, leader_epoch=self.epoch, now_ms=self.now)
         base = self.model.leo
         assert (info.base_offset, info.last_offset, info.record_count) == (base, base + n - 1, n)
-        self.model.batches.append((base, base + n - 1, stamp(data, base, self.epoch), self.now))
+        self.model.add(base, base + n - 1, stamp(data, base, self.epoch), self.now)
 
     @rule(count=st.integers(2, 10), size=st.integers(0, 60))
     def append_leader_many(self, count, size):
@@ -152,7 +160,8 @@ class LogMachine(RuleBasedStateMachine):
             base += n
         info = self.both("append", b"".join(b[2] for b in stored), now_ms=self.now)
         assert info.last_offset == base - 1
-        self.model.batches.extend(stored)
+        for b in stored:
+            self.model.add(*b)
 
     @rule(skew=st.sampled_from([-1, 1, 3]))
     def append_follower_wrong_offset(self, skew):
@@ -230,9 +239,7 @@ class LogMachine(RuleBasedStateMachine):
         for base, last, _, ts in m.batches:
             if last < start:  # only expired or over-size data was deleted
                 assert self.now - ts > self.config.retention_ms or self.config.retention_bytes >= 0
-        m.batches = [b for b in m.batches if b[0] >= start]
-        m.start = start
-        m.hw = max(m.hw, start)
+        m.delete_before(start)
 
     @rule(clean=st.booleans())
     def reopen(self, clean):
@@ -261,7 +268,7 @@ class LogMachine(RuleBasedStateMachine):
             assert (log.log_start_offset, log.log_end_offset) == (m.start, m.leo)
             assert log.size_bytes == sum(len(b[2]) for b in m.batches)
             assert log.high_watermark == m.hw
-            assert log.epoch_cache.entries == m.epochs()
+            assert log.epoch_cache.entries == m.epochs
         segs = self.log.segments
         assert [(s.base_offset, s.size_bytes, s.next_offset) for s in segs] == [
             (s.base_offset, s.size_bytes, s.next_offset) for s in self.mem.segments
