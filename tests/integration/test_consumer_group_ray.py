@@ -116,7 +116,7 @@ def test_group_reads_every_record_exactly_once_across_rebalances(groups, topic4,
             # Membership changes while this round's records are still being consumed.
             event = events.get(round_)
             if event == "join":
-                workers.append(Worker(groups, topic4, group_id, seen, lock, f"w{len(workers)}"))
+                workers.append(Worker(groups, topic4, group_id, seen, lock, f"w{round_}"))
             elif event == "leave":
                 workers.pop(0).finish()
             wait_until(lambda: consumed() >= produced - 30, timeout=60, what=f"round {round_} mostly consumed")
@@ -125,7 +125,9 @@ def test_group_reads_every_record_exactly_once_across_rebalances(groups, topic4,
         wait_until(lambda: consumed() >= total, timeout=60, what="every record consumed")
         d = admin.describe_group(group_id)
         assert d["state"] == "Stable" and len(d["members"]) == 3
-        assert d["generation"] >= 5, "the joins and the leave each made a generation"
+        # 4 membership changes after generation 1; two may share a rebalance (a join that
+        # arrives while the previous rebalance is still gathering members).
+        assert d["generation"] >= 4, "the joins and the leave made new generations"
         wait_until(lambda: admin.describe_group(group_id)["lag"] == 0, timeout=30, what="all committed")
     finally:
         for w in workers:
