@@ -334,8 +334,9 @@ class GroupCoordinatorActor:
             except KafkaError as exc:
                 code = int(exc.code)
             except Exception:
-                logger.error("[coordinator %d] append failed:\n%s", self.index, traceback.format_exc())
-                code = E.UNKNOWN_SERVER_ERROR
+                # e.g. the controller is restarting while we look the leader up: retriable.
+                logger.warning("[coordinator %d] append failed:\n%s", self.index, traceback.format_exc())
+                code = E.LEADER_NOT_AVAILABLE
             if code == E.NONE:
                 return code
             if code in METADATA_REFRESH:
