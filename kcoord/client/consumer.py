@@ -16,6 +16,7 @@ reads what the group assigns it. The group logic lives in
 
 from __future__ import annotations
 
+import gc
 import logging
 import time
 from collections import deque
@@ -505,6 +506,20 @@ class Consumer:
         return out
 
     def _decode_next(self, st: _Assigned) -> None:
+        # The cyclic GC never untracks instances of a tuple *subclass* (ConsumerRecord), so a
+        # collection triggered while tens of thousands of them are being created walks them
+        # all, again and again: ~4x the cost of decoding. Pausing it for the chunk lets the
+        # records of the previous chunk die first (which lowers the allocation count again).
+        paused = gc.isenabled()
+        if paused:
+            gc.disable()
+        try:
+            self._decode_chunk(st)
+        finally:
+            if paused:
+                gc.enable()
+
+    def _decode_chunk(self, st: _Assigned) -> None:
         data = st.pending.popleft()
         topic, partition = st.tp
         out: list[ConsumerRecord] = []
