@@ -227,3 +227,17 @@ def broker_placement(brokers: int) -> dict[int, str]:
     """The deploy-time binding of brokers ``0..brokers-1`` on the connected Ray cluster
     (``{}`` on a single node: brokers are logical there)."""
     return initial_binding(range(brokers), order_nodes(ray_alive_nodes(), ray_head_node()))
+
+
+def wait_for_nodes(count: int, timeout_s: float, poll_s: float = 1.0) -> int:
+    """Block until the Ray cluster has ``count`` alive nodes (the binding is made once, at
+    deploy time, from the nodes alive then). Returns the number of alive nodes; raises
+    TimeoutError if ``count`` is not reached within ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        alive = len(ray_alive_nodes())
+        if alive >= count:
+            return alive
+        if time.monotonic() >= deadline:
+            raise TimeoutError(f"only {alive} of the {count} Ray nodes asked for with --min-nodes joined within {timeout_s:.0f} s")
+        time.sleep(poll_s)

@@ -1,0 +1,220 @@
+"""``kcoord up``, ``kcoord down`` and ``kcoord status``."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import click
+from rich.table import Table
+
+from ._common import CliError, Env, parse_properties
+
+pass_env = click.make_pass_decorator(Env)
+
+
+@click.command("up")
+@click.option("--brokers", type=click.IntRange(min=1), default=3, show_default=True, help="Number of brokers (each replica of a partition lives on a different one).")
+@click.option("--data-dir", type=click.Path(file_okay=False), default=None, help="Log directory on every node [default: $TMPDIR/kcoord-data/NAME].")
+@click.option("--group-coordinators", type=click.IntRange(min=0), default=3, show_default=True, help="Group coordinator actors (0: no consumer groups).")
+@click.option("--topic-config", "topic_config", multiple=True, metavar="KEY=VALUE", help="Default topic config, e.g. min.insync.replicas=2 (repeatable).")
+@click.option("--min-nodes", type=click.IntRange(min=1), default=1, show_default=True, help="Wait until the Ray cluster has this many nodes before binding brokers to nodes.")
+@click.option("--if-not-exists", is_flag=True, help="Succeed without changes if the cluster is already running (for launcher scripts).")
+@click.option("--timeout", type=click.FloatRange(min=1), default=180, show_default=True, help="Seconds to wait for nodes and for the actors to start.")
+@pass_env
+def up(
+    env: Env,
+    brokers: int,
+    data_dir: str | None,
+    group_coordinators: int,
+    topic_config: tuple[str, ...],
+    min_nodes: int,
+    if_not_exists: bool,
+    timeout: float,
+) -> None:
+    """Deploy a kcoord cluster onto the running Ray cluster.
+
+    Creates the controller and the group coordinators as named, detached actors: the
+    cluster keeps running after this command exits. On a multi-node Ray cluster each broker
+    is bound to its own node. Refused if a cluster of this name is already running.
+
+    \b
+    Examples:
+      kcoord up
+      kcoord --name prod up --brokers 5 --data-dir /data/kcoord
+      kcoord --address 10.0.0.1:6379 up --topic-config min.insync.replicas=2
+      kcoord up --min-nodes 4 --if-not-exists      # in a cluster launcher's start commands
+    """
+    from cluster.deploy import ClusterExistsError, deploy
+    from cluster.placement import wait_for_nodes
+
+    defaults = parse_properties(topic_config, "--topic-config")
+    env.connect_ray()
+    if min_nodes > 1:
+        with env.err.status(f"waiting for {min_nodes} Ray nodes..."):
+            wait_for_nodes(min_nodes, timeout)
+    try:
+        with env.err.status(f"deploying kcoord cluster {env.name!r} ({brokers} brokers, {group_coordinators} group coordinators)..."):
+            client = deploy(
+                env.name,
+                brokers=brokers,
+                data_dir=data_dir,
+                group_coordinators=group_coordinators,
+                address=None,
+                namespace=env.namespace,
+                default_topic_config=defaults or None,
+                timeout_s=timeout,
+            )
+    except ClusterExistsError:
+        if not if_not_exists:
+            raise
+        env.out.print(f"kcoord cluster {env.name!r} is already running; nothing to do")
+        return
+    import ray
+
+    try:
+        placement = ray.get(client.controller.placement.remote(), timeout=30)
+    except Exception:
+        placement = {}
+    bound = placement.get("brokers", {})
+    where = f"bound to {len({v['node'] for v in bound.values()})} Ray nodes" if bound else "logical (single Ray node)"
+    from cluster.deploy import deploy_info
+
+    info = deploy_info(env.name)
+    env.out.print(f"[bold green]kcoord cluster {env.name!r} is up[/]: {brokers} brokers {where}, {group_coordinators} group coordinators")
+    env.out.print(f"  namespace {env.namespace!r}, data in {info.get('data_dir', data_dir)}")
+    env.out.print(f"  use it from Python: kcoord.connect({env.name!r})  ·  remove it: kcoord --name {env.name} down")
+
+
+@click.command("down")
+@click.option("--delete-data", is_flag=True, help="Also delete the logs (on every node) and the stored metadata.")
+@click.option("--data-dir", type=click.Path(file_okay=False), default=None, help="Data directory to delete, if not the one recorded at deploy time.")
+@pass_env
+def down(env: Env, delete_data: bool, data_dir: str | None) -> None:
+    """Stop every actor of the cluster (controller, replicas, group coordinators).
+
+    Without --delete-data the logs and metadata stay, and `kcoord up` with the same name
+    brings the topics back.
+
+    \b
+    Examples:
+      kcoord down
+      kcoord --name prod down --delete-data
+    """
+    from cluster.deploy import deploy_info, teardown
+
+    env.connect_ray()
+    known = bool(deploy_info(env.name))
+    killed = teardown(env.name, delete_data=delete_data, address=None, namespace=env.namespace, data_dir=data_dir)
+    if killed == 0 and not (delete_data and known):
+        raise CliError(f"no kcoord cluster named {env.name!r} is running in Ray namespace {env.namespace!r}")
+    what = " and deleted its data and metadata" if delete_data else " (data and metadata kept)"
+    env.out.print(f"stopped kcoord cluster {env.name!r}: {killed} actors{what}")
+
+
+def _status_tables(snap: dict[str, Any], internal: bool) -> list[Any]:
+    cluster = snap["cluster"]
+    metrics = cluster.get("metrics", {})
+    placement = snap.get("placement") or {}
+    bound = placement.get("brokers", {})
+    nodes = snap.get("nodes", [])
+
+    overview = Table(title=f"kcoord cluster {cluster['cluster']!r}", show_header=False, title_justify="left")
+    overview.add_column(style="bold")
+    overview.add_column()
+    alive_nodes = sum(1 for n in nodes if n["alive"])
+    under = int(metrics.get("under_replicated_partitions", 0))
+    offline = int(metrics.get("offline_partitions", 0))
+    overview.add_row("controller epoch", str(cluster["controller_epoch"]))
+    overview.add_row("brokers", f"{len(cluster['brokers'])}" + (" (bound to nodes)" if bound else " (logical, one Ray node)"))
+    overview.add_row("Ray nodes alive", str(alive_nodes))
+    overview.add_row("partitions", str(int(metrics.get("partitions", 0))))
+    overview.add_row("under-replicated", f"[{'yellow' if under else 'green'}]{under}[/]")
+    overview.add_row("offline", f"[{'red' if offline else 'green'}]{offline}[/]")
+    overview.add_row("failovers", f"{int(metrics.get('failovers_total', 0))} (last {metrics.get('failover_ms_last', -1):.0f} ms)" if metrics.get("failovers_total") else "0")
+
+    coord = Table(title="coordinators", title_justify="left")
+    for col in ("actor", "alive", "loaded", "groups"):
+        coord.add_column(col)
+    c = snap["coordinators"]["controller"]
+    coord.add_row(c["name"], "[green]yes[/]", f"epoch {c['epoch']}", "-")
+    for g in snap["coordinators"]["groups"]:
+        coord.add_row(
+            g["name"],
+            "[green]yes[/]" if g["alive"] else "[red]no[/]",
+            "[green]yes[/]" if g["loaded"] else "[yellow]no[/]",
+            str(g["groups"]) if g["alive"] else "-",
+        )
+
+    tables: list[Any] = [overview, coord]
+    if bound:
+        brokers = Table(title="brokers", title_justify="left")
+        for col in ("broker", "node", "node alive"):
+            brokers.add_column(col)
+        waiting = set(placement.get("waiting", []))
+        for b, v in sorted(bound.items(), key=lambda kv: int(kv[0])):
+            state = "[green]yes[/]" if v["alive"] else ("[red]no (waiting for a node)[/]" if int(b) in waiting else "[red]no[/]")
+            brokers.add_row(str(b), v["node"][:12], state)
+        tables.append(brokers)
+
+    parts = Table(title="partitions", title_justify="left")
+    for col in ("topic", "partition", "leader", "epoch", "replicas", "ISR", "HW", "LEO", "state"):
+        parts.add_column(col, justify="right" if col in ("partition", "leader", "epoch", "HW", "LEO") else "left")
+    for topic, desc in sorted(snap["topics"].items()):
+        if desc.get("internal") and not internal:
+            continue
+        for p in desc["partitions"]:
+            parts.add_row(*partition_row(topic, p))
+    tables.append(parts)
+    return tables
+
+
+def partition_row(topic: str, p: dict[str, Any]) -> list[str]:
+    """One partition as table cells, with its state (ok / under-replicated / offline)."""
+    if p["leader"] < 0:
+        state = "[red]offline[/]"
+    elif len(p["isr"]) < len(p["replicas"]):
+        state = "[yellow]under-replicated[/]"
+    else:
+        state = "[green]ok[/]"
+    return [
+        topic,
+        str(p["partition"]),
+        str(p["leader"]) if p["leader"] >= 0 else "-",
+        str(p["leader_epoch"]),
+        ",".join(map(str, p["replicas"])),
+        ",".join(map(str, p["isr"])),
+        str(p["high_watermark"]) if p["high_watermark"] >= 0 else "?",
+        str(p["log_end_offset"]) if p["log_end_offset"] >= 0 else "?",
+        state,
+    ]
+
+
+@click.command("status")
+@click.option("--internal", is_flag=True, help="Also list internal topics (__consumer_offsets).")
+@click.option("--json", "as_json", is_flag=True, help="Print the raw status as JSON.")
+@pass_env
+def status(env: Env, internal: bool, as_json: bool) -> None:
+    """Show brokers, coordinators and every partition's leader, ISR, HW and LEO.
+
+    Partitions are flagged under-replicated (ISR smaller than the replica set) or offline
+    (no leader); the header counts both.
+
+    \b
+    Examples:
+      kcoord status
+      kcoord status --internal
+      kcoord --name prod status --json | jq .cluster.metrics
+    """
+    from cluster.deploy import status as cluster_status
+
+    env.connect_ray()
+    snap = cluster_status(env.name, address=None, namespace=env.namespace)
+    if as_json:
+        click.echo(json.dumps(snap, indent=2, sort_keys=True, default=str))
+        return
+    for table in _status_tables(snap, internal):
+        env.out.print(table)
+
+
+COMMANDS = [up, down, status]

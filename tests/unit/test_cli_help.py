@@ -1,0 +1,62 @@
+"""Every kcoord command has --help with a description and examples, and argument errors
+are one line on stderr (no Ray needed: these fail before connecting)."""
+
+from __future__ import annotations
+
+import click
+import pytest
+from click.testing import CliRunner
+
+from kcoord.cli import cli, main
+
+
+def all_commands(group: click.Group = cli, prefix: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
+    out = []
+    for name, cmd in sorted(group.commands.items()):
+        out.append(prefix + (name,))
+        if isinstance(cmd, click.Group):
+            out += all_commands(cmd, prefix + (name,))
+    return out
+
+
+COMMANDS = all_commands()
+
+
+def test_the_commands_of_the_issue_exist():
+    assert set(COMMANDS) >= {
+        ("up",), ("down",), ("status",), ("produce",), ("consume",), ("demo",), ("bench",),
+        ("topics",), ("topics", "create"), ("topics", "list"), ("topics", "describe"), ("topics", "delete"),
+        ("groups",), ("groups", "list"), ("groups", "describe"), ("groups", "reset-offsets"),
+    }
+
+
+@pytest.mark.parametrize("path", COMMANDS, ids=" ".join)
+def test_every_command_has_help_with_examples(path):
+    result = CliRunner().invoke(cli, [*path, "--help"])
+    assert result.exit_code == 0, result.output
+    assert "Usage: " in result.output
+    assert "Example" in result.output, f"kcoord {' '.join(path)} --help shows no example"
+
+
+@pytest.mark.parametrize(
+    "args, fragment",
+    [
+        (["topics", "create"], "Missing argument 'TOPIC'"),
+        (["topics", "create", "t", "-c", "novalue"], "expected KEY=VALUE"),
+        (["up", "--brokers", "0"], "--brokers"),
+        (["produce", "t", "--acks", "2"], "--acks"),
+        (["no-such-command"], "No such command"),
+        (["groups", "reset-offsets", "g", "--topic", "t"], "Missing option '--to'"),
+    ],
+)
+def test_usage_errors_are_one_line(capsys, args, fragment):
+    code = main(args)
+    err = capsys.readouterr().err
+    assert code == 2
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and fragment in lines[0], err
+
+
+def test_version(capsys):
+    assert main(["--version"]) == 0
+    assert "kcoord" in capsys.readouterr().out
