@@ -690,7 +690,9 @@ class GroupMember:
             rebalance = next((c for c in bad if c in _REBALANCE_ERRORS), None)
             if rebalance is not None:
                 with self._lock:
-                    if request.generation_id == self._generation:
+                    # Only a member that thinks it is stable needs telling; one that is
+                    # rebalancing right now (a commit from another thread) is rejoining.
+                    if request.generation_id == self._generation and self._state == STABLE:
                         if rebalance == E.UNKNOWN_MEMBER_ID:
                             self._member_id = NO_MEMBER_ID
                             self._generation = NO_GENERATION
