@@ -466,6 +466,10 @@ class Consumer:
             remaining = deadline - _monotonic()
             if remaining <= 0:
                 return {}
+            if self._group is not None:
+                # Wake often enough to act on a rebalance the heartbeat thread flagged,
+                # instead of sleeping through a whole long-poll.
+                remaining = min(remaining, self._group.poll_wake_s)
             if not self._take_ready(remaining):
                 self._idle_wait(min(remaining, self._backoff_s))
 

@@ -69,6 +69,10 @@ UNJOINED = "unjoined"
 REBALANCING = "rebalancing"
 STABLE = "stable"
 
+# How long a consumer's poll may block without giving the group a turn: bounds the delay
+# between a heartbeat learning of a rebalance and the poll thread rejoining.
+POLL_WAKE_S = 0.05
+
 # kafka-python's class names for the built-in assignors, accepted as aliases.
 _ASSIGNOR_ALIASES = {
     "rangepartitionassignor": "range",
@@ -270,6 +274,11 @@ class GroupMember:
     def assignment(self) -> list[TopicPartition]:
         """Partitions of the current generation ([] while not a stable member)."""
         return list(self._assigned or [])
+
+    @property
+    def poll_wake_s(self) -> float:
+        """Longest a host's poll should block between two calls of :meth:`poll`."""
+        return POLL_WAKE_S
 
     @property
     def rejoin_needed(self) -> bool:
