@@ -9,13 +9,16 @@ and on (flush.messages=1), this measures in one run:
   of 1 MiB chunks of the same file size, both from the page cache;
 * with fsync off, also the follower append path (several batches per call, CRC checked).
 
-Batches are pre-built with build_batch_columns so only log cost is timed. Each figure is
-the median over ``--repeats`` runs, log and plain interleaved so both see the same machine.
+Batches are pre-built with build_batch_columns (and, for the follower, pre-stamped and
+grouped into 1 MiB fetches) so only log cost is timed. Each repeat writes the same batches
+through the log and to the plain file in ``--rounds`` alternating rounds (and reads both
+back fetch by fetch, alternating), so a burst of load from elsewhere hits both alike; each
+figure is the median over ``--repeats`` repeats.
 Ratios are log / plain throughput from wall time; ``*_ratio_cpu`` repeats them from the
 process's CPU time, which a busy shared machine disturbs less. Prints JSON (and writes it
 to ``--out``). Target: log append >= 50% of plain write, fsync off.
 
-    python benchmarks/log_append.py [--quick] [--out FILE] [--repeats N] [--dir DIR]
+    python benchmarks/log_append.py [--quick] [--out FILE] [--repeats N] [--rounds N] [--dir DIR]
 """
 
 from __future__ import annotations
@@ -30,9 +33,10 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Callable
 
 from kcoord.log import Log, LogConfig
-from kcoord.records import HEADER_SIZE, batches_info, build_batch_columns
+from kcoord.records import HEADER_SIZE, build_batch_columns, stamp
 
 RECORD_BYTES = 100
 PER_RECORD = RECORD_BYTES + 2  # msgpack bin8 framing of a 100-byte value
@@ -50,123 +54,111 @@ def make_batches(batch_bytes: int) -> tuple[list[bytes], int]:
     return pool, n
 
 
-def timed(fn) -> tuple[float, float]:
-    """(wall seconds, CPU seconds of this process incl. the kernel's copying)."""
-    wall, cpu = time.perf_counter(), time.process_time()
-    fn()
-    return time.perf_counter() - wall, time.process_time() - cpu
+class Clock:
+    """Accumulated wall and CPU time (user + system of this process, so the kernel's
+    copying into the page cache counts) over the rounds of one repeat."""
+
+    def __init__(self) -> None:
+        self.wall = 0.0
+        self.cpu = 0.0
+
+    def run(self, fn: Callable[[], None]) -> None:
+        wall, cpu = time.perf_counter(), time.process_time()
+        fn()
+        self.wall += time.perf_counter() - wall
+        self.cpu += time.process_time() - cpu
 
 
-def log_append(directory: Path, pool: list[bytes], count: int, fsync: bool) -> tuple[float, float]:
+def follower_chunks(pool: list[bytes], first: int, count: int, records_per_batch: int) -> list[bytes]:
+    """Batches ``first .. first+count`` as a leader would have stamped them, grouped into
+    fetch-sized chunks: what a follower appends."""
+    chunks, current, size = [], [], 0
+    for i in range(first, first + count):
+        batch = stamp(pool[i % len(pool)], i * records_per_batch, 0)
+        if current and size + len(batch) > FETCH_BYTES:
+            chunks.append(b"".join(current))
+            current, size = [], 0
+        current.append(batch)
+        size += len(batch)
+    if current:
+        chunks.append(b"".join(current))
+    return chunks
+
+
+def one_repeat(root: Path, pool: list[bytes], records_per_batch: int, count: int, fsync: bool, rounds: int) -> dict[str, Clock]:
+    """Write ``count`` batches through the log and to a plain file (and, fsync off,
+    through a follower log) in interleaved rounds, so that whatever else the machine is
+    doing hits all of them alike; then read both back the same way."""
     config = LogConfig(segment_bytes=64 * MiB, flush_messages=1 if fsync else None)
-    log = Log(directory, config)
-    append = log.append
-    n = len(pool)
+    clocks = {k: Clock() for k in ("log_append", "plain_write", "follower", "log_read", "plain_read")}
+    log = Log(root / "log", config)
+    follower = Log(root / "follower", config) if not fsync else None
+    plain = open(root / "plain", "wb")
+    append, write, flush, fileno, n = log.append, plain.write, plain.flush, plain.fileno(), len(pool)
+    per_round = -(-count // rounds)
+    for r, first in enumerate(range(0, count, per_round)):
+        last = min(count, first + per_round)
 
-    def run() -> None:
-        for i in range(count):
-            append(pool[i % n], leader_epoch=0)
+        def log_round() -> None:
+            for i in range(first, last):
+                append(pool[i % n], leader_epoch=0)
 
-    secs = timed(run)
-    log.close()
-    return secs
-
-
-def follower_append(directory: Path, source: Path) -> tuple[float, float]:
-    """Replicate ``source`` into a fresh log the way a follower does: 1 MiB fetches,
-    appended as they come (several batches per append, CRCs checked)."""
-    leader = Log(source, LogConfig(segment_bytes=64 * MiB))
-    chunks = []
-    offset = leader.log_start_offset
-    while offset < leader.log_end_offset:
-        data = leader.read(offset, FETCH_BYTES)
-        chunks.append(data)
-        offset = batches_info(data)[1]
-    leader.close()
-    log = Log(directory, LogConfig(segment_bytes=64 * MiB))
-    append = log.append
-
-    def run() -> None:
-        for c in chunks:
-            append(c)
-
-    secs = timed(run)
-    log.close()
-    return secs
-
-
-def log_read(directory: Path, batch_size: int, records_per_batch: int) -> tuple[tuple[float, float], int]:
-    """Consume the whole log in 1 MiB fetches, as a consumer would."""
-    log = Log(directory, LogConfig(segment_bytes=64 * MiB))
-    total = 0
-
-    def run() -> None:
-        nonlocal total
-        offset, end, read = log.log_start_offset, log.log_end_offset, log.read
-        while offset < end:
-            data = read(offset, FETCH_BYTES)
-            total += len(data)
-            # all batches here have the same size and record count, so the next offset
-            # follows from the length (a real consumer decodes the records instead)
-            offset += len(data) // batch_size * records_per_batch
-
-    secs = timed(run)
-    log.close()
-    return secs, total
-
-
-def plain_write(path: Path, pool: list[bytes], count: int, fsync: bool) -> tuple[float, float]:
-    n = len(pool)
-    with open(path, "wb") as f:
-        write, flush, fileno = f.write, f.flush, f.fileno()
-
-        def run() -> None:
-            for i in range(count):
+        def plain_round() -> None:
+            for i in range(first, last):
                 write(pool[i % n])
                 if fsync:
                     flush()
                     os.fsync(fileno)
 
-        return timed(run)
+        steps = [("log_append", log_round), ("plain_write", plain_round)]
+        if follower is not None:
+            chunks = follower_chunks(pool, first, last - first, records_per_batch)
+
+            def follower_round() -> None:
+                for c in chunks:
+                    follower.append(c)
+
+            steps.append(("follower", follower_round))
+        for name, fn in steps if r % 2 == 0 else reversed(steps):
+            clocks[name].run(fn)
+    plain.close()
+    if follower is not None:
+        assert follower.log_end_offset == log.log_end_offset
+        follower.close()
+
+    # Read both back in 1 MiB fetches, alternating log and plain fetch by fetch.
+    batch_size = len(pool[0])
+    total = 0
+    with open(root / "plain", "rb") as f:
+        offset, end, read = log.log_start_offset, log.log_end_offset, log.read
+        while offset < end:
+            def log_fetch() -> None:
+                nonlocal offset, total
+                data = read(offset, FETCH_BYTES)
+                total += len(data)
+                # equal batches: the next offset follows from the length (a consumer
+                # would decode the records instead)
+                offset += len(data) // batch_size * records_per_batch
+
+            clocks["log_read"].run(log_fetch)
+            clocks["plain_read"].run(lambda: f.read(FETCH_BYTES))
+    assert total == count * batch_size, (total, count * batch_size)
+    log.close()
+    return clocks
 
 
-def plain_read(path: Path) -> tuple[float, float]:
-    with open(path, "rb") as f:
-        read = f.read
-
-        def run() -> None:
-            while read(FETCH_BYTES):
-                pass
-
-        return timed(run)
-
-
-def bench_case(root: Path, batch_bytes: int, fsync: bool, total_bytes: int, repeats: int) -> dict:
+def bench_case(root: Path, batch_bytes: int, fsync: bool, total_bytes: int, repeats: int, rounds: int) -> dict:
     pool, records_per_batch = make_batches(batch_bytes)
     size = len(pool[0])
     count = max(1, total_bytes // size)
     nbytes = count * size
     nrecords = count * records_per_batch
-    samples: dict[str, list[tuple[float, float]]] = {
-        k: [] for k in ("log_append", "plain_write", "log_read", "plain_read", "follower")
-    }
+    runs: list[dict[str, Clock]] = []
     for r in range(repeats):
-        log_dir, plain_file, follower_dir = root / f"log{r}", root / f"plain{r}", root / f"follower{r}"
-        order = [0, 1] if r % 2 == 0 else [1, 0]
-        for which in order:
-            if which == 0:
-                samples["log_append"].append(log_append(log_dir, pool, count, fsync))
-            else:
-                samples["plain_write"].append(plain_write(plain_file, pool, count, fsync))
-        secs, read_bytes = log_read(log_dir, size, records_per_batch)
-        assert read_bytes == nbytes, (read_bytes, nbytes)
-        samples["log_read"].append(secs)
-        samples["plain_read"].append(plain_read(plain_file))
-        if not fsync:
-            samples["follower"].append(follower_append(follower_dir, log_dir))
-        for p in (log_dir, follower_dir):
-            shutil.rmtree(p, ignore_errors=True)
-        plain_file.unlink(missing_ok=True)
+        where = root / f"run{r}"
+        where.mkdir()
+        runs.append(one_repeat(where, pool, records_per_batch, count, fsync, rounds))
+        shutil.rmtree(where, ignore_errors=True)
 
     out: dict = {
         "batch_bytes": size,
@@ -176,22 +168,23 @@ def bench_case(root: Path, batch_bytes: int, fsync: bool, total_bytes: int, repe
         "bytes": nbytes,
         "repeats": repeats,
     }
-    wall = {k: statistics.median(w for w, _ in v) for k, v in samples.items() if v}
-    cpu = {k: statistics.median(c for _, c in v) for k, v in samples.items() if v}
-    for key in ("log_append", "plain_write", "log_read", "plain_read", "follower"):
-        if key not in wall:
-            continue
+    keys = ["log_append", "plain_write", "log_read", "plain_read"] + ([] if fsync else ["follower"])
+    wall = {k: statistics.median(run[k].wall for run in runs) for k in keys}
+    cpu = {k: statistics.median(run[k].cpu for run in runs) for k in keys}
+    for key in keys:
         name = "follower_append" if key == "follower" else key
         out[f"{name}_mb_s"] = round(nbytes / wall[key] / 1e6, 1)
         out[f"{name}_records_s"] = round(nrecords / wall[key])
     out["append_ratio"] = round(wall["plain_write"] / wall["log_append"], 3)
     out["read_ratio"] = round(wall["plain_read"] / wall["log_read"], 3)
-    if "follower" in wall:
+    if not fsync:
         out["follower_append_ratio"] = round(wall["plain_write"] / wall["follower"], 3)
-    # The same ratios from CPU time (user + system of this process): on a busy machine
-    # wall time also measures the neighbours, CPU time only what the code costs.
+    # The same ratios from CPU time: on a busy machine wall time also measures the
+    # neighbours, CPU time only what the code costs.
     out["append_ratio_cpu"] = round(cpu["plain_write"] / cpu["log_append"], 3)
     out["read_ratio_cpu"] = round(cpu["plain_read"] / cpu["log_read"], 3)
+    if not fsync:
+        out["follower_append_ratio_cpu"] = round(cpu["plain_write"] / cpu["follower"], 3)
     return out
 
 
@@ -201,6 +194,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--out", type=Path, help="also write the JSON here")
     parser.add_argument("--repeats", type=int, help="runs per figure (median reported)")
     parser.add_argument("--dir", type=Path, help="where to put the temporary files (default: system temp)")
+    parser.add_argument("--rounds", type=int, default=16, help="interleaved log/plain rounds per repeat")
     args = parser.parse_args(argv)
     repeats = args.repeats or (3 if args.quick else 5)
     # bytes per run: (fsync off, fsync on) for each batch size
@@ -214,7 +208,7 @@ def main(argv: list[str] | None = None) -> dict:
         root = Path(tmp)
         for fsync in (False, True):
             for batch_bytes, (off, on) in volumes.items():
-                results.append(bench_case(root, batch_bytes, fsync, on if fsync else off, repeats))
+                results.append(bench_case(root, batch_bytes, fsync, on if fsync else off, repeats, args.rounds))
     off = [r for r in results if not r["fsync"]]
     report = {
         "benchmark": "log_append",

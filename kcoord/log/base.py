@@ -87,6 +87,22 @@ class BaseLog(ABC):
         """Store whole batches. ``chunks`` concatenated are the bytes; ``positions`` give
         each batch's start within them. Either everything is stored or nothing."""
 
+    def _write_one(
+        self,
+        prefix: bytes,
+        body: memoryview,
+        nbytes: int,
+        h: BatchHeader,
+        base_offset: int,
+        leader_epoch: int,
+        now_ms: int,
+    ) -> None:
+        """Store one producer batch: the stamped ``prefix`` then ``body``. ``h`` is its
+        header as the producer sent it (before stamping). The file log overrides this
+        with a leaner path; by default it is :meth:`_write` of the stamped header."""
+        stamped = BatchHeader._make((base_offset, h.batch_length, leader_epoch) + h[3:])
+        self._write((prefix, body), nbytes, (stamped,), _AT_START, now_ms)
+
     @abstractmethod
     def _read(self, from_offset: int, max_bytes: int, max_offset: int | None) -> bytes:
         """``read`` after its range checks: from_offset is inside [log start, LEO)."""
@@ -167,12 +183,11 @@ class BaseLog(ABC):
             verdict.raise_for_error()
         base = self.log_end_offset
         nbytes = len(data)
-        h = BatchHeader._make((base, h.batch_length, leader_epoch) + h[3:])
-        self._write((stamp_prefix(data, base, leader_epoch), memoryview(data)[16:]), nbytes, (h,), _AT_START, now)
+        self._write_one(stamp_prefix(data, base, leader_epoch), memoryview(data)[16:], nbytes, h, base, leader_epoch, now)
         if leader_epoch > latest:
             cache.assign(leader_epoch, base)
         if idempotent:
-            state.update(h)
+            state.update(h._replace(base_offset=base, leader_epoch=leader_epoch))
         if self._flush_policy.record_append(h.record_count, now):
             self.flush()
         return AppendInfo(base, base + h.last_offset_delta, h.record_count, h.max_timestamp, nbytes, False, now)

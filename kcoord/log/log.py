@@ -214,18 +214,30 @@ class Log(BaseLog):
         now_ms: int,
     ) -> None:
         try:
-            seg = self._segments[-1]
-            if len(headers) == 1:  # the produce path
-                if seg.size and must_roll(
-                    self.config, seg.size, seg.base_offset, seg.created_ms, nbytes, headers[0].last_offset, now_ms
-                ):
-                    seg = self._roll(now_ms)
-                seg.append(chunks, nbytes, headers, positions, now_ms)
-                self._size += nbytes
-            else:
-                self._write_batches(chunks, nbytes, headers, positions, now_ms)
+            self._write_batches(chunks, nbytes, headers, positions, now_ms)
         except OSError as exc:
             raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, f"append to {self.directory} failed: {exc}") from exc
+
+    def _write_one(
+        self,
+        prefix: bytes,
+        body: memoryview,
+        nbytes: int,
+        h: BatchHeader,
+        base_offset: int,
+        leader_epoch: int,
+        now_ms: int,
+    ) -> None:
+        """The produce hot path: one batch, no header object built for it."""
+        seg = self._segments[-1]
+        last = base_offset + h.last_offset_delta
+        try:
+            if seg.size and must_roll(self.config, seg.size, seg.base_offset, seg.created_ms, nbytes, last, now_ms):
+                seg = self._roll(now_ms)
+            seg.append_one((prefix, body), nbytes, base_offset, last + 1, h.max_timestamp, now_ms)
+        except OSError as exc:
+            raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, f"append to {self.directory} failed: {exc}") from exc
+        self._size += nbytes
 
     def _write_batches(
         self,

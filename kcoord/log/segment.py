@@ -173,6 +173,29 @@ class Segment:
         self.next_offset = headers[-1].next_offset
         self.last_modified_ms = now_ms
 
+    def append_one(
+        self, chunks: Sequence[_BufferLike], nbytes: int, base_offset: int, next_offset: int, max_timestamp: int, now_ms: int
+    ) -> None:
+        """:meth:`append` for a single batch given by its offsets (the produce hot path)."""
+        start = self.size
+        if start == 0:
+            self.created_ms = now_ms
+        fd = self._fd if self._fd is not None else self.fd
+        try:
+            if os.writev(fd, chunks) != nbytes:
+                _finish_short_write(fd, start, chunks, nbytes)
+        except BaseException:
+            os.ftruncate(fd, start)
+            raise
+        index = self.index
+        if start and start - index.last_position >= self.index_interval_bytes:  # as note_batch
+            index.append(base_offset, start)
+        if self._max_timestamp is not None and max_timestamp > self._max_timestamp:
+            self._max_timestamp = max_timestamp
+        self.size = start + nbytes
+        self.next_offset = next_offset
+        self.last_modified_ms = now_ms
+
     def note_batch(self, h: BatchHeader, position: int) -> None:
         """Index a batch if enough bytes went by since the last entry (append and rebuild
         share this rule, so a rebuilt index equals the one written while appending)."""
