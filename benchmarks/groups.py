@@ -269,6 +269,7 @@ def main() -> None:
     finally:
         teardown(name, delete_data=True, address=None)
     results["total_s"] = round(time.perf_counter() - started, 1)
+    results["load_average_1m"] = round(os.getloadavg()[0], 1)  # this machine is shared
     text = json.dumps(results, indent=2)
     print(text)
     if args.out:
