@@ -232,8 +232,6 @@ def main() -> None:
     commit_seconds = 2.0 if args.quick else 5.0
     partitions = QUICK_PARTITIONS if args.quick else PARTITIONS
 
-    import ray  # noqa: F401
-
     from actors.group_coordinator import configure_group_coordinators
     from cluster.deploy import deploy, teardown
     from cluster.local import start_local_ray

@@ -316,7 +316,6 @@ def test_coordinator_answers_malformed_bytes_with_an_error_and_stays_up(groups):
     handle = _coordinator(groups, "any-group")
     for method in ("join_group", "offset_commit", "heartbeat", "list_groups"):
         raw = ray.get(getattr(handle, method).remote(b"\xc1 not msgpack"), timeout=30)
-        from kcoord.protocol.group import RESPONSE_FOR
         from kcoord.protocol.codec import decode_any
 
         decoded = decode_any(raw, response=True)
