@@ -17,7 +17,6 @@ import random
 import signal
 import threading
 import time
-import uuid
 from dataclasses import dataclass, field
 
 import pytest
@@ -73,29 +72,6 @@ def parse(value: bytes) -> tuple[int, int]:
     return int(p), int(s)
 
 
-@pytest.fixture(scope="module")
-def chaos_cluster(ray_session, tmp_path_factory):
-    from cluster.deploy import deploy, teardown
-
-    name = f"chaos-{uuid.uuid4().hex[:6]}"
-    data_dir = str(tmp_path_factory.mktemp("chaos-data"))
-    client = deploy(
-        name,
-        brokers=3,
-        data_dir=data_dir,
-        group_coordinators=0,
-        address=None,
-        controller_config={
-            "heartbeat_interval_ms": 100,
-            "session_timeout_ms": 2000,
-            "ensure_replica_interval_ms": 300,
-            "leader_rebalance_interval_ms": 3000,
-        },
-    )
-    yield client
-    teardown(name, delete_data=True, address=None, data_dir=data_dir)
-
-
 def produce_loop(cluster, index: int, ledger: Ledger, stop: threading.Event) -> None:
     producer = kcoord.Producer(cluster, acks="all", linger_ms=2, delivery_timeout_ms=120_000, request_timeout_ms=5_000)
     seq = 0
@@ -114,8 +90,12 @@ def produce_loop(cluster, index: int, ledger: Ledger, stop: threading.Event) -> 
 
 
 def kill_loop(cluster, rng: random.Random, kills: list[Kill], stop: threading.Event) -> None:
+    plan: list[str] = []
     while not stop.wait(rng.uniform(0.5, 2.0)):
-        target = rng.choice(["leader", "leader", "follower", "follower", "controller"])
+        if not plan:  # every kind of target in every round, in a random order
+            plan = ["leader", "leader", "follower", "follower", "controller"]
+            rng.shuffle(plan)
+        target = plan.pop()
         how = rng.choice(["ray.kill", "SIGKILL"])
         try:
             if target == "controller":
