@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import sys
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable
+from typing import IO, Any, Callable, Iterable
 
 import click
 from rich.console import Console
@@ -29,8 +29,8 @@ class Env:
     namespace: str = names.DEFAULT_NAMESPACE
     address: str = "auto"
     debug: bool = False
-    out: Console = field(default_factory=lambda: Console(soft_wrap=True))
-    err: Console = field(default_factory=lambda: Console(stderr=True, soft_wrap=True))
+    out: Console = field(default_factory=lambda: make_console(sys.stdout))
+    err: Console = field(default_factory=lambda: make_console(sys.stderr))
     _client: Any = None
 
     def connect_ray(self) -> None:
@@ -49,6 +49,19 @@ class Env:
         from ..client.admin import Admin
 
         return Admin(self.client())
+
+
+def make_console(stream: IO[str]) -> Console:
+    """A rich console; when piped it is wide (rich would assume 80 columns and cut topic
+    and actor names in tables short)."""
+    width = None
+    try:
+        piped = not stream.isatty()
+    except (AttributeError, ValueError):
+        piped = True
+    if piped:
+        width = max(int(os.environ.get("COLUMNS", "0") or 0), 200)
+    return Console(file=stream, width=width, soft_wrap=True)
 
 
 def connect_ray(address: str, namespace: str) -> None:

@@ -47,6 +47,9 @@ def test_every_command_has_help_with_examples(path):
         (["produce", "t", "--acks", "2"], "--acks"),
         (["no-such-command"], "No such command"),
         (["groups", "reset-offsets", "g", "--topic", "t"], "Missing option '--to'"),
+        (["groups", "reset-offsets", "g", "--topic", "t", "--to", "sometime"], "expected earliest, latest or PARTITION=OFFSET"),
+        (["consume", "t", "--group", "g", "--partition", "0"], "cannot be combined"),
+        (["produce", "t", "--key-separator", ""], "must not be empty"),
     ],
 )
 def test_usage_errors_are_one_line(capsys, args, fragment):

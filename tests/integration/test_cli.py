@@ -1,0 +1,127 @@
+"""The `kcoord` console script against a real `ray start --head` (each call is its own
+process, as a user runs it): every command's happy path and a bad-input case, whose error
+must be one line on stderr with a non-zero exit code."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+import pytest
+
+from cli_support import KCOORD, RayHead, run_kcoord
+
+pytestmark = [pytest.mark.ray, pytest.mark.slow]
+
+NAME = "clitest"
+
+
+@pytest.fixture(scope="module")
+def head():
+    h = RayHead().start()
+    try:
+        run_kcoord(h, "--name", NAME, "up", "--brokers", "3", "--group-coordinators", "1", check=True)
+        yield h
+        run_kcoord(h, "--name", NAME, "down", "--delete-data", check=True)
+    finally:
+        h.stop()
+
+
+def ok(head: RayHead, *args: str, input: str | None = None) -> subprocess.CompletedProcess:
+    return run_kcoord(head, "--name", NAME, *args, input=input, check=True)
+
+
+def fails(head: RayHead, *args: str, expect: str, input: str | None = None, code: int | None = None) -> str:
+    """Run a command that must fail: non-zero exit, exactly one `error: ...` line on stderr
+    containing ``expect``, no traceback. Returns that line."""
+    proc = run_kcoord(head, "--name", NAME, *args, input=input)
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode != 0, f"kcoord {' '.join(args)} succeeded: {proc.stdout}"
+    if code is not None:
+        assert proc.returncode == code
+    assert len(lines) == 1 and lines[0].startswith("error: "), f"not one error line: {proc.stderr!r}"
+    assert "Traceback" not in proc.stderr and expect in lines[0], lines[0]
+    return lines[0]
+
+
+def test_up_refuses_a_second_deploy_and_if_not_exists_accepts_it(head):
+    fails(head, "up", expect="already running")
+    assert "already running; nothing to do" in ok(head, "up", "--if-not-exists").stdout
+
+
+def test_status_shows_the_cluster_and_a_missing_cluster_says_how_to_deploy(head):
+    out = ok(head, "status", "--internal").stdout
+    for fragment in ("controller epoch", "under-replicated", "offline", f"{NAME}/group/0", "__consumer_offsets", "partitions"):
+        assert fragment in out, fragment
+    snap = json.loads(ok(head, "status", "--json").stdout)
+    assert snap["cluster"]["brokers"] == [0, 1, 2] and snap["coordinators"]["groups"][0]["loaded"]
+    line = run_kcoord(head, "--name", "nope", "status")
+    assert line.returncode == 1 and "kcoord up --name nope" in line.stderr and len(line.stderr.strip().splitlines()) == 1
+
+
+def test_topics_create_list_describe_delete(head):
+    assert "created topic 'clicks'" in ok(head, "topics", "create", "clicks", "-p", "2", "-r", "3", "-c", "min.insync.replicas=2").stdout
+    fails(head, "topics", "create", "clicks", expect="TOPIC_ALREADY_EXISTS")
+    fails(head, "topics", "create", "wide", "-r", "5", expect="INVALID_REPLICATION_FACTOR")
+    assert "clicks" in ok(head, "topics", "list").stdout.split()
+    desc = ok(head, "topics", "describe", "clicks").stdout
+    assert "min.insync.replicas=2" in desc and desc.count("clicks") >= 3
+    parts = json.loads(ok(head, "topics", "describe", "clicks", "--json").stdout)["partitions"]
+    assert [len(p["isr"]) for p in parts] == [3, 3]
+    fails(head, "topics", "describe", "nope", expect="topic 'nope' does not exist (UNKNOWN_TOPIC_OR_PARTITION)")
+    assert "deleted topic 'clicks'" in ok(head, "topics", "delete", "clicks").stdout
+    fails(head, "topics", "delete", "clicks", expect="UNKNOWN_TOPIC_OR_PARTITION")
+
+
+def test_produce_and_consume(head):
+    ok(head, "topics", "create", "lines", "-p", "2", "-r", "3")
+    lines = "".join(f"user{i % 3}:event-{i}\n" for i in range(30))
+    produced = ok(head, "produce", "lines", "--key-separator", ":", input=lines + "\n")
+    assert "produced 30 records" in produced.stderr
+    fails(head, "produce", "lines", "--key-separator", ":", input="a:1\nno separator here\n", expect="line 2 has no key separator")
+    fails(head, "produce", "nope", input="x\n", expect="UNKNOWN_TOPIC_OR_PARTITION")
+
+    out = ok(head, "consume", "lines", "--from-beginning", "--max-messages", "30", "--print-key", "--key-separator", "=").stdout
+    got = sorted(out.split())
+    assert got == sorted(f"user{i % 3}=event-{i}" for i in range(30))
+    # records of one key keep their order (one partition per key)
+    for k in range(3):
+        mine = [line.split("=")[1] for line in out.split() if line.startswith(f"user{k}=")]
+        assert mine == [f"event-{i}" for i in range(30) if i % 3 == k]
+    # --timeout-ms ends a consumer that reads from the end
+    idle = ok(head, "consume", "lines", "--timeout-ms", "1500")
+    assert idle.stdout == "" and "consumed 0 records" in idle.stderr
+    fails(head, "consume", "nope", "--max-messages", "1", expect="UNKNOWN_TOPIC_OR_PARTITION")
+    fails(head, "consume", "lines", "--partition", "7", "--max-messages", "1", expect="has no partition 7")
+
+
+def test_groups_consume_describe_reset_delete(head):
+    ok(head, "topics", "create", "ledger", "-p", "2", "-r", "3")
+    ok(head, "produce", "ledger", input="".join(f"entry-{i}\n" for i in range(20)))
+    first = ok(head, "consume", "ledger", "--group", "audit", "--from-beginning", "--max-messages", "20")
+    assert sorted(first.stdout.split()) == sorted(f"entry-{i}" for i in range(20))
+    # the group committed what it printed: a second run has nothing left
+    again = ok(head, "consume", "ledger", "--group", "audit", "--timeout-ms", "2000")
+    assert again.stdout == ""
+
+    assert "audit" in ok(head, "groups", "list").stdout
+    desc = json.loads(ok(head, "groups", "describe", "audit", "--json").stdout)
+    assert desc["lag"] == 0 and sum(o["committed_offset"] for o in desc["offsets"]) == 20
+    assert "total lag 0" in ok(head, "groups", "describe", "audit").stdout
+
+    assert "partition 0 -> 0" in ok(head, "groups", "reset-offsets", "audit", "--topic", "ledger", "--to", "earliest").stdout
+    assert json.loads(ok(head, "groups", "describe", "audit", "--json").stdout)["lag"] == 20
+    fails(head, "groups", "reset-offsets", "audit", "--topic", "ledger", "--to", "0=999", expect="OFFSET_OUT_OF_RANGE")
+    fails(head, "groups", "describe", "ghosts", expect="GROUP_ID_NOT_FOUND")
+    assert "deleted group 'audit'" in ok(head, "groups", "delete", "audit").stdout
+    fails(head, "groups", "delete", "audit", expect="GROUP_ID_NOT_FOUND")
+
+
+def test_bench_rejects_an_unknown_benchmark(head):
+    fails(head, "bench", "--only", "nope", "--out", "/tmp/kcoord-bench-test", expect="no benchmark named 'nope'")
+
+
+def test_no_ray_at_the_address_is_one_line_and_fast():
+    proc = subprocess.run([KCOORD, "--address", "127.0.0.1:1", "status"], capture_output=True, text=True, timeout=60, env={"PATH": "/usr/bin:/bin"})
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 1 and len(lines) == 1 and "cannot reach a Ray cluster" in lines[0], proc.stderr

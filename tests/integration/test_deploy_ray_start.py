@@ -1,0 +1,124 @@
+"""The deployment story end to end, every step in its own process: `ray start --head`,
+`kcoord up`, a driver script that produces and exits, another that consumes everything
+(the cluster outlived the first driver and the CLI), `kcoord down` removing every actor."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from cli_support import RayHead, run_kcoord, run_python
+
+pytestmark = [pytest.mark.ray, pytest.mark.slow]
+
+NAME = "deploytest"
+
+PRODUCER = """
+import json, kcoord
+cluster = kcoord.connect({name!r})
+admin = kcoord.Admin(cluster)
+admin.create_topic("orders", partitions=2, replication_factor=3, config={{"min.insync.replicas": 2}})
+p = kcoord.Producer(cluster, acks="all")
+futs = [p.send("orders", value=b"order-%d" % i, key=b"k%d" % (i % 7)) for i in range(200)]
+p.flush()
+acked = [[f.get(30).partition, f.get(30).offset, i] for i, f in enumerate(futs)]
+p.close()
+print(json.dumps(acked))
+"""
+
+CONSUMER = """
+import json, kcoord
+cluster = kcoord.connect({name!r})
+c = kcoord.Consumer("orders", cluster=cluster, group_id="auditors", auto_offset_reset="earliest", enable_auto_commit=False)
+seen = {{}}
+import time
+deadline = time.monotonic() + 120
+while len(seen) < 200 and time.monotonic() < deadline:
+    for tp, recs in c.poll(timeout_ms=500).items():
+        for r in recs:
+            seen[r.value.decode()] = [r.partition, r.offset]
+    c.commit()
+c.close()
+try:
+    kcoord.connect("no-such-cluster")
+    missing = "connected?!"
+except Exception as exc:
+    missing = type(exc).__name__ + ": " + str(exc)
+print(json.dumps({{"seen": seen, "missing": missing}}))
+"""
+
+ACTORS = """
+import json, ray
+ray.init(address="auto", namespace="kcoord", logging_level="ERROR")
+names = json.loads({names!r})
+alive = []
+for n in names:
+    try:
+        ray.get_actor(n, namespace="kcoord")
+        alive.append(n)
+    except ValueError:
+        pass
+print(json.dumps(alive))
+"""
+
+
+@pytest.fixture(scope="module")
+def head():
+    h = RayHead().start()
+    try:
+        yield h
+    finally:
+        h.stop()
+
+
+def actor_names(status: dict) -> list[str]:
+    out = [f"{NAME}/controller"] + [f"{NAME}/group/{i}" for i in range(status["cluster"]["group_coordinators"])]
+    for topic, desc in status["topics"].items():
+        for p in desc["partitions"]:
+            out += [f"{NAME}/replica/{topic}/{p['partition']}/{b}" for b in p["replicas"]]
+    return out
+
+
+def alive_actors(head: RayHead, names: list[str]) -> list[str]:
+    proc = run_python(head, ACTORS.format(names=json.dumps(names)))
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def test_ray_start_kcoord_up_drivers_and_down(head, tmp_path):
+    data_dir = tmp_path / "data"
+    up = run_kcoord(head, "--name", NAME, "up", "--brokers", "3", "--group-coordinators", "1", "--data-dir", str(data_dir), check=True)
+    assert "is up" in up.stdout
+
+    # A separate driver creates a topic, produces with acks=all and exits.
+    produced = run_python(head, PRODUCER.format(name=NAME))
+    assert produced.returncode == 0, produced.stderr
+    acked = json.loads(produced.stdout.strip().splitlines()[-1])
+    assert len(acked) == 200
+
+    # The cluster outlived that driver (and the CLI): another one reads everything back.
+    consumed = run_python(head, CONSUMER.format(name=NAME))
+    assert consumed.returncode == 0, consumed.stderr
+    result = json.loads(consumed.stdout.strip().splitlines()[-1])
+    seen = result["seen"]
+    for partition, offset, i in acked:
+        assert seen.get(f"order-{i}") == [partition, offset], f"record order-{i} acked at {partition}/{offset} not read back"
+    # connect() to a cluster that is not there says how to deploy one
+    assert result["missing"].startswith("ClusterNotFoundError") and "kcoord up" in result["missing"]
+
+    status = json.loads(run_kcoord(head, "--name", NAME, "status", "--json", check=True).stdout)
+    assert status["cluster"]["metrics"]["offline_partitions"] == 0
+    assert {"orders", "__consumer_offsets"} <= set(status["topics"])
+    assert status["deploy"]["data_dir"] == str(data_dir)
+    names = actor_names(status)
+    assert len(names) == 1 + 1 + 2 * 3 + 3  # controller, coordinator, orders replicas, offsets replicas
+    assert alive_actors(head, names) == names
+
+    down = run_kcoord(head, "--name", NAME, "down", "--delete-data", check=True)
+    assert f"{len(names)} actors" in down.stdout
+    assert alive_actors(head, names) == []
+    assert not data_dir.exists()
+    # nothing left to stop: a clear error, not a traceback
+    again = run_kcoord(head, "--name", NAME, "down")
+    assert again.returncode == 1 and again.stderr.strip().startswith("error: no kcoord cluster named")
