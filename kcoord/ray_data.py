@@ -1,0 +1,176 @@
+"""Ray Data for kcoord: read a topic as a ``ray.data.Dataset``, write a Dataset to a topic.
+
+    from kcoord import ray_data as krd
+    ds = krd.read(cluster, "events", starting_offsets="group:g1")   # Spark Kafka columns
+    krd.write(ds.map_batches(process), cluster, "out", key_col="key", value_col="value")
+
+Same columns, offset specs and guarantees as :mod:`kcoord.spark` (they share
+:mod:`kcoord.spark.offsets` and :mod:`kcoord.spark.tasks`; no Spark is needed): a read is a
+snapshot resolved on the driver, one read task per offset range; a write is exactly once
+per dataset block under Ray task retries, because block i is produced as producer
+``base + i`` of a block of producer ids with deterministic batches.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable
+
+import pyarrow as pa
+import ray
+
+from .client.cluster import ClusterClient
+from .protocol.errors import KafkaError
+from .spark import tasks as _tasks
+from .spark.frames import VALUE_FORMATS, WriteResult, allocate_producer_ids
+from .spark.offsets import OffsetPlan, plan_offsets, topic_metadata
+
+__all__ = ["read", "read_plan", "write", "ARROW_SCHEMA"]
+
+ARROW_SCHEMA = _tasks.ARROW_SCHEMA
+
+
+def read(
+    cluster: ClusterClient,
+    topic: str,
+    starting_offsets: Any = "earliest",
+    ending_offsets: Any = "latest",
+    min_partitions: int | None = None,
+    *,
+    max_fetch_bytes: int = _tasks.DEFAULT_FETCH_BYTES,
+    timeout_s: float = 120.0,
+    ray_remote_args: dict[str, Any] | None = None,
+) -> "ray.data.Dataset":
+    """``topic`` as a Dataset with the columns of Spark's Kafka source (``key``, ``value``,
+    ``topic``, ``partition``, ``offset``, ``timestamp`` (UTC), ``timestampType``,
+    ``headers``); offsets as in :func:`kcoord.spark.read`. Lazy: the records are fetched
+    when the Dataset executes, one read task per range."""
+    plan = plan_offsets(cluster, topic, starting_offsets, ending_offsets, min_partitions)
+    return read_plan(cluster, plan, max_fetch_bytes=max_fetch_bytes, timeout_s=timeout_s, ray_remote_args=ray_remote_args)
+
+
+class _RangeDatasource(ray.data.Datasource):
+    """One ReadTask per offset range of a resolved plan."""
+
+    def __init__(self, ref: _tasks.ClusterRef, plan: OffsetPlan, max_bytes: int, timeout_s: float) -> None:
+        self._ref = ref
+        self._plan = plan
+        self._max_bytes = max_bytes
+        self._timeout_s = timeout_s
+
+    def estimate_inmemory_data_size(self) -> int | None:
+        return None
+
+    def get_read_tasks(self, parallelism: int, per_task_row_limit: int | None = None, data_context: Any = None) -> list:
+        from ray.data import ReadTask
+        from ray.data.block import BlockMetadata
+
+        out = []
+        for r in self._plan.ranges:
+            def read_fn(r: Any = r, ref: _tasks.ClusterRef = self._ref, max_bytes: int = self._max_bytes, timeout_s: float = self._timeout_s) -> Iterable[pa.Table]:
+                batches = list(_tasks.read_range(ref, r.topic, r.partition, r.start, r.end, max_bytes=max_bytes, timeout_s=timeout_s))
+                yield pa.Table.from_batches(batches, schema=ARROW_SCHEMA)
+
+            out.append(ReadTask(read_fn, BlockMetadata(num_rows=r.size, size_bytes=None, exec_stats=None, input_files=None), schema=ARROW_SCHEMA))
+        return out
+
+
+def read_plan(
+    cluster: ClusterClient,
+    plan: OffsetPlan,
+    *,
+    max_fetch_bytes: int = _tasks.DEFAULT_FETCH_BYTES,
+    timeout_s: float = 120.0,
+    ray_remote_args: dict[str, Any] | None = None,
+) -> "ray.data.Dataset":
+    """The records of a resolved :class:`~kcoord.spark.offsets.OffsetPlan` as a Dataset."""
+    if not plan.ranges:
+        return ray.data.from_arrow(ARROW_SCHEMA.empty_table())
+    source = _RangeDatasource(_tasks.ClusterRef.of(cluster), plan, max_fetch_bytes, timeout_s)
+    return ray.data.read_datasource(source, ray_remote_args=ray_remote_args or {})
+
+
+@ray.remote(num_cpus=0.5, max_retries=3, retry_exceptions=[KafkaError, _tasks.InjectedFailure])
+def _write_block(
+    block: pa.Table,
+    index: int,
+    ref: _tasks.ClusterRef,
+    topic: str,
+    producer_id: int | None,
+    acks: Any,
+    value_format: str,
+    columns: dict[str, str],
+    fail_marker: str | None,
+) -> tuple[int, int, dict[int, list[int]]]:
+    renamed = {}
+    for target, source in columns.items():
+        renamed[target] = block.column(source)
+    table = pa.table(renamed)
+    stats = _tasks.produce_batches(ref, topic, table.to_batches(), producer_id=producer_id, acks=acks, value_format=value_format)
+    if fail_marker is not None:
+        # Test hook: fail the first attempt of this block after it produced (a file marks
+        # that the first attempt happened, since Ray tasks do not see their attempt number).
+        import os
+
+        marker = f"{fail_marker}.{index}"
+        if not os.path.exists(marker):
+            open(marker, "w").close()
+            raise _tasks.InjectedFailure(f"test hook: failing block {index} (first attempt) after it produced")
+    return index, producer_id if producer_id is not None else -1, stats
+
+
+def write(
+    ds: "ray.data.Dataset",
+    cluster: ClusterClient,
+    topic: str,
+    key_col: str | None = None,
+    value_col: str = "value",
+    headers_col: str | None = None,
+    partition_col: str | None = None,
+    acks: str | int = "all",
+    *,
+    value_format: str = "json",
+    _fail_marker: str | None = None,
+) -> WriteResult:
+    """Produce every row of ``ds`` to ``topic``, one Ray task per dataset block; columns and
+    value encodings as in :func:`kcoord.spark.write`.
+
+    Exactly once under Ray task retries (``acks="all"``): the dataset is materialized, so
+    its blocks are fixed; block i is produced as producer ``base + i`` at epoch 0 with
+    deterministic batches, so a retried task's re-sent batches are dropped by the leaders.
+    ``WriteResult.tasks`` counts records per block.
+    """
+    from .spark.frames import ColumnError
+
+    if value_format not in VALUE_FORMATS:
+        raise ValueError(f"value_format must be one of {VALUE_FORMATS}, got {value_format!r}")
+    topic_metadata(cluster, topic)
+    schema = ds.schema()
+    names = list(schema.names) if schema is not None else []
+    columns: dict[str, str] = {}
+    for target, name, what in (("value", value_col, "value_col"), ("key", key_col, "key_col"), ("headers", headers_col, "headers_col"), ("partition", partition_col, "partition_col")):
+        if name is None:
+            continue
+        if name not in names:
+            raise ColumnError(f"{what}={name!r}: the dataset has no column {name!r}; its columns are {names}")
+        columns[target] = name
+    refs = ds.to_arrow_refs()  # materializes: the blocks, and their order, are now fixed
+    exactly_once = acks in ("all", -1, "-1")
+    result = WriteResult(topic=topic, exactly_once=exactly_once)
+    if not refs:
+        return result
+    ids = allocate_producer_ids(cluster, len(refs)) if exactly_once else range(0)
+    result.producer_ids = ids
+    ref = _tasks.ClusterRef.of(cluster)
+    futures = [
+        _write_block.remote(block, i, ref, topic, ids.start + i if exactly_once else None, acks, value_format, columns, _fail_marker)
+        for i, block in enumerate(refs)
+    ]
+    for index, _, stats in ray.get(futures):
+        for p, (records, batches, dups) in stats.items():
+            result.partitions[p] = result.partitions.get(p, 0) + records
+            result.tasks[index] = result.tasks.get(index, 0) + records
+            result.records += records
+            result.batches += batches
+            result.duplicate_batches += dups
+    result.partitions = dict(sorted(result.partitions.items()))
+    return result

@@ -1,0 +1,356 @@
+"""DataFrames in and out of kcoord topics.
+
+``write`` produces from inside the executors: the DataFrame is projected in the JVM to
+binary ``key``/``value`` (+ ``headers``, ``partition``) columns and handed to Python as
+Arrow batches (``mapInArrow``), which go to :meth:`Producer.send_batch` as columns.
+
+``read`` resolves offsets on the driver (:mod:`kcoord.spark.offsets`), then runs one task
+per offset range over ``spark.range(n, numPartitions=n)``: task i fetches range i from the
+partition leader and returns Arrow batches in exactly the schema of Spark's Kafka source.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Iterator
+
+import pyarrow as pa
+
+from ..client.cluster import ClusterClient
+from ..protocol.controller import InitProducerIdRequest, InitProducerIdResponse
+from ..protocol.errors import ErrorCode, KafkaError, raise_for_error
+from . import tasks as _tasks
+from .offsets import OffsetPlan, plan_offsets, topic_metadata
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+KAFKA_SCHEMA_DDL = (
+    "key binary, value binary, topic string, partition int, offset long, timestamp timestamp, "
+    "timestampType int, headers array<struct<key:string,value:binary>>"
+)
+VALUE_FORMATS = ("json", "msgpack")
+_ACKS = ("all", -1, "-1", 1, "1", 0, "0")
+
+
+class ColumnError(ValueError):
+    """A column named in a write is missing or has a type that cannot be sent."""
+
+
+def kafka_schema() -> Any:
+    """Spark's Kafka source schema as a StructType (every field nullable, as Spark has it)."""
+    from pyspark.sql.types import (
+        ArrayType,
+        BinaryType,
+        IntegerType,
+        LongType,
+        StringType,
+        StructField,
+        StructType,
+        TimestampType,
+    )
+
+    return StructType(
+        [
+            StructField("key", BinaryType()),
+            StructField("value", BinaryType()),
+            StructField("topic", StringType()),
+            StructField("partition", IntegerType()),
+            StructField("offset", LongType()),
+            StructField("timestamp", TimestampType()),
+            StructField("timestampType", IntegerType()),
+            StructField("headers", ArrayType(StructType([StructField("key", StringType()), StructField("value", BinaryType())]))),
+        ]
+    )
+
+
+# ------------------------------------------------------------------------------------------
+# write
+# ------------------------------------------------------------------------------------------
+@dataclass
+class WriteResult:
+    """What :func:`write` did. ``partitions``: records per topic partition;
+    ``tasks``: records per Spark partition; ``producer_ids``: the block of producer ids
+    (the write id; Spark partition i used ``producer_ids[0] + i``), empty unless
+    ``exactly_once``; ``duplicate_batches``: batches the leaders already had (re-sent by a
+    retried task attempt and dropped)."""
+
+    topic: str
+    records: int = 0
+    partitions: dict[int, int] = field(default_factory=dict)
+    tasks: dict[int, int] = field(default_factory=dict)
+    attempts: dict[int, int] = field(default_factory=dict)
+    batches: int = 0
+    duplicate_batches: int = 0
+    producer_ids: range = field(default_factory=lambda: range(0))
+    exactly_once: bool = True
+
+
+def allocate_producer_ids(cluster: ClusterClient, count: int) -> range:
+    """A block of ``count`` fresh producer ids from the controller (InitProducerId)."""
+    response = cluster.call_controller("init_producer_id", InitProducerIdRequest(count=count), InitProducerIdResponse)
+    raise_for_error(response.error_code, response.error_message or "InitProducerId failed")
+    got = response.count or 1
+    if got < count:
+        raise KafkaError(ErrorCode.UNKNOWN_SERVER_ERROR, f"asked the controller for {count} producer ids, got {got}")
+    return range(response.producer_id, response.producer_id + count)
+
+
+def _column_type(df: "DataFrame", name: str | None, what: str) -> Any:
+    if name is None:
+        return None
+    if not isinstance(name, str):
+        raise ColumnError(f"{what} must be a column name (str), got {name!r}")
+    fields = {f.name: f.dataType for f in df.schema.fields}
+    if name not in fields:
+        raise ColumnError(f"{what}={name!r}: the DataFrame has no column {name!r}; its columns are {list(fields)}")
+    return fields[name]
+
+
+def _project(df: "DataFrame", key_col: str | None, value_col: str, headers_col: str | None, partition_col: str | None, value_format: str) -> "DataFrame":
+    """The DataFrame as binary key/value (+ headers, partition) columns, converted in the
+    JVM where possible (strings to UTF-8, structs to JSON with ``to_json``)."""
+    from pyspark.sql import functions as F
+    from pyspark.sql import types as T
+
+    def payload(name: str, what: str) -> Any:
+        t = _column_type(df, name, what)
+        c = F.col(f"`{name}`")
+        if isinstance(t, T.BinaryType):
+            return c
+        if isinstance(t, T.StringType):
+            return c.cast("binary")
+        if isinstance(t, (T.StructType, T.MapType, T.ArrayType)):
+            # msgpack is packed in Python (from Arrow); JSON is cheaper in the JVM.
+            return c if value_format == "msgpack" else F.to_json(c).cast("binary")
+        raise ColumnError(
+            f"{what}={name!r} has type {t.simpleString()}; it must be binary, string, or a struct/map/array "
+            f"(sent as {value_format}) -- cast it, e.g. df.withColumn({name!r}, col({name!r}).cast('string'))"
+        )
+
+    cols = [payload(value_col, "value_col").alias("value")]
+    if key_col is not None:
+        cols.append(payload(key_col, "key_col").alias("key"))
+    if headers_col is not None:
+        t = _column_type(df, headers_col, "headers_col")
+        c = F.col(f"`{headers_col}`")
+        ok_value = (T.BinaryType, T.StringType)
+        if isinstance(t, T.MapType) and isinstance(t.keyType, T.StringType) and isinstance(t.valueType, ok_value):
+            cols.append(c.alias("headers"))
+        elif (
+            isinstance(t, T.ArrayType)
+            and isinstance(t.elementType, T.StructType)
+            and [f.name for f in t.elementType.fields] == ["key", "value"]
+            and isinstance(t.elementType["key"].dataType, T.StringType)
+            and isinstance(t.elementType["value"].dataType, ok_value)
+        ):
+            cols.append(c.alias("headers"))
+        else:
+            raise ColumnError(
+                f"headers_col={headers_col!r} has type {t.simpleString()}; it must be array<struct<key:string,value:binary>> "
+                f"(Spark's Kafka headers; value may be string) or map<string,binary|string>"
+            )
+    if partition_col is not None:
+        t = _column_type(df, partition_col, "partition_col")
+        if not isinstance(t, (T.IntegerType, T.LongType, T.ShortType, T.ByteType)):
+            raise ColumnError(f"partition_col={partition_col!r} has type {t.simpleString()}; it must be an integer type")
+        cols.append(F.col(f"`{partition_col}`").cast("int").alias("partition"))
+    return df.select(*cols)
+
+
+@contextlib.contextmanager
+def _sql_conf(spark: "SparkSession", settings: dict[str, str]) -> Iterator[None]:
+    old = {k: spark.conf.get(k, None) for k in settings}
+    for k, v in settings.items():
+        spark.conf.set(k, v)
+    try:
+        yield
+    finally:
+        for k, v in old.items():
+            if v is None:
+                spark.conf.unset(k)
+            else:
+                spark.conf.set(k, v)
+
+
+def _write_task(
+    batches: Iterator[pa.RecordBatch],
+    *,
+    ref: _tasks.ClusterRef,
+    topic: str,
+    base_id: int | None,
+    tasks: int,
+    acks: Any,
+    value_format: str,
+    chunk_bytes: int,
+    fail_first_attempt: frozenset[int],
+) -> Iterator[pa.RecordBatch]:
+    from pyspark import TaskContext
+
+    ctx = TaskContext.get()
+    task, attempt = ctx.partitionId(), ctx.attemptNumber()
+    if task >= tasks:
+        raise RuntimeError(f"write planned {tasks} Spark partitions but task {task} ran: the DataFrame's partitioning changed between planning and execution")
+    producer_id = base_id + task if base_id is not None else None
+    stats = _tasks.produce_batches(
+        ref, topic, batches, producer_id=producer_id, acks=acks, value_format=value_format, chunk_bytes=chunk_bytes
+    )
+    if attempt == 0 and task in fail_first_attempt:
+        raise _tasks.InjectedFailure(f"test hook: failing task {task} (attempt 0) after it produced")
+    yield _tasks.stats_batch(task, attempt, -1 if producer_id is None else producer_id, stats)
+
+
+def write(
+    df: "DataFrame",
+    cluster: ClusterClient,
+    topic: str,
+    key_col: str | None = None,
+    value_col: str = "value",
+    headers_col: str | None = None,
+    partition_col: str | None = None,
+    acks: str | int = "all",
+    *,
+    value_format: str = "json",
+    chunk_bytes: int = _tasks.DEFAULT_CHUNK_BYTES,
+    _fail_first_attempt: frozenset[int] | set[int] = frozenset(),
+) -> WriteResult:
+    """Produce every row of ``df`` to ``topic`` from inside the Spark executors.
+
+    Columns: ``value_col`` (and ``key_col``) may be binary, string (sent as UTF-8) or a
+    struct/map/array, sent as compact JSON (``value_format="json"``, via Spark's
+    ``to_json``) or msgpack (``value_format="msgpack"``; dates and decimals as strings).
+    ``headers_col`` is Spark's Kafka header type ``array<struct<key:string,value:binary>>``
+    (string values are encoded as UTF-8) or a ``map<string, binary|string>``.
+    ``partition_col`` (integer) picks the partition; rows without one (null), like rows
+    of a write without ``partition_col``, go by key (murmur2, the producer's partitioner),
+    and rows without a key are spread over all partitions.
+
+    Exactly once under Spark task retries (``acks="all"``, the default): the driver takes
+    a block of producer ids from the controller, one per Spark partition; task i produces
+    as producer ``base + i`` at epoch 0 and cuts its input deterministically, so a retried
+    attempt sends the same batches with the same sequence numbers and the idempotent
+    leaders drop the ones they have. This relies on the DataFrame being deterministic:
+    recomputing a partition must give the same rows in the same order (true for sources
+    such as files, ranges and cached data; not after a non-deterministic shuffle or
+    ``rand()`` -- cache or checkpoint such a DataFrame first). Adaptive query execution is
+    turned off for the write's query so that the number of partitions planned is the
+    number that runs. With ``acks=1``/``0`` the write is at-least-once.
+
+    Returns a :class:`WriteResult`; raises if the topic does not exist or a column is
+    missing or of the wrong type, before any task runs.
+    """
+    if value_format not in VALUE_FORMATS:
+        raise ValueError(f"value_format must be one of {VALUE_FORMATS}, got {value_format!r}")
+    if acks not in _ACKS:
+        raise ValueError(f"acks must be 'all' (-1), 1 or 0, got {acks!r}")
+    if not isinstance(cluster, ClusterClient):
+        raise TypeError(f"write() needs a ClusterClient, got {type(cluster).__name__}")
+    topic_metadata(cluster, topic)  # UNKNOWN_TOPIC_OR_PARTITION with a hint, before any task
+    projected = _project(df, key_col, value_col, headers_col, partition_col, value_format)
+    spark = df.sparkSession
+    exactly_once = acks in ("all", -1, "-1")
+    result = WriteResult(topic=topic, exactly_once=exactly_once)
+    with _sql_conf(spark, {"spark.sql.adaptive.enabled": "false"}):
+        n = projected._jdf.rdd().getNumPartitions()
+        if n == 0:
+            return result
+        ids = allocate_producer_ids(cluster, n) if exactly_once else range(0)
+        result.producer_ids = ids
+        fn = functools.partial(
+            _write_task,
+            ref=_tasks.ClusterRef.of(cluster),
+            topic=topic,
+            base_id=ids.start if exactly_once else None,
+            tasks=n,
+            acks=acks,
+            value_format=value_format,
+            chunk_bytes=chunk_bytes,
+            fail_first_attempt=frozenset(_fail_first_attempt),
+        )
+        rows = projected.mapInArrow(fn, _stats_ddl()).collect()
+    for r in rows:
+        result.attempts[r.task] = r.attempt
+        result.tasks[r.task] = result.tasks.get(r.task, 0) + r.records
+        if r.partition >= 0:
+            result.partitions[r.partition] = result.partitions.get(r.partition, 0) + r.records
+        result.records += r.records
+        result.batches += r.batches
+        result.duplicate_batches += r.duplicate_batches
+    result.partitions = dict(sorted(result.partitions.items()))
+    result.tasks = dict(sorted(result.tasks.items()))
+    return result
+
+
+def _stats_ddl() -> str:
+    return "task int, attempt int, producer_id long, partition int, records long, batches int, duplicate_batches int"
+
+
+# ------------------------------------------------------------------------------------------
+# read
+# ------------------------------------------------------------------------------------------
+def _read_task(
+    batches: Iterator[pa.RecordBatch],
+    *,
+    ref: _tasks.ClusterRef,
+    ranges: list[tuple[str, int, int, int]],
+    max_bytes: int,
+    timeout_s: float,
+) -> Iterator[pa.RecordBatch]:
+    for batch in batches:
+        for i in batch.column(0).to_pylist():
+            topic, partition, start, end = ranges[i]
+            yield from _tasks.read_range(ref, topic, partition, start, end, max_bytes=max_bytes, timeout_s=timeout_s)
+
+
+def read(
+    spark: "SparkSession",
+    cluster: ClusterClient,
+    topic: str,
+    starting_offsets: Any = "earliest",
+    ending_offsets: Any = "latest",
+    min_partitions: int | None = None,
+    *,
+    max_fetch_bytes: int = _tasks.DEFAULT_FETCH_BYTES,
+    timeout_s: float = 120.0,
+) -> "DataFrame":
+    """Read ``topic`` as a DataFrame with exactly the schema of Spark's Kafka source:
+    ``key binary, value binary, topic string, partition int, offset long, timestamp
+    timestamp, timestampType int, headers array<struct<key string, value binary>>``.
+
+    ``starting_offsets``: ``"earliest"`` (default), ``"latest"``, ``"group:<group_id>"``
+    (the group's committed offsets; partitions it never committed start at earliest), or
+    per partition as a dict/JSON string ``{"topic": {"0": 23, "1": -2}}`` (-2 earliest,
+    -1 latest; partitions not named start at earliest). ``ending_offsets``: ``"latest"``
+    (the high watermark now, default) or per partition likewise (-1 latest). An
+    :class:`~kcoord.spark.offsets.OffsetPlan`'s ``starting``/``ending`` are accepted too.
+
+    The offsets are resolved here, on the driver, so the DataFrame is a fixed snapshot:
+    recomputing it reads the same records. One task per partition range, split further
+    to reach ``min_partitions``. Tasks follow leader changes and never read above the
+    high watermark. Raises KafkaError UNKNOWN_TOPIC_OR_PARTITION for a missing topic,
+    KafkaError OFFSET_OUT_OF_RANGE (with the valid range) for offsets outside the log, and
+    OffsetSpecError (a ValueError) for a spec that makes no sense.
+    """
+    plan = plan_offsets(cluster, topic, starting_offsets, ending_offsets, min_partitions)
+    return read_plan(spark, cluster, plan, max_fetch_bytes=max_fetch_bytes, timeout_s=timeout_s)
+
+
+def read_plan(
+    spark: "SparkSession",
+    cluster: ClusterClient,
+    plan: OffsetPlan,
+    *,
+    max_fetch_bytes: int = _tasks.DEFAULT_FETCH_BYTES,
+    timeout_s: float = 120.0,
+) -> "DataFrame":
+    """The records of an already resolved :class:`OffsetPlan` as a DataFrame (see
+    :func:`read`); lets a pipeline keep the plan it read, to commit its ``ending``."""
+    schema = kafka_schema()
+    if not plan.ranges:
+        return spark.createDataFrame([], schema)
+    ranges = [(r.topic, r.partition, r.start, r.end) for r in plan.ranges]
+    n = len(ranges)
+    fn = functools.partial(_read_task, ref=_tasks.ClusterRef.of(cluster), ranges=ranges, max_bytes=max_fetch_bytes, timeout_s=timeout_s)
+    return spark.range(0, n, 1, n).mapInArrow(fn, schema)
