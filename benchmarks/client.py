@@ -9,6 +9,8 @@ get_nowait_batch, measured in the same run. Prints JSON: medians over repeats, r
 ``send_call`` is the send() loop alone (the cost to the caller). ``send_batch`` is one call
 with the columns (default 1 MiB batches, and again with ``batch_size=4 MiB``). ``consume`` reads back what send_batch wrote, from a fresh Consumer with
 prefetch. The queue figures use chunks of ``--queue-chunk`` values per call.
+``cpu_during_one_send_batch`` (not with --quick) splits the CPU time of one extra send_batch run between the
+driver, the leaders, the followers, Ray's daemons and everything else on the machine.
 """
 
 from __future__ import annotations
@@ -99,6 +101,53 @@ def bench_consume(cluster, topic: str, starts: dict, count: int) -> float:
     return took
 
 
+def replica_roles(cluster, topic: str) -> dict[int, str]:
+    """{pid: "leader" | "follower"} of the topic's replica actors."""
+    roles = {}
+    md = cluster.topic(topic, refresh=True)
+    for pm in md.partitions:
+        for b in pm.replicas:
+            info = ray.get(cluster.replica(topic, pm.partition, b).describe.remote(), timeout=60)
+            roles[info["pid"]] = "leaders" if b == pm.leader else "followers"
+    return roles
+
+
+def cpu_breakdown(roles: dict[int, str], fn) -> dict:
+    """CPU seconds spent by the driver, the topic's leaders and followers, and Ray's own
+    daemons while ``fn()`` runs: where a bulk write's cost goes."""
+    import psutil
+
+    def snap() -> dict[int, tuple[float, str]]:
+        out = {}
+        for proc in psutil.process_iter(["pid", "name"]):
+            try:
+                t = proc.cpu_times()
+                out[proc.pid] = (t.user + t.system, proc.info["name"] or "")
+            except (psutil.NoSuchProcess, psutil.AccessDenied):
+                pass
+        return out
+
+    before = snap()
+    start = time.perf_counter()
+    fn()
+    wall = time.perf_counter() - start
+    after = snap()
+    kinds: dict[str, float] = {}
+    for pid, (cpu, name) in after.items():
+        if pid not in before:
+            continue
+        if pid == os.getpid():
+            kind = "driver"
+        elif pid in roles:
+            kind = roles[pid]
+        elif "raylet" in name or "gcs_server" in name:
+            kind = "ray_daemons"
+        else:
+            kind = "everything_else"
+        kinds[kind] = kinds.get(kind, 0.0) + max(0.0, cpu - before[pid][0])
+    return {"wall_seconds": round(wall, 3), "cpu_seconds": {k: round(v, 2) for k, v in sorted(kinds.items())}}
+
+
 def bench_queue(values: list[bytes], chunk: int) -> tuple[float, float]:
     """ray.util.queue.Queue: put everything in chunks, then get everything in chunks."""
     from ray.util.queue import Queue
@@ -132,9 +181,9 @@ def main() -> None:
     parser.add_argument("--queue-chunk", type=int, default=10_000)
     parser.add_argument("--linger-ms", type=int, default=5)
     args = parser.parse_args()
-    n = args.records or (200_000 if args.quick else 1_000_000)
+    n = args.records or (100_000 if args.quick else 1_000_000)
     n_send = n // 2 if args.quick else n
-    repeats = args.repeats or (2 if args.quick else 3)
+    repeats = args.repeats or (1 if args.quick else 3)
 
     from cluster.deploy import deploy, teardown
     from cluster.local import start_local_ray
@@ -144,6 +193,7 @@ def main() -> None:
     start_local_ray()
     name = f"bench-client-{uuid.uuid4().hex[:6]}"
     cluster = deploy(name, brokers=3, group_coordinators=0, address=None)
+    setup = {"ray_and_cluster_s": round(time.perf_counter() - wall, 1)}
     pool = [os.urandom(VALUE) for _ in range(4096)]
     values = [pool[i % len(pool)] for i in range(n)]
     send_values = values[:n_send]
@@ -164,7 +214,10 @@ def main() -> None:
     try:
         admin = Admin(cluster)
         topic = "bench"
+        t0 = time.perf_counter()
         admin.create_topic(topic, partitions=PARTITIONS, replication_factor=3, config={"min.insync.replicas": 2})
+        setup["create_topic_s"] = round(time.perf_counter() - t0, 1)
+        results["setup"] = setup
         send_runs, call_runs, batch_runs, batch4_runs, consume_runs, put_runs, get_runs = [], [], [], [], [], [], []
         for _ in range(repeats):
             called, total = bench_send(cluster, topic, send_values, args.linger_ms)
@@ -177,6 +230,9 @@ def main() -> None:
             put, get = bench_queue(values, args.queue_chunk)
             put_runs.append(put)
             get_runs.append(get)
+        if not args.quick:
+            roles = replica_roles(cluster, topic)
+            results["cpu_during_one_send_batch"] = cpu_breakdown(roles, lambda: bench_send_batch(cluster, topic, values))
         cases = results["cases"]
         cases["send"] = summarize(n_send, send_runs)
         cases["send_call"] = summarize(n_send, call_runs)

@@ -519,6 +519,11 @@ class Consumer:
             gc.disable()
         try:
             self._decode_chunk(st)
+        except KafkaError:
+            # A corrupt batch: fetch again from the first record not yet returned, so that
+            # every poll() raises until the user seeks past it (as Kafka's consumer does).
+            self._reposition(st, st.decode_from if st.decode_from >= 0 else st.position)
+            raise
         finally:
             if paused:
                 gc.enable()

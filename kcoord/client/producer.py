@@ -699,6 +699,7 @@ class Producer:
     def flush(self, timeout: float | None = None) -> None:
         """Send everything queued now (ignoring linger_ms) and wait until it is answered.
         Raises KafkaError(REQUEST_TIMED_OUT) if ``timeout`` seconds pass first."""
+        self._not_in_sender("flush()")
         with self._lock:
             self._flushing += 1
             batches = list(self._incomplete)
@@ -719,6 +720,7 @@ class Producer:
         ``timeout`` fail with KafkaError(REQUEST_TIMED_OUT)."""
         if self._closed:
             return
+        self._not_in_sender("close()")
         with self._lock:
             self._closing = True
             self._flushing += 1
@@ -734,6 +736,10 @@ class Producer:
             self._wake()
         self._thread.join(timeout=30)
         self._closed = True
+
+    def _not_in_sender(self, what: str) -> None:
+        if threading.current_thread() is self._thread:
+            raise RuntimeError(f"{what} from a producer callback would wait for the thread running the callback")
 
     # ------------------------------------------------------------------------------------
     # the sender thread
@@ -980,8 +986,8 @@ class Producer:
             if t is not None:
                 with self._lock:
                     t.available = [pm.partition for pm in md.partitions if pm.leader >= 0]
-        except KafkaError as exc:
-            logger.debug("metadata refresh of %s failed: %s", topic, exc)
+        except Exception as exc:  # the controller may be restarting: retry on the next error
+            logger.debug("metadata refresh of %s failed: %r", topic, exc)
         finally:
             self._last_refresh[topic] = _monotonic()
             del self._refreshing[topic]

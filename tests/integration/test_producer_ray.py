@@ -269,6 +269,26 @@ def test_send_batch_is_deterministic_and_a_retried_write_is_deduplicated(kcluste
     assert sum(len(read_all(kcluster, topic, p)) for p in range(2)) == 5010
 
 
+def test_a_write_that_died_half_way_is_completed_by_its_retry(kcluster, make_topic):
+    """The first attempt got only its first chunks in (then "crashed"); the retry with the
+    same identity and input skips those and appends the rest, exactly once."""
+    from kcoord.client.accumulator import RECORD_OVERHEAD, split_uniform
+
+    topic = make_topic(partitions=2)
+    values = [b"%06d" % i + os.urandom(94) for i in range(3000)]
+    chunks = split_uniform(len(values), RECORD_OVERHEAD + 100, 16_384)
+    half = chunks[3][1]  # the first attempt wrote 4 chunks (batches)
+    identity = dict(producer_id=9_000_003, batch_size=16_384)
+    with Producer(kcluster, **identity) as first:
+        r1 = first.send_batch(topic, values=values[:half])
+    with Producer(kcluster, **identity) as retry:
+        r2 = retry.send_batch(topic, values=values)
+    assert sum(w.batches for w in r1.values()) == 4
+    assert sum(w.duplicate_batches for w in r2.values()) == 4
+    got = sorted(r.value for p in range(2) for r in read_all(kcluster, topic, p))
+    assert got == sorted(values), "every record exactly once"
+
+
 def test_idempotent_retry_after_a_lost_response_keeps_one_copy(kcluster, make_topic):
     topic = make_topic()
     with Producer(kcluster) as p:
