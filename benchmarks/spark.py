@@ -1,0 +1,178 @@
+"""Spark benchmark: write and read a DataFrame of 100-byte values through a kcoord topic
+(6 partitions, RF=3, acks=all, min.insync.replicas=2) with 2 RayDP executors, next to
+``ray.data.from_spark(df)`` + ``ds.to_spark(spark)`` of the same DataFrame measured in the
+same run. Prints JSON: medians over repeats, ratios, targets.
+
+    python benchmarks/spark.py [--quick] [--out FILE] [--rows N] [--repeats R]
+
+* ``write``: ``kcoord.spark.write(df)`` of a cached DataFrame, until every record is
+  acknowledged (exactly-once mode: a block of producer ids, one per Spark partition).
+* ``read``: ``kcoord.spark.read(...)`` of the rows just written, materialized with Spark's
+  ``noop`` sink (every row reaches the JVM, nothing is kept).
+* ``from_spark``: ``ray.data.from_spark(df).materialize()`` of the same cached DataFrame
+  (Spark -> Ray object store), the baseline for ``write``.
+* ``to_spark``: ``ds.to_spark(spark)`` of that Dataset, materialized with ``noop`` (Ray
+  object store -> Spark), the baseline for ``read``.
+
+Ratios are kcoord / baseline (higher is better for kcoord). Targets: write >= 300k rows/s,
+read >= 1M rows/s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+import uuid
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+VALUE = 100
+PARTITIONS = 6
+TARGETS = {"write": 300_000, "read": 1_000_000}
+
+
+def median(xs: list[float]) -> float:
+    return statistics.median(xs) if xs else float("nan")
+
+
+def summarize(n: int, runs: list[float]) -> dict:
+    med = median(runs)
+    return {
+        "rows_per_s": round(n / med),
+        "mb_per_s": round(n * VALUE / med / 1e6, 1),
+        "seconds": round(med, 3),
+        "runs_rows_per_s": [round(n / s) for s in runs],
+    }
+
+
+def timed(fn) -> tuple[float, object]:
+    start = time.perf_counter()
+    out = fn()
+    return time.perf_counter() - start, out
+
+
+def noop(df) -> None:
+    """Materialize every row of ``df`` in the JVM and keep nothing."""
+    df.write.format("noop").mode("overwrite").save()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="small sizes (< 2 min)")
+    parser.add_argument("--out", help="also write the JSON here")
+    parser.add_argument("--rows", type=int, default=None, help="rows per run (default 1M; 200k with --quick)")
+    parser.add_argument("--repeats", type=int, default=None, help="runs per case (default 3; 1 with --quick)")
+    parser.add_argument("--spark-partitions", type=int, default=4, help="partitions of the written DataFrame")
+    parser.add_argument("--executors", type=int, default=2)
+    args = parser.parse_args()
+    n = args.rows or (200_000 if args.quick else 1_000_000)
+    repeats = args.repeats or (1 if args.quick else 3)
+
+    import ray
+
+    from cluster.deploy import deploy, teardown
+    from cluster.local import start_local_ray
+    from kcoord import spark as ks
+    from kcoord.client.admin import Admin
+
+    wall = time.perf_counter()
+    results: dict = {
+        "benchmark": "spark",
+        "rows": n,
+        "value_bytes": VALUE,
+        "partitions": PARTITIONS,
+        "replication_factor": 3,
+        "acks": "all",
+        "executors": args.executors,
+        "executor_cores": 1,
+        "spark_partitions": args.spark_partitions,
+        "repeats": repeats,
+        "quick": args.quick,
+        "cpus": os.cpu_count(),
+        "load_average_at_start": [round(x, 1) for x in os.getloadavg()],
+    }
+    setup: dict = {}
+    t0 = time.perf_counter()
+    started = start_local_ray(num_cpus=2)
+    name = f"bench-spark-{uuid.uuid4().hex[:6]}"
+    cluster = deploy(name, brokers=3, group_coordinators=0, address=None)
+    setup["ray_and_cluster_s"] = round(time.perf_counter() - t0, 1)
+    spark = None
+    try:
+        from pyspark.sql import functions as F
+
+        t0 = time.perf_counter()
+        spark = ks.session(cluster, executors=args.executors, cores=1, memory="1G")
+        spark.sparkContext.setLogLevel("ERROR")
+        setup["spark_session_s"] = round(time.perf_counter() - t0, 1)
+        df = (
+            spark.range(0, n, 1, args.spark_partitions)
+            .select(F.lpad(F.col("id").cast("string"), VALUE, "x").cast("binary").alias("value"))
+            .cache()
+        )
+        t0 = time.perf_counter()
+        assert df.count() == n
+        setup["generate_and_cache_s"] = round(time.perf_counter() - t0, 1)
+        admin = Admin(cluster)
+
+        write_runs, read_runs, from_runs, to_runs = [], [], [], []
+        for i in range(repeats):
+            topic = f"bench-{i}"
+            admin.create_topic(topic, partitions=PARTITIONS, replication_factor=3, config={"min.insync.replicas": 2})
+            took, result = timed(lambda: ks.write(df, cluster, topic))
+            assert result.records == n, result
+            write_runs.append(took)
+            took, _ = timed(lambda: noop(ks.read(spark, cluster, topic)))
+            read_runs.append(took)
+            took, ds = timed(lambda: ray.data.from_spark(df).materialize())
+            from_runs.append(took)
+            took, _ = timed(lambda: noop(ds.to_spark(spark)))
+            to_runs.append(took)
+            del ds
+            print(
+                f"run {i + 1}/{repeats}: write {n / write_runs[-1]:,.0f} rows/s, read {n / read_runs[-1]:,.0f}, "
+                f"from_spark {n / from_runs[-1]:,.0f}, to_spark {n / to_runs[-1]:,.0f}",
+                file=sys.stderr,
+                flush=True,
+            )
+        # The read must return exactly what was written (checked once, outside the timing).
+        check = ks.read(spark, cluster, "bench-0")
+        assert check.count() == n and check.select("value").distinct().count() == n
+
+        cases = {
+            "write": summarize(n, write_runs),
+            "read": summarize(n, read_runs),
+            "ray_data_from_spark": summarize(n, from_runs),
+            "ray_data_to_spark": summarize(n, to_runs),
+        }
+        results["setup"] = setup
+        results["cases"] = cases
+        results["ratios"] = {
+            "write_vs_from_spark": round(cases["write"]["rows_per_s"] / cases["ray_data_from_spark"]["rows_per_s"], 2),
+            "read_vs_to_spark": round(cases["read"]["rows_per_s"] / cases["ray_data_to_spark"]["rows_per_s"], 2),
+        }
+        results["targets"] = {
+            case: {"measured": cases[case]["rows_per_s"], "target": target, "met": cases[case]["rows_per_s"] >= target}
+            for case, target in TARGETS.items()
+        }
+    finally:
+        if spark is not None:
+            ks.stop()
+        teardown(name, delete_data=True, address=None)
+        if started:
+            ray.shutdown()
+    results["load_average_at_end"] = [round(x, 1) for x in os.getloadavg()]
+    results["wall_seconds"] = round(time.perf_counter() - wall, 1)
+    text = json.dumps(results, indent=2)
+    print(text)
+    if args.out:
+        Path(args.out).write_text(text + "\n")
+
+
+if __name__ == "__main__":
+    main()
