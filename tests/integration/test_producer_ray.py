@@ -27,11 +27,12 @@ pytestmark = pytest.mark.ray
 
 @pytest.fixture
 def make_topic(kcluster, topic_name):
-    """Create small topics for one test and delete them afterwards (each replica is an actor)."""
+    """Create small topics for one test and delete them afterwards. Each replica is an actor
+    (~0.6 s to start), so RF=1 unless the test is about replication."""
     admin = Admin(kcluster)
     made: list[str] = []
 
-    def make(partitions: int = 1, rf: int = 3, suffix: str = "", **config) -> str:
+    def make(partitions: int = 1, rf: int = 1, suffix: str = "", **config) -> str:
         name = topic_name + suffix
         cfg = {"min.insync.replicas": 2} if rf == 3 else {}
         cfg.update({k.replace("_", "."): v for k, v in config.items()})
@@ -64,7 +65,7 @@ def read_all(cluster, topic: str, partition: int = 0, from_offset: int = 0) -> l
 
 
 def test_send_round_trip_keys_headers_timestamps(kcluster, make_topic):
-    topic = make_topic(partitions=3)
+    topic = make_topic(partitions=3, rf=3)
     with Producer(kcluster, linger_ms=20) as p:
         assert p.enable_idempotence and p.producer_id >= 0
         sent = []
@@ -136,7 +137,7 @@ def test_gzip_compression_round_trip(kcluster, make_topic):
 
 
 def test_partitioners_sticky_round_robin_explicit_and_callable(kcluster, make_topic):
-    topic = make_topic(partitions=3, rf=1)
+    topic = make_topic(partitions=3)
     # sticky: null-key records stay on one partition while its batch fills
     with Producer(kcluster, linger_ms=10_000) as p:
         futs = [p.send(topic, b"s%d" % i) for i in range(20)]
@@ -165,7 +166,7 @@ def test_partitioners_sticky_round_robin_explicit_and_callable(kcluster, make_to
 
 
 def test_bad_input_is_rejected_with_clear_errors(kcluster, make_topic):
-    topic = make_topic(rf=1, max_message_bytes=10_000)
+    topic = make_topic(max_message_bytes=10_000)
     with pytest.raises(ValueError, match="acks"):
         Producer(kcluster, acks=2)
     with pytest.raises(ValueError, match="acks"):
@@ -216,7 +217,7 @@ def test_bad_input_is_rejected_with_clear_errors(kcluster, make_topic):
 
 
 def test_send_batch_columns_and_tuples_group_by_partition(kcluster, make_topic):
-    topic = make_topic(partitions=3)
+    topic = make_topic(partitions=3, rf=3)
     n = 3000
     keys = [b"key-%d" % i for i in range(n)]
     values = [b"value-%d" % i for i in range(n)]
@@ -319,7 +320,7 @@ def test_the_same_produce_request_twice_is_a_duplicate(kcluster, make_topic):
 
 
 def test_leader_killed_during_sends_every_acked_record_once_in_order(kcluster, make_topic):
-    topic = make_topic(partitions=2)
+    topic = make_topic(partitions=2, rf=3)
     md0 = kcluster.partition_metadata(topic, 0, refresh=True)
     acked: list = []
     failed: list = []
