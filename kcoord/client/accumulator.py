@@ -88,6 +88,8 @@ class ProducerBatch:
     error: BaseException | None = None
     done: threading.Event = field(default_factory=threading.Event)
     callbacks: list | None = None
+    # For a batch merged from several send() batches (see merge_batches): the originals.
+    parts: list | None = None
 
     def __len__(self) -> int:
         return len(self.values)
@@ -164,6 +166,38 @@ class ProducerBatch:
             self.done.set()
             callbacks, self.callbacks = self.callbacks, None
         return callbacks or []
+
+
+def merge_batches(parts: Sequence[ProducerBatch]) -> ProducerBatch:
+    """One batch holding the records of ``parts`` (same partition, in order), to go out as
+    one request; the originals keep their futures and are completed from it.
+
+    Why: a partition's batches queue up while its one request is in flight (see Producer),
+    and every actor call and replication round trip has a fixed cost, so sending the queue
+    as one larger batch moves more records per second. Sequence numbers are unaffected:
+    the merged batch covers exactly the sequences its parts would have used."""
+    first = parts[0]
+    merged = ProducerBatch(first.topic, first.partition, min(b.created for b in parts))
+    values: list = []
+    timestamps: list = []
+    any_keys = any(b.keys is not None for b in parts)
+    any_headers = any(b.headers is not None for b in parts)
+    keys: list | None = [] if any_keys else None
+    headers: list | None = [] if any_headers else None
+    size = BATCH_OVERHEAD
+    for b in parts:
+        n = len(b.values)
+        values += b.values
+        timestamps += b.timestamps
+        if keys is not None:
+            keys += b.keys if b.keys is not None else [None] * n
+        if headers is not None:
+            headers += b.headers if b.headers is not None else [None] * n
+        size += b.size - BATCH_OVERHEAD
+    merged.values, merged.timestamps, merged.keys, merged.headers = values, timestamps, keys, headers
+    merged.size = size
+    merged.parts = list(parts)
+    return merged
 
 
 # Callbacks are rare; one lock for all batches keeps ProducerBatch small.

@@ -32,6 +32,7 @@ from .accumulator import (
     RECORD_OVERHEAD,
     ProducerBatch,
     headers_size,
+    merge_batches,
     record_sizes,
     sequence_after,
     single_record_limit,
@@ -89,6 +90,7 @@ class _TopicState:
     max_message_bytes: int
     batch_limit: int  # estimated bytes per batch: min(batch_size, max.message.bytes)
     record_limit: int  # the largest single record that fits max.message.bytes
+    request_limit: int  # queued send() batches merged into one request up to this size
     sticky: int = 0
     round_robin: int = 0
     hashes: _part.KeyHashCache = field(default_factory=_part.KeyHashCache)
@@ -103,8 +105,10 @@ class Producer:
     sent only after the previous batch of its partition was answered. Records of a
     partition are therefore appended in ``send()`` order, and an idempotent retry can never
     overtake a later batch. Throughput comes from large batches instead (``batch_size``,
-    1 MiB by default, fills up while the previous request is in flight) and from
-    partitions in parallel (``max_in_flight`` bounds the requests across all partitions).
+    1 MiB by default, fills up while the previous request is in flight; batches that queued
+    up behind it go out together as one request of up to ``max_request_size``, 4 MiB) and
+    from partitions in parallel (``max_in_flight`` bounds the requests across all
+    partitions).
 
     Idempotence (``enable_idempotence``, the default with ``acks="all"``): the producer
     gets a producer id from the controller; every batch carries (producer id, epoch, base
@@ -138,6 +142,7 @@ class Producer:
         compression_type: str | None = None,
         partitioner: str | Callable[..., int] | None = None,
         max_in_flight: int = 64,
+        max_request_size: int = 4 << 20,
         buffer_memory: int = 32 << 20,
         max_block_ms: int = 60_000,
         producer_id: int | None = None,
@@ -181,6 +186,8 @@ class Producer:
         self._partitioner = _part.resolve(partitioner)
         self._sticky_null_keys = self._partitioner is _part.DEFAULT
         self.max_in_flight = max_in_flight
+        _check_int("max_request_size", max_request_size, 1)
+        self.max_request_size = max_request_size
         self.buffer_memory = buffer_memory
         self.max_block_ms = max_block_ms
         self._linger_s = linger_ms / 1000
@@ -219,7 +226,7 @@ class Producer:
         # Test hook: drop this many produce responses after the leader handled them, as if
         # the network lost them (the batch is retried with the same sequence).
         self._drop_responses = 0
-        self.metrics = {"batches_sent": 0, "requests": 0, "retries": 0, "records_sent": 0, "duplicates": 0, "epoch_bumps": 0}
+        self.metrics = {"batches_sent": 0, "requests": 0, "retries": 0, "records_sent": 0, "duplicates": 0, "epoch_bumps": 0, "merged_requests": 0}
 
         # The sender thread and its loop.
         self._loop = asyncio.new_event_loop()
@@ -463,6 +470,7 @@ class Producer:
             available=available,
             max_message_bytes=max_bytes,
             batch_limit=max(1, min(self.batch_size, max_bytes)),
+            request_limit=max(1, min(max(self.batch_size, self.max_request_size), max_bytes)),
             record_limit=single_record_limit(max_bytes),
         )
         choices = available or all_parts
@@ -801,6 +809,8 @@ class Producer:
                 break
             if ps.ready:
                 batch = ps.ready.popleft()
+                if ps.ready and not batch.sealed and not ps.ready[0].sealed:
+                    batch = self._merge_queued(ps, batch)
             else:
                 b = ps.open
                 if b is None or not b.values:
@@ -821,6 +831,22 @@ class Producer:
             self._in_flight += 1
             launch.append((ps, batch))
         return launch, (None if next_due is None else max(0.0, next_due - now))
+
+    def _merge_queued(self, ps: _PartitionState, batch: ProducerBatch) -> ProducerBatch:
+        """``batch`` plus the send() batches queued behind it, up to max_request_size bytes,
+        as one request (under _lock). send_batch() batches are never merged: their
+        boundaries must stay exactly as planned."""
+        limit = self._topics[ps.topic].request_limit
+        parts = [batch]
+        size = batch.size
+        while ps.ready and not ps.ready[0].sealed and size + ps.ready[0].size - BATCH_OVERHEAD <= limit:
+            nxt = ps.ready.popleft()
+            parts.append(nxt)
+            size += nxt.size - BATCH_OVERHEAD
+        if len(parts) == 1:
+            return batch
+        self.metrics["merged_requests"] += 1
+        return merge_batches(parts)
 
     async def _send(self, ps: _PartitionState, batch: ProducerBatch) -> None:
         try:
@@ -1020,6 +1046,13 @@ class Producer:
         duplicate: bool = False,
     ) -> None:
         if batch.done.is_set():
+            return
+        if batch.parts is not None:  # a merged request: complete the batches it was made of
+            start = 0
+            for part in batch.parts:
+                self._complete(part, base_offset + start if base_offset >= 0 else -1, log_append_time, error, duplicate)
+                start += len(part)
+            batch.complete(base_offset, log_append_time, error, duplicate)
             return
         callbacks = batch.complete(base_offset, log_append_time, error, duplicate)
         with self._lock:

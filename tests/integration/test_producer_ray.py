@@ -93,6 +93,18 @@ def test_send_round_trip_keys_headers_timestamps(kcluster, make_topic):
         assert [e[0] for e in expected] == list(range(len(expected)))
 
 
+def test_batches_queued_behind_a_request_go_out_merged(kcluster, make_topic):
+    topic = make_topic()
+    with Producer(kcluster, batch_size=300, max_request_size=8192, linger_ms=0) as p:
+        futs = [p.send(topic, b"q-%05d" % i, headers=[("n", b"%d" % i)] if i % 7 == 0 else None) for i in range(2000)]
+        p.flush(60)
+        assert p.metrics["merged_requests"] > 0
+        assert [f.get().offset for f in futs] == list(range(2000))
+    got = read_all(kcluster, topic)
+    assert [r.value for r in got] == [b"q-%05d" % i for i in range(2000)]
+    assert got[14].headers == [("n", b"14")] and got[15].headers == []
+
+
 def test_callbacks_errbacks_and_future_state(kcluster, make_topic):
     topic = make_topic()
     p = Producer(kcluster, linger_ms=50)

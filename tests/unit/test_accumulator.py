@@ -122,3 +122,20 @@ def test_single_record_limit_leaves_room_for_the_header():
     value = os.urandom(limit - acc.RECORD_OVERHEAD)
     assert acc.record_size(value) == limit
     assert packed_size([value]) <= 10_000
+
+
+def test_merged_batch_covers_its_parts_in_order():
+    a = acc.ProducerBatch("t", 1, 5.0)
+    b = acc.ProducerBatch("t", 1, 3.0)
+    c = acc.ProducerBatch("t", 1, 7.0)
+    a.append(b"a0", None, None, 10, 12)
+    a.append(b"a1", None, None, 11, 12)
+    b.append(b"b0", b"kb", None, 12, 14)
+    c.append(b"c0", None, [("h", b"v")], 13, 20)
+    m = acc.merge_batches([a, b, c])
+    assert m.values == [b"a0", b"a1", b"b0", b"c0"] and m.timestamps == [10, 11, 12, 13]
+    assert m.keys == [None, None, b"kb", None] and m.headers == [None, None, None, [("h", b"v")]]
+    assert m.size == acc.BATCH_OVERHEAD + 12 + 12 + 14 + 20 and m.created == 3.0 and m.parts == [a, b, c]
+    m.producer_id, m.producer_epoch, m.base_sequence = 3, 0, 10
+    h = records.read_header(m.build())
+    assert (h.base_sequence, h.record_count, h.last_sequence) == (10, 4, 13)
