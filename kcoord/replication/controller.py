@@ -188,6 +188,13 @@ class ControllerState:
         self._failover_started: dict[tuple[str, int], int] = {}
         self._next_ensure: dict[ReplicaId, int] = {}
         self._last_status: dict[ReplicaId, HeartbeatResponse] = {}
+        # Replicas of topics without per-append fsync that restarted and may have lost their
+        # unflushed tail; trusted again once back in the ISR (or elected as the best left).
+        self._suspect: set[ReplicaId] = set()
+        # ELR members and the process (incarnation) this controller saw when they joined the
+        # ELR: only that same process is known to hold every acknowledged record. A restarted
+        # controller has seen none of them, so it trusts no ELR member (see _trusted).
+        self._elr_witness: dict[ReplicaId, str] = {}
         self._next_rebalance_ms = 0
 
     # ------------------------------------------------------------------------------------
@@ -355,6 +362,8 @@ class ControllerState:
                 self.detector.remove(rid)
                 self._next_ensure.pop(rid, None)
                 self._last_status.pop(rid, None)
+                self._suspect.discard(rid)
+                self._elr_witness.pop(rid, None)
                 actions.append(DeleteReplica(rid))
             self._failover_started.pop((req.name, i), None)
         del self.topics[req.name]
@@ -396,7 +405,9 @@ class ControllerState:
             self.metrics.isr_expands += 1
         if removed:
             self.metrics.isr_shrinks += 1
-        p.isr = sorted(new_isr, key=p.replicas.index)
+        self._set_isr(p, sorted(new_isr, key=p.replicas.index))
+        for b in added:
+            self._suspect.discard(ReplicaId(p.topic, p.partition, b))  # caught up with the leader
         p.partition_epoch += 1
         return answer(ErrorCode.NONE), [Persist(partition_key(p.topic, p.partition), p.encode())]
 
@@ -418,9 +429,21 @@ class ControllerState:
         if status is None:
             self.detector.on_no_answer(replica, now_ms)
             return []
+        previous = self._last_status.get(replica)
         self._last_status[replica] = status
         event = self.detector.on_ok(replica, now_ms, status.incarnation or None)
         actions: list[ControllerAction] = []
+        if event == RESTARTED or (
+            event == RECOVERED
+            and previous is not None
+            and previous.incarnation
+            and status.incarnation
+            and previous.incarnation != status.incarnation
+        ):
+            # A known process came back as a new one: it may have lost its unflushed tail.
+            p = self.partitions.get((replica.topic, replica.partition))
+            if p is not None and self._lossy(p):
+                self._suspect.add(replica)
         if event == RESTARTED:
             # It died and came back between two beats: fail it, then take it back.
             self.detector.on_dead(replica, now_ms)
@@ -451,7 +474,10 @@ class ControllerState:
         is_current_leader = replica.broker == request.leader == p.leader and request.leader_epoch == p.leader_epoch
         if response.error_code == ErrorCode.FENCED_LEADER_EPOCH and is_current_leader:
             # The designated leader restarted and will not resume this epoch: elect again
-            # (possibly the same replica) with a new epoch.
+            # (possibly the same replica) with a new epoch. Having restarted, it may have
+            # lost its unflushed tail: others that did not restart lead first if they can.
+            if self._lossy(p):
+                self._suspect.add(replica)
             return self._elect(p, now_ms, failed_leader=False)
         if response.error_code != ErrorCode.NONE:
             return []
@@ -494,7 +520,7 @@ class ControllerState:
         if new_isr is None:
             return []
         self.metrics.isr_shrinks += 1
-        p.isr = new_isr
+        self._set_isr(p, new_isr)
         p.partition_epoch += 1
         actions: list[ControllerAction] = [Persist(partition_key(p.topic, p.partition), p.encode())]
         alive = self._alive(p)
@@ -521,11 +547,17 @@ class ControllerState:
             if rid.topic == p.topic and rid.partition == p.partition
         }
         was_online = p.leader != NO_LEADER
-        result = elect_leader(p, self._alive(p), rcfg.unclean_leader_election, leos)
+        trusted = self._trusted(p) if self._lossy(p) else None
+        result = elect_leader(p, self._alive(p), rcfg.unclean_leader_election, leos, trusted)
         if result.offline and not was_online:
             return []  # still nobody to elect; nothing changes
         p.leader = result.leader
-        p.isr = result.isr
+        if result.unclean:
+            p.isr, p.elr = list(result.isr), []
+        else:
+            self._set_isr(p, result.isr)
+        if not result.offline:
+            self._suspect.discard(ReplicaId(p.topic, p.partition, result.leader))  # its log is the truth now
         p.leader_epoch += 1
         p.partition_epoch += 1
         if result.unclean:
@@ -540,6 +572,54 @@ class ControllerState:
         actions: list[ControllerAction] = [Persist(partition_key(p.topic, p.partition), p.encode())]
         alive = self._alive(p)
         return actions + self._send_state(p, [b for b in p.replicas if alive(b)])
+
+    def _lossy(self, p: PartitionState) -> bool:
+        """Whether a crash can lose acknowledged data of ``p``'s replicas: their appends are
+        not each fsynced (flush.messages != 1), so durability comes from replication alone."""
+        from ..log import LogConfig
+
+        cfg = self._effective_config(self.topics[p.topic])
+        return LogConfig.from_topic_config({k: v for k, v in cfg.items() if k in LOG_KEYS}).flush_messages != 1
+
+    def _trusted(self, p: PartitionState):
+        """Which ISR / ELR members of a lossy topic may lead while they are alive: not known
+        to have restarted since, and for ELR members, still the very process seen leaving."""
+
+        def trusted(b: int) -> bool:
+            rid = ReplicaId(p.topic, p.partition, b)
+            if rid in self._suspect:
+                return False
+            if b in p.isr:
+                return True
+            status = self._last_status.get(rid)
+            witness = self._elr_witness.get(rid)
+            return witness is not None and status is not None and status.incarnation == witness
+
+        return trusted
+
+    def _set_isr(self, p: PartitionState, isr: list[int]) -> None:
+        """Change the ISR; for lossy topics keep the ELR: who leaves while the ISR is below
+        min.insync.replicas joins it (and keeps every acknowledged record, since none can be
+        acknowledged until the ISR is back at min.insync.replicas, which empties it)."""
+        old = p.isr
+        p.isr = list(isr)
+        if not self._lossy(p):
+            p.elr = []
+            return
+        min_isr = ReplicationConfig.from_topic_config(self._effective_config(self.topics[p.topic])).min_insync_replicas
+        before = list(p.elr)
+        if len(p.isr) >= min_isr:
+            p.elr = []
+        else:
+            p.elr = [b for b in p.replicas if b not in p.isr and (b in p.elr or b in old)]
+        for b in p.replicas:
+            rid = ReplicaId(p.topic, p.partition, b)
+            if b not in p.elr:
+                self._elr_witness.pop(rid, None)
+            elif b not in before:
+                status = self._last_status.get(rid)
+                if status is not None and status.incarnation and rid not in self._suspect:
+                    self._elr_witness[rid] = status.incarnation
 
     def _send_state(self, p: PartitionState, brokers: list[int]) -> list[ControllerAction]:
         """LeaderAndIsr for ``brokers``, the leader first so followers find it ready."""

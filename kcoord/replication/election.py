@@ -5,6 +5,12 @@
 * No live ISR member: the partition goes offline (no leader) and keeps its ISR, so the
   first ISR member to come back is elected -- unless the topic allows unclean election,
   which then picks the live replica with the longest log and may lose acked records.
+* Topics without per-append fsync (flush.messages != 1), where a crash can lose a
+  replica's unflushed tail (KIP-966's problem): a replica that restarted is *suspect* until
+  it rejoins the ISR, and is not elected while a trusted ISR member or a trusted *eligible
+  leader replica* (ELR: it left the ISR while the ISR was below min.insync.replicas, so it
+  holds every acknowledged record) is alive; with every candidate back but suspect, the
+  longest log wins. Durable topics never use the ELR.
 * A live leader is never replaced except to restore the preferred leader when it is in
   the ISR (controlled move).
 """
@@ -33,10 +39,30 @@ def elect_leader(
     alive: Callable[[int], bool],
     unclean_allowed: bool = False,
     log_end_offsets: Mapping[int, int] | None = None,
+    trusted: Callable[[int], bool] | None = None,
 ) -> Election:
-    live_isr = [b for b in p.replicas if b in p.isr and alive(b)]
+    """``trusted`` is given for topics whose appends are not fsynced, where a restarted
+    replica may have lost its unflushed tail: it says which ISR and ELR members are known
+    not to have restarted since they last held every acknowledged record. Only those lead
+    while any is alive; if every ISR and ELR member is back but none is trusted, the longest
+    log leads (under at most one damaged replica it holds what the others hold)."""
+    if trusted is None:
+        trusted = lambda b: True  # noqa: E731
+        lossy = False
+    else:
+        lossy = True
+    live_isr = [b for b in p.replicas if b in p.isr and alive(b) and trusted(b)]
     if live_isr:
         return Election(live_isr[0], live_isr)
+    if lossy:
+        live_elr = [b for b in p.replicas if b in p.elr and alive(b) and trusted(b)]
+        if live_elr:
+            return Election(live_elr[0], [live_elr[0]])
+        candidates = [b for b in p.replicas if b in p.isr or b in p.elr]
+        if candidates and all(alive(b) for b in candidates):
+            leos = log_end_offsets or {}
+            best = max(candidates, key=lambda b: (leos.get(b, -1), -p.replicas.index(b)))
+            return Election(best, [best])
     if unclean_allowed:
         live = [b for b in p.replicas if alive(b)]
         if live:

@@ -46,6 +46,10 @@ class PartitionState:
     leader_epoch: int = 0
     partition_epoch: int = 0
     isr: list[int] = field(default_factory=list)
+    # Eligible leader replicas (topics without per-append fsync only, see election.py):
+    # replicas that left the ISR while it fell below min.insync.replicas. No acks=all write
+    # can succeed until the ISR is back there, so each holds every acknowledged record.
+    elr: list[int] = field(default_factory=list)
 
     @property
     def preferred_leader(self) -> int:

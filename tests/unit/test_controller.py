@@ -515,3 +515,125 @@ def test_restarted_controller_elects_an_isr_member_that_came_back_while_it_was_d
     p = h2.stored()
     assert (p.leader, p.isr) == (0, [0]) and p.leader_epoch == 2
     assert isinstance(actions[0], Persist) and lai_targets(actions)[0] == 0
+
+
+# -- topics without per-append fsync: ELR and restarted (suspect) replicas -------------------
+#
+# Found by the simulation in page-cache / flush.ms mode (seeds 38, 60, 158, 7): a crash can
+# lose a replica's unflushed tail, so "any ISR member holds every acknowledged record" stops
+# being true once a replica restarts. Durable topics (flush.messages=1) keep the classic rules.
+
+LOSSY = {"min.insync.replicas": "2"}
+DURABLE = {"min.insync.replicas": "2", "flush.messages": "1"}
+
+
+def beat_all(h: Harness, incarnations=("a0", "a1", "a2")) -> None:
+    for b, inc in zip(BROKERS, incarnations):
+        h.beat(b, incarnation=inc)
+
+
+def test_replicas_leaving_below_min_isr_become_eligible_leaders():
+    """Seed 38: the ISR shrank to the leader alone while the followers still held every
+    acknowledged record; the leader then crashed, lost its unflushed tail and, as the only
+    ISR member, was elected again: the followers truncated to it."""
+    h = Harness()
+    h.create(config=LOSSY)
+    beat_all(h)
+    resp, _ = h.alter([0, 1])
+    assert resp.error_code == 0 and h.stored().elr == [], "still at min.insync.replicas"
+    h.alter([0])
+    assert h.stored().elr == [1], "left while the ISR fell below min.insync.replicas"
+    actions = h.dead(0)
+    p = h.stored()
+    assert (p.leader, p.isr) == (1, [1]) and isinstance(actions[0], Persist)
+    assert p.elr == [0], "the old leader held everything acked when it died"
+    # back at min.insync.replicas: nobody outside the ISR is promised anything any more
+    h.beat(2, incarnation="a2")
+    h.alter([1, 2])
+    assert h.stored().elr == []
+
+
+def test_durable_topics_keep_the_classic_rules():
+    h = Harness()
+    h.create(config=DURABLE)
+    beat_all(h)
+    h.alter([0])
+    assert h.stored().elr == []
+    h.dead(0)
+    assert h.stored().leader == NO_LEADER, "whole ISR dead: offline until it returns"
+
+
+def test_restarted_sole_isr_member_waits_for_the_eligible_replica():
+    """Seed 60: the only ISR member crashed, came back as a new process (its unflushed tail
+    possibly gone) and was elected, while the replica holding the acknowledged records was
+    still cut off; everyone then truncated to the restarted replica's shorter log."""
+    h = Harness()
+    h.create(config=LOSSY)
+    beat_all(h)
+    h.alter([0])  # ELR [1, 2]
+    h.dead(1)
+    h.dead(2)
+    h.dead(0)
+    assert h.stored().leader == NO_LEADER
+    h.beat(0, incarnation="b0")  # a new process: suspect
+    assert h.stored().leader == NO_LEADER, "it may have lost acknowledged records: wait"
+    h.beat(1, incarnation="a1")  # the very process that left the ISR: trusted
+    p = h.stored()
+    assert (p.leader, p.isr) == (1, [1])
+    # the restarted replica rejoins the ISR once caught up, and is trusted again
+    h.beat(0, incarnation="b0")
+    h.alter([0, 1])
+    assert 0 in h.stored().isr
+
+
+def test_restarted_eligible_replica_is_not_trusted():
+    h = Harness()
+    h.create(config=LOSSY)
+    beat_all(h)
+    h.alter([0])  # ELR [1, 2]
+    h.dead(1)
+    h.dead(2)
+    h.dead(0)
+    h.beat(1, incarnation="b1", log_end_offset=12)  # restarted: it may have lost what it held
+    h.beat(2, incarnation="b2", log_end_offset=3)
+    assert h.stored().leader == NO_LEADER, "the ISR member may still come back intact"
+    # every candidate is back and none is trusted: the longest log holds what the others do
+    h.beat(0, incarnation="b0", log_end_offset=7)
+    p = h.stored()
+    assert (p.leader, p.isr) == (1, [1])
+
+
+def test_restarted_controller_does_not_trust_the_elr():
+    """Seed 89: an ELR member crashed and restarted while the controller was down; the new
+    controller, seeing it answer, elected it from the persisted ELR although it had lost
+    records that the (dead) ISR member still held."""
+    h = Harness()
+    h.create(config=LOSSY)
+    beat_all(h)
+    h.alter([0])  # ELR [1, 2]
+    h.dead(0)  # 1 leads from the ELR; ISR [1], ELR [0, 2]
+    h.dead(2)
+    h.dead(1)
+    p = h.stored()
+    assert p.leader == NO_LEADER and p.isr == [1] and p.elr == [0, 2]
+    h2 = h.restart()
+    h2.beat(2, incarnation="c2")
+    h2.beat(0, incarnation="c0")
+    assert h2.stored().leader == NO_LEADER, "this controller never saw them leave: no trust"
+    h2.beat(1, incarnation="a1")
+    assert h2.stored().leader == 1
+
+
+def test_designated_leader_refusing_its_epoch_is_not_re_elected_if_others_can_lead():
+    """Seed 7: after a controller restart the old leader, restarted meanwhile, refused to
+    resume its epoch; the controller re-elected it at a new epoch (first in assignment
+    order) and the others truncated to its shorter log."""
+    h = Harness()
+    h.create(config=LOSSY)
+    beat_all(h)
+    p = h.partition()
+    lai = next(a for a in h.sent if isinstance(a, SendLeaderAndIsr) and a.replica.broker == 0)
+    refusal = LeaderAndIsrResponse(ErrorCode.FENCED_LEADER_EPOCH, "restarted")
+    h.apply(h.core.on_leader_and_isr_result(ReplicaId(TOPIC, 0, 0), lai.request, refusal, h.now) or [])
+    p = h.stored()
+    assert p.leader == 1 and p.leader_epoch == 1

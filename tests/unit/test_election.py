@@ -90,3 +90,39 @@ def test_offline_partition_keeps_its_whole_isr():
     # with no leader, the ISR is exactly who holds every acked record: never shrink it
     for b in (0, 1, 2):
         assert shrink_isr_without(part(leader=NO_LEADER, isr=(0, 1, 2)), b) is None
+
+
+# -- topics without per-append fsync: trusted members and eligible leader replicas (ELR) --
+
+
+def lossy_part(isr=(0,), elr=(1,), leader=NO_LEADER) -> PartitionState:
+    p = part(leader=leader, isr=isr)
+    p.elr = list(elr)
+    return p
+
+
+def test_elr_is_ignored_without_a_trust_verdict():
+    # durable topics (no ``trusted``): exactly the classic rules, offline without ISR
+    assert elect_leader(lossy_part(), alive(1, 2)).offline
+
+
+def test_trusted_live_elr_member_leads_when_no_trusted_isr_member_is_alive():
+    e = elect_leader(lossy_part(isr=(0,), elr=(2, 1)), alive(1, 2), trusted=lambda b: True)
+    assert (e.leader, e.isr, e.unclean) == (1, [1], False), "assignment order among the ELR"
+
+
+def test_suspect_isr_member_does_not_lead_while_a_trusted_candidate_lives():
+    # 0 restarted (suspect) and is the only ISR member; 1 left the ISR holding every acked record
+    e = elect_leader(lossy_part(isr=(0,), elr=(1,)), alive(0, 1), trusted=lambda b: b != 0)
+    assert e.leader == 1
+    # the trusted ELR member is down: wait for it rather than trust the restarted 0
+    e = elect_leader(lossy_part(isr=(0,), elr=(1,)), alive(0), trusted=lambda b: b != 0)
+    assert e.offline and e.isr == [0]
+
+
+def test_all_candidates_back_but_untrusted_longest_log_leads():
+    p = lossy_part(isr=(0,), elr=(1,))
+    e = elect_leader(p, alive(0, 1, 2), log_end_offsets={0: 5, 1: 9, 2: 50}, trusted=lambda b: False)
+    assert (e.leader, e.isr) == (1, [1]), "2 is neither in the ISR nor the ELR: never a candidate"
+    e = elect_leader(p, alive(0, 1), log_end_offsets={0: 9, 1: 9}, trusted=lambda b: False)
+    assert e.leader == 0, "ties go to assignment order"
