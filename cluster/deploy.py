@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 import ray
+from ray.exceptions import GetTimeoutError
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from kcoord.client.cluster import ClusterClient, ClusterNotFoundError, ensure_ray
@@ -155,7 +156,12 @@ def deploy(
     except ValueError:  # the name was taken between our check and the creation
         raise _exists_error(name, namespace) from None
     try:
-        ray.get(controller.ready.remote(), timeout=timeout_s)
+        try:
+            ray.get(controller.ready.remote(), timeout=timeout_s)
+        except GetTimeoutError:
+            raise TimeoutError(
+                f"the controller of {name!r} did not start within {timeout_s:.0f} s (is the Ray cluster overloaded?)"
+            ) from None
         from actors.gcs_store import GcsStore
 
         info = {

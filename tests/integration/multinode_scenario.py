@@ -97,8 +97,13 @@ class Writer:
 
 
 def replica_nodes(cluster, topic: str, partitions: int, brokers: list[int]) -> dict[int, dict[int, str]]:
-    """{partition: {broker: node id}} from the replica actors themselves."""
-    refs = {(p, b): cluster.replica(topic, p, b).describe.remote() for p in range(partitions) for b in brokers}
+    """{partition: {broker: node id}} from the replica actors themselves (looked up afresh:
+    a recreated replica is a new actor under the old name)."""
+    refs = {
+        (p, b): ray.get_actor(cluster.replica_name(topic, p, b), namespace=cluster.namespace).describe.remote()
+        for p in range(partitions)
+        for b in brokers
+    }
     out: dict[int, dict[int, str]] = {}
     for (p, b), ref in refs.items():
         out.setdefault(p, {})[b] = ray.get(ref, timeout=30)["node_id"]
@@ -217,7 +222,10 @@ def scenario(rc: Cluster, workers: list) -> dict:
 
         def caught_up() -> bool:
             for p in range(PARTITIONS):
-                infos = [ray.get(cluster.replica(TOPIC, p, b).describe.remote(), timeout=10) for b in (0, 1, 2)]
+                infos = [
+                    ray.get(ray.get_actor(cluster.replica_name(TOPIC, p, b), namespace=cluster.namespace).describe.remote(), timeout=10)
+                    for b in (0, 1, 2)
+                ]
                 if len({i["log_end_offset"] for i in infos}) != 1:
                     return False
             return True
