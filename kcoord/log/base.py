@@ -275,12 +275,18 @@ class BaseLog(ABC):
         self._flush_policy.flushed(self._now)
 
     def maybe_flush(self, now_ms: int) -> bool:
-        """Flush if flush.ms says it is time; returns whether it did."""
+        """Flush if flush.ms says it is time, and fsync segments rolled since the last
+        flush (kept off the append path); returns whether it synced anything. Call it from
+        a timer."""
         self._check_open()
         self._now = now_ms
         if self._flush_policy.time_due(now_ms):
             self.flush()
             return True
+        return self._sync_sealed()
+
+    def _sync_sealed(self) -> bool:
+        """Make rolled segments durable; whether there were any."""
         return False
 
     def _clamp_high_watermark(self, hw: int) -> int:

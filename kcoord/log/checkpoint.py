@@ -1,4 +1,5 @@
-"""Small state files written atomically: leader epochs, high watermark, producer snapshots.
+"""Small state files written atomically: leader epochs, high watermark, recovery point,
+producer snapshots.
 
 A crash may stop a write half way, so each file is written to a temporary name, fsynced,
 renamed over the old one and the directory fsynced: a reader sees the old file or the new
@@ -17,6 +18,7 @@ import msgpack
 
 EPOCH_CHECKPOINT = "leader-epoch-checkpoint"
 HW_CHECKPOINT = "high-watermark-checkpoint"
+RECOVERY_POINT = "recovery-point-checkpoint"
 CLEAN_SHUTDOWN = ".kcoord-clean-shutdown"
 PRODUCER_SNAPSHOT_SUFFIX = ".producer-snapshot"
 TMP_SUFFIX = ".tmp"
@@ -93,11 +95,12 @@ def read_epochs(path: Path) -> list[tuple[int, int]] | None:
     return entries
 
 
-def write_high_watermark(path: Path, hw: int) -> None:
-    write_atomic(path, f"{_VERSION}\n{hw}\n".encode("ascii"))
+def write_offset(path: Path, offset: int) -> None:
+    """A one-offset checkpoint (high watermark, recovery point): version line, offset."""
+    write_atomic(path, f"{_VERSION}\n{offset}\n".encode("ascii"))
 
 
-def read_high_watermark(path: Path) -> int | None:
+def read_offset(path: Path) -> int | None:
     lines = _read_lines(path)
     if lines is None:
         return None

@@ -7,6 +7,7 @@ Layout of a log directory::
     00000000000000001234.log / .index     the next segment, starting at offset 1234
     leader-epoch-checkpoint               epoch -> start offset (text)
     high-watermark-checkpoint             last checkpointed HW (text)
+    recovery-point-checkpoint             segments ending at or before it are fsynced (text)
     00000000000000001234.producer-snapshot  producer state as of offset 1234 (msgpack)
     .kcoord-clean-shutdown                present only between close() and the next open
     .lock                                 flock'ed while a Log has the directory open
@@ -17,6 +18,11 @@ segment's next offset, so neither needs a file of its own.
 Producer state is derived from batch headers; to avoid reading the whole log on every
 open or truncation it is snapshotted at each segment roll and on close, and rebuilt
 from the newest snapshot not past the LEO plus the headers after it.
+
+Rolling a segment does not fsync it on the produce path (that could stall an append for
+the time it takes to write back a whole segment): the sealed segment is fsynced by the
+next flush, either the flush policy's or :meth:`Log.maybe_flush`, which the replica calls
+from its timer. Only then does the recovery point move past it.
 """
 
 from __future__ import annotations
@@ -35,15 +41,16 @@ from .checkpoint import (
     EPOCH_CHECKPOINT,
     HW_CHECKPOINT,
     PRODUCER_SNAPSHOT_SUFFIX,
+    RECOVERY_POINT,
     CheckpointError,
     fsync_dir,
     producer_snapshot_path,
     read_epochs,
-    read_high_watermark,
+    read_offset,
     read_producer_snapshot,
     write_atomic,
     write_epochs,
-    write_high_watermark,
+    write_offset,
     write_producer_snapshot,
 )
 from .config import LogConfig
@@ -78,26 +85,36 @@ class Log(BaseLog):
         """Recover the directory's contents and load the checkpoints (see recovery.py)."""
         self._readers: OrderedDict[int, Segment] = OrderedDict()
         self._pending: Sequence[BatchHeader] = ()
+        self._unsynced: list[Segment] = []  # rolled but not yet fsynced
         report = RecoveryReport()
         marker = self.directory / CLEAN_SHUTDOWN
         report.clean_shutdown = marker.exists()
+        self.recovery_report = report
+        self._recovery_point = self._read_offset_checkpoint(RECOVERY_POINT, "recovery point", 0)
 
-        transitions: list[tuple[int, int]] = []  # epoch changes seen in the verified segment
+        transitions: list[tuple[int, int]] = []  # epoch changes seen in the verified segments
 
         def note_epoch(_pos: int, h: BatchHeader) -> None:
             if h.leader_epoch >= 0 and (not transitions or h.leader_epoch > transitions[-1][0]):
                 transitions.append((h.leader_epoch, h.base_offset))
 
-        self._segments = load_segments(self.directory, self.config.index_interval_bytes, self._now, report, note_epoch)
+        self._segments = load_segments(
+            self.directory, self.config.index_interval_bytes, self._now, report, self._recovery_point, note_epoch
+        )
         self._bases = [s.base_offset for s in self._segments]
         self._size = sum(s.size for s in self._segments)
         for seg in self._segments[:-1]:
             self._remember_reader(seg)  # bounds the handles recovery opened
-        self.recovery_report = report
         self.epoch_cache = self._load_epoch_cache(transitions)
-        self._checkpointed_hw = self._load_high_watermark()
+        self._checkpointed_hw = self._read_offset_checkpoint(HW_CHECKPOINT, "high watermark", self.log_start_offset)
         self._high_watermark = self._clamp_high_watermark(self._checkpointed_hw)
         self._load_producer_state()
+        if self._recovery_point < self.log_end_offset:
+            # What recovery kept may still be only in the page cache of a crashed process.
+            for seg in self._segments:
+                if seg.next_offset > self._recovery_point:
+                    seg.flush(fsync_index=True)
+            self._set_recovery_point(self.log_end_offset)
         if report.clean_shutdown:
             os.unlink(marker)  # from now on a crash must be noticed
         fsync_dir(self.directory)
@@ -135,13 +152,18 @@ class Log(BaseLog):
             cache.assign(epoch, start)
         return cache
 
-    def _load_high_watermark(self) -> int:
+    def _read_offset_checkpoint(self, name: str, what: str, default: int) -> int:
         try:
-            hw = read_high_watermark(self.directory / HW_CHECKPOINT)
+            value = read_offset(self.directory / name)
         except CheckpointError as exc:
-            self.recovery_report.notes.append(f"high watermark checkpoint ignored: {exc}")
-            hw = None
-        return self.log_start_offset if hw is None else hw
+            self.recovery_report.notes.append(f"{what} checkpoint ignored: {exc}")
+            value = None
+        return default if value is None else value
+
+    def _set_recovery_point(self, offset: int) -> None:
+        if offset != self._recovery_point:
+            write_offset(self.directory / RECOVERY_POINT, offset)
+            self._recovery_point = offset
 
     def _snapshot_offsets(self) -> list[int]:
         offsets = []
@@ -284,19 +306,20 @@ class Log(BaseLog):
         self._size += nbytes
 
     def _roll(self, now_ms: int) -> Segment:
-        """Seal the active segment (fsync it and its index) and start a new one at the LEO.
+        """Seal the active segment and start a new one at the LEO.
 
-        Sealing at roll is what lets recovery CRC-check only the active segment.
+        The sealed segment is fsynced later, by the next flush (see the module docstring);
+        until then recovery treats it like the active segment.
         """
         old = self._segments[-1]
-        old.flush(fsync_index=True)
+        old.index.sync()
+        self._unsynced.append(old)
         base = old.next_offset
         self._write_producer_snapshot(base, self._pending, sync_dir=False)
         seg = Segment.create(self.directory, base, self.config.index_interval_bytes, now_ms)
         fsync_dir(self.directory)  # the snapshot's rename and the new segment's files
         self._segments.append(seg)
         self._bases.append(base)
-        self._flush_policy.flushed(now_ms)
         self._prune_producer_snapshots()
         self._remember_reader(old)
         return seg
@@ -366,6 +389,7 @@ class Log(BaseLog):
     # -- truncation -----------------------------------------------------------------------
 
     def _truncate_storage(self, offset: int) -> int:
+        self._sync_sealed()  # rare: afterwards everything kept is durable, like the cut itself
         segs = self._segments
         i = bisect_right(self._bases, offset) - 1
         seg = segs[i]
@@ -373,7 +397,7 @@ class Log(BaseLog):
         position, new_leo = (found[0], found[1].base_offset) if found else (seg.size, seg.next_offset)
         later = segs[i + 1 :]
         for s in reversed(later):  # newest first: a crash part-way leaves a shorter valid log
-            self._readers.pop(s.base_offset, None)
+            self._forget(s)
             s.delete()
             self._size -= s.size
         del segs[i + 1 :]
@@ -382,7 +406,15 @@ class Log(BaseLog):
         seg.truncate(position, new_leo)
         if later:
             fsync_dir(self.directory)
+        if new_leo < self._recovery_point:  # data past it is gone; new data there is unsynced
+            self._set_recovery_point(new_leo)
         return new_leo
+
+    def _forget(self, seg: Segment) -> None:
+        """Drop a segment about to be deleted from the handle cache and the unsynced list."""
+        self._readers.pop(seg.base_offset, None)
+        if seg in self._unsynced:
+            self._unsynced.remove(seg)
 
     def _restore_producer_state(self) -> None:
         self._load_producer_state()
@@ -399,10 +431,12 @@ class Log(BaseLog):
             os.unlink(producer_snapshot_path(self.directory, off))
         fsync_dir(self.directory)
         self._readers.clear()
+        self._unsynced.clear()
         self._segments = [Segment.create(self.directory, offset, self.config.index_interval_bytes, self._now)]
         self._bases = [offset]
         self._size = 0
         fsync_dir(self.directory)
+        self._set_recovery_point(offset)
         self.epoch_cache.clear()
         self.producer_state.clear()
         self._high_watermark = offset
@@ -429,7 +463,7 @@ class Log(BaseLog):
             too_big = cfg.retention_bytes >= 0 and self._size - seg.size >= cfg.retention_bytes
             if not (too_old or too_big):
                 break
-            self._readers.pop(seg.base_offset, None)
+            self._forget(seg)
             seg.delete()
             self._size -= seg.size
             del self._segments[0]
@@ -445,14 +479,25 @@ class Log(BaseLog):
     # -- durability -----------------------------------------------------------------------
 
     def _flush_storage(self) -> None:
+        self._sync_sealed()
         self._segments[-1].flush()
+
+    def _sync_sealed(self) -> bool:
+        """fsync rolled segments not yet synced and move the recovery point past them."""
+        if not self._unsynced:
+            return False
+        for seg in self._unsynced:
+            seg.flush(fsync_index=True)
+        self._unsynced.clear()
+        self._set_recovery_point(self._segments[-1].base_offset)
+        return True
 
     def checkpoint_high_watermark(self, hw: int) -> None:
         """Set the HW (clamped to [log start, LEO]) and persist it atomically."""
         self._check_open()
         hw = self._clamp_high_watermark(hw)
         if hw != self._checkpointed_hw:
-            write_high_watermark(self.directory / HW_CHECKPOINT, hw)
+            write_offset(self.directory / HW_CHECKPOINT, hw)
             self._checkpointed_hw = hw
         self._high_watermark = hw
 
@@ -461,7 +506,9 @@ class Log(BaseLog):
         if self._closed:
             return
         try:
+            self._sync_sealed()
             self._segments[-1].flush(fsync_index=True)
+            self._set_recovery_point(self.log_end_offset)
             self._write_producer_snapshot(self.log_end_offset)
             self._prune_producer_snapshots()
             write_atomic(self.directory / CLEAN_SHUTDOWN, b"")

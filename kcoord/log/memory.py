@@ -8,9 +8,9 @@ models durability explicitly: ``flushed_offset`` is what has been "fsynced", and
 :meth:`MemoryLog.crash` returns what a restart would find.
 
 Durability model, matching the file log: appended batches are durable once flushed (by
-the flush.messages / flush.ms policy, :meth:`flush`, or a segment roll, which seals the
-previous segment); the leader-epoch cache and the HW checkpoint are durable when written;
-truncation and retention are durable at once. One simplification: after a crash the
+the flush.messages / flush.ms policy or :meth:`flush`; segments rolled since the last
+flush also by :meth:`maybe_flush`); the leader-epoch cache and the HW checkpoint are
+durable when written; truncation and retention are durable at once. One simplification: after a crash the
 producer state is rebuilt from the kept batches only, while the file log may also remember
 producers whose batches retention deleted (from its producer snapshots).
 """
@@ -52,6 +52,7 @@ class MemoryLog(BaseLog):
         self._bases: list[int] = []
         self._size = 0
         self._flushed = 0  # batches [0, _flushed) survive a crash
+        self._sealed_unsynced = False  # a segment was rolled since the last flush
         self._persisted_epochs: list[EpochEntry] = []
         self.epoch_cache = LeaderEpochCache(on_change=self._persist_epochs)
         self._checkpointed_hw = log_start_offset
@@ -135,10 +136,15 @@ class MemoryLog(BaseLog):
             self._leo = headers[j - 1].next_offset
 
     def _roll(self, now_ms: int) -> None:
-        # The file log fsyncs a segment when it rolls, so everything so far is durable.
-        self._flushed = len(self._batches)
-        self._flush_policy.flushed(now_ms)
+        self._sealed_unsynced = True  # synced by the next flush or maybe_flush, as in the file log
         self._spans.append(_Span(self._leo, created_ms=now_ms, last_modified_ms=now_ms))
+
+    def _sync_sealed(self) -> bool:
+        if not self._sealed_unsynced:
+            return False
+        self._sealed_unsynced = False
+        self._flushed = max(self._flushed, bisect_left(self._bases, self._spans[-1].base_offset))
+        return True
 
     def _read(self, from_offset: int, max_bytes: int, max_offset: int | None) -> bytes:
         i = bisect_right(self._bases, from_offset) - 1
@@ -179,6 +185,7 @@ class MemoryLog(BaseLog):
         self.producer_state.rebuild(self._headers)
 
     def _flush_storage(self) -> None:
+        self._sealed_unsynced = False
         self._flushed = len(self._batches)
 
     def _batches_from_timestamp(self, timestamp_ms: int) -> Iterator[tuple[BatchHeader, bytes]]:
@@ -252,11 +259,10 @@ class MemoryLog(BaseLog):
         log._spans = [_Span(s.base_offset, s.size, s.created_ms, s.last_modified_ms, s.max_timestamp)
                       for s in self._spans if s.base_offset <= log._leo]
         log._resize_last_span()
-        active = log._spans[-1]
-        # A reopened file log dates its active segment by the first batch's timestamp.
-        first = bisect_left(log._bases, active.base_offset)
-        if first < n:
-            active.created_ms = min(self._now, log._headers[first].max_timestamp)
+        for span in log._spans:  # a reopened file log dates each segment by its first batch
+            first = bisect_left(log._bases, span.base_offset)
+            if first < n:
+                span.created_ms = min(self._now, log._headers[first].max_timestamp)
         log.epoch_cache = LeaderEpochCache(self._persisted_epochs, on_change=log._persist_epochs)
         log._persisted_epochs = list(self._persisted_epochs)
         log.epoch_cache.truncate_from_end(log._leo + 1)  # as Log's recovery: keep an epoch starting at the LEO

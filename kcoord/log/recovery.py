@@ -1,12 +1,13 @@
 """Opening a log directory after a clean shutdown or a crash.
 
-A crash can leave the active segment with a torn last batch (the write was cut short) and
-a disk can flip bits; either would otherwise be served to consumers and replicated. So on
-every open the active segment is read end to end with CRCs checked and cut at the first
-batch that does not check out. Older segments were fsynced when they were rolled, so they
-get cheaper checks: a trustworthy index and framing from the last index entry to the end;
-if those fail the segment is verified fully like the active one. Whatever is cut, and
-every later segment, is reported in :class:`RecoveryReport`.
+A crash can leave a torn last batch (a write cut short, or pages the OS never wrote back)
+and a disk can flip bits; either would otherwise be served to consumers and replicated.
+So on open every segment that may hold unsynced data is read end to end with CRCs checked
+and cut at the first batch that does not check out: the active segment always, and every
+segment at or after the recovery point (the offset below which everything was fsynced,
+see ``recovery-point-checkpoint``). Older segments get cheaper checks: a trustworthy index
+and framing from the last index entry to the end; if those fail the segment is verified
+fully too. Whatever is cut, and every later segment, is reported in :class:`RecoveryReport`.
 """
 
 from __future__ import annotations
@@ -55,11 +56,14 @@ def load_segments(
     index_interval_bytes: int,
     now_ms: int,
     report: RecoveryReport,
-    on_active_batch: Callable[[int, BatchHeader], None] | None = None,
+    recovery_point: int = 0,
+    on_scanned_batch: Callable[[int, BatchHeader], None] | None = None,
 ) -> list[Segment]:
     """Open, check and repair every segment in ``directory``; returns them in order.
 
-    An empty directory gets one empty segment at offset 0.
+    Segments ending at or before ``recovery_point`` were fsynced and get the cheap checks;
+    the rest are CRC-scanned, each batch handed to ``on_scanned_batch``. An empty directory
+    gets one empty segment at offset 0.
     """
     names = os.listdir(directory)
     bases: list[int] = []
@@ -89,16 +93,17 @@ def load_segments(
         last = i == len(bases) - 1
         problem: ScanProblem | None = None
         file_size = seg.size
-        if not last and index_problem is None:
+        synced = not last and bases[i + 1] <= recovery_point
+        if synced and index_problem is None:
             _, next_offset, bad = walk_to_end(seg, seg.index.last_position)
             if bad is None:
                 seg.next_offset = next_offset
                 segments.append(seg)
                 continue
-        # The active segment, or an older one whose index or framing is in doubt: verify
-        # every batch and rebuild its index.
+        # The active segment, one that may hold unsynced data, or an older one whose index
+        # or framing is in doubt: verify every batch and rebuild its index.
         old_index = seg.index
-        _, problem, _ = seg.recover(check_crc=True, on_batch=on_active_batch if last else None)
+        _, problem, _ = seg.recover(check_crc=True, on_batch=on_scanned_batch)
         report.segments_scanned += 1
         if index_problem is not None or not seg.index.same_entries(old_index):
             seg.index.rewrite()

@@ -9,6 +9,7 @@ import pytest
 
 from kcoord.log import Log, LogConfig, OffsetOutOfRange
 from kcoord.log.checkpoint import EPOCH_CHECKPOINT, HW_CHECKPOINT
+from kcoord.log.segment import Segment
 from kcoord.protocol.errors import ErrorCode, KafkaError
 from kcoord.records import (
     HEADER_SIZE,
@@ -581,6 +582,45 @@ def test_epoch_recorded_at_the_leo_survives_reopen(tmp_path):
     again = open_log(tmp_path)
     assert again.epoch_cache.entries == [(1, 0), (2, 6)]
     assert again.epoch_cache.end_offset_for(1, again.log_end_offset) == (1, 6)
+
+
+def crash(log: Log) -> None:
+    """Leave ``log`` as a killed process would: files as written, no shutdown marker."""
+    for seg in log._segments:
+        seg.close()
+    log._lock.release()
+
+
+def test_rolled_segments_are_synced_off_the_append_path(tmp_path, monkeypatch):
+    log = open_log(tmp_path, segment_bytes=1000)
+    synced = []
+    real = Segment.flush
+    monkeypatch.setattr(Segment, "flush", lambda seg, **kw: (synced.append(seg.base_offset), real(seg, **kw))[1])
+    fill(log, 15)  # three rolls
+    assert [s.base_offset for s in log.segments] == [0, 15, 30]
+    assert synced == []  # no segment was fsynced while appending
+    assert log.maybe_flush(NOW)
+    assert synced == [0, 15]
+    assert (tmp_path / "recovery-point-checkpoint").read_text().split() == ["0", "30"]
+    assert not log.maybe_flush(NOW)
+
+
+def test_unsynced_rolled_segments_are_verified_after_a_crash(tmp_path):
+    log = open_log(tmp_path, segment_bytes=1000)
+    stored = fill(log, 14)  # segments of 5, 5, 4 batches; none synced yet
+    crash(log)
+    middle = sorted(tmp_path.glob("*.log"))[1]
+    data = bytearray(middle.read_bytes())
+    data[-5] ^= 0xFF  # last batch of the middle segment
+    middle.write_bytes(bytes(data))
+    again = open_log(tmp_path, segment_bytes=1000)
+    report = again.recovery_report
+    assert report.segments_scanned == 2 and report.corrupt_offset == 27  # 0 and 15; 30 goes unread
+    assert report.deleted_segments == [30]
+    assert again.log_end_offset == 27 and again.read(0, 1 << 20) == b"".join(stored[:9])
+    # recovery synced what it kept: after another crash only the active segment is scanned
+    crash(again)
+    assert open_log(tmp_path).recovery_report.segments_scanned == 1
 
 
 def test_missing_or_corrupt_index_is_rebuilt(tmp_path):

@@ -146,14 +146,17 @@ def test_errors_match_the_file_log():
     assert log.crash().log_end_offset == 1  # close flushed
 
 
-def test_segment_roll_makes_earlier_batches_durable():
+def test_rolled_segments_become_durable_at_the_next_maybe_flush():
     size = len(batch())
     log = MemoryLog(LogConfig(segment_bytes=size * 3))
     for _ in range(4):
         log.append(batch(), leader_epoch=0)
     assert [(s.base_offset, s.next_offset) for s in log.segments] == [(0, 6), (6, 8)]
-    assert log.flushed_offset == 6  # the file log fsyncs a segment when it rolls
-    assert log.crash().log_end_offset == 6
+    assert log.flushed_offset == 0  # not on the append path
+    assert log.crash().log_end_offset == 0
+    assert log.maybe_flush(0)  # the replica's timer: seals what was rolled
+    assert log.flushed_offset == 6 and log.crash().log_end_offset == 6
+    assert not log.maybe_flush(0)
 
 
 def test_retention_deletes_whole_virtual_segments():

@@ -62,6 +62,8 @@ class Model:
         return b"".join(out)
 
     def truncate(self, offset: int) -> None:
+        if offset >= self.leo:
+            return
         self.batches = [b for b in self.batches if b[1] < offset]
         self.hw = min(self.hw, self.leo)
         self.epochs = [e for e in self.epochs if e[1] < self.leo]
