@@ -7,10 +7,13 @@ get_nowait_batch, measured in the same run. Prints JSON: medians over repeats, r
 
 ``send`` is timed from the first send() to the end of flush() (every record acknowledged);
 ``send_call`` is the send() loop alone (the cost to the caller). ``send_batch`` is one call
-with the columns (default 1 MiB batches, and again with ``batch_size=4 MiB``). ``consume`` reads back what send_batch wrote, from a fresh Consumer with
-prefetch. The queue figures use chunks of ``--queue-chunk`` values per call.
-``cpu_during_one_send_batch`` (not with --quick) splits the CPU time of one extra send_batch run between the
-driver, the leaders, the followers, Ray's daemons and everything else on the machine.
+with the columns (default 1 MiB batches, and again with ``batch_size=4 MiB``). ``consume``
+reads back what send_batch wrote with a fresh Consumer (prefetching; poll() with the
+default max_poll_records=500, ConsumerRecord tuples); ``consume_columns`` reads it again
+with poll_columns() (no per-record objects). The queue figures use chunks of
+``--queue-chunk`` values per call. ``cpu_during_one_send_batch`` (not with --quick) splits
+the CPU time of one extra send_batch run between the driver, the leaders, the followers,
+Ray's daemons and everything else on the machine.
 """
 
 from __future__ import annotations
@@ -80,19 +83,20 @@ def bench_send_batch(cluster, topic: str, values: list[bytes], batch_size: int |
     return took
 
 
-def bench_consume(cluster, topic: str, starts: dict, count: int) -> float:
+def bench_consume(cluster, topic: str, starts: dict, count: int, columns: bool = False) -> float:
     from kcoord.client.consumer import Consumer
     from kcoord.client.types import TopicPartition
 
-    c = Consumer(cluster=cluster, max_poll_records=10_000)
+    c = Consumer(cluster=cluster)  # default max_poll_records (500)
     tps = [TopicPartition(topic, p) for p in range(PARTITIONS)]
     c.assign(tps)
     for tp in tps:
         c.seek(tp, starts[tp.partition])
     got = 0
     start = time.perf_counter()
+    poll = c.poll_columns if columns else c.poll
     while got < count:
-        for recs in c.poll(timeout_ms=5000).values():
+        for recs in poll(timeout_ms=5000).values():
             got += len(recs)
         if time.perf_counter() - start > 600:
             raise RuntimeError(f"consumer read {got} of {count} records in 600 s")
@@ -218,7 +222,7 @@ def main() -> None:
         admin.create_topic(topic, partitions=PARTITIONS, replication_factor=3, config={"min.insync.replicas": 2})
         setup["create_topic_s"] = round(time.perf_counter() - t0, 1)
         results["setup"] = setup
-        send_runs, call_runs, batch_runs, batch4_runs, consume_runs, put_runs, get_runs = [], [], [], [], [], [], []
+        send_runs, call_runs, batch_runs, batch4_runs, consume_runs, columns_runs, put_runs, get_runs = [], [], [], [], [], [], [], []
         for _ in range(repeats):
             called, total = bench_send(cluster, topic, send_values, args.linger_ms)
             call_runs.append(called)
@@ -227,6 +231,7 @@ def main() -> None:
             batch_runs.append(bench_send_batch(cluster, topic, values))
             batch4_runs.append(bench_send_batch(cluster, topic, values, batch_size=4 << 20))
             consume_runs.append(bench_consume(cluster, topic, starts, n))
+            columns_runs.append(bench_consume(cluster, topic, starts, n, columns=True))
             put, get = bench_queue(values, args.queue_chunk)
             put_runs.append(put)
             get_runs.append(get)
@@ -239,6 +244,7 @@ def main() -> None:
         cases["send_batch"] = summarize(n, batch_runs)
         cases["send_batch_4MiB_batches"] = summarize(n, batch4_runs)
         cases["consume"] = summarize(n, consume_runs)
+        cases["consume_columns"] = summarize(n, columns_runs)
         cases["queue_put_batch"] = summarize(n, put_runs)
         cases["queue_get_batch"] = summarize(n, get_runs)
         cases["queue_put_then_get"] = summarize(n, [p + g for p, g in zip(put_runs, get_runs)])
@@ -249,6 +255,7 @@ def main() -> None:
             "send_batch_vs_queue_put": round(cases["send_batch"]["records_per_s"] / put_rate, 2),
             "send_batch_4MiB_vs_queue_put": round(cases["send_batch_4MiB_batches"]["records_per_s"] / put_rate, 2),
             "consume_vs_queue_get": round(cases["consume"]["records_per_s"] / get_rate, 2),
+            "consume_columns_vs_queue_get": round(cases["consume_columns"]["records_per_s"] / get_rate, 2),
         }
         targets = {
             "send_records_per_s": (cases["send"]["records_per_s"], 300_000),

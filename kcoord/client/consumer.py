@@ -22,8 +22,9 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 from functools import partial
+from itertools import chain as _chain
 from itertools import repeat
-from typing import Any, Iterable, Iterator
+from typing import Any, Iterable, Iterator, NamedTuple
 
 import ray
 from ray.exceptions import GetTimeoutError, RayActorError
@@ -77,19 +78,51 @@ class _Assigned:
     in_flight_since: float = 0.0
     in_flight_actor: str = ""
     pending: deque = field(default_factory=deque)  # fetched, not yet decoded record bytes
-    records: list = field(default_factory=list)  # decoded, not yet returned
-    next_record: int = 0
+    segments: deque = field(default_factory=deque)  # decoded batches, not yet returned
     backoff_until: float = 0.0
     high_watermark: int = -1
     error: KafkaError | None = None  # raised from the next poll()
 
     def clear_buffer(self) -> None:
         self.pending.clear()
-        self.records = []
-        self.next_record = 0
+        self.segments.clear()
 
     def buffered(self) -> bool:
-        return self.next_record < len(self.records) or bool(self.pending)
+        return bool(self.segments) or bool(self.pending)
+
+
+@dataclass(eq=False, slots=True)
+class _Segment:
+    """One decoded batch as columns; rows ``[start, len(values))`` are still to return.
+    Records stay columns until a poll() takes them (then only that slice becomes
+    ConsumerRecord tuples), so poll_columns() never builds per-record objects."""
+
+    base: int  # offset of row 0
+    start: int
+    values: list
+    keys: list | None
+    timestamps: list | None  # None: every row has ``timestamp``
+    timestamp: int
+    timestamp_type: int
+    headers: list | None
+    leader_epoch: int
+
+
+class RecordColumns(NamedTuple):
+    """Records of one partition as columns (:meth:`Consumer.poll_columns`): row ``i`` is the
+    record at offset ``offsets[i]``. ``headers`` is None when no record has any."""
+
+    topic: str
+    partition: int
+    offsets: range
+    timestamps: list
+    timestamp_types: list
+    keys: list
+    values: list
+    headers: list | None
+
+    def __len__(self) -> int:  # type: ignore[override]
+        return len(self.values)
 
 
 class Consumer:
@@ -105,8 +138,9 @@ class Consumer:
     from ``poll()``.
 
     Consumers only see records below the high watermark (the leader enforces it), so
-    everything returned was acknowledged by the ISR. ``ConsumerRecord.headers`` is a list of
-    ``(str, bytes)`` pairs, or the empty tuple when a record has none.
+    everything returned was acknowledged by the ISR. ``ConsumerRecord.headers`` is a sequence
+    of ``(str, bytes)`` pairs, empty when a record has none. :meth:`poll_columns` returns the
+    same records as columns (no per-record objects) for bulk readers.
     """
 
     def __init__(
@@ -433,6 +467,19 @@ class Consumer:
         self._abandon_iter()
         return self._poll(timeout_ms, max_records, advance=True)
 
+    def poll_columns(self, timeout_ms: float = 0, max_records: int | None = None) -> dict[TopicPartition, RecordColumns]:
+        """Like :meth:`poll`, but each partition's records come as one :class:`RecordColumns`
+        (lists of keys, values, timestamps...) instead of ConsumerRecord tuples: no Python
+        object per record beyond the values themselves. For bulk readers (Spark, Arrow,
+        Ray Data). ``max_records`` defaults to 64 x max_poll_records."""
+        self._check_open()
+        if max_records is None:
+            max_records = 64 * self.max_poll_records
+        elif type(max_records) is not int or max_records < 1:
+            raise ValueError(f"max_records must be an int >= 1, got {max_records!r}")
+        self._abandon_iter()
+        return self._poll(timeout_ms, max_records, advance=True, columns=True)
+
     def _abandon_iter(self) -> None:
         """poll() after iterating: records the iterator took but did not yield yet are
         fetched again from the position (nothing is skipped)."""
@@ -441,24 +488,21 @@ class Consumer:
             if i < len(recs) and st.generation == generation and self._assigned.get(st.tp) is st:
                 self._reposition(st, st.position)
 
-    def _poll(self, timeout_ms: float, max_records: int, advance: bool) -> dict[TopicPartition, list[ConsumerRecord]]:
+    def _poll(self, timeout_ms: float, max_records: int, advance: bool, columns: bool = False) -> dict[TopicPartition, Any]:
         deadline = _monotonic() + max(0.0, timeout_ms) / 1000
         while True:
             if self._group is not None:
                 self._group.poll()  # liveness for max_poll_interval_ms, rebalances, auto-commit
             self._resolve_positions([st for st in self._assigned.values() if st.position is None])
             self._raise_errors()
-            out = self._collect(max_records, advance)
+            out = self._collect(max_records, advance, columns)
             got = sum(map(len, out.values()))
             if got < max_records:
                 # Take in whatever fetches have landed, then top up.
                 if self._take_ready(0.0):
-                    more = self._collect(max_records - got, advance)
+                    more = self._collect(max_records - got, advance, columns)
                     for tp, recs in more.items():
-                        if tp in out:
-                            out[tp] = out[tp] + recs
-                        else:
-                            out[tp] = recs
+                        out[tp] = _concat(out[tp], recs) if tp in out else recs
             self._send_fetches()
             if out:
                 return out
@@ -479,8 +523,10 @@ class Consumer:
                 err, st.error = st.error, None
                 raise err
 
-    def _collect(self, max_records: int, advance: bool) -> dict[TopicPartition, list[ConsumerRecord]]:
-        out: dict[TopicPartition, list[ConsumerRecord]] = {}
+    def _collect(self, max_records: int, advance: bool, columns: bool = False) -> dict[TopicPartition, Any]:
+        """Take up to ``max_records`` buffered records, partitions in rotation: as
+        ConsumerRecord lists, or as RecordColumns with ``columns``."""
+        out: dict[TopicPartition, Any] = {}
         states = list(self._assigned.values())
         n = len(states)
         want = max_records
@@ -488,19 +534,33 @@ class Consumer:
             st = states[(self._rotation + j) % n]
             if st.paused or st.position is None:
                 continue
-            while st.next_record >= len(st.records) and st.pending:
-                self._decode_next(st)
-            if st.next_record >= len(st.records):
+            pieces = []
+            while want > 0:
+                if not st.segments:
+                    if not st.pending:
+                        break
+                    self._decode_next(st)
+                    continue
+                seg = st.segments[0]
+                lo = seg.start
+                hi = min(len(seg.values), lo + want)
+                pieces.append((seg, lo, hi))
+                want -= hi - lo
+                seg.start = hi
+                if hi >= len(seg.values):
+                    st.segments.popleft()
+            if not pieces:
                 continue
-            i = st.next_record
-            take = st.records[i : i + want] if (i or len(st.records) > want) else st.records
-            st.next_record = i + len(take)
-            if advance:
-                st.position = take[-1].offset + 1
+            last_seg, _, last_hi = pieces[-1]
+            if columns:
+                out[st.tp] = _columns_of(st.tp, pieces)
             else:
-                self._iter.append([st, st.generation, take, 0])
-            out[st.tp] = take
-            want -= len(take)
+                take = self._records_of(st.tp, pieces)
+                if not advance:
+                    self._iter.append([st, st.generation, take, 0])
+                out[st.tp] = take
+            if advance:
+                st.position = last_seg.base + last_hi
             if want <= 0:
                 self._rotation = (self._rotation + j + 1) % n
                 break
@@ -509,14 +569,54 @@ class Consumer:
                 self._rotation = (self._rotation + 1) % n
         return out
 
-    def _decode_next(self, st: _Assigned) -> None:
-        # The cyclic GC never untracks instances of a tuple *subclass* (ConsumerRecord), so a
-        # collection triggered while tens of thousands of them are being created walks them
-        # all, again and again: ~4x the cost of decoding. Pausing it for the chunk lets the
-        # records of the previous chunk die first (which lowers the allocation count again).
+    def _records_of(self, tp: TopicPartition, pieces: list) -> list[ConsumerRecord]:
+        # The cyclic GC never untracks instances of a tuple *subclass* (ConsumerRecord), so
+        # collections while tens of thousands of them are created walk them again and again
+        # (~4x the cost of building them); pause it while building one poll's worth.
         paused = gc.isenabled()
         if paused:
             gc.disable()
+        try:
+            topic, partition = tp
+            out: list[ConsumerRecord] = []
+            for seg, lo, hi in pieces:
+                whole = lo == 0 and hi == len(seg.values)
+                values = seg.values if whole else seg.values[lo:hi]
+                if seg.timestamps is None:
+                    stamps: Any = repeat(seg.timestamp)
+                else:
+                    stamps = seg.timestamps if whole else seg.timestamps[lo:hi]
+                if seg.keys is None:
+                    keys: Any = repeat(None)
+                else:
+                    keys = seg.keys if whole else seg.keys[lo:hi]
+                if seg.headers is None:
+                    hdrs: Any = repeat(_NO_HEADERS)
+                else:
+                    hdrs = seg.headers if whole else seg.headers[lo:hi]
+                base = seg.base
+                out.extend(
+                    map(
+                        _new_record,
+                        zip(
+                            repeat(topic),
+                            repeat(partition),
+                            range(base + lo, base + hi),
+                            stamps,
+                            repeat(seg.timestamp_type),
+                            keys,
+                            values,
+                            hdrs,
+                            repeat(seg.leader_epoch),
+                        ),
+                    )
+                )
+            return out
+        finally:
+            if paused:
+                gc.enable()
+
+    def _decode_next(self, st: _Assigned) -> None:
         try:
             self._decode_chunk(st)
         except KafkaError:
@@ -524,50 +624,34 @@ class Consumer:
             # every poll() raises until the user seeks past it (as Kafka's consumer does).
             self._reposition(st, st.decode_from if st.decode_from >= 0 else st.position)
             raise
-        finally:
-            if paused:
-                gc.enable()
 
     def _decode_chunk(self, st: _Assigned) -> None:
+        """Decode one fetched chunk into column segments, skipping rows below decode_from."""
         data = st.pending.popleft()
-        topic, partition = st.tp
-        out: list[ConsumerRecord] = []
         start = st.decode_from
+        segments = []
         for pos, h in _records.iter_headers(data):
             if h.next_offset <= start:
                 continue
             batch = _records.decode_batch(data, pos, check_crc=self.check_crcs)
             base = h.base_offset
-            skip = start - base if start > base else 0
-            values = batch.values[skip:] if skip else batch.values
-            if h.timestamp_type == _records.LOG_APPEND_TIME:
-                stamps: Any = repeat(h.max_timestamp)
-            elif batch.timestamps is not None:
-                stamps = batch.timestamps[skip:] if skip else batch.timestamps
-            else:
-                stamps = repeat(h.first_timestamp)
-            keys: Any = (batch.keys[skip:] if skip else batch.keys) if batch.keys is not None else repeat(None)
-            hdrs: Any = (batch.headers[skip:] if skip else batch.headers) if batch.headers is not None else repeat(_NO_HEADERS)
-            out.extend(
-                map(
-                    _new_record,
-                    zip(
-                        repeat(topic),
-                        repeat(partition),
-                        range(base + skip, base + len(batch.values)),
-                        stamps,
-                        repeat(h.timestamp_type),
-                        keys,
-                        values,
-                        hdrs,
-                        repeat(h.leader_epoch),
-                    ),
+            log_append = h.timestamp_type == _records.LOG_APPEND_TIME
+            segments.append(
+                _Segment(
+                    base,
+                    start - base if start > base else 0,
+                    batch.values,
+                    batch.keys,
+                    None if log_append else batch.timestamps,
+                    h.max_timestamp if log_append else h.first_timestamp,
+                    h.timestamp_type,
+                    batch.headers,
+                    h.leader_epoch,
                 )
             )
             start = h.next_offset
         st.decode_from = start
-        st.records = out
-        st.next_record = 0
+        st.segments.extend(segments)
 
     # -- fetching --------------------------------------------------------------------------
     def _send_fetches(self) -> None:
@@ -778,3 +862,50 @@ class Consumer:
     def _check_open(self) -> None:
         if self._closed:
             raise RuntimeError("this consumer is closed")
+
+
+def _columns_of(tp: TopicPartition, pieces: list) -> RecordColumns:
+    """RecordColumns of consecutive segment slices of one partition."""
+    first_seg, first_lo, _ = pieces[0]
+    last_seg, _, last_hi = pieces[-1]
+    if len(pieces) == 1:
+        seg, lo, hi = pieces[0]
+        n = hi - lo
+        whole = lo == 0 and hi == len(seg.values)
+        values = seg.values if whole else seg.values[lo:hi]
+        return RecordColumns(
+            tp.topic,
+            tp.partition,
+            range(seg.base + lo, seg.base + hi),
+            [seg.timestamp] * n if seg.timestamps is None else (seg.timestamps if whole else seg.timestamps[lo:hi]),
+            [seg.timestamp_type] * n,
+            [None] * n if seg.keys is None else (seg.keys if whole else seg.keys[lo:hi]),
+            values,
+            None if seg.headers is None else (seg.headers if whole else seg.headers[lo:hi]),
+        )
+    parts = [_columns_of(tp, [p]) for p in pieces]
+    any_headers = any(c.headers is not None for c in parts)
+    joined = _chain.from_iterable
+    return RecordColumns(
+        tp.topic,
+        tp.partition,
+        range(first_seg.base + first_lo, last_seg.base + last_hi),
+        list(joined(c.timestamps for c in parts)),
+        list(joined(c.timestamp_types for c in parts)),
+        list(joined(c.keys for c in parts)),
+        list(joined(c.values for c in parts)),
+        list(joined(c.headers if c.headers is not None else [_NO_HEADERS] * len(c) for c in parts)) if any_headers else None,
+    )
+
+
+def _concat(a: Any, b: Any) -> Any:
+    """Join two takes of one partition (record lists or RecordColumns)."""
+    if isinstance(a, RecordColumns):
+        headers = None
+        if a.headers is not None or b.headers is not None:
+            headers = (a.headers if a.headers is not None else [_NO_HEADERS] * len(a)) + (b.headers if b.headers is not None else [_NO_HEADERS] * len(b))
+        return RecordColumns(
+            a.topic, a.partition, range(a.offsets.start, b.offsets.stop), a.timestamps + b.timestamps,
+            a.timestamp_types + b.timestamp_types, a.keys + b.keys, a.values + b.values, headers,
+        )
+    return a + b

@@ -85,6 +85,29 @@ def test_earliest_reads_everything_in_order(kcluster, filled):
         assert c.poll(timeout_ms=200) == {}
 
 
+def test_poll_columns_returns_the_same_records_as_columns(kcluster, filled):
+    tp0, tp1 = TopicPartition(filled, 0), TopicPartition(filled, 1)
+    c = Consumer(cluster=kcluster, auto_offset_reset="earliest")
+    c.assign([tp0, tp1])
+    c.seek(tp0, 5)  # mid-batch
+    first = c.poll(timeout_ms=10_000, max_records=3)  # records, then columns: positions carry over
+    tp = next(iter(first))
+    assert [r.offset for r in first[tp]] == ([5, 6, 7] if tp == tp0 else [0, 1, 2])
+    got: dict = {tp0: [], tp1: []}
+    deadline = time.monotonic() + 60
+    while sum(map(len, got.values())) < 2 * PER_PARTITION - 8 and time.monotonic() < deadline:
+        for t, cols in c.poll_columns(timeout_ms=500, max_records=700).items():
+            assert len(cols.offsets) == len(cols.values) == len(cols.keys) == len(cols.timestamps) == len(cols.timestamp_types)
+            assert cols.headers is None and set(cols.timestamp_types) == {0}
+            got[t] += list(zip(cols.offsets, cols.keys, cols.values))
+    start0 = 8 if tp == tp0 else 5
+    start1 = 3 if tp == tp1 else 0
+    assert got[tp0] == [(i, b"k%d" % i, b"p0-%04d" % i) for i in range(start0, PER_PARTITION)]
+    assert got[tp1] == [(i, b"k%d" % i, b"p1-%04d" % i) for i in range(start1, PER_PARTITION)]
+    assert c.position(tp0) == c.position(tp1) == PER_PARTITION
+    c.close()
+
+
 def test_latest_starts_at_the_high_watermark_and_long_poll_wakes_up(kcluster, make_topic):
     topic = make_topic()
     tp = TopicPartition(topic, 0)
