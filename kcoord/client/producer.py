@@ -125,6 +125,18 @@ class Producer:
     producer, same identity) gets them deduplicated, which is how a retried Spark task
     writes exactly once. Such a producer never bumps its epoch; after a failed batch it
     should be discarded.
+
+    Other settings: ``acks`` 0 (futures resolve with offset -1 once sent), 1 or "all";
+    ``linger_ms`` how long a non-full batch waits for more records; ``retries`` /
+    ``retry_backoff_ms`` for retriable errors (metadata is refreshed on leadership errors
+    and dead leaders), all bounded by ``delivery_timeout_ms`` after which the batch fails
+    with KafkaError(REQUEST_TIMED_OUT); ``request_timeout_ms`` per attempt;
+    ``compression_type`` None or "gzip" (plus "lz4"/"zstd" when installed); ``partitioner``
+    None (murmur2 / sticky), "round_robin" or a callable; ``buffer_memory`` bytes of
+    unsent records before ``send()`` blocks, at most ``max_block_ms``.
+
+    Close producers (``close()`` or a ``with`` block): the sender thread keeps an unclosed
+    producer alive. ``send()`` and ``flush()`` may be called from any thread.
     """
 
     def __init__(

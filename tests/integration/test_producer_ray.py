@@ -103,6 +103,12 @@ def test_batches_queued_behind_a_request_go_out_merged(kcluster, make_topic):
     got = read_all(kcluster, topic)
     assert [r.value for r in got] == [b"q-%05d" % i for i in range(2000)]
     assert got[14].headers == [("n", b"14")] and got[15].headers == []
+    # a tiny buffer_memory makes send() wait for acknowledgements instead of queueing
+    with Producer(kcluster, batch_size=500, buffer_memory=2000) as p:
+        futs = [p.send(topic, b"m-%05d" % i + b"." * 40) for i in range(300)]
+        assert p._buffered <= 2000 + 100
+        p.flush(60)
+        assert [f.get().offset for f in futs] == list(range(2000, 2300))
 
 
 def test_callbacks_errbacks_and_future_state(kcluster, make_topic):
