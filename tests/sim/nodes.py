@@ -375,6 +375,8 @@ class ControllerNode:
                 )
             elif isinstance(a, DeleteReplica):  # pragma: no cover - the sim never deletes
                 raise AssertionError("unexpected DeleteReplica")
+            else:  # pragma: no cover - a new action kind the sim must learn to perform
+                raise AssertionError(f"the simulated controller shell does not know {a!r}")
 
     def _lai_done(self, action: SendLeaderAndIsr, response: Message | None, kind: str) -> None:
         assert self.core is not None

@@ -34,14 +34,15 @@ def main(argv: list[str] | None = None) -> int:
     group.add_argument("--seeds", help="seeds like 0-99 or 1,5,9")
     ap.add_argument("--mode", choices=MODES, help="durability mode (default: chosen by the seed)")
     ap.add_argument("--model", choices=LOSSY_MODELS, default="supported", help="failure model of the lossy modes (default: supported)")
-    ap.add_argument("--events", type=int, help="event budget of the fault phase")
+    ap.add_argument("--events", type=int, help="event budget of the fault phase (also lifts its time bound)")
+    ap.add_argument("--ms", type=int, help="simulated time bound of the fault phase")
     ap.add_argument("--verbose", "-v", action="count", default=0, help="print traced events (-vv: every message too)")
     args = ap.parse_args(argv)
     seeds = [args.seed] if args.seed is not None else _seeds(args.seeds)
     failed = 0
     started = time.perf_counter()
     for seed in seeds:
-        result = run_seed(seed, mode=args.mode, max_events=args.events, verbose=args.verbose, lossy_model=args.model)
+        result = run_seed(seed, args.mode, args.events, args.verbose, args.model, args.ms)
         if not result.ok:
             failed += 1
             print(result.report())

@@ -103,6 +103,8 @@ class SimConfig:
             cmd += f" --model {self.lossy_model}"
         if self.max_events != SimConfig.max_events:
             cmd += f" --events {self.max_events}"
+        if self.fault_ms != SimConfig.fault_ms:
+            cmd += f" --ms {self.fault_ms}"
         return cmd + " --verbose"
 
 
@@ -159,12 +161,11 @@ class SimResult:
     violations: list[Violation]
     stats: dict[str, int]
     trace_tail: list[str] = field(default_factory=list)
+    digest: str = ""  # over every traced event, the final logs and the metadata store
 
     @property
     def ok(self) -> bool:
         return not self.violations
-
-    digest: str = ""  # over every traced event, the final logs and the metadata store
 
     def fingerprint(self) -> tuple:
         """Equal for two runs of the same seed (the determinism check)."""
@@ -501,9 +502,19 @@ class Simulation:
 
 
 def run_seed(
-    seed: int, mode: str | None = None, max_events: int | None = None, verbose: int = 0, lossy_model: str = "supported"
+    seed: int,
+    mode: str | None = None,
+    max_events: int | None = None,
+    verbose: int = 0,
+    lossy_model: str = "supported",
+    fault_ms: int | None = None,
 ) -> SimResult:
+    """One run. ``max_events`` alone also lifts the time bound (a run does ~350 events per
+    simulated second), so that more events means a longer run."""
     cfg = SimConfig(seed=seed, mode=mode, verbose=verbose, lossy_model=lossy_model)
     if max_events is not None:
         cfg.max_events = max_events
+        cfg.fault_ms = max(cfg.fault_ms, max_events * 3)
+    if fault_ms is not None:
+        cfg.fault_ms = fault_ms
     return Simulation(cfg).run()
