@@ -76,13 +76,18 @@ def murmur2_many(keys: Sequence[bytes]) -> list[int]:
     Groups keys by length so that each group is one ``(count, length)`` uint8 matrix and the
     hash runs column by column in numpy. Falls back to the scalar loop for short inputs.
     """
+    if len(keys) < 64:
+        return [murmur2_unsigned(k) for k in keys]
+    return murmur2_array(keys).tolist()
+
+
+def murmur2_array(keys: Sequence[bytes]):
+    """:func:`murmur2_many` as a numpy uint32 array."""
+    import numpy as np
+
     n = len(keys)
     if n < 64:
-        return [murmur2_unsigned(k) for k in keys]
-    try:
-        import numpy as np
-    except ImportError:  # pragma: no cover - numpy ships with Ray
-        return [murmur2_unsigned(k) for k in keys]
+        return np.array([murmur2_unsigned(k) for k in keys], dtype=np.uint32)
     lengths = np.fromiter(map(len, keys), dtype=np.int64, count=n)
     out = np.empty(n, dtype=np.uint32)
     order = np.argsort(lengths, kind="stable")
@@ -122,7 +127,7 @@ def murmur2_many(keys: Sequence[bytes]) -> list[int]:
             h *= m
             h ^= h >> np.uint32(15)
             out[idx] = h
-    return out.tolist()
+    return out
 
 
 def partitions_for_keys(keys: Sequence[bytes], num_partitions: int) -> list[int]:

@@ -50,6 +50,16 @@ def test_split_is_deterministic():
     assert acc.split_batches(sizes, 10_000) == acc.split_batches(list(sizes), 10_000)
 
 
+def test_split_batches_array_equals_split_batches():
+    import numpy as np
+
+    rng = random.Random(4)
+    for limit in (300, 4096, 100_000):
+        sizes = [rng.choice([1, 20, 120, 999, 5000]) for _ in range(3000)]
+        assert acc.split_batches_array(np.array(sizes), limit) == acc.split_batches(sizes, limit)
+    assert acc.split_batches_array(np.array([], dtype=np.int64), 100) == []
+
+
 def test_oversized_record_goes_alone():
     assert acc.split_batches([10, 5000, 10, 10], 1000) == [(0, 1), (1, 2), (2, 4)]
     assert acc.split_batches([], 1000) == []
