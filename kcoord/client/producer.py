@@ -632,7 +632,7 @@ class Producer:
 
         The gatherer picks a partition's records out of a full column (in input order);
         ranges index into the gathered column. Pure and deterministic; per-record work is
-        done by numpy or C-level list operations (a million keyed records plan in ~0.3 s)."""
+        done by numpy or C-level list operations (a million keyed records plan in ~0.5 s)."""
         import numpy as np
 
         n = len(values)
