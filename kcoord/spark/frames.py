@@ -185,6 +185,7 @@ def _write_task(
     acks: Any,
     value_format: str,
     chunk_bytes: int,
+    batch_bytes: int,
     fail_first_attempt: frozenset[int],
 ) -> Iterator[pa.RecordBatch]:
     from pyspark import TaskContext
@@ -195,7 +196,7 @@ def _write_task(
         raise RuntimeError(f"write planned {tasks} Spark partitions but task {task} ran: the DataFrame's partitioning changed between planning and execution")
     producer_id = base_id + task if base_id is not None else None
     stats = _tasks.produce_batches(
-        ref, topic, batches, producer_id=producer_id, acks=acks, value_format=value_format, chunk_bytes=chunk_bytes
+        ref, topic, batches, producer_id=producer_id, acks=acks, value_format=value_format, chunk_bytes=chunk_bytes, batch_bytes=batch_bytes
     )
     if attempt == 0 and task in fail_first_attempt:
         raise _tasks.InjectedFailure(f"test hook: failing task {task} (attempt 0) after it produced")
@@ -214,6 +215,7 @@ def write(
     *,
     value_format: str = "json",
     chunk_bytes: int = _tasks.DEFAULT_CHUNK_BYTES,
+    batch_bytes: int = _tasks.DEFAULT_BATCH_BYTES,
     _fail_first_attempt: frozenset[int] | set[int] = frozenset(),
 ) -> WriteResult:
     """Produce every row of ``df`` to ``topic`` from inside the Spark executors.
@@ -237,6 +239,11 @@ def write(
     ``rand()`` -- cache or checkpoint such a DataFrame first). Adaptive query execution is
     turned off for the write's query so that the number of partitions planned is the
     number that runs. With ``acks=1``/``0`` the write is at-least-once.
+
+    ``chunk_bytes``: Arrow input per ``send_batch`` call (memory per task is about twice
+    that); ``batch_bytes``: the record batch size (capped by the topic's
+    ``max.message.bytes``). Both must stay the same between attempts, which they do
+    within one write.
 
     Returns a :class:`WriteResult`; raises if the topic does not exist or a column is
     missing or of the wrong type, before any task runs.
@@ -267,6 +274,7 @@ def write(
             acks=acks,
             value_format=value_format,
             chunk_bytes=chunk_bytes,
+            batch_bytes=batch_bytes,
             fail_first_attempt=frozenset(_fail_first_attempt),
         )
         rows = projected.mapInArrow(fn, _stats_ddl()).collect()

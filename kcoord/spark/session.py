@@ -162,12 +162,17 @@ def _warm_up(spark: Any, cluster: ClusterClient, executors: int, cores: int, tim
         time.sleep(0.2)
     ref = ClusterRef.of(cluster)
 
-    def connect(_: Any) -> Any:
-        ref.client()
-        yield os.getpid()
+    def connect(batches: Any) -> Any:
+        import pyarrow as pa
 
+        for _ in batches:
+            pass
+        ref.client()
+        yield pa.RecordBatch.from_pydict({"pid": [os.getpid()]})
+
+    # The same kind of job (mapInArrow) and Python workers that reads and writes use.
     n = executors * cores
-    sc.parallelize(range(n), n).mapPartitions(connect).collect()
+    spark.range(0, n, 1, n).mapInArrow(connect, "pid long").collect()
 
 
 def stop(cleanup_data: bool = True) -> None:

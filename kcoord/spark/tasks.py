@@ -61,7 +61,8 @@ WRITE_STATS_SCHEMA = pa.schema(
 )
 
 DEFAULT_FETCH_BYTES = 8 << 20
-DEFAULT_CHUNK_BYTES = 32 << 20  # input bytes per send_batch call of a writer task
+DEFAULT_CHUNK_BYTES = 16 << 20  # Arrow input bytes per send_batch call of a writer task
+DEFAULT_BATCH_BYTES = 4 << 20  # record batch size of a writer (capped by max.message.bytes)
 
 
 class InjectedFailure(RuntimeError):
@@ -414,7 +415,10 @@ def headers_column(column: pa.Array | pa.ChunkedArray) -> list:
     if isinstance(column, pa.ChunkedArray):
         column = column.combine_chunks()
     n = len(column)
-    flat = column.flatten()  # struct<key, value> entries (a map's entries are the same)
+    if pa.types.is_map(column.type):
+        entry = pa.struct([pa.field("key", column.type.key_type), pa.field("value", column.type.item_type)])
+        column = column.cast(pa.list_(entry))
+    flat = column.flatten()  # the struct<key, value> entries of the rows (slices respected)
     keys_arr, vals_arr = flat.field(0), flat.field(1)
     if pa.types.is_string(vals_arr.type) or pa.types.is_large_string(vals_arr.type):
         vals_arr = vals_arr.cast(pa.binary())
@@ -439,6 +443,7 @@ def produce_batches(
     acks: str | int = "all",
     value_format: str = "json",
     chunk_bytes: int = DEFAULT_CHUNK_BYTES,
+    batch_bytes: int = DEFAULT_BATCH_BYTES,
     timeout_s: float | None = None,
 ) -> dict[int, list[int]]:
     """Produce the rows of ``batches`` (columns ``value`` and optionally ``key``,
@@ -449,23 +454,37 @@ def produce_batches(
     input is cut into ``send_batch`` calls at deterministic points (every ``chunk_bytes`` of
     Arrow input), so the same input always gives the same batches and sequence numbers: a
     retried task re-sends exactly what the failed attempt sent, and the leaders drop what
-    they already have.
+    they already have. One thread sends the chunks, in order, while this one converts the
+    next chunk from Arrow.
     """
+    from concurrent.futures import Future, ThreadPoolExecutor
+
     from ..client.producer import Producer
 
     client = ref.client()
     nparts = len(client.topic(topic).partitions)
     if producer_id is not None:
-        producer = Producer(client, acks="all", producer_id=producer_id, producer_epoch=0, linger_ms=0)
+        producer = Producer(client, acks="all", producer_id=producer_id, producer_epoch=0, linger_ms=0, batch_size=batch_bytes)
     else:
-        producer = Producer(client, acks=acks, linger_ms=0)
+        producer = Producer(client, acks=acks, linger_ms=0, batch_size=batch_bytes)
     stats: dict[int, list[int]] = {}
     pending: list[pa.RecordBatch] = []
     pending_bytes = 0
     row_base = 0
+    sender = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kcoord-write")
+    in_flight: Future | None = None
+
+    def account(future: Future | None) -> None:
+        if future is None:
+            return
+        for p, w in future.result().items():
+            s = stats.setdefault(p, [0, 0, 0])
+            s[0] += w.count
+            s[1] += w.batches
+            s[2] += w.duplicate_batches
 
     def flush() -> None:
-        nonlocal pending, pending_bytes, row_base
+        nonlocal pending, pending_bytes, row_base, in_flight
         if not pending:
             return
         table = pa.Table.from_batches(pending)
@@ -482,13 +501,10 @@ def produce_batches(
             partitions = table.column("partition").to_pylist()
             if None in partitions:
                 partitions = _fill_partitions(partitions, keys, nparts, (producer_id or 0) + row_base)
-        result = producer.send_batch(topic, values=values, keys=keys, headers=headers, partitions=partitions, timeout=timeout_s)
-        for p, w in result.items():
-            s = stats.setdefault(p, [0, 0, 0])
-            s[0] += w.count
-            s[1] += w.batches
-            s[2] += w.duplicate_batches
+        del table
         row_base += n
+        account(in_flight)  # the previous chunk first: chunks go out in input order
+        in_flight = sender.submit(producer.send_batch, topic, values=values, keys=keys, headers=headers, partitions=partitions, timeout=timeout_s)
 
     try:
         for batch in batches:
@@ -499,8 +515,10 @@ def produce_batches(
             if pending_bytes >= chunk_bytes:
                 flush()
         flush()
+        account(in_flight)
     finally:
         producer.close(timeout=30)
+        sender.shutdown(wait=True)
     return stats
 
 
