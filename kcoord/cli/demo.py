@@ -135,12 +135,11 @@ def spark_stage(cluster: Any, topic: str, group: str, expected: int, console: Co
         return {"status": "skipped", "reason": "no Java"}
     from ..client.admin import Admin
 
+    from ..spark.pipeline import topic_report
+
     t0 = time.monotonic()
     log_path = os.path.join(tempfile.gettempdir(), f"kcoord-demo-spark-{os.getpid()}.log")
     result: dict[str, Any] = {"status": "ok", "log": log_path}
-    steps = [f"reading {topic!r} into a DataFrame", "counting records per key", f"writing the counts to {COUNTS_TOPIC!r} from Spark", f"committed offsets of {group!r} as a DataFrame"]
-    progress = Progress(TextColumn("{task.description:<52}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console)
-    task = progress.add_task("Spark stage", total=len(steps))
     spark = None
     try:
         console.print("starting Spark on Ray (RayDP, 1 executor)...")
@@ -150,39 +149,31 @@ def spark_stage(cluster: Any, topic: str, group: str, expected: int, console: Co
         with _output_to(log_path):
             spark = ks.session(cluster, executors=1, cores=1, memory="512M", app_name="kcoord-demo")
         console.print(f"Spark session up [dim]({time.monotonic() - t_session:.1f} s; Spark's logs: {log_path})[/]")
-        with progress:
-            progress.update(task, description=steps[0])
-            df = ks.read(spark, cluster, topic, starting_offsets="earliest", ending_offsets="latest")
-            result["rows_read"] = rows = df.count()
-            progress.advance(task)
-            progress.update(task, description=steps[1])
-            counts = df.groupBy("key").count().orderBy("key")
-            per_key = counts.collect()
-            result["keys"] = len(per_key)
-            progress.advance(task)
-            progress.update(task, description=steps[2])
-            Admin(cluster).create_topic(COUNTS_TOPIC, partitions=1, replication_factor=3, config={"min.insync.replicas": 2})
-            out = counts.selectExpr("key", "CAST(count AS STRING) AS value")
-            written = ks.write(out, cluster, COUNTS_TOPIC, key_col="key", value_col="value")
-            result["counts_written"] = written.records
-            progress.advance(task)
-            progress.update(task, description=steps[3])
-            offsets = ks.committed_offsets(spark, cluster, group).collect()
-            result["group_committed"] = sum(int(r["offset"]) for r in offsets)
-            result["group_lag"] = sum(int(r["lag"] or 0) for r in offsets)
-            progress.advance(task)
-        top = sorted(per_key, key=lambda r: -r["count"])[:3]
+        Admin(cluster).create_topic(COUNTS_TOPIC, partitions=1, replication_factor=3, config={"min.insync.replicas": 2})
+        # The same report examples/spark_pipeline.py prints: the topic as a DataFrame (Spark's
+        # Kafka source schema), per-key counts written back from the executors, the group's
+        # committed offsets as a DataFrame and the records it has not read ("group:<g>").
+        with console.status(f"Spark: reading {topic!r}, counting per key, writing {COUNTS_TOPIC!r}, reading {group!r}'s offsets..."):
+            report = topic_report(spark, cluster, topic, group, counts_topic=COUNTS_TOPIC)
+        rows = result["rows_read"] = report["rows_read"]
+        result["keys"] = report["keys"]
+        result["counts_written"] = report["counts_written"]
+        result["group_committed"] = report["group_committed"]
+        result["group_lag"] = report["group_lag"]
+        result["remaining_rows"] = report["remaining_rows"]
         console.print(
-            f"Spark read {rows} records, {len(per_key)} keys (top: "
-            + ", ".join(f"{bytes(r['key']).decode()}={r['count']}" for r in top)
+            f"Spark read {rows} records, {report['keys']} keys (top: "
+            + ", ".join(f"{k}={n}" for k, n in report["top_keys"])
             + f"), wrote {result['counts_written']} counts to {COUNTS_TOPIC!r}; group {group!r}: "
-            f"{result['group_committed']} committed, lag {result['group_lag']}"
+            f"{result['group_committed']} committed, lag {result['group_lag']} "
+            f"(read from 'group:{group}': {report['remaining_rows']} records)"
         )
         checks = {
             "rows read == records written": rows == expected,
-            "sum of per-key counts == rows": sum(r["count"] for r in per_key) == rows,
-            "counts written == keys": result["counts_written"] == len(per_key),
+            "sum of per-key counts == rows": sum(n for _, n in report["per_key"]) == rows,
+            "counts written == keys": result["counts_written"] == report["keys"],
             "group lag == 0": result["group_lag"] == 0,
+            "records after the group's offsets == its lag": report["consistent"],
         }
         failed = [name for name, good in checks.items() if not good]
         if failed:
