@@ -29,6 +29,9 @@ class Env:
     namespace: str = names.DEFAULT_NAMESPACE
     address: str = "auto"
     debug: bool = False
+    # Command output goes here: the process's stdout as it was at start. Once Ray is
+    # connected, ``sys.stdout`` points at stderr (see connect_ray).
+    stdout: IO[str] = field(default_factory=lambda: sys.stdout)
     out: Console = field(default_factory=lambda: make_console(sys.stdout))
     err: Console = field(default_factory=lambda: make_console(sys.stderr))
     _client: Any = None
@@ -84,6 +87,10 @@ def connect_ray(address: str, namespace: str) -> None:
             f"cannot reach a Ray cluster at {address!r} ({first_line(str(exc))}); "
             f"start one with `ray start --head`, or pass --address HOST:PORT"
         ) from None
+    # Ray's driver prints cluster events (a node marked dead, a worker killed) to whatever
+    # sys.stdout is at that moment; keep them off the command's data output (records of
+    # `kcoord consume`, JSON), which goes to Env.stdout.
+    sys.stdout = sys.stderr
 
 
 def _probe_gcs(address: str, timeout_s: float = 5.0) -> None:
@@ -193,9 +200,12 @@ def run_safely(fn: Callable[[], Any], debug: bool) -> int:
         click.echo("aborted", err=True)
         return 130
     except BrokenPipeError:
-        # `kcoord consume ... | head`: the reader went away; not an error.
+        # `kcoord consume ... | head`: the reader went away; not an error. Point fd 1 at
+        # /dev/null so flushing stdout at exit does not raise again.
         try:
-            sys.stdout = open(os.devnull, "w")
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, 1)
+            os.close(devnull)
         except OSError:
             pass
         return 0

@@ -36,6 +36,8 @@ def produce(env: Env, topic: str, key_separator: str | None, acks: str, partitio
 
     Blank lines are skipped. With --key-separator every line must contain the separator;
     the part before it is the key (records with one key go to one partition, in order).
+    Lines are sent as they are read: at a line without the separator the command stops
+    with an error, after writing the lines before it.
 
     \b
     Examples:
@@ -52,13 +54,17 @@ def produce(env: Env, topic: str, key_separator: str | None, acks: str, partitio
     cluster.topic(topic, refresh=True)  # UNKNOWN_TOPIC_OR_PARTITION before reading any input
     producer = Producer(cluster, acks=_ACKS[acks], linger_ms=linger_ms)
     futures: list[Any] = []
+    bad_line: str | None = None
     try:
         for number, line in _split_lines(input_):
             key = None
             if sep is not None:
                 key, found, value = line.partition(sep)
                 if not found:
-                    raise CliError(f"line {number} has no key separator {key_separator!r}: {line[:60]!r}")
+                    # Lines stream out as they come (stdin may never end), so the lines
+                    # before this one are sent; stop here and say so.
+                    bad_line = f"line {number} has no key separator {key_separator!r}: {line[:60]!r}"
+                    break
             else:
                 value = line
             futures.append(producer.send(topic, value=value, key=key, partition=partition))
@@ -75,6 +81,8 @@ def produce(env: Env, topic: str, key_separator: str | None, acks: str, partitio
         except Exception as exc:  # noqa: BLE001 - counted and reported below
             failed += 1
             first = first or exc
+    if bad_line is not None:
+        raise CliError(f"{bad_line}; stopped there, after writing the {len(futures) - failed} records before it")
     if failed:
         from ._common import describe_exception
 
@@ -126,7 +134,7 @@ def consume(
     if group_id is not None and partitions:
         raise click.UsageError("--partition cannot be combined with --group (the group assigns partitions)")
     from ..client.consumer import Consumer
-    from ..client.types import OffsetAndMetadata, TopicPartition
+    from ..client.types import TopicPartition
 
     cluster = env.client()
     known = cluster.partitions_for(topic)  # UNKNOWN_TOPIC_OR_PARTITION if missing
@@ -140,32 +148,57 @@ def consume(
         consumer = Consumer(topic, cluster=cluster, auto_offset_reset=reset, enable_auto_commit=False)
         if partitions:
             consumer.assign([TopicPartition(topic, p) for p in sorted(set(partitions))])
-    count = 0
-    out = sys.stdout
-    last_record = time.monotonic()
+    printed = _Printed()
     try:
-        while max_messages is None or count < max_messages:
-            wait = 500 if timeout_ms is None else max(1, min(500, int(timeout_ms - (time.monotonic() - last_record) * 1000)))
-            want = None if max_messages is None else max_messages - count
-            batch = consumer.poll(timeout_ms=wait, max_records=want)
-            done: dict[Any, Any] = {}
-            for tp, recs in sorted(batch.items()):
-                for r in recs:
-                    prefix = f"{r.partition}:{r.offset}\t" if print_offset else ""
-                    body = f"{_text(r.key)}{key_separator}{_text(r.value)}" if print_key else _text(r.value)
-                    out.write(prefix + body + "\n")
-                    count += 1
-                    done[tp] = OffsetAndMetadata(r.offset + 1)
-            if done:
-                out.flush()
-                last_record = time.monotonic()
-                if group_id is not None:
-                    consumer.commit(done)
-            elif timeout_ms is not None and (time.monotonic() - last_record) * 1000 >= timeout_ms:
-                break
+        _consume_loop(consumer, group_id, max_messages, timeout_ms, print_key, print_offset, key_separator, env.stdout, printed)
+    except KeyboardInterrupt:  # Ctrl-C is how an open-ended consume ends: not an error
+        pass
     finally:
         consumer.close()
-    env.err.print(f"consumed {count} records from {topic!r}" + (f" as group {group_id!r}" if group_id else ""))
+    env.err.print(f"consumed {printed.count} records from {topic!r}" + (f" as group {group_id!r}" if group_id else ""))
+
+
+class _Printed:
+    """How many records reached stdout (kept outside the loop so Ctrl-C does not lose it)."""
+
+    count = 0
+
+
+def _consume_loop(
+    consumer: Any,
+    group_id: str | None,
+    max_messages: int | None,
+    timeout_ms: int | None,
+    print_key: bool,
+    print_offset: bool,
+    key_separator: str,
+    out: IO[str],
+    printed: _Printed,
+) -> None:
+    """Poll, print and (with a group) commit what was printed, until ``max_messages``
+    records or ``timeout_ms`` without a record."""
+    from ..client.types import OffsetAndMetadata
+
+    last_record = time.monotonic()
+    while max_messages is None or printed.count < max_messages:
+        wait = 500 if timeout_ms is None else max(1, min(500, int(timeout_ms - (time.monotonic() - last_record) * 1000)))
+        want = None if max_messages is None else max_messages - printed.count
+        batch = consumer.poll(timeout_ms=wait, max_records=want)
+        done: dict[Any, Any] = {}
+        for tp, recs in sorted(batch.items()):
+            for r in recs:
+                prefix = f"{r.partition}:{r.offset}\t" if print_offset else ""
+                body = f"{_text(r.key)}{key_separator}{_text(r.value)}" if print_key else _text(r.value)
+                out.write(prefix + body + "\n")
+                printed.count += 1
+                done[tp] = OffsetAndMetadata(r.offset + 1)
+        if done:
+            out.flush()
+            last_record = time.monotonic()
+            if group_id is not None:
+                consumer.commit(done)
+        elif timeout_ms is not None and (time.monotonic() - last_record) * 1000 >= timeout_ms:
+            return
 
 
 COMMANDS = [produce, consume]

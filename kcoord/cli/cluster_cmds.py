@@ -211,7 +211,7 @@ def status(env: Env, internal: bool, as_json: bool) -> None:
     env.connect_ray()
     snap = cluster_status(env.name, address=None, namespace=env.namespace)
     if as_json:
-        click.echo(json.dumps(snap, indent=2, sort_keys=True, default=str))
+        click.echo(json.dumps(snap, indent=2, sort_keys=True, default=str), file=env.stdout)
         return
     for table in _status_tables(snap, internal):
         env.out.print(table)

@@ -58,7 +58,7 @@ def describe(env: Env, group: str, as_json: bool) -> None:
     """
     desc = env.admin().describe_group(group)
     if as_json:
-        click.echo(json.dumps(desc, indent=2, sort_keys=True, default=str))
+        click.echo(json.dumps(desc, indent=2, sort_keys=True, default=str), file=env.stdout)
         return
     env.out.print(
         f"group [bold]{desc['group_id']}[/]: state {desc['state']}, generation {desc['generation']}, "

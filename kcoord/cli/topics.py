@@ -61,7 +61,7 @@ def list_(env: Env, internal: bool) -> None:
       kcoord topics list --internal
     """
     for name in env.admin().list_topics(internal=internal):
-        click.echo(name)
+        click.echo(name, file=env.stdout)
 
 
 @topics.command("describe")
@@ -78,7 +78,7 @@ def describe(env: Env, topic: str, as_json: bool) -> None:
     """
     desc = env.admin().describe_topic(topic)
     if as_json:
-        click.echo(json.dumps(desc, indent=2, sort_keys=True))
+        click.echo(json.dumps(desc, indent=2, sort_keys=True), file=env.stdout)
         return
     config = ", ".join(f"{k}={v}" for k, v in sorted(desc["config"].items())) or "(defaults)"
     table = Table(title=f"topic {topic!r}  config: {config}", title_justify="left")
