@@ -14,7 +14,9 @@ What a deployment remembers in Ray's GCS key/value store (namespace ``kcoord/{cl
 the controller's metadata (topics, partitions, leaders, ISR, broker binding), the group
 coordinators' settings, and ``deploy/info`` (data directory, sizes) so that ``teardown``
 and ``status`` work from any process. ``teardown(delete_data=False)`` keeps all of it and
-the logs: deploying the same name again brings the topics back.
+the logs: deploying the same name again brings the topics back, and the controller prefers
+the stored broker -> node binding to the fresh one, so brokers return to the nodes that
+hold their logs (brokers whose node is gone are re-bound as after a node failure).
 """
 
 from __future__ import annotations
