@@ -62,6 +62,7 @@ class BaseLog(ABC):
         self._now = wall_clock_ms() if now_ms is None else now_ms
         self._flush_policy = FlushPolicy(config.flush_messages, config.flush_ms, last_flush_ms=self._now)
         self._high_watermark = 0
+        self._checkpointed_hw = 0  # set by the subclass from its checkpoint
         self._closed = False
         self.producer_state = ProducerStateManager()
 
@@ -132,6 +133,12 @@ class BaseLog(ABC):
     @property
     def high_watermark(self) -> int:
         return self._high_watermark
+
+    @property
+    def checkpointed_high_watermark(self) -> int:
+        """The HW as last checkpointed, not clamped to the log: a log that opens shorter than
+        this has lost committed records (unflushed data gone in a crash)."""
+        return self._checkpointed_hw
 
     @property
     def closed(self) -> bool:

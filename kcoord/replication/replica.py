@@ -96,6 +96,15 @@ class Replica:
         self._produce_waiters: deque[_ProduceWaiter] = deque()
         self._fetch_waiters: dict[Any, _FetchWaiter] = {}
         self._hw_checkpointed = self.hw
+        # A process that starts on a log with history, in a topic whose appends are not each
+        # fsynced, may have lost its unflushed tail in a crash; it cannot tell. Until it has
+        # caught up with a leader's HW it refuses the first leadership it is offered (see
+        # handle_leader_and_isr).
+        self._may_have_lost_data = log.config.flush_messages != 1 and (
+            log.log_end_offset > log.log_start_offset
+            or len(log.epoch_cache) > 0
+            or log.checkpointed_high_watermark > log.log_start_offset
+        )
         self._last_hw_checkpoint_ms = now_ms
         self.metrics = {
             "produce_requests": 0,
@@ -150,6 +159,18 @@ class Replica:
                 ErrorCode.FENCED_LEADER_EPOCH,
                 f"broker {self.broker} restarted and cannot resume leading epoch {req.leader_epoch} "
                 f"(its log already has epoch {self.log.epoch_cache.latest_epoch}); elect with a new epoch",
+            ), []
+        if req.leader == self.broker and self._may_have_lost_data:
+            # Restarted, possibly without its unflushed tail, and asked to lead by a controller
+            # that may not have seen the restart (it happened between two heartbeats, or
+            # while the controller itself was down): followers would truncate to what is
+            # left. Refuse once; the controller, now aware, elects with that knowledge and
+            # may still pick this replica, which then accepts.
+            self._may_have_lost_data = False
+            return LeaderAndIsrResponse(
+                ErrorCode.FENCED_LEADER_EPOCH,
+                f"broker {self.broker} restarted and may have lost unflushed records; "
+                f"not resuming leadership at epoch {req.leader_epoch} before the controller re-elects",
             ), []
         self.leader_epoch = req.leader_epoch
         self.leader = req.leader
@@ -587,6 +608,8 @@ class Replica:
         new_hw = min(response.high_watermark, log.log_end_offset)
         if new_hw > self.hw:
             self.hw = new_hw
+        if self._may_have_lost_data and log.log_end_offset >= response.high_watermark >= 0:
+            self._may_have_lost_data = False  # it holds everything committed again
         self._maybe_checkpoint_hw(now_ms)
         return self._follower_step(now_ms)
 

@@ -77,6 +77,7 @@ class ReplicaNode:
         self._seen_epoch = -1
         self._lead_key: tuple[int, int] | None = None
         self._lead_hw = 0
+        self._prev_hw = 0
 
     @property
     def incarnation_id(self) -> str:
@@ -97,6 +98,7 @@ class ReplicaNode:
         self._spin = 0
         self._seen_epoch = -1
         self._lead_key = None
+        self._prev_hw = self.replica.hw
         self.sim.trace(f"{self.incarnation_id} started: LEO {self.log.log_end_offset} HW {self.replica.hw} epochs {self.log.epoch_cache.entries}")
         self._schedule_tick()
 
@@ -271,14 +273,17 @@ class ReplicaNode:
         if r.role == LEADER and r.leader_state is not None:
             key = (self.incarnation, r.leader_epoch)
             if key != self._lead_key:
+                # A tenure starts from the HW the process had before (as a follower, or at
+                # start), so an advance made while becoming leader is recorded too.
                 self._lead_key = key
-                self._lead_hw = r.hw
-            elif r.hw < self._lead_hw:
+                self._lead_hw = min(self._prev_hw, r.hw)
+            if r.hw < self._lead_hw:
                 h.fail("4", now, f"leader {self.broker} HW went back from {self._lead_hw} to {r.hw} at epoch {r.leader_epoch}")
             elif r.hw > self._lead_hw:
                 strong = h.every_append_durable or len(r.leader_state.maximal_isr()) >= h.min_insync
                 h.on_leader_hw(self.broker, r.leader_epoch, self._lead_hw, r.hw, r.log, strong, now)
                 self._lead_hw = r.hw
+        self._prev_hw = r.hw
         self.sim.on_replica_progress(self)
         self._schedule_tick()
 

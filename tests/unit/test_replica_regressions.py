@@ -162,3 +162,61 @@ def test_follower_truncates_an_epoch_the_leader_never_had():
         req = FetchRequest("t", 0, follower.log.log_end_offset, max_wait_ms=0, replica_id=0, current_leader_epoch=6)
         follower.on_fetch_response(req, replies(leader.fetch(req, "f", now))["f"], now)
     assert follower.log.read(0, 1 << 20) == leader.log.read(0, 1 << 20)
+
+
+def test_restarted_replica_without_fsync_refuses_its_first_leadership():
+    """Seed 650 (page-cache mode): a follower crashed, losing everything unflushed, and
+    restarted between two heartbeats; the leader was failed over before the controller had
+    heard from the new process, the controller elected it, and the other replica truncated
+    to its empty log. A fresh process on a log with history cannot know what it lost: it
+    refuses the first leadership offered (the controller then elects knowingly)."""
+    from kcoord.log import LogConfig, MemoryLog
+    from replication_helpers import batch, produce
+
+    log = MemoryLog(LogConfig())  # no flush policy: page cache only
+    r = make_replica(0, log=log)
+    r.handle_leader_and_isr(lai(0, 4, (0,)), 0)
+    produce(r, batch(5), "p", 0, acks=1)
+    r.tick(2000)  # HW checkpointed
+    restarted = make_replica(0, log=log.crash(), now=3000)
+    assert restarted.log.log_end_offset == 0, "everything was unflushed"
+    resp, acts = restarted.handle_leader_and_isr(lai(0, 7, (0, 2)), 3001)
+    assert resp.error_code == ErrorCode.FENCED_LEADER_EPOCH and acts == [] and restarted.role == "none"
+    resp, _ = restarted.handle_leader_and_isr(lai(0, 8, (0, 2)), 3002)
+    assert resp.error_code == 0 and restarted.role == "leader", "the controller knew and chose it anyway"
+    # a brand-new replica, or one whose every append is fsynced, leads at once
+    fresh = make_replica(1, log=MemoryLog(LogConfig()))
+    assert fresh.handle_leader_and_isr(lai(1, 0, (1,)), 0)[0].error_code == 0
+    durable = MemoryLog(LogConfig(flush_messages=1))
+    d = make_replica(2, log=durable)
+    d.handle_leader_and_isr(lai(2, 4, (2,)), 0)
+    produce(d, batch(2), "q", 0, acks=1)
+    again = make_replica(2, log=durable.crash(), now=10)
+    assert again.handle_leader_and_isr(lai(2, 9, (2,)), 11)[0].error_code == 0
+
+
+def test_restarted_follower_refuses_leadership_until_caught_up():
+    """The same, when the restarted process was first told to follow (e.g. a re-send after a
+    controller restart): until it has caught up with a leader's HW it is not a safe leader."""
+    from kcoord.log import LogConfig, MemoryLog
+    from replication_helpers import batch, produce, replies
+    from kcoord.protocol.replication import FetchRequest
+
+    log = MemoryLog(LogConfig())
+    r = make_replica(0, log=log)
+    r.handle_leader_and_isr(lai(0, 4, (0,)), 0)
+    produce(r, batch(5), "p", 0, acks=1)
+    r.tick(2000)
+    restarted = make_replica(0, log=log.crash(), now=3000)
+    assert restarted.handle_leader_and_isr(lai(1, 5, (1, 0)), 3001)[0].error_code == 0
+    assert restarted.handle_leader_and_isr(lai(0, 6, (0,)), 3002)[0].error_code == ErrorCode.FENCED_LEADER_EPOCH
+    # caught up with a leader, it may lead again
+    leader = make_replica(1)
+    leader.handle_leader_and_isr(lai(1, 7, (1, 0)), 3003)
+    produce(leader, batch(3), "q", 3003, acks=1)
+    restarted.handle_leader_and_isr(lai(1, 7, (1, 0)), 3003)
+    for now in range(3004, 3008):
+        req = FetchRequest("t", 0, restarted.log.log_end_offset, max_wait_ms=0, replica_id=0, current_leader_epoch=7)
+        restarted.on_fetch_response(req, replies(leader.fetch(req, "f", now))["f"], now)
+    assert restarted.log.log_end_offset == 3 and restarted.hw == 3
+    assert restarted.handle_leader_and_isr(lai(0, 8, (0, 1)), 3010)[0].error_code == 0
