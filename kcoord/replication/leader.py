@@ -11,7 +11,8 @@ Rules (Kafka's, with time-based lag as in modern Kafka):
 * ISR changes are only *proposed* here (AlterPartition); they take effect when the
   controller confirms. Until then the HW is computed over the *maximal* ISR (current plus
   proposed additions; a proposed removal still counts), so it is never computed over a set
-  smaller than the one the controller would elect from (KIP-497).
+  smaller than the one the controller would elect from (KIP-497). A proposal whose answer
+  is lost may have been applied, so its additions keep counting until the truth arrives.
 * HW = min LEO over that ISR, and it never moves backwards.
 """
 
@@ -51,6 +52,9 @@ class LeaderState:
     followers: dict[int, FollowerProgress] = field(default_factory=dict)
     # The ISR we asked the controller for; None when no change is in flight.
     pending_isr: list[int] | None = None
+    # Members of proposals whose answer never came (the controller may have applied them):
+    # they count for the HW until a LeaderAndIsr or an AlterPartition answer says the truth.
+    unconfirmed: list[int] = field(default_factory=list)
     alter_in_flight: bool = False
     retry_alter_at_ms: int = 0
     isr_shrinks: int = 0
@@ -79,9 +83,9 @@ class LeaderState:
 
     # -- ISR ------------------------------------------------------------------------------
     def maximal_isr(self) -> list[int]:
-        if self.pending_isr is None:
+        if self.pending_isr is None and not self.unconfirmed:
             return self.isr
-        return sorted(set(self.isr) | set(self.pending_isr), key=self._order)
+        return sorted(set(self.isr) | set(self.pending_isr or ()) | set(self.unconfirmed), key=self._order)
 
     def _order(self, broker: int) -> int:
         try:
@@ -105,6 +109,7 @@ class LeaderState:
         self.adopt_isr(isr)
         self.partition_epoch = partition_epoch
         self.pending_isr = None
+        self.unconfirmed = []
         self.alter_in_flight = False
         for b in replicas:
             if b != self.broker and b not in self.followers:

@@ -446,6 +446,10 @@ class Replica:
             return []
         ls.alter_in_flight = False
         ls.pending_isr = None
+        if response is None:
+            # Unknown outcome: the controller may have applied it. Its members keep counting
+            # for the HW until a LeaderAndIsr or an answer tells the truth.
+            ls.unconfirmed = sorted(set(ls.unconfirmed) | set(request.new_isr))
         if response is None or response.error_code != ErrorCode.NONE:
             # Fenced or stale partition epoch: the controller's LeaderAndIsr will bring the
             # truth; meanwhile retry later with a fresh proposal.
@@ -464,6 +468,7 @@ class Replica:
         self.isr = list(response.isr)
         self.partition_epoch = response.partition_epoch
         ls.adopt_isr(response.isr)
+        ls.unconfirmed = []  # the controller's whole ISR as of now: nothing left to guess
         ls.partition_epoch = response.partition_epoch
         actions = self._maybe_advance_hw(now_ms)
         actions += self._maybe_propose_isr(now_ms)

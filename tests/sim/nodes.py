@@ -280,7 +280,9 @@ class ReplicaNode:
             if r.hw < self._lead_hw:
                 h.fail("4", now, f"leader {self.broker} HW went back from {self._lead_hw} to {r.hw} at epoch {r.leader_epoch}")
             elif r.hw > self._lead_hw:
-                strong = h.every_append_durable or len(r.leader_state.maximal_isr()) >= h.min_insync
+                # The promise holds when an acks=all write waiting for this HW would be acked:
+                # the confirmed ISR has min.insync.replicas members (all of them hold it).
+                strong = h.every_append_durable or len(r.isr) >= h.min_insync
                 h.on_leader_hw(self.broker, r.leader_epoch, self._lead_hw, r.hw, r.log, strong, now)
                 self._lead_hw = r.hw
         self._prev_hw = r.hw

@@ -220,3 +220,30 @@ def test_restarted_follower_refuses_leadership_until_caught_up():
         restarted.on_fetch_response(req, replies(leader.fetch(req, "f", now))["f"], now)
     assert restarted.log.log_end_offset == 3 and restarted.hw == 3
     assert restarted.handle_leader_and_isr(lai(0, 8, (0, 1)), 3010)[0].error_code == 0
+
+
+def test_isr_expansion_with_unknown_outcome_still_counts():
+    """Seed 1901 (flush.ms mode, but any mode): the leader proposed adding follower 2 to
+    the ISR; the controller applied it, but the answer was lost (the leader was cut off).
+    On the timeout the leader dropped the proposal and computed the HW over the old ISR
+    again, acknowledging records follower 2 did not have; the controller, whose ISR held 2,
+    later elected it and those acknowledged records were lost. Until it learns the outcome,
+    the leader must keep counting every member it asked for (KIP-497's maximal ISR)."""
+    from replication_helpers import batch, produce, replies
+
+    r = make_replica(0, ReplicationConfig(min_insync_replicas=2))
+    r.handle_leader_and_isr(lai(0, 1, (0, 1)), 0)
+    produce(r, batch(2), "a", 0, acks=1)
+    follower_fetch(r, 1, 2, "f1", 1, epoch=1, max_wait_ms=0)
+    (alter,) = of_type(follower_fetch(r, 2, 2, "f2", 2, epoch=1, max_wait_ms=0), SendAlterPartition)
+    assert alter.request.new_isr == [0, 1, 2]
+    r.on_alter_partition_response(alter.request, None, 1000)  # timed out: applied or not?
+    acts = produce(r, batch(1), "p", 1001)
+    acts += follower_fetch(r, 1, 3, "f1b", 1002, epoch=1, max_wait_ms=0)
+    assert r.hw == 2, "follower 2 may be in the ISR: without it the HW must not move"
+    assert "p" not in replies(acts)
+    acts = follower_fetch(r, 2, 3, "f2b", 1003, epoch=1, max_wait_ms=0)
+    assert r.hw == 3 and replies(acts)["p"].error_code == 0
+    # the truth arrives (the controller re-sends the partition state): adopted
+    r.handle_leader_and_isr(lai(0, 1, (0, 1, 2), partition_epoch=2), 1004)
+    assert r.isr == [0, 1, 2] and r.leader_state.maximal_isr() == [0, 1, 2]
