@@ -1,6 +1,8 @@
 """The deployment story end to end, every step in its own process: `ray start --head`,
 `kcoord up`, a driver script that produces and exits, another that consumes everything
-(the cluster outlived the first driver and the CLI), `kcoord down` removing every actor."""
+(the cluster outlived the first driver and the CLI), `kcoord down` removing every actor,
+`kcoord up` again restoring the topic and the group's offsets, `kcoord down --delete-data`
+removing actors, logs and metadata."""
 
 from __future__ import annotations
 
@@ -50,6 +52,7 @@ print(json.dumps({{"seen": seen, "missing": missing}}))
 
 ACTORS = """
 import json, ray
+from ray.experimental import internal_kv
 ray.init(address="auto", namespace="kcoord", logging_level="ERROR")
 names = json.loads({names!r})
 alive = []
@@ -59,7 +62,8 @@ for n in names:
         alive.append(n)
     except ValueError:
         pass
-print(json.dumps(alive))
+keys = internal_kv._internal_kv_list("", namespace="kcoord/{cluster}")
+print(json.dumps({{"alive": alive, "stored_keys": len(keys)}}))
 """
 
 
@@ -80,10 +84,12 @@ def actor_names(status: dict) -> list[str]:
     return out
 
 
-def alive_actors(head: RayHead, names: list[str]) -> list[str]:
-    proc = run_python(head, ACTORS.format(names=json.dumps(names)))
+def alive_actors(head: RayHead, names: list[str]) -> tuple[list[str], int]:
+    """Which of ``names`` are alive, and how many metadata keys the cluster has in the GCS."""
+    proc = run_python(head, ACTORS.format(names=json.dumps(names), cluster=NAME))
     assert proc.returncode == 0, proc.stderr
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    return out["alive"], out["stored_keys"]
 
 
 def test_ray_start_kcoord_up_drivers_and_down(head, tmp_path):
@@ -113,11 +119,23 @@ def test_ray_start_kcoord_up_drivers_and_down(head, tmp_path):
     assert status["deploy"]["data_dir"] == str(data_dir)
     names = actor_names(status)
     assert len(names) == 1 + 1 + 2 * 3 + 3  # controller, coordinator, orders replicas, offsets replicas
-    assert alive_actors(head, names) == names
+    assert alive_actors(head, names)[0] == names
+
+    # `down` keeps logs and metadata: `up` again brings the topic, its records and the
+    # group's committed offsets back.
+    down = run_kcoord(head, "--name", NAME, "down", check=True)
+    assert f"{len(names)} actors" in down.stdout and "kept" in down.stdout
+    alive, stored = alive_actors(head, names)
+    assert alive == [] and stored > 0
+    run_kcoord(head, "--name", NAME, "up", "--brokers", "3", "--group-coordinators", "1", "--data-dir", str(data_dir), check=True)
+    again = run_kcoord(head, "--name", NAME, "consume", "orders", "--from-beginning", "--max-messages", "200", "--timeout-ms", "60000", check=True)
+    assert sorted(again.stdout.split()) == sorted(f"order-{i}" for i in range(200))
+    group = json.loads(run_kcoord(head, "--name", NAME, "groups", "describe", "auditors", "--json", check=True).stdout)
+    assert group["lag"] == 0 and sum(o["committed_offset"] for o in group["offsets"]) == 200
 
     down = run_kcoord(head, "--name", NAME, "down", "--delete-data", check=True)
     assert f"{len(names)} actors" in down.stdout
-    assert alive_actors(head, names) == []
+    assert alive_actors(head, names) == ([], 0)
     assert not data_dir.exists()
     # nothing left to stop: a clear error, not a traceback
     again = run_kcoord(head, "--name", NAME, "down")
