@@ -48,11 +48,12 @@ Durability modes and the failure model
   ``lossy_model`` picks how far the scheduler goes within that model:
 
   - ``one-damaged``: exactly the model above, controller crashes included. This reproduces
-    a known gap: a controller does not remember which replicas restarted while it was down
-    (replica incarnations live in its memory only), so a replica that crashed with loss
-    during a controller outage is trusted again by the next controller and can lead,
-    losing acknowledged records (``python -m tests.sim.run --seeds 0-299 --mode pagecache
-    --model one-damaged`` finds a few; every one has a ``gap_overlaps`` stat > 0).
+    a known gap: what a controller learns about restarts (incarnations, suspect replicas)
+    lives in its memory only. A restarted replica refuses its first leadership offer so
+    that the controller learns of the restart; if that controller then crashes, or the
+    refusal is lost, the next controller trusts the replica again, elects it, and
+    acknowledged records it had lost are gone (``python -m tests.sim.run --seeds 0-299
+    --mode flushms --model one-damaged`` finds a few; every one has ``gap_overlaps`` > 0).
   - ``supported`` (the default, what the test suite runs): the same, except that no
     data-losing crash happens while the controller is down and the controller does not
     crash while a replica is damaged, so every restart of a damaged replica is seen by the
