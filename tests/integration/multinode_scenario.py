@@ -135,6 +135,27 @@ def check_no_loss(cluster, admin, writer: Writer) -> int:
     return len(writer.acked)
 
 
+def show_status(victim_broker: int) -> None:
+    """What `kcoord status` shows meanwhile: the broker waiting for a node, 3 partitions
+    under-replicated, none offline."""
+    import io
+
+    from rich.console import Console
+
+    from cluster.deploy import status
+    from kcoord.cli.cluster_cmds import _status_tables
+
+    snap = status("mn", address=None)
+    assert snap["placement"]["waiting"] == [victim_broker], snap["placement"]
+    buf = io.StringIO()
+    console = Console(file=buf, width=200)
+    for table in _status_tables(snap, internal=False):
+        console.print(table)
+    text = buf.getvalue()
+    assert "waiting for a node" in text and text.count("under-replicated") >= PARTITIONS, text
+    log("kcoord status:\n" + text)
+
+
 def scenario(rc: Cluster, workers: list) -> dict:
     import kcoord
     from cluster.deploy import deploy, teardown
@@ -157,7 +178,7 @@ def scenario(rc: Cluster, workers: list) -> dict:
         for p, by_broker in nodes.items():
             assert len(set(by_broker.values())) == 3, f"partition {p}: replicas share a node {by_broker}"
             assert by_broker == binding, f"partition {p}: {by_broker} != binding {binding}"
-        log(f"replicas on distinct nodes: {binding}")
+        log(f"replicas on distinct nodes: {binding}; controller epoch {admin.describe_cluster()['controller_epoch']}")
 
         # 2. remove a worker node that leads partitions, while a producer writes
         writer = Writer(cluster).start()
@@ -183,6 +204,7 @@ def scenario(rc: Cluster, workers: list) -> dict:
             return True
 
         wait_until(failed_over, timeout=120, what=f"partitions {led} to fail over")
+        log(f"failed over; controller epoch {admin.describe_cluster()['controller_epoch']}")
         timings["failover_s"] = time.monotonic() - t_remove
         # writes to every partition keep being acknowledged after the failover
         wait_until(lambda: len(writer.acked) >= before + 300, timeout=120, what="writes to continue after the failover")
@@ -195,6 +217,7 @@ def scenario(rc: Cluster, workers: list) -> dict:
             return pl["waiting"] == [victim_broker] and metrics["under_replicated_partitions"] == PARTITIONS and metrics["offline_partitions"] == 0
 
         wait_until(degraded, timeout=120, what="the lost broker to wait and the partitions to run with ISR 2")
+        show_status(victim_broker)
         for p in range(PARTITIONS):
             assert victim_broker not in cluster.partition_metadata(TOPIC, p, refresh=True).isr
         writer.stop()
