@@ -14,8 +14,10 @@ same run. Prints JSON: medians over repeats, ratios, targets.
 * ``to_spark``: ``ds.to_spark(spark)`` of that Dataset, materialized with ``noop`` (Ray
   object store -> Spark), the baseline for ``read``.
 
-Ratios are kcoord / baseline (higher is better for kcoord). Targets: write >= 300k rows/s,
-read >= 1M rows/s.
+Ratios are kcoord / baseline (higher is better for kcoord), by wall time and by CPU per
+row. CPU is counted over this process and everything it started (Ray, actors, JVMs,
+Python workers), so it does not depend on other load on the machine; ``idle_cpu_per_s`` is
+what the setup burns while nothing runs. Targets: write >= 300k rows/s, read >= 1M rows/s.
 """
 
 from __future__ import annotations
@@ -34,26 +36,51 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 VALUE = 100
 PARTITIONS = 6
 TARGETS = {"write": 300_000, "read": 1_000_000}
+IDLE_S = 3.0
 
 
 def median(xs: list[float]) -> float:
     return statistics.median(xs) if xs else float("nan")
 
 
-def summarize(n: int, runs: list[float]) -> dict:
+def summarize(n: int, runs: list[float], cpu: list[float]) -> dict:
     med = median(runs)
     return {
         "rows_per_s": round(n / med),
         "mb_per_s": round(n * VALUE / med / 1e6, 1),
         "seconds": round(med, 3),
         "runs_rows_per_s": [round(n / s) for s in runs],
+        "cpu_us_per_row": round(median(cpu) / n * 1e6, 2),
+        "runs_cpu_seconds": [round(c, 2) for c in cpu],
     }
 
 
-def timed(fn) -> tuple[float, object]:
+def tree_cpu() -> float:
+    """CPU seconds used so far by this process and everything it started (the Ray
+    cluster, its actors and workers, the Spark JVMs and Python workers): other load on
+    the machine does not count, so CPU per row is comparable across busy and quiet runs."""
+    import psutil
+
+    me = psutil.Process()
+    total = 0.0
+    for proc in [me, *me.children(recursive=True)]:
+        try:
+            t = proc.cpu_times()
+            total += t.user + t.system + t.children_user + t.children_system
+        except psutil.Error:
+            pass
+    return total
+
+
+def timed(fn, cpu: list[float] | None = None) -> tuple[float, object]:
+    """Wall seconds of ``fn()`` (and its CPU seconds, appended to ``cpu``)."""
+    cpu0 = tree_cpu()
     start = time.perf_counter()
     out = fn()
-    return time.perf_counter() - start, out
+    took = time.perf_counter() - start
+    if cpu is not None:
+        cpu.append(tree_cpu() - cpu0)
+    return took, out
 
 
 def noop(df) -> None:
@@ -121,18 +148,22 @@ def main() -> None:
         admin = Admin(cluster)
 
         write_runs, read_runs, from_runs, to_runs = [], [], [], []
+        write_cpu, read_cpu, from_cpu, to_cpu, idle_cpu = [], [], [], [], []
         for i in range(repeats):
             topic = f"bench-{i}"
             admin.create_topic(topic, partitions=PARTITIONS, replication_factor=3, config={"min.insync.replicas": 2})
-            took, result = timed(lambda: ks.write(df, cluster, topic))
+            took, result = timed(lambda: ks.write(df, cluster, topic), write_cpu)
             assert result.records == n, result
             write_runs.append(took)
-            took, _ = timed(lambda: noop(ks.read(spark, cluster, topic)))
+            took, _ = timed(lambda: noop(ks.read(spark, cluster, topic)), read_cpu)
             read_runs.append(took)
-            took, ds = timed(lambda: ray.data.from_spark(df).materialize())
+            took, ds = timed(lambda: ray.data.from_spark(df).materialize(), from_cpu)
             from_runs.append(took)
-            took, _ = timed(lambda: noop(ds.to_spark(spark)))
+            took, _ = timed(lambda: noop(ds.to_spark(spark)), to_cpu)
             to_runs.append(took)
+            # What the whole setup burns doing nothing (kcoord's heartbeats and follower
+            # long-polls, Ray, the JVMs): part of every figure above.
+            timed(lambda: time.sleep(IDLE_S), idle_cpu)
             del ds
             print(
                 f"run {i + 1}/{repeats}: write {n / write_runs[-1]:,.0f} rows/s, read {n / read_runs[-1]:,.0f}, "
@@ -145,16 +176,20 @@ def main() -> None:
         assert check.count() == n and check.select("value").distinct().count() == n
 
         cases = {
-            "write": summarize(n, write_runs),
-            "read": summarize(n, read_runs),
-            "ray_data_from_spark": summarize(n, from_runs),
-            "ray_data_to_spark": summarize(n, to_runs),
+            "write": summarize(n, write_runs, write_cpu),
+            "read": summarize(n, read_runs, read_cpu),
+            "ray_data_from_spark": summarize(n, from_runs, from_cpu),
+            "ray_data_to_spark": summarize(n, to_runs, to_cpu),
         }
         results["setup"] = setup
         results["cases"] = cases
+        results["idle_cpu_per_s"] = round(median(idle_cpu) / IDLE_S, 2)
         results["ratios"] = {
             "write_vs_from_spark": round(cases["write"]["rows_per_s"] / cases["ray_data_from_spark"]["rows_per_s"], 2),
             "read_vs_to_spark": round(cases["read"]["rows_per_s"] / cases["ray_data_to_spark"]["rows_per_s"], 2),
+            # CPU per row of the baseline / of kcoord: > 1 means kcoord needs less CPU.
+            "write_vs_from_spark_cpu": round(cases["ray_data_from_spark"]["cpu_us_per_row"] / cases["write"]["cpu_us_per_row"], 2),
+            "read_vs_to_spark_cpu": round(cases["ray_data_to_spark"]["cpu_us_per_row"] / cases["read"]["cpu_us_per_row"], 2),
         }
         results["targets"] = {
             case: {"measured": cases[case]["rows_per_s"], "target": target, "met": cases[case]["rows_per_s"] >= target}

@@ -190,6 +190,7 @@ def _write_task(
 ) -> Iterator[pa.RecordBatch]:
     from pyspark import TaskContext
 
+    _tasks.drop_jars_from_sys_path()
     ctx = TaskContext.get()
     task, attempt = ctx.partitionId(), ctx.attemptNumber()
     if task >= tasks:
@@ -306,6 +307,7 @@ def _read_task(
     max_bytes: int,
     timeout_s: float,
 ) -> Iterator[pa.RecordBatch]:
+    _tasks.drop_jars_from_sys_path()
     for batch in batches:
         for i in batch.column(0).to_pylist():
             topic, partition, start, end = ranges[i]

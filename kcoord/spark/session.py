@@ -165,8 +165,11 @@ def _warm_up(spark: Any, cluster: ClusterClient, executors: int, cores: int, tim
     def connect(batches: Any) -> Any:
         import pyarrow as pa
 
+        from kcoord.spark.tasks import drop_jars_from_sys_path
+
         for _ in batches:
             pass
+        drop_jars_from_sys_path()
         ref.client()
         yield pa.RecordBatch.from_pydict({"pid": [os.getpid()]})
 
