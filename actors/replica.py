@@ -10,6 +10,7 @@ get an error response and the actor carries on.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import itertools
 import logging
 import os
@@ -23,6 +24,7 @@ from typing import Any, Callable
 import ray
 
 from kcoord.log import Log, LogConfig
+from kcoord.log.hints import read_hinted
 from kcoord.protocol import names
 from kcoord.protocol.codec import Message
 from kcoord.protocol.controller import (
@@ -84,7 +86,11 @@ class ReplicaActor:
         self.started_ms = now_ms()
         log = Log(self.directory, LogConfig.from_topic_config(config), now_ms=self.started_ms)
         report = log.recovery_report
-        self.replica = Replica(topic, partition, broker, log, ReplicationConfig.from_topic_config(config), self.started_ms)
+        self.node_id = ray.get_runtime_context().get_node_id()
+        self.replica = Replica(
+            topic, partition, broker, log, ReplicationConfig.from_topic_config(config), self.started_ms, node_id=self.node_id
+        )
+        self.hinted_fetches = 0
         self._handles = Handles(namespace)
         self._controller = names.controller(cluster)
         self._tokens = itertools.count()
@@ -262,6 +268,7 @@ class ReplicaActor:
             "size_bytes": log.size_bytes,
             "metrics": dict(self.replica.metrics),
             "parked_fetches": self.replica.parked_fetches(),
+            "hinted_fetches": self.hinted_fetches,
         }
 
     async def read_log(self, from_offset: int, max_bytes: int = 64 << 20) -> bytes:
@@ -296,8 +303,17 @@ class ReplicaActor:
         try:
             raw = await self._handles.call(name, "fetch", req.encode(), timeout=req.max_wait_ms / 1000 + 10)
             response = FetchResponse.decode(raw)
+            if response.file_hint:
+                data = read_hinted(response.file_hint, req.fetch_offset)
+                if data is None:  # the leader's files moved under us: ask for the bytes
+                    plain = dataclasses.replace(req, node_id="", max_wait_ms=0)
+                    raw = await self._handles.call(name, "fetch", plain.encode(), timeout=10)
+                    response = FetchResponse.decode(raw)
+                else:
+                    self.hinted_fetches += 1
+                    response.records, response.file_hint = data, None
         except (CallFailed, DecodeError):
-            pass
+            response = None
         self._run(self.replica.on_fetch_response, req, response, now_ms())
 
     async def _send_offsets_for_epoch(self, action: SendOffsetsForLeaderEpoch) -> None:

@@ -42,7 +42,16 @@ def start_local_ray(num_cpus: int | None = None, namespace: str = names.DEFAULT_
     kwargs.setdefault("log_to_driver", False)
     # "local" always starts a private instance, even when `ray start` runs on this machine.
     kwargs.setdefault("address", "local")
-    ray.init(num_cpus=num_cpus, namespace=namespace, **kwargs)
+    for attempt in range(3):
+        try:
+            ray.init(num_cpus=num_cpus, namespace=namespace, **kwargs)
+            break
+        except Exception as exc:
+            # Ray gives its raylet a fixed 30 s to register; on an overloaded machine it can
+            # miss that. Start again rather than fail.
+            if "timed out during startup" not in str(exc) or attempt == 2:
+                raise
+            ray.shutdown()
     return True
 
 

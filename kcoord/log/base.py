@@ -241,6 +241,25 @@ class BaseLog(ABC):
             return b""
         return self._read(from_offset, max_bytes, max_offset)
 
+    def locate(self, from_offset: int, max_bytes: int, max_offset: int | None = None) -> list[tuple[str, int, int]] | None:
+        """Where the bytes :meth:`read` would return lie on disk: ``[(path, position,
+        length)]``, so that a reader on the same machine can ``pread`` them itself instead of
+        having them copied through Ray (kcoord's sendfile). None when the log keeps no files.
+        Same arguments and errors as :meth:`read`; the caller must validate what it reads."""
+        self._check_open()
+        leo = self.log_end_offset
+        start = self.log_start_offset
+        if from_offset == leo and from_offset >= start:
+            return []
+        if from_offset < start or from_offset > leo:
+            raise OffsetOutOfRange(from_offset, start, leo)
+        if max_offset is not None and from_offset >= max_offset:
+            return []
+        return self._locate(from_offset, max_bytes, max_offset)
+
+    def _locate(self, from_offset: int, max_bytes: int, max_offset: int | None) -> list[tuple[str, int, int]] | None:
+        return None  # in-memory logs have no files to point at
+
     def offset_for_timestamp(self, timestamp_ms: int) -> tuple[int, int] | None:
         """(offset, timestamp) of the first record with a timestamp >= ``timestamp_ms``.
 

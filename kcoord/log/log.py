@@ -378,6 +378,29 @@ class Log(BaseLog):
                 total += len(more)
         return b"".join(parts)
 
+    def _locate(self, from_offset: int, max_bytes: int, max_offset: int | None) -> list[tuple[str, int, int]]:
+        """The spans of segment files :meth:`_read` would return, in the same order."""
+        segs = self._segments
+        last = len(segs) - 1
+        i = bisect_right(self._bases, from_offset) - 1
+        found = segs[i].find(from_offset)
+        while found is None:
+            i += 1
+            found = segs[i].find(from_offset)
+        start = found[0]
+        end, to_end = segs[i].span(start, max_bytes, max_offset, True)
+        spans = [(str(segs[i].log_path), start, end - start)] if end > start else []
+        total = end - start
+        if not to_end or i == last or total >= max_bytes:
+            return spans
+        while to_end and i < last and total < max_bytes:
+            i += 1
+            end, to_end = segs[i].span(0, max_bytes - total, max_offset, False)
+            if end > 0:
+                spans.append((str(segs[i].log_path), 0, end))
+                total += end
+        return spans
+
     def _batches_from_timestamp(self, timestamp_ms: int) -> Iterator[tuple[BatchHeader, bytes]]:
         for seg in self._segments:
             if seg.size == 0 or seg.max_timestamp < timestamp_ms:

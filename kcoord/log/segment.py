@@ -252,9 +252,17 @@ class Segment:
         with one exact ``pread`` and never copied. Returns the bytes and whether they run
         to the end of the segment (so the caller may carry on into the next one).
         """
+        end, to_end = self.span(position, max_bytes, max_offset, take_first)
+        if end <= position:
+            return b"", to_end
+        return os.pread(self.fd, end - position, position), to_end
+
+    def span(self, position: int, max_bytes: int, max_offset: int | None, take_first: bool) -> tuple[int, bool]:
+        """Where :meth:`read` from ``position`` would stop (exclusive byte position), and
+        whether that is the end of the segment -- without reading the data."""
         size = self.size
         if position >= size:
-            return b"", True
+            return position, True
         end = size
         if max_offset is not None and max_offset < self.next_offset:
             found = self.find(max_offset)  # the first batch that must not be returned
@@ -268,8 +276,8 @@ class Segment:
                 cut = position + LENGTH_PREFIX + length
             end = min(end, cut)
         if end <= position:
-            return b"", False
-        return os.pread(self.fd, end - position, position), end == size
+            return position, False
+        return end, end == size
 
     def _last_boundary(self, position: int, limit: int) -> int:
         """The last batch boundary at or before byte ``limit``, not before ``position``."""

@@ -60,6 +60,8 @@ class FetchRequest(Message):
     max_wait_ms: int = 500
     replica_id: int = CONSUMER_REPLICA_ID
     current_leader_epoch: int = -1
+    # The requester's Ray node id: a leader on the same node may answer with file hints.
+    node_id: str = ""
 
 
 @register
@@ -74,6 +76,9 @@ class FetchResponse(Message):
     log_end_offset: int = -1
     leader_epoch: int = -1
     records: bytes = b""
+    # Instead of ``records``, for a requester on the leader's node: [(path, position,
+    # length)] spans of the leader's segment files to read (see kcoord.log.hints).
+    file_hint: list[tuple[str, int, int]] | None = None
 
 
 @register

@@ -77,8 +77,12 @@ class Replica:
         log: Any,
         config: ReplicationConfig | None = None,
         now_ms: int = 0,
+        node_id: str = "",
     ) -> None:
         self.topic = topic
+        # Where this replica runs (a Ray node id); fetches from the same node are answered
+        # with file hints instead of bytes. Empty: never.
+        self.node_id = node_id
         self.partition = partition
         self.broker = broker
         self.log = log
@@ -370,17 +374,26 @@ class Replica:
         log = self.log
         max_offset = None if waiter.from_follower else self.hw
         data = b""
+        spans = None
+        size = 0
         if req.fetch_offset < (log.log_end_offset if waiter.from_follower else self.hw):
-            data = log.read(req.fetch_offset, req.max_bytes, max_offset)
-        if not force and len(data) < max(1, req.min_bytes):
+            if self.node_id and req.node_id == self.node_id:
+                spans = log.locate(req.fetch_offset, req.max_bytes, max_offset)
+            if spans is None:
+                data = log.read(req.fetch_offset, req.max_bytes, max_offset)
+                size = len(data)
+            else:
+                size = sum(span[2] for span in spans)
+        if not force and size < max(1, req.min_bytes):
             return None
-        self.metrics["fetch_bytes"] += len(data)
+        self.metrics["fetch_bytes"] += size
         return FetchResponse(
             high_watermark=self.hw,
             log_start_offset=log.log_start_offset,
             log_end_offset=log.log_end_offset,
             leader_epoch=self.leader_epoch,
             records=data,
+            file_hint=spans or None,
         )
 
     def _wake_fetchers(self, now_ms: int, *, followers: bool) -> list[Action]:
@@ -514,6 +527,7 @@ class Replica:
                     max_wait_ms=cfg.replica_fetch_wait_max_ms,
                     replica_id=self.broker,
                     current_leader_epoch=fs.epoch,
+                    node_id=self.node_id,
                 ),
             )
         ]
