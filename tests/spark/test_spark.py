@@ -29,11 +29,11 @@ def new_topic(cluster, prefix: str, partitions: int, rf: int = 3) -> str:
     return name
 
 
-def produce_values(cluster, topic: str, count: int, size: int = 20) -> list[bytes]:
+def produce_values(cluster, topic: str, count: int, size: int = 20, batch_size: int | None = None) -> list[bytes]:
     values = [b"%0*d" % (size, i) for i in range(count)]
     p = Producer(cluster, acks="all")
     try:
-        p.send_batch(topic, values=values, keys=[b"k%d" % (i % 97) for i in range(count)], timeout=120)
+        p.send_batch(topic, values=values, keys=[b"k%d" % (i % 97) for i in range(count)], timeout=120, batch_size=batch_size)
     finally:
         p.close()
     return values
@@ -196,7 +196,8 @@ def test_read_returns_every_acknowledged_row_once_while_a_leader_is_killed(spark
     from pyspark.sql import functions as F
 
     topic = new_topic(kcluster, "spark-kill", partitions=3)
-    values = produce_values(kcluster, topic, 60_000, size=100)
+    # Small record batches, so that reads take many fetches and a kill lands mid-read.
+    values = produce_values(kcluster, topic, 60_000, size=100, batch_size=32 << 10)
 
     def kill_leader(partition: int) -> int:
         md = kcluster.partition_metadata(topic, partition, refresh=True)
@@ -216,9 +217,11 @@ def test_read_returns_every_acknowledged_row_once_while_a_leader_is_killed(spark
     sc = spark.sparkContext
     killed = threading.Event()
 
+    epochs: list[int] = []
+
     def killer() -> None:
         wait_until(lambda: sc.statusTracker().getActiveStageIds(), timeout=120, interval=0.01, what="the read to start")
-        kill_leader(1)
+        epochs.append(kill_leader(1))
         killed.set()
 
     t = threading.Thread(target=killer, daemon=True)
@@ -229,6 +232,7 @@ def test_read_returns_every_acknowledged_row_once_while_a_leader_is_killed(spark
     assert killed.is_set()
     assert all(r.n == 1 for r in rows) and len(rows) == len(values)
     assert sorted(bytes(r.value) for r in rows) == values
+    wait_until(lambda: kcluster.partition_metadata(topic, 1, refresh=True).leader_epoch > epochs[0], timeout=60, what="a new leader of partition 1")
 
 
 def test_ray_data_round_trip(spark, kcluster, ray_session, tmp_path):
