@@ -18,7 +18,6 @@ see the notes by each):
 
 from __future__ import annotations
 
-import logging
 import os
 import sys
 import time
@@ -27,8 +26,6 @@ from typing import Any, Mapping
 import ray
 
 from ..client.cluster import ClusterClient
-
-logger = logging.getLogger("kcoord.spark")
 
 JAVA_OPTIONS = (
     "-XX:+IgnoreUnrecognizedVMOptions",
