@@ -30,6 +30,7 @@ import ray
 from ray.exceptions import GetTimeoutError, RayActorError
 
 from .. import records as _records
+from ..log.hints import read_hinted
 from ..protocol.errors import ErrorCode, KafkaError, raise_for_error
 from ..protocol.replication import (
     EARLIEST_TIMESTAMP,
@@ -82,6 +83,7 @@ class _Assigned:
     backoff_until: float = 0.0
     high_watermark: int = -1
     error: KafkaError | None = None  # raised from the next poll()
+    no_hint: bool = False  # the last file hint did not check out: fetch bytes once
 
     def clear_buffer(self) -> None:
         self.pending.clear()
@@ -181,6 +183,11 @@ class Consumer:
         if group_id is not None and (not isinstance(group_id, str) or not group_id):
             raise KafkaError(ErrorCode.INVALID_GROUP_ID, f"group_id must be a non-empty str, got {group_id!r}")
         self.cluster = cluster if cluster is not None else connect()
+        # This process's Ray node: leaders on it answer fetches with file hints.
+        try:
+            self._node_id = ray.get_runtime_context().get_node_id() or ""
+        except Exception:
+            self._node_id = ""
         self.group_id = group_id
         self.auto_offset_reset = auto_offset_reset
         self.enable_auto_commit = enable_auto_commit
@@ -693,7 +700,9 @@ class Consumer:
                 min_bytes=self.fetch_min_bytes,
                 max_wait_ms=self.fetch_max_wait_ms,
                 current_leader_epoch=pm.leader_epoch,
+                node_id="" if st.no_hint else self._node_id,
             )
+            st.no_hint = False
             ref = handle.fetch.remote(req.encode())
             st.in_flight = ref
             st.in_flight_generation = st.generation
@@ -749,6 +758,12 @@ class Consumer:
             if resp.high_watermark >= 0:
                 st.high_watermark = resp.high_watermark
             data = resp.records
+            if resp.file_hint:
+                # Same node as the leader: read its segment files instead of a Ray copy.
+                data = read_hinted(resp.file_hint, st.fetch_offset)
+                if data is None:
+                    st.no_hint = True  # the files moved under us: the next fetch asks for bytes
+                    return
             if data:
                 last = None
                 for _, h in _records.iter_headers(data):
