@@ -247,7 +247,8 @@ def write(
     within one write.
 
     Returns a :class:`WriteResult`; raises if the topic does not exist or a column is
-    missing or of the wrong type, before any task runs.
+    missing or of the wrong type, before any task runs. ``_fail_first_attempt`` is a test
+    hook: the first attempt of those Spark partitions raises after it produced.
     """
     if value_format not in VALUE_FORMATS:
         raise ValueError(f"value_format must be one of {VALUE_FORMATS}, got {value_format!r}")
