@@ -3,7 +3,7 @@
 ``ray.data.from_spark(df)`` + ``ds.to_spark(spark)`` of the same DataFrame measured in the
 same run. Prints JSON: medians over repeats, ratios, targets.
 
-    python benchmarks/spark.py [--quick] [--out FILE] [--rows N] [--repeats R]
+    python benchmarks/spark.py [--quick] [--out FILE] [--rows N] [--repeats R] [--no-warmup]
 
 * ``write``: ``kcoord.spark.write(df)`` of a cached DataFrame, until every record is
   acknowledged (exactly-once mode: a block of producer ids, one per Spark partition).
@@ -14,6 +14,9 @@ same run. Prints JSON: medians over repeats, ratios, targets.
 * ``to_spark``: ``ds.to_spark(spark)`` of that Dataset, materialized with ``noop`` (Ray
   object store -> Spark), the baseline for ``read``.
 
+An untimed warm-up round (a fifth of the rows, every case; not with ``--quick``) comes
+first: the JVMs' JIT and the Python workers start cold, and the first round costs up to 3x
+the CPU of later ones.
 Ratios are kcoord / baseline (higher is better for kcoord), by wall time and by CPU per
 row. CPU is counted over this process and everything it started (Ray, actors, JVMs,
 Python workers), so it does not depend on other load on the machine; ``idle_cpu_per_s`` is
@@ -55,21 +58,29 @@ def summarize(n: int, runs: list[float], cpu: list[float]) -> dict:
     }
 
 
-def tree_cpu() -> float:
-    """CPU seconds used so far by this process and everything it started (the Ray
-    cluster, its actors and workers, the Spark JVMs and Python workers): other load on
-    the machine does not count, so CPU per row is comparable across busy and quiet runs."""
+def tree_cpu() -> dict[int, float]:
+    """CPU seconds used so far by each process of this process's tree (the Ray cluster,
+    its actors and workers, the Spark JVMs and Python workers): other load on the machine
+    does not count, so CPU per row is comparable across busy and quiet runs."""
     import psutil
 
     me = psutil.Process()
-    total = 0.0
+    out = {}
     for proc in [me, *me.children(recursive=True)]:
         try:
             t = proc.cpu_times()
-            total += t.user + t.system + t.children_user + t.children_system
+            out[proc.pid] = t.user + t.system
         except psutil.Error:
             pass
-    return total
+    return out
+
+
+def cpu_since(before: dict[int, float]) -> float:
+    """CPU seconds the tree used since ``before``, over the processes alive now (a process
+    that exited meanwhile, e.g. a deleted topic's replica, drops out rather than making
+    the sum negative)."""
+    now = tree_cpu()
+    return sum(max(0.0, c - before.get(pid, 0.0)) for pid, c in now.items())
 
 
 def timed(fn, cpu: list[float] | None = None) -> tuple[float, object]:
@@ -79,7 +90,7 @@ def timed(fn, cpu: list[float] | None = None) -> tuple[float, object]:
     out = fn()
     took = time.perf_counter() - start
     if cpu is not None:
-        cpu.append(tree_cpu() - cpu0)
+        cpu.append(cpu_since(cpu0))
     return took, out
 
 
@@ -93,12 +104,16 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="small sizes (< 2 min)")
     parser.add_argument("--out", help="also write the JSON here")
     parser.add_argument("--rows", type=int, default=None, help="rows per run (default 1M; 200k with --quick)")
-    parser.add_argument("--repeats", type=int, default=None, help="runs per case (default 3; 1 with --quick)")
+    parser.add_argument("--repeats", type=int, default=None, help="runs per case (default 5; 1 with --quick)")
     parser.add_argument("--spark-partitions", type=int, default=4, help="partitions of the written DataFrame")
     parser.add_argument("--executors", type=int, default=2)
+    parser.add_argument("--warmup", dest="warmup", action="store_true", default=None, help="run the untimed warm-up round (default, except with --quick)")
+    parser.add_argument("--no-warmup", dest="warmup", action="store_false", help="skip the untimed warm-up round")
     args = parser.parse_args()
+    if args.warmup is None:
+        args.warmup = not args.quick
     n = args.rows or (200_000 if args.quick else 1_000_000)
-    repeats = args.repeats or (1 if args.quick else 3)
+    repeats = args.repeats or (1 if args.quick else 5)
 
     import ray
 
@@ -120,6 +135,7 @@ def main() -> None:
         "spark_partitions": args.spark_partitions,
         "repeats": repeats,
         "quick": args.quick,
+        "warmup": args.warmup,
         "cpus": os.cpu_count(),
         "load_average_at_start": [round(x, 1) for x in os.getloadavg()],
     }
@@ -146,6 +162,20 @@ def main() -> None:
         assert df.count() == n
         setup["generate_and_cache_s"] = round(time.perf_counter() - t0, 1)
         admin = Admin(cluster)
+
+        if args.warmup:
+            # One untimed round of every case on a fifth of the rows, so that the JVMs' JIT
+            # and the Python workers are warm for kcoord and the baselines alike.
+            t0 = time.perf_counter()
+            small = df.limit(max(1, n // 5)).cache()
+            small.count()
+            admin.create_topic("warmup", partitions=PARTITIONS, replication_factor=3, config={"min.insync.replicas": 2})
+            ks.write(small, cluster, "warmup")
+            noop(ks.read(spark, cluster, "warmup"))
+            noop(ray.data.from_spark(small).materialize().to_spark(spark))
+            admin.delete_topic("warmup")
+            small.unpersist()
+            setup["warmup_s"] = round(time.perf_counter() - t0, 1)
 
         write_runs, read_runs, from_runs, to_runs = [], [], [], []
         write_cpu, read_cpu, from_cpu, to_cpu, idle_cpu = [], [], [], [], []
