@@ -37,15 +37,17 @@ from ..protocol.controller import (
 from ..protocol.errors import ErrorCode, KafkaError
 from .config import REPLICATION_KEYS, ReplicationConfig
 from .election import elect_leader, preferred_leader_move, shrink_isr_without
-from .failure_detector import RECOVERED, RESTARTED, FailureDetector
+from .failure_detector import OK, RECOVERED, RESTARTED, FailureDetector
 from .metadata import (
     INTERNAL_OFFSETS_TOPIC,
     NO_LEADER,
     ClusterState,
     PartitionState,
+    ReplicaTrust,
     TopicState,
     cluster_key,
     partition_key,
+    replica_key,
     topic_key,
     topic_metadata,
     validate_topic_name,
@@ -195,6 +197,10 @@ class ControllerState:
         # ELR: only that same process is known to hold every acknowledged record. A restarted
         # controller has seen none of them, so it trusts no ELR member (see _trusted).
         self._elr_witness: dict[ReplicaId, str] = {}
+        # The incarnation last seen per replica. With the two above it is persisted (as
+        # ReplicaTrust) so that a restarted controller still knows who restarted meanwhile.
+        self._incarnation: dict[ReplicaId, str] = {}
+        self._stored_trust: dict[ReplicaId, ReplicaTrust] = {}
         self._next_rebalance_ms = 0
 
     # ------------------------------------------------------------------------------------
@@ -223,6 +229,12 @@ class ControllerState:
                 p = PartitionState.decode(value)
                 if p.topic in self.topics:
                     self.partitions[(p.topic, p.partition)] = p
+        for key, value in stored.items():
+            if key.startswith("replica/"):
+                topic, partition, broker = key[len("replica/") :].rsplit("/", 2)
+                rid = ReplicaId(topic, int(partition), int(broker))
+                if (rid.topic, rid.partition) in self.partitions:
+                    self._load_trust(rid, ReplicaTrust.decode(value))
         self._next_rebalance_ms = now_ms + self.config.leader_rebalance_interval_ms
         for p in self._sorted_partitions():
             topic = self.topics[p.topic]
@@ -230,7 +242,11 @@ class ControllerState:
                 rid = ReplicaId(p.topic, p.partition, b)
                 self.detector.add(rid, now_ms, self.config.replica_startup_grace_ms)
                 actions.append(CreateReplica(rid, self._effective_config(topic)))
-            actions += self._send_state(p, p.replicas)
+            # Followers learn (again) whom to follow, which completes an election that was
+            # persisted but not announced. The leader is not re-sent its leadership blindly:
+            # it may have restarted meanwhile and lost what it held; its first heartbeat
+            # tells (_verify re-sends if it is merely behind; a new process is re-elected).
+            actions += self._send_state(p, [b for b in p.replicas if b != p.leader])
         return actions
 
     def _sorted_partitions(self) -> list[PartitionState]:
@@ -364,6 +380,9 @@ class ControllerState:
                 self._last_status.pop(rid, None)
                 self._suspect.discard(rid)
                 self._elr_witness.pop(rid, None)
+                self._incarnation.pop(rid, None)
+                if self._stored_trust.pop(rid, None) is not None:
+                    actions.append(Persist(replica_key(rid.topic, rid.partition, rid.broker), None))
                 actions.append(DeleteReplica(rid))
             self._failover_started.pop((req.name, i), None)
         del self.topics[req.name]
@@ -409,7 +428,7 @@ class ControllerState:
         for b in added:
             self._suspect.discard(ReplicaId(p.topic, p.partition, b))  # caught up with the leader
         p.partition_epoch += 1
-        return answer(ErrorCode.NONE), [Persist(partition_key(p.topic, p.partition), p.encode())]
+        return answer(ErrorCode.NONE), [Persist(partition_key(p.topic, p.partition), p.encode()), *self._sync_trust(p)]
 
     # ------------------------------------------------------------------------------------
     # replica liveness
@@ -432,18 +451,24 @@ class ControllerState:
         previous = self._last_status.get(replica)
         self._last_status[replica] = status
         event = self.detector.on_ok(replica, now_ms, status.incarnation or None)
+        known = previous.incarnation if previous is not None else self._incarnation.get(replica)
+        p = self.partitions.get((replica.topic, replica.partition))
         actions: list[ControllerAction] = []
-        if event == RESTARTED or (
-            event == RECOVERED
-            and previous is not None
-            and previous.incarnation
-            and status.incarnation
-            and previous.incarnation != status.incarnation
-        ):
+        # A process other than the one last seen (by us, or by a previous controller whose
+        # record we loaded) answers: it restarted, maybe while no controller was watching.
+        new_process = bool(known and status.incarnation and known != status.incarnation)
+        if new_process and event == OK and p is not None and p.leader == replica.broker:
+            # The leader restarted while no controller watched: its leadership state is
+            # gone; fail it over (it may be elected again, at a new epoch).
+            event = RESTARTED
+        if event == RESTARTED or (new_process and event in (OK, RECOVERED)):
             # A known process came back as a new one: it may have lost its unflushed tail.
-            p = self.partitions.get((replica.topic, replica.partition))
             if p is not None and self._lossy(p):
                 self._suspect.add(replica)
+        if status.incarnation:
+            self._incarnation[replica] = status.incarnation
+        if p is not None:
+            actions += self._sync_trust(p)  # stored before anything acts on it
         if event == RESTARTED:
             # It died and came back between two beats: fail it, then take it back.
             self.detector.on_dead(replica, now_ms)
@@ -454,6 +479,8 @@ class ControllerState:
             actions += self._on_recovered(replica, now_ms)
         else:
             actions += self._verify(replica, status, now_ms)
+        if p is not None:
+            actions += self._sync_trust(p)
         return actions
 
     def on_replica_dead(self, replica: ReplicaId, now_ms: int) -> list[ControllerAction]:
@@ -478,7 +505,9 @@ class ControllerState:
             # lost its unflushed tail: others that did not restart lead first if they can.
             if self._lossy(p):
                 self._suspect.add(replica)
-            return self._elect(p, now_ms, failed_leader=False)
+            actions = self._sync_trust(p)
+            actions += self._elect(p, now_ms, failed_leader=False)
+            return actions + self._sync_trust(p)
         if response.error_code != ErrorCode.NONE:
             return []
         started = self._failover_started.get(key)
@@ -492,7 +521,7 @@ class ControllerState:
         p = self.partitions.get((replica.topic, replica.partition))
         if p is None:
             return []
-        if p.leader == NO_LEADER and replica.broker in p.isr:
+        if p.leader == NO_LEADER and (replica.broker in p.isr or replica.broker in p.elr):
             # An ISR member of an offline partition answers. Its recovery normally triggers
             # the election, but a controller that restarted meanwhile never saw it fail (a
             # fresh detector starts out trusting everyone), so no recovery event comes.
@@ -573,6 +602,26 @@ class ControllerState:
         alive = self._alive(p)
         return actions + self._send_state(p, [b for b in p.replicas if alive(b)])
 
+    def _load_trust(self, rid: ReplicaId, trust: ReplicaTrust) -> None:
+        self._stored_trust[rid] = trust
+        if trust.incarnation:
+            self._incarnation[rid] = trust.incarnation
+        if trust.suspect:
+            self._suspect.add(rid)
+        if trust.elr_witness:
+            self._elr_witness[rid] = trust.elr_witness
+
+    def _sync_trust(self, p: PartitionState) -> list[ControllerAction]:
+        """Persist what changed in what we know of ``p``'s replicas' processes."""
+        actions: list[ControllerAction] = []
+        for b in p.replicas:
+            rid = ReplicaId(p.topic, p.partition, b)
+            trust = ReplicaTrust(self._incarnation.get(rid, ""), rid in self._suspect, self._elr_witness.get(rid, ""))
+            if trust != self._stored_trust.get(rid, ReplicaTrust()):
+                self._stored_trust[rid] = trust
+                actions.append(Persist(replica_key(p.topic, p.partition, b), trust.encode()))
+        return actions
+
     def _lossy(self, p: PartitionState) -> bool:
         """Whether a crash can lose acknowledged data of ``p``'s replicas: their appends are
         not each fsynced (flush.messages != 1), so durability comes from replication alone."""
@@ -588,6 +637,10 @@ class ControllerState:
         def trusted(b: int) -> bool:
             rid = ReplicaId(p.topic, p.partition, b)
             if rid in self._suspect:
+                return False
+            if rid not in self._last_status:
+                # It has not answered this controller: it may have restarted (and lost its
+                # tail) since the incarnation a previous controller recorded.
                 return False
             if b in p.isr:
                 return True
@@ -651,6 +704,9 @@ class ControllerState:
         actions: list[ControllerAction] = []
         for rid in self.detector.check(now_ms):
             actions += self._on_failed(rid, now_ms)
+            p = self.partitions.get((rid.topic, rid.partition))
+            if p is not None:
+                actions += self._sync_trust(p)
         for rid in self.detector.due(now_ms):
             actions.append(SendHeartbeat(rid, HeartbeatRequest(controller_epoch=self.controller_epoch)))
         for rid, at in list(self._next_ensure.items()):

@@ -59,8 +59,10 @@ def elect_leader(
         if live_elr:
             return Election(live_elr[0], [live_elr[0]])
         candidates = [b for b in p.replicas if b in p.isr or b in p.elr]
-        if candidates and all(alive(b) for b in candidates):
-            leos = log_end_offsets or {}
+        leos = log_end_offsets or {}
+        # Every candidate must be back *and* have told us its log end: comparing against an
+        # unknown log end could elect an empty log over a full one.
+        if candidates and all(alive(b) and b in leos for b in candidates):
             best = max(candidates, key=lambda b: (leos.get(b, -1), -p.replicas.index(b)))
             return Election(best, [best])
     if unclean_allowed:

@@ -133,3 +133,27 @@ def topic_key(name: str) -> str:
 
 def partition_key(topic: str, partition: int) -> str:
     return f"partition/{topic}/{partition}"
+
+
+def replica_key(topic: str, partition: int, broker: int) -> str:
+    return f"replica/{topic}/{partition}/{broker}"
+
+
+@dataclass
+class ReplicaTrust:
+    """What the controller knows about one replica's process, kept in the store so that a
+    restarted controller still knows it: the incarnation it last saw, whether that replica
+    restarted and may have lost its unflushed tail (suspect), and the incarnation it had
+    when it became an eligible leader replica (empty if none)."""
+
+    incarnation: str = ""
+    suspect: bool = False
+    elr_witness: str = ""
+
+    def encode(self) -> bytes:
+        return msgpack.packb(asdict(self), use_bin_type=True)
+
+    @classmethod
+    def decode(cls, data: bytes) -> "ReplicaTrust":
+        return cls(**msgpack.unpackb(data, raw=False))
+

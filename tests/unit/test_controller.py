@@ -91,7 +91,14 @@ class Harness:
             kw.setdefault("assignment", {i: [(i + j) % len(BROKERS) for j in range(rf)] for i in range(partitions)})
         resp, actions = self.core.create_topic(CreateTopicsRequest(name=name, partitions=partitions, replication_factor=rf, **kw), self.now)
         assert resp.error_code == 0, resp.error_message
-        return self.apply(actions)
+        actions = self.apply(actions)
+        if name == TOPIC:
+            # New replicas answer their first heartbeat at once, as real ones do. (No
+            # incarnation: tests that care about processes give their own.)
+            for i in range(partitions):
+                for b in self.partition(i).replicas:
+                    self.beat(b, incarnation="", p=i)
+        return actions
 
     def partition(self, p: int = 0, topic: str = TOPIC) -> PartitionState:
         return self.core.partitions[(topic, p)]
@@ -351,9 +358,10 @@ def test_whole_isr_dead_goes_offline_and_returns_with_an_isr_member():
     assert h.core.metadata(MetadataRequest([TOPIC])).topics[0].partitions[0].error_code == ErrorCode.LEADER_NOT_AVAILABLE
     assert h.core.metrics_snapshot()["failovers_failed"] == 1
     # a replica outside the ISR coming back changes nothing (no unclean election)
-    writes = h.store.writes
-    h.beat(1, incarnation="b")
-    assert h.stored().leader == NO_LEADER and h.store.writes == writes
+    before = h.stored()
+    actions = h.beat(1, incarnation="b")
+    assert h.stored() == before and h.stored().leader == NO_LEADER
+    assert lai_targets(actions) == [], "nothing to tell anyone"
     # the ISR member returns: it leads again at a new epoch
     actions = h.beat(0, incarnation="a")
     p = h.stored()
@@ -434,7 +442,7 @@ def test_stale_replica_view_is_corrected_from_its_heartbeat():
 # -- restart -------------------------------------------------------------------------------
 
 
-def test_restart_bumps_controller_epoch_and_resends_every_replica_its_state():
+def test_restart_bumps_controller_epoch_and_resends_every_follower_its_state():
     h = Harness()
     h.create(partitions=2)
     h.dead(0)  # partition 0: leader 1 at epoch 1
@@ -444,10 +452,16 @@ def test_restart_bumps_controller_epoch_and_resends_every_replica_its_state():
     assert ClusterState.decode(h2.store.get(cluster_key())).controller_epoch == epoch + 1
     assert isinstance(h2.sent[0], Persist) and h2.sent[0].key == cluster_key()
     sends = [a for a in h2.sent if isinstance(a, SendLeaderAndIsr)]
-    assert {(a.replica.partition, a.replica.broker) for a in sends} == {(p, b) for p in (0, 1) for b in BROKERS}
+    # every replica but each partition's leader (leaders are verified by their first
+    # heartbeat: one that restarted meanwhile must not be handed its old leadership)
+    followers = {(p, b) for p in (0, 1) for b in h2.partition(p).replicas if b != h2.partition(p).leader}
+    assert {(a.replica.partition, a.replica.broker) for a in sends} == followers
     assert all(a.request.controller_epoch == epoch + 1 for a in sends)
     p0 = [a.request for a in sends if a.replica.partition == 0]
     assert {(r.leader, r.leader_epoch, tuple(r.isr)) for r in p0} == {(1, 1, (1, 2))}
+    # the leader answers as the same process, one epoch behind nothing: nothing to resend;
+    # one that missed its state (behind) gets it from _verify
+    assert lai_targets(h2.beat(1, incarnation="", leader_epoch=0)) == [1]
     assert {a.replica for a in h2.sent if isinstance(a, CreateReplica)} == {ReplicaId(TOPIC, p, b) for p in (0, 1) for b in BROKERS}
 
 
@@ -461,6 +475,7 @@ def test_restart_completes_a_persisted_election_and_keeps_epochs_growing():
     sends = [a for a in h2.sent if isinstance(a, SendLeaderAndIsr)]
     assert {(a.request.leader, a.request.leader_epoch) for a in sends} == {(1, 1)}
     # a later election continues from the persisted epoch: never two leaders per epoch
+    h2.beat(2, incarnation="")  # the new controller hears from the candidate first
     h2.dead(1)
     assert (h2.stored().leader, h2.stored().leader_epoch) == (2, 2)
 

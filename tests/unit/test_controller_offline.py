@@ -11,6 +11,9 @@ def started(now: int = 0) -> ControllerState:
     c.start({}, [0, 1, 2], 0, now)
     resp, _ = c.create_topic(CreateTopicsRequest("t", 1, 3), now)
     assert resp.error_code == 0
+    for b in (0, 1, 2):  # every replica answers its first heartbeat
+        c.on_heartbeat_sent(ReplicaId("t", 0, b), now)
+        c.on_heartbeat(ReplicaId("t", 0, b), HeartbeatResponse(topic="t", partition=0, broker=b), now)
     return c
 
 
