@@ -4,18 +4,17 @@ It owns cluster metadata and is its only writer. Every decision is persisted bef
 is told about it: the actions it returns always put :class:`Persist` ahead of the
 LeaderAndIsr messages that depend on it, and the shell executes actions in order. A
 restarted controller reloads the store, bumps the controller epoch and re-sends every
-replica its current role, which completes an election that was persisted but not yet
-delivered; one that was not persisted never happened and is simply redone.
+follower its current role, which completes an election that was persisted but not yet
+delivered; one that was not persisted never happened and is simply redone. Leaders are
+verified by their first heartbeat instead: one that restarted meanwhile is re-elected.
 
 Replicas are identified by :class:`ReplicaId` (topic, partition, broker).
 """
 
 from __future__ import annotations
 
-import zlib
-from collections import deque
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import Any
 
 from ..protocol.controller import (
     AlterPartitionRequest,
@@ -35,11 +34,20 @@ from ..protocol.controller import (
     TopicMetadata,
 )
 from ..protocol.errors import ErrorCode, KafkaError
-from .config import REPLICATION_KEYS, ReplicationConfig
+from .config import ReplicationConfig
+from .controller_actions import (
+    ControllerAction,
+    CreateReplica,
+    DeleteReplica,
+    Persist,
+    ReplicaId,
+    SendHeartbeat,
+    SendLeaderAndIsr,
+)
+from .controller_metrics import ControllerMetrics
 from .election import elect_leader, preferred_leader_move, shrink_isr_without
 from .failure_detector import OK, RECOVERED, RESTARTED, FailureDetector
 from .metadata import (
-    INTERNAL_OFFSETS_TOPIC,
     NO_LEADER,
     ClusterState,
     PartitionState,
@@ -50,78 +58,23 @@ from .metadata import (
     replica_key,
     topic_key,
     topic_metadata,
-    validate_topic_name,
 )
+from .topic_plan import LOG_KEYS, TOPIC_CONFIG_KEYS, plan_topic
 
-
-class ReplicaId(NamedTuple):
-    topic: str
-    partition: int
-    broker: int
-
-    def __str__(self) -> str:
-        return f"{self.topic}-{self.partition}@{self.broker}"
-
-
-# -- actions ------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Persist:
-    """Write ``value`` under ``key`` in the metadata store (None deletes). Must complete
-    before any later action runs."""
-
-    key: str
-    value: bytes | None
-
-
-@dataclass(frozen=True)
-class CreateReplica:
-    """Make sure the actor for ``replica`` exists (create it if missing), with this topic
-    config; report through ``on_replica_created``."""
-
-    replica: ReplicaId
-    config: dict[str, str]
-
-
-@dataclass(frozen=True)
-class DeleteReplica:
-    """Stop the replica actor and delete its data."""
-
-    replica: ReplicaId
-
-
-@dataclass(frozen=True)
-class SendLeaderAndIsr:
-    replica: ReplicaId
-    request: LeaderAndIsrRequest
-
-
-@dataclass(frozen=True)
-class SendHeartbeat:
-    replica: ReplicaId
-    request: HeartbeatRequest
-
-
-ControllerAction = Persist | CreateReplica | DeleteReplica | SendLeaderAndIsr | SendHeartbeat
-
-
-# Topic config keys the controller accepts (Kafka names); the log's keys are checked by
-# the log's own parser when replicas open.
-LOG_KEYS = frozenset(
-    {
-        "segment.bytes",
-        "segment.ms",
-        "retention.bytes",
-        "retention.ms",
-        "index.interval.bytes",
-        "flush.messages",
-        "flush.ms",
-        "max.message.bytes",
-        "cleanup.policy",
-    }
-)
-TOPIC_CONFIG_KEYS = REPLICATION_KEYS | LOG_KEYS
+__all__ = [
+    "ControllerAction",
+    "ControllerConfig",
+    "ControllerMetrics",
+    "ControllerState",
+    "CreateReplica",
+    "DeleteReplica",
+    "LOG_KEYS",
+    "Persist",
+    "ReplicaId",
+    "SendHeartbeat",
+    "SendLeaderAndIsr",
+    "TOPIC_CONFIG_KEYS",
+]
 
 
 @dataclass
@@ -138,44 +91,6 @@ class ControllerConfig:
     leader_rebalance_interval_ms: int = 5000
     # Topic config every topic starts from (a topic's own config overrides it).
     default_topic_config: dict[str, str] = field(default_factory=dict)
-
-
-@dataclass
-class ControllerMetrics:
-    failovers_total: int = 0  # leader elections after a leader failure that found a leader
-    failovers_failed: int = 0  # leader failures that left the partition offline
-    unclean_elections: int = 0
-    preferred_leader_elections: int = 0
-    isr_shrinks: int = 0
-    isr_expands: int = 0
-    replicas_failed: int = 0
-    replicas_recovered: int = 0
-    replicas_recreated: int = 0
-    failover_ms: deque = field(default_factory=lambda: deque(maxlen=1000))  # detect -> new leader accepts
-
-    def snapshot(self) -> dict[str, float]:
-        durations = sorted(self.failover_ms)
-
-        def pct(q: float) -> float:
-            if not durations:
-                return -1.0
-            return float(durations[min(len(durations) - 1, int(q * len(durations)))])
-
-        return {
-            "failovers_total": self.failovers_total,
-            "failovers_failed": self.failovers_failed,
-            "unclean_elections": self.unclean_elections,
-            "preferred_leader_elections": self.preferred_leader_elections,
-            "isr_shrinks": self.isr_shrinks,
-            "isr_expands": self.isr_expands,
-            "replicas_failed": self.replicas_failed,
-            "replicas_recovered": self.replicas_recovered,
-            "replicas_recreated": self.replicas_recreated,
-            "failover_ms_p50": pct(0.5),
-            "failover_ms_p99": pct(0.99),
-            "failover_ms_max": float(durations[-1]) if durations else -1.0,
-            "failover_ms_last": float(self.failover_ms[-1]) if self.failover_ms else -1.0,
-        }
 
 
 class ControllerState:
@@ -283,7 +198,8 @@ class ControllerState:
 
     def create_topic(self, req: CreateTopicsRequest, now_ms: int) -> tuple[CreateTopicsResponse, list[ControllerAction]]:
         try:
-            topic, parts = self._plan_topic(req, now_ms)
+            assert self.cluster is not None
+            topic, parts = plan_topic(req, self.cluster.brokers, self.topics, self.config.default_topic_config, now_ms)
         except KafkaError as exc:
             return CreateTopicsResponse(int(exc.code), exc.message), []
         self.topics[topic.name] = topic
@@ -302,66 +218,6 @@ class ControllerState:
         md = topic_metadata(topic, parts)
         md.config = config
         return CreateTopicsResponse(topic=md), actions
-
-    def _plan_topic(self, req: CreateTopicsRequest, now_ms: int) -> tuple[TopicState, list[PartitionState]]:
-        assert self.cluster is not None
-        validate_topic_name(req.name)
-        if req.name.startswith("__") and req.name != INTERNAL_OFFSETS_TOPIC:
-            raise KafkaError(ErrorCode.INVALID_TOPIC_EXCEPTION, f"topic names starting with '__' are reserved for internal topics: {req.name!r}")
-        if req.name in self.topics:
-            raise KafkaError(ErrorCode.TOPIC_ALREADY_EXISTS, f"topic {req.name!r} already exists")
-        brokers = self.cluster.brokers
-        if req.partitions < 1:
-            raise KafkaError(ErrorCode.INVALID_PARTITIONS, f"a topic needs at least 1 partition, got {req.partitions}")
-        if req.partitions > 10_000:
-            raise KafkaError(ErrorCode.INVALID_PARTITIONS, f"{req.partitions} partitions is more than the limit of 10000")
-        if req.replication_factor < 1:
-            raise KafkaError(ErrorCode.INVALID_REPLICATION_FACTOR, f"replication factor must be >= 1, got {req.replication_factor}")
-        if req.replication_factor > len(brokers):
-            raise KafkaError(
-                ErrorCode.INVALID_REPLICATION_FACTOR,
-                f"replication factor {req.replication_factor} is larger than the {len(brokers)} available brokers",
-            )
-        config = {str(k): str(v) for k, v in (req.config or {}).items()}
-        unknown = sorted(set(config) - TOPIC_CONFIG_KEYS)
-        if unknown:
-            raise KafkaError(ErrorCode.INVALID_CONFIG, f"unknown topic config {unknown}; known keys: {sorted(TOPIC_CONFIG_KEYS)}")
-        merged = dict(self.config.default_topic_config)
-        merged.update(config)
-        rcfg = ReplicationConfig.from_topic_config(merged)
-        if rcfg.min_insync_replicas > req.replication_factor:
-            raise KafkaError(
-                ErrorCode.INVALID_CONFIG,
-                f"min.insync.replicas={rcfg.min_insync_replicas} exceeds replication factor {req.replication_factor}: acks=all writes could never succeed",
-            )
-        from ..log import LogConfig  # parse to validate values (clear INVALID_CONFIG errors)
-
-        LogConfig.from_topic_config({k: v for k, v in merged.items() if k in LOG_KEYS})
-        if req.assignment:
-            assignment = self._check_assignment(req, brokers)
-        else:
-            n = len(brokers)
-            start = zlib.crc32(req.name.encode()) % n
-            assignment = {
-                i: [brokers[(start + i + j) % n] for j in range(req.replication_factor)] for i in range(req.partitions)
-            }
-        topic = TopicState(req.name, req.partitions, req.replication_factor, config, req.name == INTERNAL_OFFSETS_TOPIC, now_ms)
-        parts = [
-            PartitionState(req.name, i, list(assignment[i]), leader=assignment[i][0], leader_epoch=0, partition_epoch=0, isr=list(assignment[i]))
-            for i in range(req.partitions)
-        ]
-        return topic, parts
-
-    def _check_assignment(self, req: CreateTopicsRequest, brokers: list[int]) -> dict[int, list[int]]:
-        assert req.assignment is not None
-        if sorted(req.assignment) != list(range(req.partitions)):
-            raise KafkaError(ErrorCode.INVALID_REPLICA_ASSIGNMENT, f"assignment must name partitions 0..{req.partitions - 1}")
-        for part, reps in req.assignment.items():
-            if len(reps) != req.replication_factor or len(set(reps)) != len(reps):
-                raise KafkaError(ErrorCode.INVALID_REPLICA_ASSIGNMENT, f"partition {part}: {reps} must be {req.replication_factor} distinct brokers")
-            if any(b not in brokers for b in reps):
-                raise KafkaError(ErrorCode.INVALID_REPLICA_ASSIGNMENT, f"partition {part}: {reps} names brokers outside {brokers}")
-        return req.assignment
 
     def delete_topic(self, req: DeleteTopicsRequest, now_ms: int) -> tuple[DeleteTopicsResponse, list[ControllerAction]]:
         topic = self.topics.get(req.name)

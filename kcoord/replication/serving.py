@@ -1,0 +1,330 @@
+"""The leader side of a replica: Produce, long-poll Fetch, the HW, ISR proposals, queries.
+
+A mixin of :class:`kcoord.replication.replica.Replica` (it works on the replica's log,
+roles and waiters); split out so that each file holds one side of replication. Record
+batches are never decoded here: the leader validates framing and CRC, stamps base offset
+and epoch into the header and serves bytes (or, to readers on its node, file hints).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from .. import records
+from ..protocol.controller import AlterPartitionRequest, AlterPartitionResponse
+from ..protocol.errors import ErrorCode, KafkaError
+from ..protocol.replication import (
+    EARLIEST_TIMESTAMP,
+    LATEST_TIMESTAMP,
+    FetchRequest,
+    FetchResponse,
+    ListOffsetsRequest,
+    ListOffsetsResponse,
+    OffsetsForLeaderEpochRequest,
+    OffsetsForLeaderEpochResponse,
+    ProduceRequest,
+    ProduceResponse,
+)
+from .actions import Action, Reply, SendAlterPartition
+from .config import LOG_APPEND_TIME
+from .roles import LEADER
+
+
+@dataclass
+class ProduceWaiter:
+    token: Any
+    required_offset: int  # acked when HW >= this
+    deadline_ms: int
+    response: ProduceResponse
+
+
+@dataclass
+class FetchWaiter:
+    token: Any
+    request: FetchRequest
+    deadline_ms: int
+    from_follower: bool
+
+
+class LeaderServing:
+    """Leader-side request handling (mixed into Replica)."""
+
+    # ------------------------------------------------------------------------------------
+    # request validation
+    # ------------------------------------------------------------------------------------
+    def _leader_error(self, current_leader_epoch: int) -> tuple[int, str] | None:
+        if self.role != LEADER:
+            where = f"broker {self.leader}" if self.leader >= 0 else "no broker (offline)"
+            return ErrorCode.NOT_LEADER_OR_FOLLOWER, (
+                f"broker {self.broker} is not the leader of {self.topic}-{self.partition} at epoch "
+                f"{self.leader_epoch}; leader is {where}"
+            )
+        if current_leader_epoch >= 0:
+            if current_leader_epoch < self.leader_epoch:
+                return ErrorCode.FENCED_LEADER_EPOCH, f"request epoch {current_leader_epoch} < leader epoch {self.leader_epoch}"
+            if current_leader_epoch > self.leader_epoch:
+                return ErrorCode.UNKNOWN_LEADER_EPOCH, f"request epoch {current_leader_epoch} > leader epoch {self.leader_epoch}"
+        return None
+
+    # ------------------------------------------------------------------------------------
+    # Produce
+    # ------------------------------------------------------------------------------------
+    def produce(self, req: ProduceRequest, token: Any, now_ms: int) -> list[Action]:
+        self.metrics["produce_requests"] += 1
+        err = self._leader_error(req.current_leader_epoch)
+        if err is None and (req.topic != self.topic or req.partition != self.partition):
+            err = (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"this replica holds {self.topic}-{self.partition}")
+        if err is None and req.acks not in (0, 1, -1):
+            err = (ErrorCode.INVALID_REQUIRED_ACKS, f"acks must be 0, 1 or -1 (all), got {req.acks}")
+        if err is None and req.acks == -1 and len(self.isr) < self.config.min_insync_replicas:
+            err = (
+                ErrorCode.NOT_ENOUGH_REPLICAS,
+                f"ISR {self.isr} has {len(self.isr)} member(s); min.insync.replicas is {self.config.min_insync_replicas}",
+            )
+        if err is not None:
+            return [Reply(token, ProduceResponse(err[0], err[1], leader_epoch=self.leader_epoch))]
+
+        data = req.records
+        append_time = -1
+        try:
+            if self.config.message_timestamp_type == LOG_APPEND_TIME:
+                records.validate_batch(data)
+                append_time = now_ms
+                data = records.set_log_append_time(data, now_ms)
+            info = self.log.append(data, leader_epoch=self.leader_epoch, now_ms=now_ms)
+        except KafkaError as exc:
+            return [Reply(token, ProduceResponse(int(exc.code), exc.message, leader_epoch=self.leader_epoch))]
+        except OSError as exc:
+            return [Reply(token, ProduceResponse(ErrorCode.KAFKA_STORAGE_ERROR, f"log write failed: {exc}", leader_epoch=self.leader_epoch))]
+
+        actions: list[Action] = []
+        if not info.duplicate:
+            self.metrics["produce_bytes"] += len(data)
+            actions += self._wake_fetchers(now_ms, followers=True)
+            actions += self._maybe_advance_hw(now_ms)
+        response = ProduceResponse(
+            base_offset=info.base_offset,
+            log_append_time=append_time,
+            log_start_offset=self.log.log_start_offset,
+            leader_epoch=self.leader_epoch,
+            duplicate=bool(info.duplicate),
+        )
+        if req.acks != -1:
+            actions.append(Reply(token, response))
+            return actions
+        if info.base_offset >= 0:
+            required = info.base_offset + records.read_header(data).record_count
+        else:  # a duplicate from outside the dedup window: it is somewhere below our LEO
+            required = self.log.log_end_offset
+        if self.hw >= required:
+            actions.append(Reply(token, self._acked(response)))
+        else:
+            self._produce_waiters.append(ProduceWaiter(token, required, now_ms + max(0, req.timeout_ms), response))
+        return actions
+
+    def _acked(self, response: ProduceResponse) -> ProduceResponse:
+        if len(self.isr) < self.config.min_insync_replicas:
+            response.error_code = ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND
+            response.error_message = (
+                f"written, but the ISR {self.isr} shrank below min.insync.replicas="
+                f"{self.config.min_insync_replicas} before it was replicated"
+            )
+        return response
+
+    # ------------------------------------------------------------------------------------
+    # Fetch (consumers and followers), long-poll
+    # ------------------------------------------------------------------------------------
+    def fetch(self, req: FetchRequest, token: Any, now_ms: int) -> list[Action]:
+        self.metrics["fetch_requests"] += 1
+        err = self._leader_error(req.current_leader_epoch)
+        if err is None and (req.topic != self.topic or req.partition != self.partition):
+            err = (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"this replica holds {self.topic}-{self.partition}")
+        from_follower = req.replica_id >= 0
+        if err is None and from_follower and (req.replica_id not in self.replicas or req.replica_id == self.broker):
+            err = (ErrorCode.NOT_LEADER_OR_FOLLOWER, f"broker {req.replica_id} is not a follower of {self.topic}-{self.partition} (replicas {self.replicas})")
+        if err is None and req.max_bytes <= 0:
+            err = (ErrorCode.INVALID_FETCH_SIZE, f"max_bytes must be positive, got {req.max_bytes}")
+        if err is not None:
+            return [Reply(token, FetchResponse(err[0], err[1], leader_epoch=self.leader_epoch))]
+        log = self.log
+        leo = log.log_end_offset
+        if req.fetch_offset < log.log_start_offset or req.fetch_offset > leo:
+            return [
+                Reply(
+                    token,
+                    FetchResponse(
+                        ErrorCode.OFFSET_OUT_OF_RANGE,
+                        f"offset {req.fetch_offset} is outside the log [{log.log_start_offset}, {leo}] of {self.topic}-{self.partition}",
+                        high_watermark=self.hw,
+                        log_start_offset=log.log_start_offset,
+                        log_end_offset=leo,
+                        leader_epoch=self.leader_epoch,
+                    ),
+                )
+            ]
+        actions: list[Action] = []
+        if from_follower:
+            assert self.leader_state is not None
+            progress = self.leader_state.followers.get(req.replica_id)
+            if progress is not None:
+                progress.on_fetch(req.fetch_offset, leo, now_ms)
+            actions += self._maybe_advance_hw(now_ms)
+            actions += self._maybe_propose_isr(now_ms)
+        waiter = FetchWaiter(token, req, now_ms + max(0, req.max_wait_ms), from_follower)
+        response = self._read_for(waiter, force=req.max_wait_ms <= 0)
+        if response is not None:
+            actions.append(Reply(token, response))
+        else:
+            self._fetch_waiters[token] = waiter
+        return actions
+
+    def _read_for(self, waiter: FetchWaiter, force: bool) -> FetchResponse | None:
+        """The response for a fetch if it can be answered now (enough bytes or forced)."""
+        req = waiter.request
+        log = self.log
+        max_offset = None if waiter.from_follower else self.hw
+        data = b""
+        spans = None
+        size = 0
+        if req.fetch_offset < (log.log_end_offset if waiter.from_follower else self.hw):
+            if self.node_id and req.node_id == self.node_id:
+                spans = log.locate(req.fetch_offset, req.max_bytes, max_offset)
+            if spans is None:
+                data = log.read(req.fetch_offset, req.max_bytes, max_offset)
+                size = len(data)
+            else:
+                size = sum(span[2] for span in spans)
+        if not force and size < max(1, req.min_bytes):
+            return None
+        self.metrics["fetch_bytes"] += size
+        return FetchResponse(
+            high_watermark=self.hw,
+            log_start_offset=log.log_start_offset,
+            log_end_offset=log.log_end_offset,
+            leader_epoch=self.leader_epoch,
+            records=data,
+            file_hint=spans or None,
+        )
+
+    def _wake_fetchers(self, now_ms: int, *, followers: bool) -> list[Action]:
+        if not self._fetch_waiters:
+            return []
+        actions: list[Action] = []
+        for token, w in list(self._fetch_waiters.items()):
+            if w.from_follower != followers:
+                continue
+            response = self._read_for(w, force=False)
+            if response is not None:
+                del self._fetch_waiters[token]
+                actions.append(Reply(token, response))
+        return actions
+
+    # ------------------------------------------------------------------------------------
+    # HW and ISR (leader)
+    # ------------------------------------------------------------------------------------
+    def _maybe_advance_hw(self, now_ms: int) -> list[Action]:
+        ls = self.leader_state
+        if ls is None:
+            return []
+        candidate = ls.high_watermark_candidate(self.log.log_end_offset)
+        if candidate <= self.hw:
+            return []
+        self.hw = candidate
+        actions: list[Action] = []
+        while self._produce_waiters and self._produce_waiters[0].required_offset <= candidate:
+            w = self._produce_waiters.popleft()
+            actions.append(Reply(w.token, self._acked(w.response)))
+        actions += self._wake_fetchers(now_ms, followers=False)
+        return actions
+
+    def _maybe_propose_isr(self, now_ms: int) -> list[Action]:
+        ls = self.leader_state
+        if ls is None or ls.alter_in_flight or now_ms < ls.retry_alter_at_ms:
+            return []
+        ls.retry_alter_at_ms = 0  # the backoff is over (a stale value would be a past deadline)
+        proposal = ls.proposed_isr(self.log.log_end_offset, self.hw, now_ms, self.config.replica_lag_time_max_ms)
+        if proposal is None:
+            return []
+        ls.pending_isr = proposal
+        ls.alter_in_flight = True
+        return [
+            SendAlterPartition(
+                AlterPartitionRequest(
+                    topic=self.topic,
+                    partition=self.partition,
+                    leader=self.broker,
+                    leader_epoch=self.leader_epoch,
+                    partition_epoch=self.partition_epoch,
+                    new_isr=proposal,
+                )
+            )
+        ]
+
+    def on_alter_partition_response(
+        self, request: AlterPartitionRequest, response: AlterPartitionResponse | None, now_ms: int
+    ) -> list[Action]:
+        """``response`` None means the controller could not be reached."""
+        ls = self.leader_state
+        if ls is None or request.leader_epoch != self.leader_epoch or not ls.alter_in_flight:
+            return []
+        ls.alter_in_flight = False
+        ls.pending_isr = None
+        if response is None:
+            # Unknown outcome: the controller may have applied it. Its members keep counting
+            # for the HW until a LeaderAndIsr or an answer tells the truth.
+            ls.unconfirmed = sorted(set(ls.unconfirmed) | set(request.new_isr))
+        if response is None or response.error_code != ErrorCode.NONE:
+            # Fenced or stale partition epoch: the controller's LeaderAndIsr will bring the
+            # truth; meanwhile retry later with a fresh proposal.
+            ls.retry_alter_at_ms = now_ms + self.config.alter_partition_backoff_ms
+            return []
+        if response.leader_epoch != self.leader_epoch or response.partition_epoch <= self.partition_epoch:
+            return []
+        old = set(self.isr)
+        new = set(response.isr)
+        if new - old:
+            self.metrics["isr_expands"] += 1
+            ls.isr_expands += 1
+        if old - new:
+            self.metrics["isr_shrinks"] += 1
+            ls.isr_shrinks += 1
+        self.isr = list(response.isr)
+        self.partition_epoch = response.partition_epoch
+        ls.adopt_isr(response.isr)
+        ls.unconfirmed = []  # the controller's whole ISR as of now: nothing left to guess
+        ls.partition_epoch = response.partition_epoch
+        actions = self._maybe_advance_hw(now_ms)
+        actions += self._maybe_propose_isr(now_ms)
+        return actions
+
+    # ------------------------------------------------------------------------------------
+    # ListOffsets / OffsetsForLeaderEpoch / status
+    # ------------------------------------------------------------------------------------
+    def list_offsets(self, req: ListOffsetsRequest) -> ListOffsetsResponse:
+        err = self._leader_error(req.current_leader_epoch)
+        if err is not None:
+            return ListOffsetsResponse(err[0], err[1], leader_epoch=self.leader_epoch)
+        log = self.log
+        if req.timestamp == EARLIEST_TIMESTAMP:
+            return ListOffsetsResponse(offset=log.log_start_offset, leader_epoch=self.leader_epoch)
+        if req.timestamp == LATEST_TIMESTAMP:
+            return ListOffsetsResponse(offset=self.hw, leader_epoch=self.leader_epoch)
+        if req.timestamp < 0:
+            return ListOffsetsResponse(ErrorCode.INVALID_REQUEST, f"timestamp {req.timestamp} is not -1, -2 or >= 0")
+        found = log.offset_for_timestamp(req.timestamp)
+        if found is None or found[0] >= self.hw:
+            return ListOffsetsResponse(offset=-1, timestamp=-1, leader_epoch=self.leader_epoch)
+        return ListOffsetsResponse(offset=found[0], timestamp=found[1], leader_epoch=self.leader_epoch)
+
+    def offsets_for_leader_epoch(self, req: OffsetsForLeaderEpochRequest) -> OffsetsForLeaderEpochResponse:
+        err = self._leader_error(req.current_leader_epoch)
+        if err is not None:
+            return OffsetsForLeaderEpochResponse(err[0], err[1])
+        epoch, end = self.log.epoch_cache.end_offset_for(req.leader_epoch, self.log.log_end_offset)
+        return OffsetsForLeaderEpochResponse(leader_epoch=epoch, end_offset=end)
+
+    def parked_fetches(self) -> dict[str, int]:
+        """Long-poll fetches waiting for data, by kind (for operators and tests)."""
+        followers = sum(1 for w in self._fetch_waiters.values() if w.from_follower)
+        return {"followers": followers, "consumers": len(self._fetch_waiters) - followers}

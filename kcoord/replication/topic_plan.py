@@ -1,0 +1,96 @@
+"""Topic creation rules: name and size validation, config keys, replica assignment."""
+
+from __future__ import annotations
+
+import zlib
+from typing import Collection, Mapping
+
+from ..protocol.controller import CreateTopicsRequest
+from ..protocol.errors import ErrorCode, KafkaError
+from .config import REPLICATION_KEYS, ReplicationConfig
+from .metadata import INTERNAL_OFFSETS_TOPIC, PartitionState, TopicState, validate_topic_name
+
+# Topic config keys the controller accepts (Kafka names); the log's keys are checked by
+# the log's own parser when replicas open.
+LOG_KEYS = frozenset(
+    {
+        "segment.bytes",
+        "segment.ms",
+        "retention.bytes",
+        "retention.ms",
+        "index.interval.bytes",
+        "flush.messages",
+        "flush.ms",
+        "max.message.bytes",
+        "cleanup.policy",
+    }
+)
+TOPIC_CONFIG_KEYS = REPLICATION_KEYS | LOG_KEYS
+
+
+def plan_topic(
+    req: CreateTopicsRequest,
+    brokers: list[int],
+    existing: Collection[str],
+    default_config: Mapping[str, str],
+    now_ms: int,
+) -> tuple[TopicState, list[PartitionState]]:
+    """Validate a CreateTopics request and lay the topic out: replicas spread over the
+    brokers (or the explicit assignment), the first replica of each partition leading at
+    epoch 0 with every replica in the ISR. Raises KafkaError naming the problem."""
+    validate_topic_name(req.name)
+    if req.name.startswith("__") and req.name != INTERNAL_OFFSETS_TOPIC:
+        raise KafkaError(ErrorCode.INVALID_TOPIC_EXCEPTION, f"topic names starting with '__' are reserved for internal topics: {req.name!r}")
+    if req.name in existing:
+        raise KafkaError(ErrorCode.TOPIC_ALREADY_EXISTS, f"topic {req.name!r} already exists")
+    if req.partitions < 1:
+        raise KafkaError(ErrorCode.INVALID_PARTITIONS, f"a topic needs at least 1 partition, got {req.partitions}")
+    if req.partitions > 10_000:
+        raise KafkaError(ErrorCode.INVALID_PARTITIONS, f"{req.partitions} partitions is more than the limit of 10000")
+    if req.replication_factor < 1:
+        raise KafkaError(ErrorCode.INVALID_REPLICATION_FACTOR, f"replication factor must be >= 1, got {req.replication_factor}")
+    if req.replication_factor > len(brokers):
+        raise KafkaError(
+            ErrorCode.INVALID_REPLICATION_FACTOR,
+            f"replication factor {req.replication_factor} is larger than the {len(brokers)} available brokers",
+        )
+    config = {str(k): str(v) for k, v in (req.config or {}).items()}
+    unknown = sorted(set(config) - TOPIC_CONFIG_KEYS)
+    if unknown:
+        raise KafkaError(ErrorCode.INVALID_CONFIG, f"unknown topic config {unknown}; known keys: {sorted(TOPIC_CONFIG_KEYS)}")
+    merged = dict(default_config)
+    merged.update(config)
+    rcfg = ReplicationConfig.from_topic_config(merged)
+    if rcfg.min_insync_replicas > req.replication_factor:
+        raise KafkaError(
+            ErrorCode.INVALID_CONFIG,
+            f"min.insync.replicas={rcfg.min_insync_replicas} exceeds replication factor {req.replication_factor}: acks=all writes could never succeed",
+        )
+    from ..log import LogConfig  # parse to validate values (clear INVALID_CONFIG errors)
+
+    LogConfig.from_topic_config({k: v for k, v in merged.items() if k in LOG_KEYS})
+    if req.assignment:
+        assignment = check_assignment(req, brokers)
+    else:
+        n = len(brokers)
+        start = zlib.crc32(req.name.encode()) % n
+        assignment = {
+            i: [brokers[(start + i + j) % n] for j in range(req.replication_factor)] for i in range(req.partitions)
+        }
+    topic = TopicState(req.name, req.partitions, req.replication_factor, config, req.name == INTERNAL_OFFSETS_TOPIC, now_ms)
+    parts = [
+        PartitionState(req.name, i, list(assignment[i]), leader=assignment[i][0], leader_epoch=0, partition_epoch=0, isr=list(assignment[i]))
+        for i in range(req.partitions)
+    ]
+    return topic, parts
+
+def check_assignment(req: CreateTopicsRequest, brokers: list[int]) -> dict[int, list[int]]:
+    assert req.assignment is not None
+    if sorted(req.assignment) != list(range(req.partitions)):
+        raise KafkaError(ErrorCode.INVALID_REPLICA_ASSIGNMENT, f"assignment must name partitions 0..{req.partitions - 1}")
+    for part, reps in req.assignment.items():
+        if len(reps) != req.replication_factor or len(set(reps)) != len(reps):
+            raise KafkaError(ErrorCode.INVALID_REPLICA_ASSIGNMENT, f"partition {part}: {reps} must be {req.replication_factor} distinct brokers")
+        if any(b not in brokers for b in reps):
+            raise KafkaError(ErrorCode.INVALID_REPLICA_ASSIGNMENT, f"partition {part}: {reps} names brokers outside {brokers}")
+    return req.assignment
