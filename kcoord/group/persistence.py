@@ -1,0 +1,222 @@
+"""What the group coordinator writes to ``__consumer_offsets``, and how it reads it back.
+
+* The writes it waits on (:class:`CommitWrite`, :class:`SyncWrite`...), each describing what
+  to do when its Persist action is acknowledged or fails, and Kafka's mapping of a failed
+  append to the error a client should hear.
+* The :class:`Persistence` mixin of :class:`kcoord.group.coordinator.GroupCoordinatorState`:
+  emitting Persist actions, dispatching their outcomes (in emission order) to the part of
+  the protocol that waits on them, encoding a group's metadata record, and rebuilding groups
+  from a replay of the partition.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Iterable
+
+from ..protocol.errors import ErrorCode
+from .actions import Persist
+from .metadata import CommittedOffset, GroupMetadata, GroupState, MemberMetadata
+from .records import (
+    GroupKey,
+    GroupValue,
+    MemberValue,
+    OffsetKey,
+    OffsetValue,
+    Record,
+    decode_record,
+    group_record,
+)
+
+E = ErrorCode
+EMPTY = GroupState.EMPTY
+STABLE = GroupState.STABLE
+
+# -- mapping a failed append of __consumer_offsets to what the client should hear ----------
+
+_APPEND_UNAVAILABLE = frozenset(
+    {
+        E.UNKNOWN_TOPIC_OR_PARTITION,
+        E.NOT_ENOUGH_REPLICAS,
+        E.NOT_ENOUGH_REPLICAS_AFTER_APPEND,
+        E.REQUEST_TIMED_OUT,
+        E.LEADER_NOT_AVAILABLE,
+    }
+)
+_APPEND_MOVED = frozenset({E.NOT_LEADER_OR_FOLLOWER, E.KAFKA_STORAGE_ERROR, E.FENCED_LEADER_EPOCH})
+_APPEND_TOO_LARGE = frozenset({E.MESSAGE_TOO_LARGE, E.RECORD_LIST_TOO_LARGE, E.INVALID_FETCH_SIZE})
+
+
+def commit_error_for_append(code: int) -> int:
+    """Kafka's mapping for offset commits: retriable coordinator errors where the client
+    should retry or rediscover the coordinator."""
+    if code in _APPEND_UNAVAILABLE:
+        return E.COORDINATOR_NOT_AVAILABLE
+    if code in _APPEND_MOVED:
+        return E.NOT_COORDINATOR
+    if code in _APPEND_TOO_LARGE:
+        return E.INVALID_COMMIT_OFFSET_SIZE
+    return code
+
+
+def group_error_for_append(code: int) -> int:
+    """Kafka's mapping for group metadata writes (SyncGroup, static rejoin, DeleteGroups)."""
+    if code in _APPEND_UNAVAILABLE:
+        return E.COORDINATOR_NOT_AVAILABLE
+    if code in _APPEND_MOVED:
+        return E.NOT_COORDINATOR
+    if code in _APPEND_TOO_LARGE:
+        return E.UNKNOWN_SERVER_ERROR
+    return code
+
+
+# -- writes in flight ----------------------------------------------------------------------
+
+
+@dataclass
+class CommitWrite:
+    token: Any
+    group_id: str
+    accepted: dict[tuple[str, int], CommittedOffset]
+    codes: dict[str, dict[int, int]]
+
+
+@dataclass
+class SyncWrite:
+    group_id: str
+    generation_id: int
+    assignments: dict[str, bytes]
+
+
+@dataclass
+class StaticJoinWrite:
+    token: Any
+    group_id: str
+    member_id: str
+    generation_id: int
+    protocol_type: str | None
+    protocol: str | None
+    leader: str
+
+
+@dataclass
+class DeleteWrite:
+    token: Any
+    results: dict[str, int]
+    group_ids: list[str]
+    # When each group became Empty: restored if the tombstones fail to persist.
+    empty_since: dict[str, int | None]
+
+
+@dataclass
+class BackgroundWrite:
+    """Nobody waits on it (Empty-group record, retention tombstones)."""
+
+
+PendingWrite = CommitWrite | SyncWrite | StaticJoinWrite | DeleteWrite | BackgroundWrite
+
+
+@dataclass
+class InflightWrite:
+    pending: PendingWrite
+    outcome: int | None = None
+
+
+def replay(
+    records: Iterable[tuple[bytes, bytes | None]],
+) -> tuple[dict[str, GroupValue | None], dict[str, dict[tuple[str, int], OffsetValue]]]:
+    """The last group record and the live offsets of every group in a replay of the
+    partition, in log order (tombstones remove). Raises DecodeError on a malformed record."""
+    group_values: dict[str, GroupValue | None] = {}
+    offsets: dict[str, dict[tuple[str, int], OffsetValue]] = {}
+    for key, value in records:
+        decoded = decode_record(key, value)
+        if decoded is None:
+            continue
+        k, v = decoded
+        if isinstance(k, OffsetKey):
+            per_group = offsets.setdefault(k.group_id, {})
+            if v is None:
+                per_group.pop((k.topic, k.partition), None)
+            else:
+                assert isinstance(v, OffsetValue)
+                per_group[(k.topic, k.partition)] = v
+        else:
+            assert v is None or isinstance(v, GroupValue)
+            group_values[k.group_id] = v
+    return group_values, offsets
+
+
+class Persistence:
+    """Persist actions, their outcomes, group records and replay (mixed into
+    GroupCoordinatorState)."""
+
+    def _persist(self, records: list[Record], pending: PendingWrite, reason: str) -> int:
+        pid = self._next_persist_id
+        self._next_persist_id += 1
+        self._inflight[pid] = InflightWrite(pending)
+        self._out.append(Persist(pid, records, reason))
+        return pid
+
+    def _complete_write(self, persist_id: int, pending: PendingWrite, code: int, now_ms: int) -> None:
+        """Apply the outcome of Persist ``persist_id`` (called in emission order)."""
+        if isinstance(pending, CommitWrite):
+            self._complete_commit(pending, code, now_ms)
+        elif isinstance(pending, SyncWrite):
+            self._complete_sync_write(persist_id, pending, code, now_ms)
+        elif isinstance(pending, StaticJoinWrite):
+            self._complete_static_join(pending, code)
+        elif isinstance(pending, DeleteWrite):
+            self._complete_delete(pending, code, now_ms)
+
+    def _group_record(self, group: GroupMetadata, assignments: dict[str, bytes], now_ms: int) -> Record:
+        group.has_persisted_metadata = True
+        members = [
+            MemberValue(
+                m.member_id,
+                m.group_instance_id,
+                m.client_id,
+                m.client_host,
+                m.rebalance_timeout_ms,
+                m.session_timeout_ms,
+                m.metadata_for(group.protocol),
+                assignments.get(m.member_id, b""),
+            )
+            for m in group.members.values()
+        ]
+        value = GroupValue(
+            group.protocol_type,
+            group.generation_id,
+            group.protocol,
+            group.leader,
+            group.state_timestamp_ms if group.state == EMPTY and group.state_timestamp_ms is not None else now_ms,
+            members,
+        )
+        return group_record(GroupKey(group.group_id), value)
+
+    def _restore_group(self, group: GroupMetadata, gv: GroupValue, now_ms: int) -> None:
+        group.generation_id = gv.generation_id
+        group.protocol_type = gv.protocol_type
+        group.has_persisted_metadata = True
+        group.state_timestamp_ms = gv.state_timestamp_ms
+        if not gv.members:
+            group.state = EMPTY
+            return
+        group.state = STABLE
+        group.protocol = gv.protocol
+        for mv in gv.members:
+            member = MemberMetadata(
+                member_id=mv.member_id,
+                group_instance_id=mv.group_instance_id,
+                client_id=mv.client_id,
+                client_host=mv.client_host,
+                session_timeout_ms=mv.session_timeout_ms,
+                rebalance_timeout_ms=mv.rebalance_timeout_ms,
+                protocol_type=gv.protocol_type or "",
+                protocols=[(gv.protocol or "", mv.subscription)],
+                assignment=mv.assignment,
+            )
+            group.add(member)
+            self._touch(group, member, now_ms)
+        group.protocol_type = gv.protocol_type
+        group.leader = gv.leader if gv.leader in group.members else next(iter(group.members))

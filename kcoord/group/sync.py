@@ -1,0 +1,103 @@
+"""SyncGroup: the leader's assignment, persisted, then handed to every member.
+
+A mixin of :class:`kcoord.group.coordinator.GroupCoordinatorState`: it works on the
+coordinator's groups, timers and output; split out so that each file holds one part of the
+protocol. The leader's SyncGroup is persisted before anyone hears of the assignment
+(design.md's durability rule); the group turns Stable when the write is acknowledged.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..protocol.errors import ErrorCode
+from ..protocol.group import SyncGroupRequest, SyncGroupResponse
+from .metadata import GroupMetadata, GroupState
+from .persistence import SyncWrite, group_error_for_append
+
+E = ErrorCode
+EMPTY = GroupState.EMPTY
+PREPARING = GroupState.PREPARING_REBALANCE
+COMPLETING = GroupState.COMPLETING_REBALANCE
+STABLE = GroupState.STABLE
+DEAD = GroupState.DEAD
+
+
+class SyncPhase:
+    """SyncGroup handling and the assignment's persistence (mixed into GroupCoordinatorState)."""
+
+    def _sync(self, req: SyncGroupRequest, token: Any, now_ms: int) -> None:
+        def fail(code: int, message: str | None = None) -> None:
+            self._reply(token, SyncGroupResponse(error_code=code, error_message=message))
+
+        group = self._groups.get(req.group_id)
+        if group is None:
+            fail(E.UNKNOWN_MEMBER_ID, "the group does not exist")
+            return
+        if group.state == DEAD:
+            fail(E.COORDINATOR_NOT_AVAILABLE, "the group is being deleted")
+            return
+        error = self._member_error(group, req.member_id, req.group_instance_id)
+        if error != E.NONE:
+            fail(error)
+            return
+        if req.generation_id != group.generation_id:
+            fail(E.ILLEGAL_GENERATION, f"generation {req.generation_id} is not the current {group.generation_id}")
+            return
+        if (req.protocol_type is not None and req.protocol_type != group.protocol_type) or (
+            req.protocol_name is not None and req.protocol_name != group.protocol
+        ):
+            fail(E.INCONSISTENT_GROUP_PROTOCOL)
+            return
+        member = group.members[req.member_id]
+        if group.state == EMPTY:
+            fail(E.UNKNOWN_MEMBER_ID)
+        elif group.state == PREPARING:
+            fail(E.REBALANCE_IN_PROGRESS, "rejoin the group")
+        elif group.state == STABLE:
+            self._touch(group, member, now_ms)
+            self._reply(token, self._sync_response(group, member.assignment))
+        else:  # COMPLETING
+            self._await_sync(member, token)
+            if member.member_id == group.leader and group.sync_persist_id is None:
+                assignments = {a.member_id: a.assignment for a in req.assignments if group.has(a.member_id)}
+                full = {m: assignments.get(m, b"") for m in group.members}
+                group.sync_persist_id = self._persist(
+                    [self._group_record(group, full, now_ms)],
+                    SyncWrite(group.group_id, group.generation_id, full),
+                    f"assignment of group {group.group_id} generation {group.generation_id}",
+                )
+
+    def _sync_response(self, group: GroupMetadata, assignment: bytes) -> SyncGroupResponse:
+        return SyncGroupResponse(protocol_type=group.protocol_type, protocol_name=group.protocol, assignment=assignment)
+
+    def _reset_and_propagate_assignment_error(self, group: GroupMetadata, error: int, now_ms: int) -> None:
+        for member in group.members.values():
+            member.assignment = b""
+            if member.awaiting_sync:
+                self._reply_sync(member, SyncGroupResponse(error_code=error))
+                self._touch(group, member, now_ms)
+
+    def _complete_sync_write(self, persist_id: int, pending: SyncWrite, code: int, now_ms: int) -> None:
+        """The assignment record ``persist_id`` was persisted (or not): hand every waiting
+        member its share and turn Stable, or fail the SyncGroups and rebalance again."""
+        ok = code == E.NONE
+        group = self._groups.get(pending.group_id)
+        if group is None:
+            return
+        if ok:
+            group.has_persisted_metadata = True
+        if group.state != COMPLETING or group.generation_id != pending.generation_id or group.sync_persist_id != persist_id:
+            return  # the generation moved on; its members were already told
+        group.sync_persist_id = None
+        if ok:
+            for member in group.members.values():
+                member.assignment = pending.assignments.get(member.member_id, b"")
+            group.transition(STABLE, now_ms)
+            for member in group.members.values():
+                if member.awaiting_sync:
+                    self._reply_sync(member, self._sync_response(group, member.assignment))
+                    self._touch(group, member, now_ms)
+        else:
+            self._reset_and_propagate_assignment_error(group, group_error_for_append(code), now_ms)
+            self._prepare_rebalance(group, now_ms)
