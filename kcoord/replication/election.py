@@ -51,9 +51,12 @@ def elect_leader(
         lossy = False
     else:
         lossy = True
-    live_isr = [b for b in p.replicas if b in p.isr and alive(b) and trusted(b)]
-    if live_isr:
-        return Election(live_isr[0], live_isr)
+    leaders = [b for b in p.replicas if b in p.isr and alive(b) and trusted(b)]
+    if leaders:
+        # Trust decides who may lead; every live ISR member stays in sync (the leader's HW
+        # follows each one's real fetch offset, so an untrusted one cannot inflate it).
+        live_isr = [b for b in p.replicas if b in p.isr and alive(b)]
+        return Election(leaders[0], live_isr)
     if lossy:
         live_elr = [b for b in p.replicas if b in p.elr and alive(b) and trusted(b)]
         if live_elr:
