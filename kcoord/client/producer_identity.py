@@ -1,0 +1,97 @@
+"""An idempotent producer's identity: (producer id, epoch) and per-partition sequences.
+
+Every batch of an idempotent producer carries (producer id, epoch, base sequence), fixed
+when the batch is first sent and kept on every retry, so that a leader recognises a retry
+as a duplicate. A batch that fails for good after its sequence was assigned leaves a hole
+in its partition's sequence stream that the leader would reject: a producer whose identity
+came from InitProducerId then bumps its epoch (every partition restarts at sequence 0), and
+takes a new producer id once the epoch would pass 32767. An explicit identity (a retried
+bulk writer's) is never bumped.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+from ..protocol.controller import InitProducerIdRequest, InitProducerIdResponse
+from ..protocol.errors import KafkaError
+from .accumulator import ProducerBatch, sequence_after
+from .cluster import ClusterClient
+from .producer_input import check_int
+
+if TYPE_CHECKING:
+    from .producer_queues import PartitionState
+
+logger = logging.getLogger("kcoord.producer")
+
+MAX_PRODUCER_EPOCH = 32767
+
+
+class ProducerIdentity:
+    """Who a producer is to the leaders (``producer_id``, ``epoch``; -1, -1 when not
+    idempotent) and the sequence bookkeeping that goes with it. Read from any thread;
+    changed only by its constructor and the producer's sender thread. Epoch bumps are
+    counted in ``metrics["epoch_bumps"]`` (the producer's metrics)."""
+
+    def __init__(
+        self,
+        cluster: ClusterClient,
+        metrics: dict[str, int],
+        *,
+        idempotent: bool,
+        producer_id: int | None,
+        producer_epoch: int,
+    ) -> None:
+        """An explicit ``producer_id`` (and ``producer_epoch``) skips InitProducerId;
+        otherwise an idempotent producer asks the controller for one now."""
+        self._cluster = cluster
+        self._metrics = metrics
+        self.idempotent = idempotent
+        self.explicit = producer_id is not None
+        if producer_id is not None:
+            check_int("producer_id", producer_id, 0)
+            check_int("producer_epoch", producer_epoch, 0)
+            if producer_epoch > MAX_PRODUCER_EPOCH:
+                raise ValueError(f"producer_epoch must be <= {MAX_PRODUCER_EPOCH}")
+            self.producer_id, self.epoch = producer_id, producer_epoch
+        elif idempotent:
+            self.producer_id, self.epoch = self._init_producer_id_sync(), 0
+        else:
+            self.producer_id, self.epoch = -1, -1
+
+    def assign_sequence(self, ps: PartitionState, batch: ProducerBatch) -> None:
+        """Stamp ``batch`` with the identity and its partition's next base sequence, once
+        (a retry keeps them). A partition whose sequences belong to an older identity
+        restarts at 0."""
+        if not self.idempotent or batch.base_sequence >= 0:
+            return
+        ident = (self.producer_id, self.epoch)
+        if ps.identity != ident:
+            ps.identity = ident
+            ps.next_sequence = 0
+        batch.producer_id, batch.producer_epoch = ident
+        batch.base_sequence = ps.next_sequence
+        ps.next_sequence = sequence_after(ps.next_sequence, len(batch))
+
+    def on_failed(self, batch: ProducerBatch) -> None:
+        """``batch`` failed for good: if its sequence was assigned, its partition now has a
+        hole the leader would reject, so an auto-identity producer bumps its epoch."""
+        if self.idempotent and batch.base_sequence >= 0 and not self.explicit:
+            self._bump_epoch(batch.producer_id, batch.producer_epoch)
+
+    def _bump_epoch(self, producer_id: int, epoch: int) -> None:
+        if (producer_id, epoch) != (self.producer_id, self.epoch):
+            return  # someone already bumped past the identity this batch used
+        self._metrics["epoch_bumps"] += 1
+        if self.epoch < MAX_PRODUCER_EPOCH:
+            self.epoch += 1
+        else:
+            self.producer_id, self.epoch = self._init_producer_id_sync(), 0
+        logger.info("producer %d: sequence hole after a failed batch; now at epoch %d", self.producer_id, self.epoch)
+
+    def _init_producer_id_sync(self) -> int:
+        resp = self._cluster.call_controller("init_producer_id", InitProducerIdRequest(count=1), InitProducerIdResponse)
+        if resp.error_code:
+            raise KafkaError(resp.error_code, resp.error_message or "InitProducerId failed")
+        return resp.producer_id
