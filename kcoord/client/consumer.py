@@ -12,122 +12,40 @@ these topics". With ``group_id`` they are a subscription: the consumer joins the
 reads what the group assigns it. The group logic lives in
 :class:`kcoord.client.group_member.GroupMember`; this class only hosts it (``group_assign``/
 ``group_positions``) and gives it a turn at every poll, where rebalances happen.
+
+Layout: this module holds :class:`Consumer`'s public API, assignment and group wiring, and
+``poll()``. Each assigned partition's state is a
+:class:`~kcoord.client.consumer_partition.AssignedPartition`; positions, seeks and
+ListOffsets are in :mod:`.consumer_positions`, the fetch pipeline in
+:mod:`.consumer_fetch` (both mixins of Consumer), and decoding and record building in
+:mod:`.consumer_records`.
 """
 
 from __future__ import annotations
 
-import gc
 import logging
 import time
 from collections import deque
-from dataclasses import dataclass, field
-from functools import partial
-from itertools import chain as _chain
-from itertools import repeat
-from typing import Any, Iterable, Iterator, NamedTuple
+from typing import Any, Iterable, Iterator
 
 import ray
-from ray.exceptions import GetTimeoutError, RayActorError
 
-from .. import records as _records
-from ..log.hints import read_hinted
-from ..protocol.errors import ErrorCode, KafkaError, raise_for_error
-from ..protocol.replication import (
-    EARLIEST_TIMESTAMP,
-    LATEST_TIMESTAMP,
-    FetchRequest,
-    FetchResponse,
-    ListOffsetsRequest,
-    ListOffsetsResponse,
-)
+from ..protocol.errors import ErrorCode, KafkaError
 from .cluster import ClusterClient, connect
+from .consumer_fetch import FetchPipeline
+from .consumer_partition import AssignedPartition
+from .consumer_positions import NoOffsetForPartitionError, Positions
+from .consumer_records import RecordColumns, columns_of, concat, decode_chunk, records_of
 from .group_member import GroupMember
 from .types import ConsumerRecord, OffsetAndMetadata, TopicPartition
 
 logger = logging.getLogger("kcoord.consumer")
 
 _RESET = ("earliest", "latest", "none")
-_SPEC = {"earliest": EARLIEST_TIMESTAMP, "latest": LATEST_TIMESTAMP}
-_new_record = partial(tuple.__new__, ConsumerRecord)
-_NO_HEADERS: tuple = ()
 _monotonic = time.monotonic
 
 
-class NoOffsetForPartitionError(KafkaError):
-    """A partition has no position and ``auto_offset_reset="none"`` forbids guessing one."""
-
-    def __init__(self, message: str) -> None:
-        super().__init__(ErrorCode.OFFSET_OUT_OF_RANGE, message)
-
-    def __reduce__(self):
-        return (self.__class__, (self.message,))
-
-
-@dataclass(eq=False)
-class _Assigned:
-    """One assigned partition: position, fetch pipeline and buffered records."""
-
-    tp: TopicPartition
-    position: int | None = None  # offset of the next record poll() returns
-    reset: str | None = None  # a pending seek_to_beginning/end ("earliest"/"latest")
-    paused: bool = False
-    generation: int = 0  # bumped by seek/reset: answers to older fetches are dropped
-    fetch_offset: int = -1  # where the next fetch starts (ahead of position: prefetch)
-    decode_from: int = -1  # buffered records below this are skipped (after a seek)
-    in_flight: Any = None  # ObjectRef of the fetch in flight
-    in_flight_generation: int = -1
-    in_flight_since: float = 0.0
-    in_flight_actor: str = ""
-    pending: deque = field(default_factory=deque)  # fetched, not yet decoded record bytes
-    segments: deque = field(default_factory=deque)  # decoded batches, not yet returned
-    backoff_until: float = 0.0
-    high_watermark: int = -1
-    error: KafkaError | None = None  # raised from the next poll()
-    no_hint: bool = False  # the last file hint did not check out: fetch bytes once
-
-    def clear_buffer(self) -> None:
-        self.pending.clear()
-        self.segments.clear()
-
-    def buffered(self) -> bool:
-        return bool(self.segments) or bool(self.pending)
-
-
-@dataclass(eq=False, slots=True)
-class _Segment:
-    """One decoded batch as columns; rows ``[start, len(values))`` are still to return.
-    Records stay columns until a poll() takes them (then only that slice becomes
-    ConsumerRecord tuples), so poll_columns() never builds per-record objects."""
-
-    base: int  # offset of row 0
-    start: int
-    values: list
-    keys: list | None
-    timestamps: list | None  # None: every row has ``timestamp``
-    timestamp: int
-    timestamp_type: int
-    headers: list | None
-    leader_epoch: int
-
-
-class RecordColumns(NamedTuple):
-    """Records of one partition as columns (:meth:`Consumer.poll_columns`): row ``i`` is the
-    record at offset ``offsets[i]``. ``headers`` is None when no record has any."""
-
-    topic: str
-    partition: int
-    offsets: range
-    timestamps: list
-    timestamp_types: list
-    keys: list
-    values: list
-    headers: list | None
-
-    def __len__(self) -> int:  # type: ignore[override]
-        return len(self.values)
-
-
-class Consumer:
+class Consumer(Positions, FetchPipeline):
     """Read records from kcoord topics; names and defaults follow kafka-python.
 
     ``Consumer("events", cluster=cluster, auto_offset_reset="earliest")`` assigns every
@@ -203,8 +121,8 @@ class Consumer:
         self.client_id = client_id
         self._backoff_s = retry_backoff_ms / 1000
         self._stuck_s = (fetch_max_wait_ms + request_timeout_ms) / 1000
-        self._assigned: dict[TopicPartition, _Assigned] = {}
-        self._owner: dict[Any, _Assigned] = {}  # in-flight ObjectRef -> its partition
+        self._assigned: dict[TopicPartition, AssignedPartition] = {}
+        self._owner: dict[Any, AssignedPartition] = {}  # in-flight ObjectRef -> its partition
         self._rotation = 0
         self._last_refresh: dict[str, float] = {}
         self._iter: deque = deque()  # [state, generation, records, index] for __next__
@@ -292,10 +210,10 @@ class Consumer:
         """Hook for the groups layer: replace the assignment without metadata checks and
         optionally seed positions (e.g. committed offsets); partitions without a seeded or
         kept position start per ``auto_offset_reset``."""
-        new: dict[TopicPartition, _Assigned] = {}
+        new: dict[TopicPartition, AssignedPartition] = {}
         for tp in partitions:
             tp = TopicPartition(*tp)
-            st = self._assigned.get(tp) or _Assigned(tp)
+            st = self._assigned.get(tp) or AssignedPartition(tp)
             new[tp] = st
         for tp, st in self._assigned.items():
             if tp not in new:
@@ -324,140 +242,6 @@ class Consumer:
         from .admin import Admin
 
         return set(Admin(self.cluster).list_topics())
-
-    # ------------------------------------------------------------------------------------
-    # positions
-    # ------------------------------------------------------------------------------------
-    def _state(self, tp: TopicPartition) -> _Assigned:
-        st = self._assigned.get(TopicPartition(*tp))
-        if st is None:
-            raise ValueError(f"{tp} is not assigned to this consumer (assignment: {sorted(self._assigned)})")
-        return st
-
-    def _reposition(self, st: _Assigned, offset: int | None, reset: str | None = None) -> None:
-        st.position = offset
-        st.reset = reset
-        st.generation += 1
-        st.fetch_offset = offset if offset is not None else -1
-        st.decode_from = offset if offset is not None else -1
-        st.error = None
-        st.clear_buffer()
-        self._drop_in_flight(st)
-
-    def _drop_in_flight(self, st: _Assigned) -> None:
-        if st.in_flight is not None:
-            self._owner.pop(st.in_flight, None)
-            st.in_flight = None
-
-    def seek(self, partition: TopicPartition, offset: int) -> None:
-        """Read ``partition`` from ``offset`` on the next poll()."""
-        if type(offset) is not int or offset < 0:
-            raise ValueError(f"offset must be an int >= 0, got {offset!r}")
-        self._reposition(self._state(partition), offset)
-
-    def seek_to_beginning(self, *partitions: TopicPartition) -> None:
-        """Move to the log start of ``partitions`` (all assigned ones if none given);
-        resolved on the next poll()/position()."""
-        for tp in partitions or list(self._assigned):
-            self._reposition(self._state(tp), None, "earliest")
-
-    def seek_to_end(self, *partitions: TopicPartition) -> None:
-        """Move to the high watermark of ``partitions`` (all assigned if none given)."""
-        for tp in partitions or list(self._assigned):
-            self._reposition(self._state(tp), None, "latest")
-
-    def position(self, partition: TopicPartition) -> int:
-        """The offset of the next record poll() returns for ``partition`` (resolving
-        ``auto_offset_reset`` now if needed)."""
-        st = self._state(partition)
-        if st.position is None:
-            self._resolve_positions([st])
-        assert st.position is not None
-        return st.position
-
-    def highwater(self, partition: TopicPartition) -> int | None:
-        """The high watermark the last fetch of ``partition`` reported (None before one)."""
-        hw = self._state(partition).high_watermark
-        return hw if hw >= 0 else None
-
-    def _resolve_positions(self, states: list[_Assigned]) -> None:
-        missing = [st for st in states if st.position is None]
-        if not missing:
-            return
-        by_spec: dict[str, list[_Assigned]] = {}
-        for st in missing:
-            spec = st.reset or self.auto_offset_reset
-            if spec == "none":
-                raise NoOffsetForPartitionError(
-                    f"{st.tp.topic}-{st.tp.partition} has no position and auto_offset_reset='none'; call seek() first"
-                )
-            by_spec.setdefault(spec, []).append(st)
-        for spec, group in by_spec.items():
-            offsets = self._list_offsets([st.tp for st in group], _SPEC[spec])
-            for st in group:
-                self._reposition(st, offsets[st.tp])
-
-    # ------------------------------------------------------------------------------------
-    # pause / resume
-    # ------------------------------------------------------------------------------------
-    def pause(self, *partitions: TopicPartition) -> None:
-        """Stop returning (and fetching) records of ``partitions``; positions stay."""
-        for tp in partitions:
-            self._state(tp).paused = True
-
-    def resume(self, *partitions: TopicPartition) -> None:
-        for tp in partitions:
-            self._state(tp).paused = False
-
-    def paused(self) -> set[TopicPartition]:
-        return {tp for tp, st in self._assigned.items() if st.paused}
-
-    # ------------------------------------------------------------------------------------
-    # offsets from the leaders
-    # ------------------------------------------------------------------------------------
-    def beginning_offsets(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
-        """The log start offset of each partition."""
-        return self._list_offsets([TopicPartition(*tp) for tp in partitions], EARLIEST_TIMESTAMP)
-
-    def end_offsets(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
-        """The high watermark of each partition: the offset the next acknowledged record gets."""
-        return self._list_offsets([TopicPartition(*tp) for tp in partitions], LATEST_TIMESTAMP)
-
-    def _list_offsets(self, tps: list[TopicPartition], timestamp: int) -> dict[TopicPartition, int]:
-        """ListOffsets against every leader at once; partitions whose first answer is not
-        clean go through the cluster client's retrying path."""
-        refs: dict[TopicPartition, Any] = {}
-        for tp in tps:
-            try:
-                md = self.cluster.partition_metadata(tp.topic, tp.partition)
-                if md.leader < 0:
-                    continue
-                req = ListOffsetsRequest(tp.topic, tp.partition, timestamp=timestamp, current_leader_epoch=md.leader_epoch)
-                refs[tp] = self.cluster.replica(tp.topic, tp.partition, md.leader).list_offsets.remote(req.encode())
-            except KafkaError:
-                continue
-        out: dict[TopicPartition, int] = {}
-        for tp in tps:
-            ref = refs.get(tp)
-            if ref is not None:
-                try:
-                    resp = ListOffsetsResponse.decode(ray.get(ref, timeout=self.request_timeout_ms / 1000))
-                    if resp.error_code == 0:
-                        out[tp] = resp.offset
-                        continue
-                except (RayActorError, GetTimeoutError, KafkaError):
-                    pass
-            resp = self.cluster.call_leader(
-                tp.topic,
-                tp.partition,
-                "list_offsets",
-                lambda epoch, tp=tp: ListOffsetsRequest(tp.topic, tp.partition, timestamp=timestamp, current_leader_epoch=epoch),
-                ListOffsetsResponse,
-                timeout_ms=self.request_timeout_ms,
-            )
-            raise_for_error(resp.error_code, resp.error_message or "")
-            out[tp] = resp.offset
-        return out
 
     # ------------------------------------------------------------------------------------
     # poll
@@ -509,7 +293,7 @@ class Consumer:
                 if self._take_ready(0.0):
                     more = self._collect(max_records - got, advance, columns)
                     for tp, recs in more.items():
-                        out[tp] = _concat(out[tp], recs) if tp in out else recs
+                        out[tp] = concat(out[tp], recs) if tp in out else recs
             self._send_fetches()
             if out:
                 return out
@@ -560,9 +344,9 @@ class Consumer:
                 continue
             last_seg, _, last_hi = pieces[-1]
             if columns:
-                out[st.tp] = _columns_of(st.tp, pieces)
+                out[st.tp] = columns_of(st.tp, pieces)
             else:
-                take = self._records_of(st.tp, pieces)
+                take = records_of(st.tp, pieces)
                 if not advance:
                     self._iter.append([st, st.generation, take, 0])
                 out[st.tp] = take
@@ -576,233 +360,15 @@ class Consumer:
                 self._rotation = (self._rotation + 1) % n
         return out
 
-    def _records_of(self, tp: TopicPartition, pieces: list) -> list[ConsumerRecord]:
-        # The cyclic GC never untracks instances of a tuple *subclass* (ConsumerRecord), so
-        # collections while tens of thousands of them are created walk them again and again
-        # (~4x the cost of building them); pause it while building one poll's worth.
-        paused = gc.isenabled()
-        if paused:
-            gc.disable()
-        try:
-            topic, partition = tp
-            out: list[ConsumerRecord] = []
-            for seg, lo, hi in pieces:
-                whole = lo == 0 and hi == len(seg.values)
-                values = seg.values if whole else seg.values[lo:hi]
-                if seg.timestamps is None:
-                    stamps: Any = repeat(seg.timestamp)
-                else:
-                    stamps = seg.timestamps if whole else seg.timestamps[lo:hi]
-                if seg.keys is None:
-                    keys: Any = repeat(None)
-                else:
-                    keys = seg.keys if whole else seg.keys[lo:hi]
-                if seg.headers is None:
-                    hdrs: Any = repeat(_NO_HEADERS)
-                else:
-                    hdrs = seg.headers if whole else seg.headers[lo:hi]
-                base = seg.base
-                out.extend(
-                    map(
-                        _new_record,
-                        zip(
-                            repeat(topic),
-                            repeat(partition),
-                            range(base + lo, base + hi),
-                            stamps,
-                            repeat(seg.timestamp_type),
-                            keys,
-                            values,
-                            hdrs,
-                            repeat(seg.leader_epoch),
-                        ),
-                    )
-                )
-            return out
-        finally:
-            if paused:
-                gc.enable()
 
-    def _decode_next(self, st: _Assigned) -> None:
+    def _decode_next(self, st: AssignedPartition) -> None:
         try:
-            self._decode_chunk(st)
+            decode_chunk(st, self.check_crcs)
         except KafkaError:
             # A corrupt batch: fetch again from the first record not yet returned, so that
             # every poll() raises until the user seeks past it (as Kafka's consumer does).
             self._reposition(st, st.decode_from if st.decode_from >= 0 else st.position)
             raise
-
-    def _decode_chunk(self, st: _Assigned) -> None:
-        """Decode one fetched chunk into column segments, skipping rows below decode_from."""
-        data = st.pending.popleft()
-        start = st.decode_from
-        segments = []
-        for pos, h in _records.iter_headers(data):
-            if h.next_offset <= start:
-                continue
-            batch = _records.decode_batch(data, pos, check_crc=self.check_crcs)
-            base = h.base_offset
-            log_append = h.timestamp_type == _records.LOG_APPEND_TIME
-            segments.append(
-                _Segment(
-                    base,
-                    start - base if start > base else 0,
-                    batch.values,
-                    batch.keys,
-                    None if log_append else batch.timestamps,
-                    h.max_timestamp if log_append else h.first_timestamp,
-                    h.timestamp_type,
-                    batch.headers,
-                    h.leader_epoch,
-                )
-            )
-            start = h.next_offset
-        st.decode_from = start
-        st.segments.extend(segments)
-
-    # -- fetching --------------------------------------------------------------------------
-    def _send_fetches(self) -> None:
-        now = _monotonic()
-        for st in self._assigned.values():
-            if st.in_flight is not None:
-                if now - st.in_flight_since < self._stuck_s:
-                    continue
-                logger.warning("fetch of %s from %s unanswered for %.0f s; retrying", st.tp, st.in_flight_actor, now - st.in_flight_since)
-                self._drop_in_flight(st)
-                self._refresh(st.tp.topic)
-            if st.paused or st.position is None or st.error is not None or now < st.backoff_until or st.pending:
-                continue
-            topic, partition = st.tp
-            md = self.cluster.cached_topic(topic)
-            if md is None or partition >= len(md.partitions):
-                self._refresh(topic)
-                md = self.cluster.cached_topic(topic)
-                if md is None or partition >= len(md.partitions):
-                    st.backoff_until = now + self._backoff_s
-                    continue
-            pm = md.partitions[partition]
-            if pm.leader < 0:
-                self._refresh(topic)
-                st.backoff_until = now + self._backoff_s
-                continue
-            name = self.cluster.replica_name(topic, partition, pm.leader)
-            try:
-                handle = self.cluster.handle(name)
-            except KafkaError:
-                self._refresh(topic)
-                st.backoff_until = now + self._backoff_s
-                continue
-            req = FetchRequest(
-                topic,
-                partition,
-                st.fetch_offset,
-                max_bytes=self.max_partition_fetch_bytes,
-                min_bytes=self.fetch_min_bytes,
-                max_wait_ms=self.fetch_max_wait_ms,
-                current_leader_epoch=pm.leader_epoch,
-                node_id="" if st.no_hint else self._node_id,
-            )
-            st.no_hint = False
-            ref = handle.fetch.remote(req.encode())
-            st.in_flight = ref
-            st.in_flight_generation = st.generation
-            st.in_flight_since = now
-            st.in_flight_actor = name
-            self._owner[ref] = st
-
-    def _take_ready(self, timeout: float) -> bool:
-        """Wait up to ``timeout`` s for fetch answers and take in all that are ready."""
-        refs = list(self._owner)
-        if not refs:
-            return False
-        ready, _ = ray.wait(refs, num_returns=1, timeout=timeout)
-        if not ready:
-            return False
-        if len(refs) > 1:
-            ready, _ = ray.wait(refs, num_returns=len(refs), timeout=0)
-        for ref in ready:
-            st = self._owner.pop(ref, None)
-            if st is not None and st.in_flight is ref:
-                st.in_flight = None
-                self._on_fetch(st, ref)
-        return True
-
-    def _idle_wait(self, seconds: float) -> None:
-        """Nothing in flight (all paused, backing off, or no assignment): wait a little."""
-        if seconds > 0:
-            time.sleep(seconds)
-
-    def _on_fetch(self, st: _Assigned, ref: Any) -> None:
-        now = _monotonic()
-        try:
-            raw = ray.get(ref)
-        except RayActorError as exc:
-            self.cluster.forget(st.in_flight_actor)
-            logger.info("leader %s of %s unavailable (%s); refreshing metadata", st.in_flight_actor, st.tp, type(exc).__name__)
-            self._refresh(st.tp.topic, force=True)
-            st.backoff_until = now + self._backoff_s
-            return
-        except Exception as exc:
-            logger.warning("fetch of %s failed: %r", st.tp, exc)
-            st.backoff_until = now + self._backoff_s
-            return
-        if st.in_flight_generation != st.generation:
-            return  # the position moved (seek/reset) since this fetch was sent
-        try:
-            resp = FetchResponse.decode(raw)
-        except KafkaError as exc:
-            st.error = exc
-            return
-        code = resp.error_code
-        if code == 0:
-            if resp.high_watermark >= 0:
-                st.high_watermark = resp.high_watermark
-            data = resp.records
-            if resp.file_hint:
-                # Same node as the leader: read its segment files instead of a Ray copy.
-                data = read_hinted(resp.file_hint, st.fetch_offset)
-                if data is None:
-                    st.no_hint = True  # the files moved under us: the next fetch asks for bytes
-                    return
-            if data:
-                last = None
-                for _, h in _records.iter_headers(data):
-                    last = h
-                if last is not None and last.next_offset > st.fetch_offset:
-                    st.fetch_offset = last.next_offset
-                    st.pending.append(data)
-            return
-        err = KafkaError(code, resp.error_message or "")
-        if code == ErrorCode.OFFSET_OUT_OF_RANGE:
-            if self.auto_offset_reset == "none":
-                st.error = KafkaError(
-                    code,
-                    f"{st.tp.topic}-{st.tp.partition}: fetch offset {st.fetch_offset} is out of range "
-                    f"(log start {resp.log_start_offset}, log end {resp.log_end_offset}) and auto_offset_reset='none'"
-                    + (f": {resp.error_message}" if resp.error_message else ""),
-                )
-            else:
-                logger.info("%s: offset %d out of range; resetting to %s", st.tp, st.fetch_offset, self.auto_offset_reset)
-                self._reposition(st, None, self.auto_offset_reset)
-            return
-        if err.needs_metadata_refresh:
-            self._refresh(st.tp.topic, force=code != ErrorCode.UNKNOWN_LEADER_EPOCH)
-            st.backoff_until = now + self._backoff_s
-            return
-        if err.retriable:
-            st.backoff_until = now + self._backoff_s
-            return
-        st.error = err
-
-    def _refresh(self, topic: str, force: bool = False) -> None:
-        now = _monotonic()
-        if not force and now - self._last_refresh.get(topic, 0.0) < self._backoff_s:
-            return
-        self._last_refresh[topic] = now
-        try:
-            self.cluster.refresh_metadata([topic])
-        except KafkaError as exc:
-            logger.debug("metadata refresh of %s failed: %s", topic, exc)
 
     # ------------------------------------------------------------------------------------
     # iterator form
@@ -879,48 +445,5 @@ class Consumer:
             raise RuntimeError("this consumer is closed")
 
 
-def _columns_of(tp: TopicPartition, pieces: list) -> RecordColumns:
-    """RecordColumns of consecutive segment slices of one partition."""
-    first_seg, first_lo, _ = pieces[0]
-    last_seg, _, last_hi = pieces[-1]
-    if len(pieces) == 1:
-        seg, lo, hi = pieces[0]
-        n = hi - lo
-        whole = lo == 0 and hi == len(seg.values)
-        values = seg.values if whole else seg.values[lo:hi]
-        return RecordColumns(
-            tp.topic,
-            tp.partition,
-            range(seg.base + lo, seg.base + hi),
-            [seg.timestamp] * n if seg.timestamps is None else (seg.timestamps if whole else seg.timestamps[lo:hi]),
-            [seg.timestamp_type] * n,
-            [None] * n if seg.keys is None else (seg.keys if whole else seg.keys[lo:hi]),
-            values,
-            None if seg.headers is None else (seg.headers if whole else seg.headers[lo:hi]),
-        )
-    parts = [_columns_of(tp, [p]) for p in pieces]
-    any_headers = any(c.headers is not None for c in parts)
-    joined = _chain.from_iterable
-    return RecordColumns(
-        tp.topic,
-        tp.partition,
-        range(first_seg.base + first_lo, last_seg.base + last_hi),
-        list(joined(c.timestamps for c in parts)),
-        list(joined(c.timestamp_types for c in parts)),
-        list(joined(c.keys for c in parts)),
-        list(joined(c.values for c in parts)),
-        list(joined(c.headers if c.headers is not None else [_NO_HEADERS] * len(c) for c in parts)) if any_headers else None,
-    )
 
-
-def _concat(a: Any, b: Any) -> Any:
-    """Join two takes of one partition (record lists or RecordColumns)."""
-    if isinstance(a, RecordColumns):
-        headers = None
-        if a.headers is not None or b.headers is not None:
-            headers = (a.headers if a.headers is not None else [_NO_HEADERS] * len(a)) + (b.headers if b.headers is not None else [_NO_HEADERS] * len(b))
-        return RecordColumns(
-            a.topic, a.partition, range(a.offsets.start, b.offsets.stop), a.timestamps + b.timestamps,
-            a.timestamp_types + b.timestamp_types, a.keys + b.keys, a.values + b.values, headers,
-        )
-    return a + b
+__all__ = ["Consumer", "NoOffsetForPartitionError", "RecordColumns"]
