@@ -79,7 +79,13 @@ __all__ = [
 
 @dataclass
 class ControllerConfig:
+    # How often partition leaders are heartbeaten: their loss stops writes, so it bounds
+    # failover time. Followers (and replicas of offline partitions' ex-leaders) are beaten
+    # every follower_heartbeat_interval_ms instead -- each beat is a Ray call on both ends,
+    # and idle CPU per replica is dominated by such calls. Capped at a third of the session
+    # timeout so that a follower still gets several chances before it is failed.
     heartbeat_interval_ms: int = 200
+    follower_heartbeat_interval_ms: int = 1000
     session_timeout_ms: int = 3000
     # A heartbeat unanswered this long makes the shell ask Ray's GCS whether the actor is
     # gone; a slow but live replica is not failed until session_timeout_ms.
@@ -100,7 +106,7 @@ class ControllerState:
         self.cluster: ClusterState | None = None
         self.topics: dict[str, TopicState] = {}
         self.partitions: dict[tuple[str, int], PartitionState] = {}
-        self.detector = FailureDetector(self.config.heartbeat_interval_ms, self.config.session_timeout_ms)
+        self.detector = FailureDetector(self.config.heartbeat_interval_ms, self.config.session_timeout_ms, self._heartbeat_interval)
         self.metrics = ControllerMetrics()
         self._failover_started: dict[tuple[str, int], int] = {}
         self._next_ensure: dict[ReplicaId, int] = {}
@@ -556,6 +562,16 @@ class ControllerState:
     # ------------------------------------------------------------------------------------
     # timers
     # ------------------------------------------------------------------------------------
+    def _heartbeat_interval(self, replica: ReplicaId) -> int:
+        """Leaders (and every replica of a leaderless partition, whose return ends an
+        outage) are beaten at the base interval; followers less often."""
+        p = self.partitions.get((replica.topic, replica.partition))
+        base = self.config.heartbeat_interval_ms
+        if p is None or p.leader == NO_LEADER or p.leader == replica.broker:
+            return base
+        slow = min(self.config.follower_heartbeat_interval_ms, self.config.session_timeout_ms // 3)
+        return max(base, slow)
+
     def tick(self, now_ms: int) -> list[ControllerAction]:
         actions: list[ControllerAction] = []
         for rid in self.detector.check(now_ms):

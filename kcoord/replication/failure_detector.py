@@ -5,12 +5,17 @@ slow answer is not a failure, only a missed timeout is -- or at once when Ray re
 actor dead. A heartbeat answer carrying a new *incarnation* (the actor restarted between
 two beats) counts as a failure immediately followed by a recovery: whatever the old
 process had in memory is gone, so it must not stay in the ISR on trust.
+
+Members need not all be watched equally often: ``interval_of`` gives a member's own
+heartbeat interval (the controller beats partition leaders often, since their loss stops
+writes, and followers less often, since Ray's death notices and the leader's own ISR
+tracking already cover them). Every interval must stay below the session timeout.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Hashable
+from typing import Callable, Hashable
 
 OK = "ok"
 RECOVERED = "recovered"  # was failed, answers again
@@ -28,14 +33,26 @@ class _Health:
 
 
 class FailureDetector:
-    def __init__(self, heartbeat_interval_ms: int, session_timeout_ms: int) -> None:
+    def __init__(
+        self,
+        heartbeat_interval_ms: int,
+        session_timeout_ms: int,
+        interval_of: Callable[[Hashable], int] | None = None,
+    ) -> None:
         if session_timeout_ms <= heartbeat_interval_ms:
             raise ValueError(
                 f"session timeout ({session_timeout_ms} ms) must exceed the heartbeat interval ({heartbeat_interval_ms} ms)"
             )
         self.interval_ms = heartbeat_interval_ms
         self.timeout_ms = session_timeout_ms
+        self._interval_of = interval_of
         self._health: dict[Hashable, _Health] = {}
+
+    def _interval(self, member: Hashable) -> int:
+        if self._interval_of is None:
+            return self.interval_ms
+        # clamp: a member beaten less often than the timeout would fail without a chance
+        return max(1, min(self._interval_of(member), self.timeout_ms - 1))
 
     def add(self, member: Hashable, now_ms: int, grace_ms: int = 0) -> None:
         """Start watching ``member``; it gets ``grace_ms`` (time to start a new actor)
@@ -68,7 +85,7 @@ class FailureDetector:
         """Members to send a heartbeat to now (at most one in flight each)."""
         out = []
         for m, h in self._health.items():
-            if not h.in_flight and (h.last_sent_ms < 0 or now_ms - h.last_sent_ms >= self.interval_ms):
+            if not h.in_flight and (h.last_sent_ms < 0 or now_ms - h.last_sent_ms >= self._interval(m)):
                 out.append(m)
         return out
 
@@ -126,12 +143,12 @@ class FailureDetector:
 
     def next_deadline(self, now_ms: int) -> int | None:
         deadline = None
-        for h in self._health.values():
+        for m, h in self._health.items():
             candidates = []
             if not h.failed:
                 candidates.append(h.last_ok_ms + self.timeout_ms + 1)
             if not h.in_flight:
-                candidates.append(h.last_sent_ms + self.interval_ms if h.last_sent_ms >= 0 else now_ms)
+                candidates.append(h.last_sent_ms + self._interval(m) if h.last_sent_ms >= 0 else now_ms)
             for c in candidates:
                 deadline = c if deadline is None else min(deadline, c)
         return deadline

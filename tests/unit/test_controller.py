@@ -652,3 +652,37 @@ def test_designated_leader_refusing_its_epoch_is_not_re_elected_if_others_can_le
     h.apply(h.core.on_leader_and_isr_result(ReplicaId(TOPIC, 0, 0), lai.request, refusal, h.now) or [])
     p = h.stored()
     assert p.leader == 1 and p.leader_epoch == 1
+
+
+def test_leaders_are_beaten_often_followers_less():
+    h = Harness(config(follower_heartbeat_interval_ms=900))
+    h.create()
+    for b in BROKERS:
+        h.beat(b)
+
+    def due(now: int) -> list[int]:
+        return sorted(a.replica.broker for a in h.core.tick(now) if isinstance(a, SendHeartbeat))
+
+    assert due(200) == [0], "only the leader is due after the base interval"
+    assert h.core.next_deadline(200) <= 400
+    h.now = 400
+    h.beat(0)
+    assert due(900) == [0, 1, 2]
+    # leadership moves: the new leader is beaten at the base interval from then on
+    h.now = 1000
+    h.dead(0)
+    h.now = 1100
+    for b in (1, 2):
+        h.beat(b)
+    assert h.partition().leader == 1
+    now_due = due(1300)
+    assert 1 in now_due and 2 not in now_due, "the new leader is beaten at the base interval, its follower is not"
+
+
+def test_follower_interval_is_capped_by_the_session_timeout():
+    h = Harness(config(follower_heartbeat_interval_ms=60_000))
+    h.create()
+    for b in BROKERS:
+        h.beat(b)
+    beaten = sorted(a.replica.broker for a in h.core.tick(1000) if isinstance(a, SendHeartbeat))
+    assert beaten == [0, 1, 2], "followers are beaten at least every third of the session timeout"

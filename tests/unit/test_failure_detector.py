@@ -119,3 +119,29 @@ def test_unknown_and_removed_members():
     assert fd.on_ok("x", 0) is None and fd.on_dead("x", 0) is False
     fd.remove("r")
     assert "r" not in fd and fd.members() == [] and not fd.is_alive("r")
+
+
+def test_members_can_be_beaten_at_their_own_interval():
+    slow = {"follower": 1000}
+    fd = FailureDetector(INTERVAL, TIMEOUT, lambda m: slow.get(m, INTERVAL))
+    for m in ("leader", "follower"):
+        fd.add(m, 0)
+    assert sorted(fd.due(0)) == ["follower", "leader"]
+    beat(fd, "leader", 0, 1)
+    beat(fd, "follower", 0, 1)
+    assert fd.due(INTERVAL) == ["leader"], "the follower is not due before its own interval"
+    assert fd.next_deadline(1) == INTERVAL
+    beat(fd, "leader", INTERVAL, INTERVAL + 1)
+    assert fd.next_deadline(INTERVAL + 1) == 2 * INTERVAL
+    assert sorted(fd.due(1000)) == ["follower", "leader"]
+    # a role change takes effect on the next beat: the follower became a leader
+    slow.clear()
+    beat(fd, "follower", 1000, 1001)
+    assert "follower" in fd.due(1000 + INTERVAL)
+
+
+def test_a_member_interval_is_capped_below_the_session_timeout():
+    fd = FailureDetector(INTERVAL, TIMEOUT, lambda m: 10 * TIMEOUT)
+    fd.add("r", 0)
+    beat(fd, "r", 0, 0)
+    assert fd.due(TIMEOUT - 1) == ["r"], "beaten before the session timeout runs out"
