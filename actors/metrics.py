@@ -105,6 +105,7 @@ class ReplicaMetricsExporter:
             )
         }
         self._exported: dict[str, float] = {}
+        self._gauge_values: dict[str, float] = {}
 
     def due(self, now_s: float) -> bool:
         return now_s - self._last >= self.interval_s
@@ -125,7 +126,10 @@ class ReplicaMetricsExporter:
             "follower_lag": max(0, fs.leader_log_end_offset - log.log_end_offset) if fs is not None and fs.leader_log_end_offset >= 0 else 0,
         }
         for name, gauge in self._gauges.items():
-            gauge.set(float(values[name]), tags=self._tags)
+            value = float(values[name])
+            if self._gauge_values.get(name) != value:  # an idle replica sets nothing
+                gauge.set(value, tags=self._tags)
+                self._gauge_values[name] = value
         for name, counter in self._counters.items():
             value = float(replica.metrics.get(name, 0))
             delta = value - self._exported.get(name, 0.0)
