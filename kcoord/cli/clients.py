@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import signal
 import sys
+import threading
 import time
 from typing import IO, Any
 
@@ -149,19 +151,30 @@ def consume(
         if partitions:
             consumer.assign([TopicPartition(topic, p) for p in sorted(set(partitions))])
     printed = _Printed()
+    # Ctrl-C is how an open-ended consume ends, not an error. It only raises a flag: a
+    # KeyboardInterrupt between writing a line and counting it (or committing it) would make
+    # the summary and the group's committed offset disagree with what reached stdout.
+    previous = signal.signal(signal.SIGINT, printed.interrupt) if threading.current_thread() is threading.main_thread() else None
     try:
         _consume_loop(consumer, group_id, max_messages, timeout_ms, print_key, print_offset, key_separator, env.stdout, printed)
-    except KeyboardInterrupt:  # Ctrl-C is how an open-ended consume ends: not an error
-        pass
     finally:
+        if previous is not None:
+            signal.signal(signal.SIGINT, previous)
         consumer.close()
     env.err.print(f"consumed {printed.count} records from {topic!r}" + (f" as group {group_id!r}" if group_id else ""))
 
 
 class _Printed:
-    """How many records reached stdout (kept outside the loop so Ctrl-C does not lose it)."""
+    """How many records reached stdout, and whether Ctrl-C asked the loop to stop."""
 
-    count = 0
+    def __init__(self) -> None:
+        self.count = 0
+        self.stopped = False
+
+    def interrupt(self, signum: int, frame: Any) -> None:
+        if self.stopped:  # a second Ctrl-C: the user insists
+            raise KeyboardInterrupt
+        self.stopped = True
 
 
 def _consume_loop(
@@ -180,7 +193,7 @@ def _consume_loop(
     from ..client.types import OffsetAndMetadata
 
     last_record = time.monotonic()
-    while max_messages is None or printed.count < max_messages:
+    while not printed.stopped and (max_messages is None or printed.count < max_messages):
         wait = 500 if timeout_ms is None else max(1, min(500, int(timeout_ms - (time.monotonic() - last_record) * 1000)))
         want = None if max_messages is None else max_messages - printed.count
         batch = consumer.poll(timeout_ms=wait, max_records=want)
