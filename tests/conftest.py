@@ -52,6 +52,30 @@ def kcluster(ray_session, tmp_path_factory):
     teardown(name, delete_data=True, address=None, data_dir=str(data_dir))
 
 
+@pytest.fixture(autouse=True)
+def _drop_topics_created_by_the_test(request):
+    """Delete the topics a test created on the shared ``kcluster`` once it is done.
+
+    Every partition is three replica actors that are heartbeaten and long-poll their
+    leader; left behind, hundreds of idle actors would eat the 2-core CI machine and slow
+    every later test. Deletion failures only warn: the test already has its verdict."""
+    if "kcluster" not in request.fixturenames:
+        yield
+        return
+    from kcoord.client.admin import Admin
+
+    admin = Admin(request.getfixturevalue("kcluster"))
+    before = set(admin.list_topics())
+    yield
+    try:
+        for topic in sorted(set(admin.list_topics()) - before):
+            admin.delete_topic(topic)
+    except Exception as exc:  # noqa: BLE001 - cleanup must not turn a pass into an error
+        import warnings
+
+        warnings.warn(f"could not delete the test's topics: {exc!r}")
+
+
 @pytest.fixture
 def topic_name(request) -> str:
     base = "".join(c if c.isalnum() else "-" for c in request.node.name)[:40]

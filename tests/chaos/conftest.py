@@ -1,5 +1,6 @@
 """One kcoord cluster for the chaos suite, separate from the integration tests' cluster
-because chaos kills its controller and coordinators."""
+because chaos kills its controller and coordinators. Module-scoped: torn down after each
+chaos file, so its actors do not load the machine for the rest of the run."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ CHAOS_CONTROLLER_CONFIG = {
 }
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def chaos_cluster(ray_session, tmp_path_factory):
     from cluster.deploy import deploy, teardown
 
