@@ -56,6 +56,24 @@ class Membership:
             return E.FENCED_INSTANCE_ID
         return E.NONE
 
+    def _generation_member(
+        self, group_id: str, member_id: str, group_instance_id: str | None, generation_id: int
+    ) -> tuple[GroupMetadata | None, int, str | None]:
+        """The checks SyncGroup and Heartbeat share: the group exists and is not being
+        deleted, the member is current (not fenced) and speaks for the current generation.
+        Returns ``(group, NONE, None)`` or ``(None, error, message)``."""
+        group = self._groups.get(group_id)
+        if group is None:
+            return None, E.UNKNOWN_MEMBER_ID, "the group does not exist"
+        if group.state == DEAD:
+            return None, E.COORDINATOR_NOT_AVAILABLE, "the group is being deleted"
+        error = self._member_error(group, member_id, group_instance_id)
+        if error != E.NONE:
+            return None, error, None
+        if generation_id != group.generation_id:
+            return None, E.ILLEGAL_GENERATION, f"generation {generation_id} is not the current {group.generation_id}"
+        return group, E.NONE, None
+
     # ======================================================================================
     # GroupHeartbeat / LeaveGroup / session expiry
     # ======================================================================================
@@ -64,19 +82,9 @@ class Membership:
         def answer(code: int, message: str | None = None) -> None:
             self._reply(token, GroupHeartbeatResponse(error_code=code, error_message=message))
 
-        group = self._groups.get(req.group_id)
+        group, error, message = self._generation_member(req.group_id, req.member_id, req.group_instance_id, req.generation_id)
         if group is None:
-            answer(E.UNKNOWN_MEMBER_ID, "the group does not exist")
-            return
-        if group.state == DEAD:
-            answer(E.COORDINATOR_NOT_AVAILABLE, "the group is being deleted")
-            return
-        error = self._member_error(group, req.member_id, req.group_instance_id)
-        if error != E.NONE:
-            answer(error)
-            return
-        if req.generation_id != group.generation_id:
-            answer(E.ILLEGAL_GENERATION, f"generation {req.generation_id} is not the current {group.generation_id}")
+            answer(error, message)
             return
         if group.state == EMPTY:
             answer(E.UNKNOWN_MEMBER_ID)

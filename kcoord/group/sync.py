@@ -30,19 +30,9 @@ class SyncPhase:
         def fail(code: int, message: str | None = None) -> None:
             self._reply(token, SyncGroupResponse(error_code=code, error_message=message))
 
-        group = self._groups.get(req.group_id)
+        group, error, message = self._generation_member(req.group_id, req.member_id, req.group_instance_id, req.generation_id)
         if group is None:
-            fail(E.UNKNOWN_MEMBER_ID, "the group does not exist")
-            return
-        if group.state == DEAD:
-            fail(E.COORDINATOR_NOT_AVAILABLE, "the group is being deleted")
-            return
-        error = self._member_error(group, req.member_id, req.group_instance_id)
-        if error != E.NONE:
-            fail(error)
-            return
-        if req.generation_id != group.generation_id:
-            fail(E.ILLEGAL_GENERATION, f"generation {req.generation_id} is not the current {group.generation_id}")
+            fail(error, message)
             return
         if (req.protocol_type is not None and req.protocol_type != group.protocol_type) or (
             req.protocol_name is not None and req.protocol_name != group.protocol
