@@ -52,19 +52,21 @@ def kcluster(ray_session, tmp_path_factory):
     teardown(name, delete_data=True, address=None, data_dir=str(data_dir))
 
 
-@pytest.fixture(autouse=True)
-def _drop_topics_created_by_the_test(request):
-    """Delete the topics a test created on the shared ``kcluster`` once it is done.
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_call(item):
+    """Delete the topics a test body created on the shared ``kcluster`` once it is done.
 
     Every partition is three replica actors that are heartbeaten and long-poll their
     leader; left behind, hundreds of idle actors would eat the 2-core CI machine and slow
-    every later test. Deletion failures only warn: the test already has its verdict."""
-    if "kcluster" not in request.fixturenames:
+    every later test. Only the test body's topics go: those of module-scoped fixtures are
+    shared with later tests. Deletion failures only warn: the test has its verdict."""
+    cluster = getattr(item, "funcargs", {}).get("kcluster")
+    if cluster is None:
         yield
         return
     from kcoord.client.admin import Admin
 
-    admin = Admin(request.getfixturevalue("kcluster"))
+    admin = Admin(cluster)
     before = set(admin.list_topics())
     yield
     try:
