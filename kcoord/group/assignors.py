@@ -23,7 +23,7 @@ order), so any leader computes the same assignment.
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import Any, Iterable, Protocol, Sequence
 
 from ..protocol.group import Assignment, Subscription
 
@@ -181,3 +181,41 @@ def get_assignor(name: str) -> Assignor:
         return ASSIGNORS[name]
     except KeyError:
         raise ValueError(f"unknown assignor {name!r}; known: {sorted(ASSIGNORS)}") from None
+
+
+# kafka-python's class names for the built-in assignors, accepted as aliases.
+_ASSIGNOR_ALIASES = {
+    "rangepartitionassignor": "range",
+    "roundrobinpartitionassignor": "roundrobin",
+    "stickypartitionassignor": "sticky",
+    "cooperativestickyassignor": "sticky",
+}
+
+
+def resolve_assignors(strategy: str | Assignor | Sequence[str | Assignor | type]) -> list[Assignor]:
+    """Assignors from kcoord names (``"range"``, ``"roundrobin"``, ``"sticky"``), kafka-python
+    class names (``"RangePartitionAssignor"``), or objects/classes with ``name`` and
+    ``assign``. Order is preference order."""
+    items: Iterable[Any] = [strategy] if isinstance(strategy, str) or hasattr(strategy, "assign") else strategy
+    out: list[Assignor] = []
+    for item in items:
+        if isinstance(item, str):
+            name = _ASSIGNOR_ALIASES.get(item.lower(), item.lower())
+            out.append(get_assignor(name))
+        elif isinstance(item, type):
+            name = getattr(item, "name", None) or item.__name__
+            name = _ASSIGNOR_ALIASES.get(str(name).lower(), str(name).lower())
+            try:
+                out.append(get_assignor(name))
+            except ValueError:
+                out.append(item())  # a user assignor class
+        elif hasattr(item, "assign") and hasattr(item, "name"):
+            out.append(item)
+        else:
+            raise ValueError(f"not an assignor: {item!r}")
+    if not out:
+        raise ValueError("partition_assignment_strategy needs at least one assignor")
+    names = [a.name for a in out]
+    if len(set(names)) != len(names):
+        raise ValueError(f"duplicate assignors in partition_assignment_strategy: {names}")
+    return out
