@@ -13,7 +13,8 @@ It holds no local disk state: the partition *is* its state. So the shell's dutie
 * **serve** the group APIs as msgpack bytes; malformed bytes get an error response.
 
 Group settings (Kafka's ``group.*``/``offsets.*`` broker configs) come from the constructor
-and may be overridden cluster-wide at runtime with :func:`configure_group_coordinators`;
+and may be overridden cluster-wide at runtime with
+:func:`actors.group_config.configure_group_coordinators` (deployment: ``actors.group_deploy``);
 overrides are kept in Ray's GCS key/value store so they survive actor restarts.
 """
 
@@ -21,7 +22,6 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import json
 import logging
 import os
 import time
@@ -31,7 +31,6 @@ from collections import deque
 from typing import Any, Callable, Mapping
 
 import ray
-from ray.util.metrics import Counter, Gauge
 
 from kcoord.client.cluster import ClusterClient
 from kcoord.group import GroupConfig, GroupCoordinatorState, Persist, Reply, decode_record
@@ -58,13 +57,13 @@ from kcoord.protocol.replication import FetchRequest, FetchResponse, ProduceRequ
 from kcoord.records import batches_info, build_batch_columns, iter_records
 
 from .calls import DEAD, CallFailed, Handles
+from .group_config import stored_config
+from .metrics import GroupMetricsExporter
 
 logger = logging.getLogger("kcoord.group")
 
 E = ErrorCode
 
-# Key of the cluster-wide group config overrides in the cluster's GCS KV namespace.
-CONFIG_KEY = "group-coordinator/config"
 _IDLE_WAKE_S = 1.0
 _METRICS_INTERVAL_S = 2.0
 # Records per merged append (keeps one produce request well below the batch size limits).
@@ -75,62 +74,6 @@ _RETRY_BACKOFF_S = 0.05
 
 def now_ms() -> int:
     return int(time.time() * 1000)
-
-
-def _kv_namespace(cluster: str) -> str:
-    return f"kcoord/{cluster}"
-
-
-def stored_config(cluster: str) -> dict[str, Any]:
-    """The runtime overrides saved by :func:`configure_group_coordinators` (or {})."""
-    from .gcs_store import GcsStore
-
-    raw = GcsStore(_kv_namespace(cluster)).get(CONFIG_KEY)
-    if not raw:
-        return {}
-    try:
-        value = json.loads(raw)
-        return dict(value) if isinstance(value, dict) else {}
-    except ValueError:
-        return {}
-
-
-class GroupMetricsExporter:
-    """Per-group gauges and counters through ``ray.util.metrics`` (lag is Admin's job: it
-    needs the log-end offsets of the consumed topics, which the coordinator does not track)."""
-
-    def __init__(self, cluster: str, index: int) -> None:
-        tags = ("cluster", "coordinator", "group")
-        self._base = {"cluster": cluster, "coordinator": str(index)}
-        self._members = Gauge("kcoord_group_members", "Members of a consumer group", tag_keys=tags)
-        self._generation = Gauge("kcoord_group_generation", "Current generation of a consumer group", tag_keys=tags)
-        self._rebalances = Counter("kcoord_group_rebalances_total", "Completed generations (rebalances) of a group", tag_keys=tags)
-        self._commits = Counter("kcoord_group_offset_commits_total", "Partition offsets committed by a group", tag_keys=tags)
-        self._loaded = Gauge(
-            "kcoord_group_coordinator_loaded", "1 once the coordinator replayed its partition", tag_keys=("cluster", "coordinator")
-        )
-        self._generations: dict[str, int] = {}
-
-    def _tags(self, group_id: str) -> dict[str, str]:
-        return {**self._base, "group": group_id}
-
-    def committed(self, group_id: str, partitions: int) -> None:
-        if partitions:
-            self._commits.inc(partitions, tags=self._tags(group_id))
-
-    def export(self, core: GroupCoordinatorState, loaded: bool) -> None:
-        self._loaded.set(1.0 if loaded else 0.0, tags=self._base)
-        for group_id in core.group_ids():
-            group = core.group(group_id)
-            if group is None:
-                continue
-            tags = self._tags(group_id)
-            self._members.set(float(len(group.members)), tags=tags)
-            self._generation.set(float(group.generation_id), tags=tags)
-            before = self._generations.get(group_id)
-            if before is not None and group.generation_id > before:
-                self._rebalances.inc(group.generation_id - before, tags=tags)
-            self._generations[group_id] = group.generation_id
 
 
 class GroupCoordinatorActor:
@@ -556,96 +499,15 @@ class GroupCoordinatorActor:
         return os.getpid()
 
 
-# ==========================================================================================
-# deployment
-# ==========================================================================================
+def __getattr__(name: str) -> Any:
+    """Deployment and configuration moved to ``group_deploy`` and ``group_config``; these
+    names stay importable from here (lazily: ``group_deploy`` imports this module)."""
+    if name in ("configure_group_coordinators", "CONFIG_KEY"):
+        from . import group_config
 
+        return getattr(group_config, name)
+    if name in ("deploy_group_coordinators", "offsets_topic_config", "RemoteGroupCoordinator"):
+        from . import group_deploy
 
-def offsets_topic_config(brokers: int) -> tuple[int, dict[str, Any]]:
-    """Replication factor and config of ``__consumer_offsets`` for a cluster of ``brokers``.
-
-    Retention is off: kcoord's log has no compaction yet, and deleting old segments would
-    delete committed offsets and group metadata."""
-    rf = min(3, brokers)
-    return rf, {"min.insync.replicas": min(2, rf), "retention.ms": -1, "retention.bytes": -1}
-
-
-def _ensure_offsets_topic(client: ClusterClient, count: int, timeout_s: float) -> None:
-    from kcoord.client.admin import Admin
-
-    admin = Admin(client)
-    rf, config = offsets_topic_config(len(client.brokers))
-    try:
-        admin.create_topic(OFFSETS_TOPIC, partitions=count, replication_factor=rf, config=config, timeout_ms=int(timeout_s * 1000))
-        return
-    except KafkaError as exc:
-        if exc.code != E.TOPIC_ALREADY_EXISTS:
-            raise
-    existing = len(client.topic(OFFSETS_TOPIC, refresh=True).partitions)
-    if existing != count:
-        raise KafkaError(
-            E.INVALID_PARTITIONS,
-            f"{OFFSETS_TOPIC} has {existing} partitions but {count} group coordinators were requested; "
-            f"the count cannot change once groups are placed",
-        )
-    admin.wait_for_leaders(OFFSETS_TOPIC, timeout_ms=int(timeout_s * 1000))
-
-
-RemoteGroupCoordinator = ray.remote(GroupCoordinatorActor)
-
-
-def deploy_group_coordinators(
-    client: ClusterClient,
-    count: int,
-    data_dir: str | None = None,
-    timeout_s: float = 120.0,
-    config: Mapping[str, Any] | None = None,
-) -> list[Any]:
-    """Create ``__consumer_offsets`` (``count`` partitions) if missing and the ``count``
-    coordinator actors (detached, restarted by Ray forever), and wait until each has loaded
-    its partition. ``config``: Kafka-named group settings (``group.initial.rebalance.delay.ms``...).
-    ``data_dir`` is accepted for symmetry with the replicas; coordinators keep no local files.
-    Idempotent: existing coordinators are reused."""
-    if count < 1:
-        raise ValueError(f"count must be >= 1, got {count}")
-    _ensure_offsets_topic(client, count, timeout_s)
-    handles = []
-    for i in range(count):
-        name = names.group_coordinator(client.name, i)
-        try:
-            handles.append(ray.get_actor(name, namespace=client.namespace))
-            continue
-        except ValueError:
-            pass
-        try:
-            handle = RemoteGroupCoordinator.options(
-                name=name,
-                namespace=client.namespace,
-                lifetime="detached",
-                num_cpus=0,
-                max_restarts=-1,
-                max_task_retries=0,
-                max_concurrency=10_000,
-            ).remote(client.name, i, count, client.namespace, dict(config or {}))
-        except ValueError:  # created concurrently
-            handle = ray.get_actor(name, namespace=client.namespace)
-        handles.append(handle)
-    ray.get([h.ready.remote() for h in handles], timeout=timeout_s)
-    return handles
-
-
-def configure_group_coordinators(client: ClusterClient, properties: Mapping[str, Any], timeout_s: float = 60.0) -> dict[str, int]:
-    """Change group settings of every coordinator of the cluster now and after restarts
-    (merged into earlier overrides; kept in Ray's GCS KV store). Returns the effective
-    config of coordinator 0. Unknown keys are ignored, bad values raise ValueError."""
-    from .gcs_store import GcsStore
-
-    merged = {**stored_config(client.name), **{str(k): v for k, v in properties.items()}}
-    GroupConfig.from_properties(merged)  # validate before storing
-    GcsStore(_kv_namespace(client.name)).put(CONFIG_KEY, json.dumps(merged).encode())
-    from kcoord.client.admin import Admin
-
-    count = Admin(client).describe_cluster()["group_coordinators"]
-    handles = [ray.get_actor(names.group_coordinator(client.name, i), namespace=client.namespace) for i in range(count)]
-    results = ray.get([h.reconfigure.remote(merged) for h in handles], timeout=timeout_s)
-    return results[0] if results else {}
+        return getattr(group_deploy, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -136,3 +136,41 @@ class ReplicaMetricsExporter:
             if delta > 0:
                 counter.inc(delta, tags=self._tags)
             self._exported[name] = value
+
+
+class GroupMetricsExporter:
+    """Per-group gauges and counters through ``ray.util.metrics`` (lag is Admin's job: it
+    needs the log-end offsets of the consumed topics, which the coordinator does not track)."""
+
+    def __init__(self, cluster: str, index: int) -> None:
+        tags = ("cluster", "coordinator", "group")
+        self._base = {"cluster": cluster, "coordinator": str(index)}
+        self._members = Gauge("kcoord_group_members", "Members of a consumer group", tag_keys=tags)
+        self._generation = Gauge("kcoord_group_generation", "Current generation of a consumer group", tag_keys=tags)
+        self._rebalances = Counter("kcoord_group_rebalances_total", "Completed generations (rebalances) of a group", tag_keys=tags)
+        self._commits = Counter("kcoord_group_offset_commits_total", "Partition offsets committed by a group", tag_keys=tags)
+        self._loaded = Gauge(
+            "kcoord_group_coordinator_loaded", "1 once the coordinator replayed its partition", tag_keys=("cluster", "coordinator")
+        )
+        self._generations: dict[str, int] = {}
+
+    def _tags(self, group_id: str) -> dict[str, str]:
+        return {**self._base, "group": group_id}
+
+    def committed(self, group_id: str, partitions: int) -> None:
+        if partitions:
+            self._commits.inc(partitions, tags=self._tags(group_id))
+
+    def export(self, core: Any, loaded: bool) -> None:
+        self._loaded.set(1.0 if loaded else 0.0, tags=self._base)
+        for group_id in core.group_ids():
+            group = core.group(group_id)
+            if group is None:
+                continue
+            tags = self._tags(group_id)
+            self._members.set(float(len(group.members)), tags=tags)
+            self._generation.set(float(group.generation_id), tags=tags)
+            before = self._generations.get(group_id)
+            if before is not None and group.generation_id > before:
+                self._rebalances.inc(group.generation_id - before, tags=tags)
+            self._generations[group_id] = group.generation_id

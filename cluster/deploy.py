@@ -195,7 +195,7 @@ def _kill_quietly(name: str, namespace: str) -> None:
 
 def _deploy_group_coordinators(client: ClusterClient, count: int, data_dir: str, timeout_s: float) -> None:
     try:
-        from actors.group_coordinator import deploy_group_coordinators
+        from actors.group_deploy import deploy_group_coordinators
     except ImportError:  # consumer groups not available in this build
         return
     deploy_group_coordinators(client, count, data_dir, timeout_s)

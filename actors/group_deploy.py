@@ -1,0 +1,89 @@
+"""Deploying a cluster's group coordinators and their ``__consumer_offsets`` topic."""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+import ray
+
+from kcoord.client.cluster import ClusterClient
+from kcoord.group.records import OFFSETS_TOPIC
+from kcoord.protocol import names
+from kcoord.protocol.errors import ErrorCode, KafkaError
+
+from .group_coordinator import GroupCoordinatorActor
+
+E = ErrorCode
+
+
+def offsets_topic_config(brokers: int) -> tuple[int, dict[str, Any]]:
+    """Replication factor and config of ``__consumer_offsets`` for a cluster of ``brokers``.
+
+    Retention is off: kcoord's log has no compaction yet, and deleting old segments would
+    delete committed offsets and group metadata."""
+    rf = min(3, brokers)
+    return rf, {"min.insync.replicas": min(2, rf), "retention.ms": -1, "retention.bytes": -1}
+
+
+def _ensure_offsets_topic(client: ClusterClient, count: int, timeout_s: float) -> None:
+    from kcoord.client.admin import Admin
+
+    admin = Admin(client)
+    rf, config = offsets_topic_config(len(client.brokers))
+    try:
+        admin.create_topic(OFFSETS_TOPIC, partitions=count, replication_factor=rf, config=config, timeout_ms=int(timeout_s * 1000))
+        return
+    except KafkaError as exc:
+        if exc.code != E.TOPIC_ALREADY_EXISTS:
+            raise
+    existing = len(client.topic(OFFSETS_TOPIC, refresh=True).partitions)
+    if existing != count:
+        raise KafkaError(
+            E.INVALID_PARTITIONS,
+            f"{OFFSETS_TOPIC} has {existing} partitions but {count} group coordinators were requested; "
+            f"the count cannot change once groups are placed",
+        )
+    admin.wait_for_leaders(OFFSETS_TOPIC, timeout_ms=int(timeout_s * 1000))
+
+
+RemoteGroupCoordinator = ray.remote(GroupCoordinatorActor)
+
+
+def deploy_group_coordinators(
+    client: ClusterClient,
+    count: int,
+    data_dir: str | None = None,
+    timeout_s: float = 120.0,
+    config: Mapping[str, Any] | None = None,
+) -> list[Any]:
+    """Create ``__consumer_offsets`` (``count`` partitions) if missing and the ``count``
+    coordinator actors (detached, restarted by Ray forever), and wait until each has loaded
+    its partition. ``config``: Kafka-named group settings (``group.initial.rebalance.delay.ms``...).
+    ``data_dir`` is accepted for symmetry with the replicas; coordinators keep no local files.
+    Idempotent: existing coordinators are reused."""
+    if count < 1:
+        raise ValueError(f"count must be >= 1, got {count}")
+    _ensure_offsets_topic(client, count, timeout_s)
+    handles = []
+    for i in range(count):
+        name = names.group_coordinator(client.name, i)
+        try:
+            handles.append(ray.get_actor(name, namespace=client.namespace))
+            continue
+        except ValueError:
+            pass
+        try:
+            handle = RemoteGroupCoordinator.options(
+                name=name,
+                namespace=client.namespace,
+                lifetime="detached",
+                num_cpus=0,
+                max_restarts=-1,
+                max_task_retries=0,
+                max_concurrency=10_000,
+            ).remote(client.name, i, count, client.namespace, dict(config or {}))
+        except ValueError:  # created concurrently
+            handle = ray.get_actor(name, namespace=client.namespace)
+        handles.append(handle)
+    ray.get([h.ready.remote() for h in handles], timeout=timeout_s)
+    return handles
