@@ -55,6 +55,7 @@ from .metrics import ReplicaMetricsExporter
 logger = logging.getLogger("kcoord.replica")
 
 _IDLE_WAKE_S = 1.0
+_LOCK_WAIT_S = 30.0  # a predecessor process still exiting holds the log directory lock
 
 
 def now_ms() -> int:
@@ -84,7 +85,9 @@ class ReplicaActor:
         self.directory = replica_dir(data_dir, topic, partition, broker)
         self.incarnation = uuid.uuid4().hex
         self.started_ms = now_ms()
-        log = Log(self.directory, LogConfig.from_topic_config(config), now_ms=self.started_ms)
+        # A restart can begin before the previous process of this replica has exited and
+        # dropped its lock on the directory; wait for that rather than fail the restart.
+        log = Log(self.directory, LogConfig.from_topic_config(config), now_ms=self.started_ms, lock_wait_s=_LOCK_WAIT_S)
         report = log.recovery_report
         self.node_id = ray.get_runtime_context().get_node_id()
         self.replica = Replica(

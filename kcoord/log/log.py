@@ -70,11 +70,15 @@ __all__ = ["Log", "SegmentInfo", "AppendInfo"]
 class Log(BaseLog):
     """A partition's log in ``directory``; opening it recovers from whatever a crash left."""
 
-    def __init__(self, directory: str | Path, config: LogConfig | None = None, *, now_ms: int | None = None) -> None:
+    def __init__(
+        self, directory: str | Path, config: LogConfig | None = None, *, now_ms: int | None = None, lock_wait_s: float = 0.0
+    ) -> None:
+        """``lock_wait_s``: how long to wait for another process's lock on ``directory`` to
+        go away (a predecessor still exiting) before failing with KAFKA_STORAGE_ERROR."""
         super().__init__(config if config is not None else LogConfig(), now_ms)
         self.directory = Path(directory)
         self.directory.mkdir(parents=True, exist_ok=True)
-        self._lock = DirectoryLock(self.directory)
+        self._lock = DirectoryLock(self.directory, wait_s=lock_wait_s)
         try:
             self._open()
         except BaseException:

@@ -704,3 +704,33 @@ def test_config_bad_values_name_the_key(key, value):
     with pytest.raises(KafkaError) as err:
         LogConfig.from_topic_config({key: value})
     assert err.value.code == ErrorCode.INVALID_CONFIG and key in str(err.value)
+
+
+def test_opening_waits_for_a_lock_holder_that_goes_away(tmp_path):
+    """A replica restarted by Ray may open its directory while the old process is still
+    exiting: with ``lock_wait_s`` the open succeeds once the lock is dropped."""
+    import subprocess
+    import sys
+
+    holder = subprocess.Popen(
+        [sys.executable, "-c", (
+            "import fcntl, os, sys, time\n"
+            f"fd = os.open({str(tmp_path / '.lock')!r}, os.O_RDWR | os.O_CREAT)\n"
+            "fcntl.flock(fd, fcntl.LOCK_EX)\n"
+            "print('locked', flush=True)\n"
+            "sys.stdin.readline()\n"
+        )],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+    )
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        with pytest.raises(KafkaError) as err:
+            Log(tmp_path, lock_wait_s=0.2)
+        assert err.value.code == ErrorCode.KAFKA_STORAGE_ERROR and "after waiting 0.2 s" in str(err.value)
+        holder.stdin.write("exit\n")
+        holder.stdin.flush()  # the holder exits while the next open is waiting
+        with Log(tmp_path, lock_wait_s=30) as log:
+            assert log.log_end_offset == 0
+    finally:
+        holder.kill()
+        holder.wait()
