@@ -101,8 +101,14 @@ class ClusterClient:
     def replica_name(self, topic: str, partition: int, broker: int) -> str:
         return names.replica(self.name, topic, partition, broker)
 
-    def replica(self, topic: str, partition: int, broker: int) -> Any:
-        return self.handle(self.replica_name(topic, partition, broker))
+    def replica(self, topic: str, partition: int, broker: int, fresh: bool = False) -> Any:
+        """The replica actor's handle. Handles are cached; a replica that the controller
+        *recreated* (not merely Ray-restarted) is a new actor, and a handle cached before that
+        keeps raising ActorDiedError: ``fresh=True`` looks the name up again."""
+        name = self.replica_name(topic, partition, broker)
+        if fresh:
+            self.forget(name)
+        return self.handle(name)
 
     # -- controller calls -------------------------------------------------------------------
     def call_controller(self, method: str, request: Message, response_type: type[R], timeout_ms: int | None = None) -> R:

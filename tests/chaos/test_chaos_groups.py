@@ -146,7 +146,7 @@ def test_group_invariants_under_coordinator_and_consumer_kills(chaos_cluster):
                     md = cluster.partition_metadata(topic, p, refresh=True)
                     if md.leader < 0:
                         continue
-                    handle = cluster.replica(topic, p, md.leader)
+                    handle = cluster.replica(topic, p, md.leader, fresh=True)
                 if how == "SIGKILL":
                     if target == "coordinator":
                         pid = ray.get(handle.pid.remote(), timeout=2)

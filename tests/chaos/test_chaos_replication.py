@@ -111,7 +111,7 @@ def kill_loop(cluster, rng: random.Random, kills: list[Kill], stop: threading.Ev
             if md.leader < 0:
                 continue
             broker = md.leader if target == "leader" else rng.choice([b for b in md.replicas if b != md.leader])
-            handle = cluster.replica(TOPIC, partition, broker)
+            handle = cluster.replica(TOPIC, partition, broker, fresh=True)
             if how == "SIGKILL":
                 os.kill(ray.get(handle.describe.remote(), timeout=2)["pid"], signal.SIGKILL)
             else:
@@ -134,7 +134,7 @@ def watch_loop(cluster, violations: list[str], leaders_seen: dict, stop: threadi
         for partition in range(PARTITIONS):
             try:
                 md = cluster.partition_metadata(TOPIC, partition, refresh=True)
-                refs = {b: cluster.replica(TOPIC, partition, b).describe.remote() for b in md.replicas}
+                refs = {b: cluster.replica(TOPIC, partition, b, fresh=True).describe.remote() for b in md.replicas}
             except Exception:
                 continue
             for broker, ref in refs.items():
@@ -156,7 +156,7 @@ def watch_loop(cluster, violations: list[str], leaders_seen: dict, stop: threadi
                 try:
                     start = max(info["log_start_offset"], info["high_watermark"] - 50)
                     req = FetchRequest(TOPIC, partition, start, max_bytes=1 << 20, max_wait_ms=0, current_leader_epoch=info["leader_epoch"])
-                    resp = FetchResponse.decode(ray.get(cluster.replica(TOPIC, partition, broker).fetch.remote(req.encode()), timeout=2))
+                    resp = FetchResponse.decode(ray.get(cluster.replica(TOPIC, partition, broker, fresh=True).fetch.remote(req.encode()), timeout=2))
                 except Exception:
                     continue
                 if resp.error_code == 0:
@@ -170,7 +170,7 @@ def healed(cluster) -> bool:
         md = cluster.partition_metadata(TOPIC, partition, refresh=True)
         if md.leader < 0 or len(md.isr) != 3:
             return False
-        infos = [ray.get(cluster.replica(TOPIC, partition, b).describe.remote(), timeout=5) for b in md.replicas]
+        infos = [ray.get(cluster.replica(TOPIC, partition, b, fresh=True).describe.remote(), timeout=5) for b in md.replicas]
         leader = [i for i in infos if i["role"] == "leader"]
         if len(leader) != 1 or any(i["log_end_offset"] != leader[0]["high_watermark"] for i in infos):
             return False
@@ -240,7 +240,7 @@ def test_no_acknowledged_write_lost_under_actor_kills(chaos_cluster):
     divergent = []
     for p in range(PARTITIONS):
         md = cluster.partition_metadata(TOPIC, p, refresh=True)
-        copies = [ray.get(cluster.replica(TOPIC, p, b).read_log.remote(0), timeout=60) for b in md.replicas]
+        copies = [ray.get(cluster.replica(TOPIC, p, b, fresh=True).read_log.remote(0), timeout=60) for b in md.replicas]
         if not all(c == copies[0] for c in copies):
             divergent.append(p)
 
@@ -248,10 +248,10 @@ def test_no_acknowledged_write_lost_under_actor_kills(chaos_cluster):
     epoch_problems = [f"partition {p} epoch {e} had leaders {sorted(b)}" for (p, e), b in leaders_seen.items() if len(b) > 1]
     for p in range(PARTITIONS):
         md = cluster.partition_metadata(TOPIC, p, refresh=True)
-        infos = [ray.get(cluster.replica(TOPIC, p, b).describe.remote(), timeout=5) for b in md.replicas]
+        infos = [ray.get(cluster.replica(TOPIC, p, b, fresh=True).describe.remote(), timeout=5) for b in md.replicas]
         if [i["broker"] for i in infos if i["role"] == "leader"] != [md.leader]:
             epoch_problems.append((p, "leaders", [(i["broker"], i["role"], i["leader_epoch"]) for i in infos]))
-        epochs = [h.leader_epoch for _, h in records.iter_headers(ray.get(cluster.replica(TOPIC, p, md.leader).read_log.remote(0)))]
+        epochs = [h.leader_epoch for _, h in records.iter_headers(ray.get(cluster.replica(TOPIC, p, md.leader, fresh=True).read_log.remote(0)))]
         if epochs != sorted(epochs):
             epoch_problems.append((p, "batch epochs decrease"))
 

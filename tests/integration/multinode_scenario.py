@@ -198,7 +198,7 @@ def scenario(rc: Cluster, workers: list) -> dict:
                 md = cluster.partition_metadata(TOPIC, p, refresh=True)
                 if md.leader in (-1, victim_broker):
                     return False
-                info = ray.get(cluster.replica(TOPIC, p, md.leader).describe.remote(), timeout=10)
+                info = ray.get(cluster.replica(TOPIC, p, md.leader, fresh=True).describe.remote(), timeout=10)
                 if info["role"] != "leader" or info["leader_epoch"] != md.leader_epoch:
                     return False
             return True

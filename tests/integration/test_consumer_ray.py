@@ -123,7 +123,7 @@ def test_latest_starts_at_the_high_watermark_and_long_poll_wakes_up(kcluster, ma
             result["records"] = c.poll(timeout_ms=20_000)
             result["took"] = time.monotonic() - start
 
-        leader = kcluster.replica(topic, 0, kcluster.partition_metadata(topic, 0).leader)
+        leader = kcluster.replica(topic, 0, kcluster.partition_metadata(topic, 0).leader, fresh=True)
         t = threading.Thread(target=poller)
         t.start()
         wait_until(lambda: ray.get(leader.describe.remote())["parked_fetches"]["consumers"] >= 1, timeout=20, what="the poll's fetch to park at the leader")
@@ -250,7 +250,7 @@ def test_reads_through_a_leader_failover(kcluster, make_topic):
     c = Consumer(topic, cluster=kcluster, auto_offset_reset="earliest", fetch_max_wait_ms=200)
     got = [r.value for r in drain(c, 200)]
     md = kcluster.partition_metadata(topic, 0, refresh=True)
-    ray.kill(kcluster.replica(topic, 0, md.leader), no_restart=False)
+    ray.kill(kcluster.replica(topic, 0, md.leader, fresh=True), no_restart=False)
     p.send_batch(topic, values=[b"b-%04d" % i for i in range(500)])  # retries until the new leader takes them
     got += [r.value for r in drain(c, 1000 - len(got), timeout=120)]
     assert got == [b"a-%04d" % i for i in range(500)] + [b"b-%04d" % i for i in range(500)]

@@ -19,14 +19,14 @@ pytestmark = pytest.mark.ray
 
 
 def describe(cluster, topic, broker):
-    return ray.get(cluster.replica(topic, 0, broker).describe.remote(), timeout=30)
+    return ray.get(cluster.replica(topic, 0, broker, fresh=True).describe.remote(), timeout=30)
 
 
 def produce(cluster, topic, values, acks=-1, broker=None) -> ProduceResponse:
     data = records.build_batch_columns(values)
     if broker is None:
         return cluster.call_leader(topic, 0, "produce", lambda e: ProduceRequest(topic, 0, data, acks=acks, current_leader_epoch=e), ProduceResponse)
-    raw = ray.get(cluster.replica(topic, 0, broker).produce.remote(ProduceRequest(topic, 0, data, acks=acks).encode()), timeout=30)
+    raw = ray.get(cluster.replica(topic, 0, broker, fresh=True).produce.remote(ProduceRequest(topic, 0, data, acks=acks).encode()), timeout=30)
     return ProduceResponse.decode(raw)
 
 
@@ -81,7 +81,7 @@ def test_deposed_leader_restarts_and_truncates_its_unreplicated_tail(kcluster, t
     wait_until(lambda: describe(kcluster, topic_name, md.leader)["role"] == "follower", timeout=60, what="old leader back as follower")
 
     def logs_equal():
-        logs = [ray.get(kcluster.replica(topic_name, 0, b).read_log.remote(0)) for b in md.replicas]
+        logs = [ray.get(kcluster.replica(topic_name, 0, b, fresh=True).read_log.remote(0)) for b in md.replicas]
         return logs[0] == logs[1] == logs[2] and logs
 
     logs = wait_until(logs_equal, timeout=60, what="all replicas identical")
@@ -116,7 +116,7 @@ def test_dead_follower_leaves_isr_is_recreated_and_rejoins(kcluster, topic_name)
     follower = [b for b in md.replicas if b != md.leader][0]
     before = admin.describe_cluster()["metrics"]
     old = describe(kcluster, topic_name, follower)
-    ray.kill(kcluster.replica(topic_name, 0, follower), no_restart=True)
+    ray.kill(kcluster.replica(topic_name, 0, follower, fresh=True), no_restart=True)
     kcluster.forget(kcluster.replica_name(topic_name, 0, follower))
     wait_until(lambda: follower not in kcluster.partition_metadata(topic_name, 0, refresh=True).isr, timeout=30, what="ISR shrink")
     assert produce(kcluster, topic_name, [b"while-away"]).error_code == 0
@@ -138,7 +138,7 @@ def test_leadership_returns_to_preferred_replica(kcluster, topic_name):
     md = kcluster.partition_metadata(topic_name, 0, refresh=True)
     preferred = md.replicas[0]
     assert md.leader == preferred
-    ray.kill(kcluster.replica(topic_name, 0, preferred), no_restart=False)
+    ray.kill(kcluster.replica(topic_name, 0, preferred, fresh=True), no_restart=False)
     wait_until(lambda: kcluster.partition_metadata(topic_name, 0, refresh=True).leader not in (-1, preferred), timeout=30, what="failover")
     # once the preferred replica is back in the ISR, the controller moves leadership home
     moved = wait_until(lambda: (m := single_leader(kcluster, topic_name)) and m.leader == preferred and m, timeout=60, what="preferred leader election")
@@ -153,7 +153,7 @@ def test_coordinator_killed_mid_election_leaves_exactly_one_leader(kcluster, top
     assert produce(kcluster, topic_name, [b"v%d" % i for i in range(10)]).error_code == 0
     epoch_before = ray.get(kcluster.controller.ready.remote())
     controller_pid = ray.get(kcluster.controller.pid.remote())
-    leader = kcluster.replica(topic_name, 0, md.leader)
+    leader = kcluster.replica(topic_name, 0, md.leader, fresh=True)
     if controller_first:
         os.kill(controller_pid, signal.SIGKILL)
         ray.kill(leader, no_restart=False)

@@ -325,7 +325,7 @@ def test_the_same_produce_request_twice_is_a_duplicate(kcluster, make_topic):
     topic = make_topic()
     batch = records.build_batch_columns([b"a", b"b"], producer_id=8_000_001, producer_epoch=0, base_sequence=0)
     md = kcluster.partition_metadata(topic, 0, refresh=True)
-    leader = kcluster.replica(topic, 0, md.leader)
+    leader = kcluster.replica(topic, 0, md.leader, fresh=True)
     req = ProduceRequest(topic, 0, batch, acks=-1).encode()
     r1 = ProduceResponse.decode(ray.get(leader.produce.remote(req), timeout=60))
     r2 = ProduceResponse.decode(ray.get(leader.produce.remote(req), timeout=60))
@@ -359,7 +359,7 @@ def test_leader_killed_during_sends_every_acked_record_once_in_order(kcluster, m
     t.start()
     try:
         wait_until(lambda: len(acked) > 300, timeout=60, what="some records acknowledged")
-        ray.kill(kcluster.replica(topic, 0, md0.leader), no_restart=False)
+        ray.kill(kcluster.replica(topic, 0, md0.leader, fresh=True), no_restart=False)
         wait_until(lambda: kcluster.partition_metadata(topic, 0, refresh=True).leader not in (-1, md0.leader), timeout=60, what="a new leader")
         before = len(acked)
         wait_until(lambda: len(acked) > before + 300, timeout=60, what="records acknowledged by the new leader")
@@ -382,7 +382,7 @@ def test_leader_killed_during_sends_every_acked_record_once_in_order(kcluster, m
 def test_delivery_timeout_fails_the_batch_and_the_producer_recovers(kcluster, make_topic):
     topic = make_topic()
     md = kcluster.partition_metadata(topic, 0, refresh=True)
-    pid = ray.get(kcluster.replica(topic, 0, md.leader).describe.remote(), timeout=30)["pid"]
+    pid = ray.get(kcluster.replica(topic, 0, md.leader, fresh=True).describe.remote(), timeout=30)["pid"]
     p = Producer(kcluster, delivery_timeout_ms=1000, request_timeout_ms=400, linger_ms=0)
     assert p.send(topic, b"first").get(30).offset == 0
     os.kill(pid, signal.SIGSTOP)

@@ -19,7 +19,7 @@ pytestmark = pytest.mark.ray
 
 def leader_of(cluster, topic, partition=0):
     p = cluster.partition_metadata(topic, partition, refresh=True)
-    return p, cluster.replica(topic, partition, p.leader)
+    return p, cluster.replica(topic, partition, p.leader, fresh=True)
 
 
 def produce_raw(handle, topic, data, acks=-1, epoch=-1, timeout_ms=10_000, partition=0) -> ProduceResponse:
@@ -50,7 +50,7 @@ def test_acks_all_rf3_bytes_identical_on_every_replica(kcluster, topic_name):
     assert got[123].value == b"rec-2-23" and got[123].key == b"k23"
 
     def all_replicas_have_everything():
-        logs = [ray.get(kcluster.replica(topic_name, 0, b).read_log.remote(0)) for b in p.replicas]
+        logs = [ray.get(kcluster.replica(topic_name, 0, b, fresh=True).read_log.remote(0)) for b in p.replicas]
         return all(len(list(records.iter_headers(x))) == 20 for x in logs) and logs
 
     logs = wait_until(all_replicas_have_everything, what="followers to catch up")
@@ -71,7 +71,7 @@ def test_leader_killed_new_leader_from_isr_fences_stale_epoch(kcluster, topic_na
 
     md = wait_until(new_leader, timeout=20, what="a new leader")
     assert md.leader_epoch > p.leader_epoch and md.leader in p.isr
-    new = kcluster.replica(topic_name, 0, md.leader)
+    new = kcluster.replica(topic_name, 0, md.leader, fresh=True)
     wait_until(lambda: ray.get(new.describe.remote())["role"] == "leader", timeout=10, what="new leader to take over")
     # the acked batch survived (visible once the new ISR has fetched at the new epoch);
     # a request carrying the old epoch is fenced
@@ -82,8 +82,8 @@ def test_leader_killed_new_leader_from_isr_fences_stale_epoch(kcluster, topic_na
     assert stale.error_code == ErrorCode.FENCED_LEADER_EPOCH
     assert produce_raw(new, topic_name, batch, epoch=p.leader_epoch).error_code == ErrorCode.FENCED_LEADER_EPOCH
     # the old leader comes back as a follower of the new epoch
-    wait_until(lambda: ray.get(kcluster.replica(topic_name, 0, p.leader).describe.remote())["role"] == "follower", timeout=30, what="old leader to rejoin as follower")
-    old = kcluster.replica(topic_name, 0, p.leader)
+    wait_until(lambda: ray.get(kcluster.replica(topic_name, 0, p.leader, fresh=True).describe.remote())["role"] == "follower", timeout=30, what="old leader to rejoin as follower")
+    old = kcluster.replica(topic_name, 0, p.leader, fresh=True)
     assert produce_raw(old, topic_name, batch).error_code == ErrorCode.NOT_LEADER_OR_FOLLOWER
 
 
@@ -92,7 +92,7 @@ def test_isr_shrinks_when_follower_paused_hw_stops_then_expands(kcluster, topic_
     admin.create_topic(topic_name, partitions=1, replication_factor=3, config={"replica.lag.time.max.ms": 1500})
     p, leader = leader_of(kcluster, topic_name)
     slow = p.replicas[-1] if p.replicas[-1] != p.leader else p.replicas[1]
-    slow_handle = kcluster.replica(topic_name, 0, slow)
+    slow_handle = kcluster.replica(topic_name, 0, slow, fresh=True)
     pid = ray.get(slow_handle.describe.remote())["pid"]
     batch = records.build_batch_columns([b"v%d" % i for i in range(10)])
     assert produce_raw(leader, topic_name, batch).error_code == 0
@@ -117,7 +117,7 @@ def test_isr_shrinks_when_follower_paused_hw_stops_then_expands(kcluster, topic_
 def test_bad_input_gets_kafka_errors_and_actor_stays_healthy(kcluster, topic_name):
     Admin(kcluster).create_topic(topic_name, partitions=1, replication_factor=3, config={"max.message.bytes": 10_000})
     p, leader = leader_of(kcluster, topic_name)
-    follower = kcluster.replica(topic_name, 0, [b for b in p.replicas if b != p.leader][0])
+    follower = kcluster.replica(topic_name, 0, [b for b in p.replicas if b != p.leader][0], fresh=True)
     good = records.build_batch_columns([b"ok"])
     assert produce_raw(follower, topic_name, good).error_code == ErrorCode.NOT_LEADER_OR_FOLLOWER
     big = records.build_batch_columns([os.urandom(20_000)])
