@@ -82,7 +82,7 @@ def test_leader_killed_new_leader_from_isr_fences_stale_epoch(kcluster, topic_na
     assert stale.error_code == ErrorCode.FENCED_LEADER_EPOCH
     assert produce_raw(new, topic_name, batch, epoch=p.leader_epoch).error_code == ErrorCode.FENCED_LEADER_EPOCH
     # the old leader comes back as a follower of the new epoch
-    wait_until(lambda: ray.get(kcluster.replica(topic_name, 0, p.leader, fresh=True).describe.remote())["role"] == "follower", timeout=30, what="old leader to rejoin as follower")
+    wait_until(lambda: ray.get(kcluster.replica(topic_name, 0, p.leader, fresh=True).describe.remote())["role"] == "follower", timeout=120, what="old leader to rejoin as follower")
     old = kcluster.replica(topic_name, 0, p.leader, fresh=True)
     assert produce_raw(old, topic_name, batch).error_code == ErrorCode.NOT_LEADER_OR_FOLLOWER
 
