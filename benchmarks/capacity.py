@@ -90,6 +90,7 @@ def idle_cpu(seconds: float) -> float:
 
 
 def tree_memory() -> dict:
+    """Bytes held by this process tree (Ray, the controller, every replica)."""
     rss = uss = 0
     for proc in tree():
         try:
@@ -99,6 +100,10 @@ def tree_memory() -> dict:
         except psutil.Error:
             pass
     return {"rss_bytes": rss, "uss_bytes": uss}
+
+
+def mib(memory: dict) -> dict:
+    return {k.replace("_bytes", "_mib"): round(v / 2**20) for k, v in memory.items()}
 
 
 def process_memory(pids: list[int]) -> dict:
@@ -179,7 +184,7 @@ def main() -> None:
         results["baseline"] = {
             "bare_actor": process_memory(bare_pids),
             "idle_cpu_cores_no_partitions": round(baseline_idle, 3),
-            "tree_memory_no_partitions_mib": {k: round(v / 2**20) for k, v in tree_memory().items()},
+            "tree_memory_no_partitions_mib": mib(tree_memory()),
         }
         base_memory = tree_memory()
         for b in bare:
@@ -228,7 +233,7 @@ def main() -> None:
                 "under_replicated": metrics["under_replicated_partitions"],
                 "offline": metrics["offline_partitions"],
                 "replica_memory": process_memory([i["pid"] for i in infos]),
-                "tree_memory_mib": {k: round(v / 2**20) for k, v in tree_memory().items()},
+                "tree_memory_mib": mib(tree_memory()),
             }
             problems = []
             if not ok:

@@ -95,7 +95,7 @@ def main() -> None:
     start_local_ray()
     name = f"bench-failover-{os.getpid()}"
     client = deploy(name, brokers=3, group_coordinators=0, address=None, controller_config={"heartbeat_interval_ms": 100})
-    result: dict = {"benchmark": "failover", "quick": args.quick, "kills": kills, "offered_records_per_s": args.rate, "load_average_at_start": [round(x, 1) for x in os.getloadavg()]}
+    result: dict = {"benchmark": "failover", "quick": args.quick, "controller_config": {"heartbeat_interval_ms": 100}, "kills": kills, "offered_records_per_s": args.rate, "load_average_at_start": [round(x, 1) for x in os.getloadavg()]}
     try:
         baseline = ray_restart_samples(restarts)
         Admin(client).create_topic(TOPIC, partitions=1, replication_factor=3, config={"min.insync.replicas": 2})

@@ -40,13 +40,13 @@ from kcoord.bench.stats import ratio, summary  # noqa: E402
 VALUE = 100
 PARTITIONS = 3
 LINGER_MS = 1
-STAMP = struct.Struct("<qi")  # send time (ns since the epoch), phase
-PAD = b"x" * (VALUE - STAMP.size)
+STAMP = "<qi"  # send time (ns since the epoch), phase; a format, not a Struct: actors pickle it
+PAD = b"x" * (VALUE - struct.calcsize(STAMP))
 TICK_S = 0.001
 
 
 def stamped(phase: int) -> bytes:
-    return STAMP.pack(time.time_ns(), phase) + PAD
+    return struct.pack(STAMP, time.time_ns(), phase) + PAD
 
 
 class LogReader:
@@ -69,7 +69,7 @@ class LogReader:
         return True
 
     def consume(self, phase: int, count: int, timeout_s: float) -> list[float]:
-        unpack, out = STAMP.unpack_from, []
+        unpack, out = struct.Struct(STAMP).unpack_from, []
         deadline = time.monotonic() + timeout_s
         while len(out) < count and time.monotonic() < deadline:
             polled = self.consumer.poll_columns(timeout_ms=100)
@@ -94,7 +94,7 @@ class QueueReader:
     def consume(self, phase: int, count: int, timeout_s: float) -> list[float]:
         from ray.util.queue import Empty
 
-        unpack, out = STAMP.unpack_from, []
+        unpack, out = struct.Struct(STAMP).unpack_from, []
         deadline = time.monotonic() + timeout_s
         while len(out) < count and time.monotonic() < deadline:
             try:

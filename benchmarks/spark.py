@@ -103,7 +103,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="small sizes (< 2 min)")
     parser.add_argument("--out", help="also write the JSON here")
-    parser.add_argument("--rows", type=int, default=None, help="rows per run (default 1M; 200k with --quick)")
+    parser.add_argument("--rows", type=int, default=None, help="rows per run (default 1M; 100k with --quick)")
     parser.add_argument("--repeats", type=int, default=None, help="runs per case (default 5; 1 with --quick)")
     parser.add_argument("--spark-partitions", type=int, default=4, help="partitions of the written DataFrame")
     parser.add_argument("--executors", type=int, default=2)
@@ -112,7 +112,7 @@ def main() -> None:
     args = parser.parse_args()
     if args.warmup is None:
         args.warmup = not args.quick
-    n = args.rows or (200_000 if args.quick else 1_000_000)
+    n = args.rows or (100_000 if args.quick else 1_000_000)
     repeats = args.repeats or (1 if args.quick else 5)
 
     import ray

@@ -12,6 +12,7 @@ import math
 from typing import Any, Iterable
 
 from . import figures
+from .results import result
 from .targets import evaluate
 
 BEGIN = "<!-- bench:begin -->"
@@ -132,7 +133,8 @@ def consumer_section(doc: dict) -> str:
     if rows is None:
         return "### Consumer throughput\n\nnot measured (client failed or did not run)"
     out = [(r.case, rate(r.records_per_s), r.baseline, rate(r.baseline_records_per_s), times(r.ratio)) for r in rows]
-    return "### Consumer throughput (6 partitions, RF=3)\n\n" + table(("case", "rec/s", "baseline", "baseline rec/s", "ratio"), out)
+    parts = (result(doc, "client") or {}).get("partitions", "?")
+    return f"### Consumer throughput ({parts} partitions, RF=3)\n\n" + table(("case", "rec/s", "baseline", "baseline rec/s", "ratio"), out)
 
 
 def failover_section(doc: dict) -> str:
@@ -144,7 +146,8 @@ def failover_section(doc: dict) -> str:
         ("baseline: Ray restarts a plain actor", len(f.baseline_samples_ms), num(f.baseline_p50_ms, 0), num(f.baseline_p99_ms, 0), num(max(f.baseline_samples_ms) if f.baseline_samples_ms else None, 0)),
     ]
     tail = f"Acknowledged records lost: **{f.lost}**. p50 kcoord / baseline: {times(f.ratio_p50_vs_baseline)}."
-    return "### Failover (acks=all, RF=3, 5k rec/s offered)\n\n" + table(("", "kills", "p50 ms", "p99 ms", "max ms"), rows) + "\n\n" + tail
+    offered = rate((result(doc, "failover") or {}).get("offered_records_per_s"))
+    return f"### Failover (acks=all, RF=3, {offered} rec/s offered)\n\n" + table(("", "kills", "p50 ms", "p99 ms", "max ms"), rows) + "\n\n" + tail
 
 
 def rebalance_section(doc: dict) -> str:
