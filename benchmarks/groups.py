@@ -275,7 +275,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=None)
     args = parser.parse_args()
     repeats = args.repeats or (3 if args.quick else 7)
-    commit_seconds = 2.0 if args.quick else 5.0
+    commit_seconds = 1.0 if args.quick else 5.0
     partitions = QUICK_PARTITIONS if args.quick else PARTITIONS
 
     import ray

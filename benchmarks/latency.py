@@ -145,11 +145,11 @@ def run_phase(reader, phase: int, rate: int, seconds: float, emit: Callable[[int
 
 def main() -> None:
     parser = script.parser(__doc__)
-    parser.add_argument("--seconds", type=float, default=None, help="length of each load phase (default 10, 2 with --quick)")
+    parser.add_argument("--seconds", type=float, default=None, help="length of each load phase (default 10, 1.5 with --quick)")
     parser.add_argument("--loads", default="1000,10000,50000", help="offered loads, records/s")
     args = parser.parse_args()
     started = time.perf_counter()
-    seconds = args.seconds or (2.0 if args.quick else 10.0)
+    seconds = args.seconds or (1.5 if args.quick else 10.0)
     loads = [int(x) for x in args.loads.split(",") if x]
 
     import kcoord
