@@ -13,6 +13,9 @@ just before ``send()`` and the phase number). A consumer in another process (a R
 the same machine, so the same clock) polls the topic (``poll_columns``); a record's latency
 is the time its poll returned it minus the time in its value. The achieved send rate is
 reported next to the offered one: on a busy 2-core machine the producer may fall behind.
+``ack_latency_ms`` (every 10th record) is send() -> the producer's acknowledgement (the
+high watermark passed the record): the part of the end-to-end time spent before a
+consumer can be told.
 
 Baseline ``queue``: the same pacing puts each tick's records into a
 ``ray.util.queue.Queue`` (``put_nowait_batch``) and a consumer actor takes them out
@@ -24,6 +27,7 @@ Ratios are kcoord / queue (lower is better for kcoord). Prints JSON.
 
 from __future__ import annotations
 
+import itertools
 import struct
 import sys
 import time
@@ -43,6 +47,7 @@ LINGER_MS = 1
 STAMP = "<qi"  # send time (ns since the epoch), phase; a format, not a Struct: actors pickle it
 PAD = b"x" * (VALUE - struct.calcsize(STAMP))
 TICK_S = 0.001
+ACK_SAMPLE_EVERY = 10  # records whose acknowledgement time is also recorded
 
 
 def stamped(phase: int) -> bytes:
@@ -182,10 +187,19 @@ def main() -> None:
         try:
             producer.send(topic, stamped(-1)).get(60)
 
+            acks: list[float] = []
+            counter = itertools.count()
+
+            def acked(sent_ns: int, _meta) -> None:
+                acks.append((time.time_ns() - sent_ns) / 1e6)
+
             def kcoord_emit(k: int) -> None:
                 send = producer.send
                 for _ in range(k):
-                    send(topic, stamped(phase))
+                    value = stamped(phase)
+                    future = send(topic, value)
+                    if next(counter) % ACK_SAMPLE_EVERY == 0:
+                        future.add_callback(acked, struct.unpack_from(STAMP, value)[0])
 
             def queue_emit(k: int) -> None:
                 queue.put_nowait_batch([stamped(phase) for _ in range(k)])
@@ -198,7 +212,9 @@ def main() -> None:
             out = []
             for rate in loads:
                 phase += 1
+                acks.clear()
                 row = run_phase(reader, phase, rate, seconds, kcoord_emit, lambda: producer.flush(60))
+                row["ack_latency_ms"] = summary(acks)
                 phase += 1
                 row["baseline_queue"] = run_phase(queue_reader, phase, rate, seconds, queue_emit, lambda: None)
                 lat, base = row["latency_ms"], row["baseline_queue"]["latency_ms"]

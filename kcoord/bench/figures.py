@@ -71,6 +71,8 @@ class LatencyRow:
     queue_p999: float | None
     queue_achieved: float | None
     ratio_p99_vs_queue: float | None
+    ack_p50: float | None = None  # send() -> acknowledged (sampled)
+    ack_p99: float | None = None
 
 
 def latency(doc: dict) -> list[LatencyRow] | None:
@@ -94,6 +96,8 @@ def latency(doc: dict) -> list[LatencyRow] | None:
                 queue_p999=base.get("p999"),
                 queue_achieved=_get(load, "baseline_queue", "achieved_records_per_s"),
                 ratio_p99_vs_queue=_get(load, "ratios_vs_queue", "p99"),
+                ack_p50=_get(load, "ack_latency_ms", "p50"),
+                ack_p99=_get(load, "ack_latency_ms", "p99"),
             )
         )
     return rows

@@ -119,12 +119,13 @@ def latency_section(doc: dict) -> str:
             num(r.p50, 2),
             num(r.p99, 2),
             num(r.p999, 2),
+            f"{num(r.ack_p50, 2)} / {num(r.ack_p99, 2)}",
             f"{num(r.queue_p50, 2)} / {num(r.queue_p99, 2)} / {num(r.queue_p999, 2)}",
             times(r.ratio_p99_vs_queue),
         )
         for r in rows
     ]
-    head = ("offered rec/s", "achieved", "received", "p50 ms", "p99 ms", "p99.9 ms", "Ray queue p50/p99/p99.9 ms", "p99 vs queue")
+    head = ("offered rec/s", "achieved", "received", "p50 ms", "p99 ms", "p99.9 ms", "acked p50/p99 ms", "Ray queue p50/p99/p99.9 ms", "p99 vs queue")
     return "### End-to-end latency (acks=all, RF=3, send() paced, consumer in another process)\n\n" + table(head, out)
 
 

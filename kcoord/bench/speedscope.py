@@ -10,23 +10,32 @@ from dataclasses import dataclass
 from pathlib import Path
 
 
+# Functions that wait rather than work: the asyncio loop's selector, and the main thread of
+# a Ray actor, which sits in the core worker's task loop (native code, so py-spy cannot
+# tell it is blocked) while an async actor's requests run on the event loop thread.
+IDLE = ("select", "epoll_wait", "poll", "main_loop")
+
+
 @dataclass
 class Cost:
-    function: str  # "name (file:line)"
-    self_share: float  # of all samples
+    function: str  # "name (file)"
+    self_share: float  # of the samples counted
     total_share: float
 
 
 def frame_label(frame: dict) -> str:
-    file = Path(frame.get("file") or "?").name
-    line = frame.get("line")
-    return f"{frame.get('name', '?')} ({file}{':' + str(line) if line else ''})"
+    """py-spy names a frame per line; costs are added up per function."""
+    return f"{frame.get('name', '?')} ({Path(frame.get('file') or '?').name})"
 
 
-def top_costs(profile: dict, limit: int = 15, idle: tuple[str, ...] = ("select", "epoll_wait", "poll", "_run_once")) -> tuple[list[Cost], int]:
+def is_idle(frame: dict, idle: tuple[str, ...] = IDLE) -> bool:
+    return str(frame.get("name", "")).rsplit(".", 1)[-1] in idle
+
+
+def top_costs(profile: dict, limit: int = 15, idle: tuple[str, ...] = IDLE) -> tuple[list[Cost], int]:
     """The ``limit`` costliest functions by self time over every thread's samples, and the
-    number of samples counted. Samples whose top frame is an idle wait (the event loop
-    polling, a thread blocked in select) are left out: they are not work."""
+    number of samples counted. Samples whose top frame is an idle wait are left out: they
+    are not work."""
     frames = profile["shared"]["frames"]
     self_w: Counter[str] = Counter()
     total_w: Counter[str] = Counter()
@@ -37,7 +46,7 @@ def top_costs(profile: dict, limit: int = 15, idle: tuple[str, ...] = ("select",
             if not stack:
                 continue
             top = frames[stack[-1]]
-            if top.get("name") in idle:
+            if is_idle(top, idle):
                 continue
             samples += 1
             counted += weight
