@@ -35,6 +35,7 @@ steps) to half the cores. Prints JSON.
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from pathlib import Path
@@ -79,14 +80,30 @@ def tree_cpu() -> dict[int, float]:
     return out
 
 
-def idle_cpu(seconds: float) -> float:
-    """Cores used by this process tree (Ray and every actor) over ``seconds`` of idling."""
+def idle_cpu(seconds: float) -> dict[int, float]:
+    """Cores used by each process of this tree (Ray and every actor) over ``seconds`` of
+    idling."""
     before = tree_cpu()
     start = time.perf_counter()
     time.sleep(seconds)  # measuring idle cost: nothing to wait for, the time is the point
     took = time.perf_counter() - start
     after = tree_cpu()
-    return sum(max(0.0, c - before.get(pid, 0.0)) for pid, c in after.items()) / took
+    return {pid: max(0.0, c - before.get(pid, 0.0)) / took for pid, c in after.items()}
+
+
+def by_kind(per_pid: dict[int, float], kinds: dict[int, str]) -> dict[str, float]:
+    """Idle cores split by what the process is: where an idle cluster's CPU goes."""
+    out: dict[str, float] = {}
+    for pid, cores in per_pid.items():
+        kind = kinds.get(pid)
+        if kind is None:
+            try:
+                name = psutil.Process(pid).name()
+            except psutil.Error:
+                name = ""
+            kind = "ray_daemons" if any(d in name for d in ("raylet", "gcs_server")) else "other"
+        out[kind] = round(out.get(kind, 0.0) + cores, 3)
+    return dict(sorted(out.items()))
 
 
 def tree_memory() -> dict:
@@ -180,10 +197,14 @@ def main() -> None:
         results["setup_seconds"] = round(budget_start - started, 1)
         bare = [ray.remote(BareActor).options(num_cpus=0).remote() for _ in range(3)]
         bare_pids = ray.get([b.pid.remote() for b in bare])
-        baseline_idle = idle_cpu(idle_s)
+        controller_pid = ray.get(cluster.controller.pid.remote(), timeout=60)
+        kinds = {os.getpid(): "driver", controller_pid: "controller"}
+        baseline_cpu = idle_cpu(idle_s)
+        baseline_idle = sum(baseline_cpu.values())
         results["baseline"] = {
             "bare_actor": process_memory(bare_pids),
             "idle_cpu_cores_no_partitions": round(baseline_idle, 3),
+            "idle_cpu_by_process_no_partitions": by_kind(baseline_cpu, kinds),
             "tree_memory_no_partitions_mib": mib(tree_memory()),
         }
         base_memory = tree_memory()
@@ -193,7 +214,6 @@ def main() -> None:
         topics: list[str] = []
         steps: list[dict] = []
         stop_reason = f"reached --max-partitions {cap}"
-        metrics, _ = controller_state(admin)
         while sum(s["added"] for s in steps) < cap:
             partitions = sum(s["added"] for s in steps)
             if time.perf_counter() - budget_start > budget:
@@ -215,8 +235,9 @@ def main() -> None:
                 time.sleep(0.2)  # polling the cluster's state with a deadline
                 ok, infos = full_isr(cluster, topics)
             ready_s = time.perf_counter() - t0
-            before = metrics
-            cpu = idle_cpu(idle_s)
+            before, _ = controller_state(admin)  # counters at the start of the idle window
+            per_pid = idle_cpu(idle_s)
+            cpu = sum(per_pid.values())
             metrics, rtt_ms = controller_state(admin)
             health = ray.get(cluster.controller.replica_health.remote(), timeout=60)
             row = {
@@ -226,6 +247,7 @@ def main() -> None:
                 "full_isr": ok,
                 "seconds_to_full_isr": round(ready_s, 1),
                 "idle_cpu_cores": round(cpu, 3),
+                "idle_cpu_by_process": by_kind(per_pid, {**kinds, **{i["pid"]: "leaders" if i["role"] == "leader" else "followers" for i in infos}}),
                 "controller_rtt_ms": round(rtt_ms, 1),
                 "replicas_alive": sum(health.values()),
                 "replicas_failed_while_idle": metrics["replicas_failed"] - before["replicas_failed"],
