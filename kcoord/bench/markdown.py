@@ -182,10 +182,19 @@ def capacity_section(doc: dict) -> str:
         ("memory bound for 24 GiB (by USS)", f"~{c.memory_bound_partitions_24gib} partitions" if c.memory_bound_partitions_24gib else "–"),
     ]
     steps = [
-        (s["partitions"], s["replicas"], num(s.get("seconds_to_full_isr")), num(s.get("idle_cpu_cores"), 2), num(s.get("controller_rtt_ms"), 0), s.get("under_replicated"), "yes" if s.get("healthy") else "no: " + "; ".join(s.get("problems", [])))
+        (
+            s["partitions"],
+            s["replicas"],
+            num(s.get("seconds_to_full_isr")),
+            num(s.get("idle_cpu_cores"), 2),
+            ", ".join(f"{k} {v:.2f}" for k, v in s.get("idle_cpu_by_process", {}).items() if v >= 0.005),
+            num(s.get("controller_rtt_ms"), 0),
+            s.get("under_replicated"),
+            "yes" if s.get("healthy") else "no: " + "; ".join(s.get("problems", [])),
+        )
         for s in c.steps
     ]
-    head = ("partitions", "replicas", "s to full ISR", "idle CPU cores", "controller ms", "under-replicated", "healthy")
+    head = ("partitions", "replicas", "s to full ISR", "idle CPU cores", "of which (cores)", "controller ms", "under-replicated", "healthy")
     return "### Capacity of one node\n\n" + table(("", "value"), rows) + "\n\n" + table(head, steps)
 
 
