@@ -189,7 +189,7 @@ def capacity_section(doc: dict) -> str:
             num(s.get("idle_cpu_cores"), 2),
             ", ".join(f"{k} {v:.2f}" for k, v in s.get("idle_cpu_by_process", {}).items() if v >= 0.005),
             num(s.get("controller_rtt_ms"), 0),
-            s.get("under_replicated"),
+            num(s.get("under_replicated"), 0),
             "yes" if s.get("healthy") else "no: " + "; ".join(s.get("problems", [])),
         )
         for s in c.steps
