@@ -1,5 +1,5 @@
 """Client benchmark: one producer process with send() and with send_batch(), and a consumer,
-against a 3-broker cluster (acks=all, RF=3, min.insync.replicas=2, 6 partitions (3 with
+against a 3-broker cluster (acks=all, RF=3, min.insync.replicas=2, 6 partitions (2 with
 --quick), 100-byte values), next to ray.util.queue.Queue moving the same values with put_nowait_batch /
 get_nowait_batch, measured in the same run. Prints JSON: medians over repeats, ratios.
 
@@ -33,7 +33,7 @@ import ray  # noqa: E402
 
 VALUE = 100
 PARTITIONS = 6
-QUICK_PARTITIONS = 3  # each partition is 3 replica actors: --quick keeps setup short
+QUICK_PARTITIONS = 2  # each partition is 3 replica actors (processes): --quick starts fewer
 
 
 def median(xs: list[float]) -> float:

@@ -43,6 +43,7 @@ from kcoord.bench.stats import ratio, summary  # noqa: E402
 
 VALUE = 100
 PARTITIONS = 3
+QUICK_PARTITIONS = 1  # each partition is 3 replica actors (processes): --quick starts fewer
 LINGER_MS = 1
 STAMP = "<qi"  # send time (ns since the epoch), phase; a format, not a Struct: actors pickle it
 PAD = b"x" * (VALUE - struct.calcsize(STAMP))
@@ -156,6 +157,7 @@ def main() -> None:
     started = time.perf_counter()
     seconds = args.seconds or (1.5 if args.quick else 10.0)
     loads = [int(x) for x in args.loads.split(",") if x]
+    partitions = QUICK_PARTITIONS if args.quick else PARTITIONS
 
     import kcoord
     from kcoord.client.admin import Admin
@@ -168,7 +170,7 @@ def main() -> None:
         "acks": "all",
         "replication_factor": 3,
         "min_insync_replicas": 2,
-        "partitions": PARTITIONS,
+        "partitions": partitions,
         "value_bytes": VALUE,
         "linger_ms": LINGER_MS,
         "seconds_per_load": seconds,
@@ -176,7 +178,7 @@ def main() -> None:
     }
     with kcoord.local_cluster(brokers=3, group_coordinators=0) as cluster:
         topic = "latency"
-        Admin(cluster).create_topic(topic, partitions=PARTITIONS, replication_factor=3, config={"min.insync.replicas": 2})
+        Admin(cluster).create_topic(topic, partitions=partitions, replication_factor=3, config={"min.insync.replicas": 2})
         reader = ray.remote(LogReader).options(num_cpus=0).remote(cluster, topic)
         queue = Queue(actor_options={"num_cpus": 0})
         queue_reader = ray.remote(QueueReader).options(num_cpus=0).remote(queue)

@@ -1,5 +1,5 @@
 """Spark benchmark: write and read a DataFrame of 100-byte values through a kcoord topic
-(6 partitions, RF=3, acks=all, min.insync.replicas=2) with 2 RayDP executors, next to
+(6 partitions, 3 with --quick; RF=3, acks=all, min.insync.replicas=2) with 2 RayDP executors, next to
 ``ray.data.from_spark(df)`` + ``ds.to_spark(spark)`` of the same DataFrame measured in the
 same run. Prints JSON: medians over repeats, ratios, targets.
 
@@ -38,6 +38,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 VALUE = 100
 PARTITIONS = 6
+QUICK_PARTITIONS = 3  # each partition is 3 replica actors (processes): --quick starts fewer
 TARGETS = {"write": 300_000, "read": 1_000_000}
 IDLE_S = 3.0
 QUICK_IDLE_S = 1.0
@@ -116,6 +117,7 @@ def main() -> None:
     n = args.rows or (100_000 if args.quick else 1_000_000)
     repeats = args.repeats or (1 if args.quick else 5)
     idle_s = QUICK_IDLE_S if args.quick else IDLE_S
+    partitions = QUICK_PARTITIONS if args.quick else PARTITIONS
 
     import ray
 
@@ -129,7 +131,7 @@ def main() -> None:
         "benchmark": "spark",
         "rows": n,
         "value_bytes": VALUE,
-        "partitions": PARTITIONS,
+        "partitions": partitions,
         "replication_factor": 3,
         "acks": "all",
         "executors": args.executors,
@@ -171,7 +173,7 @@ def main() -> None:
             t0 = time.perf_counter()
             small = df.limit(max(1, n // 5)).cache()
             small.count()
-            admin.create_topic("warmup", partitions=PARTITIONS, replication_factor=3, config={"min.insync.replicas": 2})
+            admin.create_topic("warmup", partitions=partitions, replication_factor=3, config={"min.insync.replicas": 2})
             ks.write(small, cluster, "warmup")
             noop(ks.read(spark, cluster, "warmup"))
             noop(ray.data.from_spark(small).materialize().to_spark(spark))
@@ -183,7 +185,7 @@ def main() -> None:
         write_cpu, read_cpu, from_cpu, to_cpu, idle_cpu = [], [], [], [], []
         for i in range(repeats):
             topic = f"bench-{i}"
-            admin.create_topic(topic, partitions=PARTITIONS, replication_factor=3, config={"min.insync.replicas": 2})
+            admin.create_topic(topic, partitions=partitions, replication_factor=3, config={"min.insync.replicas": 2})
             took, result = timed(lambda: ks.write(df, cluster, topic), write_cpu)
             assert result.records == n, result
             write_runs.append(took)

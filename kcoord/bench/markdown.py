@@ -126,7 +126,8 @@ def latency_section(doc: dict) -> str:
         for r in rows
     ]
     head = ("offered rec/s", "achieved", "received", "p50 ms", "p99 ms", "p99.9 ms", "acked p50/p99 ms", "Ray queue p50/p99/p99.9 ms", "p99 vs queue")
-    return "### End-to-end latency (acks=all, RF=3, send() paced, consumer in another process)\n\n" + table(head, out)
+    parts = (result(doc, "latency") or {}).get("partitions", "?")
+    return f"### End-to-end latency (acks=all, RF=3, {parts} partitions, send() paced, consumer in another process)\n\n" + table(head, out)
 
 
 def consumer_section(doc: dict) -> str:
@@ -166,7 +167,8 @@ def spark_section(doc: dict) -> str:
         return "### Spark\n\nnot measured (spark failed or did not run)"
     out = [(r.case, rate(r.rows_per_s), r.baseline, rate(r.baseline_rows_per_s), times(r.ratio), times(r.cpu_ratio)) for r in rows]
     head = ("kcoord.spark", "rows/s", "baseline", "baseline rows/s", "ratio (wall)", "ratio (CPU/row)")
-    return "### Spark on Ray (RayDP, 2 executors, 6 partitions, RF=3)\n\n" + table(head, out)
+    r = result(doc, "spark") or {}
+    return f"### Spark on Ray (RayDP, {r.get('executors', '?')} executors, {r.get('partitions', '?')} partitions, RF=3)\n\n" + table(head, out)
 
 
 def capacity_section(doc: dict) -> str:
