@@ -9,6 +9,7 @@ results.json --update PERFORMANCE.md``).
 from __future__ import annotations
 
 import math
+import re
 from typing import Any, Iterable
 
 from . import figures
@@ -235,8 +236,10 @@ def render(doc: dict) -> str:
 
 
 def update(document: str, doc: dict) -> str:
-    """``document`` with the part between the markers replaced by :func:`render`."""
-    start, end = document.find(BEGIN), document.find(END)
-    if start < 0 or end < start:
-        raise ValueError(f"no {BEGIN} ... {END} section to update")
-    return document[: start + len(BEGIN)] + "\n" + render(doc) + document[end:]
+    """``document`` with the part between the markers replaced by :func:`render`. The
+    markers count only on lines of their own (prose may quote them)."""
+    start = re.search(rf"^{re.escape(BEGIN)}$", document, re.MULTILINE)
+    end = re.search(rf"^{re.escape(END)}$", document, re.MULTILINE)
+    if start is None or end is None or end.start() < start.end():
+        raise ValueError(f"no {BEGIN} ... {END} section (each marker on a line of its own) to update")
+    return document[: start.end()] + "\n" + render(doc) + document[end.start() :]

@@ -203,9 +203,10 @@ def test_markdown_says_what_was_not_measured_and_why():
 
 
 def test_update_replaces_only_the_generated_section():
-    page = f"# Perf\nintro\n{markdown.BEGIN}\nold tables\n{markdown.END}\nprose after\n"
+    page = f"# Perf\nintro `{markdown.BEGIN}`\n{markdown.BEGIN}\nold tables\n{markdown.END}\nprose after, quoting `{markdown.END}`\n"
     new = markdown.update(page, make_doc(sample_results()))
-    assert new.startswith("# Perf\nintro\n" + markdown.BEGIN) and new.endswith(markdown.END + "\nprose after\n")
+    assert new.startswith(f"# Perf\nintro `{markdown.BEGIN}`\n{markdown.BEGIN}\n### The run")
+    assert new.endswith(f"\n{markdown.END}\nprose after, quoting `{markdown.END}`\n")
     assert "old tables" not in new and "Produce throughput" in new
     with pytest.raises(ValueError):
         markdown.update("no markers", make_doc({}))
