@@ -259,3 +259,51 @@ def test_speedscope_profiles_add_up_per_function_without_idle_waits():
     assert samples == 3
     assert [(c.function, c.self_share, c.total_share) for c in costs] == [
         ("pack (records.py)", 0.6, 1.0), ("crc (records.py)", 0.4, 0.4)]
+
+
+# -- the suite and the command, on stand-in benchmark scripts ---------------------------------
+
+
+GOOD = "import argparse, json\np = argparse.ArgumentParser(); p.add_argument('--out'); p.add_argument('--quick', action='store_true')\n" \
+       "a = p.parse_args(); open(a.out, 'w').write(json.dumps({'benchmark': 'ok'}))\n"
+
+
+def stand_in_benchmarks(root: Path) -> Path:
+    bench = root / "benchmarks"
+    bench.mkdir()
+    (bench / "alpha.py").write_text(GOOD)
+    (bench / "beta.py").write_text("raise SystemExit('beta: no cluster')\n")
+    (bench / "gamma.py").write_text(GOOD)
+    return bench
+
+
+def test_suite_runs_every_script_records_the_failure_and_merges_reruns(tmp_path):
+    from kcoord.bench import suite
+
+    bench, out = stand_in_benchmarks(tmp_path), tmp_path / "out"
+    lines: list[str] = []
+    doc = suite.run(suite.SuiteOptions(out_dir=out, benchmarks_dir=bench, quick=True), progress=lines.append)
+    assert doc["failures"] == ["beta"] and results.result(doc, "gamma") == {"benchmark": "ok"}
+    assert doc["benchmarks"]["beta"]["error"] == "exit code 1: beta: no cluster"
+    assert results.load(out / "results.json")["failures"] == ["beta"] and (out / "alpha.json").exists()
+    assert "[2/3] beta: FAILED: exit code 1: beta: no cluster (0 s)" in lines
+    assert doc["machine"]["git"]["commit"] is None  # not a checkout
+    (bench / "beta.py").write_text(GOOD)
+    rerun = suite.run(suite.SuiteOptions(out_dir=out, benchmarks_dir=bench, quick=True, only=("beta",)))
+    assert rerun["failures"] == [] and set(rerun["benchmarks"]) == {"alpha", "beta", "gamma"}
+    with pytest.raises(suite.UnknownBenchmark, match="no benchmark named 'delta'"):
+        suite.run(suite.SuiteOptions(out_dir=out, benchmarks_dir=bench, only=("delta",)))
+
+
+def test_kcoord_bench_fails_with_one_line_when_a_benchmark_fails(tmp_path, monkeypatch, capsys):
+    from kcoord.cli import bench as bench_cmd
+    from kcoord.cli import main
+
+    bench = stand_in_benchmarks(tmp_path)
+    monkeypatch.setattr(bench_cmd, "benchmarks_dir", lambda: bench)
+    code = main(["bench", "--quick", "--out", str(tmp_path / "out")])
+    err = capsys.readouterr().err
+    assert code == 1
+    errors = [line for line in err.splitlines() if line.startswith("error: ")]
+    assert errors == [f"error: 1 benchmark(s) failed: beta (first: exit code 1: beta: no cluster); details in {tmp_path / 'out' / 'results.json'} and {tmp_path / 'out' / 'logs'}/"]
+    assert "Traceback" not in err and results.load(tmp_path / "out" / "results.json")["failures"] == ["beta"]
