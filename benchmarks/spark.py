@@ -1,5 +1,6 @@
 """Spark benchmark: write and read a DataFrame of 100-byte values through a kcoord topic
-(6 partitions, 3 with --quick; RF=3, acks=all, min.insync.replicas=2) with 2 RayDP executors, next to
+(6 partitions, 3 with --quick; RF=3, acks=all, min.insync.replicas=2) with 2 RayDP executors
+(1 with --quick), next to
 ``ray.data.from_spark(df)`` + ``ds.to_spark(spark)`` of the same DataFrame measured in the
 same run. Prints JSON: medians over repeats, ratios, targets.
 
@@ -108,7 +109,7 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=None, help="rows per run (default 1M; 100k with --quick)")
     parser.add_argument("--repeats", type=int, default=None, help="runs per case (default 5; 1 with --quick)")
     parser.add_argument("--spark-partitions", type=int, default=4, help="partitions of the written DataFrame")
-    parser.add_argument("--executors", type=int, default=2)
+    parser.add_argument("--executors", type=int, default=None, help="RayDP executors (default 2; 1 with --quick: each is a JVM to start)")
     parser.add_argument("--warmup", dest="warmup", action="store_true", default=None, help="run the untimed warm-up round (default, except with --quick)")
     parser.add_argument("--no-warmup", dest="warmup", action="store_false", help="skip the untimed warm-up round")
     args = parser.parse_args()
@@ -118,6 +119,8 @@ def main() -> None:
     repeats = args.repeats or (1 if args.quick else 5)
     idle_s = QUICK_IDLE_S if args.quick else IDLE_S
     partitions = QUICK_PARTITIONS if args.quick else PARTITIONS
+    if args.executors is None:
+        args.executors = 1 if args.quick else 2
 
     import ray
 
