@@ -150,8 +150,8 @@ def main() -> None:
     started = time.perf_counter()
     repeats = args.repeats or (1 if args.quick else 3)
     partitions = args.partitions or (2 if args.quick else 6)
-    n_send = 20_000 if args.quick else 300_000
-    n_batch = 100_000 if args.quick else 2_000_000
+    n_send = 50_000 if args.quick else 300_000
+    n_batch = 300_000 if args.quick else 2_000_000
 
     import kcoord
     from kcoord.client.admin import Admin
