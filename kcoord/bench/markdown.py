@@ -128,7 +128,7 @@ def latency_section(doc: dict) -> str:
     ]
     head = ("offered rec/s", "achieved", "received", "p50 ms", "p99 ms", "p99.9 ms", "acked p50/p99 ms", "Ray queue p50/p99/p99.9 ms", "p99 vs queue")
     parts = (result(doc, "latency") or {}).get("partitions", "?")
-    return f"### End-to-end latency (acks=all, RF=3, {parts} partitions, send() paced, consumer in another process)\n\n" + table(head, out)
+    return f"### End-to-end latency (acks=all, RF=3, partitions: {parts}, send() paced, consumer in another process)\n\n" + table(head, out)
 
 
 def consumer_section(doc: dict) -> str:
@@ -137,7 +137,7 @@ def consumer_section(doc: dict) -> str:
         return "### Consumer throughput\n\nnot measured (client failed or did not run)"
     out = [(r.case, rate(r.records_per_s), r.baseline, rate(r.baseline_records_per_s), times(r.ratio)) for r in rows]
     parts = (result(doc, "client") or {}).get("partitions", "?")
-    return f"### Consumer throughput ({parts} partitions, RF=3)\n\n" + table(("case", "rec/s", "baseline", "baseline rec/s", "ratio"), out)
+    return f"### Consumer throughput (partitions: {parts}, RF=3)\n\n" + table(("case", "rec/s", "baseline", "baseline rec/s", "ratio"), out)
 
 
 def failover_section(doc: dict) -> str:
@@ -169,7 +169,7 @@ def spark_section(doc: dict) -> str:
     out = [(r.case, rate(r.rows_per_s), r.baseline, rate(r.baseline_rows_per_s), times(r.ratio), times(r.cpu_ratio)) for r in rows]
     head = ("kcoord.spark", "rows/s", "baseline", "baseline rows/s", "ratio (wall)", "ratio (CPU/row)")
     r = result(doc, "spark") or {}
-    return f"### Spark on Ray (RayDP, {r.get('executors', '?')} executors, {r.get('partitions', '?')} partitions, RF=3)\n\n" + table(head, out)
+    return f"### Spark on Ray (RayDP; executors: {r.get('executors', '?')}, partitions: {r.get('partitions', '?')}, RF=3)\n\n" + table(head, out)
 
 
 def capacity_section(doc: dict) -> str:

@@ -22,7 +22,7 @@ def benchmarks_dir() -> Path:
 
 
 @click.command("bench")
-@click.option("--quick", is_flag=True, help="Small sizes and few repeats: a smoke run of every benchmark (about 4 minutes on a 2-core machine, longer when it is busy).")
+@click.option("--quick", is_flag=True, help="Small sizes and few repeats: a smoke run of every benchmark (about 2.5 minutes on a quiet 2-core machine, longer when it is busy).")
 @click.option("--out", type=click.Path(file_okay=False), default="bench-results", show_default=True, help="Directory for results.json, the per-benchmark JSON, the PNG plots and logs/.")
 @click.option("--only", multiple=True, metavar="NAME", help="Run only this benchmark (file stem, repeatable); merged into an existing DIR/results.json.")
 @click.option("--timeout", "timeout_s", type=float, default=None, metavar="SECONDS", help="Stop a benchmark that runs longer (default 600 with --quick, else 1800).")
