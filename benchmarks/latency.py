@@ -7,7 +7,8 @@ That is the producer's linger and batching, the leader's append, the followers' 
 round trip that advances the high watermark (a consumer only sees records below it), and
 the consumer's long-poll fetch.
 
-A paced producer in this process calls ``send()`` at 1k, 10k and 50k records/s (a
+Topic: 3 partitions (1 with ``--quick``), RF=3, ``min.insync.replicas=2``; producer
+``linger_ms=1``. A paced producer in this process calls ``send()`` at 1k, 10k and 50k records/s (a
 ``--seconds``-long phase per load; each 100-byte value starts with ``time.time_ns()`` taken
 just before ``send()`` and the phase number). A consumer in another process (a Ray actor on
 the same machine, so the same clock) polls the topic (``poll_columns``); a record's latency
