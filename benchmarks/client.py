@@ -1,6 +1,6 @@
 """Client benchmark: one producer process with send() and with send_batch(), and a consumer,
-against a 3-broker cluster (acks=all, RF=3, min.insync.replicas=2, 6 partitions, 100-byte
-values), next to ray.util.queue.Queue moving the same values with put_nowait_batch /
+against a 3-broker cluster (acks=all, RF=3, min.insync.replicas=2, 6 partitions (2 with
+--quick), 100-byte values), next to ray.util.queue.Queue moving the same values with put_nowait_batch /
 get_nowait_batch, measured in the same run. Prints JSON: medians over repeats, ratios.
 
     python benchmarks/client.py [--quick] [--out FILE] [--records N] [--repeats R]
@@ -33,6 +33,7 @@ import ray  # noqa: E402
 
 VALUE = 100
 PARTITIONS = 6
+QUICK_PARTITIONS = 2  # each partition is 3 replica actors (processes): --quick starts fewer
 
 
 def median(xs: list[float]) -> float:
@@ -84,11 +85,12 @@ def bench_send_batch(cluster, topic: str, values: list[bytes], batch_size: int |
 
 
 def bench_consume(cluster, topic: str, starts: dict, count: int, columns: bool = False) -> float:
+    """Read ``count`` records from ``starts`` over every partition of ``topic``."""
     from kcoord.client.consumer import Consumer
     from kcoord.client.types import TopicPartition
 
     c = Consumer(cluster=cluster)  # default max_poll_records (500)
-    tps = [TopicPartition(topic, p) for p in range(PARTITIONS)]
+    tps = [TopicPartition(topic, p) for p in sorted(starts)]
     c.assign(tps)
     for tp in tps:
         c.seek(tp, starts[tp.partition])
@@ -188,6 +190,7 @@ def main() -> None:
     n = args.records or (100_000 if args.quick else 1_000_000)
     n_send = n // 2 if args.quick else n
     repeats = args.repeats or (1 if args.quick else 3)
+    partitions = QUICK_PARTITIONS if args.quick else PARTITIONS
 
     from cluster.deploy import deploy, teardown
     from cluster.local import start_local_ray
@@ -204,7 +207,7 @@ def main() -> None:
     results: dict = {
         "benchmark": "client",
         "value_bytes": VALUE,
-        "partitions": PARTITIONS,
+        "partitions": partitions,
         "replication_factor": 3,
         "acks": "all",
         "records_send": n_send,
@@ -219,7 +222,7 @@ def main() -> None:
         admin = Admin(cluster)
         topic = "bench"
         t0 = time.perf_counter()
-        admin.create_topic(topic, partitions=PARTITIONS, replication_factor=3, config={"min.insync.replicas": 2})
+        admin.create_topic(topic, partitions=partitions, replication_factor=3, config={"min.insync.replicas": 2})
         setup["create_topic_s"] = round(time.perf_counter() - t0, 1)
         results["setup"] = setup
         send_runs, call_runs, batch_runs, batch4_runs, consume_runs, columns_runs, put_runs, get_runs = [], [], [], [], [], [], [], []

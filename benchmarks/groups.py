@@ -14,6 +14,13 @@
 
 Members are GroupMembers (the Consumer's group half) on threads of this process, with a
 100 ms heartbeat interval: that is how fast existing members learn a rebalance started.
+
+Why: a rebalance stops every member of the group from consuming until it ends, so its
+length is the pause an application sees when a consumer joins, leaves or dies. The baseline,
+measured in the same run, is the least any coordination of N members on Ray can take: N
+calls that meet at one async actor and all return when the last arrives (one barrier
+round; the group protocol needs a JoinGroup and a SyncGroup round, and existing members
+first learn of the rebalance from a heartbeat). Ratios are kcoord / barrier.
 Prints JSON (medians, and every sample).
 
     python benchmarks/groups.py [--quick] [--out FILE]
@@ -31,6 +38,8 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from kcoord.bench.stats import ratio  # noqa: E402
 
 HEARTBEAT_MS = 100
 SESSION_MS = 3000
@@ -97,6 +106,43 @@ def wait_generation(members: list[BenchMember], above: int, timeout: float = 60.
                 return gen, max(m.assigned_at[gen] for m in members)
         time.sleep(0.002)
     raise TimeoutError(f"group did not stabilise above generation {above}")
+
+
+class Barrier:
+    """The baseline: ``arrive(round, n)`` returns once ``n`` calls of that round arrived."""
+
+    def __init__(self) -> None:
+        self.rounds: dict[int, list] = {}
+
+    async def arrive(self, round_id: int, n: int) -> int:
+        import asyncio
+
+        entry = self.rounds.setdefault(round_id, [asyncio.Event(), 0])
+        entry[1] += 1
+        if entry[1] >= n:
+            entry[0].set()
+        await entry[0].wait()
+        return entry[1]
+
+
+def bench_barrier(sizes: list[int], repeats: int) -> dict:
+    """One barrier round of N calls, timed from the first call to the last answer."""
+    import ray
+
+    barrier = ray.remote(Barrier).options(num_cpus=0, max_concurrency=1000).remote()
+    ray.get(barrier.arrive.remote(-1, 1))
+    out: dict[str, dict] = {}
+    round_id = 0
+    for n in sizes:
+        samples = []
+        for _ in range(repeats + 1):  # the first round of each size warms up
+            round_id += 1
+            t0 = time.perf_counter()
+            ray.get([barrier.arrive.remote(round_id, n) for _ in range(n)], timeout=60)
+            samples.append((time.perf_counter() - t0) * 1000)
+        out[str(n)] = {"median_ms": median(samples[1:]), "samples_ms": [round(x, 2) for x in samples[1:]]}
+    ray.kill(barrier)
+    return out
 
 
 def median(xs: list[float]) -> float | None:
@@ -229,8 +275,10 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=None)
     args = parser.parse_args()
     repeats = args.repeats or (3 if args.quick else 7)
-    commit_seconds = 2.0 if args.quick else 5.0
+    commit_seconds = 1.0 if args.quick else 5.0
     partitions = QUICK_PARTITIONS if args.quick else PARTITIONS
+
+    import ray
 
     from actors.group_coordinator import configure_group_coordinators
     from cluster.deploy import deploy, teardown
@@ -255,9 +303,16 @@ def main() -> None:
         topic = "bench-groups"
         Admin(client).create_topic(topic, partitions=partitions, replication_factor=1)
         results["setup_s"] = round(time.perf_counter() - started, 1)
-        join, leave = bench_rebalances(client, topic, [1, 2, 4, 8, 16], repeats)
+        sizes = [1, 2, 4, 8, 16]
+        barrier = bench_barrier(sizes, repeats)
+        join, leave = bench_rebalances(client, topic, sizes, repeats)
         results["join_to_stable_ms"] = join
         results["leave_to_stable_ms"] = leave
+        results["baseline_barrier_ms"] = barrier
+        results["ratios_vs_barrier"] = {
+            "join": {n: ratio(join[n]["median_ms"], barrier[n]["median_ms"]) for n in join},
+            "leave": {n: ratio(leave[n]["median_ms"], barrier[n]["median_ms"]) for n in leave},
+        }
         results["consumer_leave_to_stable_ms"] = bench_consumer_leaves(client, topic, 4 if args.quick else 8)
         results["commits"] = bench_commits(client, topic, commit_seconds)
         results["targets"] = {
@@ -266,6 +321,7 @@ def main() -> None:
         }
     finally:
         teardown(name, delete_data=True, address=None)
+        ray.shutdown()
     results["total_s"] = round(time.perf_counter() - started, 1)
     results["load_average_1m"] = round(os.getloadavg()[0], 1)  # this machine is shared
     text = json.dumps(results, indent=2)

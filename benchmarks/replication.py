@@ -90,9 +90,9 @@ def main() -> None:
     args = parser.parse_args()
 
     per_batch = 10_000  # ~1 MiB of 100-byte records
-    n_batches = 30 if args.quick else 150
+    n_batches = 15 if args.quick else 150
     repeats = args.repeats or (1 if args.quick else 3)
-    lat_n = 100 if args.quick else 400
+    lat_n = 50 if args.quick else 400
     depth = 4
 
     from cluster.deploy import deploy, teardown

@@ -1,5 +1,6 @@
 """Spark benchmark: write and read a DataFrame of 100-byte values through a kcoord topic
-(6 partitions, RF=3, acks=all, min.insync.replicas=2) with 2 RayDP executors, next to
+(6 partitions, 3 with --quick; RF=3, acks=all, min.insync.replicas=2) with 2 RayDP executors
+(1 with --quick), next to
 ``ray.data.from_spark(df)`` + ``ds.to_spark(spark)`` of the same DataFrame measured in the
 same run. Prints JSON: medians over repeats, ratios, targets.
 
@@ -38,8 +39,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 VALUE = 100
 PARTITIONS = 6
+QUICK_PARTITIONS = 3  # each partition is 3 replica actors (processes): --quick starts fewer
 TARGETS = {"write": 300_000, "read": 1_000_000}
 IDLE_S = 3.0
+QUICK_IDLE_S = 1.0
 
 
 def median(xs: list[float]) -> float:
@@ -103,17 +106,21 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="small sizes (< 2 min)")
     parser.add_argument("--out", help="also write the JSON here")
-    parser.add_argument("--rows", type=int, default=None, help="rows per run (default 1M; 200k with --quick)")
+    parser.add_argument("--rows", type=int, default=None, help="rows per run (default 1M; 100k with --quick)")
     parser.add_argument("--repeats", type=int, default=None, help="runs per case (default 5; 1 with --quick)")
     parser.add_argument("--spark-partitions", type=int, default=4, help="partitions of the written DataFrame")
-    parser.add_argument("--executors", type=int, default=2)
+    parser.add_argument("--executors", type=int, default=None, help="RayDP executors (default 2; 1 with --quick: each is a JVM to start)")
     parser.add_argument("--warmup", dest="warmup", action="store_true", default=None, help="run the untimed warm-up round (default, except with --quick)")
     parser.add_argument("--no-warmup", dest="warmup", action="store_false", help="skip the untimed warm-up round")
     args = parser.parse_args()
     if args.warmup is None:
         args.warmup = not args.quick
-    n = args.rows or (200_000 if args.quick else 1_000_000)
+    n = args.rows or (100_000 if args.quick else 1_000_000)
     repeats = args.repeats or (1 if args.quick else 5)
+    idle_s = QUICK_IDLE_S if args.quick else IDLE_S
+    partitions = QUICK_PARTITIONS if args.quick else PARTITIONS
+    if args.executors is None:
+        args.executors = 1 if args.quick else 2
 
     import ray
 
@@ -127,7 +134,7 @@ def main() -> None:
         "benchmark": "spark",
         "rows": n,
         "value_bytes": VALUE,
-        "partitions": PARTITIONS,
+        "partitions": partitions,
         "replication_factor": 3,
         "acks": "all",
         "executors": args.executors,
@@ -169,7 +176,7 @@ def main() -> None:
             t0 = time.perf_counter()
             small = df.limit(max(1, n // 5)).cache()
             small.count()
-            admin.create_topic("warmup", partitions=PARTITIONS, replication_factor=3, config={"min.insync.replicas": 2})
+            admin.create_topic("warmup", partitions=partitions, replication_factor=3, config={"min.insync.replicas": 2})
             ks.write(small, cluster, "warmup")
             noop(ks.read(spark, cluster, "warmup"))
             noop(ray.data.from_spark(small).materialize().to_spark(spark))
@@ -181,7 +188,7 @@ def main() -> None:
         write_cpu, read_cpu, from_cpu, to_cpu, idle_cpu = [], [], [], [], []
         for i in range(repeats):
             topic = f"bench-{i}"
-            admin.create_topic(topic, partitions=PARTITIONS, replication_factor=3, config={"min.insync.replicas": 2})
+            admin.create_topic(topic, partitions=partitions, replication_factor=3, config={"min.insync.replicas": 2})
             took, result = timed(lambda: ks.write(df, cluster, topic), write_cpu)
             assert result.records == n, result
             write_runs.append(took)
@@ -198,7 +205,7 @@ def main() -> None:
             to_runs.append(took)
             # What the whole setup burns doing nothing (kcoord's heartbeats and follower
             # long-polls, Ray, the JVMs): part of every figure above.
-            timed(lambda: time.sleep(IDLE_S), idle_cpu)
+            timed(lambda: time.sleep(idle_s), idle_cpu)
             del ds
             print(
                 f"run {i + 1}/{repeats}: write {n / write_runs[-1]:,.0f} rows/s, read {n / read_runs[-1]:,.0f}, "
@@ -215,7 +222,7 @@ def main() -> None:
         }
         results["setup"] = setup
         results["cases"] = cases
-        results["idle_cpu_per_s"] = round(median(idle_cpu) / IDLE_S, 2)
+        results["idle_cpu_per_s"] = round(median(idle_cpu) / idle_s, 2)
         results["ratios"] = {
             "write_vs_from_spark": round(cases["write"]["rows_per_s"] / cases["ray_data_from_spark"]["rows_per_s"], 2),
             "read_vs_to_spark": round(cases["read"]["rows_per_s"] / cases["ray_data_to_spark"]["rows_per_s"], 2),
