@@ -27,6 +27,9 @@ def ray_session():
 # Fast failure detection for tests; the defaults are tuned for production stability.
 TEST_CONTROLLER_CONFIG = {
     "heartbeat_interval_ms": 100,
+    # Tests SIGSTOP followers for a moment; a slower follower beat would leave too
+    # little of the session timeout for that (the default is 1 s).
+    "follower_heartbeat_interval_ms": 300,
     "session_timeout_ms": 2000,
     "ensure_replica_interval_ms": 500,
     "leader_rebalance_interval_ms": 2000,

@@ -10,6 +10,9 @@ import pytest
 
 CHAOS_CONTROLLER_CONFIG = {
     "heartbeat_interval_ms": 100,
+    # Tests SIGSTOP followers for a moment; a slower follower beat would leave too
+    # little of the session timeout for that (the default is 1 s).
+    "follower_heartbeat_interval_ms": 300,
     "session_timeout_ms": 2000,
     "ensure_replica_interval_ms": 300,
     "leader_rebalance_interval_ms": 3000,
