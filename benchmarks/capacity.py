@@ -46,6 +46,7 @@ import psutil  # noqa: E402
 import ray  # noqa: E402
 
 from kcoord.bench import script  # noqa: E402
+from kcoord.bench.process_tree import tree, tree_cpu  # noqa: E402
 from kcoord.bench.stats import median, ratio  # noqa: E402
 
 RF = 3
@@ -64,20 +65,6 @@ class BareActor:
         return os.getpid()
 
 
-def tree() -> list[psutil.Process]:
-    me = psutil.Process()
-    return [me, *me.children(recursive=True)]
-
-
-def tree_cpu() -> dict[int, float]:
-    out = {}
-    for proc in tree():
-        try:
-            t = proc.cpu_times()
-            out[proc.pid] = t.user + t.system
-        except psutil.Error:
-            pass
-    return out
 
 
 def idle_cpu(seconds: float) -> dict[int, float]:

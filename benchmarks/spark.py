@@ -37,6 +37,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from kcoord.bench.process_tree import tree_cpu  # noqa: E402
+
 VALUE = 100
 PARTITIONS = 6
 QUICK_PARTITIONS = 3  # each partition is 3 replica actors (processes): --quick starts fewer
@@ -61,21 +63,6 @@ def summarize(n: int, runs: list[float], cpu: list[float]) -> dict:
     }
 
 
-def tree_cpu() -> dict[int, float]:
-    """CPU seconds used so far by each process of this process's tree (the Ray cluster,
-    its actors and workers, the Spark JVMs and Python workers): other load on the machine
-    does not count, so CPU per row is comparable across busy and quiet runs."""
-    import psutil
-
-    me = psutil.Process()
-    out = {}
-    for proc in [me, *me.children(recursive=True)]:
-        try:
-            t = proc.cpu_times()
-            out[proc.pid] = t.user + t.system
-        except psutil.Error:
-            pass
-    return out
 
 
 def cpu_since(before: dict[int, float]) -> float:
