@@ -27,16 +27,13 @@ from ..protocol.group import (
 )
 from .join import JOIN_TIMER
 from .membership import SESSION_TIMER
-from .metadata import GroupMetadata, GroupState
+from .metadata import DEAD, EMPTY, STABLE, GroupMetadata
 from .persistence import DeleteWrite, group_error_for_append
 from .placement import coordinator_for
 from .records import GroupKey, OffsetKey, Record, group_record, offset_record
 from .retention import RETENTION_TIMER
 
 E = ErrorCode
-EMPTY = GroupState.EMPTY
-STABLE = GroupState.STABLE
-DEAD = GroupState.DEAD
 
 
 class GroupAdmin:

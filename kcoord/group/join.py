@@ -13,17 +13,12 @@ from typing import Any
 
 from ..protocol.errors import ErrorCode
 from ..protocol.group import JoinGroupMember, JoinGroupRequest, JoinGroupResponse, SyncGroupResponse
-from .metadata import GroupMetadata, GroupState, MemberMetadata
+from .metadata import COMPLETING, DEAD, EMPTY, PREPARING, STABLE, GroupMetadata, MemberMetadata
 from .membership import SESSION_TIMER
 from .persistence import BackgroundWrite, StaticJoinWrite, group_error_for_append
 from .retention import RETENTION_TIMER
 
 E = ErrorCode
-EMPTY = GroupState.EMPTY
-PREPARING = GroupState.PREPARING_REBALANCE
-COMPLETING = GroupState.COMPLETING_REBALANCE
-STABLE = GroupState.STABLE
-DEAD = GroupState.DEAD
 
 # Timer key (JOIN_TIMER, group_id): the end of a group's join phase.
 JOIN_TIMER = "join"

@@ -23,14 +23,9 @@ from ..protocol.group import (
     SyncGroupResponse,
     error_response,
 )
-from .metadata import GroupMetadata, GroupState, MemberMetadata
+from .metadata import COMPLETING, DEAD, EMPTY, PREPARING, STABLE, GroupMetadata, MemberMetadata
 
 E = ErrorCode
-EMPTY = GroupState.EMPTY
-PREPARING = GroupState.PREPARING_REBALANCE
-COMPLETING = GroupState.COMPLETING_REBALANCE
-STABLE = GroupState.STABLE
-DEAD = GroupState.DEAD
 
 # Timer key (SESSION_TIMER, group_id, member_id): a member's (or pending member's) session.
 SESSION_TIMER = "session"

@@ -24,6 +24,14 @@ class GroupState(str, Enum):
     DEAD = "Dead"
 
 
+# Short names for the states, shared by the coordinator's modules.
+EMPTY = GroupState.EMPTY
+PREPARING = GroupState.PREPARING_REBALANCE
+COMPLETING = GroupState.COMPLETING_REBALANCE
+STABLE = GroupState.STABLE
+DEAD = GroupState.DEAD
+
+
 # Which states each state may be entered from. Dead -> Empty is kcoord's own: a DeleteGroups
 # whose tombstones failed to persist puts the group back.
 _VALID_PREVIOUS: dict[GroupState, frozenset[GroupState]] = {

@@ -20,13 +20,11 @@ from ..protocol.group import (
     OffsetFetchResponse,
     error_response,
 )
-from .metadata import CommittedOffset, GroupState
+from .metadata import COMPLETING, DEAD, CommittedOffset
 from .persistence import CommitWrite, commit_error_for_append
 from .records import OffsetKey, OffsetValue, offset_record
 
 E = ErrorCode
-COMPLETING = GroupState.COMPLETING_REBALANCE
-DEAD = GroupState.DEAD
 
 
 class OffsetStore:

@@ -16,7 +16,7 @@ from typing import Any, Iterable
 
 from ..protocol.errors import ErrorCode
 from .actions import Persist
-from .metadata import CommittedOffset, GroupMetadata, GroupState, MemberMetadata
+from .metadata import EMPTY, STABLE, CommittedOffset, GroupMetadata, MemberMetadata
 from .records import (
     GroupKey,
     GroupValue,
@@ -29,8 +29,6 @@ from .records import (
 )
 
 E = ErrorCode
-EMPTY = GroupState.EMPTY
-STABLE = GroupState.STABLE
 
 # -- mapping a failed append of __consumer_offsets to what the client should hear ----------
 

@@ -8,11 +8,10 @@ tombstones nobody waits for (their failures are ignored, as in Kafka).
 
 from __future__ import annotations
 
-from .metadata import CommittedOffset, GroupMetadata, GroupState
+from .metadata import EMPTY, CommittedOffset, GroupMetadata
 from .persistence import BackgroundWrite
 from .records import GroupKey, OffsetKey, Record, group_record, offset_record
 
-EMPTY = GroupState.EMPTY
 
 # Timer key (RETENTION_TIMER, group_id): a group's next offset expiry or removal check.
 RETENTION_TIMER = "retention"

@@ -12,15 +12,10 @@ from typing import Any
 
 from ..protocol.errors import ErrorCode
 from ..protocol.group import SyncGroupRequest, SyncGroupResponse
-from .metadata import GroupMetadata, GroupState
+from .metadata import COMPLETING, EMPTY, PREPARING, STABLE, GroupMetadata
 from .persistence import SyncWrite, group_error_for_append
 
 E = ErrorCode
-EMPTY = GroupState.EMPTY
-PREPARING = GroupState.PREPARING_REBALANCE
-COMPLETING = GroupState.COMPLETING_REBALANCE
-STABLE = GroupState.STABLE
-DEAD = GroupState.DEAD
 
 
 class SyncPhase:
