@@ -58,10 +58,6 @@ from .replica import ReplicaActor
 
 logger = logging.getLogger("kcoord.controller")
 
-# A replica that Ray has reported RESTARTING for this long after it failed is replaced by a
-# new actor: a restart normally takes seconds, even on a loaded node.
-_RESTART_STUCK_S = 30.0
-
 RemoteReplica = ray.remote(ReplicaActor)
 
 
@@ -202,13 +198,15 @@ class FailoverCoordinator:
         name = self._replica_name(rid)
         try:
             handle = ray.get_actor(name, namespace=self.namespace)
-            if not self._restart_stuck(rid, handle):
+            if not (self.core.restart_stuck(rid, now_ms()) and actor_state(handle) == "RESTARTING"):
                 return  # alive, or being restarted by Ray
-            # Ray has been "restarting" it for longer than any start should take: replace
-            # it with a new actor of the same name (same log directory) rather than wait.
-            logger.warning("[%s-%d broker=%d] Ray has been restarting %s for over %.0f s; recreating it", rid.topic, rid.partition, rid.broker, name, _RESTART_STUCK_S)
+            # Ray has been "restarting" it for longer than any start should take (its
+            # constructor hangs, or its worker never comes up): replace it with a new actor
+            # of the same name (same log directory) rather than wait.
+            logger.warning("[%s-%d broker=%d] Ray has been restarting %s for over %.0f s; recreating it", rid.topic, rid.partition, rid.broker, name, self.core.config.restart_stuck_ms / 1000)
             ray.kill(handle, no_restart=True)
             self._handles.forget(name)
+            self.core.on_replica_replaced(rid)
             return  # the name is free once the kill lands; the ensure timer creates it then
         except ValueError:
             pass
@@ -243,14 +241,6 @@ class FailoverCoordinator:
             pass  # created concurrently (name taken): fine
         except Exception:
             logger.error("could not create %s:\n%s", name, traceback.format_exc())
-
-    def _restart_stuck(self, rid: ReplicaId, handle: Any) -> bool:
-        """The replica has been failed for over _RESTART_STUCK_S and Ray still reports it
-        RESTARTING (rarely, seen under load, a Ray restart never completes)."""
-        since = self.core.detector.failed_since(rid)
-        if since < 0 or now_ms() - since < _RESTART_STUCK_S * 1000:
-            return False
-        return actor_state(handle) == "RESTARTING"
 
     async def _send_leader_and_isr(self, action: SendLeaderAndIsr) -> None:
         rid = action.replica

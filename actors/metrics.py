@@ -36,6 +36,7 @@ class ControllerMetricsExporter:
                 ("isr_shrinks", "ISR shrinks applied by the controller"),
                 ("isr_expands", "ISR expansions applied by the controller"),
                 ("replicas_recreated", "Replica actors recreated after dying"),
+                ("replicas_replaced_stuck", "Replica actors replaced after a Ray restart that hung"),
             )
         }
         self._failover = Histogram(

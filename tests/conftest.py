@@ -33,6 +33,8 @@ TEST_CONTROLLER_CONFIG = {
     "session_timeout_ms": 2000,
     "ensure_replica_interval_ms": 500,
     "leader_rebalance_interval_ms": 2000,
+    # a test makes a Ray restart hang; replace it sooner than the 30 s default
+    "restart_stuck_ms": 8000,
 }
 
 

@@ -93,6 +93,9 @@ class ControllerConfig:
     ensure_replica_interval_ms: int = 1000
     # A new replica actor may take seconds to start on a busy node; not a failure.
     replica_startup_grace_ms: int = 30_000
+    # A failed replica that Ray still reports RESTARTING this long after the failure is
+    # replaced by a new actor (same name, same log directory) instead of waited for.
+    restart_stuck_ms: int = 30_000
     auto_leader_rebalance: bool = True
     leader_rebalance_interval_ms: int = 5000
     # Topic config every topic starts from (a topic's own config overrides it).
@@ -348,6 +351,15 @@ class ControllerState:
     def on_replica_dead(self, replica: ReplicaId, now_ms: int) -> list[ControllerAction]:
         """Ray reported the actor dead outside a heartbeat (e.g. a failed call)."""
         return self.on_heartbeat(replica, None, now_ms, dead=True)
+
+    def restart_stuck(self, replica: ReplicaId, now_ms: int) -> bool:
+        """Whether a replica that Ray reports RESTARTING has been failed long enough to be
+        replaced rather than waited for."""
+        since = self.detector.failed_since(replica)
+        return since >= 0 and now_ms - since >= self.config.restart_stuck_ms
+
+    def on_replica_replaced(self, replica: ReplicaId) -> None:
+        self.metrics.replicas_replaced_stuck += 1
 
     def on_replica_created(self, replica: ReplicaId, created: bool, now_ms: int) -> None:
         if created and replica in self.detector and not self.detector.is_alive(replica):

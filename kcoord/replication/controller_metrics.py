@@ -18,6 +18,7 @@ class ControllerMetrics:
     replicas_failed: int = 0
     replicas_recovered: int = 0
     replicas_recreated: int = 0
+    replicas_replaced_stuck: int = 0  # killed and recreated after a Ray restart that hung
     failover_ms: deque = field(default_factory=lambda: deque(maxlen=1000))  # detect -> new leader accepts
 
     def snapshot(self) -> dict[str, float]:
@@ -38,6 +39,7 @@ class ControllerMetrics:
             "replicas_failed": self.replicas_failed,
             "replicas_recovered": self.replicas_recovered,
             "replicas_recreated": self.replicas_recreated,
+            "replicas_replaced_stuck": self.replicas_replaced_stuck,
             "failover_ms_p50": pct(0.5),
             "failover_ms_p99": pct(0.99),
             "failover_ms_max": float(durations[-1]) if durations else -1.0,

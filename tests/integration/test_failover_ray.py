@@ -5,12 +5,15 @@ from __future__ import annotations
 
 import os
 import signal
+from pathlib import Path
 
 import pytest
 import ray
 
 from kcoord import records
 from kcoord.client.admin import Admin
+from kcoord.log.lock import DirectoryLock
+from kcoord.protocol.errors import KafkaError
 from kcoord.protocol.errors import ErrorCode
 from kcoord.protocol.replication import FetchRequest, FetchResponse, ProduceRequest, ProduceResponse
 from waiting import wait_until
@@ -146,6 +149,47 @@ def test_dead_follower_leaves_isr_is_recreated_and_rejoins(kcluster, topic_name)
     after = admin.describe_cluster()["metrics"]
     assert after["replicas_recreated"] > before["replicas_recreated"]
     assert after["isr_shrinks"] > before["isr_shrinks"] and after["isr_expands"] > before["isr_expands"]
+
+
+def test_replica_whose_ray_restart_hangs_is_replaced(kcluster, topic_name):
+    """A Ray restart that does not complete -- here the restarted replica's constructor
+    waits for its log directory's lock, which this test holds -- is not waited for forever:
+    after restart_stuck_ms the controller kills the actor and creates a new one."""
+    admin = Admin(kcluster)
+    admin.create_topic(topic_name, partitions=1, replication_factor=3)
+    md = kcluster.partition_metadata(topic_name, 0, refresh=True)
+    assert produce(kcluster, topic_name, [b"kept"]).error_code == 0
+    follower = [b for b in md.replicas if b != md.leader][0]
+    old = describe(kcluster, topic_name, follower)
+    before = admin.describe_cluster()["metrics"]["replicas_replaced_stuck"]
+    lock = None
+    for _ in range(3):
+        ray.kill(kcluster.replica(topic_name, 0, follower, fresh=True), no_restart=False)
+        try:
+            # Ray needs a new worker process for the restart; this process takes the lock
+            # first as soon as the killed one has released it.
+            lock = DirectoryLock(Path(old["directory"]), wait_s=10)
+            break
+        except KafkaError:
+            continue  # the restarted replica won the lock: kill it again
+    assert lock is not None, "could not take the replica's lock after three kills"
+    try:
+        wait_until(
+            lambda: admin.describe_cluster()["metrics"]["replicas_replaced_stuck"] > before,
+            timeout=60,
+            what="the controller to replace the replica stuck in its restart",
+        )
+    finally:
+        lock.release()
+
+    def rejoined():
+        kcluster.forget(kcluster.replica_name(topic_name, 0, follower))
+        return follower in kcluster.partition_metadata(topic_name, 0, refresh=True).isr
+
+    wait_until(rejoined, timeout=90, what="the replacement replica to rejoin the ISR")
+    new = describe(kcluster, topic_name, follower)
+    assert new["incarnation"] != old["incarnation"] and new["log_end_offset"] == 1
+    assert produce(kcluster, topic_name, [b"after"]).error_code == 0
 
 
 def test_leadership_returns_to_preferred_replica(kcluster, topic_name):

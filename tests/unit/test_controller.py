@@ -399,6 +399,20 @@ def test_dead_replica_is_recreated_by_tick():
     assert not [a for a in h.core.tick(h.now) if isinstance(a, CreateReplica)], "not again before the interval"
 
 
+def test_restart_stuck_only_after_failed_for_restart_stuck_ms():
+    h = Harness(config(restart_stuck_ms=10_000))
+    h.create()
+    rid = ReplicaId(TOPIC, 0, 2)
+    assert not h.core.restart_stuck(rid, h.now), "a live replica is never stuck"
+    h.dead(2)
+    assert not h.core.restart_stuck(rid, h.now + 9_999)
+    assert h.core.restart_stuck(rid, h.now + 10_000)
+    h.core.on_replica_replaced(rid)
+    assert h.core.metrics_snapshot()["replicas_replaced_stuck"] == 1
+    h.beat(2, incarnation="i1")
+    assert not h.core.restart_stuck(rid, h.now + 60_000), "back alive: not stuck"
+
+
 def test_preferred_leader_rebalance():
     h = Harness()
     h.create()
