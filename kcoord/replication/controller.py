@@ -98,6 +98,10 @@ class ControllerConfig:
     restart_stuck_ms: int = 30_000
     auto_leader_rebalance: bool = True
     leader_rebalance_interval_ms: int = 5000
+    # Like Kafka's leader.imbalance.per.broker.percentage: the periodic check moves a
+    # broker's preferred partitions back only when more than this share of them is led
+    # elsewhere (the admin rebalance always moves every one it can).
+    leader_imbalance_per_broker_percentage: int = 10
     # Topic config every topic starts from (a topic's own config overrides it).
     default_topic_config: dict[str, str] = field(default_factory=dict)
 
@@ -603,13 +607,30 @@ class ControllerState:
                 actions.append(CreateReplica(rid, self._effective_config(topic)))
         if self.config.auto_leader_rebalance and now_ms >= self._next_rebalance_ms:
             self._next_rebalance_ms = now_ms + self.config.leader_rebalance_interval_ms
-            actions += self.rebalance_leaders(now_ms)
+            actions += self.rebalance_leaders(now_ms, imbalanced_only=True)
         return actions
 
-    def rebalance_leaders(self, now_ms: int) -> list[ControllerAction]:
-        """Move leadership back to preferred replicas that are healthy and in sync."""
+    def _imbalanced_brokers(self) -> set[int]:
+        """Brokers that lead too few of the partitions they are preferred for: more than
+        leader_imbalance_per_broker_percentage of them are led by another broker."""
+        preferred: dict[int, int] = {}
+        elsewhere: dict[int, int] = {}
+        for p in self.partitions.values():
+            b = p.preferred_leader
+            preferred[b] = preferred.get(b, 0) + 1
+            if p.leader != b:
+                elsewhere[b] = elsewhere.get(b, 0) + 1
+        limit = self.config.leader_imbalance_per_broker_percentage
+        return {b for b, n in elsewhere.items() if n * 100 > limit * preferred[b]}
+
+    def rebalance_leaders(self, now_ms: int, imbalanced_only: bool = False) -> list[ControllerAction]:
+        """Move leadership back to preferred replicas that are healthy and in sync (for the
+        periodic check, only on brokers over the imbalance threshold)."""
         actions: list[ControllerAction] = []
+        brokers = self._imbalanced_brokers() if imbalanced_only else None
         for p in self._sorted_partitions():
+            if brokers is not None and p.preferred_leader not in brokers:
+                continue
             target = preferred_leader_move(p, self._alive(p))
             if target is None:
                 continue

@@ -127,11 +127,11 @@ class Harness:
         self.core.on_heartbeat_sent(rid, self.now)
         return self.apply(self.core.on_heartbeat(rid, HeartbeatResponse(**fields), self.now))
 
-    def alter(self, new_isr, leader: int | None = None, leader_epoch: int | None = None, partition_epoch: int | None = None):
-        p = self.partition()
+    def alter(self, new_isr, leader: int | None = None, leader_epoch: int | None = None, partition_epoch: int | None = None, partition: int = 0):
+        p = self.partition(partition)
         req = AlterPartitionRequest(
             topic=TOPIC,
-            partition=0,
+            partition=partition,
             leader=p.leader if leader is None else leader,
             leader_epoch=p.leader_epoch if leader_epoch is None else leader_epoch,
             partition_epoch=p.partition_epoch if partition_epoch is None else partition_epoch,
@@ -442,6 +442,30 @@ def test_auto_rebalance_runs_on_its_interval():
     h.now = 1000
     h.apply(h.core.tick(h.now))
     assert h.partition().leader == 0
+
+
+def test_auto_rebalance_waits_for_the_per_broker_imbalance_threshold():
+    # 33 partitions: broker 0 is the preferred leader of 11 (0, 3, ..., 30).
+    h = Harness(config(auto_leader_rebalance=True, leader_rebalance_interval_ms=1000, leader_imbalance_per_broker_percentage=10))
+    h.create(partitions=33)
+
+    def move_away(p: int) -> None:
+        h.dead(0, p=p)
+        h.beat(0, incarnation="new", p=p)
+        h.alter([0, 1, 2], partition=p)
+        assert h.partition(p).leader == 1 and 0 in h.partition(p).isr
+
+    move_away(0)
+    h.now = 1000
+    h.apply(h.core.tick(h.now))
+    assert h.partition(0).leader == 1, "1 of 11 (9%) led elsewhere is within the 10% threshold"
+    move_away(3)
+    h.now = 2000
+    h.apply(h.core.tick(h.now))
+    assert (h.partition(0).leader, h.partition(3).leader) == (0, 0), "2 of 11 (18%) is over it: both move back"
+    move_away(6)
+    h.apply(h.core.rebalance_leaders(h.now))
+    assert h.partition(6).leader == 0, "the admin rebalance ignores the threshold"
 
 
 def test_stale_replica_view_is_corrected_from_its_heartbeat():
