@@ -162,15 +162,23 @@ def test_replica_whose_ray_restart_hangs_is_replaced(kcluster, topic_name):
     follower = [b for b in md.replicas if b != md.leader][0]
     old = describe(kcluster, topic_name, follower)
     before = admin.describe_cluster()["metrics"]["replicas_replaced_stuck"]
+
+    def try_lock() -> DirectoryLock | None:
+        try:
+            return DirectoryLock(Path(old["directory"]))
+        except KafkaError:
+            return None
+
     lock = None
     for _ in range(3):
         ray.kill(kcluster.replica(topic_name, 0, follower, fresh=True), no_restart=False)
+        # Poll every 2 ms: the restarted replica polls every 50 ms, and Ray takes about a
+        # second to restart an actor, so this process takes the lock first as soon as the
+        # killed one has released it.
         try:
-            # Ray needs a new worker process for the restart; this process takes the lock
-            # first as soon as the killed one has released it.
-            lock = DirectoryLock(Path(old["directory"]), wait_s=10)
+            lock = wait_until(try_lock, timeout=10, interval=0.002, what="the killed replica's lock")
             break
-        except KafkaError:
+        except AssertionError:
             continue  # the restarted replica won the lock: kill it again
     assert lock is not None, "could not take the replica's lock after three kills"
     try:
