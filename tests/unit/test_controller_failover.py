@@ -1,0 +1,384 @@
+"""ControllerState: failure detection and elections, replica recreation, preferred-leader
+moves, eligible leader replicas for topics without per-append fsync, heartbeat intervals."""
+
+from __future__ import annotations
+
+from kcoord.protocol.controller import LeaderAndIsrResponse, MetadataRequest
+from kcoord.protocol.errors import ErrorCode
+from kcoord.replication.controller import (
+    CreateReplica,
+    Persist,
+    ReplicaId,
+    SendHeartbeat,
+    SendLeaderAndIsr,
+)
+from kcoord.replication.metadata import NO_LEADER
+
+from controller_harness import BROKERS, TOPIC, Harness, config, lai_targets, persists
+
+
+# -- failures ------------------------------------------------------------------------------
+
+
+def test_leader_failure_elects_next_isr_member_with_epoch_persisted_first():
+    h = Harness()
+    h.create()
+    h.now = 1000
+    actions = h.dead(0)
+    assert isinstance(actions[0], Persist), "persist before telling anyone"
+    p = h.stored()
+    assert (p.leader, p.leader_epoch, p.partition_epoch, p.isr) == (1, 1, 1, [1, 2])
+    assert lai_targets(actions) == [1, 2], "the dead replica is not called; the new leader first"
+    snap = h.core.metrics_snapshot()
+    assert snap["failovers_total"] == 1 and snap["replicas_failed"] == 1
+    # failover time: detection -> the new leader accepted its LeaderAndIsr
+    lai = next(a for a in actions if isinstance(a, SendLeaderAndIsr) and a.replica.broker == 1)
+    h.core.on_leader_and_isr_result(lai.replica, lai.request, LeaderAndIsrResponse(), 1040)
+    assert h.core.metrics_snapshot()["failover_ms_last"] == 40.0
+
+
+def test_leader_failure_by_session_timeout():
+    h = Harness()
+    h.create()
+    for b in BROKERS:
+        h.beat(b)
+    h.now = 2000
+    for b in (1, 2):
+        h.beat(b)
+    h.now = 3001
+    actions = h.apply(h.core.tick(h.now))
+    assert h.partition().leader == 1 and persists(actions)
+    assert any(isinstance(a, SendHeartbeat) for a in actions)
+
+
+def test_follower_failure_shrinks_isr():
+    h = Harness()
+    h.create()
+    actions = h.dead(1)
+    assert persists(actions) and h.stored().isr == [0, 2] and h.stored().partition_epoch == 1
+    assert h.stored().leader_epoch == 0, "the leader keeps its epoch"
+    assert lai_targets(actions) == [0, 2]
+    assert h.core.metrics_snapshot()["isr_shrinks"] == 1
+    assert h.core.partition_counts()["under_replicated_partitions"] == 1
+
+
+def test_restarted_follower_leaves_isr_then_is_told_who_leads():
+    h = Harness()
+    h.create()
+    h.beat(1, incarnation="first")
+    actions = h.beat(1, incarnation="second")  # restarted between two beats
+    assert h.stored().isr == [0, 2], "its memory is gone: out of the ISR until it catches up"
+    assert lai_targets(actions)[-1] == 1
+    snap = h.core.metrics_snapshot()
+    assert (snap["replicas_failed"], snap["replicas_recovered"]) == (1, 1)
+
+
+def test_whole_isr_dead_goes_offline_and_returns_with_an_isr_member():
+    h = Harness()
+    h.create()
+    h.dead(1)
+    h.dead(2)
+    assert h.stored().isr == [0], "never below one"
+    actions = h.dead(0)
+    p = h.stored()
+    assert (p.leader, p.isr) == (NO_LEADER, [0]) and p.leader_epoch == 1
+    assert persists(actions) and lai_targets(actions) == []
+    assert h.core.partition_counts()["offline_partitions"] == 1
+    assert h.core.metadata(MetadataRequest([TOPIC])).topics[0].partitions[0].error_code == ErrorCode.LEADER_NOT_AVAILABLE
+    assert h.core.metrics_snapshot()["failovers_failed"] == 1
+    # a replica outside the ISR coming back changes nothing (no unclean election)
+    before = h.stored()
+    actions = h.beat(1, incarnation="b")
+    assert h.stored() == before and h.stored().leader == NO_LEADER
+    assert lai_targets(actions) == [], "nothing to tell anyone"
+    # the ISR member returns: it leads again at a new epoch
+    actions = h.beat(0, incarnation="a")
+    p = h.stored()
+    assert (p.leader, p.leader_epoch, p.isr) == (0, 2, [0])
+    assert lai_targets(actions) == [0, 1]
+    assert h.core.partition_counts()["offline_partitions"] == 0
+
+
+def test_unclean_election_when_topic_allows_it():
+    h = Harness()
+    h.create(config={"unclean.leader.election.enable": "true"})
+    h.beat(2, log_end_offset=50)
+    h.beat(1, log_end_offset=20)
+    h.dead(1)
+    h.dead(2)
+    h.dead(0)
+    assert h.stored().leader == NO_LEADER
+    h.beat(1, incarnation="x", log_end_offset=20)
+    h.beat(2, incarnation="y", log_end_offset=50)
+    p = h.stored()
+    # 1 came back first and was elected uncleanly; 2 then only rejoins as a follower
+    assert p.leader == 1 and p.isr == [1]
+    assert h.core.metrics_snapshot()["unclean_elections"] == 1
+
+
+def test_dead_replica_is_recreated_by_tick():
+    h = Harness(config(ensure_replica_interval_ms=500))
+    h.create()
+    h.dead(2)
+    actions = h.apply(h.core.tick(h.now))
+    assert ReplicaId(TOPIC, 0, 2) in [a.replica for a in actions if isinstance(a, CreateReplica)]
+    h.core.on_replica_created(ReplicaId(TOPIC, 0, 2), True, h.now)
+    assert h.core.metrics_snapshot()["replicas_recreated"] == 1
+    h.now += 100
+    assert not [a for a in h.core.tick(h.now) if isinstance(a, CreateReplica)], "not again before the interval"
+
+
+def test_restart_stuck_only_after_failed_for_restart_stuck_ms():
+    h = Harness(config(restart_stuck_ms=10_000))
+    h.create()
+    rid = ReplicaId(TOPIC, 0, 2)
+    assert not h.core.restart_stuck(rid, h.now), "a live replica is never stuck"
+    h.dead(2)
+    assert not h.core.restart_stuck(rid, h.now + 9_999)
+    assert h.core.restart_stuck(rid, h.now + 10_000)
+    h.core.on_replica_replaced(rid)
+    assert h.core.metrics_snapshot()["replicas_replaced_stuck"] == 1
+    h.beat(2, incarnation="i1")
+    assert not h.core.restart_stuck(rid, h.now + 60_000), "back alive: not stuck"
+
+
+def test_preferred_leader_rebalance():
+    h = Harness()
+    h.create()
+    h.dead(0)
+    assert h.partition().leader == 1
+    assert persists(h.apply(h.core.rebalance_leaders(h.now))) == [], "preferred replica is dead"
+    h.beat(0, incarnation="new")
+    assert h.partition().leader == 1 and 0 not in h.partition().isr
+    assert h.apply(h.core.rebalance_leaders(h.now)) == [], "back, but not in the ISR yet"
+    h.alter([0, 1, 2])  # the leader adds it once it caught up
+    actions = h.apply(h.core.rebalance_leaders(h.now))
+    p = h.stored()
+    assert (p.leader, p.leader_epoch) == (0, 2)
+    assert isinstance(actions[0], Persist) and lai_targets(actions) == [0, 1, 2]
+    assert h.core.metrics_snapshot()["preferred_leader_elections"] == 1
+
+
+def test_auto_rebalance_runs_on_its_interval():
+    h = Harness(config(auto_leader_rebalance=True, leader_rebalance_interval_ms=1000))
+    h.create()
+    h.dead(0)
+    h.beat(0, incarnation="new")
+    h.alter([0, 1, 2])
+    h.now = 999
+    h.apply(h.core.tick(h.now))
+    assert h.partition().leader == 1
+    h.now = 1000
+    h.apply(h.core.tick(h.now))
+    assert h.partition().leader == 0
+
+
+def test_auto_rebalance_waits_for_the_per_broker_imbalance_threshold():
+    # 33 partitions: broker 0 is the preferred leader of 11 (0, 3, ..., 30).
+    h = Harness(config(auto_leader_rebalance=True, leader_rebalance_interval_ms=1000, leader_imbalance_per_broker_percentage=10))
+    h.create(partitions=33)
+
+    def move_away(p: int) -> None:
+        h.dead(0, p=p)
+        h.beat(0, incarnation="new", p=p)
+        h.alter([0, 1, 2], partition=p)
+        assert h.partition(p).leader == 1 and 0 in h.partition(p).isr
+
+    move_away(0)
+    h.now = 1000
+    h.apply(h.core.tick(h.now))
+    assert h.partition(0).leader == 1, "1 of 11 (9%) led elsewhere is within the 10% threshold"
+    move_away(3)
+    h.now = 2000
+    h.apply(h.core.tick(h.now))
+    assert (h.partition(0).leader, h.partition(3).leader) == (0, 0), "2 of 11 (18%) is over it: both move back"
+    move_away(6)
+    h.apply(h.core.rebalance_leaders(h.now))
+    assert h.partition(6).leader == 0, "the admin rebalance ignores the threshold"
+
+
+def test_stale_replica_view_is_corrected_from_its_heartbeat():
+    h = Harness()
+    h.create()
+    h.dead(1)  # ISR shrink at partition epoch 1
+    actions = h.beat(0, partition_epoch=0)  # the leader missed the LeaderAndIsr
+    assert lai_targets(actions) == [0]
+    assert h.beat(0) == [], "up to date: nothing to send"
+
+
+# -- regressions found by the simulation (tests/sim) -----------------------------------------
+
+
+def test_restarted_controller_elects_an_isr_member_that_came_back_while_it_was_down():
+    """Seed 4: the whole ISR died (partition offline, ISR [0]); broker 0 came back while the
+    controller was down. The new controller's detector saw 0 alive from its first beat, so
+    no RECOVERED event ever fired, and nothing else elected it: offline forever."""
+    h = Harness()
+    h.create()
+    h.dead(1)
+    h.dead(2)
+    h.dead(0)
+    assert h.stored().leader == NO_LEADER
+    h2 = h.restart()
+    h2.beat(1, incarnation="b")  # not in the ISR: still offline
+    assert h2.stored().leader == NO_LEADER
+    actions = h2.beat(0, incarnation="a")
+    p = h2.stored()
+    assert (p.leader, p.isr) == (0, [0]) and p.leader_epoch == 2
+    assert isinstance(actions[0], Persist) and lai_targets(actions)[0] == 0
+
+
+# -- topics without per-append fsync: ELR and restarted (suspect) replicas -------------------
+#
+# Found by the simulation in page-cache / flush.ms mode (seeds 38, 60, 158, 7): a crash can
+# lose a replica's unflushed tail, so "any ISR member holds every acknowledged record" stops
+# being true once a replica restarts. Durable topics (flush.messages=1) keep the classic rules.
+
+LOSSY = {"min.insync.replicas": "2"}
+DURABLE = {"min.insync.replicas": "2", "flush.messages": "1"}
+
+
+def beat_all(h: Harness, incarnations=("a0", "a1", "a2")) -> None:
+    for b, inc in zip(BROKERS, incarnations):
+        h.beat(b, incarnation=inc)
+
+
+def test_replicas_leaving_below_min_isr_become_eligible_leaders():
+    """Seed 38: the ISR shrank to the leader alone while the followers still held every
+    acknowledged record; the leader then crashed, lost its unflushed tail and, as the only
+    ISR member, was elected again: the followers truncated to it."""
+    h = Harness()
+    h.create(config=LOSSY)
+    beat_all(h)
+    resp, _ = h.alter([0, 1])
+    assert resp.error_code == 0 and h.stored().elr == [], "still at min.insync.replicas"
+    h.alter([0])
+    assert h.stored().elr == [1], "left while the ISR fell below min.insync.replicas"
+    actions = h.dead(0)
+    p = h.stored()
+    assert (p.leader, p.isr) == (1, [1]) and isinstance(actions[0], Persist)
+    assert p.elr == [0], "the old leader held everything acked when it died"
+    # back at min.insync.replicas: nobody outside the ISR is promised anything any more
+    h.beat(2, incarnation="a2")
+    h.alter([1, 2])
+    assert h.stored().elr == []
+
+
+def test_durable_topics_keep_the_classic_rules():
+    h = Harness()
+    h.create(config=DURABLE)
+    beat_all(h)
+    h.alter([0])
+    assert h.stored().elr == []
+    h.dead(0)
+    assert h.stored().leader == NO_LEADER, "whole ISR dead: offline until it returns"
+
+
+def test_restarted_sole_isr_member_waits_for_the_eligible_replica():
+    """Seed 60: the only ISR member crashed, came back as a new process (its unflushed tail
+    possibly gone) and was elected, while the replica holding the acknowledged records was
+    still cut off; everyone then truncated to the restarted replica's shorter log."""
+    h = Harness()
+    h.create(config=LOSSY)
+    beat_all(h)
+    h.alter([0])  # ELR [1, 2]
+    h.dead(1)
+    h.dead(2)
+    h.dead(0)
+    assert h.stored().leader == NO_LEADER
+    h.beat(0, incarnation="b0")  # a new process: suspect
+    assert h.stored().leader == NO_LEADER, "it may have lost acknowledged records: wait"
+    h.beat(1, incarnation="a1")  # the very process that left the ISR: trusted
+    p = h.stored()
+    assert (p.leader, p.isr) == (1, [1])
+    # the restarted replica rejoins the ISR once caught up, and is trusted again
+    h.beat(0, incarnation="b0")
+    h.alter([0, 1])
+    assert 0 in h.stored().isr
+
+
+def test_restarted_eligible_replica_is_not_trusted():
+    h = Harness()
+    h.create(config=LOSSY)
+    beat_all(h)
+    h.alter([0])  # ELR [1, 2]
+    h.dead(1)
+    h.dead(2)
+    h.dead(0)
+    h.beat(1, incarnation="b1", log_end_offset=12)  # restarted: it may have lost what it held
+    h.beat(2, incarnation="b2", log_end_offset=3)
+    assert h.stored().leader == NO_LEADER, "the ISR member may still come back intact"
+    # every candidate is back and none is trusted: the longest log holds what the others do
+    h.beat(0, incarnation="b0", log_end_offset=7)
+    p = h.stored()
+    assert (p.leader, p.isr) == (1, [1])
+
+
+def test_restarted_controller_does_not_trust_the_elr():
+    """Seed 89: an ELR member crashed and restarted while the controller was down; the new
+    controller, seeing it answer, elected it from the persisted ELR although it had lost
+    records that the (dead) ISR member still held."""
+    h = Harness()
+    h.create(config=LOSSY)
+    beat_all(h)
+    h.alter([0])  # ELR [1, 2]
+    h.dead(0)  # 1 leads from the ELR; ISR [1], ELR [0, 2]
+    h.dead(2)
+    h.dead(1)
+    p = h.stored()
+    assert p.leader == NO_LEADER and p.isr == [1] and p.elr == [0, 2]
+    h2 = h.restart()
+    h2.beat(2, incarnation="c2")
+    h2.beat(0, incarnation="c0")
+    assert h2.stored().leader == NO_LEADER, "this controller never saw them leave: no trust"
+    h2.beat(1, incarnation="a1")
+    assert h2.stored().leader == 1
+
+
+def test_designated_leader_refusing_its_epoch_is_not_re_elected_if_others_can_lead():
+    """Seed 7: after a controller restart the old leader, restarted meanwhile, refused to
+    resume its epoch; the controller re-elected it at a new epoch (first in assignment
+    order) and the others truncated to its shorter log."""
+    h = Harness()
+    h.create(config=LOSSY)
+    beat_all(h)
+    p = h.partition()
+    lai = next(a for a in h.sent if isinstance(a, SendLeaderAndIsr) and a.replica.broker == 0)
+    refusal = LeaderAndIsrResponse(ErrorCode.FENCED_LEADER_EPOCH, "restarted")
+    h.apply(h.core.on_leader_and_isr_result(ReplicaId(TOPIC, 0, 0), lai.request, refusal, h.now) or [])
+    p = h.stored()
+    assert p.leader == 1 and p.leader_epoch == 1
+
+
+def test_leaders_are_beaten_often_followers_less():
+    h = Harness(config(follower_heartbeat_interval_ms=900))
+    h.create()
+    for b in BROKERS:
+        h.beat(b)
+
+    def due(now: int) -> list[int]:
+        return sorted(a.replica.broker for a in h.core.tick(now) if isinstance(a, SendHeartbeat))
+
+    assert due(200) == [0], "only the leader is due after the base interval"
+    assert h.core.next_deadline(200) <= 400
+    h.now = 400
+    h.beat(0)
+    assert due(900) == [0, 1, 2]
+    # leadership moves: the new leader is beaten at the base interval from then on
+    h.now = 1000
+    h.dead(0)
+    h.now = 1100
+    for b in (1, 2):
+        h.beat(b)
+    assert h.partition().leader == 1
+    now_due = due(1300)
+    assert 1 in now_due and 2 not in now_due, "the new leader is beaten at the base interval, its follower is not"
+
+
+def test_follower_interval_is_capped_by_the_session_timeout():
+    h = Harness(config(follower_heartbeat_interval_ms=60_000))
+    h.create()
+    for b in BROKERS:
+        h.beat(b)
+    beaten = sorted(a.replica.broker for a in h.core.tick(1000) if isinstance(a, SendHeartbeat))
+    assert beaten == [0, 1, 2], "followers are beaten at least every third of the session timeout"
