@@ -64,6 +64,17 @@ def single_leader(cluster, topic):
     return md if leaders == [md.leader] and followers_ok else None
 
 
+def wait_rejoined(cluster, topic, broker, timeout):
+    """Wait for a recreated replica to be back in the ISR, dropping the cached handle each
+    time so later calls reach the new actor."""
+
+    def rejoined():
+        cluster.forget(cluster.replica_name(topic, 0, broker))
+        return broker in cluster.partition_metadata(topic, 0, refresh=True).isr
+
+    wait_until(rejoined, timeout=timeout, what=f"replica {broker} to rejoin the ISR")
+
+
 def test_deposed_leader_restarts_and_truncates_its_unreplicated_tail(kcluster, topic_name):
     Admin(kcluster).create_topic(topic_name, partitions=1, replication_factor=3, config={"min.insync.replicas": 2})
     md = kcluster.partition_metadata(topic_name, 0, refresh=True)
@@ -139,11 +150,7 @@ def test_dead_follower_leaves_isr_is_recreated_and_rejoins(kcluster, topic_name)
     wait_until(lambda: follower not in kcluster.partition_metadata(topic_name, 0, refresh=True).isr, timeout=30, what="ISR shrink")
     assert produce(kcluster, topic_name, [b"while-away"]).error_code == 0
 
-    def rejoined():
-        kcluster.forget(kcluster.replica_name(topic_name, 0, follower))
-        return follower in kcluster.partition_metadata(topic_name, 0, refresh=True).isr
-
-    wait_until(rejoined, timeout=60, what="recreated follower to rejoin the ISR")
+    wait_rejoined(kcluster, topic_name, follower, timeout=60)
     new = describe(kcluster, topic_name, follower)
     assert new["incarnation"] != old["incarnation"] and new["log_end_offset"] == 1
     after = admin.describe_cluster()["metrics"]
@@ -190,11 +197,7 @@ def test_replica_whose_ray_restart_hangs_is_replaced(kcluster, topic_name):
     finally:
         lock.release()
 
-    def rejoined():
-        kcluster.forget(kcluster.replica_name(topic_name, 0, follower))
-        return follower in kcluster.partition_metadata(topic_name, 0, refresh=True).isr
-
-    wait_until(rejoined, timeout=90, what="the replacement replica to rejoin the ISR")
+    wait_rejoined(kcluster, topic_name, follower, timeout=90)
     new = describe(kcluster, topic_name, follower)
     assert new["incarnation"] != old["incarnation"] and new["log_end_offset"] == 1
     assert produce(kcluster, topic_name, [b"after"]).error_code == 0
