@@ -70,7 +70,7 @@ def make_store(spec: str, cluster: str) -> Any:
     if spec == "gcs":
         from .gcs_store import GcsStore
 
-        return GcsStore(namespace=f"kcoord/{cluster}")
+        return GcsStore.for_cluster(cluster)
     if spec == "memory":
         return MemoryStore()
     return FileStore(spec)

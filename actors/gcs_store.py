@@ -7,6 +7,9 @@ single writer and leader epochs fence stale actors.
 
 from __future__ import annotations
 
+import json
+from typing import Any
+
 from ray.experimental import internal_kv as _kv
 
 
@@ -14,11 +17,31 @@ class GcsStore:
     def __init__(self, namespace: str) -> None:
         self.namespace = namespace
 
+    @classmethod
+    def for_cluster(cls, cluster: str) -> "GcsStore":
+        """The namespace every record of kcoord cluster ``cluster`` lives in."""
+        return cls(f"kcoord/{cluster}")
+
     def get(self, key: str) -> bytes | None:
         return _kv._internal_kv_get(key, namespace=self.namespace)
 
     def put(self, key: str, value: bytes) -> None:
         _kv._internal_kv_put(key, value, overwrite=True, namespace=self.namespace)
+
+    def get_json_dict(self, key: str) -> dict[str, Any]:
+        """A JSON object stored with :meth:`put_json`; {} when missing or not an object
+        (a damaged record must not stop a deploy or a coordinator start)."""
+        raw = self.get(key)
+        if not raw:
+            return {}
+        try:
+            value = json.loads(raw)
+        except ValueError:
+            return {}
+        return dict(value) if isinstance(value, dict) else {}
+
+    def put_json(self, key: str, value: Any) -> None:
+        self.put(key, json.dumps(value).encode())
 
     def delete(self, key: str) -> None:
         _kv._internal_kv_del(key, namespace=self.namespace)

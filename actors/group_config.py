@@ -7,7 +7,6 @@ coordinator that Ray restarts picks them up again (:func:`stored_config`).
 
 from __future__ import annotations
 
-import json
 from typing import Any, Mapping
 
 import ray
@@ -20,22 +19,11 @@ from kcoord.protocol import names
 CONFIG_KEY = "group-coordinator/config"
 
 
-def _kv_namespace(cluster: str) -> str:
-    return f"kcoord/{cluster}"
-
-
 def stored_config(cluster: str) -> dict[str, Any]:
     """The runtime overrides saved by :func:`configure_group_coordinators` (or {})."""
     from .gcs_store import GcsStore
 
-    raw = GcsStore(_kv_namespace(cluster)).get(CONFIG_KEY)
-    if not raw:
-        return {}
-    try:
-        value = json.loads(raw)
-        return dict(value) if isinstance(value, dict) else {}
-    except ValueError:
-        return {}
+    return GcsStore.for_cluster(cluster).get_json_dict(CONFIG_KEY)
 
 
 def configure_group_coordinators(client: ClusterClient, properties: Mapping[str, Any], timeout_s: float = 60.0) -> dict[str, int]:
@@ -46,7 +34,7 @@ def configure_group_coordinators(client: ClusterClient, properties: Mapping[str,
 
     merged = {**stored_config(client.name), **{str(k): v for k, v in properties.items()}}
     GroupConfig.from_properties(merged)  # validate before storing
-    GcsStore(_kv_namespace(client.name)).put(CONFIG_KEY, json.dumps(merged).encode())
+    GcsStore.for_cluster(client.name).put_json(CONFIG_KEY, merged)
     from kcoord.client.admin import Admin
 
     count = Admin(client).describe_cluster()["group_coordinators"]

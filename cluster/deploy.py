@@ -21,7 +21,6 @@ hold their logs (brokers whose node is gone are re-bound as after a node failure
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import tempfile
@@ -58,10 +57,6 @@ class ClusterExistsError(RuntimeError):
     """A cluster of that name is already running."""
 
 
-def _kv_namespace(name: str) -> str:
-    return f"kcoord/{name}"
-
-
 def _controller_exists(name: str, namespace: str) -> bool:
     try:
         ray.get_actor(names.controller(name), namespace=namespace)
@@ -81,14 +76,7 @@ def deploy_info(name: str) -> dict[str, Any]:
     """The deployment record of cluster ``name`` ({} if none); needs a Ray connection."""
     from actors.gcs_store import GcsStore
 
-    raw = GcsStore(_kv_namespace(name)).get(DEPLOY_INFO_KEY)
-    if not raw:
-        return {}
-    try:
-        value = json.loads(raw)
-    except ValueError:
-        return {}
-    return value if isinstance(value, dict) else {}
+    return GcsStore.for_cluster(name).get_json_dict(DEPLOY_INFO_KEY)
 
 
 def deploy(
@@ -176,7 +164,7 @@ def deploy(
             "placement": {str(b): n for b, n in binding.items()},
             "deployed_at_ms": int(time.time() * 1000),
         }
-        GcsStore(_kv_namespace(name)).put(DEPLOY_INFO_KEY, json.dumps(info).encode())
+        GcsStore.for_cluster(name).put_json(DEPLOY_INFO_KEY, info)
         client = ClusterClient(name, namespace=namespace, address=address)
         if group_coordinators:
             _deploy_group_coordinators(client, group_coordinators, str(data_path), timeout_s)
@@ -277,7 +265,7 @@ def teardown(
     if delete_data:
         from actors.gcs_store import GcsStore
 
-        GcsStore(_kv_namespace(name)).clear()
+        GcsStore.for_cluster(name).clear()
         if data_dir is not None:
             path = Path(data_dir)
         elif info.get("data_dir"):
