@@ -47,6 +47,7 @@ from .controller_actions import (
 from .controller_metrics import ControllerMetrics
 from .election import elect_leader, preferred_leader_move, shrink_isr_without
 from .failure_detector import OK, RECOVERED, RESTARTED, FailureDetector
+from .placement import PLACEMENT_KEY, BrokerBinding, decode_binding
 from .metadata import (
     NO_LEADER,
     ClusterState,
@@ -107,9 +108,12 @@ class ControllerConfig:
 
 
 class ControllerState:
-    def __init__(self, name: str, config: ControllerConfig | None = None) -> None:
+    def __init__(self, name: str, config: ControllerConfig | None = None, binding: dict[int, str] | None = None) -> None:
+        """``binding``: the deploy-time broker -> node binding ({} on one node); a binding
+        found in the store (re-bindings made since) takes precedence."""
         self.name = name
         self.config = config or ControllerConfig()
+        self.placement = BrokerBinding(dict(binding or {}))
         self.cluster: ClusterState | None = None
         self.topics: dict[str, TopicState] = {}
         self.partitions: dict[tuple[str, int], PartitionState] = {}
@@ -130,6 +134,9 @@ class ControllerState:
         self._incarnation: dict[ReplicaId, str] = {}
         self._stored_trust: dict[ReplicaId, ReplicaTrust] = {}
         self._next_rebalance_ms = 0
+        # Replicas whose log reported an I/O error, with the reason (until they answer
+        # healthy again, i.e. after a restart).
+        self.offline_logs: dict[ReplicaId, str] = {}
 
     # ------------------------------------------------------------------------------------
     # boot
@@ -148,6 +155,14 @@ class ControllerState:
             self.cluster = ClusterState.decode(raw)
         self.cluster.controller_epoch += 1
         actions: list[ControllerAction] = [Persist(cluster_key(), self.cluster.encode())]
+        raw_binding = stored.get(PLACEMENT_KEY)
+        if raw_binding is not None:
+            try:
+                self.placement.binding = decode_binding(raw_binding)
+            except ValueError:
+                raw_binding = None  # unreadable: fall back to the deploy-time binding
+        if raw_binding is None and self.placement.bound:
+            actions.append(Persist(PLACEMENT_KEY, self.placement.encode()))
         for key, value in stored.items():
             if key.startswith("topic/"):
                 t = TopicState.decode(value)
@@ -157,6 +172,16 @@ class ControllerState:
                 p = PartitionState.decode(value)
                 if p.topic in self.topics:
                     self.partitions[(p.topic, p.partition)] = p
+                else:
+                    # Left by a topic creation (partitions are written before the topic)
+                    # or deletion (the topic goes first) that did not finish.
+                    actions.append(Persist(key, None))
+        for name in sorted(self.topics):
+            topic = self.topics[name]
+            if any((name, i) not in self.partitions for i in range(topic.num_partitions)):
+                # Cannot happen through this controller (the topic record is written last);
+                # a store edited by hand. Serve what is whole rather than fail on boot.
+                del self.topics[name]
         for key, value in stored.items():
             if key.startswith("replica/"):
                 topic, partition, broker = key[len("replica/") :].rsplit("/", 2)
@@ -169,7 +194,7 @@ class ControllerState:
             for b in p.replicas:
                 rid = ReplicaId(p.topic, p.partition, b)
                 self.detector.add(rid, now_ms, self.config.replica_startup_grace_ms)
-                actions.append(CreateReplica(rid, self._effective_config(topic)))
+                actions += self._ensure_replica(rid, now_ms)
             # Followers learn (again) whom to follow, which completes an election that was
             # persisted but not announced. The leader is not re-sent its leadership blindly:
             # it may have restarted meanwhile and lost what it held; its first heartbeat
@@ -184,6 +209,31 @@ class ControllerState:
         cfg = dict(self.config.default_topic_config)
         cfg.update(topic.config)
         return cfg
+
+    # ------------------------------------------------------------------------------------
+    # placement
+    # ------------------------------------------------------------------------------------
+    def on_nodes(self, alive: list[str]) -> None:
+        """Which nodes are alive now (the driver asks its runtime before each tick when
+        brokers are bound to nodes)."""
+        self.placement.alive = set(alive)
+
+    def _ensure_replica(self, rid: ReplicaId, now_ms: int) -> list[ControllerAction]:
+        """CreateReplica for ``rid`` where its broker's binding says, re-binding the broker
+        first (persisted) if its node is gone; nothing when it has to wait for a node (the
+        ensure timer asks again)."""
+        topic = self.topics.get(rid.topic)
+        if topic is None:
+            return []
+        decision = self.placement.decide(rid.broker, (p.replicas for p in self.partitions.values()))
+        if decision.wait:
+            self._next_ensure.setdefault(rid, now_ms + self.config.ensure_replica_interval_ms)
+            return []
+        actions: list[ControllerAction] = []
+        if decision.rebound_from is not None:
+            actions.append(Persist(PLACEMENT_KEY, self.placement.encode()))
+        actions.append(CreateReplica(rid, self._effective_config(topic), decision.node))
+        return actions
 
     # ------------------------------------------------------------------------------------
     # metadata & admin
@@ -216,16 +266,19 @@ class ControllerState:
         except KafkaError as exc:
             return CreateTopicsResponse(int(exc.code), exc.message), []
         self.topics[topic.name] = topic
-        actions: list[ControllerAction] = [Persist(topic_key(topic.name), topic.encode())]
+        actions: list[ControllerAction] = []
         for p in parts:
             self.partitions[(p.topic, p.partition)] = p
             actions.append(Persist(partition_key(p.topic, p.partition), p.encode()))
+        # The topic record last: it is what makes the partitions exist on reload, so a
+        # creation cut short by a store failure leaves no half topic (start() drops them).
+        actions.append(Persist(topic_key(topic.name), topic.encode()))
         config = self._effective_config(topic)
         for p in parts:
             for b in p.replicas:
                 rid = ReplicaId(p.topic, p.partition, b)
                 self.detector.add(rid, now_ms, self.config.replica_startup_grace_ms)
-                actions.append(CreateReplica(rid, config))
+                actions += self._ensure_replica(rid, now_ms)
         for p in parts:
             actions += self._send_state(p, p.replicas)
         md = topic_metadata(topic, parts)
@@ -250,6 +303,7 @@ class ControllerState:
                 self._suspect.discard(rid)
                 self._elr_witness.pop(rid, None)
                 self._incarnation.pop(rid, None)
+                self.offline_logs.pop(rid, None)
                 if self._stored_trust.pop(rid, None) is not None:
                     actions.append(Persist(replica_key(rid.topic, rid.partition, rid.broker), None))
                 actions.append(DeleteReplica(rid))
@@ -310,6 +364,14 @@ class ControllerState:
         actor dead or restarting; neither when the call merely timed out."""
         if replica not in self.detector:
             return []
+        if status is not None and status.error_code == ErrorCode.KAFKA_STORAGE_ERROR:
+            # Its log went offline (an I/O error, KIP-112): it serves nothing until it is
+            # restarted, so it is failed like a dead replica; leadership moves away.
+            self.offline_logs[replica] = status.error_message or "log offline"
+            dead = True
+            status = None
+        elif status is not None:
+            self.offline_logs.pop(replica, None)
         if dead:
             if self.detector.on_dead(replica, now_ms):
                 return self._on_failed(replica, now_ms)
@@ -599,12 +661,11 @@ class ControllerState:
             actions.append(SendHeartbeat(rid, HeartbeatRequest(controller_epoch=self.controller_epoch)))
         for rid, at in list(self._next_ensure.items()):
             if now_ms >= at:
-                topic = self.topics.get(rid.topic)
-                if topic is None:
+                if rid.topic not in self.topics:
                     del self._next_ensure[rid]
                     continue
                 self._next_ensure[rid] = now_ms + self.config.ensure_replica_interval_ms
-                actions.append(CreateReplica(rid, self._effective_config(topic)))
+                actions += self._ensure_replica(rid, now_ms)
         if self.config.auto_leader_rebalance and now_ms >= self._next_rebalance_ms:
             self._next_rebalance_ms = now_ms + self.config.leader_rebalance_interval_ms
             actions += self.rebalance_leaders(now_ms, imbalanced_only=True)

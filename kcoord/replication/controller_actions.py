@@ -21,7 +21,6 @@ class ReplicaId(NamedTuple):
         return f"{self.topic}-{self.partition}@{self.broker}"
 
 
-
 @dataclass(frozen=True)
 class Persist:
     """Write ``value`` under ``key`` in the metadata store (None deletes). Must complete
@@ -34,10 +33,14 @@ class Persist:
 @dataclass(frozen=True)
 class CreateReplica:
     """Make sure the actor for ``replica`` exists (create it if missing), with this topic
-    config; report through ``on_replica_created``."""
+    config, on ``node`` (None: wherever the scheduler likes; see placement.py); report
+    through ``on_replica_created``. A replica that exists is left alone -- unless the
+    runtime has been restarting it for longer than ``restart_stuck_ms``
+    (``ControllerState.restart_stuck``), then it is replaced."""
 
     replica: ReplicaId
     config: dict[str, str]
+    node: str | None = None
 
 
 @dataclass(frozen=True)

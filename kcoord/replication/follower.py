@@ -7,18 +7,28 @@ off and retries; the controller's next LeaderAndIsr moves it to another leader i
 
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass
+from typing import Any
 
-TRUNCATING = "truncating"
-FETCHING = "fetching"
+
+class Phase(str, enum.Enum):
+    TRUNCATING = "truncating"
+    FETCHING = "fetching"
+
+
+TRUNCATING = Phase.TRUNCATING
+FETCHING = Phase.FETCHING
 
 
 @dataclass
 class FollowerState:
     leader: int
     epoch: int
-    phase: str = TRUNCATING
-    in_flight: bool = False
+    phase: Phase = Phase.TRUNCATING
+    # The request whose answer we wait for (None: nothing in flight). Answers are matched
+    # to it by identity, so a late answer to an older request is never taken for it.
+    in_flight: Any = None
     backoff_until_ms: int = 0
     # The epoch of our own log we last asked the leader about (TRUNCATING).
     asked_epoch: int = -1
@@ -28,10 +38,10 @@ class FollowerState:
     leader_log_end_offset: int = -1
 
     def ready(self, now_ms: int) -> bool:
-        return not self.in_flight and now_ms >= self.backoff_until_ms
+        return self.in_flight is None and now_ms >= self.backoff_until_ms
 
     def back_off(self, now_ms: int, backoff_ms: int) -> None:
-        self.in_flight = False
+        self.in_flight = None
         self.consecutive_errors += 1
         # Grow gently (x1, x2, x4, ... up to x8) so a dead leader is not hammered.
         factor = min(8, 1 << min(3, self.consecutive_errors - 1))

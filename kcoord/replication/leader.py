@@ -20,6 +20,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ..protocol.controller import AlterPartitionRequest
+
 UNKNOWN = -1
 
 
@@ -55,7 +57,9 @@ class LeaderState:
     # Members of proposals whose answer never came (the controller may have applied them):
     # they count for the HW until a LeaderAndIsr or an AlterPartition answer says the truth.
     unconfirmed: list[int] = field(default_factory=list)
-    alter_in_flight: bool = False
+    # The AlterPartition we wait for (None: none in flight). Its answer is matched by
+    # identity: an answer to an older proposal must never be taken for a newer one.
+    alter_request: AlterPartitionRequest | None = None
     retry_alter_at_ms: int = 0
     isr_shrinks: int = 0
     isr_expands: int = 0
@@ -82,6 +86,10 @@ class LeaderState:
         return state
 
     # -- ISR ------------------------------------------------------------------------------
+    @property
+    def alter_in_flight(self) -> bool:
+        return self.alter_request is not None
+
     def maximal_isr(self) -> list[int]:
         if self.pending_isr is None and not self.unconfirmed:
             return self.isr
@@ -108,9 +116,12 @@ class LeaderState:
         removed a dead follower): adopt it and drop any proposal built on the old view."""
         self.adopt_isr(isr)
         self.partition_epoch = partition_epoch
-        self.pending_isr = None
+        # A proposal still in flight was built on the older partition epoch, so the
+        # controller can no longer apply it (it checks the partition epoch): this ISR is
+        # the whole truth, and the proposal's answer, when it comes, is ignored.
         self.unconfirmed = []
-        self.alter_in_flight = False
+        self.pending_isr = None
+        self.alter_request = None
         for b in replicas:
             if b != self.broker and b not in self.followers:
                 self.followers[b] = FollowerProgress(b)

@@ -8,6 +8,7 @@ and epoch into the header and serves bytes (or, to readers on its node, file hin
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,8 +27,9 @@ from ..protocol.replication import (
     ProduceRequest,
     ProduceResponse,
 )
-from .actions import Action, Reply, SendAlterPartition
+from .actions import SendAlterPartition
 from .config import LOG_APPEND_TIME
+from .entry import entry_point
 from .roles import LEADER
 
 
@@ -48,7 +50,8 @@ class FetchWaiter:
 
 
 class LeaderServing:
-    """Leader-side request handling (mixed into Replica)."""
+    """Leader-side request handling (mixed into Replica). Methods emit actions into the
+    replica's ``_out`` (see :meth:`Replica._reply`); the entry points return them."""
 
     # ------------------------------------------------------------------------------------
     # request validation
@@ -70,7 +73,7 @@ class LeaderServing:
     # ------------------------------------------------------------------------------------
     # Produce
     # ------------------------------------------------------------------------------------
-    def produce(self, req: ProduceRequest, token: Any, now_ms: int) -> list[Action]:
+    def _produce(self, req: ProduceRequest, token: Any, now_ms: int) -> None:
         self.metrics["produce_requests"] += 1
         err = self._leader_error(req.current_leader_epoch)
         if err is None and (req.topic != self.topic or req.partition != self.partition):
@@ -83,7 +86,8 @@ class LeaderServing:
                 f"ISR {self.isr} has {len(self.isr)} member(s); min.insync.replicas is {self.config.min_insync_replicas}",
             )
         if err is not None:
-            return [Reply(token, ProduceResponse(err[0], err[1], leader_epoch=self.leader_epoch))]
+            self._reply(token, ProduceResponse(err[0], err[1], leader_epoch=self.leader_epoch))
+            return
 
         data = req.records
         append_time = -1
@@ -94,15 +98,15 @@ class LeaderServing:
                 data = records.set_log_append_time(data, now_ms)
             info = self.log.append(data, leader_epoch=self.leader_epoch, now_ms=now_ms)
         except KafkaError as exc:
-            return [Reply(token, ProduceResponse(int(exc.code), exc.message, leader_epoch=self.leader_epoch))]
-        except OSError as exc:
-            return [Reply(token, ProduceResponse(ErrorCode.KAFKA_STORAGE_ERROR, f"log write failed: {exc}", leader_epoch=self.leader_epoch))]
+            if exc.code == ErrorCode.KAFKA_STORAGE_ERROR:
+                raise  # the log failed: the replica goes offline (Replica._storage_failed)
+            self._reply(token, ProduceResponse(int(exc.code), exc.message, leader_epoch=self.leader_epoch))
+            return
 
-        actions: list[Action] = []
         if not info.duplicate:
             self.metrics["produce_bytes"] += len(data)
-            actions += self._wake_fetchers(now_ms, followers=True)
-            actions += self._maybe_advance_hw(now_ms)
+            self._wake_fetchers(now_ms, followers=True)
+            self._maybe_advance_hw(now_ms)
         response = ProduceResponse(
             base_offset=info.base_offset,
             log_append_time=append_time,
@@ -111,31 +115,33 @@ class LeaderServing:
             duplicate=bool(info.duplicate),
         )
         if req.acks != -1:
-            actions.append(Reply(token, response))
-            return actions
+            self._reply(token, response)
+            return
         if info.base_offset >= 0:
             required = info.base_offset + records.read_header(data).record_count
         else:  # a duplicate from outside the dedup window: it is somewhere below our LEO
             required = self.log.log_end_offset
         if self.hw >= required:
-            actions.append(Reply(token, self._acked(response)))
+            self._reply(token, self._acked(response))
         else:
             self._produce_waiters.append(ProduceWaiter(token, required, now_ms + max(0, req.timeout_ms), response))
-        return actions
 
     def _acked(self, response: ProduceResponse) -> ProduceResponse:
         if len(self.isr) < self.config.min_insync_replicas:
-            response.error_code = ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND
-            response.error_message = (
-                f"written, but the ISR {self.isr} shrank below min.insync.replicas="
-                f"{self.config.min_insync_replicas} before it was replicated"
+            return dataclasses.replace(
+                response,
+                error_code=ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND,
+                error_message=(
+                    f"written, but the ISR {self.isr} shrank below min.insync.replicas="
+                    f"{self.config.min_insync_replicas} before it was replicated"
+                ),
             )
         return response
 
     # ------------------------------------------------------------------------------------
     # Fetch (consumers and followers), long-poll
     # ------------------------------------------------------------------------------------
-    def fetch(self, req: FetchRequest, token: Any, now_ms: int) -> list[Action]:
+    def _fetch(self, req: FetchRequest, token: Any, now_ms: int) -> None:
         self.metrics["fetch_requests"] += 1
         err = self._leader_error(req.current_leader_epoch)
         if err is None and (req.topic != self.topic or req.partition != self.partition):
@@ -146,38 +152,36 @@ class LeaderServing:
         if err is None and req.max_bytes <= 0:
             err = (ErrorCode.INVALID_FETCH_SIZE, f"max_bytes must be positive, got {req.max_bytes}")
         if err is not None:
-            return [Reply(token, FetchResponse(err[0], err[1], leader_epoch=self.leader_epoch))]
+            self._reply(token, FetchResponse(err[0], err[1], leader_epoch=self.leader_epoch))
+            return
         log = self.log
         leo = log.log_end_offset
         if req.fetch_offset < log.log_start_offset or req.fetch_offset > leo:
-            return [
-                Reply(
-                    token,
-                    FetchResponse(
-                        ErrorCode.OFFSET_OUT_OF_RANGE,
-                        f"offset {req.fetch_offset} is outside the log [{log.log_start_offset}, {leo}] of {self.topic}-{self.partition}",
-                        high_watermark=self.hw,
-                        log_start_offset=log.log_start_offset,
-                        log_end_offset=leo,
-                        leader_epoch=self.leader_epoch,
-                    ),
-                )
-            ]
-        actions: list[Action] = []
+            self._reply(
+                token,
+                FetchResponse(
+                    ErrorCode.OFFSET_OUT_OF_RANGE,
+                    f"offset {req.fetch_offset} is outside the log [{log.log_start_offset}, {leo}] of {self.topic}-{self.partition}",
+                    high_watermark=self.hw,
+                    log_start_offset=log.log_start_offset,
+                    log_end_offset=leo,
+                    leader_epoch=self.leader_epoch,
+                ),
+            )
+            return
         if from_follower:
             assert self.leader_state is not None
             progress = self.leader_state.followers.get(req.replica_id)
             if progress is not None:
                 progress.on_fetch(req.fetch_offset, leo, now_ms)
-            actions += self._maybe_advance_hw(now_ms)
-            actions += self._maybe_propose_isr(now_ms)
+            self._maybe_advance_hw(now_ms)
+            self._maybe_propose_isr(now_ms)
         waiter = FetchWaiter(token, req, now_ms + max(0, req.max_wait_ms), from_follower)
         response = self._read_for(waiter, force=req.max_wait_ms <= 0)
         if response is not None:
-            actions.append(Reply(token, response))
+            self._reply(token, response)
         else:
             self._fetch_waiters[token] = waiter
-        return actions
 
     def _read_for(self, waiter: FetchWaiter, force: bool) -> FetchResponse | None:
         """The response for a fetch if it can be answered now (enough bytes or forced)."""
@@ -207,69 +211,64 @@ class LeaderServing:
             file_hint=spans or None,
         )
 
-    def _wake_fetchers(self, now_ms: int, *, followers: bool) -> list[Action]:
+    def _wake_fetchers(self, now_ms: int, *, followers: bool) -> None:
         if not self._fetch_waiters:
-            return []
-        actions: list[Action] = []
+            return
         for token, w in list(self._fetch_waiters.items()):
             if w.from_follower != followers:
                 continue
             response = self._read_for(w, force=False)
             if response is not None:
                 del self._fetch_waiters[token]
-                actions.append(Reply(token, response))
-        return actions
+                self._reply(token, response)
 
     # ------------------------------------------------------------------------------------
     # HW and ISR (leader)
     # ------------------------------------------------------------------------------------
-    def _maybe_advance_hw(self, now_ms: int) -> list[Action]:
+    def _maybe_advance_hw(self, now_ms: int) -> None:
         ls = self.leader_state
         if ls is None:
-            return []
+            return
         candidate = ls.high_watermark_candidate(self.log.log_end_offset)
         if candidate <= self.hw:
-            return []
+            return
         self.hw = candidate
-        actions: list[Action] = []
         while self._produce_waiters and self._produce_waiters[0].required_offset <= candidate:
             w = self._produce_waiters.popleft()
-            actions.append(Reply(w.token, self._acked(w.response)))
-        actions += self._wake_fetchers(now_ms, followers=False)
-        return actions
+            self._reply(w.token, self._acked(w.response))
+        self._wake_fetchers(now_ms, followers=False)
 
-    def _maybe_propose_isr(self, now_ms: int) -> list[Action]:
+    def _maybe_propose_isr(self, now_ms: int) -> None:
         ls = self.leader_state
-        if ls is None or ls.alter_in_flight or now_ms < ls.retry_alter_at_ms:
-            return []
+        if ls is None or ls.alter_request is not None or now_ms < ls.retry_alter_at_ms:
+            return
         ls.retry_alter_at_ms = 0  # the backoff is over (a stale value would be a past deadline)
         proposal = ls.proposed_isr(self.log.log_end_offset, self.hw, now_ms, self.config.replica_lag_time_max_ms)
         if proposal is None:
-            return []
+            return
+        request = AlterPartitionRequest(
+            topic=self.topic,
+            partition=self.partition,
+            leader=self.broker,
+            leader_epoch=self.leader_epoch,
+            partition_epoch=self.partition_epoch,
+            new_isr=proposal,
+        )
         ls.pending_isr = proposal
-        ls.alter_in_flight = True
-        return [
-            SendAlterPartition(
-                AlterPartitionRequest(
-                    topic=self.topic,
-                    partition=self.partition,
-                    leader=self.broker,
-                    leader_epoch=self.leader_epoch,
-                    partition_epoch=self.partition_epoch,
-                    new_isr=proposal,
-                )
-            )
-        ]
+        ls.alter_request = request
+        self._out.append(SendAlterPartition(request))
 
-    def on_alter_partition_response(
-        self, request: AlterPartitionRequest, response: AlterPartitionResponse | None, now_ms: int
-    ) -> list[Action]:
-        """``response`` None means the controller could not be reached."""
+    @entry_point
+    def on_alter_partition_response(self, request: AlterPartitionRequest, response: AlterPartitionResponse | None, now_ms: int) -> None:
+        """The answer to our AlterPartition ``request``; None means the controller could
+        not be reached (or could not say whether it applied the change)."""
         ls = self.leader_state
-        if ls is None or request.leader_epoch != self.leader_epoch or not ls.alter_in_flight:
-            return []
-        ls.alter_in_flight = False
+        if ls is None or ls.alter_request is not request:
+            return  # an answer to a proposal we no longer wait for
+        ls.alter_request = None
         ls.pending_isr = None
+        if response is not None and response.error_code in UNKNOWN_OUTCOME:
+            response = None
         if response is None:
             # Unknown outcome: the controller may have applied it. Its members keep counting
             # for the HW until a LeaderAndIsr or an answer tells the truth.
@@ -278,9 +277,9 @@ class LeaderServing:
             # Fenced or stale partition epoch: the controller's LeaderAndIsr will bring the
             # truth; meanwhile retry later with a fresh proposal.
             ls.retry_alter_at_ms = now_ms + self.config.alter_partition_backoff_ms
-            return []
+            return
         if response.leader_epoch != self.leader_epoch or response.partition_epoch <= self.partition_epoch:
-            return []
+            return
         old = set(self.isr)
         new = set(response.isr)
         if new - old:
@@ -294,14 +293,16 @@ class LeaderServing:
         ls.adopt_isr(response.isr)
         ls.unconfirmed = []  # the controller's whole ISR as of now: nothing left to guess
         ls.partition_epoch = response.partition_epoch
-        actions = self._maybe_advance_hw(now_ms)
-        actions += self._maybe_propose_isr(now_ms)
-        return actions
+        self._maybe_advance_hw(now_ms)
+        self._maybe_propose_isr(now_ms)
 
     # ------------------------------------------------------------------------------------
     # ListOffsets / OffsetsForLeaderEpoch / status
     # ------------------------------------------------------------------------------------
-    def list_offsets(self, req: ListOffsetsRequest) -> ListOffsetsResponse:
+    def _list_offsets(self, req: ListOffsetsRequest, token: Any, now_ms: int) -> None:
+        self._reply(token, self._list_offsets_response(req))
+
+    def _list_offsets_response(self, req: ListOffsetsRequest) -> ListOffsetsResponse:
         err = self._leader_error(req.current_leader_epoch)
         if err is not None:
             return ListOffsetsResponse(err[0], err[1], leader_epoch=self.leader_epoch)
@@ -317,14 +318,20 @@ class LeaderServing:
             return ListOffsetsResponse(offset=-1, timestamp=-1, leader_epoch=self.leader_epoch)
         return ListOffsetsResponse(offset=found[0], timestamp=found[1], leader_epoch=self.leader_epoch)
 
-    def offsets_for_leader_epoch(self, req: OffsetsForLeaderEpochRequest) -> OffsetsForLeaderEpochResponse:
+    def _offsets_for_leader_epoch(self, req: OffsetsForLeaderEpochRequest, token: Any, now_ms: int) -> None:
         err = self._leader_error(req.current_leader_epoch)
         if err is not None:
-            return OffsetsForLeaderEpochResponse(err[0], err[1])
+            self._reply(token, OffsetsForLeaderEpochResponse(err[0], err[1]))
+            return
         epoch, end = self.log.epoch_cache.end_offset_for(req.leader_epoch, self.log.log_end_offset)
-        return OffsetsForLeaderEpochResponse(leader_epoch=epoch, end_offset=end)
+        self._reply(token, OffsetsForLeaderEpochResponse(leader_epoch=epoch, end_offset=end))
 
     def parked_fetches(self) -> dict[str, int]:
         """Long-poll fetches waiting for data, by kind (for operators and tests)."""
         followers = sum(1 for w in self._fetch_waiters.values() if w.from_follower)
         return {"followers": followers, "consumers": len(self._fetch_waiters) - followers}
+
+
+# Answers that say the controller could not tell whether it applied a change (its
+# metadata-store write failed or timed out): the same as no answer.
+UNKNOWN_OUTCOME = frozenset({ErrorCode.REQUEST_TIMED_OUT, ErrorCode.NOT_CONTROLLER, ErrorCode.UNKNOWN_SERVER_ERROR})

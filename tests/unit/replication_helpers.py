@@ -54,3 +54,43 @@ def replies(actions) -> dict:
 
 def of_type(actions, kind):
     return [a for a in actions if isinstance(a, kind)]
+
+
+_TOKENS = iter(range(10**9, 2 * 10**9))
+
+
+def call(replica: Replica, request, now: int = 0):
+    """Send ``request`` to ``replica``; returns (its immediate response or None, every action)."""
+    token = ("call", next(_TOKENS))
+    actions = replica.handle(request, token, now)
+    return replies(actions).get(token), actions
+
+
+def leader_and_isr(replica: Replica, request: LeaderAndIsrRequest, now: int = 0):
+    """(LeaderAndIsrResponse, the other actions) -- the shape tests are written against."""
+    response, actions = call(replica, request, now)
+    return response, [a for a in actions if not (isinstance(a, Reply) and a.response is response)]
+
+
+def list_offsets(replica: Replica, request):
+    return call(replica, request)[0]
+
+
+def offsets_for_epoch(replica: Replica, request):
+    return call(replica, request)[0]
+
+
+def serve_pending(follower: Replica, leader: Replica, now: int):
+    """Answer the follower's one request in flight (OffsetsForLeaderEpoch or Fetch) from
+    ``leader`` at once (no long poll) and feed the answer back; returns its actions."""
+    import dataclasses
+
+    from kcoord.protocol.replication import FetchRequest
+
+    req = follower.follower_state.in_flight
+    assert req is not None, "the follower has nothing in flight"
+    if isinstance(req, FetchRequest):
+        answer = call(leader, dataclasses.replace(req, max_wait_ms=0), now)[0]
+        return follower.on_fetch_response(req, answer, now)
+    answer = call(leader, req, now)[0]
+    return follower.on_offsets_for_leader_epoch_response(req, answer, now)

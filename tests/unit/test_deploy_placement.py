@@ -1,13 +1,12 @@
-"""Broker -> node placement policy (cluster/placement.py), without Ray: the initial binding,
-re-binding after a node dies, and waiting when no node can take a broker."""
+"""Broker -> node placement policy (kcoord/replication/placement.py), without Ray: the initial
+binding, re-binding after a node dies, and waiting when no node can take a broker."""
 
 from __future__ import annotations
 
 import json
 
-from cluster.placement import (
-    PLACEMENT_KEY,
-    ReplicaPlacement,
+from kcoord.replication.placement import (
+    BrokerBinding,
     choose_node,
     colocated_partitions,
     initial_binding,
@@ -66,28 +65,28 @@ def test_rebind_may_share_a_node_with_brokers_that_are_not_peers():
     assert colocated_partitions(consecutive(6, 6, 3), {**rebound, 4: "d"}) == []
 
 
-def test_replica_placement_persists_rebinds_and_reports_waiting():
-    stored: dict[str, bytes] = {}
-    alive = ["a", "c"]
-    placement = ReplicaPlacement({0: "a", 1: "b", 2: "c"}, stored.__setitem__, alive_nodes=lambda: list(alive), clock=iter(range(0, 10**6, 10)).__next__)
-    assignments = lambda: [[0, 1, 2]]  # noqa: E731
+def test_binding_rebinds_and_reports_waiting():
+    placement = BrokerBinding({0: "a", 1: "b", 2: "c"}, alive={"a", "c"})
+    assignments = [[0, 1, 2]]
     assert placement.decide(0, assignments).node == "a"
     d = placement.decide(1, assignments)
     assert d.wait and d.node is None
     assert placement.describe()["waiting"] == [1]
-    assert PLACEMENT_KEY not in stored
-    alive.append("d")
+    assert placement.rebinds == 0
+    placement.alive = {"a", "c", "d"}
     d = placement.decide(1, assignments)
     assert (d.node, d.wait, d.rebound_from) == ("d", False, "b")
-    assert json.loads(stored[PLACEMENT_KEY]) == {"0": "a", "1": "d", "2": "c"}
-    assert placement.describe()["waiting"] == []
-    # a restarted controller starts from the deploy-time binding and loads the stored one
-    again = ReplicaPlacement({0: "a", 1: "b", 2: "c"}, stored.__setitem__, alive_nodes=lambda: list(alive))
-    again.load(stored)
-    assert again.binding == {0: "a", 1: "d", 2: "c"}
+    assert json.loads(placement.encode()) == {"0": "a", "1": "d", "2": "c"}
+    assert placement.describe()["waiting"] == [] and placement.rebinds == 1
+
+
+def test_binding_keeps_nodes_until_told_which_are_alive():
+    placement = BrokerBinding({0: "a", 1: "b"})
+    assert placement.decide(1, [[0, 1]]) == placement.decide(1, [[0, 1]])
+    assert placement.decide(1, [[0, 1]]).node == "b" and placement.rebinds == 0
 
 
 def test_unbound_placement_lets_ray_place_replicas():
-    placement = ReplicaPlacement({}, lambda k, v: None, alive_nodes=lambda: ["a", "b"])
-    d = placement.decide(0, lambda: [[0, 1, 2]])
+    placement = BrokerBinding({}, alive={"a", "b"})
+    d = placement.decide(0, [[0, 1, 2]])
     assert d.node is None and not d.wait

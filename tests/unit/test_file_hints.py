@@ -14,7 +14,7 @@ from kcoord.log.hints import read_hinted
 from kcoord.protocol.replication import FetchRequest
 from kcoord.replication.replica import Replica
 
-from replication_helpers import lai, produce, replies
+from replication_helpers import lai, produce, replies, leader_and_isr, list_offsets, offsets_for_epoch
 
 
 def filled_log(tmp_path, batches=30, per=20, segment_bytes=1200) -> Log:
@@ -75,7 +75,7 @@ def test_read_hinted_rejects_bytes_that_do_not_check_out(tmp_path):
 def test_replica_answers_same_node_fetch_with_hints_only(tmp_path):
     log = Log(tmp_path / "r", LogConfig())
     r = Replica("t", 0, 0, log, node_id="node-A")
-    r.handle_leader_and_isr(lai(0, 1, (0, 1)), 0)
+    leader_and_isr(r, lai(0, 1, (0, 1)), 0)
     produce(r, records.build_batch_columns([b"a", b"b"]), "p", 0, acks=1)
     same = replies(r.fetch(FetchRequest("t", 0, 0, max_wait_ms=0, replica_id=1, current_leader_epoch=1, node_id="node-A"), "f1", 1))["f1"]
     other = replies(r.fetch(FetchRequest("t", 0, 0, max_wait_ms=0, replica_id=1, current_leader_epoch=1, node_id="node-B"), "f2", 2))["f2"]

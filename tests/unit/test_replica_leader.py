@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from replication_helpers import TOPIC, batch, consumer_fetch, follower_fetch, lai, make_replica, of_type, produce, replies
+from replication_helpers import TOPIC, batch, consumer_fetch, follower_fetch, lai, make_replica, of_type, produce, replies, leader_and_isr, list_offsets, offsets_for_epoch
 
 from kcoord import records
 from kcoord.protocol.controller import AlterPartitionResponse
@@ -14,7 +14,7 @@ from kcoord.replication.config import ReplicationConfig
 
 def leader(isr=(0, 1, 2), epoch=1, **cfg):
     r = make_replica(0, ReplicationConfig(**cfg))
-    resp, actions = r.handle_leader_and_isr(lai(0, epoch, isr), 0)
+    resp, actions = leader_and_isr(r, lai(0, epoch, isr), 0)
     assert resp.error_code == 0 and r.role == "leader"
     return r
 
@@ -158,7 +158,7 @@ def test_epoch_fencing_on_fetch_and_produce():
 def test_bad_input_errors():
     r = leader()
     follower = make_replica(1)
-    follower.handle_leader_and_isr(lai(0, 1, (0, 1, 2)), 0)
+    leader_and_isr(follower, lai(0, 1, (0, 1, 2)), 0)
     assert replies(produce(follower, batch(), "x", 0))["x"].error_code == ErrorCode.NOT_LEADER_OR_FOLLOWER
     good = batch(3)
     bad = bytearray(good)
@@ -175,7 +175,7 @@ def test_message_too_large_is_refused():
     from kcoord.log import LogConfig, MemoryLog
 
     r = make_replica(0, log=MemoryLog(LogConfig(max_batch_bytes=2000)))
-    r.handle_leader_and_isr(lai(0, 1, (0,)), 0)
+    leader_and_isr(r, lai(0, 1, (0,)), 0)
     big = records.build_batch_columns([b"x" * 5000])
     resp = replies(produce(r, big, "p", 0, acks=1))["p"]
     assert resp.error_code == ErrorCode.MESSAGE_TOO_LARGE and r.log.log_end_offset == 0
@@ -185,7 +185,7 @@ def test_leadership_change_fails_pending_requests():
     r = leader()
     produce(r, batch(), "p", 0)
     consumer_fetch(r, 0, "c", 0, max_wait_ms=1000)
-    _, acts = r.handle_leader_and_isr(lai(1, 2, (1, 2)), 5)
+    _, acts = leader_and_isr(r, lai(1, 2, (1, 2)), 5)
     got = replies(acts)
     assert got["p"].error_code == ErrorCode.NOT_LEADER_OR_FOLLOWER
     assert got["c"].error_code == ErrorCode.NOT_LEADER_OR_FOLLOWER
@@ -196,17 +196,17 @@ def test_not_enough_replicas_after_append_when_isr_shrinks_below_min():
     r = leader(min_insync_replicas=2, replica_lag_time_max_ms=100)
     produce(r, batch(), "p", 0)
     # controller removes both followers (they died) before they replicated
-    _, acts = r.handle_leader_and_isr(lai(0, 1, (0,), partition_epoch=2), 10)
+    _, acts = leader_and_isr(r, lai(0, 1, (0,), partition_epoch=2), 10)
     assert replies(acts)["p"].error_code == ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND
 
 
 def test_stale_controller_and_leader_epochs_are_refused():
     r = leader(epoch=3)
-    resp, _ = r.handle_leader_and_isr(lai(1, 2, (1,)), 1)
+    resp, _ = leader_and_isr(r, lai(1, 2, (1,)), 1)
     assert resp.error_code == ErrorCode.FENCED_LEADER_EPOCH and r.role == "leader"
-    resp, _ = r.handle_leader_and_isr(lai(1, 4, (1,), controller_epoch=0), 1)
+    resp, _ = leader_and_isr(r, lai(1, 4, (1,), controller_epoch=0), 1)
     assert resp.error_code == ErrorCode.STALE_CONTROLLER_EPOCH and r.role == "leader"
-    resp, _ = r.handle_leader_and_isr(lai(0, 3, (0, 1, 2)), 1)
+    resp, _ = leader_and_isr(r, lai(0, 3, (0, 1, 2)), 1)
     assert resp.error_code == 0, "same epoch again is idempotent"
 
 
@@ -225,10 +225,10 @@ def test_idempotent_duplicate_returns_original_offset_and_does_not_append():
 def test_list_offsets_and_offsets_for_leader_epoch():
     r = leader(isr=(0,), epoch=2)
     produce(r, records.build_batch_columns([b"a", b"b"], timestamps=[100, 200]), "p", 0)
-    assert r.list_offsets(ListOffsetsRequest(TOPIC, 0, -2)).offset == 0
-    assert r.list_offsets(ListOffsetsRequest(TOPIC, 0, -1)).offset == 2
-    found = r.list_offsets(ListOffsetsRequest(TOPIC, 0, 150))
+    assert list_offsets(r, ListOffsetsRequest(TOPIC, 0, -2)).offset == 0
+    assert list_offsets(r, ListOffsetsRequest(TOPIC, 0, -1)).offset == 2
+    found = list_offsets(r, ListOffsetsRequest(TOPIC, 0, 150))
     assert (found.offset, found.timestamp) == (1, 200)
-    assert r.list_offsets(ListOffsetsRequest(TOPIC, 0, 999)).offset == -1
-    resp = r.offsets_for_leader_epoch(OffsetsForLeaderEpochRequest(TOPIC, 0, 2))
+    assert list_offsets(r, ListOffsetsRequest(TOPIC, 0, 999)).offset == -1
+    resp = offsets_for_epoch(r, OffsetsForLeaderEpochRequest(TOPIC, 0, 2))
     assert (resp.leader_epoch, resp.end_offset) == (2, 2)

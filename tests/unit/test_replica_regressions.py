@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from replication_helpers import follower_fetch, lai, make_replica, of_type
+from replication_helpers import follower_fetch, lai, make_replica, of_type, leader_and_isr, list_offsets, offsets_for_epoch, serve_pending
 
 from kcoord.protocol.controller import AlterPartitionResponse
 from kcoord.protocol.errors import ErrorCode
@@ -18,7 +18,7 @@ from kcoord.replication.config import ReplicationConfig
 
 def _leader(**cfg):
     r = make_replica(0, ReplicationConfig(**cfg))
-    r.handle_leader_and_isr(lai(0, 1, (0, 1, 2)), 0)
+    leader_and_isr(r, lai(0, 1, (0, 1, 2)), 0)
     return r
 
 
@@ -69,7 +69,7 @@ def test_follower_that_left_the_isr_needs_a_fresh_fetch_to_rejoin():
     follower_fetch(r, 2, 5, "f2", 10, epoch=1, max_wait_ms=0)
     assert r.hw == 5
     # the controller saw 1 die and shrank the ISR
-    r.handle_leader_and_isr(lai(0, 1, (0, 2), partition_epoch=2), 20)
+    leader_and_isr(r, lai(0, 1, (0, 2), partition_epoch=2), 20)
     assert r.isr == [0, 2]
     # follower 2 keeps fetching: the leader re-evaluates the ISR, but has no fetch from
     # the new incarnation of 1 yet, so it must not propose it
@@ -95,21 +95,21 @@ def test_follower_converges_on_a_leader_whose_log_is_shorter_than_its_hw():
     from kcoord.replication.actions import SendFetch, SendOffsetsForLeaderEpoch
 
     leader = make_replica(2)
-    leader.handle_leader_and_isr(lai(2, 6, (2,)), 0)
+    leader_and_isr(leader, lai(2, 6, (2,)), 0)
     assert leader.log.epoch_cache.entries == [(6, 0)] and leader.log.log_end_offset == 0
     follower = make_replica(0)
     old = make_replica(1)
-    old.handle_leader_and_isr(lai(1, 0, (1,)), 0)
+    leader_and_isr(old, lai(1, 0, (1,)), 0)
     produce(old, batch(9), "p", 0, acks=1)
     follower.log.append(old.log.read(0, 1 << 20))
     follower.log.checkpoint_high_watermark(9)
     follower = make_replica(0, log=follower.log)
     assert follower.hw == 9
-    _, acts = follower.handle_leader_and_isr(lai(2, 6, (2,)), 10)
+    _, acts = leader_and_isr(follower, lai(2, 6, (2,)), 10)
     for step in range(10):
         (send,) = [a for a in acts if isinstance(a, (SendFetch, SendOffsetsForLeaderEpoch))]
         if isinstance(send, SendOffsetsForLeaderEpoch):
-            acts = follower.on_offsets_for_leader_epoch_response(send.request, leader.offsets_for_leader_epoch(send.request), 11 + step)
+            acts = follower.on_offsets_for_leader_epoch_response(send.request, offsets_for_epoch(leader, send.request), 11 + step)
             continue
         resp = replies(leader.fetch(dataclasses.replace(send.request, max_wait_ms=0), "t", 11 + step))["t"]
         if resp.error_code == 0:
@@ -146,12 +146,12 @@ def test_follower_truncates_an_epoch_the_leader_never_had():
     leader_log = _log_with([(3, [batch(4, b"a"), batch(4, b"b")]), (5, [batch(2, b"c")])])
     follower_log = _log_with([(4, [batch(5, b"x"), batch(3, b"y")])])
     leader = make_replica(1, log=leader_log)
-    leader.handle_leader_and_isr(lai(1, 6, (1, 0)), 0)
+    leader_and_isr(leader, lai(1, 6, (1, 0)), 0)
     follower = make_replica(0, log=follower_log)
-    _, acts = follower.handle_leader_and_isr(lai(1, 6, (1, 0)), 0)
+    _, acts = leader_and_isr(follower, lai(1, 6, (1, 0)), 0)
     (ask,) = of_type(acts, SendOffsetsForLeaderEpoch)
     assert ask.request.leader_epoch == 4
-    answer = leader.offsets_for_leader_epoch(ask.request)
+    answer = offsets_for_epoch(leader, ask.request)
     assert (answer.leader_epoch, answer.end_offset) == (3, 8)
     follower.on_offsets_for_leader_epoch_response(ask.request, answer, 1)
     assert follower.log.log_end_offset == 0, "offsets 0-7 hold epoch-4 batches the leader does not have"
@@ -159,8 +159,7 @@ def test_follower_truncates_an_epoch_the_leader_never_had():
     from kcoord.protocol.replication import FetchRequest
 
     for now in range(2, 6):
-        req = FetchRequest("t", 0, follower.log.log_end_offset, max_wait_ms=0, replica_id=0, current_leader_epoch=6)
-        follower.on_fetch_response(req, replies(leader.fetch(req, "f", now))["f"], now)
+        serve_pending(follower, leader, now)
     assert follower.log.read(0, 1 << 20) == leader.log.read(0, 1 << 20)
 
 
@@ -175,24 +174,24 @@ def test_restarted_replica_without_fsync_refuses_its_first_leadership():
 
     log = MemoryLog(LogConfig())  # no flush policy: page cache only
     r = make_replica(0, log=log)
-    r.handle_leader_and_isr(lai(0, 4, (0,)), 0)
+    leader_and_isr(r, lai(0, 4, (0,)), 0)
     produce(r, batch(5), "p", 0, acks=1)
     r.tick(2000)  # HW checkpointed
     restarted = make_replica(0, log=log.crash(), now=3000)
     assert restarted.log.log_end_offset == 0, "everything was unflushed"
-    resp, acts = restarted.handle_leader_and_isr(lai(0, 7, (0, 2)), 3001)
+    resp, acts = leader_and_isr(restarted, lai(0, 7, (0, 2)), 3001)
     assert resp.error_code == ErrorCode.FENCED_LEADER_EPOCH and acts == [] and restarted.role == "none"
-    resp, _ = restarted.handle_leader_and_isr(lai(0, 8, (0, 2)), 3002)
+    resp, _ = leader_and_isr(restarted, lai(0, 8, (0, 2)), 3002)
     assert resp.error_code == 0 and restarted.role == "leader", "the controller knew and chose it anyway"
     # a brand-new replica, or one whose every append is fsynced, leads at once
     fresh = make_replica(1, log=MemoryLog(LogConfig()))
-    assert fresh.handle_leader_and_isr(lai(1, 0, (1,)), 0)[0].error_code == 0
+    assert leader_and_isr(fresh, lai(1, 0, (1,)), 0)[0].error_code == 0
     durable = MemoryLog(LogConfig(flush_messages=1))
     d = make_replica(2, log=durable)
-    d.handle_leader_and_isr(lai(2, 4, (2,)), 0)
+    leader_and_isr(d, lai(2, 4, (2,)), 0)
     produce(d, batch(2), "q", 0, acks=1)
     again = make_replica(2, log=durable.crash(), now=10)
-    assert again.handle_leader_and_isr(lai(2, 9, (2,)), 11)[0].error_code == 0
+    assert leader_and_isr(again, lai(2, 9, (2,)), 11)[0].error_code == 0
 
 
 def test_restarted_follower_refuses_leadership_until_caught_up():
@@ -204,22 +203,21 @@ def test_restarted_follower_refuses_leadership_until_caught_up():
 
     log = MemoryLog(LogConfig())
     r = make_replica(0, log=log)
-    r.handle_leader_and_isr(lai(0, 4, (0,)), 0)
+    leader_and_isr(r, lai(0, 4, (0,)), 0)
     produce(r, batch(5), "p", 0, acks=1)
     r.tick(2000)
     restarted = make_replica(0, log=log.crash(), now=3000)
-    assert restarted.handle_leader_and_isr(lai(1, 5, (1, 0)), 3001)[0].error_code == 0
-    assert restarted.handle_leader_and_isr(lai(0, 6, (0,)), 3002)[0].error_code == ErrorCode.FENCED_LEADER_EPOCH
+    assert leader_and_isr(restarted, lai(1, 5, (1, 0)), 3001)[0].error_code == 0
+    assert leader_and_isr(restarted, lai(0, 6, (0,)), 3002)[0].error_code == ErrorCode.FENCED_LEADER_EPOCH
     # caught up with a leader, it may lead again
     leader = make_replica(1)
-    leader.handle_leader_and_isr(lai(1, 7, (1, 0)), 3003)
+    leader_and_isr(leader, lai(1, 7, (1, 0)), 3003)
     produce(leader, batch(3), "q", 3003, acks=1)
-    restarted.handle_leader_and_isr(lai(1, 7, (1, 0)), 3003)
-    for now in range(3004, 3008):
-        req = FetchRequest("t", 0, restarted.log.log_end_offset, max_wait_ms=0, replica_id=0, current_leader_epoch=7)
-        restarted.on_fetch_response(req, replies(leader.fetch(req, "f", now))["f"], now)
+    leader_and_isr(restarted, lai(1, 7, (1, 0)), 3003)
+    for now in range(3004, 3010):
+        serve_pending(restarted, leader, now)
     assert restarted.log.log_end_offset == 3 and restarted.hw == 3
-    assert restarted.handle_leader_and_isr(lai(0, 8, (0, 1)), 3010)[0].error_code == 0
+    assert leader_and_isr(restarted, lai(0, 8, (0, 1)), 3010)[0].error_code == 0
 
 
 def test_isr_expansion_with_unknown_outcome_still_counts():
@@ -232,7 +230,7 @@ def test_isr_expansion_with_unknown_outcome_still_counts():
     from replication_helpers import batch, produce, replies
 
     r = make_replica(0, ReplicationConfig(min_insync_replicas=2))
-    r.handle_leader_and_isr(lai(0, 1, (0, 1)), 0)
+    leader_and_isr(r, lai(0, 1, (0, 1)), 0)
     produce(r, batch(2), "a", 0, acks=1)
     follower_fetch(r, 1, 2, "f1", 1, epoch=1, max_wait_ms=0)
     (alter,) = of_type(follower_fetch(r, 2, 2, "f2", 2, epoch=1, max_wait_ms=0), SendAlterPartition)
@@ -245,5 +243,57 @@ def test_isr_expansion_with_unknown_outcome_still_counts():
     acts = follower_fetch(r, 2, 3, "f2b", 1003, epoch=1, max_wait_ms=0)
     assert r.hw == 3 and replies(acts)["p"].error_code == 0
     # the truth arrives (the controller re-sends the partition state): adopted
-    r.handle_leader_and_isr(lai(0, 1, (0, 1, 2), partition_epoch=2), 1004)
+    leader_and_isr(r, lai(0, 1, (0, 1, 2), partition_epoch=2), 1004)
     assert r.isr == [0, 1, 2] and r.leader_state.maximal_isr() == [0, 1, 2]
+
+
+def test_alter_partition_answer_is_matched_to_its_own_proposal():
+    """Issue 12 suspect: an AlterPartition answer was matched to whatever proposal was in
+    flight. A LeaderAndIsr at the same leader epoch dropped proposal P1, the leader sent P2,
+    and P1's (stale) answer was taken for P2: P2 no longer counted for the HW, the
+    controller then applied P2 (ISR {0, 1}) and its answer was ignored, so the leader
+    computed the HW over {0} while the controller would elect 1 from {0, 1}."""
+    from kcoord.protocol.controller import AlterPartitionResponse
+    from kcoord.replication.actions import SendAlterPartition
+
+    r = make_replica(0)
+    leader_and_isr(r, lai(0, 1, (0, 2), replicas=(0, 1, 2), partition_epoch=1))
+    (p1,) = of_type(follower_fetch(r, 1, 0, "f1", 1, epoch=1), SendAlterPartition)
+    assert p1.request.new_isr == [0, 1, 2]
+    # the controller removes dead broker 2 (same leader epoch, newer partition epoch)
+    leader_and_isr(r, lai(0, 1, (0,), replicas=(0, 1, 2), partition_epoch=2), 2)
+    (p2,) = of_type(follower_fetch(r, 1, 0, "f2", 3, epoch=1), SendAlterPartition)
+    assert p2.request.new_isr == [0, 1] and p2.request.partition_epoch == 2
+    stale = AlterPartitionResponse(ErrorCode.INVALID_UPDATE_VERSION, "stale", leader=0, leader_epoch=1, partition_epoch=2, isr=[0])
+    r.on_alter_partition_response(p1.request, stale, 4)
+    assert r.leader_state.alter_request is p2.request, "P1's answer must not end the wait for P2"
+    assert 1 in r.leader_state.maximal_isr(), "P2's addition counts for the HW until its answer"
+    applied = AlterPartitionResponse(leader=0, leader_epoch=1, partition_epoch=3, isr=[0, 1])
+    r.on_alter_partition_response(p2.request, applied, 5)
+    assert r.isr == [0, 1] and r.partition_epoch == 3 and r.leader_state.alter_request is None
+
+
+def test_reconciliation_that_truncates_nothing_still_drops_newer_epochs():
+    """Issue 12 suspect: a follower whose truncation point is its log end returned early and
+    kept an epoch it had opened as leader without writing in it; Kafka always truncates the
+    epoch cache from the end. Its cache must match its log after reconciliation."""
+    from kcoord.replication.actions import SendOffsetsForLeaderEpoch
+
+    from replication_helpers import batch, produce
+
+    old = make_replica(0)
+    leader_and_isr(old, lai(0, 1, (0, 1)))
+    produce(old, batch(3), "p", 0, acks=1)
+    leader = make_replica(1)
+    leader.log.append(old.log.read(0, 1 << 20))
+    # broker 0 leads epoch 2 without writing, then follows broker 1 at epoch 3
+    leader_and_isr(old, lai(0, 2, (0, 1)), 1)
+    assert [tuple(e) for e in old.log.epoch_cache.entries] == [(1, 0), (2, 3)]
+    leader_and_isr(leader, lai(1, 3, (1, 0)), 2)
+    _, acts = leader_and_isr(old, lai(1, 3, (1, 0)), 2)
+    (ask,) = of_type(acts, SendOffsetsForLeaderEpoch)
+    answer = offsets_for_epoch(leader, ask.request)
+    assert (answer.leader_epoch, answer.end_offset) == (1, 3)
+    old.on_offsets_for_leader_epoch_response(ask.request, answer, 3)
+    assert old.log.log_end_offset == 3
+    assert [tuple(e) for e in old.log.epoch_cache.entries] == [(1, 0)], "epoch 2 holds no record of the leader's log"

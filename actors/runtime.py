@@ -1,0 +1,89 @@
+"""The Ray world behind the drivers' interfaces: an asyncio clock and Ray actor calls.
+
+:class:`AsyncioClock` and :class:`RayTransport` implement :mod:`kcoord.runtime` for code
+running inside an asyncio Ray actor. The drivers they serve are the same ones the
+simulation runs on its fake clock and network.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any, Callable
+
+from kcoord.protocol.codec import Message
+from kcoord.protocol.errors import DecodeError
+from kcoord.runtime import Outcome
+
+from .calls import DEAD, TIMEOUT, CallFailed, Handles
+
+
+def wall_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class AsyncioClock:
+    """Wall-clock milliseconds; callbacks on the running event loop."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop | None = None) -> None:
+        self._loop = loop
+
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop:
+        if self._loop is None:
+            self._loop = asyncio.get_running_loop()
+        return self._loop
+
+    def now_ms(self) -> int:
+        return wall_ms()
+
+    def call_at(self, at_ms: int, fn: Callable[[], None]) -> asyncio.TimerHandle:
+        return self.loop.call_later(max(0.0, (at_ms - wall_ms()) / 1000), fn)
+
+
+class RayTransport:
+    """Calls to named actors of one namespace, each as an asyncio task whose outcome is
+    handed to the caller's callback on the event loop."""
+
+    def __init__(self, namespace: str, loop: asyncio.AbstractEventLoop | None = None, handles: Handles | None = None) -> None:
+        self.handles = handles or Handles(namespace)
+        self._loop = loop
+        self._tasks: set[asyncio.Task] = set()
+
+    def call(
+        self,
+        target: str,
+        method: str,
+        request: Message,
+        response_type: type[Message],
+        timeout_ms: int,
+        on_done: Callable[[Any, Outcome], None],
+        *,
+        probe_after_ms: int | None = None,
+    ) -> None:
+        loop = self._loop or asyncio.get_running_loop()
+        task = loop.create_task(self._call(target, method, request, response_type, timeout_ms, on_done, probe_after_ms))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _call(self, target, method, request, response_type, timeout_ms, on_done, probe_after_ms) -> None:
+        response = None
+        try:
+            raw = await self.handles.call(
+                target,
+                method,
+                request.encode(),
+                timeout=timeout_ms / 1000,
+                probe_after=None if probe_after_ms is None else probe_after_ms / 1000,
+            )
+            response = response_type.decode(raw)
+            outcome = Outcome.OK
+        except CallFailed as exc:
+            outcome = Outcome.DEAD if exc.kind == DEAD else Outcome.TIMEOUT if exc.kind == TIMEOUT else Outcome.ERROR
+        except DecodeError:
+            outcome = Outcome.ERROR
+        on_done(response, outcome)
+
+    def close(self) -> None:
+        for task in list(self._tasks):
+            task.cancel()

@@ -1,0 +1,263 @@
+"""The one driver of a partition replica: everything the core does not do, besides I/O.
+
+:class:`ReplicaDriver` owns the :class:`~kcoord.replication.replica.Replica` core and
+performs its actions through a :class:`~kcoord.runtime.Transport` and a
+:class:`~kcoord.runtime.Clock`. The Ray actor (``actors/replica.py``) is a thin shell that
+decodes requests and awaits replies; the simulation (``tests/sim``) runs this same class on
+a fake network and clock. What lives here, once:
+
+* request tokens and the reply each one completes;
+* the order actions are performed in (as returned) and the calls they make: Fetch and
+  OffsetsForLeaderEpoch to the leader, AlterPartition to the controller, each with its
+  timeout, each outcome fed back to the core (``None`` for no answer);
+* reading a same-node leader's file hint (or fetching the bytes when the hint went stale);
+* the single timer, re-armed from ``next_deadline()`` after every call into the core.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import logging
+import traceback
+from typing import Any, Callable
+
+from ..protocol import names
+from ..protocol.codec import Message
+from ..protocol.controller import AlterPartitionRequest, AlterPartitionResponse, HeartbeatRequest, HeartbeatResponse, LeaderAndIsrRequest, LeaderAndIsrResponse
+from ..protocol.errors import ErrorCode
+from ..protocol.replication import (
+    FetchRequest,
+    FetchResponse,
+    ListOffsetsRequest,
+    ListOffsetsResponse,
+    OffsetsForLeaderEpochRequest,
+    OffsetsForLeaderEpochResponse,
+    ProduceRequest,
+    ProduceResponse,
+)
+from ..runtime import Alarm, Clock, Outcome, ReplyFn, Transport
+from .actions import Reply, SendAlterPartition, SendFetch, SendOffsetsForLeaderEpoch
+from .replica import Replica
+
+logger = logging.getLogger("kcoord.replica")
+
+ERROR_RESPONSE: dict[type[Message], type[Message]] = {
+    ProduceRequest: ProduceResponse,
+    FetchRequest: FetchResponse,
+    ListOffsetsRequest: ListOffsetsResponse,
+    OffsetsForLeaderEpochRequest: OffsetsForLeaderEpochResponse,
+    LeaderAndIsrRequest: LeaderAndIsrResponse,
+    HeartbeatRequest: HeartbeatResponse,
+}
+"""The requests a replica serves, and the response type each gets."""
+
+HintReader = Callable[[list, int], "bytes | None"]
+
+
+@dataclasses.dataclass
+class ReplicaTimeouts:
+    """How long the driver waits for its own calls. A follower's fetch may be parked at the
+    leader for ``replica.fetch.wait.max.ms`` on top of ``call_ms``."""
+
+    call_ms: int = 10_000
+    idle_wake_ms: int = 1_000
+
+
+class ReplicaDriver:
+    def __init__(
+        self,
+        replica: Replica,
+        *,
+        cluster: str,
+        transport: Transport,
+        clock: Clock,
+        timeouts: ReplicaTimeouts | None = None,
+        read_hint: HintReader | None = None,
+        trace: Callable[[str], None] | None = None,
+        after_tick: Callable[[int], None] | None = None,
+    ) -> None:
+        """``trace(message)`` hears role changes, truncations and ISR changes (the shell
+        logs them); ``after_tick(now_ms)`` runs after every timer wake-up (metrics)."""
+        self.replica = replica
+        self._after_tick = after_tick
+        self.cluster = cluster
+        self._transport = transport
+        self._clock = clock
+        self.timeouts = timeouts or ReplicaTimeouts()
+        self._read_hint = read_hint
+        self._trace = trace
+        self._tokens = itertools.count()
+        self._waiters: dict[int, tuple[ReplyFn, type[Message]]] = {}
+        self._alarm = Alarm(clock, self._on_alarm, idle_ms=self.timeouts.idle_wake_ms)
+        self._controller = names.controller(cluster)
+        self.closed = False
+        self.hinted_fetches = 0
+        self.internal_errors = 0
+        self._spins = 0
+        self.max_timer_spins = 0
+
+    # -- lifecycle --------------------------------------------------------------------------
+    def start(self) -> None:
+        """Start the timer (before any request arrives: after a restart nobody may call us
+        for a while, yet a follower must start fetching)."""
+        self._rearm()
+
+    def close(self) -> None:
+        """Stop: every pending request gets an answer, the timer stops, the log closes."""
+        if self.closed:
+            return
+        self.closed = True
+        self._alarm.close()
+        for token, (reply, response_type) in list(self._waiters.items()):
+            reply(response_type(ErrorCode.NOT_LEADER_OR_FOLLOWER, "replica stopped"))
+        self._waiters.clear()
+        self.replica.close(self._clock.now_ms())
+
+    # -- incoming requests ------------------------------------------------------------------
+    def serve(self, request: Message, reply: ReplyFn) -> None:
+        """Handle any replica request; ``reply(response)`` is called exactly once, now or
+        later (a long-poll fetch, an acks=all produce)."""
+        response_type = ERROR_RESPONSE.get(type(request))
+        if response_type is None:
+            raise TypeError(f"a replica does not serve {type(request).__name__}")
+        if self.closed:
+            reply(response_type(ErrorCode.NOT_LEADER_OR_FOLLOWER, "replica stopped"))
+            return
+        token = next(self._tokens)
+        self._waiters[token] = (reply, response_type)
+        r = self.replica
+        before = (r.role, r.leader_epoch, tuple(r.isr))
+        try:
+            actions = r.handle(request, token, self._clock.now_ms())
+        except Exception:
+            self._internal_error()
+            if self._waiters.pop(token, None) is not None:
+                reply(response_type(ErrorCode.UNKNOWN_SERVER_ERROR, "internal error in replica; see actor logs"))
+            return
+        if self._trace is not None and before != (r.role, r.leader_epoch, tuple(r.isr)):
+            self._trace(f"now {r.role} (leader {r.leader}, epoch {r.leader_epoch}, ISR {r.isr}, LEO {r.log.log_end_offset}, HW {r.hw})")
+        self._perform(actions)
+
+    # -- the core's actions -----------------------------------------------------------------
+    def _run(self, fn: Callable[..., list], *args: Any) -> None:
+        """Call a core entry point and perform its actions; a bug in the core is logged
+        and must not take the process down."""
+        if self.closed:
+            return
+        try:
+            actions = fn(*args)
+        except Exception:
+            self._internal_error()
+            return
+        self._perform(actions)
+
+    def _internal_error(self) -> None:
+        self.internal_errors += 1
+        r = self.replica
+        logger.error("[%s-%d broker=%d] internal error:\n%s", r.topic, r.partition, r.broker, traceback.format_exc())
+
+    def _perform(self, actions: list) -> None:
+        self._execute(actions)
+        self._rearm()
+
+    def _execute(self, actions: list) -> None:
+        for action in actions:
+            if isinstance(action, Reply):
+                waiter = self._waiters.pop(action.token, None)
+                if waiter is not None:
+                    waiter[0](action.response)
+            elif isinstance(action, SendFetch):
+                self._send_fetch(action)
+            elif isinstance(action, SendOffsetsForLeaderEpoch):
+                self._send_offsets_for_epoch(action)
+            elif isinstance(action, SendAlterPartition):
+                self._send_alter_partition(action)
+            else:  # pragma: no cover - a new action kind this driver must learn
+                raise TypeError(f"unknown replica action {action!r}")
+
+    def _rearm(self) -> None:
+        if not self.closed:
+            self._alarm.arm(self.replica.next_deadline())
+
+    def _on_alarm(self, now_ms: int) -> None:
+        if self.closed:
+            return
+        try:
+            actions = self.replica.tick(now_ms)
+        except Exception:
+            self._internal_error()
+            actions = []
+        self._execute(actions)
+        if self.closed:
+            return
+        if self._after_tick is not None:
+            try:
+                self._after_tick(now_ms)
+            except Exception:
+                self._internal_error()
+        if self._alarm.rearm_after_fire(self.replica.next_deadline(), now_ms):
+            self._spins = 0
+        else:
+            # The core reported timed work that tick() did not do: a busy loop in the
+            # making (the alarm naps instead). Counted so tests and the simulation see it.
+            self._spins += 1
+            self.max_timer_spins = max(self.max_timer_spins, self._spins)
+
+    # -- outgoing calls ---------------------------------------------------------------------
+    def _replica_name(self, broker: int) -> str:
+        r = self.replica
+        return names.replica(self.cluster, r.topic, r.partition, broker)
+
+    def _send_fetch(self, action: SendFetch) -> None:
+        req = action.request
+        target = self._replica_name(action.leader)
+
+        def done(response: FetchResponse | None, outcome: Outcome) -> None:
+            if response is not None and response.file_hint:
+                data = self._read_hint(response.file_hint, req.fetch_offset) if self._read_hint is not None else None
+                if data is None:
+                    # The leader's files moved under us (or we cannot read them): ask for
+                    # the bytes themselves, at once.
+                    plain = dataclasses.replace(req, node_id="", max_wait_ms=0)
+                    self._transport.call(target, "fetch", plain, FetchResponse, self.timeouts.call_ms, answered)
+                    return
+                self.hinted_fetches += 1
+                response = dataclasses.replace(response, records=data, file_hint=None)
+            answered(response, outcome)
+
+        def answered(response: FetchResponse | None, outcome: Outcome) -> None:
+            if response is not None and response.file_hint:
+                response = None  # a plain fetch must not answer with a hint
+            self._run(self.replica.on_fetch_response, req, response, self._clock.now_ms())
+
+        self._transport.call(target, "fetch", req, FetchResponse, req.max_wait_ms + self.timeouts.call_ms, done)
+
+    def _send_offsets_for_epoch(self, action: SendOffsetsForLeaderEpoch) -> None:
+        req = action.request
+        r = self.replica
+
+        def done(response: OffsetsForLeaderEpochResponse | None, outcome: Outcome) -> None:
+            before = r.log.log_end_offset if r.role != "offline" else -1
+            self._run(r.on_offsets_for_leader_epoch_response, req, response, self._clock.now_ms())
+            if self._trace is not None and r.role != "offline" and r.log.log_end_offset < before:
+                self._trace(f"truncated log from {before} to {r.log.log_end_offset} to match leader {action.leader}")
+
+        self._transport.call(self._replica_name(action.leader), "offsets_for_leader_epoch", req, OffsetsForLeaderEpochResponse, self.timeouts.call_ms, done)
+
+    def _send_alter_partition(self, action: SendAlterPartition) -> None:
+        req: AlterPartitionRequest = action.request
+        r = self.replica
+
+        def done(response: AlterPartitionResponse | None, outcome: Outcome) -> None:
+            old = list(r.isr)
+            self._run(r.on_alter_partition_response, req, response, self._clock.now_ms())
+            if self._trace is not None and r.isr != old:
+                self._trace(f"ISR changed {old} -> {r.isr} (partition epoch {r.partition_epoch})")
+
+        self._transport.call(self._controller, "alter_partition", req, AlterPartitionResponse, self.timeouts.call_ms, done)
+
+    # -- views ------------------------------------------------------------------------------
+    @property
+    def pending_requests(self) -> int:
+        return len(self._waiters)
