@@ -280,7 +280,7 @@ def main() -> None:
 
     import ray
 
-    from actors.group_coordinator import configure_group_coordinators
+    from actors.group_config import configure_group_coordinators
     from cluster.deploy import deploy, teardown
     from cluster.local import start_local_ray
     from kcoord.client.admin import Admin

@@ -6,7 +6,11 @@ version, as in Kafka: 1 = offset commit, 2 = group metadata):
 
 * offset commit   key ``[1, group, topic, partition]`` -> :class:`OffsetValue`, or ``None``
   (a tombstone: the offset was expired or deleted);
-* group metadata  key ``[2, group]`` -> :class:`GroupValue`, or ``None`` (group deleted).
+* group metadata  key ``[2, group]`` -> :class:`GroupValue`, or ``None`` (group deleted);
+* coordinator epoch key ``[3, partition]`` -> ``{"v": 1, "epoch": E}``: written by each
+  coordinator incarnation when it takes over its partition (a fence, see
+  ``kcoord.group.driver``); carries no group state, so replay skips it like any key version
+  it does not know.
 
 Keys are msgpack arrays so that the same logical key always packs to the same bytes (log
 compaction keeps the last value per key bytes). Values are msgpack maps with a ``"v"``
@@ -31,6 +35,7 @@ OFFSETS_TOPIC = "__consumer_offsets"
 
 OFFSET_KEY_VERSION = 1
 GROUP_KEY_VERSION = 2
+COORDINATOR_KEY_VERSION = 3
 OFFSET_VALUE_VERSION = 1
 GROUP_VALUE_VERSION = 1
 
@@ -108,6 +113,11 @@ def encode_key(key: OffsetKey | GroupKey) -> bytes:
     if isinstance(key, OffsetKey):
         return _pack([OFFSET_KEY_VERSION, key.group_id, key.topic, key.partition])
     return _pack([GROUP_KEY_VERSION, key.group_id])
+
+
+def coordinator_epoch_record(partition: int, epoch: int) -> Record:
+    """The record a coordinator incarnation writes first, at its new producer epoch."""
+    return _pack([COORDINATOR_KEY_VERSION, partition]), _pack({"v": 1, "epoch": epoch})
 
 
 def decode_key(data: bytes) -> OffsetKey | GroupKey | None:

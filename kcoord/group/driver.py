@@ -1,0 +1,512 @@
+"""The one driver of a group coordinator: loading, the persist pipeline, timers.
+
+:class:`GroupCoordinatorDriver` owns one :class:`~kcoord.group.coordinator.GroupCoordinatorState`
+and everything it needs besides I/O, which goes through a :class:`~kcoord.runtime.Transport`
+(the controller's Metadata, the partition leader's Fetch and Produce) and a
+:class:`~kcoord.runtime.Clock`. The Ray actor (``actors/group_coordinator.py``) and the
+simulation run this same class.
+
+**Load.** Coordinator ``i`` keeps no files: partition ``i`` of ``__consumer_offsets`` is its
+state. On start it replays the partition from the log start, and it never stops below the
+leader's log end: while the high watermark lags the log end (a new leader whose HW has not
+caught up yet, a follower still fetching) it waits, answering COORDINATOR_LOAD_IN_PROGRESS.
+Stopping at a lagging HW would skip acknowledged commits and make offsets go backwards.
+
+**Fencing.** Every coordinator incarnation writes with the idempotent producer id ``i`` and
+a producer epoch one above any it finds in the partition. Before serving it appends a
+coordinator-epoch record at that epoch and replays up to it: from then on the partition
+leader refuses writes of any older incarnation (INVALID_PRODUCER_EPOCH), so a straggling
+append of a dead or paused predecessor can never land after this incarnation's commits and
+roll an offset back. A retried append reuses its sequence numbers and is deduplicated; after
+an append whose outcome stays unknown the driver moves to a new epoch, so that append can no
+longer land behind later ones either. An incarnation that finds itself fenced stops serving.
+
+**Persist pipeline.** The core's Persist actions are appended in emission order, one append
+in flight, consecutive ones merged into one batch, each retried on retriable errors until
+``persist_timeout_ms``; every id's outcome is reported back in order.
+"""
+
+from __future__ import annotations
+
+import logging
+import traceback
+from collections import deque
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from .. import records as batch_format
+from ..protocol import names
+from ..protocol.codec import Message
+from ..protocol.controller import MetadataRequest, MetadataResponse
+from ..protocol.errors import METADATA_REFRESH, RETRIABLE, DecodeError, ErrorCode, error_name
+from ..protocol.group import RESPONSE_FOR, FindCoordinatorRequest, error_response
+from ..protocol.replication import FetchRequest, FetchResponse, ProduceRequest, ProduceResponse
+from ..runtime import Alarm, Clock, Outcome, ReplyFn, Transport
+from .actions import Persist, Reply
+from .coordinator import GroupCoordinatorState
+from .records import OFFSETS_TOPIC, coordinator_epoch_record, decode_record
+
+logger = logging.getLogger("kcoord.group")
+
+E = ErrorCode
+
+MAX_PRODUCER_EPOCH = 32767  # int16 in the batch header
+
+
+@dataclass
+class CoordinatorTimeouts:
+    persist_ms: int = 15_000  # an append is retried this long before it fails
+    call_ms: int = 30_000  # a fetch/produce/metadata call without an answer
+    probe_after_ms: int = 500  # ask the cluster whether the leader is gone after this
+    backoff_ms: int = 50
+    max_backoff_ms: int = 1_000
+    settle_wait_ms: int = 200  # long-poll while waiting for the HW to reach the log end
+    idle_wake_ms: int = 1_000
+    fetch_max_bytes: int = 8 << 20
+    max_records_per_append: int = 5_000
+
+
+class GroupCoordinatorDriver:
+    def __init__(
+        self,
+        cluster: str,
+        core: GroupCoordinatorState,
+        *,
+        transport: Transport,
+        clock: Clock,
+        timeouts: CoordinatorTimeouts | None = None,
+        on_change: Callable[[str | None], None] | None = None,
+        after_tick: Callable[[int], None] | None = None,
+    ) -> None:
+        """``on_change(group_id or None)`` runs after the core handled something (the shell
+        logs state changes); ``after_tick(now_ms)`` after every timer wake-up."""
+        self.cluster = cluster
+        self.core = core
+        self.index = core.partition
+        self._transport = transport
+        self._clock = clock
+        self.timeouts = timeouts or CoordinatorTimeouts()
+        self._on_change = on_change
+        self._after_tick = after_tick
+        self._alarm = Alarm(clock, self._on_alarm, idle_ms=self.timeouts.idle_wake_ms)
+        self._controller = names.controller(cluster)
+        self._tokens = 0
+        self._waiters: dict[int, tuple[Message, ReplyFn]] = {}
+        self.closed = False
+        self.loaded = False
+        self.fenced = False
+        self.load_info: dict[str, Any] = {}
+        # the partition leader as last learned: (broker, leader epoch)
+        self.leader: tuple[int, int] | None = None
+        # our producer identity in the partition
+        self.producer_id = self.index
+        self.producer_epoch = -1
+        self._next_sequence = 0
+        # load state
+        self._load_started_ms = 0
+        self._load_offset = 0
+        self._loaded_records: list[tuple[bytes, bytes | None]] = []
+        self._max_epoch_seen = -1
+        self._fence_offset: int | None = None
+        self._load_attempts = 0
+        # persist pipeline
+        self._queue: deque[Persist] = deque()
+        self._writing = False
+        self.appends = 0
+        self.appended_records = 0
+        self._on_loaded: list[Callable[[], None]] = []
+
+    # ======================================================================================
+    # lifecycle
+    # ======================================================================================
+    def start(self) -> None:
+        self._load_started_ms = self._clock.now_ms()
+        self._load_step()
+
+    def when_loaded(self, callback: Callable[[], None]) -> None:
+        """Run ``callback()`` once the partition is loaded (at once if it is)."""
+        if self.loaded:
+            callback()
+        else:
+            self._on_loaded.append(callback)
+
+    def close(self, error_code: int = E.NOT_COORDINATOR) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        self._alarm.close()
+        self._perform(self.core.close(error_code))
+        for request, reply in list(self._waiters.values()):
+            reply(error_response(request, error_code, f"coordinator {self.index} stopped"))
+        self._waiters.clear()
+
+    def _later(self, delay_ms: int, fn: Callable[[], None]) -> None:
+        def run() -> None:
+            if not self.closed:
+                fn()
+
+        self._clock.call_at(self._clock.now_ms() + delay_ms, run)
+
+    def _backoff_ms(self, attempt: int) -> int:
+        return min(self.timeouts.max_backoff_ms, self.timeouts.backoff_ms * max(1, attempt))
+
+    # ======================================================================================
+    # the partition leader
+    # ======================================================================================
+    def _replica_name(self, broker: int) -> str:
+        return names.replica(self.cluster, OFFSETS_TOPIC, self.index, broker)
+
+    def _with_leader(self, then: Callable[[], None], failed: Callable[[int], None]) -> None:
+        """Run ``then()`` once the partition leader is known (asks the controller)."""
+        if self.leader is not None:
+            then()
+            return
+
+        def answered(response: MetadataResponse | None, outcome: Outcome) -> None:
+            if self.closed:
+                return
+            code = E.LEADER_NOT_AVAILABLE
+            if response is not None and response.error_code == E.NONE and response.topics:
+                topic = response.topics[0]
+                if topic.error_code != E.NONE:
+                    code = topic.error_code
+                elif self.index >= len(topic.partitions):
+                    code = E.UNKNOWN_TOPIC_OR_PARTITION
+                else:
+                    p = topic.partitions[self.index]
+                    if p.leader >= 0:
+                        self.leader = (p.leader, p.leader_epoch)
+                        then()
+                        return
+            failed(code)
+
+        self._transport.call(self._controller, "metadata", MetadataRequest([OFFSETS_TOPIC]), MetadataResponse, self.timeouts.call_ms, answered)
+
+    # ======================================================================================
+    # load
+    # ======================================================================================
+    def _load_step(self, max_wait_ms: int = 0) -> None:
+        if self.closed or self.loaded:
+            return
+
+        def fetch() -> None:
+            assert self.leader is not None
+            broker, epoch = self.leader
+            req = FetchRequest(
+                OFFSETS_TOPIC,
+                self.index,
+                self._load_offset,
+                max_bytes=self.timeouts.fetch_max_bytes,
+                max_wait_ms=max_wait_ms,
+                current_leader_epoch=epoch,
+            )
+            self._transport.call(
+                self._replica_name(broker),
+                "fetch",
+                req,
+                FetchResponse,
+                max_wait_ms + self.timeouts.call_ms,
+                self._on_load_fetch,
+                probe_after_ms=max_wait_ms + self.timeouts.probe_after_ms,
+            )
+
+        self._with_leader(fetch, self._load_failed)
+
+    def _load_failed(self, code: int, detail: str = "") -> None:
+        self._load_attempts += 1
+        self.leader = None
+        level = logging.INFO if self._load_attempts < 5 else logging.WARNING
+        logger.log(level, "[coordinator %d] loading %s-%d: %s%s (attempt %d)", self.index, OFFSETS_TOPIC, self.index, error_name(code), f" {detail}" if detail else "", self._load_attempts)
+        self._later(self._backoff_ms(self._load_attempts), self._load_step)
+
+    def _on_load_fetch(self, resp: FetchResponse | None, outcome: Outcome) -> None:
+        if self.closed or self.loaded:
+            return
+        if resp is None:
+            self._load_failed(E.NOT_LEADER_OR_FOLLOWER if outcome == Outcome.DEAD else E.REQUEST_TIMED_OUT)
+            return
+        if resp.error_code == E.OFFSET_OUT_OF_RANGE and self._load_offset < resp.log_start_offset:
+            self._load_offset = resp.log_start_offset  # retention removed the head
+            self._load_step()
+            return
+        if resp.error_code != E.NONE:
+            self._load_failed(resp.error_code, resp.error_message or "")
+            return
+        if resp.records:
+            try:
+                self._take_in(resp.records)
+            except DecodeError as exc:
+                self._load_failed(E.CORRUPT_MESSAGE, str(exc))
+                return
+            self._load_step()
+            return
+        if self._load_offset < resp.high_watermark:
+            self._load_failed(E.CORRUPT_MESSAGE, f"empty read at offset {self._load_offset} below HW {resp.high_watermark}")
+            return
+        if resp.high_watermark < resp.log_end_offset:
+            # Caught up to the HW, but the leader holds more (a new leader whose HW has not
+            # caught up, or appends still being replicated): wait for them to commit.
+            self._load_step(max_wait_ms=self.timeouts.settle_wait_ms)
+            return
+        # At the log end, everything committed.
+        if self._fence_offset is None:
+            self._fence()
+        elif self._load_offset > self._fence_offset:
+            self._finish_load()
+        else:
+            self._load_step(max_wait_ms=self.timeouts.settle_wait_ms)
+
+    def _take_in(self, data: bytes) -> None:
+        """Add the records of fetched batches (from the load offset on) to the replay, and
+        note the newest producer epoch our producer id has used."""
+        offset = self._load_offset
+        for _, h in batch_format.iter_headers(data):
+            if h.producer_id == self.producer_id:
+                self._max_epoch_seen = max(self._max_epoch_seen, h.producer_epoch)
+        for rec in batch_format.iter_records(data, from_offset=offset):
+            self._loaded_records.append((rec.key or b"", rec.value))
+        _, next_offset, _ = batch_format.batches_info(data)
+        self._load_offset = max(offset, next_offset)
+
+    def _fence(self) -> None:
+        """Take over the partition: append a coordinator-epoch record at a producer epoch
+        above any used so far; older incarnations' appends are refused from then on."""
+        epoch = self._max_epoch_seen + 1
+        if epoch > MAX_PRODUCER_EPOCH:
+            # Out of epochs for this producer id: move to the next id reserved for us.
+            self.producer_id += self.core.num_partitions
+            epoch = 0
+        self.producer_epoch = epoch
+        self._next_sequence = 0
+        record = coordinator_epoch_record(self.index, epoch)
+
+        def fenced(code: int, base_offset: int) -> None:
+            if self.closed:
+                return
+            if code == E.NONE:
+                self._fence_offset = base_offset
+                self._load_step()
+            elif code == E.INVALID_PRODUCER_EPOCH:
+                # Another incarnation fenced after our replay: read on, then fence above it.
+                self._load_step()
+            else:
+                self._load_failed(code, "writing the coordinator epoch")
+
+        self._append([record], fenced)
+
+    def _finish_load(self) -> None:
+        good: list[tuple[bytes, bytes | None]] = []
+        for key, value in self._loaded_records:
+            try:
+                decode_record(key, value)
+            except DecodeError as exc:
+                logger.error("[coordinator %d] skipping a malformed record of %s-%d: %s", self.index, OFFSETS_TOPIC, self.index, exc)
+                continue
+            good.append((key, value))
+        now = self._clock.now_ms()
+        self.core.load(good, now)
+        self._loaded_records = []
+        self.loaded = True
+        self.load_info = {
+            "records": len(good),
+            "end_offset": self._load_offset,
+            "load_ms": now - self._load_started_ms,
+            "producer_epoch": self.producer_epoch,
+        }
+        logger.info(
+            "[coordinator %d] loaded %d records of %s-%d up to offset %d in %d ms: %d groups (producer epoch %d)",
+            self.index, len(good), OFFSETS_TOPIC, self.index, self._load_offset, self.load_info["load_ms"], len(self.core.group_ids()), self.producer_epoch,
+        )
+        self._run(self.core.tick, now)
+        callbacks, self._on_loaded = self._on_loaded, []
+        for callback in callbacks:
+            callback()
+
+    # ======================================================================================
+    # appends
+    # ======================================================================================
+    def _append(self, records: list[tuple[bytes, bytes | None]], done: Callable[[int, int], None]) -> None:
+        """Append ``records`` as one idempotent batch with acks=all, retrying retriable
+        failures (and a moved leader) until ``persist_ms``; ``done(code, base_offset)``."""
+        batch = batch_format.build_batch_columns(
+            [v for _, v in records],
+            [k for k, _ in records],
+            producer_id=self.producer_id,
+            producer_epoch=self.producer_epoch,
+            base_sequence=self._next_sequence,
+        )
+        self._next_sequence += len(records)
+        deadline = self._clock.now_ms() + self.timeouts.persist_ms
+        attempts = [0]
+
+        def attempt() -> None:
+            attempts[0] += 1
+            self._with_leader(send, retry_or_fail)
+
+        def send() -> None:
+            assert self.leader is not None
+            broker, epoch = self.leader
+            remaining = max(500, deadline - self._clock.now_ms())
+            req = ProduceRequest(OFFSETS_TOPIC, self.index, batch, acks=-1, timeout_ms=remaining, current_leader_epoch=epoch)
+            self._transport.call(
+                self._replica_name(broker),
+                "produce",
+                req,
+                ProduceResponse,
+                remaining + self.timeouts.call_ms,
+                answered,
+                probe_after_ms=self.timeouts.probe_after_ms,
+            )
+
+        def answered(response: ProduceResponse | None, outcome: Outcome) -> None:
+            if self.closed:
+                return
+            if response is None:
+                retry_or_fail(E.NOT_LEADER_OR_FOLLOWER if outcome == Outcome.DEAD else E.REQUEST_TIMED_OUT)
+            elif response.error_code == E.NONE:
+                done(E.NONE, response.base_offset)
+            else:
+                retry_or_fail(response.error_code)
+
+        def retry_or_fail(code: int) -> None:
+            if self.closed:
+                return
+            if code in METADATA_REFRESH or code == E.REQUEST_TIMED_OUT:
+                self.leader = None
+            retriable = code in RETRIABLE or code in METADATA_REFRESH
+            if not retriable or self._clock.now_ms() >= deadline:
+                done(code, -1)
+                return
+            self._later(self._backoff_ms(attempts[0]), attempt)
+
+        attempt()
+
+    def _pump(self) -> None:
+        """The single writer: the next merged batch of queued Persist actions."""
+        if self._writing or not self._queue or self.closed or not self.loaded or self.fenced:
+            return
+        taken: list[Persist] = []
+        records: list[tuple[bytes, bytes | None]] = []
+        limit = self.timeouts.max_records_per_append
+        while self._queue and (not taken or len(records) + len(self._queue[0].records) <= limit):
+            p = self._queue.popleft()
+            taken.append(p)
+            records.extend(p.records)
+        if not records:
+            for p in taken:
+                self._run(self.core.on_persisted, p.persist_id, E.NONE, self._clock.now_ms())
+            self._pump()
+            return
+        self._writing = True
+
+        def done(code: int, base_offset: int) -> None:
+            self._writing = False
+            self.appends += 1
+            self.appended_records += len(records)
+            if code == E.INVALID_PRODUCER_EPOCH:
+                self._fenced_out()
+                return
+            if code != E.NONE:
+                logger.warning("[coordinator %d] persist failed (%s): %s", self.index, error_name(code), "; ".join(p.reason for p in taken))
+                # The append may still land later: a new epoch makes sure it cannot land
+                # behind the appends that follow.
+                self._bump_epoch()
+            now = self._clock.now_ms()
+            for p in taken:
+                self._run(self.core.on_persisted, p.persist_id, code, now)
+            self._pump()
+
+        self._append(records, done)
+
+    def _bump_epoch(self) -> None:
+        if self.producer_epoch >= MAX_PRODUCER_EPOCH:
+            self.producer_id += self.core.num_partitions
+            self.producer_epoch = 0
+        else:
+            self.producer_epoch += 1
+        self._next_sequence = 0
+
+    def _fenced_out(self) -> None:
+        """A newer incarnation of this coordinator took the partition over: stop."""
+        self.fenced = True
+        logger.warning("[coordinator %d] fenced by a newer incarnation (producer epoch > %d); no longer serving", self.index, self.producer_epoch)
+        self.close(E.NOT_COORDINATOR)
+
+    # ======================================================================================
+    # driving the core
+    # ======================================================================================
+    def _run(self, fn: Callable[..., list], *args: Any, group_id: str | None = None) -> None:
+        if self.closed:
+            return
+        try:
+            actions = fn(*args)
+        except Exception:
+            logger.error("[coordinator %d] internal error:\n%s", self.index, traceback.format_exc())
+            return
+        self._perform(actions)
+        if self._on_change is not None:
+            self._on_change(group_id)
+
+    def _perform(self, actions: list) -> None:
+        for action in actions:
+            if isinstance(action, Reply):
+                waiter = self._waiters.pop(action.token, None)
+                if waiter is not None:
+                    waiter[1](action.response)
+            elif isinstance(action, Persist):
+                self._queue.append(action)
+            else:  # pragma: no cover - a new action kind this driver must learn
+                raise TypeError(f"unknown group coordinator action {action!r}")
+        self._pump()
+        if self.loaded and not self.closed:
+            self._alarm.arm(self.core.next_deadline())
+
+    def _on_alarm(self, now_ms: int) -> None:
+        if self.closed or not self.loaded:
+            return
+        self._run(self.core.tick, now_ms)
+        if self._after_tick is not None:
+            try:
+                self._after_tick(now_ms)
+            except Exception:
+                logger.warning("[coordinator %d] after-tick hook failed:\n%s", self.index, traceback.format_exc())
+        if not self.closed:
+            self._alarm.arm(self.core.next_deadline())
+
+    # ======================================================================================
+    # requests
+    # ======================================================================================
+    def serve(self, request: Message, reply: ReplyFn) -> None:
+        """Any group request; ``reply(response)`` runs exactly once, now or later (a join
+        waits for the rebalance, a commit for its append)."""
+        if type(request) not in RESPONSE_FOR:
+            raise TypeError(f"a group coordinator does not serve {type(request).__name__}")
+        if self.closed:
+            reply(error_response(request, E.NOT_COORDINATOR, f"coordinator {self.index} is not serving"))
+            return
+        if not self.loaded and not isinstance(request, FindCoordinatorRequest):
+            reply(error_response(request, E.COORDINATOR_LOAD_IN_PROGRESS, f"coordinator {self.index} is loading {OFFSETS_TOPIC}-{self.index}"))
+            return
+        self._tokens += 1
+        token = self._tokens
+        self._waiters[token] = (request, reply)
+        try:
+            actions = self.core.handle(request, token, self._clock.now_ms())
+        except Exception:
+            self._waiters.pop(token, None)
+            logger.error("[coordinator %d] internal error on %s:\n%s", self.index, type(request).__name__, traceback.format_exc())
+            reply(error_response(request, E.UNKNOWN_SERVER_ERROR, "internal error in the group coordinator; see its logs"))
+            return
+        self._perform(actions)
+        if self._on_change is not None:
+            group_id = getattr(request, "group_id", None)
+            self._on_change(group_id if isinstance(group_id, str) else None)
+
+    # -- views ------------------------------------------------------------------------------
+    @property
+    def pending_requests(self) -> int:
+        return len(self._waiters)
+
+    @property
+    def queued_persists(self) -> int:
+        return len(self._queue) + (1 if self._writing else 0)
