@@ -1,0 +1,206 @@
+"""GroupCoordinatorDriver without Ray: a real partition leader (the Replica core on a
+MemoryLog) behind a scripted transport and a manual clock.
+
+Covers the load rule (never stop below the leader's log end), fencing of older incarnations
+through producer epochs, and the persist pipeline's retry and epoch policy.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+from typing import Any, Callable
+
+from kcoord import records
+from kcoord.group import GroupConfig, GroupCoordinatorState
+from kcoord.group.driver import CoordinatorTimeouts, GroupCoordinatorDriver
+from kcoord.group.records import OFFSETS_TOPIC, OffsetKey, OffsetValue, decode_record, offset_record
+from kcoord.log import LogConfig, MemoryLog
+from kcoord.protocol import names
+from kcoord.protocol.controller import LeaderAndIsrRequest, MetadataResponse, PartitionMetadata, TopicMetadata
+from kcoord.protocol.errors import ErrorCode
+from kcoord.protocol.group import OffsetCommitPartition, OffsetCommitRequest, OffsetFetchRequest
+from kcoord.protocol.replication import ProduceRequest
+from kcoord.replication.replica import Replica
+from kcoord.runtime import Outcome
+
+CLUSTER = "c"
+
+
+class ManualClock:
+    def __init__(self) -> None:
+        self.now = 1_000_000
+        self._heap: list = []
+        self._seq = itertools.count()
+
+    def now_ms(self) -> int:
+        return self.now
+
+    def call_at(self, at_ms: int, fn: Callable[[], None]):
+        entry = [max(at_ms, self.now), next(self._seq), fn, False]
+        heapq.heappush(self._heap, entry)
+
+        class Handle:
+            def cancel(self_inner) -> None:
+                entry[3] = True
+
+        return Handle()
+
+    def run_until(self, when: int) -> None:
+        while self._heap and self._heap[0][0] <= when:
+            at, _, fn, cancelled = heapq.heappop(self._heap)
+            self.now = max(self.now, at)
+            if not cancelled:
+                fn()
+        self.now = max(self.now, when)
+
+
+class Leader:
+    """Partition 0 of __consumer_offsets, led by broker 0, as the driver sees it: replies go
+    through the clock (never inline), like any transport; parked requests (long polls,
+    acks=all produces) are answered when the replica core says so."""
+
+    def __init__(self, clock: ManualClock) -> None:
+        self.clock = clock
+        self.replica = Replica(OFFSETS_TOPIC, 0, 0, MemoryLog(LogConfig(flush_messages=1)), now_ms=clock.now)
+        self._tokens = itertools.count()
+        self._pending: dict[int, Callable] = {}
+        self.handle(LeaderAndIsrRequest(1, OFFSETS_TOPIC, 0, leader=0, leader_epoch=1, partition_epoch=1, isr=[0], replicas=[0]))
+        self.produced: list[ProduceRequest] = []
+        self.refuse: Callable[[ProduceRequest], int | None] = lambda req: None
+        self._tick()
+
+    def _tick(self) -> None:
+        self.deliver(self.replica.tick(self.clock.now))
+        self.clock.call_at(self.clock.now + 50, self._tick)
+
+    def deliver(self, actions) -> None:
+        for a in actions:
+            done = self._pending.pop(getattr(a, "token", None), None)
+            if done is not None:
+                response = a.response
+                self.clock.call_at(self.clock.now + 1, lambda done=done, response=response: done(response, Outcome.OK))
+
+    def handle(self, request, on_done=None):
+        token = next(self._tokens)
+        if on_done is not None:
+            self._pending[token] = on_done
+        self.deliver(self.replica.handle(request, token, self.clock.now))
+
+    def follower_fetch(self, broker: int = 1) -> None:
+        from kcoord.protocol.replication import FetchRequest
+
+        self.handle(FetchRequest(OFFSETS_TOPIC, 0, self.replica.log.log_end_offset, replica_id=broker, current_leader_epoch=1))
+
+    def call(self, target, method, request, response_type, timeout_ms, on_done, *, probe_after_ms=None) -> None:
+        if target == names.controller(CLUSTER):
+            md = MetadataResponse(topics=[TopicMetadata(OFFSETS_TOPIC, partitions=[PartitionMetadata(0, leader=0, leader_epoch=1)])])
+            self.clock.call_at(self.clock.now + 1, lambda: on_done(md, Outcome.OK))
+            return
+        assert target == names.replica(CLUSTER, OFFSETS_TOPIC, 0, 0), target
+        if method == "produce":
+            self.produced.append(request)
+            code = self.refuse(request)
+            if code is not None:
+                self.clock.call_at(self.clock.now + 1, lambda: on_done(response_type(code, "refused"), Outcome.OK))
+                return
+        self.handle(request, on_done)
+
+
+def commit_batch(group: str, offset: int, **producer) -> bytes:
+    key, value = offset_record(OffsetKey(group, "t", 0), OffsetValue(offset, commit_timestamp_ms=1))
+    return records.build_batch_columns([value], [key], **producer)
+
+
+def driver_on(leader: Leader, clock: ManualClock) -> GroupCoordinatorDriver:
+    core = GroupCoordinatorState(GroupConfig(), partition=0, num_partitions=1)
+    d = GroupCoordinatorDriver(CLUSTER, core, transport=leader, clock=clock, timeouts=CoordinatorTimeouts(persist_ms=2_000))
+    d.start()
+    return d
+
+
+def fetch_offset(d: GroupCoordinatorDriver, clock: ManualClock, group: str) -> Any:
+    out = []
+    d.serve(OffsetFetchRequest(group_id=group), out.append)
+    clock.run_until(clock.now + 10)
+    return out[0]
+
+
+def test_load_waits_while_the_hw_lags_the_log_end():
+    """Issue 12 suspect: a restarting coordinator stopped loading at the HW after 15 s, so a
+    commit above a lagging HW (a new leader whose HW had not caught up) was skipped and the
+    group's offset went back. The driver waits, however long, and then loads it."""
+    clock = ManualClock()
+    leader = Leader(clock)
+    r = leader.replica
+    leader.handle(ProduceRequest(OFFSETS_TOPIC, 0, commit_batch("g", 10), acks=1))
+    # broker 1 joins the ISR without having fetched: the HW stops below the next commit
+    leader.handle(LeaderAndIsrRequest(1, OFFSETS_TOPIC, 0, 0, 1, 2, [0, 1], [0, 1]))
+    leader.handle(ProduceRequest(OFFSETS_TOPIC, 0, commit_batch("g", 20), acks=1))
+    assert (r.hw, r.log.log_end_offset) == (1, 2)
+    d = driver_on(leader, clock)
+    clock.run_until(clock.now + 60_000)
+    assert not d.loaded, "loading must not stop at a HW below the log end"
+    # the follower fetches everything: the HW reaches the log end
+    leader.follower_fetch()
+    assert r.hw == 2
+    for _ in range(50):  # broker 1 keeps up from now on (the coordinator's own append needs it)
+        clock.run_until(clock.now + 100)
+        leader.follower_fetch()
+    assert d.loaded
+    answer = fetch_offset(d, clock, "g")
+    assert answer.offsets["t"][0].offset == 20
+
+
+def test_a_new_incarnation_fences_the_old_one():
+    clock = ManualClock()
+    leader = Leader(clock)
+    first = driver_on(leader, clock)
+    clock.run_until(clock.now + 1_000)
+    assert first.loaded and first.producer_epoch == 0
+    fence = leader.produced[0]
+    (h,) = [h for _, h in records.iter_headers(fence.records)]
+    assert (h.producer_id, h.producer_epoch, h.base_sequence) == (0, 0, 0)
+    second = driver_on(leader, clock)
+    clock.run_until(clock.now + 1_000)
+    assert second.loaded and second.producer_epoch == 1
+    # the old incarnation's commit is refused by the leader, and it stops serving
+    got = []
+    first.serve(OffsetCommitRequest(group_id="g", generation_id=-1, member_id="", topics={"t": {0: OffsetCommitPartition(5)}}), got.append)
+    clock.run_until(clock.now + 1_000)
+    assert got and got[0].topics["t"][0] == ErrorCode.NOT_COORDINATOR
+    assert first.fenced and first.closed
+    later = []
+    first.serve(OffsetFetchRequest(group_id="g"), later.append)
+    assert later[0].error_code == ErrorCode.NOT_COORDINATOR
+    # the new one's commits land and stay
+    got = []
+    second.serve(OffsetCommitRequest(group_id="g", generation_id=-1, member_id="", topics={"t": {0: OffsetCommitPartition(7)}}), got.append)
+    clock.run_until(clock.now + 1_000)
+    assert got[0].topics["t"][0] == ErrorCode.NONE
+    assert fetch_offset(second, clock, "g").offsets["t"][0].offset == 7
+    values = [decode_record(rec.key, rec.value) for rec in records.iter_records(leader.replica.log.read(0, 1 << 20))]
+    assert [v[1].offset for v in values if v is not None] == [7], "the fenced commit never reached the log"
+
+
+def test_an_append_with_an_unknown_outcome_moves_to_a_new_epoch():
+    clock = ManualClock()
+    leader = Leader(clock)
+    d = driver_on(leader, clock)
+    clock.run_until(clock.now + 1_000)
+    epoch = d.producer_epoch
+    leader.refuse = lambda req: ErrorCode.REQUEST_TIMED_OUT
+    got = []
+    d.serve(OffsetCommitRequest(group_id="g", generation_id=-1, member_id="", topics={"t": {0: OffsetCommitPartition(5)}}), got.append)
+    clock.run_until(clock.now + 5_000)
+    assert got and got[0].topics["t"][0] != ErrorCode.NONE, "retried until persist_ms, then failed"
+    attempts = [req for req in leader.produced[1:]]
+    assert len(attempts) > 1 and len({bytes(req.records) for req in attempts}) == 1, "retries resend the same batch"
+    assert d.producer_epoch == epoch + 1
+    leader.refuse = lambda req: None
+    got = []
+    d.serve(OffsetCommitRequest(group_id="g", generation_id=-1, member_id="", topics={"t": {0: OffsetCommitPartition(6)}}), got.append)
+    clock.run_until(clock.now + 1_000)
+    assert got[0].topics["t"][0] == ErrorCode.NONE
+    (h,) = [h for _, h in records.iter_headers(leader.produced[-1].records)]
+    assert (h.producer_epoch, h.base_sequence) == (epoch + 1, 0)
