@@ -183,9 +183,26 @@ class LeaderServing:
         else:
             self._fetch_waiters[token] = waiter
 
+    def _hw_is_stale(self) -> bool:
+        """A new leader's HW is the one it learned as a follower, which may lag what the
+        previous leader showed consumers. Until it reaches the start of this leader's epoch
+        (which every HW shown before is at most: the leader came from the ISR) it is not
+        shown to consumers, so the HW they see never goes backwards across a failover."""
+        ls = self.leader_state
+        return ls is not None and self.hw < ls.epoch_start_offset
+
     def _read_for(self, waiter: FetchWaiter, force: bool) -> FetchResponse | None:
         """The response for a fetch if it can be answered now (enough bytes or forced)."""
         req = waiter.request
+        if not waiter.from_follower and self._hw_is_stale():
+            if not force:
+                return None  # parked until the HW catches up (or the wait ends)
+            return FetchResponse(
+                ErrorCode.OFFSET_NOT_AVAILABLE,
+                f"{self.topic}-{self.partition}: leader {self.broker} became leader at epoch {self.leader_epoch} "
+                f"and its high watermark has not caught up yet; retry",
+                leader_epoch=self.leader_epoch,
+            )
         log = self.log
         max_offset = None if waiter.from_follower else self.hw
         data = b""
@@ -309,6 +326,12 @@ class LeaderServing:
         log = self.log
         if req.timestamp == EARLIEST_TIMESTAMP:
             return ListOffsetsResponse(offset=log.log_start_offset, leader_epoch=self.leader_epoch)
+        if req.timestamp != EARLIEST_TIMESTAMP and self._hw_is_stale():
+            return ListOffsetsResponse(
+                ErrorCode.OFFSET_NOT_AVAILABLE,
+                f"leader {self.broker} of {self.topic}-{self.partition} has not caught its high watermark up yet; retry",
+                leader_epoch=self.leader_epoch,
+            )
         if req.timestamp == LATEST_TIMESTAMP:
             return ListOffsetsResponse(offset=self.hw, leader_epoch=self.leader_epoch)
         if req.timestamp < 0:

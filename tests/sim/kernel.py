@@ -9,8 +9,14 @@ from one node to another that ends exactly once for the caller, with the answer,
 ``DEAD`` (the callee's actor died or is down, which Ray reports) or with ``TIMEOUT`` (no
 answer in time, which alone says nothing). Each request and each answer is msgpack-encoded
 on the way, as Ray serializes them, so no object is ever shared between nodes. The network
-delays every message by a random amount (so messages overtake each other), drops some, and
-drops everything across a *cut* link (a network partition between two nodes).
+delays every message by a random amount (so messages overtake each other), drops some,
+delivers some requests twice, and drops everything across a *cut* link: both ways (a
+network partition) or one way (``a`` cannot reach ``b``, while ``b``'s messages reach ``a``).
+
+A node can be *paused* (SIGSTOP): nothing reaches its code -- requests, answers, call
+outcomes, its own timers -- until it resumes, when it handles all of it in arrival order
+with whatever stale state it had. Callers see no answer (TIMEOUT), never DEAD: Ray does not
+notice a stopped process.
 """
 
 from __future__ import annotations
@@ -61,8 +67,29 @@ class Node(Protocol):
     name: str
     up: bool
     incarnation: int
+    paused: bool
+    deferred: list
 
     def receive(self, call: "Call", request: Message) -> None: ...
+
+
+def run_on(node: Node, fn: Callable[..., None], *args: Any) -> None:
+    """Run ``fn(*args)`` as ``node``'s code: now, or when it resumes if it is paused."""
+    if node.paused:
+        node.deferred.append((fn, args))
+    else:
+        fn(*args)
+
+
+def resume(node: Node) -> None:
+    """Un-pause ``node`` and let it handle what piled up, in order."""
+    node.paused = False
+    pending, node.deferred = node.deferred, []
+    for fn, args in pending:
+        if node.paused:  # paused again by what it handled: keep the rest for later
+            node.deferred.append((fn, args))
+            continue
+        fn(*args)
 
 
 @dataclass
@@ -70,6 +97,8 @@ class NetParams:
     min_delay_ms: int = 1
     max_delay_ms: int = 20
     drop_rate: float = 0.0
+    # Probability that a request is delivered a second time (a little later).
+    duplicate_rate: float = 0.0
     # Delay before a caller learns that its callee is dead (Ray's failure notification).
     dead_notice_ms: int = 5
 
@@ -96,6 +125,7 @@ class NetStats:
     dropped: int = 0
     dead: int = 0
     timeouts: int = 0
+    duplicated: int = 0
     by_method: dict[str, int] = field(default_factory=dict)
 
 
@@ -105,6 +135,7 @@ class Network:
         self.params = params
         self.nodes: dict[str, Node] = {}
         self._cuts: dict[tuple[str, str], int] = {}  # link -> number of active cuts
+        self._one_way: dict[tuple[str, str], int] = {}  # (from, to) -> number of active cuts
         self._open: dict[int, Call] = {}  # insertion ordered: deterministic iteration
         self._ids = 0
         self.stats = NetStats()
@@ -130,18 +161,30 @@ class Network:
         else:
             self._cuts.pop(link, None)
 
+    def cut_one_way(self, src: str, dst: str) -> None:
+        """Messages from ``src`` to ``dst`` are lost; the other way still works."""
+        self._one_way[(src, dst)] = self._one_way.get((src, dst), 0) + 1
+
+    def heal_one_way(self, src: str, dst: str) -> None:
+        n = self._one_way.get((src, dst), 0) - 1
+        if n > 0:
+            self._one_way[(src, dst)] = n
+        else:
+            self._one_way.pop((src, dst), None)
+
     def heal_all(self) -> None:
         self._cuts.clear()
+        self._one_way.clear()
 
     def is_cut(self, a: str, b: str) -> bool:
         return self._link(a, b) in self._cuts
 
     def cuts(self) -> list[tuple[str, str]]:
-        return sorted(self._cuts)
+        return sorted(self._cuts) + sorted(self._one_way)
 
     # -- calls -----------------------------------------------------------------------------
     def _lost(self, a: str, b: str) -> bool:
-        if self.is_cut(a, b):
+        if self.is_cut(a, b) or (a, b) in self._one_way:
             return True
         p = self.params.drop_rate
         return p > 0 and self.kernel.rng.random() < p
@@ -183,7 +226,12 @@ class Network:
         if lost:
             self.stats.dropped += 1
         else:
-            self.kernel.after(self._delay(), self._deliver, call, request.encode(), type(request))
+            data = request.encode()
+            self.kernel.after(self._delay(), self._deliver, call, data, type(request))
+            dup = self.params.duplicate_rate
+            if dup > 0 and self.kernel.rng.random() < dup:
+                self.stats.duplicated += 1
+                self.kernel.after(self._delay() + self._delay(), self._deliver, call, data, type(request))
         return call
 
     def _deliver(self, call: Call, data: bytes, request_type: type[Message]) -> None:
@@ -193,6 +241,11 @@ class Network:
             # never reaches the restarted actor.
             self._finish_later(call, DEAD)
             return
+        run_on(node, self._receive, node, node.incarnation, call, data, request_type)
+
+    def _receive(self, node: Node, incarnation: int, call: Call, data: bytes, request_type: type[Message]) -> None:
+        if not node.up or node.incarnation != incarnation:
+            return  # died while paused with this request queued
         call.delivered_to = node.incarnation
         node.receive(call, request_type.decode(data))
 
@@ -236,6 +289,11 @@ class Network:
         if self.trace is not None and kind != OK:
             self.trace(f"  net #{call.id} {call.src} <- {call.dst} {call.method}: {kind.upper()}")
         src = self.nodes[call.src]
+        if src.up and src.incarnation == call.src_incarnation and call.on_done is not None:
+            run_on(src, self._outcome, src, call, response, kind)
+
+    @staticmethod
+    def _outcome(src: Node, call: Call, response: Message | None, kind: str) -> None:
         if src.up and src.incarnation == call.src_incarnation and call.on_done is not None:
             call.on_done(response, kind)
 

@@ -1,8 +1,9 @@
 """The simulated world behind the drivers' interfaces (kcoord.runtime): clock and transport.
 
-:class:`SimClock` is the kernel's clock; :class:`SimTransport` sends a node's calls over
-the fake network. Both call back through ``node.on_event`` after the driver ran, so the
-simulation can check its invariants after every event a node handles.
+:class:`SimClock` is the kernel's clock as one process incarnation sees it: its callbacks
+die with the process and wait while it is paused. :class:`SimTransport` sends the process's
+calls over the fake network. Both run ``after()`` once the driver has handled the event, so
+the simulation can check its invariants after every event a process handles.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from typing import Any, Callable
 from kcoord.protocol.codec import Message
 from kcoord.runtime import Outcome
 
-from .kernel import DEAD, OK, TIMEOUT, Kernel, Network
+from .kernel import DEAD, OK, TIMEOUT, Kernel, Network, Node, run_on
 
 _OUTCOMES = {OK: Outcome.OK, DEAD: Outcome.DEAD, TIMEOUT: Outcome.TIMEOUT}
 
@@ -28,12 +29,10 @@ class SimTimer:
 
 
 class SimClock:
-    """The kernel's clock for one node incarnation: its callbacks die with the node
-    (``alive()`` false), as an actor's timers die with its process."""
-
-    def __init__(self, kernel: Kernel, alive: Callable[[], bool], after: Callable[[], None] | None = None) -> None:
+    def __init__(self, kernel: Kernel, node: Node, after: Callable[[], None] | None = None) -> None:
         self._kernel = kernel
-        self._alive = alive
+        self._node = node
+        self._incarnation = node.incarnation
         self._after = after
 
     def now_ms(self) -> int:
@@ -41,8 +40,15 @@ class SimClock:
 
     def call_at(self, at_ms: int, fn: Callable[[], None]) -> SimTimer:
         timer = SimTimer()
-        self._kernel.at(at_ms, self._fire, timer, fn)
+        self._kernel.at(at_ms, self._due, timer, fn)
         return timer
+
+    def _alive(self) -> bool:
+        return self._node.up and self._node.incarnation == self._incarnation
+
+    def _due(self, timer: SimTimer, fn: Callable[[], None]) -> None:
+        if not timer.cancelled and self._alive():
+            run_on(self._node, self._fire, timer, fn)
 
     def _fire(self, timer: SimTimer, fn: Callable[[], None]) -> None:
         if timer.cancelled or not self._alive():
@@ -53,9 +59,9 @@ class SimClock:
 
 
 class SimTransport:
-    """A node's outgoing calls. ``resolve`` maps an actor name to a simulated node name."""
+    """A process's outgoing calls. ``resolve`` maps an actor name to a simulated node."""
 
-    def __init__(self, net: Network, node: Any, resolve: Callable[[str], str], after: Callable[[], None] | None = None) -> None:
+    def __init__(self, net: Network, node: Node, resolve: Callable[[str], str], after: Callable[[], None] | None = None) -> None:
         self._net = net
         self._node = node
         self._resolve = resolve

@@ -297,3 +297,36 @@ def test_reconciliation_that_truncates_nothing_still_drops_newer_epochs():
     old.on_offsets_for_leader_epoch_response(ask.request, answer, 3)
     assert old.log.log_end_offset == 3
     assert [tuple(e) for e in old.log.epoch_cache.entries] == [(1, 0)], "epoch 2 holds no record of the leader's log"
+
+
+def test_a_new_leader_does_not_show_consumers_a_high_watermark_older_than_its_predecessors():
+    """A follower learns the HW one fetch late, so when it becomes leader its HW can be below
+    what the old leader already showed consumers. Until its HW reaches the start of its
+    epoch, consumer fetches wait (and time out with OFFSET_NOT_AVAILABLE) and ListOffsets
+    latest says OFFSET_NOT_AVAILABLE: the HW a consumer sees never goes backwards."""
+    from kcoord.protocol.replication import ListOffsetsRequest
+
+    from replication_helpers import batch, consumer_fetch, follower_fetch, produce, replies, serve_pending
+
+    old, new = make_replica(0), make_replica(1)
+    leader_and_isr(old, lai(0, 1, (0, 1), replicas=(0, 1)))
+    produce(old, batch(3), "p", 0)
+    leader_and_isr(new, lai(0, 1, (0, 1), replicas=(0, 1)))
+    serve_pending(new, old, 1)  # copies 3 records
+    # its next fetch reports LEO 3, the old leader's HW becomes 3; the answer is lost
+    pending = new.follower_state.in_flight
+    old.fetch(dataclasses.replace(pending, max_wait_ms=0), "lost", 2)
+    assert old.hw == 3 and new.hw < 3
+    leader_and_isr(new, lai(1, 2, (1, 0), replicas=(0, 1)), 3)
+    assert new.hw < 3
+    assert list_offsets(new, ListOffsetsRequest("t", 0, -1)).error_code == ErrorCode.OFFSET_NOT_AVAILABLE
+    assert list_offsets(new, ListOffsetsRequest("t", 0, -2)).offset == 0, "earliest needs no HW"
+    parked = consumer_fetch(new, 0, "c", 4, max_wait_ms=100)
+    assert replies(parked) == {}, "a consumer fetch waits for the HW"
+    expired = replies(new.tick(104))
+    assert expired["c"].error_code == ErrorCode.OFFSET_NOT_AVAILABLE
+    # broker 0 follows and reports LEO 3: the HW reaches the epoch start; consumers see 3
+    parked = consumer_fetch(new, 0, "c2", 105, max_wait_ms=1000)
+    assert replies(parked) == {}
+    woken = replies(follower_fetch(new, 0, 3, "f", 106, epoch=2))
+    assert new.hw == 3 and woken["c2"].error_code == 0 and woken["c2"].high_watermark == 3
