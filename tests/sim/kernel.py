@@ -205,7 +205,13 @@ class Network:
         """Send ``request`` to ``dst``; ``on_done(response, kind)`` runs exactly once,
         unless the caller itself crashes first."""
         self._ids += 1
-        target = self.nodes[dst]
+        target = self.nodes.get(dst)
+        if target is None:
+            # No actor by that name: Ray's get_actor fails, the caller hears DEAD.
+            call = Call(self._ids, src.name, src.incarnation, dst, None, method, response_type, on_done)
+            self._open[call.id] = call
+            self._finish_later(call, DEAD)
+            return call
         call = Call(
             self._ids,
             src.name,

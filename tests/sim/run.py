@@ -1,8 +1,9 @@
-"""Run the replication simulation for one seed (or a range), e.g. to replay a failure:
+"""Run the cluster simulation for one seed or many, e.g. to replay a failure:
 
     python -m tests.sim.run --seed 17 --verbose          # faults, roles, elections, ISR changes
     python -m tests.sim.run --seed 17 -vv                # ... and every message
-    python -m tests.sim.run --seeds 0-999 --events 30000 # longer runs, more seeds
+    python -m tests.sim.run --seeds 0-999 --jobs 2       # many seeds on two processes
+    python -m tests.sim.run --seeds 0-99 --events 30000  # longer runs
 
 Exit status 1 when any seed violates an invariant.
 """
@@ -10,46 +11,86 @@ Exit status 1 when any seed violates an invariant.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 
-from .simulation import LOSSY_MODELS, MODES, run_seed
+from .simulation import KINDS, MODES, run_seed
 
 
-def _seeds(spec: str) -> list[int]:
+def parse_seeds(spec: str) -> list[int]:
+    """``"2000"`` = seeds 0..1999; ``"5000-5999"``; ``"17,42"``."""
+    spec = spec.strip()
+    if spec.isdigit():
+        return list(range(int(spec)))
     out: list[int] = []
     for part in spec.split(","):
         if "-" in part:
             lo, hi = part.split("-", 1)
             out += range(int(lo), int(hi) + 1)
-        elif part:
+        elif part.strip():
             out.append(int(part))
     return out
+
+
+def _one(args: tuple) -> tuple[int, bool, str, float]:
+    seed, kind, mode, events, ms = args
+    started = time.perf_counter()
+    result = run_seed(seed, kind, mode, events, 0, ms)
+    return seed, result.ok, result.report() if not result.ok else result.summary(), time.perf_counter() - started
+
+
+def run_many(seeds: list[int], *, kind=None, mode=None, events=None, ms=None, jobs: int = 1, on_result=None) -> list[tuple[int, bool, str, float]]:
+    """Run ``seeds`` on ``jobs`` processes; results in seed order."""
+    work = [(s, kind, mode, events, ms) for s in seeds]
+    if jobs <= 1:
+        results = []
+        for w in work:
+            r = _one(w)
+            results.append(r)
+            if on_result is not None:
+                on_result(r)
+        return results
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("fork")
+    with ctx.Pool(jobs) as pool:
+        results = []
+        for r in pool.imap(_one, work, chunksize=4):
+            results.append(r)
+            if on_result is not None:
+                on_result(r)
+    return results
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m tests.sim.run", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     group = ap.add_mutually_exclusive_group(required=True)
     group.add_argument("--seed", type=int, help="one seed")
-    group.add_argument("--seeds", help="seeds like 0-99 or 1,5,9")
-    ap.add_argument("--mode", choices=MODES, help="durability mode (default: chosen by the seed)")
-    ap.add_argument("--model", choices=LOSSY_MODELS, default="supported", help="failure model of the lossy modes (default: supported)")
+    group.add_argument("--seeds", help="seeds: a count (1000), a range (0-999) or a list (1,5,9)")
+    ap.add_argument("--kind", choices=KINDS, help="scenario kind (default: chosen by the seed)")
+    ap.add_argument("--mode", choices=MODES, help="durability of every topic (default: chosen by the seed)")
     ap.add_argument("--events", type=int, help="event budget of the fault phase (also lifts its time bound)")
     ap.add_argument("--ms", type=int, help="simulated time bound of the fault phase")
+    ap.add_argument("--jobs", "-j", type=int, default=1, help=f"processes (default 1; this machine has {os.cpu_count()} cores)")
     ap.add_argument("--verbose", "-v", action="count", default=0, help="print traced events (-vv: every message too)")
     args = ap.parse_args(argv)
-    seeds = [args.seed] if args.seed is not None else _seeds(args.seeds)
-    failed = 0
+    if args.seed is not None:
+        result = run_seed(args.seed, args.kind, args.mode, args.events, args.verbose, args.ms)
+        print(result.report() if not result.ok else result.summary())
+        return 0 if result.ok else 1
+    seeds = parse_seeds(args.seeds)
     started = time.perf_counter()
-    for seed in seeds:
-        result = run_seed(seed, args.mode, args.events, args.verbose, args.model, args.ms)
-        if not result.ok:
-            failed += 1
-            print(result.report())
-        elif len(seeds) == 1 or args.verbose:
-            print(result.summary())
-    if len(seeds) > 1:
-        print(f"{len(seeds)} seeds, {failed} failed, {time.perf_counter() - started:.1f} s")
+    failed = []
+
+    def show(r: tuple) -> None:
+        if not r[1]:
+            failed.append(r[0])
+            print(r[2], flush=True)
+
+    run_many(seeds, kind=args.kind, mode=args.mode, events=args.events, ms=args.ms, jobs=args.jobs, on_result=show)
+    elapsed = time.perf_counter() - started
+    print(f"{len(seeds)} seeds, {len(failed)} failed, {elapsed:.1f} s ({len(seeds) / elapsed:.1f} seeds/s)" + (f"; failed: {failed}" if failed else ""))
     return 1 if failed else 0
 
 

@@ -1,62 +1,27 @@
-"""Deterministic simulation of one replicated partition and its controller.
+"""Deterministic simulation of a whole kcoord cluster running its production code.
 
-One partition (RF=3, min.insync.replicas=2) on brokers 0, 1, 2, the controller
-(:class:`~kcoord.replication.controller.ControllerState` over a MemoryStore), idempotent
-producers with acks=all and a consumer, all wired by the fake network of ``kernel.py``. The
-cores are driven exactly as the Ray shells drive them (``nodes.py``); only time, the network
-and storage are simulated. A seed fixes everything: the scenario (durability mode, message
-loss and delay, how many producers, how many batches in flight, how often faults strike) and
-every later random choice.
+One seed fixes everything: the scenario (``scenario.py``: cluster shape, topics, clients,
+fault mix) and every later choice -- message delays and losses, fault timing, torn writes.
+The replicas, the controller and the group coordinators are the production drivers
+(``kcoord.replication.replica_driver``, ``controller_driver``, ``kcoord.group.driver``) over
+the production cores and the production on-disk ``Log``; only time (``kernel.py``), the
+network (``kernel.py``), disks (``disk.py``), the metadata store (``store.py``) and Ray's
+process management (``processes.py``) are simulated, as TigerBeetle's VOPR and
+FoundationDB's simulator do.
 
 A run has two phases.
 
-1. Faults (bounded by ``max_events`` and ``fault_ms``): producers send, and a fault
-   scheduler crashes and restarts replicas (a crash drops the Replica object and whatever
-   its MemoryLog had not flushed), crashes and restarts the controller (the new one boots
-   from the store), isolates a replica from the controller while clients and peers still
-   reach it (a *zombie*: the controller fails it over while it still believes it leads),
-   cuts the link between two replicas, and asks for preferred-leader elections. Leader
-   changes come only from the controller reacting to all this.
-2. Heal and quiesce: links heal, message loss stops, every node is restarted, producers stop
-   sending new batches but keep retrying the unacknowledged ones, and the run continues until
-   the partition is quiet: a leader, the full ISR, every replica at the leader's LEO and HW,
-   the consumer caught up, every batch acknowledged. Not getting there within
-   ``heal_timeout_ms`` is reported as a liveness failure.
+1. Faults, bounded by ``max_events`` and ``fault_ms``: clients work while the nemesis
+   (``faults.py``) crashes, pauses and powers off, cuts links, fails disks and the store.
+   The invariants of ``checks.py`` are checked after every event.
+2. Heal and quiesce: links heal, losses stop, faults clear, every process and machine is
+   back, producers stop sending new records (but retry what is unacknowledged), and the run
+   goes on until the cluster is quiet: every partition led, its ISR full, every replica at
+   the leader's log end and HW, readers caught up, groups Stable with every member in the
+   same generation. Not getting there within ``heal_timeout_ms`` is a liveness failure.
+   Then the final checks run against the logs.
 
-Then the invariants of design.md are checked (``checks.py``): acknowledged records are in the
-final leader's log at their offsets (1), replicas agree below the HW (2), one writer per
-leader epoch and epochs only grow (3), the leader's HW never moves back within its tenure
-and consumers only see data below the HW they were served under (4), and the idempotent
-producer's records appear exactly once and in order (5). Also checked: committed batches are
-never rewritten, and no replica's timer busy-loops.
-
-Durability modes and the failure model
---------------------------------------
-* ``fsync`` (flush.messages=1): every append is durable; any replicas may crash at any time,
-  in any combination.
-* ``pagecache`` (no flush policy) and ``flushms`` (flush.ms=300): a crash loses what was not
-  yet flushed. Replication, not the disk, then keeps acknowledged data, and Kafka without
-  fsync only promises that under a restricted failure model, which the fault scheduler obeys:
-  **at most one replica is damaged at a time**. A replica is damaged from a crash that lost
-  data until it holds every committed record again (its LEO reaches the highest HW any live
-  replica has). While one replica is damaged, another may only crash if that crash loses
-  nothing (everything it has is flushed). Zombies and link cuts are not restricted. The
-  system has to cope without knowing which replica lost what: a restarted replica must not
-  count until it has caught up, and elections must not prefer it (controller.py: suspect
-  replicas and eligible leader replicas).
-
-  ``lossy_model`` picks how far the scheduler goes within that model:
-
-  - ``one-damaged``: exactly the model above, controller crashes included. What a
-    controller learns about restarts (incarnations, suspect replicas, ELR witnesses) is
-    kept in the metadata store (``ReplicaTrust``), leaders are re-verified by heartbeat
-    rather than re-installed after a controller restart, and a candidate must have
-    answered the current controller before it is trusted; so a replica that restarted
-    while no controller watched is still judged correctly. CI runs 100 seeds of it per
-    lossy mode (this model once lost records: seeds 27, 28, 307, 347, 442).
-  - ``supported`` (the default): the same, except that no data-losing crash happens while
-    the controller is down and the controller does not crash while a replica is damaged,
-    so every restart of a damaged replica is seen by the controller that judges it.
+A failing seed prints the one command that replays it (``python -m tests.sim.run --seed N``).
 """
 
 from __future__ import annotations
@@ -64,32 +29,37 @@ from __future__ import annotations
 import hashlib
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Any
 
+from kcoord.group import GroupConfig
+from kcoord.group.records import OFFSETS_TOPIC
+from kcoord.protocol.controller import CreateTopicsRequest
 from kcoord.replication.controller import ControllerConfig
 from kcoord.replication.metadata import PartitionState, partition_key
-from kcoord.replication.replica import LEADER
+from kcoord.replication.placement import PLACEMENT_KEY, decode_binding
+from kcoord.replication.roles import LEADER, OFFLINE
 
 from .checks import History, Violation
-from .clients import Consumer, Producer
-from .kernel import Kernel, NetParams, Network
-from .nodes import TOPIC, ControllerNode, ReplicaNode
+from .clients import Admin, Member, Producer, Reader
+from .faults import Nemesis
+from .kernel import Kernel, NetParams, Network, resume
+from .processes import HEAD, ControllerProcess, CoordinatorProcess, Machine, ReplicaProcess
+from .scenario import Scenario, TopicSpec
+from .store import FaultyStore
 
+KINDS = ("replication", "groups")
 MODES = ("fsync", "pagecache", "flushms")
-LOSSY_MODELS = ("supported", "one-damaged")
-BROKERS = (0, 1, 2)
-MIN_INSYNC = 2
 
 
 @dataclass
 class SimConfig:
     seed: int = 0
-    mode: str | None = None  # one of MODES; None lets the seed choose
-    lossy_model: str = "supported"  # one of LOSSY_MODELS: the failure model of the lossy modes
-    max_events: int = 8_000  # the fault phase ends after this many events...
-    fault_ms: int = 10_000  # ...or this much simulated time
+    kind: str | None = None  # "replication" or "groups"; None lets the seed choose
+    mode: str | None = None  # durability of every replicated topic; None lets the seed choose
+    max_events: int = 6_000  # the fault phase ends after this many events...
+    fault_ms: int = 8_000  # ...or this much simulated time
     heal_timeout_ms: int = 60_000
-    call_timeout_ms: int = 1000  # the shells' per-call timeouts, scaled down for the sim
+    call_timeout_ms: int = 1000  # the drivers' per-call timeouts, scaled down for the sim
     produce_timeout_ms: int = 1500
     client_backoff_ms: int = 50
     consumer_wait_ms: int = 200
@@ -97,61 +67,15 @@ class SimConfig:
 
     def replay_command(self) -> str:
         cmd = f"python -m tests.sim.run --seed {self.seed}"
+        if self.kind is not None:
+            cmd += f" --kind {self.kind}"
         if self.mode is not None:
             cmd += f" --mode {self.mode}"
-        if self.lossy_model != SimConfig.lossy_model:
-            cmd += f" --model {self.lossy_model}"
         if self.max_events != SimConfig.max_events:
             cmd += f" --events {self.max_events}"
         if self.fault_ms != SimConfig.fault_ms:
             cmd += f" --ms {self.fault_ms}"
         return cmd + " --verbose"
-
-
-@dataclass
-class Scenario:
-    """The knobs a seed picks before the run starts."""
-
-    mode: str
-    drop_rate: float
-    max_delay_ms: int
-    producers: int
-    max_in_flight: int
-    max_batch: int
-    produce_gap_ms: tuple[int, int]
-    fault_gap_ms: tuple[int, int]
-    fault_weights: dict[str, int]
-
-    @classmethod
-    def draw(cls, rng, mode: str | None) -> "Scenario":
-        chosen = rng.choice(MODES)
-        weights = {
-            "crash_replica": rng.choice([2, 4, 6]),
-            "crash_leader": rng.choice([1, 3, 5]),
-            "crash_controller": rng.choice([0, 1, 2]),
-            "zombie": rng.choice([0, 1, 3]),
-            "split": rng.choice([0, 1, 2]),
-            "rebalance": rng.choice([0, 1]),
-        }
-        return cls(
-            mode=mode or chosen,
-            drop_rate=rng.choice([0.0, 0.0, 0.002, 0.01, 0.03]),
-            max_delay_ms=rng.choice([3, 10, 30, 80]),
-            producers=rng.choice([1, 2]),
-            max_in_flight=rng.choice([1, 1, 2, 5]),
-            max_batch=rng.choice([1, 3]),
-            produce_gap_ms=rng.choice([(5, 40), (20, 150)]),
-            fault_gap_ms=rng.choice([(100, 700), (300, 2000), (800, 4000)]),
-            fault_weights=weights,
-        )
-
-    def describe(self) -> str:
-        w = ",".join(f"{k}={v}" for k, v in self.fault_weights.items() if v)
-        return (
-            f"mode={self.mode} drop={self.drop_rate} delay<={self.max_delay_ms}ms producers={self.producers} "
-            f"in_flight={self.max_in_flight} batch<={self.max_batch} produce_gap={self.produce_gap_ms} "
-            f"fault_gap={self.fault_gap_ms} faults[{w}]"
-        )
 
 
 @dataclass
@@ -173,13 +97,12 @@ class SimResult:
 
     def summary(self) -> str:
         s = self.stats
+        faults = ",".join(f"{k}={v}" for k, v in sorted(s.items()) if k.startswith("fault_") and v)
         return (
             f"seed {self.config.seed}: {'OK' if self.ok else 'FAILED'} [{self.scenario.describe()}] "
-            f"events={s['events']} sim_ms={s['sim_ms']} acked_batches={s['acked_batches']} leader_appends={s['leader_appends']} "
-            f"final_leo={s['final_leo']} epochs={s['final_epoch']} crashes={s['replica_crashes']} "
-            f"lossy_crashes={s['lossy_crashes']} controller_crashes={s['controller_crashes']} zombies={s['zombies']} "
-            f"splits={s['splits']} rebalances={s['rebalances']} consumed_batches={s['consumed_batches']}"
-            + (f" gap_overlaps={s['gap_overlaps']}" if s["gap_overlaps"] else "")
+            f"events={s['events']} sim_ms={s['sim_ms']} acked_batches={s['acked_batches']} appends={s['leader_appends']} "
+            f"commits={s['commits_acked']} offset_checks={s['offset_checks']} epochs_max={s['max_epoch']} "
+            f"store_failures={s['store_failures']} {faults.replace('fault_', '')}"
         )
 
     def report(self) -> str:
@@ -199,47 +122,76 @@ class Simulation:
         self.config = config
         self.kernel = Kernel(config.seed)
         rng = self.kernel.rng
-        self.scenario = sc = Scenario.draw(rng, config.mode)
-        self.brokers = BROKERS
-        self.topic_config = {
-            "min.insync.replicas": str(MIN_INSYNC),
-            "replica.lag.time.max.ms": "1000",
-            "replica.fetch.wait.max.ms": "200",
-            "replica.fetch.backoff.ms": "50",
-            "replica.high.watermark.checkpoint.interval.ms": "500",
-        }
-        if sc.mode == "fsync":
-            self.topic_config["flush.messages"] = "1"
-        elif sc.mode == "flushms":
-            self.topic_config["flush.ms"] = "300"
+        self.scenario = sc = Scenario.draw(rng, config.kind, config.mode)
+        self.tracing = config.verbose > 0
+        self._tail: deque[str] = deque(maxlen=400)
+        self._digest = hashlib.sha256()
+        self.net = Network(self.kernel, NetParams(1, sc.max_delay_ms, sc.drop_rate, sc.duplicate_rate))
+        if config.verbose >= 2:
+            self.net.trace = self._trace_message
+        self.history = History(self)
+        self.store = FaultyStore(rng)
+        self.store.on_write = self.history.on_store_write
+        # machines: the head (controller, coordinators, clients; never loses power), and
+        # with bound brokers one per broker plus a spare
+        self.machines: dict[str, Machine] = {HEAD: Machine(HEAD, rng)}
+        self.binding: dict[int, str] = {}
+        if sc.bound:
+            for b in range(sc.brokers + 1):
+                mid = f"m{b + 1}"
+                self.machines[mid] = Machine(mid, rng)
+                if b < sc.brokers:
+                    self.binding[b] = mid
+        for m in self.machines.values():
+            m.disk.clock = lambda: self.kernel.now
+            m.disk.fsync_error_drops = True
         self.controller_config = ControllerConfig(
             heartbeat_interval_ms=200,
+            follower_heartbeat_interval_ms=500,
             session_timeout_ms=1500,
-            ensure_replica_interval_ms=1000,
+            ensure_replica_interval_ms=500,
             replica_startup_grace_ms=1000,
             auto_leader_rebalance=True,
             leader_rebalance_interval_ms=3000,
+            restart_stuck_ms=10**9,
         )
-        self.net = Network(self.kernel, NetParams(1, sc.max_delay_ms, sc.drop_rate))
-        self.history = History(MIN_INSYNC, every_append_durable=sc.mode == "fsync")
-        self.replicas = {b: ReplicaNode(self, b) for b in BROKERS}
-        self.controller = ControllerNode(self)
-        self.producers = [Producer(self, i, sc.max_in_flight, sc.max_batch) for i in range(sc.producers)]
-        self.consumer = Consumer(self, 0)
-        for node in [*self.replicas.values(), self.controller, *self.producers, self.consumer]:
+        self.group_config = GroupConfig(
+            group_min_session_timeout_ms=500,
+            group_initial_rebalance_delay_ms=100,
+            offsets_retention_check_interval_ms=600_000,
+        )
+        # topics: the user's, and __consumer_offsets when there are groups
+        self.topics: list[TopicSpec] = list(sc.topics)
+        if sc.coordinators:
+            rf = min(3, sc.brokers)
+            self.topics.append(TopicSpec(OFFSETS_TOPIC, sc.coordinators, rf, min(2, rf), False, "fsync" if rf == 1 else sc.offsets_mode))
+        self.replicas: dict[tuple[str, int, int], ReplicaProcess] = {}
+        self.assignments: dict[tuple[str, int], list[int]] = {}
+        for ti, spec in enumerate(self.topics):
+            self.history.add_topic(spec)
+            for p in range(spec.partitions):
+                replicas = [(p + ti + j) % sc.brokers for j in range(spec.rf)]
+                self.assignments[(spec.name, p)] = replicas
+                for b in replicas:
+                    self.replicas[(spec.name, p, b)] = ReplicaProcess(self, spec, p, b)
+        self.replica_list = [self.replicas[k] for k in sorted(self.replicas)]
+        self.controller = ControllerProcess(self)
+        self.coordinators = [CoordinatorProcess(self, i) for i in range(sc.coordinators)]
+        self.admin = Admin(self)
+        self.producers: list[Producer] = []
+        user_parts = [(t, p) for t in sc.topics for p in range(t.partitions)]
+        for i in range(sc.producers + sc.acks1_producers):
+            spec, p = user_parts[i % len(user_parts)]
+            self.producers.append(Producer(self, i, spec, p, acks=-1 if i < sc.producers else 1, max_in_flight=sc.max_in_flight, max_batch=sc.max_batch))
+        self.readers = [Reader(self, i, t.name, p) for i, (t, p) in enumerate(user_parts)]
+        self.members = [Member(self, i, "g", [t.name for t in sc.topics]) for i in range(sc.members)]
+        for node in [*self.replica_list, self.controller, *self.coordinators, self.admin, *self.producers, *self.readers, *self.members]:
             self.net.add(node)
+        self.nemesis = Nemesis(self)
         self.phase = "faults"
-        # broker -> True while damaged (page-cache modes): crashed with loss, not caught up
-        self.damaged: dict[int, bool] = {}
+        self.damaged: set[tuple[str, int, int]] = set()
         self._restart_gen: dict[str, int] = {}
-        self._tail: deque[str] = deque(maxlen=400)
-        self._quiet_state: tuple[int, int, int] | None = None
-        self._digest = hashlib.sha256()
-        if config.verbose >= 2:
-            self.net.trace = self._trace_message
-        self.counts = {
-            k: 0 for k in ("replica_crashes", "lossy_crashes", "controller_crashes", "zombies", "splits", "rebalances", "gap_overlaps")
-        }
+        self._quiet_state: tuple | None = None
 
     # -- tracing ----------------------------------------------------------------------------
     def trace(self, message: str) -> None:
@@ -250,20 +202,34 @@ class Simulation:
             print(line)
 
     def _trace_message(self, message: str) -> None:
-        """-vv: every message, printed only (not part of the run's digest)."""
         print(f"{self.kernel.now:>7} {message}")
 
     # -- running ----------------------------------------------------------------------------
     def run(self) -> SimResult:
         k = self.kernel
-        self.trace(f"seed {self.config.seed}: {self.scenario.describe()}")
+        cfg = self.config
+        self.trace(f"seed {cfg.seed}: {self.scenario.describe()}")
         self.controller.start()
+        for spec in self.topics:
+            self.admin.create(
+                CreateTopicsRequest(
+                    name=spec.name,
+                    partitions=spec.partitions,
+                    replication_factor=spec.rf,
+                    config=spec.config(),
+                    assignment={p: self.assignments[(spec.name, p)] for p in range(spec.partitions)},
+                )
+            )
+        for c in self.coordinators:
+            k.after(k.rng.randint(1, 50), c.start)
         for p in self.producers:
             p.start()
             k.after(k.rng.randint(*self.scenario.produce_gap_ms), self._produce, p)
-        self.consumer.start()
-        k.after(k.rng.randint(*self.scenario.fault_gap_ms), self._fault)
-        cfg = self.config
+        for r in self.readers:
+            r.start()
+        for m in self.members:
+            k.after(k.rng.randint(100, 1000), m.start)
+        self.nemesis.start()
         while k.events < cfg.max_events and k.now < cfg.fault_ms and k.step():
             pass
         self._heal()
@@ -274,37 +240,47 @@ class Simulation:
         if self.phase != "quiet":
             self.history.fail("liveness", k.now, f"no quiet state {cfg.heal_timeout_ms} ms after healing: {self._not_quiet()}")
         else:
-            leader = self._stored_partition().leader
-            logs = {b: n.log for b, n in self.replicas.items() if n.log is not None}
-            self.history.final_checks(leader, logs, self.replicas[leader].replica.hw, k.now)
+            self._final_checks()
         return self._result()
+
+    def _final_checks(self) -> None:
+        for (topic, partition), replicas in sorted(self.assignments.items()):
+            p = self.stored_partition(topic, partition)
+            assert p is not None
+            leader = self.replicas[(topic, partition, p.leader)]
+            logs = {b: self.replicas[(topic, partition, b)].replica.log for b in replicas}
+            self.history.final_checks((topic, partition), p.leader, logs, leader.replica.hw, self.kernel.now)
 
     def _result(self) -> SimResult:
         h = self.history
-        p = self._stored_partition()
-        leader = self.replicas.get(p.leader) if p is not None else None
-        stats = {
+        stats: dict[str, Any] = {
             "events": self.kernel.events,
             "sim_ms": self.kernel.now,
-            "acked_batches": len(h.acked),
-            "acked_records": sum(a.count for a in h.acked),
-            "leader_appends": h.leader_appends,
-            "final_leo": leader.log.log_end_offset if leader is not None and leader.log is not None else -1,
-            "final_epoch": p.leader_epoch if p is not None else -1,
-            "consumed_batches": h.consumer_batches,
+            "acked_batches": sum(len(p.acked) for p in h.parts.values()),
+            "leader_appends": sum(p.leader_appends for p in h.parts.values()),
+            "consumed_batches": sum(p.consumer_batches for p in h.parts.values()),
+            "commits_acked": h.groups.commits_acked,
+            "offset_checks": h.groups.fetches_checked,
+            "epoch_checks": h.epoch_checks,
+            "max_epoch": max(h.stored_epochs.values(), default=-1),
             "calls": self.net.stats.calls,
             "dropped": self.net.stats.dropped,
-            "store_writes": self.controller.store.writes,
-            **self.counts,
+            "duplicated": self.net.stats.duplicated,
+            "store_writes": self.store.writes,
+            "store_failures": self.store.failures,
+            "power_losses": sum(m.power_losses for m in self.machines.values()),
         }
-        for b, node in self.replicas.items():
-            if node.log is not None and node.log.log_end_offset > node.log.log_start_offset:
-                self._digest.update(b"%d:" % b + node.log.read(node.log.log_start_offset, 1 << 40))
-        for key in self.controller.store.keys():
-            self._digest.update(key.encode() + (self.controller.store.get(key) or b""))
+        for kind, n in self.nemesis.counts.items():
+            stats[f"fault_{kind}"] = n
+        for proc in self.replica_list:
+            log = proc.log
+            if log is not None and proc.replica is not None and proc.replica.role != OFFLINE and log.log_end_offset > log.log_start_offset:
+                self._digest.update(proc.name.encode() + log.read(log.log_start_offset, 1 << 40))
+        for key in self.store.keys():
+            self._digest.update(key.encode() + (self.store.get(key) or b""))
         return SimResult(self.config, self.scenario, list(h.violations), stats, list(self._tail), self._digest.hexdigest())
 
-    # -- producers --------------------------------------------------------------------------
+    # -- clients ----------------------------------------------------------------------------
     def _produce(self, p: Producer) -> None:
         if self.phase != "faults":
             return
@@ -312,175 +288,166 @@ class Simulation:
             p.send_new()
         self.kernel.after(self.kernel.rng.randint(*self.scenario.produce_gap_ms), self._produce, p)
 
-    # -- faults -----------------------------------------------------------------------------
-    def _fault(self) -> None:
-        if self.phase != "faults":
+    # -- what processes and the nemesis use --------------------------------------------------
+    def stored_partition(self, topic: str, partition: int) -> PartitionState | None:
+        raw = self.store.get(partition_key(topic, partition))
+        return None if raw is None else PartitionState.decode(raw)
+
+    def current_binding(self) -> dict[int, str]:
+        raw = self.store.get(PLACEMENT_KEY)
+        return decode_binding(raw) if raw else dict(self.binding)
+
+    def alive_machines(self) -> list[str]:
+        return [mid for mid, m in sorted(self.machines.items()) if m.up]
+
+    def start_replica(self, proc: ReplicaProcess, machine: Machine) -> None:
+        if not proc.start(machine) and not proc.up and not self.scenario.bound and self.phase != "quiet":
+            self.restart_later(proc, 200)  # Ray keeps restarting an actor whose constructor failed
+
+    def restart_later(self, proc: Any, delay: int) -> None:
+        gen = self._restart_gen.get(proc.name, 0) + 1
+        self._restart_gen[proc.name] = gen
+        self.kernel.after(delay, self._restart, proc, gen)
+
+    def _restart(self, proc: Any, gen: int) -> None:
+        if self._restart_gen.get(proc.name) != gen or proc.up:
             return
-        k = self.kernel
-        rng = k.rng
-        weights = self.scenario.fault_weights
-        kinds = [kind for kind in weights if weights[kind] > 0]
-        kind = rng.choices(kinds, weights=[weights[x] for x in kinds])[0]
-        getattr(self, f"_fault_{kind}")()
-        k.after(rng.randint(*self.scenario.fault_gap_ms), self._fault)
+        if isinstance(proc, ReplicaProcess):
+            self.start_replica(proc, self.machines[HEAD])
+        else:
+            proc.start()
 
-    def _downtime(self) -> int:
-        rng = self.kernel.rng
-        # Short outages restart between two heartbeats: the controller only learns of
-        # them from the new incarnation in the next answer.
-        return rng.randint(10, 150) if rng.random() < 0.3 else rng.randint(300, 4000)
+    def machine_up(self, machine: Machine) -> None:
+        if not machine.up:
+            machine.up = True
+            self.trace(f"{machine.id} is back")
 
-    def _stored_partition(self) -> PartitionState | None:
-        raw = self.controller.store.get(partition_key(TOPIC, 0))
-        return PartitionState.decode(raw) if raw is not None else None
-
-    def _stored_leader(self) -> int:
-        p = self._stored_partition()
-        return p.leader if p is not None else -1
-
-    def _may_crash(self, broker: int) -> bool:
-        """Whether the failure model lets ``broker`` crash now (see the module docstring)."""
-        node = self.replicas[broker]
-        if not node.up:
-            return False
-        assert node.log is not None
-        if self.scenario.mode == "fsync" or node.log.log_end_offset == node.log.flushed_offset:
-            return True  # this crash loses nothing
-        if any(b != broker for b in self.damaged):
-            return False  # at most one damaged replica at a time
-        if self.config.lossy_model == "supported" and not self.controller.up:
-            return False  # the supported subset: no lossy restart while no controller watches
-        return True
-
-    def _fault_crash_replica(self, broker: int | None = None) -> None:
-        rng = self.kernel.rng
-        if broker is None:
-            candidates = [b for b in BROKERS if self._may_crash(b)]
-            if not candidates:
-                return
-            broker = rng.choice(candidates)
-        elif not self._may_crash(broker):
-            return
-        node = self.replicas[broker]
-        lost = node.crash()
-        self.counts["replica_crashes"] += 1
-        if lost > 0:
-            self.counts["lossy_crashes"] += 1
-            self.damaged[broker] = True
-            if not self.controller.up:
-                self.counts["gap_overlaps"] += 1  # outside the supported subset
-        self._schedule_restart(node.name, self._downtime(), node.start)
-
-    def _fault_crash_leader(self) -> None:
-        leader = self._stored_leader()
-        if leader >= 0:
-            self._fault_crash_replica(leader)
-
-    def _fault_crash_controller(self) -> None:
-        if self.config.lossy_model == "supported" and self.damaged:
-            return  # the supported subset: no controller crash while a replica is damaged
-        if self.controller.up:
-            if self.damaged:
-                self.counts["gap_overlaps"] += 1  # outside the supported subset
-            self.controller.crash()
-            self.counts["controller_crashes"] += 1
-            self._schedule_restart(self.controller.name, self._downtime(), self.controller.start)
-
-    def _fault_zombie(self) -> None:
-        """Cut a replica (usually the leader) off from the controller only: clients and
-        peers still reach it, so a deposed leader keeps serving for a while."""
-        rng = self.kernel.rng
-        leader = self._stored_leader()
-        broker = leader if leader >= 0 and rng.random() < 0.7 else rng.choice(BROKERS)
-        name = self.replicas[broker].name
-        self.net.cut(self.controller.name, name)
-        self.counts["zombies"] += 1
-        self.trace(f"ZOMBIE: {name} cut off from the controller")
-        self.kernel.after(rng.randint(300, 5000), self._heal_link, self.controller.name, name)
-
-    def _fault_split(self) -> None:
-        rng = self.kernel.rng
-        a, b = rng.sample(BROKERS, 2)
-        na, nb = self.replicas[a].name, self.replicas[b].name
-        self.net.cut(na, nb)
-        self.counts["splits"] += 1
-        self.trace(f"SPLIT: {na} <-/-> {nb}")
-        self.kernel.after(rng.randint(300, 4000), self._heal_link, na, nb)
-
-    def _fault_rebalance(self) -> None:
-        if self.controller.up:
-            self.counts["rebalances"] += 1
-            self.trace("admin: preferred leader election")
-            self.controller.rebalance()
-
-    def _heal_link(self, a: str, b: str) -> None:
+    def heal_link(self, a: str, b: str) -> None:
         if self.phase == "faults":
             self.net.heal(a, b)
             self.trace(f"link {a} <-> {b} healed")
 
-    def _schedule_restart(self, name: str, delay: int, start: Callable[[], None]) -> None:
-        gen = self._restart_gen.get(name, 0) + 1
-        self._restart_gen[name] = gen
-        self.kernel.after(delay, self._restart, name, gen, start)
+    def heal_one_way(self, src: str, dst: str) -> None:
+        if self.phase == "faults":
+            self.net.heal_one_way(src, dst)
+            self.trace(f"link {src} -> {dst} healed")
 
-    def _restart(self, name: str, gen: int, start: Callable[[], None]) -> None:
-        if self._restart_gen.get(name) == gen and not self.net.nodes[name].up:
-            start()
+    def store_recovers(self) -> None:
+        self.store.fail_rate = 0.0
+        self.trace("METADATA STORE healthy again")
 
-    def ensure_replica(self, broker: int) -> None:
-        """CreateReplica: start a replica that never ran. A crashed one is restarted by the
-        fault scheduler (as Ray restarts an actor with max_restarts)."""
-        node = self.replicas[broker]
-        if node.incarnation == 0 and node.name not in self._restart_gen:
-            self._schedule_restart(node.name, self.kernel.rng.randint(1, 20), node.start)
+    def repair_storage(self, proc: ReplicaProcess, machine: Machine) -> None:
+        """An operator fixes the disk and restarts the replica if its log went offline."""
+        machine.disk.clear_faults()
+        if proc.up and proc.replica is not None and proc.replica.role == OFFLINE and proc.machine is machine:
+            self.trace(f"operator restarts {proc.name} after its disk failed")
+            proc.crash("restarted by the operator")
+            self.start_replica(proc, machine)
 
-    def on_replica_progress(self, node: ReplicaNode) -> None:
+    # -- the failure model of page-cache topics ---------------------------------------------
+    def may_damage(self, proc: ReplicaProcess) -> bool:
+        """Whether ``proc`` may lose unsynced data now: at most one damaged replica per
+        partition of a topic that does not fsync every append."""
+        if not proc.spec.lossy:
+            return True
+        key = (proc.topic, proc.partition, proc.broker)
+        return not any(d[:2] == proc.tp and d != key for d in self.damaged)
+
+    def mark_damaged(self, proc: ReplicaProcess) -> None:
+        self.damaged.add((proc.topic, proc.partition, proc.broker))
+        self.trace(f"{proc.name} is damaged (may have lost unsynced records)")
+
+    def is_damaged(self, proc: ReplicaProcess) -> bool:
+        return (proc.topic, proc.partition, proc.broker) in self.damaged
+
+    def on_replica_progress(self, proc: ReplicaProcess) -> None:
         """A damaged replica is whole again once it holds everything committed so far."""
-        if node.broker in self.damaged and node.log is not None:
-            frontier = max((n.replica.hw for n in self.replicas.values() if n.up and n.replica is not None), default=0)
-            if node.log.log_end_offset >= frontier and node.replica is not None and node.replica.role != "none":
-                del self.damaged[node.broker]
-                self.trace(f"{node.name} caught up again (LEO {node.log.log_end_offset} >= HW {frontier}): no longer damaged")
+        key = (proc.topic, proc.partition, proc.broker)
+        if key not in self.damaged or proc.replica is None or proc.replica.role in ("none", OFFLINE):
+            return
+        frontier = max(
+            (p.replica.hw for p in self.replica_list if p.tp == proc.tp and p.up and p.replica is not None and p.replica.role != OFFLINE),
+            default=0,
+        )
+        if proc.replica.log.log_end_offset >= frontier:
+            self.damaged.discard(key)
+            self.trace(f"{proc.name} caught up again (LEO {proc.replica.log.log_end_offset} >= HW {frontier}): no longer damaged")
 
     # -- heal and quiesce -------------------------------------------------------------------
     def _heal(self) -> None:
         self.phase = "heal"
-        self.trace("HEAL: links restored, no more message loss, every node restarted")
+        self.trace("HEAL: links restored, no more loss, faults cleared, every process back")
         self.net.heal_all()
         self.net.params.drop_rate = 0.0
+        self.net.params.duplicate_rate = 0.0
+        self.store.fail_rate = 0.0
         for name in list(self._restart_gen):
             self._restart_gen[name] += 1  # cancel scheduled restarts: restart now instead
+        for m in self.machines.values():
+            m.disk.clear_faults()
+            self.machine_up(m)
+        for proc in [*self.replica_list, self.controller, *self.coordinators]:
+            if proc.up and proc.paused:
+                resume(proc)
         if not self.controller.up:
             self.controller.start()
-        for node in self.replicas.values():
-            if not node.up:
-                node.start()
+        for c in self.coordinators:
+            if not c.up:
+                c.start()
+        binding = self.current_binding()
+        for proc in self.replica_list:
+            if proc.up and proc.replica is not None and proc.replica.role == OFFLINE:
+                proc.crash("restarted by the operator")
+            if not proc.up:
+                machine = self.machines[binding[proc.broker]] if self.scenario.bound else self.machines[HEAD]
+                proc.start(machine)
+        for m in self.members:
+            if not m.alive:
+                m.start()
 
     def _not_quiet(self) -> str | None:
-        """Why the system is not quiet yet, or None when it is."""
-        if not self.controller.up:
-            return "controller down"
-        p = self._stored_partition()
-        if p is None or p.leader < 0:
-            return f"no leader ({p})"
+        """Why the cluster is not quiet yet, or None when it is."""
+        if not self.controller.up or self.controller.driver is None or not self.controller.driver.booted:
+            return "controller not up"
+        if not self.admin.done:
+            return "topics not created yet"
+        for (topic, partition), replicas in sorted(self.assignments.items()):
+            p = self.stored_partition(topic, partition)
+            if p is None or p.leader < 0:
+                return f"{topic}-{partition} has no leader ({p})"
+            lead = self.replicas[(topic, partition, p.leader)]
+            r = lead.replica
+            if r is None or r.role != LEADER or r.leader_epoch != p.leader_epoch:
+                return f"{topic}-{partition}: broker {p.leader} does not lead epoch {p.leader_epoch} yet"
+            leo = r.log.log_end_offset
+            if r.hw != leo:
+                return f"{topic}-{partition}: leader HW {r.hw} != LEO {leo}"
+            if sorted(p.isr) != sorted(replicas) or sorted(r.isr) != sorted(replicas):
+                return f"{topic}-{partition}: ISR is {p.isr} (leader sees {r.isr})"
+            for b in replicas:
+                f = self.replicas[(topic, partition, b)].replica
+                if f is None or f.role == OFFLINE or f.leader_epoch != p.leader_epoch or f.log.log_end_offset != leo or f.hw != leo:
+                    state = None if f is None else (f.role, f.leader_epoch, f.log.log_end_offset if f.role != OFFLINE else -1, f.hw)
+                    return f"{topic}-{partition}: replica {b} not caught up ({state}, leader LEO {leo})"
         for prod in self.producers:
             if not prod.idle:
                 return f"{prod.name} has {prod.unacked()} unacknowledged batches"
-        lead = self.replicas[p.leader]
-        r = lead.replica
-        if r is None or r.role != LEADER or r.leader_epoch != p.leader_epoch:
-            return f"broker {p.leader} does not lead epoch {p.leader_epoch} yet"
-        leo = r.log.log_end_offset
-        if r.hw != leo:
-            return f"leader HW {r.hw} != LEO {leo}"
-        if sorted(p.isr) != list(BROKERS) or sorted(r.isr) != list(BROKERS):
-            return f"ISR is {p.isr} (leader sees {r.isr})"
-        for b, node in self.replicas.items():
-            f = node.replica
-            if f is None or f.leader_epoch != p.leader_epoch or f.log.log_end_offset != leo or f.hw != leo:
-                return f"replica {b} not caught up ({None if f is None else (f.role, f.leader_epoch, f.log.log_end_offset, f.hw)}, leader LEO {leo})"
-        if self.consumer.position != leo:
-            return f"consumer at {self.consumer.position}, LEO {leo}"
+        for reader in self.readers:
+            p = self.stored_partition(reader.topic, reader.partition)
+            lead = self.replicas[(reader.topic, reader.partition, p.leader)]
+            if reader.position != lead.replica.log.log_end_offset:
+                return f"{reader.name} at {reader.position}, {reader.topic}-{reader.partition} ends at {lead.replica.log.log_end_offset}"
+        for c in self.coordinators:
+            if c.driver is None or not c.driver.loaded:
+                return f"{c.name} has not loaded its partition"
+        if self.members:
+            gens = {m.generation for m in self.members}
+            if any(m.state != "stable" for m in self.members) or len(gens) != 1:
+                return f"members not all stable in one generation: {[(m.name, m.state, m.generation) for m in self.members]}"
+            coordinator = next(c for c in self.coordinators if c.name == self.members[0].coordinator)
+            group = coordinator.core.group("g") if coordinator.core is not None else None
+            if group is None or group.state.value != "Stable" or group.generation_id not in gens:
+                return f"group g is {None if group is None else (group.state.value, group.generation_id)}"
         return None
 
     def _check_quiet(self) -> None:
@@ -488,12 +455,13 @@ class Simulation:
             return
         reason = self._not_quiet()
         if reason is None:
-            p = self._stored_partition()
-            assert p is not None
-            state = (p.leader, p.leader_epoch, self.replicas[p.leader].log.log_end_offset)
+            state = tuple(
+                (t, p, self.stored_partition(t, p).leader_epoch, self.replicas[(t, p, self.stored_partition(t, p).leader)].replica.log.log_end_offset)
+                for (t, p) in sorted(self.assignments)
+            )
             if self._quiet_state == state:
                 self.phase = "quiet"
-                self.trace(f"QUIET: leader {p.leader} epoch {p.leader_epoch} LEO/HW {state[2]}")
+                self.trace("QUIET")
                 return
             self._quiet_state = state
         else:
@@ -503,18 +471,18 @@ class Simulation:
 
 def run_seed(
     seed: int,
+    kind: str | None = None,
     mode: str | None = None,
     max_events: int | None = None,
     verbose: int = 0,
-    lossy_model: str = "supported",
     fault_ms: int | None = None,
 ) -> SimResult:
-    """One run. ``max_events`` alone also lifts the time bound (a run does ~350 events per
-    simulated second), so that more events means a longer run."""
-    cfg = SimConfig(seed=seed, mode=mode, verbose=verbose, lossy_model=lossy_model)
+    """One run. ``max_events`` alone also lifts the time bound, so that more events means
+    a longer run."""
+    cfg = SimConfig(seed=seed, kind=kind, mode=mode, verbose=verbose)
     if max_events is not None:
         cfg.max_events = max_events
-        cfg.fault_ms = max(cfg.fault_ms, max_events * 3)
+        cfg.fault_ms = max(cfg.fault_ms, max_events * 2)
     if fault_ms is not None:
         cfg.fault_ms = fault_ms
     return Simulation(cfg).run()

@@ -1,0 +1,251 @@
+"""The fault scheduler (nemesis): what goes wrong, when, drawn from the seed.
+
+Faults, by kind (weights per scenario):
+
+* ``crash_replica`` / ``crash_leader``: a replica process dies (its machine's page cache
+  survives). Logical brokers: Ray restarts it after a while. Bound brokers: it stays dead
+  until the controller recreates it.
+* ``crash_controller``, ``crash_coordinator``: the process dies; Ray restarts it.
+* ``pause``: a replica, the controller or a coordinator stops (SIGSTOP) for 0.3-5 s -- often
+  longer than the session timeout -- then resumes with its stale state.
+* ``power_loss`` (bound brokers): a whole machine goes down with every replica on it and
+  whatever its disk had not made durable; it returns later (or not before healing).
+* ``zombie``: a replica (usually a leader) is cut off from the controller only.
+* ``split`` / ``one_way``: two processes cannot talk, both ways or one way.
+* ``storage``: a replica's disk fails an operation (EIO or ENOSPC on a write, an fsync, a
+  rename): the replica goes offline; an operator restarts it later.
+* ``store``: for a while the metadata store refuses or times out on writes.
+* ``rebalance``: an admin asks for preferred-leader elections.
+* ``member``: a group member leaves (and rejoins later) or dies silently.
+
+The failure model for topics that do not fsync every append (``pagecache``, ``flushms``):
+their promise is replication, which survives losing one copy's page cache, so at most one
+replica of such a partition is *damaged* at a time (it lost unsynced data and has not yet
+caught up with what was committed). Only power loss and fsync failures damage; the
+scheduler does not inject one that would damage a second replica of a partition.
+"""
+
+from __future__ import annotations
+
+import errno
+from typing import TYPE_CHECKING
+
+from .kernel import resume
+from .processes import HEAD, ReplicaProcess
+
+if TYPE_CHECKING:
+    from .simulation import Simulation
+
+
+class Nemesis:
+    def __init__(self, sim: "Simulation") -> None:
+        self.sim = sim
+        self.counts: dict[str, int] = {}
+        kinds = [k for k, w in sim.scenario.fault_weights.items() if w > 0]
+        self._kinds = kinds
+        self._weights = [sim.scenario.fault_weights[k] for k in kinds]
+
+    def start(self) -> None:
+        self._next()
+
+    def _next(self) -> None:
+        sim = self.sim
+        sim.kernel.after(sim.kernel.rng.randint(*sim.scenario.fault_gap_ms), self._strike)
+
+    def _strike(self) -> None:
+        sim = self.sim
+        if sim.phase != "faults":
+            return
+        if self._kinds:
+            kind = sim.kernel.rng.choices(self._kinds, self._weights)[0]
+            if getattr(self, f"_{kind}")():
+                self.counts[kind] = self.counts.get(kind, 0) + 1
+        self._next()
+
+    # -- helpers ----------------------------------------------------------------------------
+    def _downtime(self) -> int:
+        return self.sim.kernel.rng.choice([5, 50, 300, 1000, 3000])
+
+    def _pick(self, items: list):
+        return self.sim.kernel.rng.choice(items) if items else None
+
+    def _live_replicas(self) -> list[ReplicaProcess]:
+        return [p for p in self.sim.replica_list if p.up and not p.paused]
+
+    def _crash(self, proc: ReplicaProcess) -> None:
+        sim = self.sim
+        proc.crash()
+        if not sim.scenario.bound:
+            sim.restart_later(proc, self._downtime())
+
+    # -- faults (each returns whether it did anything) -------------------------------------
+    def _crash_replica(self) -> bool:
+        proc = self._pick(self._live_replicas())
+        if proc is None:
+            return False
+        self._crash(proc)
+        return True
+
+    def _crash_leader(self) -> bool:
+        proc = self._pick([p for p in self._live_replicas() if p.replica is not None and p.replica.role == "leader"])
+        if proc is None:
+            return False
+        self._crash(proc)
+        return True
+
+    def _crash_controller(self) -> bool:
+        sim = self.sim
+        if not sim.controller.up:
+            return False
+        sim.controller.crash()
+        sim.restart_later(sim.controller, self._downtime())
+        return True
+
+    def _crash_coordinator(self) -> bool:
+        sim = self.sim
+        proc = self._pick([c for c in sim.coordinators if c.up])
+        if proc is None:
+            return False
+        proc.crash()
+        sim.restart_later(proc, self._downtime())
+        return True
+
+    def _pause(self) -> bool:
+        sim = self.sim
+        rng = sim.kernel.rng
+        candidates = [p for p in [*self._live_replicas(), sim.controller, *sim.coordinators] if p.up and not p.paused]
+        proc = self._pick(candidates)
+        if proc is None:
+            return False
+        proc.paused = True
+        incarnation = proc.incarnation
+        duration = rng.choice([300, 1000, 2500, 5000])
+        sim.trace(f"PAUSE {proc.name} for {duration} ms")
+        sim.kernel.after(duration, self._resume, proc, incarnation)
+        return True
+
+    def _resume(self, proc, incarnation: int) -> None:
+        if proc.up and proc.paused and proc.incarnation == incarnation:
+            self.sim.trace(f"RESUME {proc.name} ({len(proc.deferred)} events waiting)")
+            resume(proc)
+
+    def _power_loss(self) -> bool:
+        sim = self.sim
+        if not sim.scenario.bound:
+            return False
+        machines = [m for mid, m in sorted(sim.machines.items()) if mid != HEAD and m.up]
+        machine = self._pick(machines)
+        if machine is None:
+            return False
+        victims = [p for p in sim.replica_list if p.up and p.machine is machine]
+        if not all(sim.may_damage(p) for p in victims):
+            return False
+        for p in victims:
+            p.crash("lost power")
+        machine.disk.power_loss()
+        machine.up = False
+        machine.power_losses += 1
+        for p in victims:
+            if p.spec.lossy:
+                sim.mark_damaged(p)
+        # also replicas of this machine that were down: their files lost unsynced data too
+        for p in sim.replica_list:
+            if not p.up and p.machine is machine and p.spec.lossy and p not in victims and sim.may_damage(p):
+                sim.mark_damaged(p)
+        sim.trace(f"POWER LOSS {machine.id} ({len(victims)} replicas)")
+        if sim.kernel.rng.random() < 0.8:
+            sim.kernel.after(sim.kernel.rng.choice([300, 1000, 3000, 8000]), sim.machine_up, machine)
+        return True
+
+    def _zombie(self) -> bool:
+        sim = self.sim
+        rng = sim.kernel.rng
+        leaders = [p for p in self._live_replicas() if p.replica is not None and p.replica.role == "leader"]
+        proc = self._pick(leaders) if leaders and rng.random() < 0.7 else self._pick(self._live_replicas())
+        if proc is None:
+            return False
+        a, b = sim.controller.name, proc.name
+        sim.net.cut(a, b)
+        sim.trace(f"ZOMBIE: {b} cut off from the controller")
+        sim.kernel.after(rng.randint(300, 5000), sim.heal_link, a, b)
+        return True
+
+    def _split(self) -> bool:
+        sim = self.sim
+        rng = sim.kernel.rng
+        by_partition: dict[tuple[str, int], list[ReplicaProcess]] = {}
+        for p in sim.replica_list:
+            by_partition.setdefault(p.tp, []).append(p)
+        groups = [ps for _, ps in sorted(by_partition.items()) if len(ps) > 1]
+        if not groups:
+            return False
+        a, b = rng.sample(self._pick(groups), 2)
+        sim.net.cut(a.name, b.name)
+        sim.trace(f"SPLIT: {a.name} <-/-> {b.name}")
+        sim.kernel.after(rng.randint(300, 4000), sim.heal_link, a.name, b.name)
+        return True
+
+    def _one_way(self) -> bool:
+        sim = self.sim
+        rng = sim.kernel.rng
+        processes = [p.name for p in sim.replica_list] + [sim.controller.name] + [c.name for c in sim.coordinators]
+        if len(processes) < 2:
+            return False
+        src, dst = rng.sample(processes, 2)
+        sim.net.cut_one_way(src, dst)
+        sim.trace(f"ONE-WAY CUT: {src} -/-> {dst}")
+        sim.kernel.after(rng.randint(300, 4000), sim.heal_one_way, src, dst)
+        return True
+
+    def _storage(self) -> bool:
+        sim = self.sim
+        rng = sim.kernel.rng
+        proc = self._pick([p for p in self._live_replicas() if p.machine is not None])
+        if proc is None:
+            return False
+        op, err = rng.choice([("write", errno.EIO), ("write", errno.ENOSPC), ("fsync", errno.EIO), ("replace", errno.EIO), ("write", errno.EIO)])
+        if op == "fsync" and proc.spec.lossy and not sim.may_damage(proc):
+            op = "write"  # a failed fsync may drop unsynced pages: only where damage is allowed
+        directory = proc.directory(proc.machine)
+        machine = proc.machine
+        machine.disk.fail(op, f"{directory}/*", err, times=rng.choice([1, 3, None]))
+        if op == "fsync" and proc.spec.lossy:
+            sim.mark_damaged(proc)  # conservatively: its unsynced pages may be gone
+        sim.trace(f"STORAGE FAULT: {op} on {directory} fails with {errno.errorcode[err]}")
+        sim.kernel.after(rng.choice([300, 1500, 4000]), sim.repair_storage, proc, machine)
+        return True
+
+    def _store(self) -> bool:
+        sim = self.sim
+        if sim.store.fail_rate > 0:
+            return False
+        sim.store.fail_rate = sim.scenario.store_fail_rate
+        duration = sim.kernel.rng.randint(200, 2000)
+        sim.trace(f"METADATA STORE failing {sim.store.fail_rate:.0%} of writes for {duration} ms")
+        sim.kernel.after(duration, sim.store_recovers)
+        return True
+
+    def _rebalance(self) -> bool:
+        sim = self.sim
+        if not sim.controller.up or sim.controller.paused:
+            return False
+        sim.trace("admin: preferred leader election")
+        sim.controller.rebalance()
+        return True
+
+    def _member(self) -> bool:
+        sim = self.sim
+        rng = sim.kernel.rng
+        member = self._pick(sim.members)
+        if member is None:
+            return False
+        if not member.alive:
+            member.start()
+            sim.trace(f"{member.name} starts again")
+        elif rng.random() < 0.5:
+            sim.trace(f"{member.name} leaves the group")
+            member.leave(rng.choice([None, 500, 2000]))
+        else:
+            sim.trace(f"{member.name} dies silently")
+            member.crash(rng.choice([None, 1000, 4000]))
+        return True

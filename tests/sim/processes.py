@@ -1,0 +1,311 @@
+"""Simulated machines and processes running the production drivers.
+
+Every kcoord actor is a process here: a replica (``ReplicaDriver`` over the real ``Log`` on
+its machine's :class:`~tests.sim.disk.SimDisk`), the controller (``ControllerDriver`` over
+the :class:`~tests.sim.store.FaultyStore`) and group coordinators
+(``GroupCoordinatorDriver``). Nothing here decides anything the production code decides:
+a process only builds its driver on the simulated clock and network, hands it requests, and
+dies or pauses when the fault scheduler says so. Processes are network nodes named by their
+actor names (``kcoord.protocol.names``).
+
+A process crash loses the process (its driver, core, timers, descriptors and locks) but not
+its machine's page cache; a machine's power loss loses every process on it and whatever its
+disk had not made durable.
+"""
+
+from __future__ import annotations
+
+import random
+from typing import TYPE_CHECKING, Any
+
+from kcoord.group import GroupConfig, GroupCoordinatorState
+from kcoord.group.driver import CoordinatorTimeouts, GroupCoordinatorDriver
+from kcoord.log import Log, LogConfig
+from kcoord.protocol import names
+from kcoord.protocol.codec import Message
+from kcoord.replication.controller import ReplicaId
+from kcoord.replication.controller_driver import CREATED, EXISTS, FAILED, ControllerDriver
+from kcoord.replication.entry import is_storage_error
+from kcoord.replication.replica import Replica
+from kcoord.replication.replica_driver import ReplicaDriver, ReplicaTimeouts
+
+from .disk import SimDisk
+from .kernel import Call
+from .world import SimClock, SimTransport
+
+if TYPE_CHECKING:
+    from .scenario import TopicSpec
+    from .simulation import Simulation
+
+CLUSTER = "sim"
+HEAD = "m0"
+
+
+def identity(name: str) -> str:
+    return name
+
+
+class Machine:
+    """A simulated Ray node with its own disk."""
+
+    def __init__(self, machine_id: str, rng: random.Random) -> None:
+        self.id = machine_id
+        self.up = True
+        self.disk = SimDisk(rng)
+        self.power_losses = 0
+
+
+class Process:
+    """What the network needs of a node, plus crash and pause bookkeeping."""
+
+    def __init__(self, sim: "Simulation", name: str) -> None:
+        self.sim = sim
+        self.name = name
+        self.up = False
+        self.incarnation = 0
+        self.paused = False
+        self.deferred: list = []
+        self.machine: Machine | None = None
+
+    @property
+    def incarnation_id(self) -> str:
+        return f"{self.name}#{self.incarnation}"
+
+    def _begin(self) -> None:
+        self.incarnation += 1
+        self.up = True
+        self.paused = False
+        self.deferred = []
+
+    def _end(self) -> None:
+        self.up = False
+        self.paused = False
+        self.deferred = []
+        self.sim.net.node_crashed(self.name)
+
+    def receive(self, call: Call, request: Message) -> None:  # pragma: no cover - overridden
+        raise NotImplementedError
+
+
+class ReplicaProcess(Process):
+    def __init__(self, sim: "Simulation", spec: "TopicSpec", partition: int, broker: int) -> None:
+        super().__init__(sim, names.replica(CLUSTER, spec.name, partition, broker))
+        self.spec = spec
+        self.topic = spec.name
+        self.partition = partition
+        self.broker = broker
+        self.tp = (spec.name, partition)
+        self.replica: Replica | None = None
+        self.driver: ReplicaDriver | None = None
+        self.starting = False
+        self.failed_starts = 0
+
+    def directory(self, machine: Machine) -> str:
+        return f"/{machine.id}/broker-{self.broker}/{self.topic}-{self.partition}"
+
+    @property
+    def log(self) -> Any:
+        return None if self.replica is None else self.replica.log
+
+    def start(self, machine: Machine) -> bool:
+        """Start a process of this replica on ``machine``; False if it cannot (machine down,
+        or its log does not open: the caller tries again later, as Ray would)."""
+        self.starting = False
+        if self.up or not machine.up:
+            return False
+        sim = self.sim
+        now = sim.kernel.now
+        config = self.spec.config()
+        try:
+            log = Log(self.directory(machine), LogConfig.from_topic_config(config), now_ms=now, fs=machine.disk)
+        except Exception as exc:
+            if not is_storage_error(exc):
+                raise
+            machine.disk.kill(under=self.directory(machine))
+            self.failed_starts += 1
+            sim.trace(f"{self.name} could not open its log on {machine.id}: {exc}")
+            return False
+        self.machine = machine
+        self._begin()
+        from kcoord.replication.config import ReplicationConfig
+
+        self.replica = Replica(
+            self.topic, self.partition, self.broker, log, ReplicationConfig.from_topic_config(config), now, incarnation=self.incarnation_id
+        )
+        self.driver = ReplicaDriver(
+            self.replica,
+            cluster=CLUSTER,
+            transport=SimTransport(sim.net, self, identity, after=self.after),
+            clock=SimClock(sim.kernel, self, after=self.after),
+            timeouts=ReplicaTimeouts(call_ms=sim.config.call_timeout_ms, idle_wake_ms=1000),
+            trace=(lambda m: sim.trace(f"{self.incarnation_id} {m}")) if sim.tracing else None,
+        )
+        sim.history.on_replica_start(self)
+        sim.trace(f"{self.incarnation_id} started on {machine.id}: LEO {log.log_end_offset} HW {self.replica.hw} epochs {[tuple(e) for e in log.epoch_cache.entries]}")
+        self.driver.start()
+        self.after()
+        return True
+
+    def crash(self, reason: str = "crashed") -> None:
+        """The process dies; its machine's page cache survives (see Machine for power loss)."""
+        if not self.up:
+            return
+        sim = self.sim
+        if self.driver is not None and self.driver.max_timer_spins >= 3:
+            sim.history.fail("timer", sim.kernel.now, f"{self.name}'s timer busy-looped: next_deadline() stayed in the past right after tick()")
+        self.replica = None
+        self.driver = None
+        self._end()
+        if self.machine is not None:
+            self.machine.disk.kill(under=self.directory(self.machine))
+        sim.history.on_replica_stop(self)
+        sim.trace(f"{self.incarnation_id} {reason.upper()}")
+
+    def receive(self, call: Call, request: Message) -> None:
+        assert self.driver is not None
+        net = self.sim.net
+        before = (self.replica.log.log_end_offset, self.replica.leader_epoch, self.replica.role) if self.replica.role != "offline" else None
+        self.driver.serve(request, lambda response: net.reply(call, response))
+        if call.method == "produce" and before is not None:
+            self.sim.history.on_produce_handled(self, *before)
+        self.after()
+
+    def after(self) -> None:
+        if self.up and self.replica is not None:
+            self.sim.history.observe_replica(self)
+
+
+class ControllerProcess(Process):
+    def __init__(self, sim: "Simulation") -> None:
+        super().__init__(sim, names.controller(CLUSTER))
+        self.driver: ControllerDriver | None = None
+
+    @property
+    def core(self) -> Any:
+        return None if self.driver is None else self.driver.core
+
+    def start(self) -> None:
+        sim = self.sim
+        self._begin()
+        self.machine = sim.machines[HEAD]
+        self.driver = ControllerDriver(
+            CLUSTER,
+            list(range(sim.scenario.brokers)),
+            store=sim.store,
+            transport=SimTransport(sim.net, self, identity, after=self.after),
+            clock=SimClock(sim.kernel, self, after=self.after),
+            replicas=SimReplicaHost(sim),
+            config=sim.controller_config,
+            group_coordinators=sim.scenario.coordinators,
+            binding=dict(sim.binding),
+            alive_nodes=sim.alive_machines,
+            call_timeout_ms=sim.config.call_timeout_ms,
+        )
+        self.driver.start()
+        sim.trace(f"{self.incarnation_id} started (controller epoch {self.core.controller_epoch if self.core else '-'})")
+        self.after()
+
+    def crash(self, reason: str = "crashed") -> None:
+        if not self.up:
+            return
+        self.driver = None
+        self._end()
+        self.sim.trace(f"{self.incarnation_id} {reason.upper()}")
+
+    def receive(self, call: Call, request: Message) -> None:
+        assert self.driver is not None
+        self.driver.serve(request, lambda response: self.sim.net.reply(call, response))
+        self.after()
+
+    def after(self) -> None:
+        if self.up and self.driver is not None:
+            self.sim.history.observe_controller(self)
+
+    def rebalance(self) -> None:
+        """What the admin ``rebalance_leaders`` call does."""
+        if self.driver is not None and self.driver.booted:
+            self.driver.rebalance_leaders(lambda moved: None)
+            self.after()
+
+
+class CoordinatorProcess(Process):
+    def __init__(self, sim: "Simulation", index: int) -> None:
+        super().__init__(sim, names.group_coordinator(CLUSTER, index))
+        self.index = index
+        self.driver: GroupCoordinatorDriver | None = None
+        self._ids = 0
+
+    @property
+    def core(self) -> GroupCoordinatorState | None:
+        return None if self.driver is None else self.driver.core
+
+    def start(self) -> None:
+        sim = self.sim
+        self._begin()
+        self.machine = sim.machines[HEAD]
+        ids = iter(range(1, 1 << 30))
+        inc = self.incarnation
+        core = GroupCoordinatorState(
+            sim.group_config,
+            partition=self.index,
+            num_partitions=sim.scenario.coordinators,
+            member_id_factory=lambda client, inc=inc, ids=ids: f"{client or 'member'}-{self.index}.{inc}.{next(ids)}",
+        )
+        self.driver = GroupCoordinatorDriver(
+            CLUSTER,
+            core,
+            transport=SimTransport(sim.net, self, identity, after=self.after),
+            clock=SimClock(sim.kernel, self, after=self.after),
+            timeouts=CoordinatorTimeouts(persist_ms=3_000, call_ms=sim.config.call_timeout_ms, settle_wait_ms=200),
+        )
+        self.driver.start()
+        sim.trace(f"{self.incarnation_id} started")
+        self.after()
+
+    def crash(self, reason: str = "crashed") -> None:
+        if not self.up:
+            return
+        self.driver = None
+        self._end()
+        self.sim.trace(f"{self.incarnation_id} {reason.upper()}")
+
+    def receive(self, call: Call, request: Message) -> None:
+        assert self.driver is not None
+        self.driver.serve(request, lambda response: self.sim.net.reply(call, response))
+        self.after()
+
+    def after(self) -> None:
+        if self.up and self.driver is not None:
+            self.sim.history.observe_coordinator(self)
+
+
+class SimReplicaHost:
+    """CreateReplica/DeleteReplica: Ray's side of the controller's actions.
+
+    Bound brokers (one per machine): an actor pinned to a node has no Ray restarts, so a
+    dead replica stays dead until the controller asks for it again, on whatever node the
+    placement says. Logical brokers (one machine): Ray restarts a crashed actor itself (the
+    fault scheduler does that), so only a replica that never ran is created here."""
+
+    def __init__(self, sim: "Simulation") -> None:
+        self.sim = sim
+
+    def ensure(self, replica: ReplicaId, config: dict, node: str | None, replace_if_stuck: bool) -> str:
+        sim = self.sim
+        proc = sim.replicas[(replica.topic, replica.partition, replica.broker)]
+        if proc.up or proc.starting:
+            return EXISTS
+        if sim.scenario.bound:
+            machine = sim.machines.get(node or "")
+            if machine is None or not machine.up:
+                return FAILED
+        else:
+            if proc.incarnation > 0:
+                return EXISTS  # Ray is restarting it
+            machine = sim.machines[HEAD]
+        proc.starting = True
+        sim.kernel.after(sim.kernel.rng.randint(1, 30), sim.start_replica, proc, machine)
+        return CREATED
+
+    def delete(self, replica: ReplicaId, done) -> None:  # pragma: no cover - the simulation never deletes
+        raise AssertionError("unexpected DeleteReplica")
