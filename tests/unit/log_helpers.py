@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from kcoord.log import Log, LogConfig
+from kcoord.log.fs import FileSystem
 from kcoord.records import build_batch_columns, iter_headers, stamp
 
 NOW = 1_000_000
@@ -15,9 +16,9 @@ def batch(n: int = 3, size: int = 40, *, ts: int = NOW, tag: int = 0, **kw) -> b
     return build_batch_columns([bytes([tag % 256]) * size] * n, timestamp_ms=ts, **kw)
 
 
-def open_log(path: Path, now: int = NOW, **cfg) -> Log:
+def open_log(path: Path, now: int = NOW, *, fs: FileSystem | None = None, **cfg) -> Log:
     cfg.setdefault("index_interval_bytes", 256)
-    return Log(path, LogConfig(**cfg), now_ms=now)
+    return Log(path, LogConfig(**cfg), now_ms=now, fs=fs)
 
 
 def headers(data: bytes):

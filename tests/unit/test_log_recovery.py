@@ -10,6 +10,7 @@ import pytest
 
 from kcoord.log import Log
 from kcoord.log.checkpoint import EPOCH_CHECKPOINT, HW_CHECKPOINT
+from kcoord.log.fs import OsFileSystem
 from kcoord.log.segment import Segment
 from kcoord.protocol.errors import ErrorCode, KafkaError
 from kcoord.records import HEADER_SIZE, build_batch_columns, iter_headers, read_header, stamp
@@ -92,11 +93,21 @@ def test_offset_for_timestamp(tmp_path):
     assert log.offset_for_timestamp(10**6) is None
 
 
-def test_flush_policy_and_maybe_flush(tmp_path, monkeypatch):
+class CountingFileSystem(OsFileSystem):
+    """The real file system, recording every fsync (of files and directories)."""
+
+    def __init__(self, calls: list) -> None:
+        self.calls = calls
+
+    def fsync(self, fd: int) -> None:
+        self.calls.append(fd)
+        os.fsync(fd)
+
+
+def test_flush_policy_and_maybe_flush(tmp_path):
     calls = []
-    real = os.fsync
-    monkeypatch.setattr(os, "fsync", lambda fd: (calls.append(fd), real(fd))[1])
-    log = open_log(tmp_path, flush_messages=7)
+    fs = CountingFileSystem(calls)
+    log = open_log(tmp_path, fs=fs, flush_messages=7)
     log.append(batch(1), leader_epoch=0, now_ms=NOW)  # writes the epoch checkpoint (fsyncs)
     calls.clear()
     log.append(batch(3), leader_epoch=0, now_ms=NOW)
@@ -104,7 +115,7 @@ def test_flush_policy_and_maybe_flush(tmp_path, monkeypatch):
     log.append(batch(3), leader_epoch=0, now_ms=NOW)  # 7 unflushed records
     assert len(calls) == 1
     log.close()
-    timed = open_log(tmp_path / "t", flush_ms=100)
+    timed = open_log(tmp_path / "t", fs=fs, flush_ms=100)
     timed.append(batch(), leader_epoch=0, now_ms=NOW)
     timed.flush()
     calls.clear()
