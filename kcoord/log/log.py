@@ -153,7 +153,9 @@ class Log(BaseLog):
             for seg in self._segments:
                 if seg.next_offset > self._recovery_point:
                     seg.flush(fsync_index=True)
-            self._set_recovery_point(self.log_end_offset)
+        # A recovery point past the LEO (recovery cut fsynced data, or a crash inside
+        # truncate_fully_and_start_at) would let later segments skip their CRC scan.
+        self._set_recovery_point(self.log_end_offset)
         if report.clean_shutdown:
             fs.unlink(marker)  # from now on a crash must be noticed
         fs.fsync_dir(self.directory)
@@ -178,6 +180,12 @@ class Log(BaseLog):
             cache = LeaderEpochCache(entries or (), on_change=self._persist_epochs)
         except (CheckpointError, ValueError) as exc:
             report.notes.append(f"leader epoch checkpoint ignored: {exc}")
+            entries = None
+        if entries == [] and self.log_end_offset > self.log_start_offset:
+            # Every batch carries an epoch >= 0, so a log with batches has epochs: this
+            # checkpoint was cleared for data that then survived (a crash inside
+            # truncate_fully_and_start_at).
+            report.notes.append("leader epoch checkpoint empty for a non-empty log")
             entries = None
         if entries is None:
             # No usable checkpoint: the batches carry their epochs, so derive it.
@@ -220,23 +228,36 @@ class Log(BaseLog):
         return sorted(offsets)
 
     def _load_producer_state(self) -> None:
-        """Newest usable snapshot at or below the LEO, then the headers after it."""
+        """Newest usable snapshot at or below the LEO, then the headers after it.
+
+        Snapshots past the LEO (their batches were truncated or lost) are deleted durably
+        before anything new is appended: one that came back after a crash would describe
+        the old batches at offsets the new ones reuse.
+        """
         leo, start = self.log_end_offset, self.log_start_offset
         state = self.producer_state
-        for off in reversed(self._snapshot_offsets()):
-            path = producer_snapshot_path(self.directory, off)
-            if off > leo or off < start:
-                self._fs.unlink(path)  # describes batches that are gone
-                continue
-            try:
-                state.load(read_producer_snapshot(self._fs, path))
-            except (CheckpointError, KeyError, TypeError, ValueError) as exc:
-                self.recovery_report.notes.append(f"producer snapshot {off} ignored: {exc}")
-                self._fs.unlink(path)
-                continue
-            state.replay(self._iter_headers(off))
-            return
-        state.rebuild(self._iter_headers(start))
+        fs = self._fs
+        removed = False
+        try:
+            for off in reversed(self._snapshot_offsets()):
+                path = producer_snapshot_path(self.directory, off)
+                if off > leo or off < start:
+                    fs.unlink(path)  # describes batches that are gone
+                    removed = True
+                    continue
+                try:
+                    state.load(read_producer_snapshot(fs, path))
+                except (CheckpointError, KeyError, TypeError, ValueError) as exc:
+                    self.recovery_report.notes.append(f"producer snapshot {off} ignored: {exc}")
+                    fs.unlink(path)
+                    removed = True
+                    continue
+                state.replay(self._iter_headers(off))
+                return
+            state.rebuild(self._iter_headers(start))
+        finally:
+            if removed:
+                fs.fsync_dir(self.directory)
 
     # -- basic facts ----------------------------------------------------------------------
 
@@ -253,7 +274,11 @@ class Log(BaseLog):
         return self._size
 
     @property
+    @storage_operation
     def segments(self) -> list[SegmentInfo]:
+        """Reads the disk once per segment (its largest timestamp, computed on first use)."""
+        if self._offline is not None:
+            self._check_open()
         return [
             SegmentInfo(s.base_offset, s.size, s.next_offset, s.created_ms, s.last_modified_ms, s.max_timestamp)
             for s in self._segments
@@ -476,24 +501,36 @@ class Log(BaseLog):
     @storage_operation
     def truncate_fully_and_start_at(self, offset: int) -> None:
         """Drop all data; the log restarts empty at ``offset`` (a follower that fell
-        behind the leader's retention)."""
+        behind the leader's retention).
+
+        Ordered so that a crash at any point reopens as either a prefix of the old log or
+        the new empty one: the epoch checkpoint is cleared and the producer snapshots go
+        first (recovery rebuilds both from whatever batches survive), then the new segment
+        is created, and only then are the old segments deleted, newest first.
+        """
         self._check_open()
         if offset < 0:
             raise ValueError(f"offset must be >= 0, got {offset}")
         fs = self._fs
-        for seg in reversed(self._segments):
-            seg.delete()
+        self.epoch_cache.clear()
         for off in self._snapshot_offsets():
             fs.unlink(producer_snapshot_path(self.directory, off))
         fs.fsync_dir(self.directory)
+        old = self._segments
+        for seg in old:
+            seg.close()
         self._readers.clear()
         self._unsynced.clear()
+        # O_TRUNC: an old segment with this very base is emptied and reused, not deleted.
         self._segments = [Segment.create(self.directory, offset, self.config.index_interval_bytes, self._now, fs)]
         self._bases = [offset]
         self._size = 0
         fs.fsync_dir(self.directory)
+        for seg in reversed(old):
+            if seg.base_offset != offset:
+                seg.delete()
+        fs.fsync_dir(self.directory)
         self._set_recovery_point(offset)
-        self.epoch_cache.clear()
         self.producer_state.clear()
         self._high_watermark = offset
         self._flush_policy.flushed(self._now)

@@ -81,3 +81,67 @@ def where(request, tmp_path) -> LogDir:
     if request.param == "disk":
         return LogDir(tmp_path, OS_FILE_SYSTEM)
     return LogDir(Path("/sim/log"), SimDisk(random.Random(0)))
+
+
+def stored_batches(log: Log) -> list[tuple[int, bytes]]:
+    """(base offset, bytes) of every batch the log holds, read back one by one."""
+    out = []
+    offset = log.log_start_offset
+    while offset < log.log_end_offset:
+        data = log.read(offset, 0)  # exactly the batch holding ``offset``
+        h = headers(data)[0]
+        out.append((h.base_offset, data))
+        offset = h.next_offset
+    return out
+
+
+def assert_consistent(log: Log) -> None:
+    """Everything a reopened log must satisfy whatever happened before: whole CRC-valid
+    contiguous batches from the log start to the LEO, segments and indexes that agree with
+    them, an epoch cache that gives every batch its own epoch, producer state equal to what
+    the batches say, and a HW inside the log."""
+    from kcoord.log import ProducerStateManager
+    from kcoord.log.index import OffsetIndex
+
+    start, leo = log.log_start_offset, log.log_end_offset
+    data = log.read(start, 1 << 30) if leo > start else b""
+    hs = headers(data)  # CRCs checked
+    if hs:
+        assert hs[0].base_offset == start and hs[-1].next_offset == leo
+        assert all(a.next_offset == b.base_offset for a, b in zip(hs, hs[1:]))
+    else:
+        assert start == leo
+    assert log.size_bytes == len(data)
+    assert [b for b, _ in stored_batches(log)] == [h.base_offset for h in hs]
+    # segments: contiguous; each index entry points at the batch it names; the index file
+    # holds a prefix of the entries (the active segment's may lag)
+    segs = log._segments
+    assert segs[0].base_offset == start and segs[-1].next_offset == leo
+    assert all(a.next_offset == b.base_offset for a, b in zip(segs, segs[1:]))
+    assert sum(s.size for s in segs) == len(data)
+    for seg in segs:
+        assert seg.fs.fstat(seg.fd).st_size == seg.size
+        for offset, position in seg.index.entries:
+            assert headers(seg.pread(seg.size - position, position))[0].base_offset == offset
+        on_file, problem = OffsetIndex.load(seg.index_path, seg.base_offset, seg.size, seg.fs)
+        if problem is None:
+            assert seg.index.entries[: len(on_file)] == on_file.entries
+    # the epoch cache
+    cache = log.epoch_cache
+    entries = cache.entries
+    assert all(a.epoch < b.epoch and a.start_offset < b.start_offset for a, b in zip(entries, entries[1:]))
+    assert all(start <= e.start_offset <= leo for e in entries)
+    for h in hs:
+        assert cache.epoch_for_offset(h.base_offset) == h.leader_epoch, (h, entries)
+    # producer state: what the batches say; a producer snapshot may also remember
+    # producers (and older batches) that retention removed
+    rebuilt = ProducerStateManager()
+    rebuilt.rebuild(hs)
+    want, got = rebuilt.snapshot(), log.producer_state.snapshot()
+    for pid, entry in want.items():
+        assert got[pid]["epoch"] == entry["epoch"]
+        assert got[pid]["batches"][-len(entry["batches"]):] == entry["batches"], pid
+    for pid, entry in got.items():
+        if pid not in want:
+            assert all(b[3] < start for b in entry["batches"]), (pid, entry)
+    assert start <= log.high_watermark <= leo
