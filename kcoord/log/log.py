@@ -371,9 +371,9 @@ class Log(BaseLog):
         base = old.next_offset
         self._write_producer_snapshot(base, self._pending, sync_dir=False)
         seg = Segment.create(self.directory, base, self.config.index_interval_bytes, now_ms, self._fs)
-        self._fs.fsync_dir(self.directory)  # the snapshot's rename and the new segment's files
-        self._segments.append(seg)
+        self._segments.append(seg)  # before anything else can fail: an offline log closes it
         self._bases.append(base)
+        self._fs.fsync_dir(self.directory)  # the snapshot's rename and the new segment's files
         self._prune_producer_snapshots()
         self._remember_reader(old)
         return seg

@@ -83,9 +83,35 @@ def load_segments(
     if not bases:
         return [Segment.create(directory, 0, index_interval_bytes, now_ms, fs)]
 
+    opened: list[Segment] = []
+    try:
+        return _load(fs, directory, bases, index_interval_bytes, now_ms, report, recovery_point, on_scanned_batch, opened)
+    except BaseException:
+        for seg in opened:
+            try:
+                seg.close()
+            except OSError:
+                pass
+        raise
+
+
+def _load(
+    fs: FileSystem,
+    directory: Path,
+    bases: list[int],
+    index_interval_bytes: int,
+    now_ms: int,
+    report: RecoveryReport,
+    recovery_point: int,
+    on_scanned_batch: Callable[[int, BatchHeader], None] | None,
+    opened: list[Segment],
+) -> list[Segment]:
+    """The body of :func:`load_segments`; notes each segment it opens in ``opened`` at
+    once, so that the caller can close them all if an I/O error stops it."""
     segments: list[Segment] = []
     for i, base in enumerate(bases):
         seg, index_problem = open_segment(directory, base, index_interval_bytes, now_ms, fs)
+        opened.append(seg)
         if segments and seg.base_offset != segments[-1].next_offset:
             _cut_from(fs, report, bases[i:], directory, segments[-1],
                       f"segment {base} does not follow on from the previous segment, which ends at offset {segments[-1].next_offset}")

@@ -393,16 +393,20 @@ def open_segment(
         last_modified_ms=mtime_ms,
         fs=fs,
     )
-    first = seg.first_header()
-    if first is not None:
-        # After a restart the segment's age is taken from its first batch's timestamp
-        # (the append clock that created it is gone); never in the future.
-        seg.created_ms = min(now_ms, first.max_timestamp)
-    if problem is None and len(index):
-        last_offset, last_pos = index.entries[-1]
-        head = seg.pread(LENGTH_PREFIX, last_pos)
-        if len(head) < LENGTH_PREFIX or _PREFIX.unpack(head)[0] != last_offset:
-            problem = f"last entry ({last_offset}, {last_pos}) does not point at that batch"
+    try:
+        first = seg.first_header()
+        if first is not None:
+            # After a restart the segment's age is taken from its first batch's timestamp
+            # (the append clock that created it is gone); never in the future.
+            seg.created_ms = min(now_ms, first.max_timestamp)
+        if problem is None and len(index):
+            last_offset, last_pos = index.entries[-1]
+            head = seg.pread(LENGTH_PREFIX, last_pos)
+            if len(head) < LENGTH_PREFIX or _PREFIX.unpack(head)[0] != last_offset:
+                problem = f"last entry ({last_offset}, {last_pos}) does not point at that batch"
+    except BaseException:
+        seg.close()
+        raise
     return seg, problem
 
 
