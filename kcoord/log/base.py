@@ -4,23 +4,46 @@ Validation, idempotence, stamping, epoch-cache and producer-state updates and th
 policy must behave identically in both, or the simulation would test a different log than
 the one that runs. So they live here once, and the two logs supply only storage:
 ``_write``, ``_read``, ``_truncate_storage`` and friends.
+
+I/O errors (Kafka's KIP-112): an ``OSError`` from storage inside any operation takes the
+log *offline*. The failing call raises :class:`LogStorageError` (KAFKA_STORAGE_ERROR) and so
+does every later call on the object, because after a failed write or fsync the log cannot
+know what reached the disk; its in-memory state is never consulted again. Reopening the
+directory runs recovery, which is built to make sense of exactly that.
 """
 
 from __future__ import annotations
 
+import functools
 from abc import ABC, abstractmethod
-from typing import Iterator, NamedTuple, Sequence
+from typing import Callable, Iterator, NamedTuple, Sequence, TypeVar
 
 from ..protocol.errors import ErrorCode, KafkaError
 from ..records import BatchHeader, decode_batch, now_ms as wall_clock_ms, stamp_prefix
 from .batches import validate_follower_batches, validate_leader_batch
 from .config import LogConfig
 from .epochs import LeaderEpochCache
-from .errors import OffsetOutOfRange
+from .errors import LogStorageError, OffsetOutOfRange
 from .flush import FlushPolicy
 from .producer_state import ProducerStateManager
 
 _BufferLike = bytes | bytearray | memoryview
+_F = TypeVar("_F", bound=Callable)
+
+
+def storage_operation(method: _F) -> _F:
+    """Mark a log method that touches storage: an OSError escaping it takes the log offline
+    (and is raised as :class:`LogStorageError`)."""
+    what = method.__name__.strip("_").replace("_", " ")
+
+    @functools.wraps(method)
+    def run(self: "BaseLog", *args, **kwargs):
+        try:
+            return method(self, *args, **kwargs)
+        except OSError as exc:
+            raise self._go_offline(exc, what) from exc
+
+    return run  # type: ignore[return-value]
 
 
 class AppendInfo(NamedTuple):
@@ -56,6 +79,7 @@ class BaseLog(ABC):
     config: LogConfig
     epoch_cache: LeaderEpochCache
     producer_state: ProducerStateManager
+    _file_hints = False  # whether locate() may point readers at files (see Log)
 
     def __init__(self, config: LogConfig, now_ms: int | None) -> None:
         self.config = config
@@ -64,6 +88,8 @@ class BaseLog(ABC):
         self._high_watermark = 0
         self._checkpointed_hw = 0  # set by the subclass from its checkpoint
         self._closed = False
+        self._offline: LogStorageError | None = None  # the I/O error that took the log offline
+        self._halted = False  # closed or offline: the one flag the hot paths test
         self.producer_state = ProducerStateManager()
 
     # -- storage hooks ------------------------------------------------------------------
@@ -125,8 +151,42 @@ class BaseLog(ABC):
         offset order; may skip ones whose max timestamp is known to be smaller."""
 
     def _check_open(self) -> None:
+        if self._offline is not None:
+            raise LogStorageError(self._offline.message, self._offline.errno)
         if self._closed:
             raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, f"{self!r} is closed")
+
+    def _mark_closed(self) -> None:
+        self._closed = True
+        self._halted = True
+
+    # -- going offline ------------------------------------------------------------------
+
+    def _go_offline(self, exc: OSError, what: str) -> LogStorageError:
+        """Take the log offline for ``exc`` (the first I/O error only); the error to raise."""
+        if self._offline is not None:
+            return LogStorageError(self._offline.message, self._offline.errno)
+        self._offline = LogStorageError(f"{self._where()}: {what} failed: {exc}", exc.errno)
+        self._halted = True
+        self._release_storage()
+        return self._offline
+
+    def _where(self) -> str:
+        return type(self).__name__
+
+    def _release_storage(self) -> None:
+        """Give back what an offline log holds (file handles, the directory lock) so the
+        directory can be reopened; must not raise."""
+
+    @property
+    def offline(self) -> bool:
+        """An I/O error took the log offline: every operation raises :attr:`offline_error`."""
+        return self._offline is not None
+
+    @property
+    def offline_error(self) -> LogStorageError | None:
+        """The error that took the log offline (its message says what failed and why)."""
+        return self._offline
 
     # -- state --------------------------------------------------------------------------
 
@@ -161,7 +221,7 @@ class BaseLog(ABC):
         Follower path: batches already stamped by the leader, which must start at our LEO
         and be contiguous; written unchanged. Nothing is written unless everything checks.
         """
-        if self._closed:
+        if self._halted:
             self._check_open()
         now = wall_clock_ms() if now_ms is None else now_ms
         self._now = now
@@ -190,7 +250,10 @@ class BaseLog(ABC):
             verdict.raise_for_error()
         base = self.log_end_offset
         nbytes = len(data)
-        self._write_one(stamp_prefix(data, base, leader_epoch), memoryview(data)[16:], nbytes, h, base, leader_epoch, now)
+        try:
+            self._write_one(stamp_prefix(data, base, leader_epoch), memoryview(data)[16:], nbytes, h, base, leader_epoch, now)
+        except OSError as exc:
+            raise self._go_offline(exc, "append") from exc
         if leader_epoch > latest:
             cache.assign(leader_epoch, base)
         if idempotent:
@@ -203,7 +266,10 @@ class BaseLog(ABC):
         found = validate_follower_batches(data, self.log_end_offset, check_crc=verify_crc)
         headers = found.headers
         nbytes = len(data)
-        self._write((data,), nbytes, headers, found.positions, now)
+        try:
+            self._write((data,), nbytes, headers, found.positions, now)
+        except OSError as exc:
+            raise self._go_offline(exc, "append") from exc
         cache = self.epoch_cache
         latest = cache.latest_epoch
         state = self.producer_state
@@ -223,6 +289,7 @@ class BaseLog(ABC):
 
     # -- read ---------------------------------------------------------------------------
 
+    @storage_operation
     def read(self, from_offset: int, max_bytes: int, max_offset: int | None = None) -> bytes:
         """Whole batches from the one containing ``from_offset``, concatenated.
 
@@ -241,25 +308,28 @@ class BaseLog(ABC):
             return b""
         return self._read(from_offset, max_bytes, max_offset)
 
+    @storage_operation
     def locate(self, from_offset: int, max_bytes: int, max_offset: int | None = None) -> list[tuple[str, int, int]] | None:
         """Where the bytes :meth:`read` would return lie on disk: ``[(path, position,
         length)]``, so that a reader on the same machine can ``pread`` them itself instead of
-        having them copied through Ray (kcoord's sendfile). None when the log keeps no files.
-        Same arguments and errors as :meth:`read`; the caller must validate what it reads."""
+        having them copied through Ray (kcoord's sendfile). None when the log keeps no files
+        another process could read (in memory, or on a simulated disk). Same arguments and
+        errors as :meth:`read`; the caller must validate what it reads."""
         self._check_open()
         leo = self.log_end_offset
         start = self.log_start_offset
-        if from_offset == leo and from_offset >= start:
-            return []
         if from_offset < start or from_offset > leo:
             raise OffsetOutOfRange(from_offset, start, leo)
-        if max_offset is not None and from_offset >= max_offset:
+        if not self._file_hints:
+            return None
+        if from_offset == leo or (max_offset is not None and from_offset >= max_offset):
             return []
         return self._locate(from_offset, max_bytes, max_offset)
 
-    def _locate(self, from_offset: int, max_bytes: int, max_offset: int | None) -> list[tuple[str, int, int]] | None:
-        return None  # in-memory logs have no files to point at
+    def _locate(self, from_offset: int, max_bytes: int, max_offset: int | None) -> list[tuple[str, int, int]]:
+        raise NotImplementedError  # only a log with _file_hints keeps files
 
+    @storage_operation
     def offset_for_timestamp(self, timestamp_ms: int) -> tuple[int, int] | None:
         """(offset, timestamp) of the first record with a timestamp >= ``timestamp_ms``.
 
@@ -277,6 +347,7 @@ class BaseLog(ABC):
 
     # -- truncation ---------------------------------------------------------------------
 
+    @storage_operation
     def truncate_to(self, offset: int) -> None:
         """Remove every batch with an offset >= ``offset`` (a batch containing it goes whole).
 
@@ -294,12 +365,14 @@ class BaseLog(ABC):
 
     # -- flushing -----------------------------------------------------------------------
 
+    @storage_operation
     def flush(self) -> None:
         """Make everything appended so far durable."""
         self._check_open()
         self._flush_storage()
         self._flush_policy.flushed(self._now)
 
+    @storage_operation
     def maybe_flush(self, now_ms: int) -> bool:
         """Flush if flush.ms says it is time, and fsync segments rolled since the last
         flush (kept off the append path); returns whether it synced anything. Call it from

@@ -3,7 +3,7 @@ producer snapshots.
 
 A crash may stop a write half way, so each file is written to a temporary name, fsynced,
 renamed over the old one and the directory fsynced: a reader sees the old file or the new
-one, never a mix. The two text checkpoints start with a format version line so a later
+one, never a mix. All I/O goes through the log's :class:`~kcoord.log.fs.FileSystem`. The two text checkpoints start with a format version line so a later
 layout can be told apart; a file that does not parse raises :class:`CheckpointError` and the
 log falls back to rebuilding what it can from the segments.
 """
@@ -15,6 +15,8 @@ from pathlib import Path
 from typing import Any
 
 import msgpack
+
+from .fs import FileSystem
 
 EPOCH_CHECKPOINT = "leader-epoch-checkpoint"
 HW_CHECKPOINT = "high-watermark-checkpoint"
@@ -29,38 +31,33 @@ class CheckpointError(ValueError):
     """A state file exists but does not parse."""
 
 
-def fsync_dir(directory: Path) -> None:
-    """Make renames, creations and deletions in ``directory`` durable."""
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def write_atomic(path: Path, data: bytes, *, sync_dir: bool = True) -> None:
+def write_atomic(fs: FileSystem, path: Path, data: bytes, *, sync_dir: bool = True) -> None:
     """Replace ``path`` with ``data`` all at once. ``sync_dir=False`` leaves the directory
     fsync to a caller that is about to make more changes in it."""
     tmp = path.with_name(path.name + TMP_SUFFIX)
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    fd = fs.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
         view = memoryview(data)
         while view:
-            view = view[os.write(fd, view) :]
-        os.fsync(fd)
+            view = view[fs.write(fd, view) :]
+        fs.fsync(fd)
     finally:
-        os.close(fd)
-    os.replace(tmp, path)
+        fs.close(fd)
+    fs.replace(tmp, path)
     if sync_dir:
-        fsync_dir(path.parent)
+        fs.fsync_dir(path.parent)
 
 
-def _read_lines(path: Path) -> list[str] | None:
+def _read_lines(fs: FileSystem, path: Path) -> list[str] | None:
+    """The lines after the version line; None when there is no file. A read error is an
+    OSError (the disk failed), not a CheckpointError (the file is bad)."""
     try:
-        text = path.read_text("ascii")
+        raw = fs.read_file(path)
     except FileNotFoundError:
         return None
-    except (OSError, UnicodeDecodeError) as exc:
+    try:
+        text = raw.decode("ascii")
+    except UnicodeDecodeError as exc:
         raise CheckpointError(f"{path.name}: unreadable ({exc})") from None
     lines = text.splitlines()
     if not lines or lines[0].strip() != str(_VERSION):
@@ -68,15 +65,15 @@ def _read_lines(path: Path) -> list[str] | None:
     return lines[1:]
 
 
-def write_epochs(path: Path, entries: list[tuple[int, int]]) -> None:
+def write_epochs(fs: FileSystem, path: Path, entries: list[tuple[int, int]]) -> None:
     """Format: version line, entry count, then one ``epoch start_offset`` line per entry."""
     body = "".join(f"{epoch} {start}\n" for epoch, start in entries)
-    write_atomic(path, f"{_VERSION}\n{len(entries)}\n{body}".encode("ascii"))
+    write_atomic(fs, path, f"{_VERSION}\n{len(entries)}\n{body}".encode("ascii"))
 
 
-def read_epochs(path: Path) -> list[tuple[int, int]] | None:
+def read_epochs(fs: FileSystem, path: Path) -> list[tuple[int, int]] | None:
     """Entries, or None when the file does not exist."""
-    lines = _read_lines(path)
+    lines = _read_lines(fs, path)
     if lines is None:
         return None
     try:
@@ -95,13 +92,13 @@ def read_epochs(path: Path) -> list[tuple[int, int]] | None:
     return entries
 
 
-def write_offset(path: Path, offset: int) -> None:
+def write_offset(fs: FileSystem, path: Path, offset: int) -> None:
     """A one-offset checkpoint (high watermark, recovery point): version line, offset."""
-    write_atomic(path, f"{_VERSION}\n{offset}\n".encode("ascii"))
+    write_atomic(fs, path, f"{_VERSION}\n{offset}\n".encode("ascii"))
 
 
-def read_offset(path: Path) -> int | None:
-    lines = _read_lines(path)
+def read_offset(fs: FileSystem, path: Path) -> int | None:
+    lines = _read_lines(fs, path)
     if lines is None:
         return None
     try:
@@ -115,14 +112,17 @@ def producer_snapshot_path(directory: Path, offset: int) -> Path:
     return directory / f"{offset:020d}{PRODUCER_SNAPSHOT_SUFFIX}"
 
 
-def write_producer_snapshot(path: Path, snapshot: dict[int, dict[str, Any]], *, sync_dir: bool = True) -> None:
+def write_producer_snapshot(
+    fs: FileSystem, path: Path, snapshot: dict[int, dict[str, Any]], *, sync_dir: bool = True
+) -> None:
     data = msgpack.packb({"version": _VERSION, "producers": snapshot}, use_bin_type=True)
-    write_atomic(path, data, sync_dir=sync_dir)
+    write_atomic(fs, path, data, sync_dir=sync_dir)
 
 
-def read_producer_snapshot(path: Path) -> dict[int, dict[str, Any]]:
+def read_producer_snapshot(fs: FileSystem, path: Path) -> dict[int, dict[str, Any]]:
+    raw = fs.read_file(path)  # an OSError here is the disk's, not the file's
     try:
-        data = msgpack.unpackb(path.read_bytes(), raw=False, strict_map_key=False)
+        data = msgpack.unpackb(raw, raw=False, strict_map_key=False)
         if data["version"] != _VERSION:
             raise ValueError(f"version {data['version']}")
         producers = data["producers"]

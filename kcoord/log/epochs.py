@@ -6,7 +6,8 @@ instead of trusting the high watermark, which can lag and lose or mismatch recor
 
 The cache is tiny (one entry per leadership change) and is persisted on every change
 through ``on_change`` (the file log writes a checkpoint atomically; the memory log keeps a
-copy that survives its simulated crash).
+copy that survives its simulated crash). A change is persisted *before* it is adopted, so
+when the write fails the cache still holds what the checkpoint holds.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ class LeaderEpochCache:
     ) -> None:
         self._entries: list[EpochEntry] = []
         for epoch, start in entries:
-            self._assign(int(epoch), int(start))
+            _assign_into(self._entries, int(epoch), int(start))
         self._on_change = on_change
 
     # -- queries ------------------------------------------------------------------------
@@ -98,19 +99,10 @@ class LeaderEpochCache:
         batches of the same epoch (and stale ones) change nothing. A newer epoch starting at or
         below existing entries replaces them, since those entries can no longer hold records.
         """
-        changed = self._assign(epoch, start_offset)
-        if changed:
-            self._persist()
-        return changed
-
-    def _assign(self, epoch: int, start_offset: int) -> bool:
-        if epoch < 0 or start_offset < 0:
-            raise ValueError(f"epoch and start offset must be >= 0, got ({epoch}, {start_offset})")
-        if self._entries and epoch <= self._entries[-1].epoch:
+        entries = list(self._entries)
+        if not _assign_into(entries, epoch, start_offset):
             return False
-        while self._entries and self._entries[-1].start_offset >= start_offset:
-            self._entries.pop()
-        self._entries.append(EpochEntry(epoch, start_offset))
+        self._commit(entries)
         return True
 
     def truncate_from_end(self, offset: int) -> bool:
@@ -120,8 +112,7 @@ class LeaderEpochCache:
             keep -= 1
         if keep == len(self._entries):
             return False
-        del self._entries[keep:]
-        self._persist()
+        self._commit(self._entries[:keep])
         return True
 
     def truncate_from_start(self, offset: int) -> bool:
@@ -132,27 +123,38 @@ class LeaderEpochCache:
         drop = 0
         while drop + 1 < len(self._entries) and self._entries[drop + 1].start_offset <= offset:
             drop += 1
-        changed = drop > 0
-        del self._entries[:drop]
-        if self._entries and self._entries[0].start_offset < offset:
-            self._entries[0] = EpochEntry(self._entries[0].epoch, offset)
-            changed = True
-        if changed:
-            self._persist()
-        return changed
+        entries = self._entries[drop:]
+        if entries and entries[0].start_offset < offset:
+            entries[0] = EpochEntry(entries[0].epoch, offset)
+        if entries == self._entries:
+            return False
+        self._commit(entries)
+        return True
 
     def clear(self) -> None:
         if self._entries:
-            self._entries.clear()
-            self._persist()
+            self._commit([])
 
     def replace(self, entries: Iterable[tuple[int, int]]) -> None:
         """Swap in ``entries`` wholesale (recovery rebuilt them from the log)."""
         fresh = LeaderEpochCache(entries)._entries
         if fresh != self._entries:
-            self._entries = fresh
-            self._persist()
+            self._commit(fresh)
 
-    def _persist(self) -> None:
+    def _commit(self, entries: list[EpochEntry]) -> None:
+        """Persist, then adopt: if persisting raises, the cache is left as it was."""
         if self._on_change is not None:
-            self._on_change(list(self._entries))
+            self._on_change(list(entries))
+        self._entries = entries
+
+
+def _assign_into(entries: list[EpochEntry], epoch: int, start_offset: int) -> bool:
+    """:meth:`LeaderEpochCache.assign` on a plain list (in place); whether it changed."""
+    if epoch < 0 or start_offset < 0:
+        raise ValueError(f"epoch and start offset must be >= 0, got ({epoch}, {start_offset})")
+    if entries and epoch <= entries[-1].epoch:
+        return False
+    while entries and entries[-1].start_offset >= start_offset:
+        entries.pop()
+    entries.append(EpochEntry(epoch, start_offset))
+    return True

@@ -19,6 +19,8 @@ from array import array
 from bisect import bisect_right
 from pathlib import Path
 
+from .fs import FileSystem
+
 ENTRY = struct.Struct(">ii")
 ENTRY_SIZE = ENTRY.size  # 8
 
@@ -36,8 +38,9 @@ def _encode(rel: array, pos: array) -> bytes:
 class OffsetIndex:
     """The in-memory entries of one segment's index plus how many are already on disk."""
 
-    def __init__(self, path: Path, base_offset: int) -> None:
+    def __init__(self, path: Path, base_offset: int, fs: FileSystem) -> None:
         self.path = path
+        self.fs = fs
         self.base_offset = base_offset
         self._rel = array("i")
         self._pos = array("i")
@@ -75,7 +78,7 @@ class OffsetIndex:
         if self._persisted > keep:
             self._persisted = keep
             try:
-                os.truncate(self.path, keep * ENTRY_SIZE)
+                self.fs.truncate(self.path, keep * ENTRY_SIZE)
             except FileNotFoundError:
                 pass
 
@@ -89,42 +92,48 @@ class OffsetIndex:
         pending = len(self._rel) - self._persisted
         if pending == 0 and not fsync:
             return
-        fd = os.open(self.path, os.O_WRONLY | os.O_CREAT, 0o644)
+        fs = self.fs
+        fd = fs.open(self.path, os.O_WRONLY | os.O_CREAT, 0o644)
         try:
             if pending:
                 k = self._persisted
-                data = _encode(self._rel[k:], self._pos[k:])
-                os.pwrite(fd, data, self._persisted * ENTRY_SIZE)
+                data = memoryview(_encode(self._rel[k:], self._pos[k:]))
+                at = k * ENTRY_SIZE
+                while data:
+                    n = fs.pwrite(fd, data, at)
+                    data, at = data[n:], at + n
                 self._persisted = len(self._rel)
             if fsync:
-                os.fsync(fd)
+                fs.fsync(fd)
         finally:
-            os.close(fd)
+            fs.close(fd)
 
     def rewrite(self) -> None:
         """Replace the file with exactly the in-memory entries (after a rebuild)."""
-        data = _encode(self._rel, self._pos)
-        fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        data = memoryview(_encode(self._rel, self._pos))
+        fs = self.fs
+        fd = fs.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         try:
-            os.write(fd, data)
-            os.fsync(fd)
+            while data:
+                data = data[fs.write(fd, data) :]
+            fs.fsync(fd)
         finally:
-            os.close(fd)
+            fs.close(fd)
         self._persisted = len(self._rel)
 
     def same_entries(self, other: "OffsetIndex") -> bool:
         return self._rel == other._rel and self._pos == other._pos
 
     @classmethod
-    def load(cls, path: Path, base_offset: int, segment_size: int) -> tuple["OffsetIndex", str | None]:
+    def load(cls, path: Path, base_offset: int, segment_size: int, fs: FileSystem) -> tuple["OffsetIndex", str | None]:
         """Read an index file; the second item says why it cannot be trusted (None if fine).
 
         Cheap checks only: whole entries, both columns strictly increasing, positions
         inside the segment. The caller verifies the last entry against the log.
         """
-        index = cls(path, base_offset)
+        index = cls(path, base_offset, fs)
         try:
-            raw = path.read_bytes()
+            raw = fs.read_file(path)
         except FileNotFoundError:
             return index, "missing"
         if len(raw) % ENTRY_SIZE:

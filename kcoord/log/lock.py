@@ -6,37 +6,37 @@ advisory ``flock`` on a ``.lock`` file makes the second open fail instead. The k
 drops the lock when its holder dies, even by SIGKILL, so a crash never leaves it stuck --
 but dying takes a moment, and on a loaded node Ray may start the replacement before the
 old process is gone. ``wait_s`` lets the new opener wait that out instead of failing.
+
+The lock itself is the file system's (:meth:`FileSystem.lock`), so a simulated disk can
+drop it when its simulated process dies.
 """
 
 from __future__ import annotations
 
-import fcntl
-import os
 import time
 from pathlib import Path
 
 from ..protocol.errors import ErrorCode, KafkaError
+from .fs import OS_FILE_SYSTEM, FileSystem
 
 LOCK_FILE = ".lock"
 
 
 class DirectoryLock:
-    def __init__(self, directory: Path, wait_s: float = 0.0) -> None:
+    def __init__(self, directory: Path, wait_s: float = 0.0, fs: FileSystem = OS_FILE_SYSTEM) -> None:
         """Take the lock, retrying for up to ``wait_s`` seconds while another holder has it;
         KAFKA_STORAGE_ERROR if it is still held then."""
-        self.path = directory / LOCK_FILE
-        self._fd: int | None = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        self.path = Path(directory) / LOCK_FILE
+        self._fs = fs
+        self._handle = fs.lock(self.path)
+        if self._handle is not None:
+            return
         deadline = time.monotonic() + wait_s
-        while True:
-            try:
-                fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        while time.monotonic() < deadline:
+            time.sleep(0.05)  # the holder is (most likely) a process that is exiting
+            self._handle = fs.lock(self.path)
+            if self._handle is not None:
                 return
-            except BlockingIOError:
-                if time.monotonic() >= deadline:
-                    break
-                time.sleep(0.05)  # the holder is (most likely) a process that is exiting
-        os.close(self._fd)
-        self._fd = None
         waited = f" after waiting {wait_s:g} s" if wait_s > 0 else ""
         raise KafkaError(
             ErrorCode.KAFKA_STORAGE_ERROR, f"log directory {directory} is already open (locked by another Log){waited}"
@@ -44,9 +44,9 @@ class DirectoryLock:
 
     @property
     def held(self) -> bool:
-        return self._fd is not None
+        return self._handle is not None
 
     def release(self) -> None:
-        if self._fd is not None:
-            os.close(self._fd)  # closing the descriptor drops the flock
-            self._fd = None
+        handle, self._handle = self._handle, None
+        if handle is not None:
+            self._fs.unlock(handle)

@@ -23,19 +23,20 @@ Rolling a segment does not fsync it on the produce path (that could stall an app
 the time it takes to write back a whole segment): the sealed segment is fsynced by the
 next flush, either the flush policy's or :meth:`Log.maybe_flush`, which the replica calls
 from its timer. Only then does the recovery point move past it.
+
+All file I/O goes through a :class:`~kcoord.log.fs.FileSystem` (the real one unless the
+simulation passes its simulated disk), and an I/O error takes the log offline (``base.py``).
 """
 
 from __future__ import annotations
 
-import os
 from bisect import bisect_right
 from collections import OrderedDict
 from pathlib import Path
 from typing import Iterator, Sequence
 
-from ..protocol.errors import ErrorCode, KafkaError
 from ..records import BatchHeader
-from .base import AppendInfo, BaseLog, _BufferLike
+from .base import AppendInfo, BaseLog, _BufferLike, storage_operation
 from .checkpoint import (
     CLEAN_SHUTDOWN,
     EPOCH_CHECKPOINT,
@@ -43,7 +44,6 @@ from .checkpoint import (
     PRODUCER_SNAPSHOT_SUFFIX,
     RECOVERY_POINT,
     CheckpointError,
-    fsync_dir,
     producer_snapshot_path,
     read_epochs,
     read_offset,
@@ -55,6 +55,8 @@ from .checkpoint import (
 )
 from .config import LogConfig
 from .epochs import EpochEntry, LeaderEpochCache
+from .errors import LogStorageError
+from .fs import OS_FILE_SYSTEM, FileSystem
 from .lock import DirectoryLock
 from .producer_state import ProducerStateManager
 from .recovery import RecoveryReport, load_segments
@@ -71,28 +73,61 @@ class Log(BaseLog):
     """A partition's log in ``directory``; opening it recovers from whatever a crash left."""
 
     def __init__(
-        self, directory: str | Path, config: LogConfig | None = None, *, now_ms: int | None = None, lock_wait_s: float = 0.0
+        self,
+        directory: str | Path,
+        config: LogConfig | None = None,
+        *,
+        now_ms: int | None = None,
+        lock_wait_s: float = 0.0,
+        fs: FileSystem | None = None,
     ) -> None:
         """``lock_wait_s``: how long to wait for another process's lock on ``directory`` to
-        go away (a predecessor still exiting) before failing with KAFKA_STORAGE_ERROR."""
+        go away (a predecessor still exiting) before failing with KAFKA_STORAGE_ERROR.
+        ``fs``: the file system (None = the real one). An I/O error while opening raises
+        :class:`LogStorageError`."""
         super().__init__(config if config is not None else LogConfig(), now_ms)
         self.directory = Path(directory)
-        self.directory.mkdir(parents=True, exist_ok=True)
-        self._lock = DirectoryLock(self.directory, wait_s=lock_wait_s)
+        self._fs = fs = OS_FILE_SYSTEM if fs is None else fs
+        self._file_hints = fs.supports_file_hints
+        self._segments: list[Segment] = []
+        self._readers: OrderedDict[int, Segment] = OrderedDict()
+        try:
+            self._make_directory()
+            self._lock = DirectoryLock(self.directory, wait_s=lock_wait_s, fs=fs)
+        except OSError as exc:
+            raise LogStorageError(f"{self._where()}: open failed: {exc}", exc.errno) from exc
         try:
             self._open()
-        except BaseException:
-            self._lock.release()
+        except BaseException as exc:
+            self._release_storage()
+            if isinstance(exc, OSError):
+                raise LogStorageError(f"{self._where()}: open failed: {exc}", exc.errno) from exc
             raise
+
+    def _make_directory(self) -> None:
+        """Create the directory (and missing parents), each made durable in its parent: a
+        new directory whose name is lost in a crash would take its fsynced files along."""
+        fs = self._fs
+        missing = []
+        path = self.directory
+        while not fs.exists(path):
+            missing.append(path)
+            if path.parent == path:
+                break
+            path = path.parent
+        if missing:
+            fs.makedirs(self.directory)
+            for created in reversed(missing):
+                fs.fsync_dir(created.parent)
 
     def _open(self) -> None:
         """Recover the directory's contents and load the checkpoints (see recovery.py)."""
-        self._readers: OrderedDict[int, Segment] = OrderedDict()
+        fs = self._fs
         self._pending: Sequence[BatchHeader] = ()
         self._unsynced: list[Segment] = []  # rolled but not yet fsynced
         report = RecoveryReport()
         marker = self.directory / CLEAN_SHUTDOWN
-        report.clean_shutdown = marker.exists()
+        report.clean_shutdown = fs.exists(marker)
         self.recovery_report = report
         self._recovery_point = self._read_offset_checkpoint(RECOVERY_POINT, "recovery point", 0)
 
@@ -103,7 +138,7 @@ class Log(BaseLog):
                 transitions.append((h.leader_epoch, h.base_offset))
 
         self._segments = load_segments(
-            self.directory, self.config.index_interval_bytes, self._now, report, self._recovery_point, note_epoch
+            fs, self.directory, self.config.index_interval_bytes, self._now, report, self._recovery_point, note_epoch
         )
         self._bases = [s.base_offset for s in self._segments]
         self._size = sum(s.size for s in self._segments)
@@ -118,24 +153,39 @@ class Log(BaseLog):
             for seg in self._segments:
                 if seg.next_offset > self._recovery_point:
                     seg.flush(fsync_index=True)
-            self._set_recovery_point(self.log_end_offset)
+        # A recovery point past the LEO (recovery cut fsynced data, or a crash inside
+        # truncate_fully_and_start_at) would let later segments skip their CRC scan.
+        self._set_recovery_point(self.log_end_offset)
         if report.clean_shutdown:
-            os.unlink(marker)  # from now on a crash must be noticed
-        fsync_dir(self.directory)
+            fs.unlink(marker)  # from now on a crash must be noticed
+        fs.fsync_dir(self.directory)
 
     # -- opening --------------------------------------------------------------------------
 
     def _persist_epochs(self, entries: list[EpochEntry]) -> None:
-        write_epochs(self.directory / EPOCH_CHECKPOINT, entries)
+        """The epoch cache's on_change: persisted before the cache adopts the change, so a
+        failed write leaves the cache as the checkpoint has it (and the log offline)."""
+        if self._halted:
+            self._check_open()
+        try:
+            write_epochs(self._fs, self.directory / EPOCH_CHECKPOINT, entries)
+        except OSError as exc:
+            raise self._go_offline(exc, "leader epoch checkpoint") from exc
 
     def _load_epoch_cache(self, transitions: list[tuple[int, int]]) -> LeaderEpochCache:
         report = self.recovery_report
         entries: list[tuple[int, int]] | None
         try:
-            entries = read_epochs(self.directory / EPOCH_CHECKPOINT)
+            entries = read_epochs(self._fs, self.directory / EPOCH_CHECKPOINT)
             cache = LeaderEpochCache(entries or (), on_change=self._persist_epochs)
         except (CheckpointError, ValueError) as exc:
             report.notes.append(f"leader epoch checkpoint ignored: {exc}")
+            entries = None
+        if entries == [] and self.log_end_offset > self.log_start_offset:
+            # Every batch carries an epoch >= 0, so a log with batches has epochs: this
+            # checkpoint was cleared for data that then survived (a crash inside
+            # truncate_fully_and_start_at).
+            report.notes.append("leader epoch checkpoint empty for a non-empty log")
             entries = None
         if entries is None:
             # No usable checkpoint: the batches carry their epochs, so derive it.
@@ -158,7 +208,7 @@ class Log(BaseLog):
 
     def _read_offset_checkpoint(self, name: str, what: str, default: int) -> int:
         try:
-            value = read_offset(self.directory / name)
+            value = read_offset(self._fs, self.directory / name)
         except CheckpointError as exc:
             self.recovery_report.notes.append(f"{what} checkpoint ignored: {exc}")
             value = None
@@ -166,35 +216,48 @@ class Log(BaseLog):
 
     def _set_recovery_point(self, offset: int) -> None:
         if offset != self._recovery_point:
-            write_offset(self.directory / RECOVERY_POINT, offset)
+            write_offset(self._fs, self.directory / RECOVERY_POINT, offset)
             self._recovery_point = offset
 
     def _snapshot_offsets(self) -> list[int]:
         offsets = []
-        for name in os.listdir(self.directory):
+        for name in self._fs.listdir(self.directory):
             off = parse_base_offset(name, PRODUCER_SNAPSHOT_SUFFIX)
             if off is not None:
                 offsets.append(off)
         return sorted(offsets)
 
     def _load_producer_state(self) -> None:
-        """Newest usable snapshot at or below the LEO, then the headers after it."""
+        """Newest usable snapshot at or below the LEO, then the headers after it.
+
+        Snapshots past the LEO (their batches were truncated or lost) are deleted durably
+        before anything new is appended: one that came back after a crash would describe
+        the old batches at offsets the new ones reuse.
+        """
         leo, start = self.log_end_offset, self.log_start_offset
         state = self.producer_state
-        for off in reversed(self._snapshot_offsets()):
-            path = producer_snapshot_path(self.directory, off)
-            if off > leo or off < start:
-                os.unlink(path)  # describes batches that are gone
-                continue
-            try:
-                state.load(read_producer_snapshot(path))
-            except (CheckpointError, KeyError, TypeError, ValueError) as exc:
-                self.recovery_report.notes.append(f"producer snapshot {off} ignored: {exc}")
-                os.unlink(path)
-                continue
-            state.replay(self._iter_headers(off))
-            return
-        state.rebuild(self._iter_headers(start))
+        fs = self._fs
+        removed = False
+        try:
+            for off in reversed(self._snapshot_offsets()):
+                path = producer_snapshot_path(self.directory, off)
+                if off > leo or off < start:
+                    fs.unlink(path)  # describes batches that are gone
+                    removed = True
+                    continue
+                try:
+                    state.load(read_producer_snapshot(fs, path))
+                except (CheckpointError, KeyError, TypeError, ValueError) as exc:
+                    self.recovery_report.notes.append(f"producer snapshot {off} ignored: {exc}")
+                    fs.unlink(path)
+                    removed = True
+                    continue
+                state.replay(self._iter_headers(off))
+                return
+            state.rebuild(self._iter_headers(start))
+        finally:
+            if removed:
+                fs.fsync_dir(self.directory)
 
     # -- basic facts ----------------------------------------------------------------------
 
@@ -211,7 +274,11 @@ class Log(BaseLog):
         return self._size
 
     @property
+    @storage_operation
     def segments(self) -> list[SegmentInfo]:
+        """Reads the disk once per segment (its largest timestamp, computed on first use)."""
+        if self._offline is not None:
+            self._check_open()
         return [
             SegmentInfo(s.base_offset, s.size, s.next_offset, s.created_ms, s.last_modified_ms, s.max_timestamp)
             for s in self._segments
@@ -239,10 +306,28 @@ class Log(BaseLog):
         positions: Sequence[int],
         now_ms: int,
     ) -> None:
+        """Replicated batches: split at batch boundaries where segments must roll.
+
+        An OSError part-way leaves some runs written; the log goes offline (base.py) and
+        recovery keeps whatever whole batches the disk has when it is reopened.
+        """
+        seg = self._segments[-1]
+        runs = plan_runs(self.config, seg.size, seg.base_offset, seg.created_ms, headers, now_ms)
+        if len(runs) == 1 and not runs[0][2]:
+            self._append_to(seg, chunks, nbytes, headers, positions, now_ms)
+            return
+        (data,) = chunks
+        view = memoryview(data)
+        ends = list(positions[1:]) + [nbytes]
         try:
-            self._write_batches(chunks, nbytes, headers, positions, now_ms)
-        except OSError as exc:
-            raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, f"append to {self.directory} failed: {exc}") from exc
+            for i, j, roll in runs:
+                if roll:
+                    self._pending = headers[:i]
+                    seg = self._roll(now_ms)
+                a, b = positions[i], ends[j - 1]
+                self._append_to(seg, (view[a:b],), b - a, headers[i:j], [p - a for p in positions[i:j]], now_ms)
+        finally:
+            self._pending = ()
 
     def _write_one(
         self,
@@ -257,45 +342,10 @@ class Log(BaseLog):
         """The produce hot path: one batch, no header object built for it."""
         seg = self._segments[-1]
         last = base_offset + h.last_offset_delta
-        try:
-            if seg.size and must_roll(self.config, seg.size, seg.base_offset, seg.created_ms, nbytes, last, now_ms):
-                seg = self._roll(now_ms)
-            seg.append_one((prefix, body), nbytes, base_offset, last + 1, h.max_timestamp, now_ms)
-        except OSError as exc:
-            raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, f"append to {self.directory} failed: {exc}") from exc
+        if seg.size and must_roll(self.config, seg.size, seg.base_offset, seg.created_ms, nbytes, last, now_ms):
+            seg = self._roll(now_ms)
+        seg.append_one((prefix, body), nbytes, base_offset, last + 1, h.max_timestamp, now_ms)
         self._size += nbytes
-
-    def _write_batches(
-        self,
-        chunks: Sequence[_BufferLike],
-        nbytes: int,
-        headers: Sequence[BatchHeader],
-        positions: Sequence[int],
-        now_ms: int,
-    ) -> None:
-        """Replicated batches: split at batch boundaries where segments must roll."""
-        seg = self._segments[-1]
-        runs = plan_runs(self.config, seg.size, seg.base_offset, seg.created_ms, headers, now_ms)
-        if len(runs) == 1 and not runs[0][2]:
-            self._append_to(seg, chunks, nbytes, headers, positions, now_ms)
-            return
-        (data,) = chunks
-        view = memoryview(data)
-        ends = list(positions[1:]) + [nbytes]
-        start_leo = self.log_end_offset
-        try:
-            for i, j, roll in runs:
-                if roll:
-                    self._pending = headers[:i]
-                    seg = self._roll(now_ms)
-                a, b = positions[i], ends[j - 1]
-                self._append_to(seg, (view[a:b],), b - a, headers[i:j], [p - a for p in positions[i:j]], now_ms)
-        except (KafkaError, OSError):
-            if self.log_end_offset > start_leo:
-                self._truncate_storage(start_leo)  # all or nothing, as far as the disk lets us
-            raise
-        finally:
-            self._pending = ()
 
     def _append_to(
         self,
@@ -320,10 +370,10 @@ class Log(BaseLog):
         self._unsynced.append(old)
         base = old.next_offset
         self._write_producer_snapshot(base, self._pending, sync_dir=False)
-        seg = Segment.create(self.directory, base, self.config.index_interval_bytes, now_ms)
-        fsync_dir(self.directory)  # the snapshot's rename and the new segment's files
-        self._segments.append(seg)
+        seg = Segment.create(self.directory, base, self.config.index_interval_bytes, now_ms, self._fs)
+        self._segments.append(seg)  # before anything else can fail: an offline log closes it
         self._bases.append(base)
+        self._fs.fsync_dir(self.directory)  # the snapshot's rename and the new segment's files
         self._prune_producer_snapshots()
         self._remember_reader(old)
         return seg
@@ -336,17 +386,19 @@ class Log(BaseLog):
             state = ProducerStateManager()
             state.load(self.producer_state.snapshot())
             state.replay(pending)
-        write_producer_snapshot(producer_snapshot_path(self.directory, offset), state.snapshot(), sync_dir=sync_dir)
+        path = producer_snapshot_path(self.directory, offset)
+        write_producer_snapshot(self._fs, path, state.snapshot(), sync_dir=sync_dir)
 
     def _prune_producer_snapshots(self) -> None:
         offsets = self._snapshot_offsets()
         start = self.log_start_offset
         keep = [o for o in offsets if o >= start][-KEEP_PRODUCER_SNAPSHOTS:]
-        for off in set(offsets) - set(keep):
-            try:
-                os.unlink(producer_snapshot_path(self.directory, off))
-            except FileNotFoundError:
-                pass
+        for off in offsets:
+            if off not in keep:
+                try:
+                    self._fs.unlink(producer_snapshot_path(self.directory, off))
+                except FileNotFoundError:
+                    pass
 
     def _remember_reader(self, seg: Segment) -> None:
         """Keep file handles of recently read older segments open, up to a limit."""
@@ -411,7 +463,7 @@ class Log(BaseLog):
                 continue
             for pos, h in seg.iter_headers():
                 if h.max_timestamp >= timestamp_ms:
-                    yield h, os.pread(seg.fd, h.size, pos)
+                    yield h, seg.pread(h.size, pos)
 
     # -- truncation -----------------------------------------------------------------------
 
@@ -432,7 +484,7 @@ class Log(BaseLog):
         self._size -= seg.size - position
         seg.truncate(position, new_leo)
         if later:
-            fsync_dir(self.directory)
+            self._fs.fsync_dir(self.directory)
         if new_leo < self._recovery_point:  # data past it is gone; new data there is unsynced
             self._set_recovery_point(new_leo)
         return new_leo
@@ -446,31 +498,46 @@ class Log(BaseLog):
     def _restore_producer_state(self) -> None:
         self._load_producer_state()
 
+    @storage_operation
     def truncate_fully_and_start_at(self, offset: int) -> None:
         """Drop all data; the log restarts empty at ``offset`` (a follower that fell
-        behind the leader's retention)."""
+        behind the leader's retention).
+
+        Ordered so that a crash at any point reopens as either a prefix of the old log or
+        the new empty one: the epoch checkpoint is cleared and the producer snapshots go
+        first (recovery rebuilds both from whatever batches survive), then the new segment
+        is created, and only then are the old segments deleted, newest first.
+        """
         self._check_open()
         if offset < 0:
             raise ValueError(f"offset must be >= 0, got {offset}")
-        for seg in reversed(self._segments):
-            seg.delete()
+        fs = self._fs
+        self.epoch_cache.clear()
         for off in self._snapshot_offsets():
-            os.unlink(producer_snapshot_path(self.directory, off))
-        fsync_dir(self.directory)
+            fs.unlink(producer_snapshot_path(self.directory, off))
+        fs.fsync_dir(self.directory)
+        old = self._segments
+        for seg in old:
+            seg.close()
         self._readers.clear()
         self._unsynced.clear()
-        self._segments = [Segment.create(self.directory, offset, self.config.index_interval_bytes, self._now)]
+        # O_TRUNC: an old segment with this very base is emptied and reused, not deleted.
+        self._segments = [Segment.create(self.directory, offset, self.config.index_interval_bytes, self._now, fs)]
         self._bases = [offset]
         self._size = 0
-        fsync_dir(self.directory)
+        fs.fsync_dir(self.directory)
+        for seg in reversed(old):
+            if seg.base_offset != offset:
+                seg.delete()
+        fs.fsync_dir(self.directory)
         self._set_recovery_point(offset)
-        self.epoch_cache.clear()
         self.producer_state.clear()
         self._high_watermark = offset
         self._flush_policy.flushed(self._now)
 
     # -- retention ------------------------------------------------------------------------
 
+    @storage_operation
     def apply_retention(self, now_ms: int, high_watermark: int | None = None) -> int:
         """Delete the oldest whole segments past retention.ms or beyond retention.bytes.
 
@@ -497,7 +564,7 @@ class Log(BaseLog):
             del self._bases[0]
             deleted += 1
         if deleted:
-            fsync_dir(self.directory)
+            self._fs.fsync_dir(self.directory)
             self.epoch_cache.truncate_from_start(self.log_start_offset)
             self._high_watermark = max(self._high_watermark, self.log_start_offset)
             self._prune_producer_snapshots()
@@ -519,32 +586,53 @@ class Log(BaseLog):
         self._set_recovery_point(self._segments[-1].base_offset)
         return True
 
+    @storage_operation
     def checkpoint_high_watermark(self, hw: int) -> None:
         """Set the HW (clamped to [log start, LEO]) and persist it atomically."""
         self._check_open()
         hw = self._clamp_high_watermark(hw)
         if hw != self._checkpointed_hw:
-            write_offset(self.directory / HW_CHECKPOINT, hw)
+            write_offset(self._fs, self.directory / HW_CHECKPOINT, hw)
             self._checkpointed_hw = hw
         self._high_watermark = hw
 
     def close(self) -> None:
-        """Flush, snapshot producer state, mark the shutdown clean, close files. Idempotent."""
+        """Flush, snapshot producer state, mark the shutdown clean, close files. Idempotent.
+
+        An offline log only lets go of its files and lock (it writes nothing more); an I/O
+        error while closing takes the log offline and is raised."""
         if self._closed:
             return
         try:
-            self._sync_sealed()
-            self._segments[-1].flush(fsync_index=True)
-            self._set_recovery_point(self.log_end_offset)
-            self._write_producer_snapshot(self.log_end_offset)
-            self._prune_producer_snapshots()
-            write_atomic(self.directory / CLEAN_SHUTDOWN, b"")
+            if self._offline is None:
+                self._sync_sealed()
+                self._segments[-1].flush(fsync_index=True)
+                self._set_recovery_point(self.log_end_offset)
+                self._write_producer_snapshot(self.log_end_offset)
+                self._prune_producer_snapshots()
+                write_atomic(self._fs, self.directory / CLEAN_SHUTDOWN, b"")
+        except OSError as exc:
+            raise self._go_offline(exc, "close") from exc
         finally:
-            for seg in self._segments:
+            self._release_storage()
+            self._mark_closed()
+
+    def _release_storage(self) -> None:
+        for seg in self._segments:
+            try:
                 seg.close()
-            self._readers.clear()
-            self._lock.release()
-            self._closed = True
+            except OSError:
+                pass  # a descriptor the disk (or a simulated crash) already invalidated
+        self._readers.clear()
+        lock = getattr(self, "_lock", None)
+        if lock is not None:
+            try:
+                lock.release()
+            except OSError:
+                pass
+
+    def _where(self) -> str:
+        return f"log {self.directory}"
 
     def __enter__(self) -> "Log":
         return self
@@ -553,7 +641,10 @@ class Log(BaseLog):
         self.close()
 
     def __repr__(self) -> str:
+        if not self._segments:
+            return f"Log({str(self.directory)!r}, not open)"
+        state = ", offline" if self._offline is not None else ""
         return (
             f"Log({str(self.directory)!r}, start={self.log_start_offset}, end={self.log_end_offset}, "
-            f"hw={self._high_watermark}, segments={len(self._segments)})"
+            f"hw={self._high_watermark}, segments={len(self._segments)}{state})"
         )

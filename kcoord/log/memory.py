@@ -243,7 +243,7 @@ class MemoryLog(BaseLog):
     def close(self) -> None:
         if not self._closed:
             self.flush()
-            self._closed = True
+            self._mark_closed()
 
     def crash(self) -> "MemoryLog":
         """The log a restart would find: flushed batches only, the epoch cache and HW as

@@ -12,7 +12,6 @@ fully too. Whatever is cut, and every later segment, is reported in :class:`Reco
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -20,6 +19,7 @@ from typing import Callable
 from ..records import BatchHeader
 from .batches import ScanProblem
 from .checkpoint import TMP_SUFFIX
+from .fs import FileSystem
 from .segment import INDEX_SUFFIX, LOG_SUFFIX, Segment, index_path, log_path, open_segment, parse_base_offset, walk_to_end
 
 
@@ -44,14 +44,15 @@ class RecoveryReport:
         return self.truncated_bytes > 0 or bool(self.deleted_segments)
 
 
-def _remove(path: Path) -> None:
+def _remove(fs: FileSystem, path: Path) -> None:
     try:
-        os.unlink(path)
+        fs.unlink(path)
     except FileNotFoundError:
         pass
 
 
 def load_segments(
+    fs: FileSystem,
     directory: Path,
     index_interval_bytes: int,
     now_ms: int,
@@ -65,28 +66,54 @@ def load_segments(
     the rest are CRC-scanned, each batch handed to ``on_scanned_batch``. An empty directory
     gets one empty segment at offset 0.
     """
-    names = os.listdir(directory)
+    names = sorted(fs.listdir(directory))
     bases: list[int] = []
     index_bases: list[int] = []
     for name in names:
         if name.endswith(TMP_SUFFIX):
-            _remove(directory / name)  # an atomic write that never got renamed
+            _remove(fs, directory / name)  # an atomic write that never got renamed
             report.notes.append(f"removed unfinished temporary file {name}")
         elif (b := parse_base_offset(name, LOG_SUFFIX)) is not None:
             bases.append(b)
         elif (b := parse_base_offset(name, INDEX_SUFFIX)) is not None:
             index_bases.append(b)
-    for b in set(index_bases) - set(bases):
-        _remove(index_path(directory, b))  # its log was deleted and the crash came in between
+    for b in sorted(set(index_bases) - set(bases)):
+        _remove(fs, index_path(directory, b))  # its log was deleted and the crash came in between
     bases.sort()
     if not bases:
-        return [Segment.create(directory, 0, index_interval_bytes, now_ms)]
+        return [Segment.create(directory, 0, index_interval_bytes, now_ms, fs)]
 
+    opened: list[Segment] = []
+    try:
+        return _load(fs, directory, bases, index_interval_bytes, now_ms, report, recovery_point, on_scanned_batch, opened)
+    except BaseException:
+        for seg in opened:
+            try:
+                seg.close()
+            except OSError:
+                pass
+        raise
+
+
+def _load(
+    fs: FileSystem,
+    directory: Path,
+    bases: list[int],
+    index_interval_bytes: int,
+    now_ms: int,
+    report: RecoveryReport,
+    recovery_point: int,
+    on_scanned_batch: Callable[[int, BatchHeader], None] | None,
+    opened: list[Segment],
+) -> list[Segment]:
+    """The body of :func:`load_segments`; notes each segment it opens in ``opened`` at
+    once, so that the caller can close them all if an I/O error stops it."""
     segments: list[Segment] = []
     for i, base in enumerate(bases):
-        seg, index_problem = open_segment(directory, base, index_interval_bytes, now_ms)
+        seg, index_problem = open_segment(directory, base, index_interval_bytes, now_ms, fs)
+        opened.append(seg)
         if segments and seg.base_offset != segments[-1].next_offset:
-            _cut_from(report, bases[i:], directory, segments[-1],
+            _cut_from(fs, report, bases[i:], directory, segments[-1],
                       f"segment {base} does not follow on from the previous segment, which ends at offset {segments[-1].next_offset}")
             seg.close()
             break
@@ -124,28 +151,28 @@ def load_segments(
                 f"(segment {base}): {problem.message}"
             )
             seg.truncate(seg.size, seg.next_offset)
-            _delete_later(report, bases[i + 1 :], directory)
+            _delete_later(fs, report, bases[i + 1 :], directory)
             break
     return segments
 
 
-def _cut_from(report: RecoveryReport, bases: list[int], directory: Path, previous: Segment, reason: str) -> None:
+def _cut_from(fs: FileSystem, report: RecoveryReport, bases: list[int], directory: Path, previous: Segment, reason: str) -> None:
     report.reason = reason
     report.corrupt_offset = previous.next_offset
     report.corrupt_segment = bases[0]
     report.corrupt_position = 0
-    _delete_later(report, bases, directory)
+    _delete_later(fs, report, bases, directory)
 
 
-def _delete_later(report: RecoveryReport, bases: list[int], directory: Path) -> None:
+def _delete_later(fs: FileSystem, report: RecoveryReport, bases: list[int], directory: Path) -> None:
     """Delete whole segments after a cut: without the bytes before them they are unreachable."""
     for b in reversed(bases):
         path = log_path(directory, b)
         try:
-            report.truncated_bytes += path.stat().st_size
+            report.truncated_bytes += fs.stat(path).st_size
         except FileNotFoundError:
             pass
-        _remove(path)
-        _remove(index_path(directory, b))
+        _remove(fs, path)
+        _remove(fs, index_path(directory, b))
         report.deleted_segments.insert(0, b)
 

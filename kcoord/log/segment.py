@@ -1,7 +1,9 @@
 """One segment: a ``{base_offset:020d}.log`` file of concatenated batches plus its index.
 
-All reading is ``os.pread`` of whole batches, and only the fixed batch header is ever
-parsed: no record is decoded on the append, read or recovery paths.
+All reading is ``pread`` of whole batches, and only the fixed batch header is ever
+parsed: no record is decoded on the append, read or recovery paths. File I/O goes through
+the log's :class:`~kcoord.log.fs.FileSystem`; the segment binds the methods it calls per
+batch (``writev``, ``pread``) once, so the indirection costs nothing on the hot paths.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from typing import Callable, Iterator, Sequence
 
 from ..records import HEADER, HEADER_SIZE, LENGTH_PREFIX, BatchHeader, CorruptRecordError
 from .batches import Problem, Scan, ScanProblem, scan
+from .fs import FileSystem
 from .index import OffsetIndex
 
 LOG_SUFFIX = ".log"
@@ -55,14 +58,6 @@ class SegmentInfo:
     max_timestamp: int  # largest record timestamp, what time-based retention goes by
 
 
-def _finish_short_write(fd: int, start: int, chunks: Sequence[_BufferLike], nbytes: int) -> None:
-    """writev wrote only part (disk nearly full, a signal): write the rest."""
-    written = os.fstat(fd).st_size - start
-    rest = memoryview(b"".join(chunks))[written:]
-    while rest:
-        rest = rest[os.write(fd, rest) :]
-
-
 class Segment:
     """A segment's file, index and the facts about it the log needs without reading it."""
 
@@ -77,7 +72,11 @@ class Segment:
         index_interval_bytes: int,
         created_ms: int,
         last_modified_ms: int,
+        fs: FileSystem,
     ) -> None:
+        self.fs = fs
+        self._writev = fs.writev
+        self._pread = fs.pread
         self.directory = directory
         self.base_offset = base_offset
         self.size = size
@@ -101,39 +100,41 @@ class Segment:
         return index_path(self.directory, self.base_offset)
 
     @classmethod
-    def create(cls, directory: Path, base_offset: int, index_interval_bytes: int, now_ms: int) -> "Segment":
+    def create(cls, directory: Path, base_offset: int, index_interval_bytes: int, now_ms: int, fs: FileSystem) -> "Segment":
+        """New empty files (not yet durable: the caller fsyncs the directory)."""
         seg = cls(
             directory,
             base_offset,
             size=0,
             next_offset=base_offset,
-            index=OffsetIndex(index_path(directory, base_offset), base_offset),
+            index=OffsetIndex(index_path(directory, base_offset), base_offset, fs),
             index_interval_bytes=index_interval_bytes,
             created_ms=now_ms,
             last_modified_ms=now_ms,
+            fs=fs,
         )
         # O_TRUNC: a file left behind under this name by an interrupted delete is stale.
-        seg._fd = os.open(seg.log_path, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644)
-        os.close(os.open(seg.index_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644))
+        seg._fd = fs.open(seg.log_path, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644)
+        fs.close(fs.open(seg.index_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644))
         return seg
 
     @property
     def fd(self) -> int:
         if self._fd is None:
-            self._fd = os.open(self.log_path, os.O_RDWR | os.O_APPEND)
+            self._fd = self.fs.open(self.log_path, os.O_RDWR | os.O_APPEND)
         return self._fd
 
     def close(self) -> None:
-        if self._fd is not None:
-            os.close(self._fd)
-            self._fd = None
+        fd, self._fd = self._fd, None
+        if fd is not None:
+            self.fs.close(fd)
 
     def delete(self) -> None:
         """Remove the files (log first: an orphan index is cleaned up on open)."""
         self.close()
         for path in (self.log_path, self.index_path):
             try:
-                os.unlink(path)
+                self.fs.unlink(path)
             except FileNotFoundError:
                 pass
 
@@ -153,11 +154,11 @@ class Segment:
             self.created_ms = now_ms  # a segment's age counts from its first batch
         fd = self._fd if self._fd is not None else self.fd
         try:
-            if os.writev(fd, chunks) != nbytes:
-                _finish_short_write(fd, start, chunks, nbytes)
+            if self._writev(fd, chunks) != nbytes:
+                self._finish_short_write(fd, start, chunks)
         except BaseException:
             # Leave no partial batch behind for a reader (or the next append) to trip on.
-            os.ftruncate(fd, start)
+            self.fs.ftruncate(fd, start)
             raise
         index = self.index
         interval = self.index_interval_bytes
@@ -182,10 +183,10 @@ class Segment:
             self.created_ms = now_ms
         fd = self._fd if self._fd is not None else self.fd
         try:
-            if os.writev(fd, chunks) != nbytes:
-                _finish_short_write(fd, start, chunks, nbytes)
+            if self._writev(fd, chunks) != nbytes:
+                self._finish_short_write(fd, start, chunks)
         except BaseException:
-            os.ftruncate(fd, start)
+            self.fs.ftruncate(fd, start)
             raise
         index = self.index
         if start and start - index.last_position >= self.index_interval_bytes:  # as note_batch
@@ -196,6 +197,13 @@ class Segment:
         self.next_offset = next_offset
         self.last_modified_ms = now_ms
 
+    def _finish_short_write(self, fd: int, start: int, chunks: Sequence[_BufferLike]) -> None:
+        """writev wrote only part (disk nearly full, a signal): write the rest."""
+        written = self.fs.fstat(fd).st_size - start
+        rest = memoryview(b"".join(chunks))[written:]
+        while rest:
+            rest = rest[self.fs.write(fd, rest) :]
+
     def note_batch(self, h: BatchHeader, position: int) -> None:
         """Index a batch if enough bytes went by since the last entry (append and rebuild
         share this rule, so a rebuilt index equals the one written while appending)."""
@@ -203,13 +211,13 @@ class Segment:
             self.index.append(h.base_offset, position)
 
     def flush(self, *, fsync_index: bool = False) -> None:
-        os.fsync(self.fd)
+        self.fs.fsync(self.fd)
         self.index.sync(fsync=fsync_index)
 
     def truncate(self, position: int, next_offset: int) -> None:
         """Cut the file at ``position`` (a batch boundary) and make the cut durable."""
-        os.ftruncate(self.fd, position)
-        os.fsync(self.fd)
+        self.fs.ftruncate(self.fd, position)
+        self.fs.fsync(self.fd)
         self.index.truncate_to_position(position)
         self.size = position
         self.next_offset = next_offset
@@ -220,9 +228,9 @@ class Segment:
     def iter_headers(self, position: int = 0) -> Iterator[tuple[int, BatchHeader]]:
         """``(position, header)`` of each batch from ``position`` on; framing is trusted
         (the segment was verified when written or recovered)."""
-        fd, end = self.fd, self.size
+        fd, end, pread = self.fd, self.size, self._pread
         while position < end:
-            buf = os.pread(fd, min(_WALK_WINDOW, end - position), position)
+            buf = pread(fd, min(_WALK_WINDOW, end - position), position)
             off, n = 0, len(buf)
             while off + HEADER_SIZE <= n:
                 h = BatchHeader._make(HEADER.unpack_from(buf, off))
@@ -255,7 +263,7 @@ class Segment:
         end, to_end = self.span(position, max_bytes, max_offset, take_first)
         if end <= position:
             return b"", to_end
-        return os.pread(self.fd, end - position, position), to_end
+        return self._pread(self.fd, end - position, position), to_end
 
     def span(self, position: int, max_bytes: int, max_offset: int | None, take_first: bool) -> tuple[int, bool]:
         """Where :meth:`read` from ``position`` would stop (exclusive byte position), and
@@ -272,7 +280,7 @@ class Segment:
         if limit < end:
             cut = self._last_boundary(position, limit)
             if cut == position and take_first:  # the first batch alone exceeds max_bytes
-                _, length = _PREFIX.unpack(os.pread(self.fd, LENGTH_PREFIX, position))
+                _, length = _PREFIX.unpack(self._pread(self.fd, LENGTH_PREFIX, position))
                 cut = position + LENGTH_PREFIX + length
             end = min(end, cut)
         if end <= position:
@@ -300,7 +308,10 @@ class Segment:
     def first_header(self) -> BatchHeader | None:
         if self.size < HEADER_SIZE:
             return None
-        return BatchHeader._make(HEADER.unpack_from(os.pread(self.fd, HEADER_SIZE, 0)))
+        return BatchHeader._make(HEADER.unpack_from(self._pread(self.fd, HEADER_SIZE, 0)))
+
+    def pread(self, length: int, position: int) -> bytes:
+        return self._pread(self.fd, length, position)
 
     # -- recovery -------------------------------------------------------------------------
 
@@ -316,22 +327,22 @@ class Segment:
         Reads the file in chunks and hands each batch to ``on_batch`` as it goes, so a
         segment of millions of small batches never holds all their headers at once.
         """
-        fd = self.fd
-        end = os.fstat(fd).st_size
+        fd, pread = self.fd, self._pread
+        end = self.fs.fstat(fd).st_size
         # A fresh index: the caller compares it with the old one to see if the file was right.
-        self.index = OffsetIndex(self.index_path, self.base_offset)
+        self.index = OffsetIndex(self.index_path, self.base_offset, self.fs)
         self.size = 0
         pos, expected, count = 0, self.base_offset, 0
         problem: ScanProblem | None = None
         max_ts = -1
         while pos < end:
             want = _SCAN_CHUNK
-            head = os.pread(fd, LENGTH_PREFIX, pos)
+            head = pread(fd, LENGTH_PREFIX, pos)
             if len(head) == LENGTH_PREFIX:
                 size = LENGTH_PREFIX + _PREFIX.unpack(head)[1]
                 if 0 < size <= end - pos:
                     want = max(want, size)
-            buf = os.pread(fd, min(want, end - pos), pos)
+            buf = pread(fd, min(want, end - pos), pos)
             part = scan(buf, expected_offset=expected, check_crc=check_crc, base_position=pos)
             for p, h in zip(part.positions, part.headers):
                 self.note_batch(h, p)
@@ -359,6 +370,7 @@ def open_segment(
     base_offset: int,
     index_interval_bytes: int,
     now_ms: int,
+    fs: FileSystem,
 ) -> tuple[Segment, str | None]:
     """Open an existing segment, trusting its index if it passes the cheap checks.
 
@@ -366,10 +378,10 @@ def open_segment(
     :meth:`Segment.recover` or a header walk to rebuild it). ``next_offset`` is found by
     walking headers from the last index entry to the end of the file.
     """
-    path = log_path(directory, base_offset)
-    size = path.stat().st_size
-    index, problem = OffsetIndex.load(index_path(directory, base_offset), base_offset, size)
-    mtime_ms = int(path.stat().st_mtime * 1000)
+    st = fs.stat(log_path(directory, base_offset))
+    size = st.st_size
+    index, problem = OffsetIndex.load(index_path(directory, base_offset), base_offset, size, fs)
+    mtime_ms = int(st.st_mtime * 1000)
     seg = Segment(
         directory,
         base_offset,
@@ -379,17 +391,22 @@ def open_segment(
         index_interval_bytes=index_interval_bytes,
         created_ms=now_ms,
         last_modified_ms=mtime_ms,
+        fs=fs,
     )
-    first = seg.first_header()
-    if first is not None:
-        # After a restart the segment's age is taken from its first batch's timestamp
-        # (the append clock that created it is gone); never in the future.
-        seg.created_ms = min(now_ms, first.max_timestamp)
-    if problem is None and len(index):
-        last_offset, last_pos = index.entries[-1]
-        head = os.pread(seg.fd, LENGTH_PREFIX, last_pos)
-        if len(head) < LENGTH_PREFIX or _PREFIX.unpack(head)[0] != last_offset:
-            problem = f"last entry ({last_offset}, {last_pos}) does not point at that batch"
+    try:
+        first = seg.first_header()
+        if first is not None:
+            # After a restart the segment's age is taken from its first batch's timestamp
+            # (the append clock that created it is gone); never in the future.
+            seg.created_ms = min(now_ms, first.max_timestamp)
+        if problem is None and len(index):
+            last_offset, last_pos = index.entries[-1]
+            head = seg.pread(LENGTH_PREFIX, last_pos)
+            if len(head) < LENGTH_PREFIX or _PREFIX.unpack(head)[0] != last_offset:
+                problem = f"last entry ({last_offset}, {last_pos}) does not point at that batch"
+    except BaseException:
+        seg.close()
+        raise
     return seg, problem
 
 
@@ -401,9 +418,9 @@ def walk_to_end(seg: Segment, position: int = 0) -> tuple[int, int, Scan | None]
     """
     end = seg.size
     expected = None
-    fd = seg.fd
+    fd, pread = seg.fd, seg._pread
     while position < end:
-        buf = os.pread(fd, min(_WALK_WINDOW, end - position), position)
+        buf = pread(fd, min(_WALK_WINDOW, end - position), position)
         off = 0
         n = len(buf)
         while off + _LAST_DELTA_END <= n:

@@ -6,6 +6,7 @@ import pytest
 
 from kcoord.log import LeaderEpochCache
 from kcoord.log.checkpoint import CheckpointError, read_epochs, write_epochs
+from kcoord.log.fs import OS_FILE_SYSTEM as FS
 
 
 def cache(*entries: tuple[int, int]) -> LeaderEpochCache:
@@ -108,7 +109,7 @@ def test_clear_and_replace():
 def test_every_change_is_persisted_and_nothing_else(tmp_path):
     path = tmp_path / "leader-epoch-checkpoint"
     saved = []
-    c = LeaderEpochCache(on_change=lambda entries: (saved.append(entries), write_epochs(path, entries)))
+    c = LeaderEpochCache(on_change=lambda entries: (saved.append(entries), write_epochs(FS, path, entries)))
     c.assign(1, 0)
     c.assign(1, 4)
     c.assign(2, 10)
@@ -118,9 +119,9 @@ def test_every_change_is_persisted_and_nothing_else(tmp_path):
     c.clear()
     c.clear()
     assert saved == [[(1, 0)], [(1, 0), (2, 10)], [(1, 3), (2, 10)], [(1, 3)], []]
-    assert read_epochs(path) == []
-    write_epochs(path, [(1, 3), (5, 8)])
-    assert LeaderEpochCache(read_epochs(path)).entries == [(1, 3), (5, 8)]
+    assert read_epochs(FS, path) == []
+    write_epochs(FS, path, [(1, 3), (5, 8)])
+    assert LeaderEpochCache(read_epochs(FS, path)).entries == [(1, 3), (5, 8)]
     assert not list(tmp_path.glob("*.tmp"))
 
 
@@ -131,8 +132,8 @@ def test_bad_checkpoint_files_raise(tmp_path, text):
     path = tmp_path / "cp"
     path.write_text(text)
     with pytest.raises(CheckpointError):
-        read_epochs(path)
+        read_epochs(FS, path)
 
 
 def test_missing_checkpoint_is_none(tmp_path):
-    assert read_epochs(tmp_path / "nope") is None
+    assert read_epochs(FS, tmp_path / "nope") is None

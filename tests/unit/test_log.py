@@ -1,5 +1,6 @@
 """The file log: append/read, rolls, retention, truncation, config. Reopening and
-recovery from damage are in test_log_recovery.py."""
+recovery from damage are in test_log_recovery.py. Tests taking ``where`` run on the real
+disk and on the simulated one (tests/sim/disk.py)."""
 
 from __future__ import annotations
 
@@ -9,14 +10,14 @@ from kcoord.log import LogConfig, OffsetOutOfRange
 from kcoord.protocol.errors import ErrorCode, KafkaError
 from kcoord.records import HEADER_SIZE, CorruptRecordError, decode_batch, stamp
 
-from log_helpers import NOW, batch, fill, headers, open_log
+from log_helpers import NOW, batch, fill, headers, where  # noqa: F401  (where: a fixture)
 
 
 # -- append / read -------------------------------------------------------------------------
 
 
-def test_leader_append_stamps_offsets_and_epochs(tmp_path):
-    log = open_log(tmp_path)
+def test_leader_append_stamps_offsets_and_epochs(where):
+    log = where.open()
     infos = [log.append(batch(n), leader_epoch=e, now_ms=NOW) for n, e in [(3, 0), (1, 0), (5, 2)]]
     assert [(i.base_offset, i.last_offset, i.record_count) for i in infos] == [(0, 2, 3), (3, 3, 1), (4, 8, 5)]
     assert all(not i.duplicate and i.log_append_time == NOW for i in infos)
@@ -28,8 +29,8 @@ def test_leader_append_stamps_offsets_and_epochs(tmp_path):
     assert [r.offset for r in decode_batch(data, 0).records()] == [0, 1, 2]
 
 
-def test_read_returns_the_batch_containing_the_offset(tmp_path):
-    log = open_log(tmp_path)
+def test_read_returns_the_batch_containing_the_offset(where):
+    log = where.open()
     stored = fill(log, 5)  # offsets 0..14, 3 per batch
     assert log.read(4, 1 << 20) == b"".join(stored[1:])
     assert log.read(3, 1 << 20) == b"".join(stored[1:])
@@ -37,8 +38,8 @@ def test_read_returns_the_batch_containing_the_offset(tmp_path):
     assert log.read(15, 1 << 20) == b""  # LEO
 
 
-def test_read_max_bytes_and_at_least_one_batch(tmp_path):
-    log = open_log(tmp_path)
+def test_read_max_bytes_and_at_least_one_batch(where):
+    log = where.open()
     stored = fill(log, 4)
     size = len(stored[0])
     assert log.read(0, size) == stored[0]
@@ -49,8 +50,8 @@ def test_read_max_bytes_and_at_least_one_batch(tmp_path):
     assert log.read(3, 10) == stored[1]
 
 
-def test_read_max_offset(tmp_path):
-    log = open_log(tmp_path)
+def test_read_max_offset(where):
+    log = where.open()
     stored = fill(log, 4)  # batches end at 2, 5, 8, 11
     assert log.read(0, 1 << 20, max_offset=6) == stored[0] + stored[1]
     assert log.read(0, 1 << 20, max_offset=5) == stored[0]  # batch 3..5 reaches offset 5
@@ -60,8 +61,8 @@ def test_read_max_offset(tmp_path):
     assert log.read(0, 1 << 20, max_offset=100) == b"".join(stored)
 
 
-def test_offset_out_of_range(tmp_path):
-    log = open_log(tmp_path)
+def test_offset_out_of_range(where):
+    log = where.open()
     fill(log, 2)
     with pytest.raises(OffsetOutOfRange) as err:
         log.read(7, 100)
@@ -74,8 +75,8 @@ def test_offset_out_of_range(tmp_path):
     assert log.read(50, 100) == b""
 
 
-def test_roll_by_size_and_read_across_segments(tmp_path):
-    log = open_log(tmp_path, segment_bytes=1000)
+def test_roll_by_size_and_read_across_segments(where):
+    log = where.open(segment_bytes=1000)
     stored = fill(log, 20)
     segs = log.segments
     assert len(segs) == 4  # 192-byte batches, 5 to a segment
@@ -91,8 +92,8 @@ def test_roll_by_size_and_read_across_segments(tmp_path):
     assert headers(two)[1].base_offset == segs[1].base_offset
 
 
-def test_roll_by_time(tmp_path):
-    log = open_log(tmp_path, segment_ms=100)
+def test_roll_by_time(where):
+    log = where.open(segment_ms=100)
     log.append(batch(), leader_epoch=0, now_ms=NOW)
     log.append(batch(), leader_epoch=0, now_ms=NOW + 99)
     assert len(log.segments) == 1
@@ -103,16 +104,16 @@ def test_roll_by_time(tmp_path):
     assert len(log.segments) == 2
 
 
-def test_message_too_large(tmp_path):
-    log = open_log(tmp_path, max_batch_bytes=500)
+def test_message_too_large(where):
+    log = where.open(max_batch_bytes=500)
     with pytest.raises(KafkaError) as err:
         log.append(batch(20), leader_epoch=0)
     assert err.value.code == ErrorCode.MESSAGE_TOO_LARGE
     assert log.log_end_offset == 0 and log.size_bytes == 0
 
 
-def test_corrupt_crc_is_refused_and_nothing_appended(tmp_path):
-    log = open_log(tmp_path)
+def test_corrupt_crc_is_refused_and_nothing_appended(where):
+    log = where.open()
     fill(log, 1)
     bad = bytearray(batch())
     bad[HEADER_SIZE + 3] ^= 0xFF
@@ -126,8 +127,8 @@ def test_corrupt_crc_is_refused_and_nothing_appended(tmp_path):
     assert len(headers(log.read(0, 1 << 20))) == 1
 
 
-def test_leader_append_takes_exactly_one_batch(tmp_path):
-    log = open_log(tmp_path)
+def test_leader_append_takes_exactly_one_batch(where):
+    log = where.open()
     with pytest.raises(KafkaError) as err:
         log.append(batch() + batch(), leader_epoch=0)
     assert err.value.code == ErrorCode.INVALID_RECORD
@@ -135,8 +136,8 @@ def test_leader_append_takes_exactly_one_batch(tmp_path):
         log.append(batch()[:-1], leader_epoch=0)
 
 
-def test_leader_append_with_stale_epoch_is_fenced(tmp_path):
-    log = open_log(tmp_path)
+def test_leader_append_with_stale_epoch_is_fenced(where):
+    log = where.open()
     log.append(batch(), leader_epoch=3)
     with pytest.raises(KafkaError) as err:
         log.append(batch(), leader_epoch=2)
@@ -144,10 +145,10 @@ def test_leader_append_with_stale_epoch_is_fenced(tmp_path):
     assert log.log_end_offset == 3
 
 
-def test_follower_append_keeps_bytes_and_checks_contiguity(tmp_path):
-    leader = open_log(tmp_path / "leader", segment_bytes=700)
+def test_follower_append_keeps_bytes_and_checks_contiguity(where):
+    leader = where.open("leader", segment_bytes=700)
     stored = fill(leader, 6, epoch=4)
-    follower = open_log(tmp_path / "follower", segment_bytes=700)
+    follower = where.open("follower", segment_bytes=700)
     chunk = leader.read(0, 3 * len(stored[0]))
     info = follower.append(chunk)
     assert (info.base_offset, info.last_offset, info.record_count, info.size_bytes) == (0, 8, 9, len(chunk))
@@ -168,8 +169,8 @@ def test_follower_append_keeps_bytes_and_checks_contiguity(tmp_path):
     assert follower.epoch_cache.entries == [(4, 0)]
 
 
-def test_follower_append_can_skip_crc(tmp_path):
-    log = open_log(tmp_path)
+def test_follower_append_can_skip_crc(where):
+    log = where.open()
     bad = bytearray(stamp(batch(), 0, 1))
     bad[HEADER_SIZE] ^= 1
     with pytest.raises(CorruptRecordError):
@@ -181,8 +182,8 @@ def test_follower_append_can_skip_crc(tmp_path):
 # -- idempotence on the leader path --------------------------------------------------------
 
 
-def test_duplicate_batch_is_not_appended_again(tmp_path):
-    log = open_log(tmp_path)
+def test_duplicate_batch_is_not_appended_again(where):
+    log = where.open()
     first = batch(2, producer_id=9, producer_epoch=0, base_sequence=0)
     second = batch(2, producer_id=9, producer_epoch=0, base_sequence=2)
     assert log.append(first, leader_epoch=0).base_offset == 0
@@ -203,8 +204,8 @@ def test_duplicate_batch_is_not_appended_again(tmp_path):
 # -- retention -----------------------------------------------------------------------------
 
 
-def test_retention_by_size(tmp_path):
-    log = open_log(tmp_path, segment_bytes=1000, retention_bytes=2500)
+def test_retention_by_size(where):
+    log = where.open(segment_bytes=1000, retention_bytes=2500)
     stored = fill(log, 20)
     before = log.segments
     deleted = log.apply_retention(NOW)
@@ -217,11 +218,11 @@ def test_retention_by_size(tmp_path):
         log.read(0, 100)
     i = log.log_start_offset // 3
     assert log.read(log.log_start_offset, 1 << 20) == b"".join(stored[i:])
-    assert not (tmp_path / f"{0:020d}.log").exists()
+    assert not where.exists(f"{0:020d}.log")
 
 
-def test_retention_by_time_and_high_watermark(tmp_path):
-    log = open_log(tmp_path, segment_bytes=700, retention_ms=1000)
+def test_retention_by_time_and_high_watermark(where):
+    log = where.open(segment_bytes=700, retention_ms=1000)
     for i in range(12):
         log.append(batch(ts=NOW + 100 * i), leader_epoch=0, now_ms=NOW + 100 * i)
     segs = log.segments
@@ -241,8 +242,8 @@ def test_retention_by_time_and_high_watermark(tmp_path):
     assert len(log.segments) == 1 and log.log_end_offset == 36
 
 
-def test_retention_advances_epoch_cache_start(tmp_path):
-    log = open_log(tmp_path, segment_bytes=700, retention_bytes=0)
+def test_retention_advances_epoch_cache_start(where):
+    log = where.open(segment_bytes=700, retention_bytes=0)
     fill(log, 4, epoch=1)
     fill(log, 4, epoch=2)
     assert [s.base_offset for s in log.segments] == [0, 9, 18]  # 3 batches of 3 per segment
@@ -251,14 +252,14 @@ def test_retention_advances_epoch_cache_start(tmp_path):
     assert log.log_start_offset == 18
     assert log.epoch_cache.entries == [(2, 18)]  # epoch 1 is gone, epoch 2 clipped
     log.close()
-    assert open_log(tmp_path).epoch_cache.entries == [(2, 18)]
+    assert where.open().epoch_cache.entries == [(2, 18)]
 
 
 # -- truncation ----------------------------------------------------------------------------
 
 
-def test_truncate_mid_segment(tmp_path):
-    log = open_log(tmp_path)
+def test_truncate_mid_segment(where):
+    log = where.open()
     stored = fill(log, 5)
     log.checkpoint_high_watermark(15)
     log.truncate_to(7)  # inside batch 6..8: that batch goes entirely
@@ -272,8 +273,8 @@ def test_truncate_mid_segment(tmp_path):
     assert log.log_end_offset == 9
 
 
-def test_truncate_at_and_across_segment_boundaries(tmp_path):
-    log = open_log(tmp_path, segment_bytes=1000)
+def test_truncate_at_and_across_segment_boundaries(where):
+    log = where.open(segment_bytes=1000)
     stored = fill(log, 20)
     segs = log.segments
     boundary = segs[2].base_offset
@@ -285,15 +286,15 @@ def test_truncate_at_and_across_segment_boundaries(tmp_path):
     log.truncate_to(4)  # across segments, mid batch
     assert log.log_end_offset == 3
     assert len(log.segments) == 1
-    assert sorted(p.name for p in tmp_path.glob("*.log")) == [f"{0:020d}.log"]
+    assert where.names(".log") == [f"{0:020d}.log"]
     fill(log, 3)
     assert log.log_end_offset == 12
     log.truncate_to(0)
     assert log.log_end_offset == 0 and log.size_bytes == 0
 
 
-def test_truncation_fixes_epoch_cache_and_producer_state(tmp_path):
-    log = open_log(tmp_path, segment_bytes=600)
+def test_truncation_fixes_epoch_cache_and_producer_state(where):
+    log = where.open(segment_bytes=600)
     for seq in range(0, 10, 2):
         log.append(batch(2, producer_id=5, producer_epoch=0, base_sequence=seq), leader_epoch=1)
     for seq in range(10, 14, 2):
@@ -309,8 +310,8 @@ def test_truncation_fixes_epoch_cache_and_producer_state(tmp_path):
     assert not info.duplicate and info.base_offset == 8
 
 
-def test_truncate_fully_and_start_at(tmp_path):
-    log = open_log(tmp_path, segment_bytes=800)
+def test_truncate_fully_and_start_at(where):
+    log = where.open(segment_bytes=800)
     fill(log, 10, epoch=2)
     log.checkpoint_high_watermark(20)
     log.truncate_fully_and_start_at(1000)
@@ -321,7 +322,7 @@ def test_truncate_fully_and_start_at(tmp_path):
     assert log.read(1000, 1 << 20) == b"".join(stored)
     assert log.epoch_cache.entries == [(3, 1000)]
     log.close()
-    log = open_log(tmp_path)
+    log = where.open()
     assert (log.log_start_offset, log.log_end_offset, log.high_watermark) == (1000, 1006, 1000)
     log.truncate_fully_and_start_at(0)
     assert log.log_end_offset == 0

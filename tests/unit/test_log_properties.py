@@ -12,18 +12,29 @@ import os
 import shutil
 import tempfile
 from dataclasses import dataclass, field
-from unittest import mock
 
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
 from kcoord.log import Log, LogConfig, MemoryLog, OffsetOutOfRange
+from kcoord.log.fs import OsFileSystem
 from kcoord.protocol.errors import KafkaError
 from kcoord.records import build_batch_columns, stamp
 
 # Files in RAM when the machine has a tmpfs: this test is about logic, not disks.
 RAM_DIR = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
+
+
+class NoSyncFileSystem(OsFileSystem):
+    """The real file system without fsyncs: this test is about logic, and a process crash
+    (what ``reopen`` simulates) keeps the page cache anyway."""
+
+    def fsync(self, fd: int) -> None:
+        pass
+
+
+NO_SYNC = NoSyncFileSystem()
 SETTINGS = settings(max_examples=60, stateful_step_count=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
@@ -104,10 +115,8 @@ class LogMachine(RuleBasedStateMachine):
             retention_ms=3000,
             flush_messages=1,  # so the memory log's crash loses nothing, like a process crash
         )
-        self.no_fsync = mock.patch.object(os, "fsync", lambda fd: None)
-        self.no_fsync.start()
         self.dir = tempfile.mkdtemp(prefix="kcoord-log-prop-", dir=RAM_DIR)
-        self.log = Log(self.dir, self.config, now_ms=self.now)
+        self.log = Log(self.dir, self.config, now_ms=self.now, fs=NO_SYNC)
         self.mem = MemoryLog(self.config, now_ms=self.now)
 
     def teardown(self) -> None:
@@ -115,7 +124,6 @@ class LogMachine(RuleBasedStateMachine):
             try:
                 self.log.close()
             finally:
-                self.no_fsync.stop()
                 shutil.rmtree(self.dir, ignore_errors=True)
 
     def both(self, op: str, *args, **kwargs):
@@ -252,7 +260,7 @@ class LogMachine(RuleBasedStateMachine):
             for seg in self.log._segments:
                 seg.close()
             self.log._lock.release()  # the kernel drops a dead process's flock
-        self.log = Log(self.dir, self.config, now_ms=self.now)
+        self.log = Log(self.dir, self.config, now_ms=self.now, fs=NO_SYNC)
         self.mem = self.mem.crash()
         report = self.log.recovery_report
         assert report.clean_shutdown == clean

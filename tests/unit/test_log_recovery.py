@@ -1,5 +1,6 @@
 """The file log on open: reopen after a clean close, checkpoints, recovery from torn and
-corrupt tails and bad indexes, and the directory lock."""
+corrupt tails and bad indexes, and the directory lock. Tests taking ``where`` run on the
+real disk and on the simulated one (tests/sim/disk.py)."""
 
 from __future__ import annotations
 
@@ -10,18 +11,19 @@ import pytest
 
 from kcoord.log import Log
 from kcoord.log.checkpoint import EPOCH_CHECKPOINT, HW_CHECKPOINT
+from kcoord.log.fs import OsFileSystem
 from kcoord.log.segment import Segment
 from kcoord.protocol.errors import ErrorCode, KafkaError
 from kcoord.records import HEADER_SIZE, build_batch_columns, iter_headers, read_header, stamp
 
-from log_helpers import NOW, batch, fill, open_log
+from log_helpers import NOW, batch, fill, open_log, where  # noqa: F401  (where: a fixture)
 
 
 # -- reopen and checkpoints ----------------------------------------------------------------
 
 
-def test_reopen_after_clean_close_is_identical(tmp_path):
-    log = open_log(tmp_path, segment_bytes=900)
+def test_reopen_after_clean_close_is_identical(where):
+    log = where.open(segment_bytes=900)
     fill(log, 4, epoch=1)
     for seq in range(0, 12, 3):
         log.append(batch(3, producer_id=77, producer_epoch=2, base_sequence=seq), leader_epoch=2)
@@ -33,7 +35,7 @@ def test_reopen_after_clean_close_is_identical(tmp_path):
     log.close()  # idempotent
     with pytest.raises(KafkaError):
         log.append(batch(), leader_epoch=5)
-    again = open_log(tmp_path)
+    again = where.open()
     report = again.recovery_report
     assert report.clean_shutdown and not report.cut and not report.index_rebuilt and report.reason == ""
     assert (again.log_start_offset, again.log_end_offset, again.high_watermark, again.epoch_cache.entries,
@@ -53,36 +55,36 @@ def log_read_one(data: bytes, offset: int) -> bytes:
     raise AssertionError(offset)
 
 
-def test_high_watermark_checkpoint(tmp_path):
-    log = open_log(tmp_path)
+def test_high_watermark_checkpoint(where):
+    log = where.open()
     fill(log, 3)
     assert log.high_watermark == 0
     log.checkpoint_high_watermark(5)
     assert log.high_watermark == 5
-    assert (tmp_path / HW_CHECKPOINT).read_text().split() == ["0", "5"]
+    assert where.read_text(HW_CHECKPOINT).split() == ["0", "5"]
     log.checkpoint_high_watermark(50)  # clamped to the LEO
     assert log.high_watermark == 9
     log.close()
-    assert open_log(tmp_path).high_watermark == 9
+    assert where.open().high_watermark == 9
 
 
-def test_epoch_checkpoint_missing_or_corrupt_is_rebuilt(tmp_path):
-    log = open_log(tmp_path, segment_bytes=500)
+def test_epoch_checkpoint_missing_or_corrupt_is_rebuilt(where):
+    log = where.open(segment_bytes=500)
     fill(log, 3, epoch=1)
     fill(log, 3, epoch=4)
     entries = log.epoch_cache.entries
     log.close()
-    (tmp_path / EPOCH_CHECKPOINT).write_text("0\n7\nnot numbers\n")
-    again = open_log(tmp_path)
+    where.write_text(EPOCH_CHECKPOINT, "0\n7\nnot numbers\n")
+    again = where.open()
     assert again.epoch_cache.entries == entries
     assert any("epoch" in n for n in again.recovery_report.notes)
     again.close()
-    os.unlink(tmp_path / EPOCH_CHECKPOINT)
-    assert open_log(tmp_path).epoch_cache.entries == entries
+    where.unlink(EPOCH_CHECKPOINT)
+    assert where.open().epoch_cache.entries == entries
 
 
-def test_offset_for_timestamp(tmp_path):
-    log = open_log(tmp_path, segment_bytes=600)
+def test_offset_for_timestamp(where):
+    log = where.open(segment_bytes=600)
     for i in range(8):
         log.append(build_batch_columns([b"v"] * 3, timestamps=[100 * i, 100 * i + 10, 100 * i + 20]), leader_epoch=0)
     assert log.offset_for_timestamp(0) == (0, 0)
@@ -92,11 +94,21 @@ def test_offset_for_timestamp(tmp_path):
     assert log.offset_for_timestamp(10**6) is None
 
 
-def test_flush_policy_and_maybe_flush(tmp_path, monkeypatch):
+class CountingFileSystem(OsFileSystem):
+    """The real file system, recording every fsync (of files and directories)."""
+
+    def __init__(self, calls: list) -> None:
+        self.calls = calls
+
+    def fsync(self, fd: int) -> None:
+        self.calls.append(fd)
+        os.fsync(fd)
+
+
+def test_flush_policy_and_maybe_flush(tmp_path):
     calls = []
-    real = os.fsync
-    monkeypatch.setattr(os, "fsync", lambda fd: (calls.append(fd), real(fd))[1])
-    log = open_log(tmp_path, flush_messages=7)
+    fs = CountingFileSystem(calls)
+    log = open_log(tmp_path, fs=fs, flush_messages=7)
     log.append(batch(1), leader_epoch=0, now_ms=NOW)  # writes the epoch checkpoint (fsyncs)
     calls.clear()
     log.append(batch(3), leader_epoch=0, now_ms=NOW)
@@ -104,7 +116,7 @@ def test_flush_policy_and_maybe_flush(tmp_path, monkeypatch):
     log.append(batch(3), leader_epoch=0, now_ms=NOW)  # 7 unflushed records
     assert len(calls) == 1
     log.close()
-    timed = open_log(tmp_path / "t", flush_ms=100)
+    timed = open_log(tmp_path / "t", fs=fs, flush_ms=100)
     timed.append(batch(), leader_epoch=0, now_ms=NOW)
     timed.flush()
     calls.clear()
