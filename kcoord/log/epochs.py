@@ -79,12 +79,16 @@ class LeaderEpochCache:
         """Answer OffsetsForLeaderEpoch: ``(largest cached epoch <= epoch, where it ends)``.
 
         Asking about the latest epoch (or a newer one) gets the latest epoch and the log end
-        offset, since that epoch is still open. An epoch older than everything cached, or an
-        empty cache, gets ``(-1, -1)``: the caller cannot learn anything and must fall back
-        (truncate to its high watermark).
+        offset, since that epoch is still open. An epoch older than everything cached gets
+        ``(epoch, start of the oldest cached epoch)``: whatever the asker wrote in it cannot
+        be in this log past that point (as Kafka answers since KIP-279; after an unclean
+        election the new leader's log may share no epoch with a follower's). An empty cache
+        gets ``(-1, -1)``: the caller cannot learn anything and must fall back.
         """
-        if not self._entries or epoch < self._entries[0].epoch:
+        if not self._entries:
             return UNDEFINED_EPOCH, UNDEFINED_OFFSET
+        if epoch < self._entries[0].epoch:
+            return epoch, self._entries[0].start_offset
         if epoch >= self._entries[-1].epoch:
             return self._entries[-1].epoch, log_end_offset
         i = bisect_right([e.epoch for e in self._entries], epoch)  # first entry with a larger epoch

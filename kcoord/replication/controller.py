@@ -333,9 +333,13 @@ class ControllerState:
 
         if req.leader != p.leader or req.leader_epoch != p.leader_epoch:
             return answer(ErrorCode.FENCED_LEADER_EPOCH, f"leader {req.leader} at epoch {req.leader_epoch} is not the current leader ({p.leader} at {p.leader_epoch})"), []
-        if req.partition_epoch != p.partition_epoch:
-            return answer(ErrorCode.INVALID_UPDATE_VERSION, f"partition epoch {req.partition_epoch} is stale (current {p.partition_epoch})"), []
         new_isr = list(dict.fromkeys(req.new_isr))
+        if req.partition_epoch != p.partition_epoch:
+            if req.partition_epoch < p.partition_epoch and sorted(new_isr) == sorted(p.isr):
+                # A retry (or duplicate) of a change already applied: say so (Kafka's
+                # equalsAllowStalePartitionEpoch), or the leader would take it as refused.
+                return answer(ErrorCode.NONE), []
+            return answer(ErrorCode.INVALID_UPDATE_VERSION, f"partition epoch {req.partition_epoch} is stale (current {p.partition_epoch})"), []
         if p.leader not in new_isr or any(b not in p.replicas for b in new_isr):
             return answer(ErrorCode.INVALID_REQUEST, f"ISR {req.new_isr} must contain the leader and only replicas of {p.replicas}"), []
         added = [b for b in new_isr if b not in p.isr]

@@ -290,13 +290,24 @@ class LeaderServing:
             # Unknown outcome: the controller may have applied it. Its members keep counting
             # for the HW until a LeaderAndIsr or an answer tells the truth.
             ls.unconfirmed = sorted(set(ls.unconfirmed) | set(request.new_isr))
+        newer = (
+            response is not None
+            and response.leader == self.broker
+            and response.leader_epoch == self.leader_epoch
+            and response.partition_epoch > self.partition_epoch
+        )
         if response is None or response.error_code != ErrorCode.NONE:
-            # Fenced or stale partition epoch: the controller's LeaderAndIsr will bring the
-            # truth; meanwhile retry later with a fresh proposal.
+            # Fenced or stale partition epoch: retry later with a fresh proposal. An answer
+            # that carries a newer state of our own leadership is the truth all the same --
+            # a duplicate of this very request may have been applied (Kafka's idempotent
+            # AlterPartition), and the controller may have changed the ISR since -- so it
+            # is adopted like a LeaderAndIsr rather than guessed at.
             ls.retry_alter_at_ms = now_ms + self.config.alter_partition_backoff_ms
+            if not newer:
+                return
+        elif not newer:
             return
-        if response.leader_epoch != self.leader_epoch or response.partition_epoch <= self.partition_epoch:
-            return
+        assert response is not None
         old = set(self.isr)
         new = set(response.isr)
         if new - old:
@@ -311,7 +322,8 @@ class LeaderServing:
         ls.unconfirmed = []  # the controller's whole ISR as of now: nothing left to guess
         ls.partition_epoch = response.partition_epoch
         self._maybe_advance_hw(now_ms)
-        self._maybe_propose_isr(now_ms)
+        if response.error_code == ErrorCode.NONE:
+            self._maybe_propose_isr(now_ms)
 
     # ------------------------------------------------------------------------------------
     # ListOffsets / OffsetsForLeaderEpoch / status

@@ -506,8 +506,8 @@ class Member(Client):
                 self.positions[(t, p)] = max(part.offset, 0)
 
     def _commit(self, epoch: int) -> None:
-        if epoch != self._epoch or not self.alive or self.state != "stable":
-            return
+        if epoch != self._epoch or not self.alive or self.state != "stable" or self.sim.phase != "faults":
+            return  # (while the cluster heals, members only heartbeat: the log goes quiet)
         if self._commit_in_flight or not self.owned or any(tp not in self.positions for tp in self.owned):
             self.later(self.sim.kernel.rng.randint(*self.COMMIT_GAP_MS), self._commit, epoch)
             return

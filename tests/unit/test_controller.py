@@ -124,8 +124,11 @@ def test_alter_partition_shrinks_and_expands_with_fencing():
     resp, actions = h.alter([0, 1])
     assert resp.error_code == 0 and resp.isr == [0, 1] and resp.partition_epoch == 1
     assert persists(actions) and h.stored().isr == [0, 1] and h.stored().partition_epoch == 1
-    # the same request again carries a stale partition epoch
+    # the same request again (a retry or a duplicate) is answered as applied, changing nothing
     resp, actions = h.alter([0, 1], partition_epoch=0)
+    assert resp.error_code == 0 and actions == [] and (resp.isr, resp.partition_epoch) == ([0, 1], 1)
+    # a different change built on the stale partition epoch is refused
+    resp, actions = h.alter([0, 1, 2], partition_epoch=0)
     assert resp.error_code == ErrorCode.INVALID_UPDATE_VERSION and actions == []
     assert (resp.isr, resp.partition_epoch) == ([0, 1], 1), "the answer carries the current state"
     # a deposed leader (stale leader epoch) or another broker is fenced

@@ -70,10 +70,12 @@ def test_end_offset_for_older_epoch_is_the_next_epochs_start():
     assert c.end_offset_for(5, 42) == (3, 25)
 
 
-def test_end_offset_for_epoch_before_the_first_entry_is_undefined():
+def test_end_offset_for_epoch_before_the_first_entry_ends_where_the_first_starts():
+    """KIP-279: an epoch older than every cached one ends, in this log, where the oldest
+    cached epoch starts (a follower that wrote in it truncates there)."""
     c = cache((2, 5), (3, 10))
-    assert c.end_offset_for(1, 42) == (-1, -1)
-    assert c.end_offset_for(0, 42) == (-1, -1)
+    assert c.end_offset_for(1, 42) == (1, 5)
+    assert c.end_offset_for(0, 42) == (0, 5)
 
 
 def test_truncate_from_end():

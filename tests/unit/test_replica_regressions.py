@@ -330,3 +330,43 @@ def test_a_new_leader_does_not_show_consumers_a_high_watermark_older_than_its_pr
     assert replies(parked) == {}
     woken = replies(follower_fetch(new, 0, 3, "f", 106, epoch=2))
     assert new.hw == 3 and woken["c2"].error_code == 0 and woken["c2"].high_watermark == 3
+
+
+def test_a_refusal_carrying_a_newer_state_of_our_leadership_is_adopted():
+    """Seed 23 of the cluster simulation (duplicated messages): an AlterPartition was
+    delivered twice; the first copy was applied (ISR {0, 1, 2}), the second refused as stale,
+    and the refusal arrived first. The leader dropped the proposal from its maximal ISR while
+    the controller held it: the HW was computed over fewer replicas than the controller would
+    elect from. An answer that carries a newer partition epoch of our own leadership is the
+    controller's truth, error or not."""
+    from kcoord.protocol.controller import AlterPartitionResponse
+    from kcoord.replication.actions import SendAlterPartition
+
+    r = make_replica(0)
+    leader_and_isr(r, lai(0, 2, (0, 2), replicas=(0, 1, 2), partition_epoch=8))
+    (p,) = of_type(follower_fetch(r, 1, 0, "f", 1, epoch=2), SendAlterPartition)
+    assert p.request.new_isr == [0, 1, 2]
+    refused = AlterPartitionResponse(ErrorCode.INVALID_UPDATE_VERSION, "stale", leader=0, leader_epoch=2, partition_epoch=9, isr=[0, 1, 2])
+    r.on_alter_partition_response(p.request, refused, 2)
+    assert r.isr == [0, 1, 2] and r.partition_epoch == 9
+    assert set(r.leader_state.maximal_isr()) == {0, 1, 2}
+
+
+def test_follower_of_an_unclean_leader_sharing_no_epoch_truncates_everything_it_had():
+    """Seed 4 of the cluster simulation: after an unclean election the new leader's log
+    (epoch 6 from offset 0) shared no epoch with a follower's (epochs 0..4). The leader
+    answered "unknown epoch" and the follower kept everything up to its HW, so offsets
+    0..32 held different batches on the two replicas forever. The leader now answers as
+    Kafka does (KIP-279): an epoch older than its oldest ends where that one starts."""
+    from replication_helpers import batch
+
+    leader = make_replica(2, log=_log_with([(6, [batch(3, b"new"), batch(2, b"new")])]))
+    leader_and_isr(leader, lai(2, 7, (2, 0)), 0)
+    follower_log = _log_with([(0, [batch(4, b"old")]), (4, [batch(5, b"old"), batch(3, b"old")])])
+    follower_log.checkpoint_high_watermark(12)
+    follower = make_replica(0, log=follower_log)
+    assert follower.hw == 12
+    leader_and_isr(follower, lai(2, 7, (2, 0)), 1)
+    for now in range(2, 12):
+        serve_pending(follower, leader, now)
+    assert follower.log.read(0, 1 << 20) == leader.log.read(0, 1 << 20), "the follower ends up with the leader's log"
