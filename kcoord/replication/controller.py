@@ -225,7 +225,9 @@ class ControllerState:
         topic = self.topics.get(rid.topic)
         if topic is None:
             return []
-        decision = self.placement.decide(rid.broker, (p.replicas for p in self.partitions.values()))
+        b = rid.broker
+        movable = all(b not in p.isr and b not in p.elr for p in self.partitions.values() if b in p.replicas)
+        decision = self.placement.decide(b, (p.replicas for p in self.partitions.values()), movable)
         if decision.wait:
             self._next_ensure.setdefault(rid, now_ms + self.config.ensure_replica_interval_ms)
             return []

@@ -16,6 +16,10 @@ The policy, which the controller core applies (so the simulation covers it):
   least loaded. If no such node exists the broker waits, its partitions run with the
   replicas they have left (under-replicated, still writable while the ISR is at least
   ``min.insync.replicas``), exactly like a dead Kafka broker.
+* A broker is only re-bound once no partition depends on its disk: while it is still in
+  an ISR (the last copy of acknowledged records: a partition whose ISR had only it, or an
+  offline one) or an ELR, its replicas elsewhere would start empty and could be elected
+  with nothing, so it waits for its own node, as a Kafka broker's partitions wait for it.
 * Adding a node gives the waiting broker a home: it is re-bound there, its replicas are
   recreated, catch up from the leaders and rejoin the ISR, restoring full replication.
 * A re-binding is persisted in the metadata store (an ordered Persist action of the
@@ -138,15 +142,20 @@ class BrokerBinding:
     def bound(self) -> bool:
         return bool(self.binding)
 
-    def decide(self, broker: int, assignments: Iterable[Iterable[int]]) -> Placement:
+    def decide(self, broker: int, assignments: Iterable[Iterable[int]], movable: bool = True) -> Placement:
         """Where a replica of ``broker`` goes now; re-binds it (the caller persists
-        :meth:`encode`) when its node is gone and another may take it."""
+        :meth:`encode`) when its node is gone and another may take it. ``movable`` False:
+        the broker's node holds the only copy of something (it is still in an ISR or ELR),
+        so it waits for that node instead -- replicas recreated elsewhere start empty."""
         if not self.binding:
             return Placement(None)
         current = self.binding.get(broker)
         alive = self.alive
         if alive is None or current in alive:
             return Placement(current)  # nothing known to the contrary: keep the binding
+        if not movable:
+            self.waiting.add(broker)
+            return Placement(None, wait=True)
         node = choose_node(broker, self.binding, alive, peers_of(assignments))
         if node is None:
             self.waiting.add(broker)

@@ -267,6 +267,7 @@ class History:
         self.stored_epochs: dict[str, int] = {}
         self.controller_epoch = -1
         self.epoch_checks = 0
+        self.sim_producer_ids: set[int] = set()  # ids of the simulation's idempotent producers
 
     def fail(self, invariant: str, now: int, message: str) -> None:
         if len(self.violations) < 200:
@@ -535,20 +536,31 @@ class History:
                 part.fail("4", now, f"a reader read a batch at offset {base} that the final log does not hold")
 
     def _check_producers(self, part: PartitionHistory, batches: dict, values: dict, now: int) -> None:
-        expected: dict[int, int] = {}
+        """Per producer id: epochs never go back in log order (an older incarnation of a
+        fenced writer, such as a group coordinator, never lands after a newer one), and
+        within an epoch sequences run 0, 1, 2, ... in offset order -- no duplicate, no
+        reordering. Records of the simulation's producers also name their sequence."""
+        state: dict[int, tuple[int, int]] = {}  # producer id -> (epoch, next sequence)
         lossy_ok = bool(part.unclean_at)
+        ours = self.sim_producer_ids
         for base in sorted(batches):
             h, _ = batches[base]
             if h.producer_id < 0 or h.base_sequence < 0:
                 continue
-            nxt = expected.get(h.producer_id, 0)
+            epoch, nxt = state.get(h.producer_id, (h.producer_epoch, 0))
+            if h.producer_epoch < epoch:
+                part.fail("5", now, f"producer {h.producer_id}: batch at offset {base} has epoch {h.producer_epoch} after epoch {epoch} (a fenced writer landed)")
+                continue
+            if h.producer_epoch > epoch:
+                epoch, nxt = h.producer_epoch, 0
             if h.base_sequence != nxt and not (lossy_ok and h.base_sequence > nxt):
                 kind = "duplicate" if h.base_sequence < nxt else "gap/reorder"
-                part.fail("5", now, f"producer {h.producer_id}: batch at offset {base} has sequence {h.base_sequence}, expected {nxt} ({kind})")
-            expected[h.producer_id] = max(nxt, h.base_sequence + h.record_count)
-            for i in range(h.record_count):
-                if values.get(base + i) != record_value(h.producer_id, h.base_sequence + i):
-                    part.fail("5", now, f"offset {base + i}: value {values.get(base + i)!r} is not producer {h.producer_id} sequence {h.base_sequence + i}")
+                part.fail("5", now, f"producer {h.producer_id} epoch {epoch}: batch at offset {base} has sequence {h.base_sequence}, expected {nxt} ({kind})")
+            state[h.producer_id] = (epoch, max(nxt, h.base_sequence + h.record_count))
+            if h.producer_id in ours:
+                for i in range(h.record_count):
+                    if values.get(base + i) != record_value(h.producer_id, h.base_sequence + i):
+                        part.fail("5", now, f"offset {base + i}: value {values.get(base + i)!r} is not producer {h.producer_id} sequence {h.base_sequence + i}")
         if not lossy_ok:  # an unclean election may lose acknowledged batches: sequences then break
             for anomaly in part.producer_anomalies:
                 part.fail("5", now, anomaly)

@@ -218,6 +218,7 @@ class Producer(Client, _Metadata):
     def _producer_id_done(self, response: Message | None, kind: str) -> None:
         if isinstance(response, InitProducerIdResponse) and response.error_code == 0:
             self.producer_id = response.producer_id
+            self.sim.history.sim_producer_ids.add(self.producer_id)
             self.sim.trace(f"{self.name} got producer id {self.producer_id}")
             self.refresh_metadata()
         else:

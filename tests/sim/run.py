@@ -11,6 +11,7 @@ Exit status 1 when any seed violates an invariant.
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import sys
 import time
@@ -33,8 +34,15 @@ def parse_seeds(spec: str) -> list[int]:
     return out
 
 
+def quiet_logs(verbose: int = 0) -> None:
+    """The drivers log what an operator would want to see; in a simulated run that is
+    noise (``--verbose`` traces the run instead)."""
+    logging.getLogger("kcoord").setLevel(logging.WARNING if verbose >= 2 else logging.CRITICAL)
+
+
 def _one(args: tuple) -> tuple[int, bool, str, float]:
     seed, kind, mode, events, ms = args
+    quiet_logs()
     started = time.perf_counter()
     result = run_seed(seed, kind, mode, events, 0, ms)
     return seed, result.ok, result.report() if not result.ok else result.summary(), time.perf_counter() - started
@@ -75,6 +83,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--jobs", "-j", type=int, default=1, help=f"processes (default 1; this machine has {os.cpu_count()} cores)")
     ap.add_argument("--verbose", "-v", action="count", default=0, help="print traced events (-vv: every message too)")
     args = ap.parse_args(argv)
+    quiet_logs(args.verbose)
     if args.seed is not None:
         result = run_seed(args.seed, args.kind, args.mode, args.events, args.verbose, args.ms)
         print(result.report() if not result.ok else result.summary())

@@ -90,3 +90,14 @@ def test_unbound_placement_lets_ray_place_replicas():
     placement = BrokerBinding({}, alive={"a", "b"})
     d = placement.decide(0, [[0, 1, 2]])
     assert d.node is None and not d.wait
+
+
+def test_a_broker_whose_node_holds_the_only_copy_waits_for_it():
+    """Seeds 69 and 77 of the cluster simulation: an RF=1 partition's broker lost its node,
+    was re-bound to a spare node, and its replica there -- empty, but still the ISR --
+    was elected: acknowledged records were gone. A broker still in an ISR or ELR is not
+    moved; it waits for its node as a Kafka broker's partitions wait for it."""
+    placement = BrokerBinding({0: "a", 1: "b"}, alive={"b", "spare"})
+    d = placement.decide(0, [[0], [1]], movable=False)
+    assert d.wait and placement.binding[0] == "a" and placement.rebinds == 0
+    assert placement.decide(0, [[0], [1]], movable=True).node == "spare"
