@@ -182,9 +182,10 @@ class Log(BaseLog):
             report.notes.append(f"leader epoch checkpoint ignored: {exc}")
             entries = None
         if entries == [] and self.log_end_offset > self.log_start_offset:
-            # Every batch carries an epoch >= 0, so a log with batches has epochs: this
-            # checkpoint was cleared for data that then survived (a crash inside
-            # truncate_fully_and_start_at).
+            # Batches written through a leader carry an epoch >= 0, so a log with batches
+            # has epochs: this checkpoint was cleared for data that then survived (a crash
+            # inside truncate_fully_and_start_at). (A log of unstamped batches, epoch -1,
+            # has none either; rebuilding finds none again: harmless, one header walk.)
             report.notes.append("leader epoch checkpoint empty for a non-empty log")
             entries = None
         if entries is None:
