@@ -69,6 +69,7 @@ class AckedBatch:
     count: int
     base_offset: int  # -1 when the leader only knew it was a duplicate of an older batch
     acked_ms: int
+    leader_epoch: int = -1  # of the leader that acknowledged it
 
 
 @dataclass
@@ -110,6 +111,7 @@ class PartitionHistory:
         self.producer_anomalies: list[str] = []
         self.reader_hw: dict[str, int] = {}
         self.unclean_at: list[int] = []
+        self.unclean_epoch = -1  # the newest leader epoch that began with an unclean election
         self.stored: PartitionState | None = None
 
     def fail(self, invariant: str, now: int, message: str) -> None:
@@ -144,7 +146,7 @@ class PartitionHistory:
         for pos, h in records.iter_headers(data):
             batch = bytes(data[pos : pos + h.size])
             prev = self.committed.get(h.base_offset)
-            if prev is not None and prev.data != batch and prev.strong and not self._unclean_since(prev.at_ms):
+            if prev is not None and prev.data != batch and prev.strong and not self.voided(prev.at_ms, prev.epoch) and epoch >= self.unclean_epoch:
                 self.fail(
                     "2",
                     now,
@@ -176,50 +178,62 @@ class PartitionHistory:
     def on_acked(self, batch: AckedBatch) -> None:
         self.acked.append(batch)
 
+    def voided(self, at_ms: int, epoch: int) -> bool:
+        """Whether an unclean election may have lost what was written (or acknowledged, or
+        committed) at ``at_ms`` by the leader of ``epoch``: any election of a replica from
+        outside the ISR after it, or one whose new epoch is above that leader's (a deposed
+        leader that did not know yet still acknowledges at its old epoch)."""
+        return any(t >= at_ms for t in self.unclean_at) or epoch < self.unclean_epoch
+
     def _unclean_since(self, at_ms: int) -> bool:
         return any(t >= at_ms for t in self.unclean_at)
 
 
 class GroupHistory:
-    """Invariant 6: per (group, partition), the newest generation that got a commit
-    acknowledged and the highest offset acknowledged in it; a fetch sent later must not
-    return less, unless what it returns is an offset a newer generation committed."""
+    """Invariant 6, per (group, partition). Commits are numbered in the order members sent
+    them. A fetch sent at time t must return the offset of the latest-sent commit that had
+    been acknowledged by t, or of one sent after it (it may have been applied meanwhile) --
+    never an older one: that would be a commit the coordinator lost (a load that skipped
+    it) or one of a fenced generation or coordinator landing after a newer one."""
 
     def __init__(self, history: "History") -> None:
         self.history = history
-        self.attempted: dict[tuple[str, tuple[str, int]], list[tuple[int, int]]] = {}
-        self.acked: dict[tuple[str, tuple[str, int]], tuple[int, int]] = {}
+        # (group, tp) -> [(offset, generation, acked)] in the order sent
+        self.commits: dict[tuple[str, tuple[str, int]], list[list]] = {}
         self.owners: dict[tuple[str, int], dict[tuple[str, int], str]] = {}
         self.commits_acked = 0
         self.fetches_checked = 0
 
-    def floor(self, group: str, tp: tuple[str, int]) -> tuple[int, int]:
-        return self.acked.get((group, tp), (-1, -1))
+    def floor(self, group: str, tp: tuple[str, int]) -> int:
+        """Index of the latest-sent acknowledged commit (-1: none yet)."""
+        commits = self.commits.get((group, tp), ())
+        for i in range(len(commits) - 1, -1, -1):
+            if commits[i][2]:
+                return i
+        return -1
 
-    def on_commit_sent(self, group: str, tp: tuple[str, int], offset: int, generation: int) -> None:
-        self.attempted.setdefault((group, tp), []).append((offset, generation))
+    def on_commit_sent(self, group: str, tp: tuple[str, int], offset: int, generation: int) -> int:
+        commits = self.commits.setdefault((group, tp), [])
+        commits.append([offset, generation, False])
+        return len(commits) - 1
 
-    def on_commit_acked(self, group: str, tp: tuple[str, int], offset: int, generation: int, now: int) -> None:
+    def on_commit_acked(self, group: str, tp: tuple[str, int], index: int, now: int) -> None:
         self.commits_acked += 1
-        gen, best = self.acked.get((group, tp), (-1, -1))
-        if generation > gen:
-            self.acked[(group, tp)] = (generation, offset)
-        elif generation == gen:
-            self.acked[(group, tp)] = (gen, max(best, offset))
+        self.commits[(group, tp)][index][2] = True
 
-    def on_fetched(self, group: str, tp: tuple[str, int], offset: int, floor: tuple[int, int], sent: int, now: int) -> None:
+    def on_fetched(self, group: str, tp: tuple[str, int], offset: int, floor: int, sent: int, now: int) -> None:
         self.fetches_checked += 1
-        gen, best = floor
-        if offset >= best:
+        if floor < 0:
             return
-        newer = any(o == offset and g > gen for o, g in self.attempted.get((group, tp), ()))
-        if not newer:
-            self.history.fail(
-                "6",
-                now,
-                f"group {group} {tp[0]}-{tp[1]}: an offset fetch sent at {sent} ms returned {offset}, but {best} had been "
-                f"committed and acknowledged in generation {gen} before, and no newer generation committed {offset}",
-            )
+        commits = self.commits[(group, tp)]
+        if offset == commits[floor][0] or any(c[0] == offset for c in commits[floor + 1 :]):
+            return
+        self.history.fail(
+            "6",
+            now,
+            f"group {group} {tp[0]}-{tp[1]}: an offset fetch sent at {sent} ms returned {offset}, but the latest commit "
+            f"acknowledged before it was {commits[floor][0]} (generation {commits[floor][1]}), and no commit sent since was {offset}",
+        )
 
     def on_assignment(self, group: str, generation: int, member: str, owned: list[tuple[str, int]], now: int) -> None:
         owners = self.owners.setdefault((group, generation), {})
@@ -304,6 +318,7 @@ class History:
                 and p.leader not in before.elr
             ):
                 part.unclean_at.append(now)
+                part.unclean_epoch = max(part.unclean_epoch, p.leader_epoch)
                 self.sim.trace(f"{p.topic}-{p.partition}: unclean election of {p.leader} at epoch {p.leader_epoch}")
             part.stored = p
             if self.sim.tracing:
@@ -488,7 +503,7 @@ class History:
                 for i in range(h.record_count):
                     where_is.setdefault((h.producer_id, h.base_sequence + i), base + i)
         for a in part.acked:
-            if part._unclean_since(a.acked_ms):
+            if part.voided(a.acked_ms, a.leader_epoch):
                 continue
             for i in range(a.count):
                 seq = a.base_sequence + i
@@ -517,7 +532,7 @@ class History:
     def _check_committed(self, part: PartitionHistory, leader: int, batches: dict, now: int) -> None:
         for base in sorted(part.committed):
             c = part.committed[base]
-            if not c.strong or part._unclean_since(c.at_ms):
+            if not c.strong or part.voided(c.at_ms, c.epoch):
                 continue
             got = batches.get(base)
             if got is None or got[1] != c.data:

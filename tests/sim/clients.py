@@ -280,7 +280,7 @@ class Producer(Client, _Metadata):
                 b.acked = True
                 b.acked_offset = response.base_offset
                 if self.idempotent:
-                    self.sim.history.partition(self.tp).on_acked(AckedBatch(self.producer_id, b.seq, b.count, response.base_offset, now))
+                    self.sim.history.partition(self.tp).on_acked(AckedBatch(self.producer_id, b.seq, b.count, response.base_offset, now, response.leader_epoch))
             elif self.idempotent and response.base_offset >= 0 and b.acked_offset >= 0 and response.base_offset != b.acked_offset:
                 self.sim.history.fail("1", now, f"{self.name} batch seq {b.seq} acked at offset {b.acked_offset} and again at {response.base_offset}")
             self.pump()
@@ -524,21 +524,20 @@ class Member(Client):
         self._commit_in_flight = True
         self.commits += 1
         groups = self.sim.history.groups
-        for tp, off in offsets.items():
-            groups.on_commit_sent(self.group_id, tp, off, self.generation)
-        self.call(self.coordinator, req, OffsetCommitResponse, partial(self._committed, epoch, self.generation, offsets))
+        sent = {tp: groups.on_commit_sent(self.group_id, tp, off, self.generation) for tp, off in offsets.items()}
+        self.call(self.coordinator, req, OffsetCommitResponse, partial(self._committed, epoch, sent))
         # now and then, read back what is committed (invariant 6)
         if rng.random() < 0.3:
             self._fetch_offsets(epoch, list(offsets))
 
-    def _committed(self, epoch: int, generation: int, offsets: dict, response: Message | None, kind: str) -> None:
+    def _committed(self, epoch: int, sent: dict, response: Message | None, kind: str) -> None:
         self._commit_in_flight = False
         now = self.sim.kernel.now
         if isinstance(response, OffsetCommitResponse):
-            for (t, p), off in offsets.items():
+            for (t, p), index in sent.items():
                 code = response.topics.get(t, {}).get(p, response.error_code)
                 if code == E.NONE:
-                    self.sim.history.groups.on_commit_acked(self.group_id, (t, p), off, generation, now)
+                    self.sim.history.groups.on_commit_acked(self.group_id, (t, p), index, now)
             codes = {c for parts in response.topics.values() for c in parts.values()} | {response.error_code}
             if codes & {E.REBALANCE_IN_PROGRESS, E.ILLEGAL_GENERATION, E.UNKNOWN_MEMBER_ID}:
                 if epoch == self._epoch and self.alive:

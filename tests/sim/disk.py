@@ -186,6 +186,16 @@ class SimDisk:
         self._rules.append(rule)
         return rule
 
+    @property
+    def rules(self) -> list[Fault]:
+        """The rules still in force."""
+        return list(self._rules)
+
+    def remove_fault(self, rule: Fault) -> None:
+        """Take one rule of :meth:`fail` out (no-op if it already ran out)."""
+        if rule in self._rules:
+            self._rules.remove(rule)
+
     def clear_faults(self) -> None:
         self._rules.clear()
         self.fault_hook = None

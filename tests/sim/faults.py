@@ -137,20 +137,19 @@ class Nemesis:
         machine = self._pick(machines)
         if machine is None:
             return False
-        victims = [p for p in sim.replica_list if p.up and p.machine is machine]
-        if not all(sim.may_damage(p) for p in victims):
+        # every replica whose files are on this disk loses what was not synced, whether its
+        # process is running or not
+        on_disk = [p for p in sim.replica_list if p.machine is machine]
+        if not all(sim.may_damage(p) for p in on_disk):
             return False
+        victims = [p for p in on_disk if p.up]
         for p in victims:
             p.crash("lost power")
         machine.disk.power_loss()
         machine.up = False
         machine.power_losses += 1
-        for p in victims:
+        for p in on_disk:
             if p.spec.lossy:
-                sim.mark_damaged(p)
-        # also replicas of this machine that were down: their files lost unsynced data too
-        for p in sim.replica_list:
-            if not p.up and p.machine is machine and p.spec.lossy and p not in victims and sim.may_damage(p):
                 sim.mark_damaged(p)
         sim.trace(f"POWER LOSS {machine.id} ({len(victims)} replicas)")
         if sim.kernel.rng.random() < 0.8:
@@ -208,11 +207,13 @@ class Nemesis:
             op = "write"  # a failed fsync may drop unsynced pages: only where damage is allowed
         directory = proc.directory(proc.machine)
         machine = proc.machine
-        machine.disk.fail(op, f"{directory}/*", err, times=rng.choice([1, 3, None]))
+        rule = machine.disk.fail(op, f"{directory}/*", err, times=rng.choice([1, 3, None]))
         if op == "fsync" and proc.spec.lossy:
-            sim.mark_damaged(proc)  # conservatively: its unsynced pages may be gone
+            # A failed fsync drops the unsynced pages: damaged from when it fires until the
+            # replica has restarted on what was durable and caught up again.
+            sim.mark_damaged(proc, pending=(rule, proc.incarnation))
         sim.trace(f"STORAGE FAULT: {op} on {directory} fails with {errno.errorcode[err]}")
-        sim.kernel.after(rng.choice([300, 1500, 4000]), sim.repair_storage, proc, machine)
+        sim.kernel.after(rng.choice([300, 1500, 4000]), sim.repair_storage, proc, machine, rule)
         return True
 
     def _store(self) -> bool:

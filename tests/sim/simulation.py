@@ -190,6 +190,7 @@ class Simulation:
         self.nemesis = Nemesis(self)
         self.phase = "faults"
         self.damaged: set[tuple[str, int, int]] = set()
+        self.damage_pending: dict[tuple[str, int, int], tuple] = {}
         self._restart_gen: dict[str, int] = {}
         self._quiet_state: tuple | None = None
 
@@ -336,9 +337,9 @@ class Simulation:
         self.store.fail_rate = 0.0
         self.trace("METADATA STORE healthy again")
 
-    def repair_storage(self, proc: ReplicaProcess, machine: Machine) -> None:
+    def repair_storage(self, proc: ReplicaProcess, machine: Machine, rule: Any) -> None:
         """An operator fixes the disk and restarts the replica if its log went offline."""
-        machine.disk.clear_faults()
+        machine.disk.remove_fault(rule)
         if proc.up and proc.replica is not None and proc.replica.role == OFFLINE and proc.machine is machine:
             self.trace(f"operator restarts {proc.name} after its disk failed")
             proc.crash("restarted by the operator")
@@ -353,8 +354,14 @@ class Simulation:
         key = (proc.topic, proc.partition, proc.broker)
         return not any(d[:2] == proc.tp and d != key for d in self.damaged)
 
-    def mark_damaged(self, proc: ReplicaProcess) -> None:
-        self.damaged.add((proc.topic, proc.partition, proc.broker))
+    def mark_damaged(self, proc: ReplicaProcess, pending: tuple | None = None) -> None:
+        """``pending``: (fault rule, incarnation) of a failed fsync still to come: the
+        damage is not over before the rule fired and the process restarted (or the rule
+        was removed unfired)."""
+        key = (proc.topic, proc.partition, proc.broker)
+        self.damaged.add(key)
+        if pending is not None:
+            self.damage_pending[key] = pending
         self.trace(f"{proc.name} is damaged (may have lost unsynced records)")
 
     def is_damaged(self, proc: ReplicaProcess) -> bool:
@@ -365,6 +372,12 @@ class Simulation:
         key = (proc.topic, proc.partition, proc.broker)
         if key not in self.damaged or proc.replica is None or proc.replica.role in ("none", OFFLINE):
             return
+        pending = self.damage_pending.get(key)
+        if pending is not None:
+            rule, incarnation = pending
+            if (rule.fired == 0 and rule in proc.machine.disk.rules) or (rule.fired > 0 and proc.incarnation == incarnation):
+                return  # the failed fsync has not happened yet, or its damage not surfaced
+            del self.damage_pending[key]
         frontier = max(
             (p.replica.hw for p in self.replica_list if p.tp == proc.tp and p.up and p.replica is not None and p.replica.role != OFFLINE),
             default=0,
