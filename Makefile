@@ -4,8 +4,10 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.kcoord-installed
 DURATION ?= 60
+SEEDS ?= 1000
+JOBS ?= 0
 
-.PHONY: demo test unit chaos bench clean-venv
+.PHONY: demo test unit sim chaos bench clean-venv
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -19,8 +21,14 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(BIN)/python -m pytest
 
+# Fast iteration: the unit tests and a sample of 100 simulation seeds.
 unit: $(STAMP)
-	$(BIN)/python -m pytest tests/unit tests/sim
+	KCOORD_SIM_SEEDS=100 $(BIN)/python -m pytest tests/unit tests/sim
+
+# The cluster simulation over SEEDS seeds (a count, a range 5000-5999, or a list 17,42) on
+# JOBS processes (0: every core); a failing seed prints the command that replays it.
+sim: $(STAMP)
+	$(BIN)/python -m tests.sim.run --seeds $(SEEDS) --jobs $(if $(filter 0,$(JOBS)),$$(nproc),$(JOBS))
 
 chaos: $(STAMP)
 	KCOORD_CHAOS_SECONDS=$(DURATION) $(BIN)/python -m pytest -m chaos tests/chaos -s

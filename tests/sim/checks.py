@@ -70,6 +70,7 @@ class AckedBatch:
     base_offset: int  # -1 when the leader only knew it was a duplicate of an older batch
     acked_ms: int
     leader_epoch: int = -1  # of the leader that acknowledged it
+    promised: bool = True  # whether the ISR it was committed under made it a promise
 
 
 @dataclass
@@ -108,7 +109,7 @@ class PartitionHistory:
         self.consumed: dict[int, tuple[bytes, bool]] = {}
         self.consumer_batches = 0
         self.acked: list[AckedBatch] = []
-        self.producer_anomalies: list[str] = []
+        self.producer_anomalies: list[tuple[int, str]] = []  # (producer id, what happened)
         self.reader_hw: dict[str, int] = {}
         self.unclean_at: list[int] = []
         self.unclean_epoch = -1  # the newest leader epoch that began with an unclean election
@@ -170,12 +171,20 @@ class PartitionHistory:
             self.consumed[h.base_offset] = (batch, strong)
 
     def on_reader_hw(self, reader: str, broker: int, hw: int, now: int) -> None:
-        seen = self.reader_hw.get(reader, 0)
+        """The HW a reader is shown never goes back -- as far as it was reached with the
+        durability promise (a HW only a lone copy of a page-cache topic stood behind may
+        be lost with that copy, and the HW with it)."""
+        seen = self.reader_hw.get(reader, 0)  # the promised part of the highest HW it was shown
         if hw < seen and not self.unclean_at:
             self.fail("4", now, f"{reader} saw the HW go back from {seen} to {hw} (served by broker {broker})")
-        self.reader_hw[reader] = max(seen, hw)
+        self.reader_hw[reader] = max(seen, min(hw, self.strong_hw))
 
     def on_acked(self, batch: AckedBatch) -> None:
+        """An acks=all success. It is a promise if the HW that acknowledged it moved under an
+        ISR big enough (see :meth:`strong`), which the commit record of its offset says."""
+        c = self.committed.get(batch.base_offset) if batch.base_offset >= 0 else None
+        if c is not None and not c.strong:
+            batch.promised = False
         self.acked.append(batch)
 
     def voided(self, at_ms: int, epoch: int) -> bool:
@@ -503,7 +512,7 @@ class History:
                 for i in range(h.record_count):
                     where_is.setdefault((h.producer_id, h.base_sequence + i), base + i)
         for a in part.acked:
-            if part.voided(a.acked_ms, a.leader_epoch):
+            if not a.promised or part.voided(a.acked_ms, a.leader_epoch):
                 continue
             for i in range(a.count):
                 seq = a.base_sequence + i
@@ -577,8 +586,9 @@ class History:
                     if values.get(base + i) != record_value(h.producer_id, h.base_sequence + i):
                         part.fail("5", now, f"offset {base + i}: value {values.get(base + i)!r} is not producer {h.producer_id} sequence {h.base_sequence + i}")
         if not lossy_ok:  # an unclean election may lose acknowledged batches: sequences then break
-            for anomaly in part.producer_anomalies:
-                part.fail("5", now, anomaly)
+            for pid, anomaly in part.producer_anomalies:
+                if all(a.promised for a in part.acked if a.producer_id == pid):
+                    part.fail("5", now, anomaly)
 
 
 def _first_difference(a: bytes, b: bytes) -> str:

@@ -292,7 +292,7 @@ class Producer(Client, _Metadata):
             # Every earlier batch had been acknowledged when this one was sent, so the
             # leader must know our last sequence: it lost an acknowledged batch.
             self.fatal = f"{self.name}: leader {broker} answered OUT_OF_ORDER_SEQUENCE_NUMBER for seq {b.seq}, sent after every earlier batch was acked: {response.error_message}"
-            self.sim.history.partition(self.tp).producer_anomalies.append(self.fatal)
+            self.sim.history.partition(self.tp).producer_anomalies.append((self.producer_id, self.fatal))
             self.sim.trace(self.fatal)
             return
         if not self.idempotent and kind == OK and code is not None and code not in RETRIABLE_METADATA and code not in (
