@@ -203,6 +203,8 @@ class Producer(Client, _Metadata):
         self.fatal: str | None = None
         self.sends = 0
         self._retry_at = 0
+        self._first_unacked = 0  # batches before it are all acknowledged
+        self._in_flight = 0
         self._init_metadata(spec.name, partition)
 
     def start(self) -> None:
@@ -224,12 +226,18 @@ class Producer(Client, _Metadata):
         else:
             self.later(self.sim.config.client_backoff_ms, self._ask_producer_id)
 
+    def _advance(self) -> None:
+        while self._first_unacked < len(self.batches) and self.batches[self._first_unacked].acked:
+            self._first_unacked += 1
+
     @property
     def idle(self) -> bool:
-        return self.fatal is not None or all(b.acked for b in self.batches)
+        self._advance()
+        return self.fatal is not None or self._first_unacked == len(self.batches)
 
     def unacked(self) -> int:
-        return sum(1 for b in self.batches if not b.acked)
+        self._advance()
+        return sum(1 for b in self.batches[self._first_unacked :] if not b.acked)
 
     def send_new(self) -> None:
         """The application calls send(): one new batch of 1..max_batch records."""
@@ -254,8 +262,9 @@ class Producer(Client, _Metadata):
     def pump(self) -> None:
         if self.fatal is not None or self.producer_id < 0 or self.sim.kernel.now < self._retry_at or self.leader < 0:
             return
-        in_flight = sum(1 for b in self.batches if b.in_flight)
-        for b in self.batches:
+        self._advance()
+        in_flight = sum(1 for b in self.batches[self._first_unacked :] if b.in_flight)
+        for b in self.batches[self._first_unacked :]:
             if in_flight >= self.max_in_flight:
                 break
             if b.acked or b.in_flight:
@@ -269,7 +278,7 @@ class Producer(Client, _Metadata):
         b.attempts += 1
         self.sends += 1
         req = ProduceRequest(self.topic, self.partition, b.data, acks=self.acks, timeout_ms=cfg.produce_timeout_ms, current_leader_epoch=self.leader_epoch)
-        predecessors_acked = all(x.acked for x in self.batches if x.seq < b.seq)
+        predecessors_acked = all(x.acked for x in self.batches[self._first_unacked :] if x.seq < b.seq)
         self.call(self.leader_name(), req, ProduceResponse, partial(self._done, b, self.leader, predecessors_acked), cfg.produce_timeout_ms + cfg.call_timeout_ms)
 
     def _done(self, b: PendingBatch, broker: int, predecessors_acked: bool, response: Message | None, kind: str) -> None:

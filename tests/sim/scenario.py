@@ -60,6 +60,7 @@ class TopicSpec:
             "replica.fetch.backoff.ms": "50",
             "replica.high.watermark.checkpoint.interval.ms": "500",
             "segment.bytes": "4096",
+            "index.interval.bytes": "256",
         }
         if self.mode == "fsync":
             cfg["flush.messages"] = "1"

@@ -56,8 +56,8 @@ class SimConfig:
     seed: int = 0
     kind: str | None = None  # "replication" or "groups"; None lets the seed choose
     mode: str | None = None  # durability of every replicated topic; None lets the seed choose
-    max_events: int = 6_000  # the fault phase ends after this many events...
-    fault_ms: int = 8_000  # ...or this much simulated time
+    max_events: int = 4_000  # the fault phase ends after this many events...
+    fault_ms: int = 6_000  # ...or this much simulated time
     heal_timeout_ms: int = 60_000
     call_timeout_ms: int = 1000  # the drivers' per-call timeouts, scaled down for the sim
     produce_timeout_ms: int = 1500
