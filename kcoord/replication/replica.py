@@ -143,7 +143,14 @@ class Replica(LeaderServing, FollowerLoop):
         if self.role is OFFLINE:
             self._answer_offline(request, token)
             return
-        handler(request, token, now_ms)
+        try:
+            handler(request, token, now_ms)
+        except BaseException as exc:
+            if not is_storage_error(exc):
+                raise
+            self._storage_failed(exc)
+            if not any(isinstance(a, Reply) and a.token == token for a in self._out):
+                self._answer_offline(request, token)
 
     # Typed shorthands for tests and tools; the driver uses handle().
     def produce(self, req: ProduceRequest, token: Any, now_ms: int) -> list[Action]:

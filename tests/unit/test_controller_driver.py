@@ -1,0 +1,202 @@
+"""ControllerDriver without Ray: a scripted transport and store, a manual clock.
+
+The rule under test: a decision is announced only once persisted, and a store write that
+fails makes the driver drop its core and reload from the store, so that nothing the failed
+write described is ever announced and no leader epoch is handed to two leaders.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+from typing import Callable
+
+from kcoord.protocol import names
+from kcoord.protocol.controller import (
+    AlterPartitionRequest,
+    CreateTopicsRequest,
+    HeartbeatResponse,
+    LeaderAndIsrRequest,
+    LeaderAndIsrResponse,
+    MetadataRequest,
+)
+from kcoord.protocol.errors import ErrorCode
+from kcoord.replication.controller import ControllerConfig
+from kcoord.replication.controller_driver import CREATED, ControllerDriver, StoreFailure
+from kcoord.replication.metadata import PartitionState, partition_key
+from kcoord.runtime import Outcome
+
+CLUSTER = "c"
+
+
+class ManualClock:
+    def __init__(self) -> None:
+        self.now = 1_000
+        self._heap: list = []
+        self._seq = itertools.count()
+
+    def now_ms(self) -> int:
+        return self.now
+
+    def call_at(self, at_ms: int, fn: Callable[[], None]):
+        entry = [max(at_ms, self.now), next(self._seq), fn, False]
+        heapq.heappush(self._heap, entry)
+
+        class Handle:
+            def cancel(self_inner) -> None:
+                entry[3] = True
+
+        return Handle()
+
+    def run_until(self, when: int) -> None:
+        while self._heap and self._heap[0][0] <= when:
+            at, _, fn, cancelled = heapq.heappop(self._heap)
+            self.now = max(self.now, at)
+            if not cancelled:
+                fn()
+        self.now = max(self.now, when)
+
+
+class Store:
+    """A dict; ``fail_next`` makes the next write raise (applied or not)."""
+
+    def __init__(self) -> None:
+        self.data: dict[str, bytes] = {}
+        self.fail_next: list[bool] = []  # each entry: whether the failing write lands anyway
+
+    def get(self, key):
+        return self.data.get(key)
+
+    def keys(self, prefix=""):
+        return sorted(k for k in self.data if k.startswith(prefix))
+
+    def _write(self, key, value):
+        if self.fail_next:
+            applied = self.fail_next.pop(0)
+            if applied:
+                self._apply(key, value)
+            raise StoreFailure(f"write of {key} failed")
+        self._apply(key, value)
+
+    def _apply(self, key, value):
+        if value is None:
+            self.data.pop(key, None)
+        else:
+            self.data[key] = value
+
+    def put(self, key, value):
+        self._write(key, value)
+
+    def delete(self, key):
+        self._write(key, None)
+
+
+class Replicas:
+    """Replica actors that answer heartbeats as alive and accept every LeaderAndIsr; what
+    each was told is recorded."""
+
+    def __init__(self, clock: ManualClock) -> None:
+        self.clock = clock
+        self.told: list[LeaderAndIsrRequest] = []
+        self.dead: set[int] = set()
+
+    def ensure(self, replica, config, node, replace_if_stuck):
+        return CREATED
+
+    def delete(self, replica, done):
+        self.clock.call_at(self.clock.now + 1, done)
+
+    def call(self, target, method, request, response_type, timeout_ms, on_done, *, probe_after_ms=None):
+        broker = int(target.rsplit("/", 1)[1])
+        if broker in self.dead:
+            self.clock.call_at(self.clock.now + 1, lambda: on_done(None, Outcome.DEAD))
+            return
+        if method == "leader_and_isr":
+            self.told.append(request)
+            self.clock.call_at(self.clock.now + 1, lambda: on_done(LeaderAndIsrResponse(), Outcome.OK))
+        elif method == "heartbeat":
+            topic, partition = target.split("/")[2], int(target.split("/")[3])
+            status = HeartbeatResponse(topic=topic, partition=partition, broker=broker, incarnation=f"b{broker}")
+            self.clock.call_at(self.clock.now + 1, lambda: on_done(status, Outcome.OK))
+
+
+def make_driver(store: Store, clock: ManualClock, replicas: Replicas) -> ControllerDriver:
+    config = ControllerConfig(heartbeat_interval_ms=100, session_timeout_ms=1000, replica_startup_grace_ms=0, auto_leader_rebalance=False)
+    d = ControllerDriver(CLUSTER, [0, 1, 2], store=store, transport=replicas, clock=clock, replicas=replicas, config=config, boot_retry_ms=50)
+    d.start()
+    return d
+
+
+def serve(d: ControllerDriver, clock: ManualClock, request) -> object:
+    out = []
+    d.serve(request, out.append)
+    clock.run_until(clock.now + 50)
+    return out[0]
+
+
+def stored(store: Store) -> PartitionState:
+    return PartitionState.decode(store.data[partition_key("t", 0)])
+
+
+def test_nothing_a_failed_store_write_describes_is_announced_and_no_epoch_is_reused():
+    clock, store = ManualClock(), Store()
+    replicas = Replicas(clock)
+    d = make_driver(store, clock, replicas)
+    created = serve(d, clock, CreateTopicsRequest(name="t", partitions=1, replication_factor=3, assignment={0: [0, 1, 2]}))
+    assert created.error_code == 0
+    assert stored(store).leader == 0 and stored(store).leader_epoch == 0
+    epoch_before = d.core.controller_epoch
+    # leader 0 dies; the election's write is refused
+    replicas.dead.add(0)
+    replicas.told.clear()
+    store.fail_next = [False]
+    clock.run_until(clock.now + 3_000)
+    # whatever was announced was persisted first, and one epoch never has two leaders
+    announced = {}
+    for req in replicas.told:
+        assert req.leader_epoch <= stored(store).leader_epoch, f"announced epoch {req.leader_epoch}, stored {stored(store).leader_epoch}"
+        announced.setdefault(req.leader_epoch, set()).add(req.leader)
+    assert all(len(leaders) == 1 for leaders in announced.values()), announced
+    assert d.resigns == 1 and d.booted, "the driver reloaded from the store and carries on"
+    assert d.core.controller_epoch > epoch_before
+    p = stored(store)
+    assert p.leader in (1, 2) and p.leader_epoch >= 1
+
+
+def test_a_request_whose_write_failed_gets_an_unknown_outcome_and_the_truth_comes_after():
+    clock, store = ManualClock(), Store()
+    replicas = Replicas(clock)
+    d = make_driver(store, clock, replicas)
+    serve(d, clock, CreateTopicsRequest(name="t", partitions=1, replication_factor=3, assignment={0: [0, 1, 2]}))
+    clock.run_until(clock.now + 500)
+    p = stored(store)
+    store.fail_next = [True]  # the ISR change times out but lands
+    answer = serve(d, clock, AlterPartitionRequest("t", 0, leader=p.leader, leader_epoch=p.leader_epoch, partition_epoch=p.partition_epoch, new_isr=[0, 1]))
+    assert answer.error_code == ErrorCode.REQUEST_TIMED_OUT, "unknown outcome, not a refusal"
+    clock.run_until(clock.now + 2_000)
+    assert stored(store).isr == [0, 1]
+    # the reloaded controller tells the leader what the store holds
+    assert any(r.leader == 0 and r.isr == [0, 1] for r in replicas.told if r.partition_epoch == stored(store).partition_epoch)
+
+
+def test_requests_wait_for_the_boot_and_a_failed_store_read_is_retried():
+    clock, store = ManualClock(), Store()
+    replicas = Replicas(clock)
+
+    class Unreadable(Store):
+        fails = 2
+
+        def keys(self, prefix=""):
+            if self.fails:
+                self.fails -= 1
+                raise StoreFailure("GCS unavailable")
+            return super().keys(prefix)
+
+    store = Unreadable()
+    d = make_driver(store, clock, replicas)
+    out = []
+    d.serve(MetadataRequest(), out.append)
+    assert out == [] and not d.booted
+    clock.run_until(clock.now + 500)
+    assert d.booted and out and out[0].error_code == 0
+    assert names.controller(CLUSTER) == "c/controller"
