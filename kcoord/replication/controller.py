@@ -41,6 +41,7 @@ from .controller_actions import (
     DeleteReplica,
     Persist,
     ReplicaId,
+    Reply,
     SendHeartbeat,
     SendLeaderAndIsr,
 )
@@ -238,6 +239,28 @@ class ControllerState:
         return actions
 
     # ------------------------------------------------------------------------------------
+    # requests
+    # ------------------------------------------------------------------------------------
+    def handle(self, request: Any, token: Any, now_ms: int) -> list[ControllerAction]:
+        """Any request the controller serves (Metadata, CreateTopics, DeleteTopics,
+        AlterPartition, InitProducerId). Returns the actions it decided, ending with the
+        :class:`Reply` for ``token`` (after the Persists it depends on). The typed methods
+        below are the same, for tests."""
+        if isinstance(request, MetadataRequest):
+            return [Reply(token, self.metadata(request))]
+        if isinstance(request, CreateTopicsRequest):
+            response, actions = self.create_topic(request, now_ms)
+        elif isinstance(request, DeleteTopicsRequest):
+            response, actions = self.delete_topic(request, now_ms)
+        elif isinstance(request, AlterPartitionRequest):
+            response, actions = self.alter_partition(request, now_ms)
+        elif isinstance(request, InitProducerIdRequest):
+            response, actions = self.init_producer_id(request)
+        else:
+            raise TypeError(f"the controller does not serve {type(request).__name__}")
+        return [*actions, Reply(token, response)]
+
+    # ------------------------------------------------------------------------------------
     # metadata & admin
     # ------------------------------------------------------------------------------------
     def metadata(self, req: MetadataRequest) -> MetadataResponse:
@@ -250,9 +273,7 @@ class ControllerState:
                 continue
             parts = [self.partitions[(name, i)] for i in range(topic.num_partitions)]
             offline = {p.partition: [b for b in p.replicas if not self.detector.is_alive(ReplicaId(name, p.partition, b))] for p in parts}
-            md = topic_metadata(topic, parts, offline)
-            md.config = self._effective_config(topic)
-            out.append(md)
+            out.append(topic_metadata(topic, parts, offline, self._effective_config(topic)))
         assert self.cluster is not None
         return MetadataResponse(
             cluster=self.name,
@@ -283,9 +304,7 @@ class ControllerState:
                 actions += self._ensure_replica(rid, now_ms)
         for p in parts:
             actions += self._send_state(p, p.replicas)
-        md = topic_metadata(topic, parts)
-        md.config = config
-        return CreateTopicsResponse(topic=md), actions
+        return CreateTopicsResponse(topic=topic_metadata(topic, parts, config=config)), actions
 
     def delete_topic(self, req: DeleteTopicsRequest, now_ms: int) -> tuple[DeleteTopicsResponse, list[ControllerAction]]:
         topic = self.topics.get(req.name)

@@ -7,8 +7,9 @@ before anything after it runs, which is how "persist before telling anyone" hold
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
+from ..protocol.codec import Message
 from ..protocol.controller import HeartbeatRequest, LeaderAndIsrRequest
 
 
@@ -62,4 +63,14 @@ class SendHeartbeat:
     request: HeartbeatRequest
 
 
-ControllerAction = Persist | CreateReplica | DeleteReplica | SendLeaderAndIsr | SendHeartbeat
+@dataclass(frozen=True)
+class Reply:
+    """Answer the request ``token`` with ``response``. It comes after the Persist actions
+    the answer depends on; a topic creation or deletion is answered once the replicas
+    were told (the shell waits for the batch's calls)."""
+
+    token: Any
+    response: Message
+
+
+ControllerAction = Persist | CreateReplica | DeleteReplica | SendLeaderAndIsr | SendHeartbeat | Reply

@@ -51,7 +51,7 @@ from ..protocol.errors import ErrorCode
 from ..runtime import Alarm, Clock, Outcome, ReplyFn, Transport
 from .controller import ControllerConfig, ControllerState
 from .placement import PLACEMENT_KEY
-from .controller_actions import CreateReplica, DeleteReplica, Persist, ReplicaId, SendHeartbeat, SendLeaderAndIsr
+from .controller_actions import CreateReplica, DeleteReplica, Persist, ReplicaId, Reply, SendHeartbeat, SendLeaderAndIsr
 
 logger = logging.getLogger("kcoord.controller")
 
@@ -143,6 +143,7 @@ class ControllerDriver:
         self.resigns = 0
         self.store_failures = 0
         self._queued: list[tuple[Message, ReplyFn]] = []
+        self._tokens = 0
         self._on_boot: list[Callable[[], None]] = []
         self._alarm = Alarm(clock, self._on_alarm, idle_ms=idle_wake_ms)
         self._boot_timer: Any = None
@@ -221,18 +222,22 @@ class ControllerDriver:
     # ======================================================================================
     # performing actions
     # ======================================================================================
-    def _perform(self, actions: list, on_complete: Callable[[], None] | None = None) -> bool:
+    def _perform(self, actions: list, replies: dict | None = None) -> bool:
         """Run ``actions`` in order. Returns False if a store write failed (the driver
-        resigned and the rest was not run). ``on_complete`` runs once every LeaderAndIsr and
-        DeleteReplica of the batch has finished (create/delete topic answer after that)."""
+        resigned and the rest was not run). A Reply answers its token through ``replies``
+        (token -> (reply function, whether it waits)): at once, or -- for a topic creation
+        or deletion -- once every LeaderAndIsr and DeleteReplica of the batch has finished."""
         core = self.core
         gen = self.generation
         pending = [1]
+        deferred: list[tuple] = []
 
         def one_done() -> None:
             pending[0] -= 1
-            if pending[0] == 0 and on_complete is not None:
-                on_complete()
+            if pending[0] == 0:
+                for reply, response in deferred:
+                    reply(response)
+                deferred.clear()
 
         for action in actions:
             if self.generation != gen or core is None:
@@ -259,6 +264,14 @@ class ControllerDriver:
             elif isinstance(action, DeleteReplica):
                 pending[0] += 1
                 self._replicas.delete(action.replica, one_done)
+            elif isinstance(action, Reply):
+                waiter = (replies or {}).pop(action.token, None)
+                if waiter is not None:
+                    reply, waits = waiter
+                    if waits:
+                        deferred.append((reply, action.response))
+                    else:
+                        reply(action.response)
             else:  # pragma: no cover - a new action kind this driver must learn
                 raise TypeError(f"unknown controller action {action!r}")
         one_done()
@@ -371,47 +384,22 @@ class ControllerDriver:
         if not self.booted or core is None:
             self._queued.append((request, reply))
             return
-        now = self._clock.now_ms()
+        if isinstance(request, DescribeClusterRequest):
+            reply(self._describe_cluster(core))
+            return
+        self._tokens += 1
+        token = self._tokens
+        waits = isinstance(request, (CreateTopicsRequest, DeleteTopicsRequest))
+        replies = {token: (reply, waits)}
         try:
-            if isinstance(request, MetadataRequest):
-                reply(core.metadata(request))
-                return
-            if isinstance(request, DescribeClusterRequest):
-                reply(self._describe_cluster(core))
-                return
-            if isinstance(request, CreateTopicsRequest):
-                response, actions = core.create_topic(request, now)
-                self._answer_after(actions, reply, response, wait=True, unknown="the topic may or may not have been created")
-            elif isinstance(request, DeleteTopicsRequest):
-                response, actions = core.delete_topic(request, now)
-                self._answer_after(actions, reply, response, wait=True, unknown="the topic may or may not have been deleted")
-            elif isinstance(request, AlterPartitionRequest):
-                response, actions = core.alter_partition(request, now)
-                self._answer_after(actions, reply, response, wait=False, unknown="the ISR change may or may not have been applied")
-            elif isinstance(request, InitProducerIdRequest):
-                response, actions = core.init_producer_id(request)
-                self._answer_after(actions, reply, response, wait=False, unknown="no producer id was allocated")
+            actions = core.handle(request, token, self._clock.now_ms())
         except Exception:
             logger.error("controller request %s failed:\n%s", type(request).__name__, traceback.format_exc())
             reply(response_type(ErrorCode.UNKNOWN_SERVER_ERROR, "internal error in controller; see its logs"))
-
-    def _answer_after(self, actions: list, reply: ReplyFn, response: Message, *, wait: bool, unknown: str) -> None:
-        """Perform ``actions``, then answer: at once (``wait`` False) or once their calls
-        finished. If a store write failed, the answer says the outcome is unknown."""
-        answered = [False]
-
-        def answer() -> None:
-            if not answered[0]:
-                answered[0] = True
-                reply(response)
-
-        ok = self._perform(actions, on_complete=answer if wait else None)
-        if not ok:
-            answered[0] = True
-            reply(type(response)(ErrorCode.REQUEST_TIMED_OUT, f"controller metadata store write failed; {unknown}"))
             return
-        if not wait:
-            answer()
+        if not self._perform(actions, replies) and replies:
+            # A store write failed before the answer: the change may or may not have landed.
+            reply(response_type(ErrorCode.REQUEST_TIMED_OUT, "controller metadata store write failed; the outcome is unknown, retry"))
         self._rearm()
 
     def _describe_cluster(self, core: ControllerState) -> DescribeClusterResponse:
@@ -435,7 +423,8 @@ class ControllerDriver:
             assert core is not None
             actions = core.rebalance_leaders(self._clock.now_ms())
             moved = sum(1 for a in actions if isinstance(a, Persist))
-            if not self._perform(actions, on_complete=lambda: done(moved)):
+            replies = {"rebalance": (lambda _: done(moved), True)}
+            if not self._perform([*actions, Reply("rebalance", None)], replies):
                 done(0)
             self._rearm()
 

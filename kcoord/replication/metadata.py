@@ -112,12 +112,18 @@ class ClusterState:
         return cls(**msgpack.unpackb(data, raw=False))
 
 
-def topic_metadata(topic: TopicState, partitions: list[PartitionState], offline: dict[int, list[int]] | None = None) -> TopicMetadata:
+def topic_metadata(
+    topic: TopicState,
+    partitions: list[PartitionState],
+    offline: dict[int, list[int]] | None = None,
+    config: dict[str, str] | None = None,
+) -> TopicMetadata:
+    """``config``: the effective config to report (defaults to the topic's own)."""
     offline = offline or {}
     return TopicMetadata(
         name=topic.name,
         partitions=[p.to_metadata(offline.get(p.partition)) for p in partitions],
-        config=dict(topic.config),
+        config=dict(topic.config if config is None else config),
         internal=topic.internal,
     )
 
