@@ -331,6 +331,7 @@ class GroupCoordinatorDriver:
         batch = batch_format.build_batch_columns(
             [v for _, v in records],
             [k for k, _ in records],
+            timestamp_ms=self._clock.now_ms(),
             producer_id=self.producer_id,
             producer_epoch=self.producer_epoch,
             base_sequence=self._next_sequence,
