@@ -68,7 +68,9 @@ def elect_leader(
         if candidates and all(alive(b) and b in leos for b in candidates):
             best = max(candidates, key=lambda b: (leos.get(b, -1), -p.replicas.index(b)))
             return Election(best, [best])
-    if unclean_allowed:
+    if unclean_allowed and not any(alive(b) for b in (*p.isr, *p.elr)):
+        # Unclean means no replica known to hold every acknowledged record is alive; while
+        # one is (just not trusted or heard from yet), wait for it instead.
         live = [b for b in p.replicas if alive(b)]
         if live:
             leos = log_end_offsets or {}

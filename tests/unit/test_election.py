@@ -126,3 +126,19 @@ def test_all_candidates_back_but_untrusted_longest_log_leads():
     assert (e.leader, e.isr) == (1, [1]), "2 is neither in the ISR nor the ELR: never a candidate"
     e = elect_leader(p, alive(0, 1), log_end_offsets={0: 9, 1: 9}, trusted=lambda b: False)
     assert e.leader == 0, "ties go to assignment order"
+
+
+def test_no_unclean_election_while_an_isr_member_is_alive_but_not_yet_heard():
+    """Sim seed 10010: a restarted controller found its lossy partition's leader restarted
+    (suspect, log lost) and the two other ISR members alive but not yet heard from (their log
+    ends unknown). With unclean election allowed it elected the empty replica -- the only
+    known log end -- and the others truncated everything. Unclean election is for when no
+    ISR or ELR member is alive; otherwise the partition waits for them."""
+    p = lossy_part(isr=(0, 1, 2), elr=())
+    trusted = lambda b: False  # noqa: E731 - 0 restarted; 1 and 2 have not answered yet
+    e = elect_leader(p, alive(0, 1, 2), unclean_allowed=True, log_end_offsets={0: 0}, trusted=trusted)
+    assert e.offline, "wait for the ISR members to answer"
+    e = elect_leader(p, alive(0, 1, 2), unclean_allowed=True, log_end_offsets={0: 0, 1: 51, 2: 51}, trusted=trusted)
+    assert e.leader == 1 and not e.unclean, "once they answered, the longest log of the ISR leads"
+    e = elect_leader(lossy_part(isr=(0,), elr=()), alive(1, 2), unclean_allowed=True, log_end_offsets={1: 3, 2: 5})
+    assert e.unclean and e.leader == 2, "no ISR member alive: unclean picks the longest live log"
