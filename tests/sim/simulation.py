@@ -378,9 +378,11 @@ class Simulation:
             if (rule.fired == 0 and rule in proc.machine.disk.rules) or (rule.fired > 0 and proc.incarnation == incarnation):
                 return  # the failed fsync has not happened yet, or its damage not surfaced
             del self.damage_pending[key]
+        # everything committed so far: the highest HW reached with the promise, and any
+        # live replica's HW now
         frontier = max(
-            (p.replica.hw for p in self.replica_list if p.tp == proc.tp and p.up and p.replica is not None and p.replica.role != OFFLINE),
-            default=0,
+            [self.history.parts[proc.tp].strong_hw]
+            + [p.replica.hw for p in self.replica_list if p.tp == proc.tp and p.up and p.replica is not None and p.replica.role != OFFLINE]
         )
         if proc.replica.log.log_end_offset >= frontier:
             self.damaged.discard(key)
