@@ -21,9 +21,10 @@ below the HW; what a leader committed with the promise, and what a reader was se
 still there; **5** each idempotent producer's records appear exactly once, in order.
 
 The promise (invariant 1): an acks=all record acknowledged while the ISR had at least
-``min.insync.replicas`` members -- and, for topics that do not fsync every append, at least
-two, since such a topic survives losing one copy's page cache, not all of them -- stays,
-unless an unclean election happened after it (which Kafka allows to lose it).
+``min.insync.replicas`` members stays, unless an unclean election happened after it (which
+Kafka allows to lose it). For topics that do not fsync every append the promise also needs
+``min.insync.replicas >= 2``: such a topic survives losing one copy's page cache, not all of
+them, and with 1 the controller may shrink the ISR to a single copy at any time.
 """
 
 from __future__ import annotations
@@ -119,9 +120,14 @@ class PartitionHistory:
         self.history.fail(invariant, now, f"{self.tp[0]}-{self.tp[1]}: {message}")
 
     def strong(self, isr_size: int) -> bool:
+        """Whether an acks=all write committed under an ISR of ``isr_size`` is promised.
+        Topics that fsync every append: ISR >= min.insync.replicas. Page-cache topics only
+        with min.insync.replicas >= 2 (README): with 1, the controller may shrink the ISR to
+        one replica at any time, and that replica's page cache is then the only copy."""
         spec = self.spec
-        need = spec.min_insync if not spec.lossy else max(spec.min_insync, 2)
-        return isr_size >= need
+        if spec.lossy and spec.min_insync < 2:
+            return False
+        return isr_size >= spec.min_insync
 
     # -- invariant 3 ------------------------------------------------------------------------
     def on_leader_append(self, broker: int, epoch: int, stamped: list[int], now: int) -> None:

@@ -347,12 +347,20 @@ class Simulation:
 
     # -- the failure model of page-cache topics ---------------------------------------------
     def may_damage(self, proc: ReplicaProcess) -> bool:
-        """Whether ``proc`` may lose unsynced data now: at most one damaged replica per
-        partition of a topic that does not fsync every append."""
+        """Whether ``proc`` may lose unsynced data now (topics that do not fsync every
+        append): at most one damaged replica per partition, and never the last member of
+        its ISR and ELR."""
         if not proc.spec.lossy:
             return True
         key = (proc.topic, proc.partition, proc.broker)
-        return not any(d[:2] == proc.tp and d != key for d in self.damaged)
+        if any(d[:2] == proc.tp and d != key for d in self.damaged):
+            return False
+        # The README's promise: a page cache loss is covered as long as not every ISR member
+        # loses it at once. Some other member of the ISR (or ELR) must keep its copy.
+        p = self.stored_partition(proc.topic, proc.partition)
+        if p is None:
+            return True
+        return any(b != proc.broker for b in (*p.isr, *p.elr))
 
     def mark_damaged(self, proc: ReplicaProcess, pending: tuple | None = None) -> None:
         """``pending``: (fault rule, incarnation) of a failed fsync still to come: the
