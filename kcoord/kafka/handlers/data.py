@@ -1,0 +1,231 @@
+"""Produce, Fetch and ListOffsets: Kafka's multi-partition requests fanned out to the
+partition leaders (one kcoord replica actor per partition), answered per partition."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+from kafka.protocol.consumer import FetchResponse, ListOffsetsResponse
+from kafka.protocol.producer import ProduceResponse
+
+from ... import records as R
+from ...protocol.errors import ErrorCode
+from ...protocol.replication import FetchRequest, ListOffsetsRequest, ProduceRequest
+from ..batches import to_kafka
+from ._base import ListenerContext
+
+logger = logging.getLogger("kcoord.kafka")
+E = ErrorCode
+
+
+# -- Produce (0) ---------------------------------------------------------------------------
+
+
+def _split_batches(data: bytes) -> tuple[list[bytes], int, str | None]:
+    """The v2 batches of a Produce partition's records: (batches, error, message)."""
+    if not data:
+        return [], E.INVALID_RECORD, "no record batch"
+    mv = memoryview(data)
+    out = []
+    pos = 0
+    while pos < len(data):
+        if len(data) - pos < R.HEADER_SIZE:
+            return [], E.CORRUPT_MESSAGE, f"truncated record batch at byte {pos}"
+        h = R.read_header(mv, pos)
+        if h.magic != R.KAFKA_FORMAT:
+            return [], E.INVALID_RECORD, f"record batch magic {h.magic}: Produce v3+ carries v2 (magic 2) batches"
+        if h.batch_length < R.HEADER_SIZE - R.LENGTH_PREFIX or pos + h.size > len(data):
+            return [], E.CORRUPT_MESSAGE, f"record batch at byte {pos} has length {h.batch_length}, {len(data) - pos} bytes left"
+        if h.attributes & (R.TRANSACTIONAL_BIT | R.CONTROL_BIT):
+            return [], E.INVALID_RECORD, "transactional and control batches are not supported (kcoord has no transactions)"
+        out.append(bytes(mv[pos : pos + h.size]))
+        pos += h.size
+    return out, 0, None
+
+
+async def produce(ctx: ListenerContext, conn: Any, req: Any, version: int) -> Any:
+    P = ProduceResponse
+    acks = req.acks
+    if req.transactional_id is not None:
+        return produce_error(req, version, E.INVALID_REQUEST, "kcoord has no transactions (transactional.id is set)")
+
+    async def one(topic: str, index: int, records: bytes | None) -> Any:
+        batches, code, message = _split_batches(records or b"")
+        base = -1
+        append_time = -1
+        log_start = -1
+        if not code and acks not in (0, 1, -1):
+            code, message = E.INVALID_REQUIRED_ACKS, f"acks must be 0, 1 or -1, got {acks}"
+        for batch in batches if not code else []:
+            resp = await ctx.backend.produce(ProduceRequest(topic=topic, partition=index, records=batch, acks=acks, timeout_ms=req.timeout_ms))
+            if resp.error_code:
+                code, message = resp.error_code, resp.error_message
+                break
+            if base < 0:
+                base = resp.base_offset
+            append_time = resp.log_append_time
+            log_start = resp.log_start_offset
+        if code and code not in (E.NOT_LEADER_OR_FOLLOWER, E.NOT_ENOUGH_REPLICAS, E.REQUEST_TIMED_OUT, E.LEADER_NOT_AVAILABLE):
+            logger.info("[kafka %s] produce to %s-%d: %s %s", conn.peer, topic, index, code, message)
+        return P.TopicProduceResponse.PartitionProduceResponse(
+            index=index,
+            error_code=code,
+            base_offset=base,
+            log_append_time_ms=append_time,
+            log_start_offset=log_start,
+            record_errors=[],
+            error_message=message if code else None,
+        )
+
+    topics = []
+    for td in req.topic_data:
+        parts = await asyncio.gather(*(one(td.name, pd.index, pd.records) for pd in td.partition_data))
+        topics.append(P.TopicProduceResponse(name=td.name, partition_responses=list(parts)))
+    if acks == 0:
+        return None
+    return P(responses=topics, throttle_time_ms=0)
+
+
+def produce_error(req: Any, version: int, code: int, message: str | None) -> Any:
+    P = ProduceResponse
+    if req is None:
+        return P(responses=[], throttle_time_ms=0)
+    if req.acks == 0:
+        return None
+    return P(
+        responses=[
+            P.TopicProduceResponse(
+                name=td.name,
+                partition_responses=[
+                    P.TopicProduceResponse.PartitionProduceResponse(index=pd.index, error_code=code, base_offset=-1, log_append_time_ms=-1, log_start_offset=-1, record_errors=[], error_message=message)
+                    for pd in td.partition_data
+                ],
+            )
+            for td in req.topic_data
+        ],
+        throttle_time_ms=0,
+    )
+
+
+# -- Fetch (1) -----------------------------------------------------------------------------
+
+
+async def fetch(ctx: ListenerContext, conn: Any, req: Any, version: int) -> Any:
+    """Sessionless (session id 0) fetch. First every partition is read at once; if that
+    found nothing, every partition long-polls and the response goes out when the first
+    has data (or at max_wait), the others answered from the first round."""
+    F = FetchResponse
+    wanted = [(t.topic, p.partition, p.fetch_offset, p.partition_max_bytes, getattr(p, "current_leader_epoch", -1)) for t in req.topics for p in t.partitions]
+
+    def kreq(topic: str, part: int, offset: int, max_bytes: int, epoch: int, wait_ms: int) -> FetchRequest:
+        return FetchRequest(topic=topic, partition=part, fetch_offset=offset, max_bytes=max(1, max_bytes), min_bytes=1, max_wait_ms=wait_ms, current_leader_epoch=epoch if epoch is not None else -1)
+
+    first = await asyncio.gather(*(ctx.backend.fetch(kreq(*w, 0)) for w in wanted))
+    results = dict(zip(range(len(wanted)), first))
+    have_data = any(r.records for r in first)
+    if not have_data and req.max_wait_ms > 0 and wanted:
+        polls = {
+            asyncio.ensure_future(ctx.backend.fetch(kreq(*w, req.max_wait_ms))): i
+            for i, w in enumerate(wanted)
+            if first[i].error_code == 0
+        }
+        if polls:
+            done, pending = await asyncio.wait(polls, timeout=req.max_wait_ms / 1000 + 1, return_when=asyncio.FIRST_COMPLETED)
+            if done:
+                await asyncio.sleep(0)  # let answers that arrived together land
+                done = {t for t in polls if t.done()}
+            for t in done:
+                try:
+                    r = t.result()
+                except Exception:
+                    continue
+                if r.error_code == 0:
+                    results[polls[t]] = r
+            for t in polls:
+                if not t.done():
+                    t.cancel()  # the replica answers its parked fetch at max_wait; ignored
+    total = 0
+    by_topic: dict[str, list] = {}
+    for i, (topic, part, _offset, _mb, _epoch) in enumerate(wanted):
+        r = results[i]
+        records = r.records or b""
+        if records and total >= req.max_bytes > 0:
+            records = b""  # over the response's max_bytes: this partition waits for the next fetch
+        if records:
+            records = to_kafka(records)
+            total += len(records)
+        hw = r.high_watermark
+        by_topic.setdefault(topic, []).append(
+            F.FetchableTopicResponse.PartitionData(
+                partition_index=part,
+                error_code=r.error_code,
+                high_watermark=hw,
+                last_stable_offset=hw,
+                log_start_offset=r.log_start_offset,
+                aborted_transactions=None if r.error_code else [],
+                preferred_read_replica=-1,
+                records=records,
+            )
+        )
+    return F(
+        throttle_time_ms=0,
+        error_code=0,
+        session_id=0,  # fetch sessions declined: clients send full fetches
+        responses=[F.FetchableTopicResponse(topic=t, partitions=ps) for t, ps in by_topic.items()],
+    )
+
+
+def fetch_error(req: Any, version: int, code: int, message: str | None) -> Any:
+    F = FetchResponse
+    topics = [] if req is None else req.topics
+    return F(
+        throttle_time_ms=0,
+        error_code=code,
+        session_id=0,
+        responses=[
+            F.FetchableTopicResponse(
+                topic=t.topic,
+                partitions=[
+                    F.FetchableTopicResponse.PartitionData(partition_index=p.partition, error_code=code, high_watermark=-1, last_stable_offset=-1, log_start_offset=-1, aborted_transactions=None, preferred_read_replica=-1, records=b"")
+                    for p in t.partitions
+                ],
+            )
+            for t in topics
+        ],
+    )
+
+
+# -- ListOffsets (2) -----------------------------------------------------------------------
+
+
+async def list_offsets(ctx: ListenerContext, conn: Any, req: Any, version: int) -> Any:
+    L = ListOffsetsResponse
+    PR = L.ListOffsetsTopicResponse.ListOffsetsPartitionResponse
+
+    async def one(topic: str, p: Any) -> Any:
+        epoch = getattr(p, "current_leader_epoch", -1)
+        r = await ctx.backend.list_offsets(
+            ListOffsetsRequest(topic=topic, partition=p.partition_index, timestamp=p.timestamp, current_leader_epoch=-1 if epoch is None else epoch)
+        )
+        if r.error_code:
+            return PR(partition_index=p.partition_index, error_code=r.error_code, timestamp=-1, offset=-1, leader_epoch=-1)
+        ts = r.timestamp if p.timestamp >= 0 else -1
+        return PR(partition_index=p.partition_index, error_code=0, timestamp=ts, offset=r.offset, leader_epoch=r.leader_epoch)
+
+    topics = []
+    for t in req.topics:
+        parts = await asyncio.gather(*(one(t.name, p) for p in t.partitions))
+        topics.append(L.ListOffsetsTopicResponse(name=t.name, partitions=list(parts)))
+    return L(throttle_time_ms=0, topics=topics)
+
+
+def list_offsets_error(req: Any, version: int, code: int, message: str | None) -> Any:
+    L = ListOffsetsResponse
+    PR = L.ListOffsetsTopicResponse.ListOffsetsPartitionResponse
+    topics = [] if req is None else req.topics
+    return L(
+        throttle_time_ms=0,
+        topics=[L.ListOffsetsTopicResponse(name=t.name, partitions=[PR(partition_index=p.partition_index, error_code=code, timestamp=-1, offset=-1, leader_epoch=-1) for p in t.partitions]) for t in topics],
+    )
