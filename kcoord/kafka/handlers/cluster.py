@@ -90,7 +90,6 @@ async def metadata(ctx: ListenerContext, conn: Any, req: Any, version: int) -> A
                     name=t.name,
                     is_internal=bool(t.internal or t.name == OFFSETS_TOPIC),
                     partitions=parts,
-                    authorized_operations=-2147483648,
                 )
             )
     return R(
@@ -99,7 +98,6 @@ async def metadata(ctx: ListenerContext, conn: Any, req: Any, version: int) -> A
         cluster_id=ctx.cluster_id or None,
         controller_id=view.controller_id,
         topics=topics,
-        authorized_operations=-2147483648,
     )
 
 

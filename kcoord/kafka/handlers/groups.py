@@ -266,7 +266,6 @@ async def describe_groups(ctx: ListenerContext, conn: Any, req: Any, version: in
                     M(member_id=m.member_id, group_instance_id=m.group_instance_id, client_id=m.client_id, client_host=m.client_host, member_metadata=m.metadata, member_assignment=m.assignment)
                     for m in g.members
                 ],
-                authorized_operations=-2147483648,
             )
         )
     return R(throttle_time_ms=0, groups=out)
