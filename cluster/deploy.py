@@ -359,4 +359,5 @@ def status(name: str = "kcoord", address: str | None = "auto", namespace: str = 
         "coordinators": coordinators,
         "nodes": nodes,
         "deploy": deploy_info(name),
+        "bootstrap_servers": client.bootstrap_servers,
     }
