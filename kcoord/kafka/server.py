@@ -93,6 +93,51 @@ def _uvarint(data: memoryview, pos: int) -> tuple[int, int]:
         shift += 7
 
 
+_UNSERVED: dict[int, Api | None] = {}
+
+
+def unserved_api(key: int) -> Api | None:
+    """A Kafka API kcoord does not serve but kafka-python has a schema for: answered with
+    UNSUPPORTED_VERSION in its top-level error code (if it has one; else None)."""
+    if key in _UNSERVED:
+        return _UNSERVED[key]
+    import importlib
+    import pkgutil
+
+    import kafka.protocol as kp
+    from kafka.protocol.api_message import ApiMessage
+
+    for mod in pkgutil.walk_packages(kp.__path__, kp.__name__ + "."):  # every schema module
+        if not mod.name.endswith("generate_stubs"):
+            try:
+                importlib.import_module(mod.name)
+            except Exception:
+                pass
+    found: dict[bool, Any] = {}
+    stack = [ApiMessage]
+    while stack:
+        cls = stack.pop()
+        stack.extend(cls.__subclasses__())
+        try:
+            if getattr(cls, "_class_version", None) is None and cls._json and cls.API_KEY == key:
+                found[cls.is_request()] = cls
+        except Exception:
+            continue
+    api = None
+    req, resp = found.get(True), found.get(False)
+    if req is not None and resp is not None and "error_code" in {f.name for f in resp._struct._fields}:
+
+        async def refuse(conn: Any, request: Any, version: int) -> Any:
+            return resp(error_code=int(ErrorCode.UNSUPPORTED_VERSION))
+
+        def error(request: Any, version: int, code: int, message: str | None) -> Any:
+            return resp(error_code=int(code))
+
+        api = Api(key, req, resp, 1, 0, refuse, error)  # min > max: every version unsupported
+    _UNSERVED[key] = api
+    return api
+
+
 def parse_header(data: bytes, apis: dict[int, Api]) -> tuple[int, int, int, str | None, int]:
     """(api_key, api_version, correlation_id, client_id, body position)."""
     mv = memoryview(data)
@@ -186,9 +231,12 @@ class KafkaServer:
                     conn.client_id = client_id
                 api = self.apis.get(key)
                 if api is None:
-                    self.stats["closed_bad_frames"] += 1
-                    logger.warning("[kafka %s] closing: unknown API key %d (client %r); kcoord serves %s", conn.peer, key, client_id, sorted(self.apis))
-                    break
+                    api = unserved_api(key)
+                    if api is None:
+                        self.stats["closed_bad_frames"] += 1
+                        logger.warning("[kafka %s] closing: unknown API key %d (client %r); kcoord serves %s", conn.peer, key, client_id, sorted(self.apis))
+                        break
+                    logger.info("[kafka %s] %s is not served by kcoord: answering UNSUPPORTED_VERSION", conn.peer, api.request.name)
                 if not 0 <= version <= api.request.max_version and key != 18:
                     self.stats["closed_bad_frames"] += 1
                     logger.warning("[kafka %s] closing: %s version %d has no schema", conn.peer, api.request.name, version)
@@ -199,11 +247,11 @@ class KafkaServer:
         except (ConnectionError, OSError) as exc:
             logger.info("[kafka %s] connection error: %s", conn.peer, exc)
         finally:
-            await queue.put(None)
             try:
+                queue.put_nowait(None)
                 await sender
-            except Exception:
-                pass
+            except (Exception, asyncio.CancelledError):
+                sender.cancel()
             self.stats["open"] -= 1
             try:
                 writer.close()
