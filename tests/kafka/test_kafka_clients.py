@@ -128,6 +128,7 @@ def test_confluent_group_rebalances_when_a_member_joins_and_commits(kcluster, ka
     second.commit(asynchronous=False)
     desc = Admin(kcluster).describe_group(group)
     assert desc["state"] == "Stable" and len(desc["members"]) == 2
+    assert sorted(p for m in desc["members"] for p in m["assignment"].get(topic, [])) == [0, 1, 2, 3]
     committed = {p["partition"]: p["committed_offset"] for p in desc["offsets"]}
     assert committed == {p: 100 for p in range(4)} or sum(committed.values()) == 400
     first.close()
