@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import Any
+from typing import Any, Awaitable
 
 from ..protocol import names
 from ..protocol.codec import Message
@@ -169,16 +169,32 @@ class Backend:
         return None, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
 
     async def _replica_call(self, method: str, req: Any, response_type: type, timeout: float) -> Any:
+        return await (await self._replica_submit(method, req, response_type, timeout))
+
+    async def _replica_submit(self, method: str, req: Any, response_type: type, timeout: float) -> Awaitable[Any]:
+        """Resolve the leader and send the call; returns an awaitable of the answer. When this
+        returns, the call has been handed to Ray (callers use that to keep calls in order)."""
         leader, epoch_or_error = await self._leader(req.topic, req.partition)
         if leader is None:
-            return response_type(int(epoch_or_error), f"{req.topic}-{req.partition}: no leader known")
+            return _ready(response_type(int(epoch_or_error), f"{req.topic}-{req.partition}: no leader known"))
         name = names.replica(self.cluster, req.topic, req.partition, leader)
         try:
-            raw = await self._call(name, method, req.encode(), timeout)
-            resp = response_type.decode(raw)
-        except _Gone as exc:
+            ref = getattr(self._handle(name), method).remote(req.encode())
+        except ValueError:
             self.invalidate(req.topic)
-            return response_type(ErrorCode.NOT_LEADER_OR_FOLLOWER, f"leader {leader} of {req.topic}-{req.partition} is gone ({exc})")
+            return _ready(response_type(ErrorCode.NOT_LEADER_OR_FOLLOWER, f"no replica actor {name}"))
+        return self._replica_answer(ref, name, leader, req, response_type, timeout)
+
+    async def _replica_answer(self, ref: Any, name: str, leader: int, req: Any, response_type: type, timeout: float) -> Any:
+        from ray.exceptions import RayActorError, RayTaskError
+
+        try:
+            raw = await asyncio.wait_for(ref, timeout)
+            resp = response_type.decode(raw)
+        except (RayActorError, RayTaskError) as exc:
+            self._handles.pop(name, None)
+            self.invalidate(req.topic)
+            return response_type(ErrorCode.NOT_LEADER_OR_FOLLOWER, f"leader {leader} of {req.topic}-{req.partition} is gone ({type(exc).__name__})")
         except asyncio.TimeoutError:
             return response_type(ErrorCode.REQUEST_TIMED_OUT, f"leader {leader} of {req.topic}-{req.partition} did not answer in time")
         except DecodeError as exc:
@@ -190,6 +206,10 @@ class Backend:
     # -- replica APIs ---------------------------------------------------------------------------
     async def produce(self, req: ProduceRequest) -> ProduceResponse:
         return await self._replica_call("produce", req, ProduceResponse, req.timeout_ms / 1000 + 10)
+
+    async def submit_produce(self, req: ProduceRequest) -> Awaitable[ProduceResponse]:
+        """Send a produce now, answer later (see :meth:`_replica_submit`)."""
+        return await self._replica_submit("produce", req, ProduceResponse, req.timeout_ms / 1000 + 10)
 
     async def fetch(self, req: FetchRequest) -> FetchResponse:
         return await self._replica_call("fetch", req, FetchResponse, req.max_wait_ms / 1000 + 10)
@@ -239,6 +259,10 @@ class Backend:
 
 class _Gone(Exception):
     pass
+
+
+async def _ready(value: Any) -> Any:
+    return value
 
 
 def _store(cluster: str) -> Any:

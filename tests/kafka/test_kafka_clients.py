@@ -265,10 +265,18 @@ def test_batch_with_a_wrong_crc32c_is_refused_and_the_cluster_carries_on(kcluste
     req = ProduceRequest(transactional_id=None, acks=-1, timeout_ms=10000, topic_data=[T(name=topic, partition_data=[T.PartitionProduceData(index=0, records=bytes(batch))])])
     req.with_header(correlation_id=5, client_id="crc-test")
     host, port = kafka_bootstrap.split(",")[0].rsplit(":", 1)
+    def recv_exact(s, n: int) -> bytes:
+        out = b""
+        while len(out) < n:
+            chunk = s.recv(n - len(out))
+            assert chunk, f"listener closed the connection after {len(out)} of {n} bytes"
+            out += chunk
+        return out
+
     with socket.create_connection((host, int(port)), timeout=30) as s:
         s.sendall(req.encode(version=8, header=True, framed=True))
-        size = struct.unpack(">i", s.recv(4, socket.MSG_WAITALL))[0]
-        body = s.recv(size, socket.MSG_WAITALL)
+        size = struct.unpack(">i", recv_exact(s, 4))[0]
+        body = recv_exact(s, size)
     resp = ProduceResponse.decode(body[4:], version=8)
     part = resp.responses[0].partition_responses[0]
     assert part.error_code == 2 and "CRC" in (part.error_message or "")  # CORRUPT_MESSAGE

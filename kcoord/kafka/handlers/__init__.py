@@ -58,7 +58,7 @@ from ._base import ListenerContext
 # (key, request, response, min, max, handler, error builder, ordered per connection)
 # Versions: the lowest the clients we test need, up to what the handlers map honestly.
 _TABLE = [
-    (0, ProduceRequest, ProduceResponse, 3, 8, data.produce, data.produce_error, True),
+    (0, ProduceRequest, ProduceResponse, 3, 8, data.produce, data.produce_error, False),  # orders itself
     (1, FetchRequest, FetchResponse, 4, 11, data.fetch, data.fetch_error, False),
     (2, ListOffsetsRequest, ListOffsetsResponse, 1, 5, data.list_offsets, data.list_offsets_error, False),
     (3, MetadataRequest, MetadataResponse, 1, 8, cluster.metadata, cluster.metadata_error, False),

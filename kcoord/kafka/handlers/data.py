@@ -45,47 +45,90 @@ def _split_batches(data: bytes) -> tuple[list[bytes], int, str | None]:
     return out, 0, None
 
 
+_OUT_OF_ORDER_RETRIES = 20  # ~1 s in all
+
+
+async def _ready(value: Any) -> Any:
+    return value
+
+
+async def _answer_in_time(ctx: ListenerContext, kreq: ProduceRequest, pending: Any) -> Any:
+    """The answer to an idempotent batch sent ahead of its predecessor's answer. Ray may
+    deliver calls to an actor out of order; a replica that sees a batch before the one
+    before it answers OUT_OF_ORDER_SEQUENCE_NUMBER without appending, and it is sent again
+    (its predecessor was sent first, so it lands in the meantime)."""
+    resp = await pending
+    for attempt in range(_OUT_OF_ORDER_RETRIES):
+        if resp.error_code != E.OUT_OF_ORDER_SEQUENCE_NUMBER:
+            break
+        await asyncio.sleep(0.005 * (attempt + 1))
+        resp = await ctx.backend.produce(kreq)
+    return resp
+
+
+async def _append_in_order(ctx: ListenerContext, topic: str, index: int, batches: list[bytes], acks: int, timeout_ms: int) -> Any:
+    """Append a partition's batches one after the other; the first error stops it."""
+    first = None
+    for batch in batches:
+        resp = await ctx.backend.produce(ProduceRequest(topic=topic, partition=index, records=batch, acks=acks, timeout_ms=timeout_ms))
+        if first is None or resp.error_code:
+            first = resp if first is None else resp
+        if resp.error_code:
+            return resp
+    return first
+
+
 async def produce(ctx: ListenerContext, conn: Any, req: Any, version: int) -> Any:
+    """Batches reach their leaders in request order (one request at a time per
+    connection, as a Kafka broker takes them). An idempotent batch (producer id set) is only
+    *sent* in that order; its answer (acks=all: after replication) is awaited outside it,
+    so a client's max.in.flight requests replicate at once. Other batches are appended one
+    request at a time."""
     P = ProduceResponse
     acks = req.acks
     if req.transactional_id is not None:
         return produce_error(req, version, E.INVALID_REQUEST, "kcoord has no transactions (transactional.id is set)")
-
-    async def one(topic: str, index: int, records: bytes | None) -> Any:
-        batches, code, message = _split_batches(records or b"")
-        base = -1
-        append_time = -1
-        log_start = -1
-        if not code and acks not in (0, 1, -1):
-            code, message = E.INVALID_REQUIRED_ACKS, f"acks must be 0, 1 or -1, got {acks}"
-        for batch in batches if not code else []:
-            resp = await ctx.backend.produce(ProduceRequest(topic=topic, partition=index, records=batch, acks=acks, timeout_ms=req.timeout_ms))
-            if resp.error_code:
-                code, message = resp.error_code, resp.error_message
-                break
-            if base < 0:
-                base = resp.base_offset
-            append_time = resp.log_append_time
-            log_start = resp.log_start_offset
-        if code and code not in (E.NOT_LEADER_OR_FOLLOWER, E.NOT_ENOUGH_REPLICAS, E.REQUEST_TIMED_OUT, E.LEADER_NOT_AVAILABLE):
-            logger.info("[kafka %s] produce to %s-%d: %s %s", conn.peer, topic, index, code, message)
-        return P.TopicProduceResponse.PartitionProduceResponse(
-            index=index,
-            error_code=code,
-            base_offset=base,
-            log_append_time_ms=append_time,
-            log_start_offset=log_start,
-            record_errors=[],
-            error_message=message if code else None,
-        )
-
-    topics = []
-    for td in req.topic_data:
-        parts = await asyncio.gather(*(one(td.name, pd.index, pd.records) for pd in td.partition_data))
-        topics.append(P.TopicProduceResponse(name=td.name, partition_responses=list(parts)))
+    slots: list[tuple[str, int, Any]] = []
+    async with conn.lock:
+        for td in req.topic_data:
+            for pd in td.partition_data:
+                batches, code, message = _split_batches(pd.records or b"")
+                if not code and acks not in (0, 1, -1):
+                    code, message = E.INVALID_REQUIRED_ACKS, f"acks must be 0, 1 or -1, got {acks}"
+                if code:
+                    slots.append((td.name, pd.index, _ready((code, message))))
+                elif len(batches) == 1 and R.read_header(batches[0]).producer_id >= 0:
+                    kreq = ProduceRequest(topic=td.name, partition=pd.index, records=batches[0], acks=acks, timeout_ms=req.timeout_ms)
+                    pending = await ctx.backend.submit_produce(kreq)
+                    slots.append((td.name, pd.index, _answer_in_time(ctx, kreq, pending)))
+                else:
+                    resp = await _append_in_order(ctx, td.name, pd.index, batches, acks, req.timeout_ms)
+                    slots.append((td.name, pd.index, _ready(resp)))
+    answers = await asyncio.gather(*(aw for _, _, aw in slots))
     if acks == 0:
         return None
-    return P(responses=topics, throttle_time_ms=0)
+    by_topic: dict[str, list] = {}
+    for (topic, index, _), resp in zip(slots, answers):
+        if isinstance(resp, tuple):
+            code, message = resp
+            base = append_time = log_start = -1
+        else:
+            code, message = resp.error_code, resp.error_message
+            base, append_time, log_start = resp.base_offset, resp.log_append_time, resp.log_start_offset
+        if code and code not in (E.NOT_LEADER_OR_FOLLOWER, E.NOT_ENOUGH_REPLICAS, E.REQUEST_TIMED_OUT, E.LEADER_NOT_AVAILABLE):
+            logger.info("[kafka %s] produce to %s-%d: %s %s", conn.peer, topic, index, code, message)
+        by_topic.setdefault(topic, []).append(
+            P.TopicProduceResponse.PartitionProduceResponse(
+                index=index,
+                error_code=code,
+                base_offset=base if not code else -1,
+                log_append_time_ms=append_time,
+                log_start_offset=log_start,
+                record_errors=[],
+                error_message=message if code else None,
+            )
+        )
+    return P(responses=[P.TopicProduceResponse(name=t, partition_responses=ps) for t, ps in by_topic.items()], throttle_time_ms=0)
 
 
 def produce_error(req: Any, version: int, code: int, message: str | None) -> Any:
