@@ -141,7 +141,7 @@ def e2e(bootstrap: str, topic: str, partitions: int, per_s: int, seconds: float)
 
     reader = threading.Thread(target=consume)
     reader.start()
-    p = Producer({"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True, "linger.ms": 1})
+    p = Producer({"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True, "linger.ms": 5})
     pad = b"x" * (VALUE - 8)
     start = time.time()
     for i in range(total):

@@ -90,7 +90,9 @@ class KafkaListener:
     async def stats(self) -> dict[str, Any]:
         await self.start()
         assert self._server is not None
-        return {"address": self._address, "node_id": self.node_id, **self._server.stats}
+        from .handlers.data import STATS
+
+        return {"address": self._address, "node_id": self.node_id, **self._server.stats, **STATS, **routing.CALL_STATS}
 
     async def pid(self) -> int:
         import os

@@ -50,6 +50,7 @@ logger = logging.getLogger("kcoord.kafka")
 # GCS key/value store (namespace of the cluster) where each listener records its address.
 LISTENER_KEY_PREFIX = "kafka/listener/"
 _METADATA_TTL_S = 5.0
+CALL_STATS: dict[str, float] = {}
 _CLUSTER_TTL_S = 5.0
 
 
@@ -188,9 +189,12 @@ class Backend:
     async def _replica_answer(self, ref: Any, name: str, leader: int, req: Any, response_type: type, timeout: float) -> Any:
         from ray.exceptions import RayActorError, RayTaskError
 
+        started = time.perf_counter()
         try:
             raw = await asyncio.wait_for(ref, timeout)
             resp = response_type.decode(raw)
+            CALL_STATS[req.__class__.__name__] = CALL_STATS.get(req.__class__.__name__, 0.0) + (time.perf_counter() - started) * 1000
+            CALL_STATS[req.__class__.__name__ + "_n"] = CALL_STATS.get(req.__class__.__name__ + "_n", 0) + 1
         except (RayActorError, RayTaskError) as exc:
             self._handles.pop(name, None)
             self.invalidate(req.topic)

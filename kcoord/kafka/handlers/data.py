@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from typing import Any
 
 from kafka.protocol.consumer import FetchResponse, ListOffsetsResponse
@@ -46,6 +47,7 @@ def _split_batches(data: bytes) -> tuple[list[bytes], int, str | None]:
 
 
 _OUT_OF_ORDER_RETRIES = 20  # ~1 s in all
+STATS = {"out_of_order_resends": 0, "produce_requests": 0, "produce_ms_total": 0.0}
 
 
 async def _ready(value: Any) -> Any:
@@ -61,6 +63,7 @@ async def _answer_in_time(ctx: ListenerContext, kreq: ProduceRequest, pending: A
     for attempt in range(_OUT_OF_ORDER_RETRIES):
         if resp.error_code != E.OUT_OF_ORDER_SEQUENCE_NUMBER:
             break
+        STATS["out_of_order_resends"] += 1
         await asyncio.sleep(0.005 * (attempt + 1))
         resp = await ctx.backend.produce(kreq)
     return resp
@@ -89,6 +92,8 @@ async def produce(ctx: ListenerContext, conn: Any, req: Any, version: int) -> An
     if req.transactional_id is not None:
         return produce_error(req, version, E.INVALID_REQUEST, "kcoord has no transactions (transactional.id is set)")
     slots: list[tuple[str, int, Any]] = []
+    started = time.perf_counter()
+    STATS["produce_requests"] += 1
     async with conn.lock:
         for td in req.topic_data:
             for pd in td.partition_data:
@@ -105,6 +110,7 @@ async def produce(ctx: ListenerContext, conn: Any, req: Any, version: int) -> An
                     resp = await _append_in_order(ctx, td.name, pd.index, batches, acks, req.timeout_ms)
                     slots.append((td.name, pd.index, _ready(resp)))
     answers = await asyncio.gather(*(aw for _, _, aw in slots))
+    STATS["produce_ms_total"] += (time.perf_counter() - started) * 1000
     if acks == 0:
         return None
     by_topic: dict[str, list] = {}
