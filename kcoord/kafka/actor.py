@@ -46,7 +46,7 @@ class KafkaListener:
         """Bind and serve (idempotent); returns the advertised bootstrap ``host:port``."""
         if self._server is not None:
             return self._address
-        backend = routing.Backend(self.cluster, self.namespace)
+        backend = routing.Backend(self.cluster, self.namespace, node_id=self.node_id)
         info = await backend.describe_cluster()
         brokers = sorted(info.brokers) or [0]
         # One port per broker id: `port`, port+1, ... (0: free ports). A restart keeps the

@@ -15,6 +15,7 @@ not finish in time REQUEST_TIMED_OUT, a coordinator that is gone COORDINATOR_NOT
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import time
 from typing import Any, Awaitable
@@ -57,9 +58,12 @@ _CLUSTER_TTL_S = 5.0
 class Backend:
     """kcoord's actors, seen from a listener: a metadata cache and one call per API."""
 
-    def __init__(self, cluster: str, namespace: str = names.DEFAULT_NAMESPACE) -> None:
+    def __init__(self, cluster: str, namespace: str = names.DEFAULT_NAMESPACE, node_id: str = "") -> None:
         self.cluster = cluster
         self.namespace = namespace
+        # This listener's Ray node: a leader on the same node answers a fetch with file hints
+        # (spans of its segment files) that are read here instead of copied through Ray.
+        self.node_id = node_id
         self._handles: dict[str, Any] = {}
         self._topics: dict[str, tuple[float, TopicMetadata]] = {}
         self._cluster_info: tuple[float, DescribeClusterResponse] | None = None
@@ -216,7 +220,18 @@ class Backend:
         return await self._replica_submit("produce", req, ProduceResponse, req.timeout_ms / 1000 + 10)
 
     async def fetch(self, req: FetchRequest) -> FetchResponse:
-        return await self._replica_call("fetch", req, FetchResponse, req.max_wait_ms / 1000 + 10)
+        if self.node_id:
+            req = dataclasses.replace(req, node_id=self.node_id)
+        resp = await self._replica_call("fetch", req, FetchResponse, req.max_wait_ms / 1000 + 10)
+        if resp.file_hint:
+            from ..log.hints import read_hinted
+
+            data = read_hinted(resp.file_hint, req.fetch_offset)
+            if data is None:  # the leader's files moved under us: ask for the bytes
+                plain = dataclasses.replace(req, node_id="", max_wait_ms=0)
+                return await self._replica_call("fetch", plain, FetchResponse, 10)
+            resp.records, resp.file_hint = data, None
+        return resp
 
     async def list_offsets(self, req: ListOffsetsRequest) -> ListOffsetsResponse:
         return await self._replica_call("list_offsets", req, ListOffsetsResponse, 30.0)
