@@ -120,3 +120,26 @@ def test_join_group_v3_rejoins_with_the_assigned_member_id():
     backend.joins.clear()
     resp = asyncio.run(groups.join_group(ctx, Connection(client_id="c"), req, 4))
     assert backend.joins == [""] and resp.error_code == ErrorCode.MEMBER_ID_REQUIRED and resp.member_id == "m-1"
+
+
+def test_a_large_idempotent_batch_is_not_overtaken():
+    backend = FakeBackend()
+
+    async def main():
+        ctx = ListenerContext(backend=backend, host="127.0.0.1")
+        conn = Connection()
+        T = ProduceRequest.TopicProduceData
+        big = build_kafka_batch([(None, bytes(200_000), [], 1)], producer_id=7, producer_epoch=0, base_sequence=0)
+        first = asyncio.ensure_future(
+            data.produce(ctx, conn, ProduceRequest(transactional_id=None, acks=-1, timeout_ms=1000, topic_data=[T(name="t", partition_data=[T.PartitionProduceData(index=0, records=big)])]), 8)
+        )
+        second = asyncio.ensure_future(data.produce(ctx, conn, produce_request(1, 7), 8))
+        for _ in range(20):
+            await asyncio.sleep(0)
+        assert backend.log == [("sent", 0)]  # the small one waits for the large one
+        backend.release.setdefault(0, asyncio.Event()).set()
+        backend.release.setdefault(1, asyncio.Event()).set()
+        await asyncio.gather(first, second)
+
+    asyncio.run(main())
+    assert backend.log == [("sent", 0), ("done", 0), ("sent", 1), ("done", 1)]
