@@ -165,6 +165,35 @@ def e2e(bootstrap: str, topic: str, partitions: int, per_s: int, seconds: float)
     return {"records": len(lat), "target_per_s": per_s, "p50_ms": q(0.5), "p99_ms": q(0.99), "max_ms": round(lat[-1] * 1000, 1), "mean_ms": round(statistics.mean(lat) * 1000, 1)}
 
 
+def listener_stats(cluster_name: str) -> list[dict]:
+    import ray
+
+    from kcoord.kafka.deploy import listener_actor_names
+
+    out = []
+    for actor in listener_actor_names(cluster_name):
+        try:
+            out.append(ray.get(ray.get_actor(actor, namespace="kcoord").stats.remote(), timeout=30))
+        except Exception as exc:  # noqa: BLE001 - figures only
+            out.append({"error": repr(exc)})
+    return out
+
+
+def settle(cluster, topics: list[str], partitions: int) -> None:
+    """Write one record to every partition (acks=all) so every replica actor has started and
+    joined the ISR, then let the worker-process start-up storm pass before timing."""
+    from kcoord.client.producer import Producer
+
+    p = Producer(cluster, acks="all")
+    try:
+        for t in topics:
+            for part in range(partitions):
+                p.send(t, b"settle", partition=part).get(120)
+    finally:
+        p.close()
+    time.sleep(5)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true")
@@ -201,6 +230,7 @@ def main() -> None:
         admin.create_topic("kafka", partitions=partitions, replication_factor=3, config=cfg)
         admin.create_topic("kcoord", partitions=partitions, replication_factor=3, config=cfg)
         admin.create_topic("e2e", partitions=partitions, replication_factor=3, config=cfg)
+        settle(cluster, ["kafka", "kcoord", "e2e"], partitions)
         pool = [os.urandom(VALUE) for _ in range(4096)]
         values = [pool[i % len(pool)] for i in range(n)]
         cases = results["cases"]
@@ -208,10 +238,11 @@ def main() -> None:
         cases["produce"] = rate(n, confluent_produce(bootstrap, "kafka", values))
         ostarts = admin.list_offsets("kcoord", "latest")
         cases["kcoord_send"] = rate(n, kcoord_send(cluster, "kcoord", values))
-        cases["consume"] = rate(n, confluent_consume(bootstrap, "kafka", partitions, {p: o + (1 if o == 0 and p == 0 else 0) for p, o in kstarts.items()}, n))
+        cases["consume"] = rate(n, confluent_consume(bootstrap, "kafka", partitions, kstarts, n))
         cases["consume_converted"] = rate(n, confluent_consume(bootstrap, "kcoord", partitions, ostarts, n))
         cases["kcoord_consume"] = rate(n, kcoord_consume(cluster, "kcoord", ostarts, n))
         results["e2e"] = e2e(bootstrap, "e2e", partitions, 10_000, e2e_seconds)
+        results["listeners"] = listener_stats(name)
         results["ratios"] = {
             "produce_vs_kcoord_send": round(cases["produce"]["records_per_s"] / cases["kcoord_send"]["records_per_s"], 2),
             "consume_vs_kcoord_consume": round(cases["consume"]["records_per_s"] / cases["kcoord_consume"]["records_per_s"], 2),

@@ -73,54 +73,73 @@ async def _answer_in_time(ctx: ListenerContext, kreq: ProduceRequest, pending: A
 
 
 async def _append_in_order(ctx: ListenerContext, topic: str, index: int, batches: list[bytes], acks: int, timeout_ms: int) -> Any:
-    """Append a partition's batches one after the other; the first error stops it."""
+    """Append a partition's batches one after the other; the first error stops it. The
+    answer carries the first batch's base offset."""
     first = None
     for batch in batches:
         resp = await ctx.backend.produce(ProduceRequest(topic=topic, partition=index, records=batch, acks=acks, timeout_ms=timeout_ms))
-        if first is None or resp.error_code:
-            first = resp if first is None else resp
         if resp.error_code:
             return resp
+        if first is None:
+            first = resp
     return first
 
 
+async def _chained(ctx: ListenerContext, kreqs: list[ProduceRequest], before: tuple | None, after_answer: bool, sent: asyncio.Future) -> Any:
+    """One link of a partition's chain: wait for the batch before it (its sending, or its
+    answer when ``after_answer``), send, then wait for the answer."""
+    try:
+        if before is not None:
+            await asyncio.wait([before[2] if after_answer else before[1]])
+        if len(kreqs) == 1 and not after_answer:
+            pending = await ctx.backend.submit_produce(kreqs[0])
+            sent.set_result(True)
+            return await _answer_in_time(ctx, kreqs[0], pending)
+        sent.set_result(True)
+        if len(kreqs) == 1:
+            return await _answer_in_time(ctx, kreqs[0], await ctx.backend.submit_produce(kreqs[0]))
+        return await _append_in_order(ctx, kreqs[0].topic, kreqs[0].partition, [k.records for k in kreqs], kreqs[0].acks, kreqs[0].timeout_ms)
+    finally:
+        if not sent.done():
+            sent.set_result(False)
+
+
 async def produce(ctx: ListenerContext, conn: Any, req: Any, version: int) -> Any:
-    """Batches reach their leaders in request order (one request at a time per
-    connection, as a Kafka broker takes them). An idempotent batch (producer id set) is only
-    *sent* in that order; its answer (acks=all: after replication) is awaited outside it,
-    so a client's max.in.flight requests replicate at once. Other batches are appended one
-    request at a time."""
+    """Each partition's batches reach its leader in the order the requests came on this
+    connection (as a Kafka broker takes them), through a chain per partition that is joined
+    before this handler first awaits anything. An idempotent batch (producer id set) waits
+    only for the one before it to be *sent*; its answer (acks=all: after replication) comes
+    when it comes, so a client's max.in.flight requests replicate at once. A batch without
+    a producer id waits for the one before it to be answered (never reordered). Ray passes
+    arguments over 64 KiB through its object store and may then deliver a later call first,
+    so a large batch, and the batch after one, also wait for the answer before them."""
     P = ProduceResponse
     acks = req.acks
     if req.transactional_id is not None:
         return produce_error(req, version, E.INVALID_REQUEST, "kcoord has no transactions (transactional.id is set)")
-    slots: list[tuple[str, int, Any]] = []
     started = time.perf_counter()
     STATS["produce_requests"] += 1
-    async with conn.lock:
-        for td in req.topic_data:
-            for pd in td.partition_data:
-                batches, code, message = _split_batches(pd.records or b"")
-                if not code and acks not in (0, 1, -1):
-                    code, message = E.INVALID_REQUIRED_ACKS, f"acks must be 0, 1 or -1, got {acks}"
-                if code:
-                    slots.append((td.name, pd.index, _ready((code, message))))
-                elif len(batches) == 1 and R.read_header(batches[0]).producer_id >= 0:
-                    key = (td.name, pd.index)
-                    before = conn.in_flight.get(key)
-                    large = len(batches[0]) > INLINE_BYTES
-                    if before is not None and (large or before[0]) and not before[1].done():
-                        # Ray passes large arguments through its object store and may
-                        # deliver a call with one after a later call: wait for the batch
-                        # before (appended once answered) when either is large.
-                        await asyncio.wait([before[1]])
-                    kreq = ProduceRequest(topic=td.name, partition=pd.index, records=batches[0], acks=acks, timeout_ms=req.timeout_ms)
-                    pending = asyncio.ensure_future(_answer_in_time(ctx, kreq, await ctx.backend.submit_produce(kreq)))
-                    conn.in_flight[key] = (large, pending)
-                    slots.append((td.name, pd.index, pending))
-                else:
-                    resp = await _append_in_order(ctx, td.name, pd.index, batches, acks, req.timeout_ms)
-                    slots.append((td.name, pd.index, _ready(resp)))
+    slots: list[tuple[str, int, Any]] = []
+    for td in req.topic_data:
+        for pd in td.partition_data:
+            batches, code, message = _split_batches(pd.records or b"")
+            if not code and acks not in (0, 1, -1):
+                code, message = E.INVALID_REQUIRED_ACKS, f"acks must be 0, 1 or -1, got {acks}"
+            if code:
+                slots.append((td.name, pd.index, _ready((code, message))))
+                continue
+            key = (td.name, pd.index)
+            before = conn.in_flight.get(key)
+            if before is not None and before[2].done():
+                before = None
+            large = any(len(b) > INLINE_BYTES for b in batches)
+            idempotent = len(batches) == 1 and R.read_header(batches[0]).producer_id >= 0
+            after_answer = not idempotent or large or (before is not None and before[0])
+            kreqs = [ProduceRequest(topic=td.name, partition=pd.index, records=b, acks=acks, timeout_ms=req.timeout_ms) for b in batches]
+            sent = asyncio.get_running_loop().create_future()
+            answer = asyncio.ensure_future(_chained(ctx, kreqs, before, after_answer, sent))
+            conn.in_flight[key] = (large or not idempotent, sent, answer)
+            slots.append((td.name, pd.index, answer))
     answers = await asyncio.gather(*(aw for _, _, aw in slots))
     STATS["produce_ms_total"] += (time.perf_counter() - started) * 1000
     if acks == 0:
