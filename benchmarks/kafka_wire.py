@@ -5,8 +5,9 @@ paced 10k records/s. Prints JSON.
 
     python benchmarks/kafka_wire.py [--quick] [--out FILE] [--records N]
 
-``produce``: confluent Producer (idempotent, linger.ms=5) from the first produce() to the
-end of flush(); ``kcoord_send``: kcoord.Producer.send() per record + flush(), same values.
+``produce``: confluent Producer (idempotent, linger.ms=5, librdkafka's default 5 requests in
+flight per connection) from the first produce() to the end of flush(); ``produce_in_flight_1``:
+the same with max.in.flight.requests.per.connection=1 (see docs/kafka-wire.md); ``kcoord_send``: kcoord.Producer.send() per record + flush(), same values.
 ``consume``: a confluent Consumer assigned every partition from offset 0 reading what
 confluent wrote (Kafka batches, passed through); ``consume_converted``: the same consumer
 reading what kcoord's Producer wrote (kcoord batches converted to Kafka's v2 on the way);
@@ -36,10 +37,10 @@ def rate(n: int, seconds: float) -> dict:
     return {"records_per_s": round(n / seconds), "mb_per_s": round(n * VALUE / seconds / 1e6, 2), "seconds": round(seconds, 3)}
 
 
-def confluent_produce(bootstrap: str, topic: str, values: list[bytes]) -> float:
+def confluent_produce(bootstrap: str, topic: str, values: list[bytes], in_flight: int = 5) -> float:
     from confluent_kafka import Producer
 
-    p = Producer({"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True, "linger.ms": 5, "batch.size": 1 << 20, "queue.buffering.max.messages": 1_000_000})
+    p = Producer({"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True, "linger.ms": 5, "batch.size": 1 << 20, "queue.buffering.max.messages": 1_000_000, "max.in.flight.requests.per.connection": in_flight})
     p.produce(topic, values[0])
     p.flush(60)  # metadata and producer id outside the timing
     errors = []
@@ -123,7 +124,7 @@ def kcoord_consume(cluster, topic: str, starts: dict[int, int], n: int) -> float
         c.close()
 
 
-def e2e(bootstrap: str, topic: str, partitions: int, per_s: int, seconds: float) -> dict:
+def e2e(bootstrap: str, topic: str, partitions: int, per_s: int, seconds: float, in_flight: int = 5) -> dict:
     import threading
 
     from confluent_kafka import Consumer, Producer, TopicPartition
@@ -145,7 +146,7 @@ def e2e(bootstrap: str, topic: str, partitions: int, per_s: int, seconds: float)
 
     reader = threading.Thread(target=consume)
     reader.start()
-    p = Producer({"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True, "linger.ms": 5})
+    p = Producer({"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True, "linger.ms": 5, "max.in.flight.requests.per.connection": in_flight})
     pad = b"x" * (VALUE - 8)
     start = time.time()
     for i in range(total):
@@ -236,15 +237,18 @@ def main() -> None:
         cases = results["cases"]
         kstarts = admin.list_offsets("kafka", "latest")
         cases["produce"] = rate(n, confluent_produce(bootstrap, "kafka", values))
+        cases["produce_in_flight_1"] = rate(n, confluent_produce(bootstrap, "kafka", values, in_flight=1))
         ostarts = admin.list_offsets("kcoord", "latest")
         cases["kcoord_send"] = rate(n, kcoord_send(cluster, "kcoord", values))
         cases["consume"] = rate(n, confluent_consume(bootstrap, "kafka", partitions, kstarts, n))
         cases["consume_converted"] = rate(n, confluent_consume(bootstrap, "kcoord", partitions, ostarts, n))
         cases["kcoord_consume"] = rate(n, kcoord_consume(cluster, "kcoord", ostarts, n))
         results["e2e"] = e2e(bootstrap, "e2e", partitions, 10_000, e2e_seconds)
+        results["e2e_in_flight_1"] = e2e(bootstrap, "e2e", partitions, 10_000, e2e_seconds, in_flight=1)
         results["listeners"] = listener_stats(name)
         results["ratios"] = {
             "produce_vs_kcoord_send": round(cases["produce"]["records_per_s"] / cases["kcoord_send"]["records_per_s"], 2),
+            "produce_in_flight_1_vs_kcoord_send": round(cases["produce_in_flight_1"]["records_per_s"] / cases["kcoord_send"]["records_per_s"], 2),
             "consume_vs_kcoord_consume": round(cases["consume"]["records_per_s"] / cases["kcoord_consume"]["records_per_s"], 2),
             "consume_converted_vs_kcoord_consume": round(cases["consume_converted"]["records_per_s"] / cases["kcoord_consume"]["records_per_s"], 2),
         }
