@@ -91,8 +91,16 @@ def deploy(
     controller_config: dict | None = None,
     default_topic_config: dict[str, str] | None = None,
     timeout_s: float = 120.0,
+    kafka_port: int | None = None,
+    kafka_host: str | None = None,
+    kafka_local: bool = False,
+    kafka_options: dict | None = None,
 ) -> ClusterClient:
     """Create cluster ``name`` on the Ray cluster at ``address`` and return a client.
+
+    ``kafka_port`` starts a Kafka listener on every node (0 picks a free port; None: no
+    listener), advertised at ``kafka_host`` or the node's address (loopback with
+    ``kafka_local``); ``client.bootstrap_servers`` gives Kafka clients the addresses.
 
     Refuses (``ClusterExistsError``) if a cluster of that name is already running. If a
     step fails, whatever was created is removed again (the stored metadata of an earlier
@@ -163,11 +171,16 @@ def deploy(
             "store": store,
             "placement": {str(b): n for b, n in binding.items()},
             "deployed_at_ms": int(time.time() * 1000),
+            "kafka": None if kafka_port is None else {"port": kafka_port, "host": kafka_host},
         }
         GcsStore.for_cluster(name).put_json(DEPLOY_INFO_KEY, info)
         client = ClusterClient(name, namespace=namespace, address=address)
         if group_coordinators:
             _deploy_group_coordinators(client, group_coordinators, str(data_path), timeout_s)
+        if kafka_port is not None:
+            from kcoord.kafka.deploy import start_listeners
+
+            start_listeners(name, namespace, kafka_port, kafka_host, local=kafka_local, options=kafka_options, timeout_s=timeout_s)
     except BaseException:
         _kill_quietly(name, namespace)
         raise
@@ -205,6 +218,12 @@ def _cluster_actor_names(name: str, namespace: str) -> list[str]:
     except Exception:
         pass
     found += [names.group_coordinator(name, i) for i in range(coordinators)]
+    try:
+        from kcoord.kafka.deploy import listener_actor_names
+
+        found += listener_actor_names(name)
+    except Exception:
+        pass
     try:
         from ray.util.state import list_actors
 
@@ -262,6 +281,12 @@ def teardown(
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline and any(_alive(n, namespace) for n in ordered):
         time.sleep(0.05)
+    try:  # the listeners are gone: their addresses are stale
+        from kcoord.kafka.routing import forget_listeners
+
+        forget_listeners(name)
+    except Exception:
+        pass
     if delete_data:
         from actors.gcs_store import GcsStore
 
@@ -334,4 +359,5 @@ def status(name: str = "kcoord", address: str | None = "auto", namespace: str = 
         "coordinators": coordinators,
         "nodes": nodes,
         "deploy": deploy_info(name),
+        "bootstrap_servers": client.bootstrap_servers,
     }

@@ -65,8 +65,12 @@ def local_cluster(
     default_topic_config: dict[str, str] | None = None,
     namespace: str = names.DEFAULT_NAMESPACE,
     ray_init: dict | None = None,
+    kafka_port: int | None = None,
 ) -> Iterator[ClusterClient]:
-    """Run a kcoord cluster for the duration of a ``with`` block."""
+    """Run a kcoord cluster for the duration of a ``with`` block.
+
+    ``kafka_port``: also start the Kafka listener on loopback at that port (0: a free one);
+    ``cluster.bootstrap_servers`` is then the address to give any Kafka client."""
     started = start_local_ray(namespace=namespace, **(ray_init or {}))
     name = name or f"local-{uuid.uuid4().hex[:8]}"
     tmp = None
@@ -83,6 +87,8 @@ def local_cluster(
             namespace=namespace,
             controller_config=controller_config,
             default_topic_config=default_topic_config,
+            kafka_port=kafka_port,
+            kafka_local=True,
         )
         yield client
     finally:

@@ -6,8 +6,8 @@ recognise it)::
     0  base_offset        int64   stamped by the leader on append
     8  batch_length       int32   bytes after this field (total size = 12 + batch_length)
     12 leader_epoch       int32   stamped by the leader on append
-    16 magic              int8    FORMAT_VERSION
-    17 crc                uint32  CRC-32 (zlib) of bytes [21, end)
+    16 magic              int8    payload format: 1 kcoord columns, 2 Kafka v2 records
+    17 crc                uint32  CRC of bytes [21, end): zlib CRC-32 (magic 1), CRC-32C (magic 2)
     21 attributes         int16   bits 0-2 compression codec, bit 3 timestamp type
     23 last_offset_delta  int32   record_count - 1
     27 first_timestamp    int64   ms
@@ -25,6 +25,12 @@ The payload is kcoord's own (not Kafka's varint records): one msgpack array of c
 ``[timestamp_deltas|None, keys|None, values, headers|None]``. Columns pack and unpack in C,
 which is what lets a Python producer and consumer move a million records a second; a
 ``None`` column means "all default" (all keys null, all timestamps equal, no headers).
+
+``magic`` says which payload a batch carries. Batches produced by Kafka clients (through
+:mod:`kcoord.kafka`) are stored as they came: magic 2, Kafka's v2 varint records with a
+CRC-32C, the same header. The log, replication and idempotence read only the header, so
+they treat both alike; :func:`decode_batch` decodes either into the same columns, and
+:mod:`kcoord.kafka.batches` converts magic 1 to magic 2 for Kafka consumers.
 """
 
 from __future__ import annotations
@@ -41,7 +47,8 @@ import msgpack
 
 from .protocol.errors import ErrorCode, KafkaError
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 1  # kcoord's own payload (msgpack columns), zlib CRC-32
+KAFKA_FORMAT = 2  # Kafka's v2 record batch payload (varint records), CRC-32C
 HEADER = struct.Struct(">qiibIhiqqqhii")
 HEADER_SIZE = HEADER.size  # 61
 LENGTH_PREFIX = 12  # base_offset + batch_length: what you read to learn a batch's size
@@ -54,6 +61,8 @@ assert HEADER_SIZE == 61
 
 COMPRESSION_MASK = 0x07
 TIMESTAMP_TYPE_BIT = 0x08
+TRANSACTIONAL_BIT = 0x10  # Kafka v2 only; kcoord has no transactions and refuses them
+CONTROL_BIT = 0x20
 CREATE_TIME = 0
 LOG_APPEND_TIME = 1
 
@@ -111,17 +120,13 @@ def available_codecs() -> list[str]:
 
 # gzip container via zlib (wbits=31): same format as Kafka's gzip codec, C speed.
 register_codec(1, "gzip", lambda b: zlib.compress(b, 1, 31), lambda b: zlib.decompress(b, 47))
-try:  # optional codecs, registered when their library is importable
-    import zstandard as _zstd  # type: ignore
+try:  # snappy, lz4 (frame format, as Kafka) and zstd from one library: cramjam
+    import cramjam as _cj  # type: ignore
 
-    register_codec(4, "zstd", lambda b: _zstd.ZstdCompressor().compress(b), lambda b: _zstd.ZstdDecompressor().decompress(b))
-except ImportError:  # pragma: no cover - depends on the environment
-    pass
-try:
-    import lz4.frame as _lz4  # type: ignore
-
-    register_codec(3, "lz4", _lz4.compress, _lz4.decompress)
-except ImportError:  # pragma: no cover
+    register_codec(2, "snappy", lambda b: bytes(_cj.snappy.compress_raw(b)), lambda b: bytes(_cj.snappy.decompress_raw(b)))
+    register_codec(3, "lz4", lambda b: bytes(_cj.lz4.compress(b)), lambda b: bytes(_cj.lz4.decompress(b)))
+    register_codec(4, "zstd", lambda b: bytes(_cj.zstd.compress(b)), lambda b: bytes(_cj.zstd.decompress(b)))
+except ImportError:  # pragma: no cover - cramjam is a pinned dependency
     pass
 
 
@@ -187,21 +192,43 @@ def batch_size_at(buf: bytes | bytearray | memoryview, pos: int = 0) -> int:
     return LENGTH_PREFIX + length
 
 
+def _crc32(data: Any) -> int:
+    return zlib.crc32(data) & 0xFFFFFFFF
+
+
+try:
+    from crc32c import crc32c as _crc32c  # hardware CRC-32C (SSE4.2/ARMv8), C fallback
+except ImportError:  # pragma: no cover - crc32c is a pinned dependency
+    _crc32c = None
+
+
+def _crc32c_or_fail(data: Any) -> int:
+    if _crc32c is None:
+        raise CorruptRecordError("Kafka-format batch, but the crc32c package is not installed")
+    return _crc32c(data)
+
+
+# magic -> the CRC function of that payload format
+CRC_FUNCTIONS: dict[int, Callable[[Any], int]] = {FORMAT_VERSION: _crc32, KAFKA_FORMAT: _crc32c_or_fail}
+
+
 def compute_crc(buf: bytes | bytearray | memoryview, pos: int, size: int) -> int:
+    """The CRC of the batch at ``pos``, with the function its magic byte names."""
     mv = memoryview(buf)
-    return zlib.crc32(mv[pos + CRC_START : pos + size]) & 0xFFFFFFFF
+    fn = CRC_FUNCTIONS.get(mv[pos + 16] if len(mv) > pos + 16 else FORMAT_VERSION, _crc32)
+    return fn(mv[pos + CRC_START : pos + size])
 
 
 def validate_batch(buf: bytes | bytearray | memoryview, pos: int = 0, *, check_crc: bool = True) -> BatchHeader:
     """Check one batch's framing (and CRC): raises :class:`CorruptRecordError`."""
     h = read_header(buf, pos)
-    if h.magic != FORMAT_VERSION:
+    if h.magic not in CRC_FUNCTIONS:
         raise CorruptRecordError(f"batch at byte {pos}: unknown format version {h.magic}")
     if h.batch_length < HEADER_SIZE - LENGTH_PREFIX or pos + h.size > len(buf):
         raise CorruptRecordError(f"batch at byte {pos}: length {h.batch_length} does not fit the {len(buf) - pos} bytes left")
     if h.record_count < 1 or h.last_offset_delta != h.record_count - 1:
         raise CorruptRecordError(f"batch at byte {pos}: record count {h.record_count} and last offset delta {h.last_offset_delta} disagree")
-    if check_crc and compute_crc(buf, pos, h.size) != h.crc:
+    if check_crc and CRC_FUNCTIONS[h.magic](memoryview(buf)[pos + CRC_START : pos + h.size]) != h.crc:
         raise CorruptRecordError(f"batch at offset {h.base_offset} (byte {pos}): CRC mismatch")
     return h
 
@@ -232,14 +259,20 @@ def stamp_prefix(batch: bytes | bytearray | memoryview, base_offset: int, leader
 
 def set_log_append_time(batch: bytes, timestamp_ms: int) -> bytes:
     """For topics with message.timestamp.type=LogAppendTime: rewrite the batch timestamps
-    and the timestamp-type bit, recomputing the CRC (header-only change)."""
+    and the timestamp-type bit, recomputing the CRC (header-only change).
+
+    A Kafka-format batch gets what a Kafka broker does to it: the bit and ``max_timestamp``
+    (readers then give every record that time); a kcoord batch gets both timestamps."""
     h = read_header(batch)
     head = bytearray(batch[:HEADER_SIZE])
     struct.pack_into(">h", head, 21, h.attributes | TIMESTAMP_TYPE_BIT)
-    struct.pack_into(">qq", head, 27, timestamp_ms, timestamp_ms)
+    if h.magic == KAFKA_FORMAT:
+        struct.pack_into(">q", head, 35, timestamp_ms)
+    else:
+        struct.pack_into(">qq", head, 27, timestamp_ms, timestamp_ms)
     out = bytearray(head)
     out += memoryview(batch)[HEADER_SIZE:]
-    struct.pack_into(">I", out, 17, zlib.crc32(memoryview(out)[CRC_START:]) & 0xFFFFFFFF)
+    struct.pack_into(">I", out, 17, CRC_FUNCTIONS.get(h.magic, _crc32)(memoryview(out)[CRC_START:]))
     return bytes(out)
 
 
@@ -394,6 +427,10 @@ _new_record = partial(tuple.__new__, Record)
 def decode_batch(buf: bytes | bytearray | memoryview, pos: int = 0, *, check_crc: bool = True) -> DecodedBatch:
     """Decode the records of the batch at ``pos`` (consumer side only)."""
     h = validate_batch(buf, pos, check_crc=check_crc)
+    if h.magic == KAFKA_FORMAT:
+        from .kafka.batches import decode_kafka_batch  # compiled v2 record codec
+
+        return decode_kafka_batch(buf, pos, h)
     payload = bytes(memoryview(buf)[pos + HEADER_SIZE : pos + h.size])
     if h.compression:
         codec = _CODECS.get(h.compression)

@@ -21,6 +21,9 @@ pass_env = click.make_pass_decorator(Env)
 @click.option("--min-nodes", type=click.IntRange(min=1), default=1, show_default=True, help="Wait until the Ray cluster has this many nodes before binding brokers to nodes.")
 @click.option("--if-not-exists", is_flag=True, help="Succeed without changes if the cluster is already running (for launcher scripts).")
 @click.option("--timeout", type=click.FloatRange(min=1), default=180, show_default=True, help="Seconds to wait for nodes and for the actors to start.")
+@click.option("--kafka-port", type=click.IntRange(min=0, max=65535), default=9092, show_default=True, help="Kafka listener port on every node (broker ids take this port and the next ones; 0: free ports).")
+@click.option("--no-kafka", is_flag=True, help="Do not start the Kafka listener (Kafka clients then cannot connect).")
+@click.option("--kafka-host", default=None, metavar="HOST", help="Address advertised to Kafka clients [default: each node's address].")
 @pass_env
 def up(
     env: Env,
@@ -31,6 +34,9 @@ def up(
     min_nodes: int,
     if_not_exists: bool,
     timeout: float,
+    kafka_port: int,
+    no_kafka: bool,
+    kafka_host: str | None,
 ) -> None:
     """Deploy a kcoord cluster onto the running Ray cluster.
 
@@ -44,6 +50,8 @@ def up(
       kcoord --name prod up --brokers 5 --data-dir /data/kcoord
       kcoord --address 10.0.0.1:6379 up --topic-config min.insync.replicas=2
       kcoord up --min-nodes 4 --if-not-exists      # in a cluster launcher's start commands
+      kcoord up --kafka-port 0                     # Kafka listener on free ports
+      kcoord up --no-kafka                         # no Kafka listener
     """
     from cluster.deploy import ClusterExistsError, deploy
     from cluster.placement import wait_for_nodes
@@ -64,6 +72,8 @@ def up(
                 namespace=env.namespace,
                 default_topic_config=defaults or None,
                 timeout_s=timeout,
+                kafka_port=None if no_kafka else kafka_port,
+                kafka_host=kafka_host,
             )
     except ClusterExistsError:
         if not if_not_exists:
@@ -84,6 +94,8 @@ def up(
     env.out.print(f"[bold green]kcoord cluster {env.name!r} is up[/]: {brokers} brokers {where}, {group_coordinators} group coordinators")
     env.out.print(f"  namespace {env.namespace!r}, data in {info.get('data_dir', data_dir)}")
     env.out.print(f"  use it from Python: kcoord.connect({env.name!r})  ·  remove it: kcoord --name {env.name} down")
+    if not no_kafka:
+        env.out.print(f"  Kafka clients: bootstrap servers {client.bootstrap_servers}")
 
 
 @click.command("down")
@@ -215,6 +227,7 @@ def status(env: Env, internal: bool, as_json: bool) -> None:
         return
     for table in _status_tables(snap, internal):
         env.out.print(table)
+    env.out.print(f"Kafka bootstrap servers: {snap.get('bootstrap_servers') or '(no Kafka listener)'}")
 
 
 COMMANDS = [up, down, status]

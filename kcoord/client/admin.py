@@ -236,8 +236,10 @@ class Admin:
             if m.assignment and g.protocol_type == CONSUMER_PROTOCOL_TYPE:
                 try:
                     assignment = {t: sorted(ps) for t, ps in Assignment.decode(m.assignment).partitions.items()}
-                except DecodeError:
-                    assignment = {}
+                except DecodeError:  # a Kafka client's member (through kcoord.kafka)
+                    from ..kafka.consumer_protocol import decode_assignment
+
+                    assignment = decode_assignment(m.assignment) or {}
             for t, ps in assignment.items():
                 for p in ps:
                     owner[(t, p)] = m.member_id

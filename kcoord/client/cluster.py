@@ -270,6 +270,14 @@ class ClusterClient:
             self.refresh_metadata([])
         return list(self._brokers)
 
+    @property
+    def bootstrap_servers(self) -> str:
+        """``host:port[,...]`` of the cluster's Kafka listeners, for any Kafka client
+        ("" when the cluster runs none; see kcoord.kafka)."""
+        from ..kafka.deploy import bootstrap_servers
+
+        return bootstrap_servers(self.name)
+
 
 def connect(name: str = DEFAULT_CLUSTER, address: str | None = "auto", namespace: str = names.DEFAULT_NAMESPACE) -> ClusterClient:
     """Connect to a deployed kcoord cluster by name (``ray.init(address)`` if needed)."""

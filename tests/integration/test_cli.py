@@ -21,7 +21,7 @@ NAME = "clitest"
 def head():
     h = RayHead().start()
     try:
-        run_kcoord(h, "--name", NAME, "up", "--brokers", "3", "--group-coordinators", "1", check=True)
+        run_kcoord(h, "--name", NAME, "up", "--brokers", "3", "--group-coordinators", "1", "--kafka-port", "0", check=True)
         yield h
         run_kcoord(h, "--name", NAME, "down", "--delete-data", check=True)
     finally:

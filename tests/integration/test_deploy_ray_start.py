@@ -94,7 +94,7 @@ def alive_actors(head: RayHead, names: list[str]) -> tuple[list[str], int]:
 
 def test_ray_start_kcoord_up_drivers_and_down(head, tmp_path):
     data_dir = tmp_path / "data"
-    up = run_kcoord(head, "--name", NAME, "up", "--brokers", "3", "--group-coordinators", "1", "--data-dir", str(data_dir), check=True)
+    up = run_kcoord(head, "--name", NAME, "up", "--brokers", "3", "--group-coordinators", "1", "--no-kafka", "--data-dir", str(data_dir), check=True)
     assert "is up" in up.stdout
 
     # A separate driver creates a topic, produces with acks=all and exits.
@@ -127,7 +127,7 @@ def test_ray_start_kcoord_up_drivers_and_down(head, tmp_path):
     assert f"{len(names)} actors" in down.stdout and "kept" in down.stdout
     alive, stored = alive_actors(head, names)
     assert alive == [] and stored > 0
-    run_kcoord(head, "--name", NAME, "up", "--brokers", "3", "--group-coordinators", "1", "--data-dir", str(data_dir), check=True)
+    run_kcoord(head, "--name", NAME, "up", "--brokers", "3", "--group-coordinators", "1", "--no-kafka", "--data-dir", str(data_dir), check=True)
     again = run_kcoord(head, "--name", NAME, "consume", "orders", "--from-beginning", "--max-messages", "200", "--timeout-ms", "60000", check=True)
     assert sorted(again.stdout.split()) == sorted(f"order-{i}" for i in range(200))
     group = json.loads(run_kcoord(head, "--name", NAME, "groups", "describe", "auditors", "--json", check=True).stdout)

@@ -1,0 +1,266 @@
+"""Kafka wire benchmark: confluent-kafka (librdkafka) through kcoord's Kafka listener against
+kcoord's own Producer/Consumer, same cluster, same run (acks=all, RF=3,
+min.insync.replicas=2, 100-byte values), and end-to-end latency through the listener at a
+paced 10k records/s. Prints JSON.
+
+    python benchmarks/kafka_wire.py [--quick] [--out FILE] [--records N]
+
+``produce``: confluent Producer (idempotent, linger.ms=5, librdkafka's default 5 requests in
+flight per connection) from the first produce() to the end of flush(); ``produce_in_flight_1``:
+the same with max.in.flight.requests.per.connection=1 (see docs/kafka-wire.md); ``kcoord_send``: kcoord.Producer.send() per record + flush(), same values.
+``consume``: a confluent Consumer assigned every partition from offset 0 reading what
+confluent wrote (Kafka batches, passed through); ``consume_converted``: the same consumer
+reading what kcoord's Producer wrote (kcoord batches converted to Kafka's v2 on the way);
+``kcoord_consume``: kcoord.Consumer reading what kcoord wrote (both consumers are timed from
+their first record on, after connecting). ``e2e``: produce at 10k/s for
+a few seconds with a consumer polling; latency = receive time - send time in the value.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import struct
+import sys
+import time
+import uuid
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+VALUE = 100
+
+
+def rate(n: int, seconds: float) -> dict:
+    return {"records_per_s": round(n / seconds), "mb_per_s": round(n * VALUE / seconds / 1e6, 2), "seconds": round(seconds, 3)}
+
+
+def confluent_produce(bootstrap: str, topic: str, values: list[bytes], in_flight: int = 5) -> float:
+    from confluent_kafka import Producer
+
+    p = Producer({"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True, "linger.ms": 5, "batch.size": 1 << 20, "queue.buffering.max.messages": 1_000_000, "max.in.flight.requests.per.connection": in_flight})
+    p.produce(topic, values[0])
+    p.flush(60)  # metadata and producer id outside the timing
+    errors = []
+
+    def cb(err, _msg):
+        if err:
+            errors.append(err)
+
+    t = time.perf_counter()
+    produce, poll = p.produce, p.poll
+    for v in values:
+        while True:
+            try:
+                produce(topic, v, on_delivery=cb)
+                break
+            except BufferError:
+                poll(0.01)
+    p.flush(300)
+    dt = time.perf_counter() - t
+    if errors:
+        raise RuntimeError(f"{len(errors)} delivery errors, first {errors[0]}")
+    return dt
+
+
+def kcoord_send(cluster, topic: str, values: list[bytes]) -> float:
+    from kcoord.client.producer import Producer
+
+    p = Producer(cluster, acks="all", linger_ms=5)
+    try:
+        p.send(topic, values[0]).get(60)
+        t = time.perf_counter()
+        send = p.send
+        for v in values:
+            send(topic, v)
+        p.flush()
+        return time.perf_counter() - t
+    finally:
+        p.close()
+
+
+def confluent_consume(bootstrap: str, topic: str, partitions: int, starts: dict[int, int], n: int) -> float:
+    from confluent_kafka import Consumer, TopicPartition
+
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"bench-{uuid.uuid4().hex[:6]}", "enable.auto.commit": False, "fetch.max.bytes": 50 << 20, "max.partition.fetch.bytes": 8 << 20})
+    c.assign([TopicPartition(topic, p, starts.get(p, 0)) for p in range(partitions)])
+    # connections, metadata and the first fetch outside the timing (as kcoord's consumer)
+    got = 0
+    while got == 0:
+        got = sum(1 for m in c.consume(1, 10.0) if not m.error())
+    t = time.perf_counter()
+    deadline = t + 300
+    while got < n and time.perf_counter() < deadline:
+        msgs = c.consume(10000, 1.0)
+        got += sum(1 for m in msgs if not m.error())
+    dt = time.perf_counter() - t
+    c.close()
+    if got < n:
+        raise RuntimeError(f"consumed {got} of {n}")
+    return dt
+
+
+def kcoord_consume(cluster, topic: str, starts: dict[int, int], n: int) -> float:
+    from kcoord.client.consumer import Consumer
+
+    c = Consumer(topic, cluster=cluster, auto_offset_reset="earliest", enable_auto_commit=False)
+    try:
+        c.poll(timeout_ms=0)
+        for tp in c.assignment():
+            c.seek(tp, starts.get(tp.partition, 0))
+        got = 0
+        t = time.perf_counter()
+        deadline = t + 300
+        while got < n and time.perf_counter() < deadline:
+            for recs in c.poll(timeout_ms=1000).values():
+                got += len(recs)
+        dt = time.perf_counter() - t
+        if got < n:
+            raise RuntimeError(f"consumed {got} of {n}")
+        return dt
+    finally:
+        c.close()
+
+
+def e2e(bootstrap: str, topic: str, partitions: int, per_s: int, seconds: float, in_flight: int = 5) -> dict:
+    import threading
+
+    from confluent_kafka import Consumer, Producer, TopicPartition
+
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"e2e-{uuid.uuid4().hex[:6]}", "enable.auto.commit": False, "fetch.wait.max.ms": 100})
+    c.assign([TopicPartition(topic, p, -1) for p in range(partitions)])  # OFFSET_END
+    c.consume(1, 2.0)
+    lat: list[float] = []
+    total = int(per_s * seconds)
+    done = threading.Event()
+
+    def consume():
+        deadline = time.time() + seconds + 60
+        while len(lat) < total and time.time() < deadline:
+            for m in c.consume(1000, 0.2):
+                if not m.error():
+                    lat.append(time.time() - struct.unpack_from(">d", m.value())[0])
+        done.set()
+
+    reader = threading.Thread(target=consume)
+    reader.start()
+    p = Producer({"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True, "linger.ms": 5, "max.in.flight.requests.per.connection": in_flight})
+    pad = b"x" * (VALUE - 8)
+    start = time.time()
+    for i in range(total):
+        due = start + i / per_s
+        now = time.time()
+        if due > now:
+            time.sleep(due - now)
+        p.produce(topic, struct.pack(">d", time.time()) + pad)
+        p.poll(0)
+    p.flush(60)
+    reader.join(120)
+    c.close()
+    lat.sort()
+    if not lat:
+        return {"records": 0}
+    q = lambda f: round(lat[min(len(lat) - 1, int(f * len(lat)))] * 1000, 1)  # noqa: E731
+    return {"records": len(lat), "target_per_s": per_s, "p50_ms": q(0.5), "p99_ms": q(0.99), "max_ms": round(lat[-1] * 1000, 1), "mean_ms": round(statistics.mean(lat) * 1000, 1)}
+
+
+def listener_stats(cluster_name: str) -> list[dict]:
+    import ray
+
+    from kcoord.kafka.deploy import listener_actor_names
+
+    out = []
+    for actor in listener_actor_names(cluster_name):
+        try:
+            out.append(ray.get(ray.get_actor(actor, namespace="kcoord").stats.remote(), timeout=30))
+        except Exception as exc:  # noqa: BLE001 - figures only
+            out.append({"error": repr(exc)})
+    return out
+
+
+def settle(cluster, topics: list[str], partitions: int) -> None:
+    """Write one record to every partition (acks=all) so every replica actor has started and
+    joined the ISR, then let the worker-process start-up storm pass before timing."""
+    from kcoord.client.producer import Producer
+
+    p = Producer(cluster, acks="all")
+    try:
+        for t in topics:
+            for part in range(partitions):
+                p.send(t, b"settle", partition=part).get(120)
+    finally:
+        p.close()
+    time.sleep(5)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--out")
+    parser.add_argument("--records", type=int, default=None)
+    args = parser.parse_args()
+    n = args.records or (50_000 if args.quick else 300_000)
+    partitions = 2 if args.quick else 6
+    e2e_seconds = 3.0 if args.quick else 10.0
+
+    from cluster.deploy import deploy, teardown
+    from cluster.local import start_local_ray
+    from kcoord.client.admin import Admin
+
+    wall = time.perf_counter()
+    start_local_ray()
+    name = f"bench-kw-{uuid.uuid4().hex[:6]}"
+    cluster = deploy(name, brokers=3, group_coordinators=0, address=None, kafka_port=0, kafka_local=True)
+    bootstrap = cluster.bootstrap_servers
+    results: dict = {
+        "benchmark": "kafka_wire",
+        "value_bytes": VALUE,
+        "partitions": partitions,
+        "replication_factor": 3,
+        "acks": "all",
+        "records": n,
+        "cpus": os.cpu_count(),
+        "load_average_at_start": [round(x, 1) for x in os.getloadavg()],
+        "cases": {},
+    }
+    try:
+        admin = Admin(cluster)
+        cfg = {"min.insync.replicas": 2}
+        admin.create_topic("kafka", partitions=partitions, replication_factor=3, config=cfg)
+        admin.create_topic("kcoord", partitions=partitions, replication_factor=3, config=cfg)
+        admin.create_topic("e2e", partitions=partitions, replication_factor=3, config=cfg)
+        settle(cluster, ["kafka", "kcoord", "e2e"], partitions)
+        pool = [os.urandom(VALUE) for _ in range(4096)]
+        values = [pool[i % len(pool)] for i in range(n)]
+        cases = results["cases"]
+        kstarts = admin.list_offsets("kafka", "latest")
+        cases["produce"] = rate(n, confluent_produce(bootstrap, "kafka", values))
+        cases["produce_in_flight_1"] = rate(n, confluent_produce(bootstrap, "kafka", values, in_flight=1))
+        ostarts = admin.list_offsets("kcoord", "latest")
+        cases["kcoord_send"] = rate(n, kcoord_send(cluster, "kcoord", values))
+        cases["consume"] = rate(n, confluent_consume(bootstrap, "kafka", partitions, kstarts, n))
+        cases["consume_converted"] = rate(n, confluent_consume(bootstrap, "kcoord", partitions, ostarts, n))
+        cases["kcoord_consume"] = rate(n, kcoord_consume(cluster, "kcoord", ostarts, n))
+        results["e2e"] = e2e(bootstrap, "e2e", partitions, 10_000, e2e_seconds)
+        results["e2e_in_flight_1"] = e2e(bootstrap, "e2e", partitions, 10_000, e2e_seconds, in_flight=1)
+        results["listeners"] = listener_stats(name)
+        results["ratios"] = {
+            "produce_vs_kcoord_send": round(cases["produce"]["records_per_s"] / cases["kcoord_send"]["records_per_s"], 2),
+            "produce_in_flight_1_vs_kcoord_send": round(cases["produce_in_flight_1"]["records_per_s"] / cases["kcoord_send"]["records_per_s"], 2),
+            "consume_vs_kcoord_consume": round(cases["consume"]["records_per_s"] / cases["kcoord_consume"]["records_per_s"], 2),
+            "consume_converted_vs_kcoord_consume": round(cases["consume_converted"]["records_per_s"] / cases["kcoord_consume"]["records_per_s"], 2),
+        }
+        results["targets"] = {k: {"measured": v, "target": 0.7, "met": v >= 0.7} for k, v in results["ratios"].items() if k != "consume_converted_vs_kcoord_consume"}
+    finally:
+        teardown(name, delete_data=True, address=None)
+    results["wall_seconds"] = round(time.perf_counter() - wall, 1)
+    text = json.dumps(results, indent=2)
+    print(text)
+    if args.out:
+        Path(args.out).write_text(text)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,100 @@
+"""KafkaListener: the Ray actor shell around one node's Kafka listener.
+
+One per Ray node, pinned to it, restartable, with no state of its own: on (re)start it
+binds its port (the one it had before, when it was started with port 0), records
+``host:port`` in the cluster's GCS key/value store (Metadata answers place brokers at the
+listener of their node from there) and serves until killed.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from . import routing
+from .handlers import ListenerContext, build_apis
+from .server import DEFAULT_MAX_FRAME_BYTES, KafkaServer
+
+logger = logging.getLogger("kcoord.kafka")
+
+
+class KafkaListener:
+    def __init__(
+        self,
+        cluster: str,
+        namespace: str,
+        bind_host: str = "127.0.0.1",
+        port: int = 0,
+        advertised_host: str | None = None,
+        options: dict[str, Any] | None = None,
+    ) -> None:
+        import ray
+
+        self.cluster = cluster
+        self.namespace = namespace
+        self.bind_host = bind_host
+        self.port = port
+        self.advertised_host = advertised_host or bind_host
+        self.options = dict(options or {})
+        self.node_id = ray.get_runtime_context().get_node_id()
+        self._server: KafkaServer | None = None
+        self._address = ""
+        # Bind now, not on the first call: after a Ray restart nobody may call us.
+        ray.get_runtime_context().current_actor.start.remote()
+
+    async def start(self) -> str:
+        """Bind and serve (idempotent); returns the advertised bootstrap ``host:port``."""
+        if self._server is not None:
+            return self._address
+        backend = routing.Backend(self.cluster, self.namespace, node_id=self.node_id)
+        info = await backend.describe_cluster()
+        brokers = sorted(info.brokers) or [0]
+        # One port per broker id: `port`, port+1, ... (0: free ports). A restart keeps the
+        # ports clients already know.
+        before = routing.recorded_listener(self.cluster, self.node_id)
+        if before and self.port == 0:
+            endpoints = {b: before["ports"].get(b, 0) for b in brokers}
+        else:
+            endpoints = {b: (self.port + i if self.port else 0) for i, b in enumerate(brokers)}
+        ctx = ListenerContext(
+            backend=backend,
+            host=self.advertised_host,
+            node_id=self.node_id,
+            cluster_id=f"kcoord-{self.cluster}",
+            auto_create_topics=bool(self.options.get("auto_create_topics", True)),
+            default_partitions=int(self.options.get("num_partitions", 1)),
+            default_replication_factor=int(self.options.get("default_replication_factor", 3)),
+            listeners=backend.listeners,
+        )
+        max_frame = int(self.options.get("max_frame_bytes", DEFAULT_MAX_FRAME_BYTES))
+        server = KafkaServer(build_apis(ctx), self.bind_host, endpoints, max_frame_bytes=max_frame)
+        try:
+            ports = await server.start()
+        except OSError:
+            if not before or self.port != 0:
+                raise
+            # the old ports are taken now: take free ones
+            server = KafkaServer(server.apis, self.bind_host, {b: 0 for b in brokers}, max_frame_bytes=max_frame)
+            ports = await server.start()
+        ctx.ports = dict(ports)
+        self._server = server
+        first = ports[min(ports)]
+        self._address = f"{self.advertised_host}:{first}"
+        routing.record_listener(self.cluster, self.node_id, self.advertised_host, ports)
+        logger.info("[kafka] cluster %r: listening on %s ports %s (broker -> port), advertised as %s", self.cluster, self.bind_host, ports, self.advertised_host)
+        return self._address
+
+    async def address(self) -> str:
+        return await self.start()
+
+    async def stats(self) -> dict[str, Any]:
+        await self.start()
+        assert self._server is not None
+        from .handlers.data import STATS
+
+        return {"address": self._address, "node_id": self.node_id, **self._server.stats, **STATS, **routing.CALL_STATS}
+
+    async def pid(self) -> int:
+        import os
+
+        return os.getpid()

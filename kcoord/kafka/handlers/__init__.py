@@ -1,0 +1,97 @@
+"""Kafka API handlers, one module per family, and the table of what the listener serves.
+
+A handler is ``async (ctx, conn, request, version) -> response`` on kafka-python's
+schema-generated request/response objects; ``None`` means "no response" (acks=0). Each API
+also has an error builder, ``(request, version, code, message) -> response``, used when a
+request cannot be served (unsupported version, undecodable body, a handler failure).
+"""
+
+from __future__ import annotations
+
+from functools import partial
+from typing import Any
+
+from kafka.protocol.admin import (
+    CreateTopicsRequest,
+    CreateTopicsResponse,
+    DeleteTopicsRequest,
+    DeleteTopicsResponse,
+    DescribeConfigsRequest,
+    DescribeConfigsResponse,
+    DescribeGroupsRequest,
+    DescribeGroupsResponse,
+    ListGroupsRequest,
+    ListGroupsResponse,
+)
+from kafka.protocol.consumer import (
+    FetchRequest,
+    FetchResponse,
+    HeartbeatRequest,
+    HeartbeatResponse,
+    JoinGroupRequest,
+    JoinGroupResponse,
+    LeaveGroupRequest,
+    LeaveGroupResponse,
+    ListOffsetsRequest,
+    ListOffsetsResponse,
+    OffsetCommitRequest,
+    OffsetCommitResponse,
+    OffsetFetchRequest,
+    OffsetFetchResponse,
+    SyncGroupRequest,
+    SyncGroupResponse,
+)
+from kafka.protocol.metadata import (
+    ApiVersionsRequest,
+    ApiVersionsResponse,
+    FindCoordinatorRequest,
+    FindCoordinatorResponse,
+    MetadataRequest,
+    MetadataResponse,
+)
+from kafka.protocol.producer import InitProducerIdRequest, InitProducerIdResponse, ProduceRequest, ProduceResponse
+
+from ..server import Api
+from . import cluster, data, groups
+from ._base import ListenerContext
+
+# (key, request, response, min, max, handler, error builder, ordered per connection)
+# Versions: the lowest the clients we test need, up to what the handlers map honestly.
+_TABLE = [
+    (0, ProduceRequest, ProduceResponse, 3, 8, data.produce, data.produce_error, False),  # orders itself
+    (1, FetchRequest, FetchResponse, 4, 11, data.fetch, data.fetch_error, False),
+    (2, ListOffsetsRequest, ListOffsetsResponse, 1, 5, data.list_offsets, data.list_offsets_error, False),
+    (3, MetadataRequest, MetadataResponse, 1, 8, cluster.metadata, cluster.metadata_error, False),
+    (8, OffsetCommitRequest, OffsetCommitResponse, 2, 7, groups.offset_commit, groups.offset_commit_error, True),
+    (9, OffsetFetchRequest, OffsetFetchResponse, 1, 5, groups.offset_fetch, groups.offset_fetch_error, False),
+    (10, FindCoordinatorRequest, FindCoordinatorResponse, 0, 2, cluster.find_coordinator, cluster.find_coordinator_error, False),
+    (11, JoinGroupRequest, JoinGroupResponse, 0, 5, groups.join_group, groups.join_group_error, False),
+    (12, HeartbeatRequest, HeartbeatResponse, 0, 3, groups.heartbeat, groups.heartbeat_error, False),
+    (13, LeaveGroupRequest, LeaveGroupResponse, 0, 3, groups.leave_group, groups.leave_group_error, True),
+    (14, SyncGroupRequest, SyncGroupResponse, 0, 3, groups.sync_group, groups.sync_group_error, False),
+    (15, DescribeGroupsRequest, DescribeGroupsResponse, 0, 4, groups.describe_groups, groups.describe_groups_error, False),
+    (16, ListGroupsRequest, ListGroupsResponse, 0, 3, groups.list_groups, groups.list_groups_error, False),
+    (19, CreateTopicsRequest, CreateTopicsResponse, 0, 4, cluster.create_topics, cluster.create_topics_error, True),
+    (20, DeleteTopicsRequest, DeleteTopicsResponse, 0, 3, cluster.delete_topics, cluster.delete_topics_error, True),
+    (22, InitProducerIdRequest, InitProducerIdResponse, 0, 1, cluster.init_producer_id, cluster.init_producer_id_error, False),
+    (32, DescribeConfigsRequest, DescribeConfigsResponse, 0, 4, cluster.describe_configs, cluster.describe_configs_error, False),
+]
+
+
+def build_apis(ctx: ListenerContext) -> dict[int, Api]:
+    """The API table bound to one listener's context."""
+    apis: dict[int, Api] = {}
+    for key, req, resp, lo, hi, handler, error, ordered in _TABLE:
+        apis[key] = Api(key, req, resp, lo, hi, partial(handler, ctx), error, ordered)
+    apis[18] = Api(18, ApiVersionsRequest, ApiVersionsResponse, 0, 3, partial(cluster.api_versions_handler(apis), ctx), cluster.api_versions_error(apis))
+    return apis
+
+
+def served_versions() -> dict[int, tuple[int, int]]:
+    """{API key: (min, max)} as advertised in ApiVersions."""
+    out: dict[int, tuple[int, int]] = {k: (lo, hi) for k, _, _, lo, hi, *_ in _TABLE}
+    out[18] = (0, 3)
+    return out
+
+
+__all__ = ["ListenerContext", "build_apis", "served_versions"]

@@ -1,0 +1,331 @@
+"""The one module of kcoord.kafka that calls kcoord's actors.
+
+Every call goes through an actor's public Ray method with kcoord's msgpack messages
+(``produce``/``fetch``/``list_offsets`` on a replica; ``metadata``/``create_topic``/
+``delete_topic``/``init_producer_id``/``describe_cluster``/``placement`` on the controller;
+``join_group``/``sync_group``/... on a group coordinator), so re-pointing the listener at a
+new actor layout means editing this file only. Handlers see :class:`Backend` and kcoord
+messages, never Ray.
+
+Failures are answered the way a Kafka broker would: a replica that is dead or restarting
+gives NOT_LEADER_OR_FOLLOWER (the client refreshes metadata and retries), a call that does
+not finish in time REQUEST_TIMED_OUT, a coordinator that is gone COORDINATOR_NOT_AVAILABLE.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+import time
+from typing import Any, Awaitable
+
+from ..protocol import names
+from ..protocol.codec import Message
+from ..protocol.controller import (
+    CreateTopicsRequest,
+    CreateTopicsResponse,
+    DeleteTopicsRequest,
+    DeleteTopicsResponse,
+    DescribeClusterRequest,
+    DescribeClusterResponse,
+    InitProducerIdRequest,
+    InitProducerIdResponse,
+    MetadataRequest,
+    MetadataResponse,
+    TopicMetadata,
+)
+from ..protocol.errors import DecodeError, ErrorCode, METADATA_REFRESH
+from ..protocol.group import RESPONSE_FOR, error_response
+from ..protocol.replication import (
+    FetchRequest,
+    FetchResponse,
+    ListOffsetsRequest,
+    ListOffsetsResponse,
+    ProduceRequest,
+    ProduceResponse,
+)
+
+logger = logging.getLogger("kcoord.kafka")
+
+# GCS key/value store (namespace of the cluster) where each listener records its address.
+LISTENER_KEY_PREFIX = "kafka/listener/"
+_METADATA_TTL_S = 5.0
+CALL_STATS: dict[str, float] = {}
+_CLUSTER_TTL_S = 5.0
+
+
+class Backend:
+    """kcoord's actors, seen from a listener: a metadata cache and one call per API."""
+
+    def __init__(self, cluster: str, namespace: str = names.DEFAULT_NAMESPACE, node_id: str = "") -> None:
+        self.cluster = cluster
+        self.namespace = namespace
+        # This listener's Ray node: a leader on the same node answers a fetch with file hints
+        # (spans of its segment files) that are read here instead of copied through Ray.
+        self.node_id = node_id
+        self._handles: dict[str, Any] = {}
+        self._topics: dict[str, tuple[float, TopicMetadata]] = {}
+        self._cluster_info: tuple[float, DescribeClusterResponse] | None = None
+        self._placement: tuple[float, dict[int, str]] | None = None
+
+    # -- plumbing -------------------------------------------------------------------------
+    def _handle(self, name: str) -> Any:
+        import ray
+
+        h = self._handles.get(name)
+        if h is None:
+            h = ray.get_actor(name, namespace=self.namespace)  # ValueError when missing
+            self._handles[name] = h
+        return h
+
+    async def _call(self, name: str, method: str, payload: Any, timeout: float) -> Any:
+        """Call ``name.method(payload)``; raises ``_Gone`` or ``asyncio.TimeoutError``."""
+        from ray.exceptions import RayActorError, RayTaskError
+
+        try:
+            handle = self._handle(name)
+        except ValueError:
+            raise _Gone(f"no actor named {name!r}") from None
+        try:
+            ref = getattr(handle, method).remote(payload) if payload is not None else getattr(handle, method).remote()
+            return await asyncio.wait_for(ref, timeout)
+        except RayActorError as exc:
+            self._handles.pop(name, None)
+            raise _Gone(f"{name}: {type(exc).__name__}") from None
+        except RayTaskError as exc:
+            raise _Gone(f"{name}.{method} raised: {exc}") from None
+
+    async def _controller(self, method: str, req: Message | None, response_type: type, timeout: float = 30.0) -> Any:
+        try:
+            raw = await self._call(names.controller(self.cluster), method, None if req is None else req.encode(), timeout)
+        except (_Gone, asyncio.TimeoutError) as exc:
+            self._handles.pop(names.controller(self.cluster), None)
+            if response_type is None:
+                raise
+            return response_type(ErrorCode.NOT_CONTROLLER if isinstance(exc, _Gone) else ErrorCode.REQUEST_TIMED_OUT, f"controller: {exc!r}")
+        if response_type is None:
+            return raw
+        try:
+            return response_type.decode(raw)
+        except DecodeError as exc:
+            return response_type(int(exc.code), exc.message)
+
+    # -- cluster and topic metadata -----------------------------------------------------------
+    async def describe_cluster(self) -> DescribeClusterResponse:
+        now = time.monotonic()
+        if self._cluster_info is not None and now - self._cluster_info[0] < _CLUSTER_TTL_S:
+            return self._cluster_info[1]
+        resp = await self._controller("describe_cluster", DescribeClusterRequest(), DescribeClusterResponse)
+        if resp.error_code == 0:
+            self._cluster_info = (now, resp)
+        elif self._cluster_info is not None:
+            return self._cluster_info[1]
+        return resp
+
+    async def broker_nodes(self) -> dict[int, str]:
+        """broker id -> Ray node id it is bound to ({} on one node: brokers are logical)."""
+        now = time.monotonic()
+        if self._placement is not None and now - self._placement[0] < _CLUSTER_TTL_S:
+            return self._placement[1]
+        try:
+            placed = await self._call(names.controller(self.cluster), "placement", None, 10.0)
+            nodes = {int(b): v["node"] for b, v in (placed or {}).get("brokers", {}).items() if v.get("node")}
+        except Exception:
+            nodes = self._placement[1] if self._placement else {}
+        self._placement = (now, nodes)
+        return nodes
+
+    async def metadata(self, topics: list[str] | None) -> MetadataResponse:
+        resp = await self._controller("metadata", MetadataRequest(topics=topics), MetadataResponse)
+        if resp.error_code == 0:
+            now = time.monotonic()
+            for t in resp.topics:
+                if t.error_code == 0:
+                    self._topics[t.name] = (now, t)
+                else:
+                    self._topics.pop(t.name, None)
+        return resp
+
+    async def topic(self, name: str, refresh: bool = False) -> TopicMetadata | None:
+        cached = self._topics.get(name)
+        if not refresh and cached is not None and time.monotonic() - cached[0] < _METADATA_TTL_S:
+            return cached[1]
+        resp = await self.metadata([name])
+        for t in resp.topics:
+            if t.name == name and t.error_code == 0:
+                return t
+        return None
+
+    def invalidate(self, topic: str) -> None:
+        self._topics.pop(topic, None)
+
+    async def _leader(self, topic: str, partition: int) -> tuple[int, int] | tuple[None, int]:
+        """(leader broker, leader epoch), or (None, error code)."""
+        t = await self.topic(topic)
+        if t is None:
+            return None, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        for p in t.partitions:
+            if p.partition == partition:
+                if p.leader < 0:
+                    self.invalidate(topic)
+                    return None, ErrorCode.LEADER_NOT_AVAILABLE
+                return p.leader, p.leader_epoch
+        return None, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+
+    async def _replica_call(self, method: str, req: Any, response_type: type, timeout: float) -> Any:
+        return await (await self._replica_submit(method, req, response_type, timeout))
+
+    async def _replica_submit(self, method: str, req: Any, response_type: type, timeout: float) -> Awaitable[Any]:
+        """Resolve the leader and send the call; returns an awaitable of the answer. When this
+        returns, the call has been handed to Ray (callers use that to keep calls in order)."""
+        leader, epoch_or_error = await self._leader(req.topic, req.partition)
+        if leader is None:
+            return _ready(response_type(int(epoch_or_error), f"{req.topic}-{req.partition}: no leader known"))
+        name = names.replica(self.cluster, req.topic, req.partition, leader)
+        try:
+            ref = getattr(self._handle(name), method).remote(req.encode())
+        except ValueError:
+            self.invalidate(req.topic)
+            return _ready(response_type(ErrorCode.NOT_LEADER_OR_FOLLOWER, f"no replica actor {name}"))
+        return self._replica_answer(ref, name, leader, req, response_type, timeout)
+
+    async def _replica_answer(self, ref: Any, name: str, leader: int, req: Any, response_type: type, timeout: float) -> Any:
+        from ray.exceptions import RayActorError, RayTaskError
+
+        started = time.perf_counter()
+        try:
+            raw = await asyncio.wait_for(ref, timeout)
+            resp = response_type.decode(raw)
+            CALL_STATS[req.__class__.__name__] = CALL_STATS.get(req.__class__.__name__, 0.0) + (time.perf_counter() - started) * 1000
+            CALL_STATS[req.__class__.__name__ + "_n"] = CALL_STATS.get(req.__class__.__name__ + "_n", 0) + 1
+        except (RayActorError, RayTaskError) as exc:
+            self._handles.pop(name, None)
+            self.invalidate(req.topic)
+            return response_type(ErrorCode.NOT_LEADER_OR_FOLLOWER, f"leader {leader} of {req.topic}-{req.partition} is gone ({type(exc).__name__})")
+        except asyncio.TimeoutError:
+            return response_type(ErrorCode.REQUEST_TIMED_OUT, f"leader {leader} of {req.topic}-{req.partition} did not answer in time")
+        except DecodeError as exc:
+            return response_type(int(exc.code), exc.message)
+        if resp.error_code in METADATA_REFRESH:
+            self.invalidate(req.topic)
+        return resp
+
+    # -- replica APIs ---------------------------------------------------------------------------
+    async def produce(self, req: ProduceRequest) -> ProduceResponse:
+        return await self._replica_call("produce", req, ProduceResponse, req.timeout_ms / 1000 + 10)
+
+    async def submit_produce(self, req: ProduceRequest) -> Awaitable[ProduceResponse]:
+        """Send a produce now, answer later (see :meth:`_replica_submit`)."""
+        return await self._replica_submit("produce", req, ProduceResponse, req.timeout_ms / 1000 + 10)
+
+    async def fetch(self, req: FetchRequest) -> FetchResponse:
+        if self.node_id:
+            req = dataclasses.replace(req, node_id=self.node_id)
+        resp = await self._replica_call("fetch", req, FetchResponse, req.max_wait_ms / 1000 + 10)
+        if resp.file_hint:
+            from ..log.hints import read_hinted
+
+            data = read_hinted(resp.file_hint, req.fetch_offset)
+            if data is None:  # the leader's files moved under us: ask for the bytes
+                plain = dataclasses.replace(req, node_id="", max_wait_ms=0)
+                return await self._replica_call("fetch", plain, FetchResponse, 10)
+            resp.records, resp.file_hint = data, None
+        return resp
+
+    async def list_offsets(self, req: ListOffsetsRequest) -> ListOffsetsResponse:
+        return await self._replica_call("list_offsets", req, ListOffsetsResponse, 30.0)
+
+    # -- controller APIs ------------------------------------------------------------------------
+    async def create_topic(self, req: CreateTopicsRequest) -> CreateTopicsResponse:
+        resp = await self._controller("create_topic", req, CreateTopicsResponse, timeout=60.0)
+        self.invalidate(req.name)
+        return resp
+
+    async def delete_topic(self, req: DeleteTopicsRequest) -> DeleteTopicsResponse:
+        resp = await self._controller("delete_topic", req, DeleteTopicsResponse, timeout=60.0)
+        self.invalidate(req.name)
+        return resp
+
+    async def init_producer_id(self, req: InitProducerIdRequest) -> InitProducerIdResponse:
+        return await self._controller("init_producer_id", req, InitProducerIdResponse)
+
+    # -- group coordinators ---------------------------------------------------------------------
+    async def group_coordinators(self) -> int:
+        return int((await self.describe_cluster()).group_coordinators)
+
+    async def group_call(self, method: str, req: Message, index: int, timeout: float = 330.0) -> Any:
+        """``method`` on group coordinator ``index`` (JoinGroup may park up to the rebalance
+        timeout, hence the long default)."""
+        response_type = RESPONSE_FOR[type(req)]
+        name = names.group_coordinator(self.cluster, index)
+        try:
+            raw = await self._call(name, method, req.encode(), timeout)
+            return response_type.decode(raw)
+        except _Gone as exc:
+            return error_response(req, ErrorCode.COORDINATOR_NOT_AVAILABLE, f"group coordinator {index}: {exc}")
+        except asyncio.TimeoutError:
+            return error_response(req, ErrorCode.REQUEST_TIMED_OUT, f"group coordinator {index} did not answer in time")
+        except DecodeError as exc:
+            return error_response(req, int(exc.code), exc.message)
+
+    # -- listeners ------------------------------------------------------------------------------
+    def listeners(self) -> dict[str, dict]:
+        """Ray node id -> {"host": advertised host, "ports": {broker: port}} of every
+        listener of the cluster (GCS KV)."""
+        return listener_records(self.cluster)
+
+
+class _Gone(Exception):
+    pass
+
+
+async def _ready(value: Any) -> Any:
+    return value
+
+
+def _store(cluster: str) -> Any:
+    from actors.gcs_store import GcsStore  # the cluster's GCS KV namespace (deploy info, metadata)
+
+    return GcsStore.for_cluster(cluster)
+
+
+def record_listener(cluster: str, node_id: str, host: str, ports: dict[int, int]) -> None:
+    _store(cluster).put_json(LISTENER_KEY_PREFIX + node_id, {"host": host, "ports": {str(b): p for b, p in ports.items()}})
+
+
+def _parse(value: dict) -> dict | None:
+    try:
+        return {"host": str(value["host"]), "ports": {int(b): int(p) for b, p in value["ports"].items()}}
+    except (KeyError, TypeError, ValueError, AttributeError):
+        return None
+
+
+def recorded_listener(cluster: str, node_id: str) -> dict | None:
+    return _parse(_store(cluster).get_json_dict(LISTENER_KEY_PREFIX + node_id))
+
+
+def listener_records(cluster: str) -> dict[str, dict]:
+    store = _store(cluster)
+    out = {}
+    for key in store.keys(LISTENER_KEY_PREFIX):
+        rec = _parse(store.get_json_dict(key))
+        if rec is not None:
+            out[key[len(LISTENER_KEY_PREFIX) :]] = rec
+    return out
+
+
+def listener_addresses(cluster: str) -> dict[str, str]:
+    """Ray node id -> the bootstrap ``host:port`` of its listener."""
+    return {node: f"{r['host']}:{r['ports'][min(r['ports'])]}" for node, r in listener_records(cluster).items() if r["ports"]}
+
+
+def listener_nodes(cluster: str) -> list[str]:
+    """Node ids with a listener record (parsable or not)."""
+    return [k[len(LISTENER_KEY_PREFIX) :] for k in _store(cluster).keys(LISTENER_KEY_PREFIX)]
+
+
+def forget_listeners(cluster: str) -> None:
+    store = _store(cluster)
+    for key in store.keys(LISTENER_KEY_PREFIX):
+        store.delete(key)
