@@ -61,6 +61,12 @@ class Consumer(Positions, FetchPipeline):
     everything returned was acknowledged by the ISR. ``ConsumerRecord.headers`` is a sequence
     of ``(str, bytes)`` pairs, empty when a record has none. :meth:`poll_columns` returns the
     same records as columns (no per-record objects) for bulk readers.
+
+    Timeouts: ``request_timeout_ms`` bounds every call to a leader or the controller. A
+    fetch, which the leader holds up to ``fetch_max_wait_ms``, is given up
+    ``fetch_max_wait_ms + min(request_timeout_ms, 5 s)`` after it was sent -- sooner when
+    Ray's GCS reports the leader dead or restarting, or the metadata names another leader --
+    and the leader is then looked up again (see :mod:`kcoord.client.consumer_fetch`).
     """
 
     def __init__(

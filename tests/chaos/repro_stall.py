@@ -102,7 +102,7 @@ def produce(cluster, topic: str, seconds: float | None, records: int | None, ack
     return n
 
 
-def read_all(cluster, topic: str, hw: dict[int, int], timeout: float, label: str, diagnose, slow: bool = False, tail: float = 0.0) -> dict:
+def read_all(cluster, topic: str, hw: dict[int, int], timeout: float, label: str, diagnose, slow: bool = False, tail: float = 0.0, rate: float = 0.0) -> dict:
     handler = FetchWaits()
     log = logging.getLogger("kcoord.consumer")
     log.addHandler(handler)
@@ -119,11 +119,15 @@ def read_all(cluster, topic: str, hw: dict[int, int], timeout: float, label: str
     diagnosed_at = 0.0
     try:
         while sum(got.values()) < total and time.monotonic() - t0 < timeout:
-            if slow:  # as a new user would: poll() and look at every record
+            if slow or rate:  # as a new user would: poll() and look at every record
                 batch = consumer.poll(timeout_ms=1000)
+                n = 0
                 for recs in batch.values():
                     for rec in recs:
                         int(rec.value[:12])
+                    n += len(recs)
+                if rate and n:
+                    time.sleep(n / rate)  # the user's work on these records, at --reader-rate
             else:
                 batch = consumer.poll_columns(timeout_ms=500)
             now = time.monotonic()
@@ -238,6 +242,7 @@ def main() -> int:
     ap.add_argument("--value-bytes", type=int, default=100)
     ap.add_argument("--concurrent", action="store_true", help="also consume while the leaders are killed")
     ap.add_argument("--kill-every", type=float, nargs=2, default=(1.0, 3.0))
+    ap.add_argument("--reader-rate", type=float, default=0.0, help="records/s the reading user handles (poll() + work)")
     ap.add_argument("--tail", type=float, default=0.0, help="keep polling at the log end this long")
     args = ap.parse_args()
     global VALUE
@@ -316,9 +321,9 @@ def main() -> int:
 
         # -- the consumer ---------------------------------------------------------------------
         diag = None if args.no_diagnose else diagnose(cluster)
-        chaos_read = read_all(cluster, topic, hw, args.read_timeout, "chaos", diag, args.slow, args.tail)
+        chaos_read = read_all(cluster, topic, hw, args.read_timeout, "chaos", diag, args.slow, args.tail, args.reader_rate)
         base_hw = {p: admin.list_offsets(base_topic)[p] for p in range(3)}
-        base_read = read_all(cluster, base_topic, base_hw, args.read_timeout, "baseline", diag, args.slow)
+        base_read = read_all(cluster, base_topic, base_hw, args.read_timeout, "baseline", diag, args.slow, 0.0, args.reader_rate)
 
     for r in (chaos_read, base_read):
         print(
