@@ -278,3 +278,23 @@ def test_consumer_reads_to_the_end_while_leaders_are_killed_and_restarted(kclust
     assert {(m.partition, m.offset) for m in acked} <= {(r.partition, r.offset) for r in seen}
     assert not [r.getMessage() for r in caplog.records if "unanswered" in r.getMessage()]
     assert longest < 10, longest  # no fetch waited anywhere near the old 31 s
+
+
+def test_spark_range_read_looks_up_a_leader_whose_handle_never_answers(kcluster, topic_name, silent):
+    from kcoord import records
+    from kcoord.spark.tasks import RangeReader
+
+    topic = make_topic(kcluster, topic_name)
+    fill(kcluster, topic, 30, 1)
+    client = own_client(kcluster)
+    md = client.partition_metadata(topic, 0, refresh=True)
+    name = client.replica_name(topic, 0, md.leader)
+    client._handles[name] = silent
+    reader = RangeReader(client, topic, 0, 0, 30, timeout_s=60)
+    start = time.monotonic()
+    offsets = [rec.offset for data, _ in reader.chunks() for rec in records.iter_records(data)]
+    assert offsets[:30] == list(range(30))
+    # one fetch timeout (0.5 s + min(request_timeout_ms, 5 s)), then a fresh lookup; it used
+    # to wait the whole request timeout (30 s) and then call the same handle again
+    assert time.monotonic() - start < 12
+    assert reader.retries == 1 and client._handles.get(name) is not silent
