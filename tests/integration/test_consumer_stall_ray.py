@@ -253,7 +253,7 @@ def test_consumer_reads_to_the_end_while_leaders_are_killed_and_restarted(kclust
         longest = max([longest] + [now - st.in_flight_since for st in c._assigned.values() if st.in_flight is not None])
 
     try:
-        for k in range(8):
+        for k in range(6):
             part = k % 3
             md = kcluster.partition_metadata(topic, part, refresh=True)
             wait_until(lambda: pump() or len(acked) > (k + 1) * 200, timeout=60, what="records acked between kills")
