@@ -9,8 +9,6 @@ from __future__ import annotations
 import time
 from typing import Any, Mapping
 
-import ray
-
 from ..protocol.controller import (
     CreateTopicsRequest,
     CreateTopicsResponse,
@@ -24,6 +22,7 @@ from ..protocol.controller import (
 from ..protocol.errors import ErrorCode, KafkaError, raise_for_error
 from ..protocol.replication import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, ListOffsetsRequest, ListOffsetsResponse
 from .cluster import ClusterClient
+from .liveness import get_probing
 
 _SPEC = {"earliest": EARLIEST_TIMESTAMP, "latest": LATEST_TIMESTAMP}
 
@@ -70,11 +69,15 @@ class Admin:
                 if p.leader < 0:
                     pending.append(p.partition)
                     continue
+                name = self.cluster.replica_name(topic, p.partition, p.leader)
                 try:
-                    info = ray.get(self.cluster.replica(topic, p.partition, p.leader).describe.remote(), timeout=10)
+                    handle = self.cluster.handle(name)
+                    wait = min(self.cluster.attempt_timeout_s, max(0.05, deadline - time.monotonic()))
+                    info = get_probing(handle.describe.remote(), handle, wait)
                     if info["role"] != "leader" or info["leader_epoch"] != p.leader_epoch:
                         pending.append(p.partition)
                 except Exception:
+                    self.cluster.forget(name)  # dead, restarting, recreated or silent: look it up again
                     pending.append(p.partition)
             if not pending:
                 return
@@ -97,18 +100,23 @@ class Admin:
         refs = {}
         for p in md.partitions:
             if p.leader >= 0:
+                actor = self.cluster.replica_name(name, p.partition, p.leader)
                 try:
-                    refs[p.partition] = self.cluster.replica(name, p.partition, p.leader).describe.remote()
+                    handle = self.cluster.handle(actor)
+                    refs[p.partition] = (handle.describe.remote(), handle, actor)
                 except KafkaError:
                     pass
         partitions = []
+        deadline = time.monotonic() + self.cluster.attempt_timeout_s
         for p in md.partitions:
             info: dict = {}
-            ref = refs.get(p.partition)
-            if ref is not None:
+            sent = refs.get(p.partition)
+            if sent is not None:
+                ref, handle, actor = sent
                 try:
-                    info = ray.get(ref, timeout=10)
+                    info = get_probing(ref, handle, max(0.0, deadline - time.monotonic()))
                 except Exception:
+                    self.cluster.forget(actor)  # dead, restarting, recreated or silent: look it up again
                     info = {}
             partitions.append(
                 {

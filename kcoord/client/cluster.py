@@ -7,6 +7,11 @@ Ray task or a Spark closure reconnects on the other side.
 Routing follows Kafka clients: metadata (leader and leader epoch per partition) is cached;
 NOT_LEADER_OR_FOLLOWER, FENCED_LEADER_EPOCH, LEADER_NOT_AVAILABLE and dead actors make the
 client refresh it and retry with backoff, up to a deadline.
+
+Actor handles are cached by name too. A call that finds its actor dead or restarting (Ray's
+GCS is asked while it waits, see :mod:`.liveness`), or that times out, drops the cached
+handle, so the next attempt looks the actor up again: a replica the controller *recreated*
+is a new actor under the old name, and a handle cached before that never reaches it.
 """
 
 from __future__ import annotations
@@ -23,11 +28,16 @@ from ..protocol import names
 from ..protocol.codec import Message
 from ..protocol.controller import MetadataRequest, MetadataResponse, PartitionMetadata, TopicMetadata
 from ..protocol.errors import METADATA_REFRESH, DecodeError, ErrorCode, KafkaError
+from .liveness import ActorGoneError, call_probing, get_probing
 
 R = TypeVar("R", bound=Message)
 
 DEFAULT_CLUSTER = "kcoord"
 MIN_REFRESH_INTERVAL_S = 0.02
+# One attempt of a call a healthy leader answers at once (ListOffsets...) is given up after
+# this long (or request_timeout_ms if shorter): the leader may be alive per Ray but hung,
+# and the controller elects another within a few seconds.
+LEADER_ATTEMPT_S = 5.0
 
 
 class ClusterNotFoundError(LookupError):
@@ -54,6 +64,7 @@ class ClusterClient:
         self.namespace = namespace
         self.request_timeout_ms = request_timeout_ms
         self.retry_backoff_ms = retry_backoff_ms
+        self.attempt_timeout_s = min(request_timeout_ms / 1000, LEADER_ATTEMPT_S)
         self._lock = threading.RLock()
         self._topics: dict[str, TopicMetadata] = {}
         self._brokers: list[int] = []
@@ -118,9 +129,10 @@ class ClusterClient:
         while True:
             try:
                 remaining = max(0.05, deadline - time.monotonic())
-                raw = ray.get(getattr(self._controller, method).remote(request.encode()), timeout=remaining)
+                controller = self._controller
+                raw = get_probing(getattr(controller, method).remote(request.encode()), controller, remaining)
                 return response_type.decode(raw)
-            except RayActorError as exc:
+            except (RayActorError, ActorGoneError) as exc:
                 last = exc
             except GetTimeoutError as exc:
                 last = exc
@@ -138,9 +150,10 @@ class ClusterClient:
         while True:
             try:
                 remaining = max(0.05, deadline - time.monotonic())
-                raw = await asyncio.wait_for(getattr(self._controller, method).remote(request.encode()), remaining)
+                controller = self._controller
+                raw = await call_probing(getattr(controller, method).remote(request.encode()), controller, remaining, probe_every=0.25)
                 return response_type.decode(raw)
-            except (RayActorError, asyncio.TimeoutError) as exc:
+            except (RayActorError, ActorGoneError, asyncio.TimeoutError) as exc:
                 last = exc
             if time.monotonic() >= deadline:
                 raise KafkaError(ErrorCode.REQUEST_TIMED_OUT, f"controller of {self.name!r} did not answer {method}: {last!r}")
@@ -164,8 +177,8 @@ class ClusterClient:
                         self._topics.pop(t.name, None)
             self._last_refresh = time.monotonic()
 
-    def refresh_metadata(self, topics: list[str] | None = None) -> MetadataResponse:
-        response = self.call_controller("metadata", MetadataRequest(topics=topics), MetadataResponse)
+    def refresh_metadata(self, topics: list[str] | None = None, timeout_ms: int | None = None) -> MetadataResponse:
+        response = self.call_controller("metadata", MetadataRequest(topics=topics), MetadataResponse, timeout_ms=timeout_ms)
         self._apply_metadata(response, topics)
         return response
 
@@ -230,20 +243,23 @@ class ClusterClient:
         timeout_ms: int | None = None,
     ) -> R:
         """Send ``make_request(leader_epoch)`` to the partition leader; on a stale-metadata
-        error or a dead leader, refresh metadata and retry until the deadline. Returns the
-        last response (which may carry a non-retriable error)."""
+        error, a dead or restarting leader, or no answer within ``attempt_timeout_s``,
+        refresh metadata (and look the actor up again) and retry until the deadline
+        (``timeout_ms``, default ``request_timeout_ms``). Returns the last response (which
+        may carry a non-retriable error)."""
         deadline = time.monotonic() + (timeout_ms or self.request_timeout_ms) / 1000
         refresh = False
         last_error = "no attempt"
         while True:
+            name = ""
             try:
                 p = self.partition_metadata(topic, partition, refresh=refresh)
                 if p.leader < 0:
                     raise KafkaError(ErrorCode.LEADER_NOT_AVAILABLE, f"{topic}-{partition} has no leader (offline)")
                 name = self.replica_name(topic, partition, p.leader)
                 handle = self.handle(name)
-                remaining = max(0.05, deadline - time.monotonic())
-                raw = ray.get(getattr(handle, method).remote(make_request(p.leader_epoch).encode()), timeout=remaining)
+                attempt = min(self.attempt_timeout_s, max(0.05, deadline - time.monotonic()))
+                raw = get_probing(getattr(handle, method).remote(make_request(p.leader_epoch).encode()), handle, attempt)
                 response = response_type.decode(raw)
                 code = getattr(response, "error_code", 0)
                 if code in METADATA_REFRESH:
@@ -254,10 +270,11 @@ class ClusterClient:
                 if not exc.needs_metadata_refresh:
                     raise
                 last_error = str(exc)
-            except RayActorError as exc:
-                self.forget(self.replica_name(topic, partition, p.leader))
-                last_error = f"leader actor unavailable ({type(exc).__name__})"
+            except (RayActorError, ActorGoneError) as exc:
+                self.forget(name)
+                last_error = f"leader actor unavailable ({type(exc).__name__}: {exc})"
             except GetTimeoutError:
+                self.forget(name)  # alive per Ray but silent: look it up again next time
                 last_error = "timed out"
             if time.monotonic() >= deadline:
                 raise KafkaError(ErrorCode.REQUEST_TIMED_OUT, f"{method} on {topic}-{partition} did not succeed in time: {last_error}")

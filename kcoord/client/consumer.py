@@ -32,10 +32,10 @@ import ray
 
 from ..protocol.errors import ErrorCode, KafkaError
 from .cluster import ClusterClient, connect
-from .consumer_fetch import FetchPipeline
+from .consumer_fetch import FETCH_GRACE_MS, OVERDUE_S, FetchPipeline
 from .consumer_partition import AssignedPartition
 from .consumer_positions import NoOffsetForPartitionError, Positions
-from .consumer_records import RecordColumns, columns_of, concat, decode_chunk, records_of
+from .consumer_records import RecordColumns, columns_of, decode_chunk, records_of
 from .group_member import GroupMember
 from .types import ConsumerRecord, OffsetAndMetadata, TopicPartition
 
@@ -61,6 +61,12 @@ class Consumer(Positions, FetchPipeline):
     everything returned was acknowledged by the ISR. ``ConsumerRecord.headers`` is a sequence
     of ``(str, bytes)`` pairs, empty when a record has none. :meth:`poll_columns` returns the
     same records as columns (no per-record objects) for bulk readers.
+
+    Timeouts: ``request_timeout_ms`` bounds every call to a leader or the controller. A
+    fetch, which the leader holds up to ``fetch_max_wait_ms``, is given up
+    ``fetch_max_wait_ms + min(request_timeout_ms, 5 s)`` after it was sent -- sooner when
+    Ray's GCS reports the leader dead or restarting, or the metadata names another leader --
+    and the leader is then looked up again (see :mod:`kcoord.client.consumer_fetch`).
     """
 
     def __init__(
@@ -120,7 +126,11 @@ class Consumer(Positions, FetchPipeline):
         self.check_crcs = check_crcs
         self.client_id = client_id
         self._backoff_s = retry_backoff_ms / 1000
-        self._stuck_s = (fetch_max_wait_ms + request_timeout_ms) / 1000
+        # A fetch in flight is checked (GCS probe, metadata) once overdue, and given up at
+        # the fetch timeout (see kcoord.client.consumer_fetch).
+        self._overdue_s = fetch_max_wait_ms / 1000 + OVERDUE_S
+        self._fetch_timeout_s = (fetch_max_wait_ms + min(request_timeout_ms, FETCH_GRACE_MS)) / 1000
+        self._refresh_timeout_ms = min(request_timeout_ms, FETCH_GRACE_MS)
         self._assigned: dict[TopicPartition, AssignedPartition] = {}
         self._owner: dict[Any, AssignedPartition] = {}  # in-flight ObjectRef -> its partition
         self._rotation = 0
@@ -286,14 +296,11 @@ class Consumer(Positions, FetchPipeline):
                 self._group.poll()  # liveness for max_poll_interval_ms, rebalances, auto-commit
             self._resolve_positions([st for st in self._assigned.values() if st.position is None])
             self._raise_errors()
+            # Take in every answer that has landed, even with records still buffered: an
+            # answer left in Ray would hold back its partition (and the next fetch of it)
+            # until all the others run dry, and would look unanswered to the overdue checks.
+            self._take_ready(0.0)
             out = self._collect(max_records, advance, columns)
-            got = sum(map(len, out.values()))
-            if got < max_records:
-                # Take in whatever fetches have landed, then top up.
-                if self._take_ready(0.0):
-                    more = self._collect(max_records - got, advance, columns)
-                    for tp, recs in more.items():
-                        out[tp] = concat(out[tp], recs) if tp in out else recs
             self._send_fetches()
             if out:
                 return out
@@ -305,7 +312,11 @@ class Consumer(Positions, FetchPipeline):
                 # Wake often enough to act on a rebalance the heartbeat thread flagged,
                 # instead of sleeping through a whole long-poll.
                 remaining = min(remaining, self._group.poll_wake_s)
-            if not self._take_ready(remaining):
+            # ... and to check fetches that are overdue or partitions whose backoff ends.
+            remaining = min(remaining, max(0.001, self._next_wake(_monotonic())))
+            if self._owner:
+                self._take_ready(remaining)
+            else:
                 self._idle_wait(min(remaining, self._backoff_s))
 
     def _raise_errors(self) -> None:

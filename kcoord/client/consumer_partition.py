@@ -31,6 +31,10 @@ class AssignedPartition:
     in_flight_generation: int = -1
     in_flight_since: float = 0.0
     in_flight_actor: str = ""
+    in_flight_handle: Any = None  # the leader actor's handle it went to (for GCS probes)
+    in_flight_leader: int = -1  # the leader and leader epoch it was sent under
+    in_flight_epoch: int = -1
+    next_check: float = 0.0  # when it is next checked for being overdue (monotonic s)
     pending: deque = field(default_factory=deque)  # fetched, not yet decoded record bytes
     segments: deque = field(default_factory=deque)  # decoded batches, not yet returned
     backoff_until: float = 0.0

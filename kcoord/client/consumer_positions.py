@@ -10,14 +10,15 @@ seek_to_beginning/end) when first needed, by ListOffsets against the leaders.
 
 from __future__ import annotations
 
+import time
 from typing import Any, Iterable
 
-import ray
 from ray.exceptions import GetTimeoutError, RayActorError
 
 from ..protocol.errors import ErrorCode, KafkaError, raise_for_error
 from ..protocol.replication import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, ListOffsetsRequest, ListOffsetsResponse
 from .consumer_partition import AssignedPartition
+from .liveness import ActorGoneError, get_probing
 from .types import TopicPartition
 
 _SPEC = {"earliest": EARLIEST_TIMESTAMP, "latest": LATEST_TIMESTAMP}
@@ -129,26 +130,33 @@ class Positions:
     def _list_offsets(self, tps: list[TopicPartition], timestamp: int) -> dict[TopicPartition, int]:
         """ListOffsets against every leader at once; partitions whose first answer is not
         clean go through the cluster client's retrying path."""
-        refs: dict[TopicPartition, Any] = {}
+        refs: dict[TopicPartition, tuple[Any, Any, str]] = {}
         for tp in tps:
             try:
                 md = self.cluster.partition_metadata(tp.topic, tp.partition)
                 if md.leader < 0:
                     continue
                 req = ListOffsetsRequest(tp.topic, tp.partition, timestamp=timestamp, current_leader_epoch=md.leader_epoch)
-                refs[tp] = self.cluster.replica(tp.topic, tp.partition, md.leader).list_offsets.remote(req.encode())
+                name = self.cluster.replica_name(tp.topic, tp.partition, md.leader)
+                handle = self.cluster.handle(name)
+                refs[tp] = (handle.list_offsets.remote(req.encode()), handle, name)
             except KafkaError:
                 continue
         out: dict[TopicPartition, int] = {}
+        deadline = time.monotonic() + self.request_timeout_ms / 1000
         for tp in tps:
-            ref = refs.get(tp)
-            if ref is not None:
+            sent = refs.get(tp)
+            if sent is not None:
+                ref, handle, name = sent
                 try:
-                    resp = ListOffsetsResponse.decode(ray.get(ref, timeout=self.request_timeout_ms / 1000))
+                    wait = min(self.cluster.attempt_timeout_s, max(0.0, deadline - time.monotonic()))
+                    resp = ListOffsetsResponse.decode(get_probing(ref, handle, wait))
                     if resp.error_code == 0:
                         out[tp] = resp.offset
                         continue
-                except (RayActorError, GetTimeoutError, KafkaError):
+                except (RayActorError, ActorGoneError, GetTimeoutError):
+                    self.cluster.forget(name)  # dead, restarting or silent: look it up again
+                except KafkaError:
                     pass
             resp = self.cluster.call_leader(
                 tp.topic,
@@ -156,7 +164,7 @@ class Positions:
                 "list_offsets",
                 lambda epoch, tp=tp: ListOffsetsRequest(tp.topic, tp.partition, timestamp=timestamp, current_leader_epoch=epoch),
                 ListOffsetsResponse,
-                timeout_ms=self.request_timeout_ms,
+                timeout_ms=max(int(self.cluster.attempt_timeout_s * 1000), int((deadline - time.monotonic()) * 1000)),
             )
             raise_for_error(resp.error_code, resp.error_message or "")
             out[tp] = resp.offset

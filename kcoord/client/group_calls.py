@@ -127,6 +127,7 @@ class GroupCoordinators:
                 self.forget(index)
                 last_error = f"coordinator {index} unavailable ({type(exc).__name__})"
             except GetTimeoutError:
+                self.forget(index)  # alive per Ray but silent: the next attempt looks it up again
                 last_error = f"coordinator {index} did not answer {method} in time"
             except DecodeError as exc:
                 last_error = f"bad answer: {exc}"

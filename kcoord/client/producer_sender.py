@@ -226,8 +226,10 @@ class SenderLoop:
                 await self._refresh_or_backoff(topic, p, md.leader_epoch, deadline)
                 continue
             except asyncio.TimeoutError:
+                # Alive per Ray but silent: look the actor up again and ask who leads now.
+                self.cluster.forget(name)
                 last_error = f"no answer from {name} within {wait_s:.1f} s"
-                await self._refresh(topic)
+                await self._refresh(topic, force=True)
                 continue
             except Exception as exc:  # RayTaskError and friends: the call itself broke
                 last_error = f"{type(exc).__name__}: {exc}"

@@ -26,6 +26,7 @@ from ray.exceptions import GetTimeoutError, RayActorError
 
 from .. import records as _records
 from ..client.cluster import ClusterClient
+from ..client.consumer_fetch import FETCH_GRACE_MS
 from ..client.liveness import GONE, actor_state
 from ..log.hints import read_hinted
 from ..protocol.errors import METADATA_REFRESH, ErrorCode, KafkaError
@@ -63,6 +64,7 @@ WRITE_STATS_SCHEMA = pa.schema(
 )
 
 DEFAULT_FETCH_BYTES = 8 << 20
+FETCH_MAX_WAIT_MS = 500  # how long a leader holds a range read's fetch for new records
 DEFAULT_CHUNK_BYTES = 16 << 20  # Arrow input bytes per send_batch call of a writer task
 DEFAULT_BATCH_BYTES = 4 << 20  # record batch size of a writer (capped by max.message.bytes)
 
@@ -141,6 +143,7 @@ class _Pending(NamedTuple):
     handle: Any
     name: str
     offset: int
+    sent: float  # time.monotonic() when the fetch went out
 
 
 class RangeReader:
@@ -211,15 +214,19 @@ class RangeReader:
             offset,
             max_bytes=self.max_bytes,
             min_bytes=1,
-            max_wait_ms=500,
+            max_wait_ms=FETCH_MAX_WAIT_MS,
             current_leader_epoch=pm.leader_epoch,
             node_id="" if self._no_hint else self._node_id,
         )
         self._no_hint = False
-        return _Pending(handle.fetch.remote(request.encode()), handle, name, offset)
+        return _Pending(handle.fetch.remote(request.encode()), handle, name, offset, time.monotonic())
 
     def _wait(self, pending: _Pending) -> FetchResponse:
-        deadline = time.monotonic() + self.client.request_timeout_ms / 1000
+        # The leader holds the fetch up to FETCH_MAX_WAIT_MS; one unanswered well after
+        # that (a leader alive per Ray but hung) is given up like the consumer gives it up,
+        # and the leader is looked up again.
+        timeout = (FETCH_MAX_WAIT_MS + min(self.client.request_timeout_ms, FETCH_GRACE_MS)) / 1000
+        deadline = pending.sent + timeout
         while True:
             try:
                 raw = ray.get(pending.ref, timeout=0.25)
@@ -229,7 +236,8 @@ class RangeReader:
                     self.client.forget(pending.name)
                     raise _Retry(f"leader {pending.name} is gone", True) from None
                 if time.monotonic() >= deadline:
-                    raise _Retry(f"no answer from {pending.name}", True) from None
+                    self.client.forget(pending.name)
+                    raise _Retry(f"no answer from {pending.name} within {timeout:.1f} s", True) from None
             except RayActorError as exc:
                 self.client.forget(pending.name)
                 raise _Retry(f"leader {pending.name} unavailable ({type(exc).__name__})", True) from None
