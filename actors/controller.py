@@ -39,7 +39,7 @@ from kcoord.replication.metastore import FileStore, MemoryStore
 from .calls import CallFailed, Handles
 from .metrics import ControllerMetricsExporter
 from .replica import ReplicaActor
-from .runtime import AsyncioClock, RayTransport
+from .runtime import AsyncioClock, RayTransport, ray_alive_nodes
 
 logger = logging.getLogger("kcoord.controller")
 
@@ -71,8 +71,6 @@ class RayNodes:
     def __call__(self) -> list[str]:
         now = time.monotonic()
         if now - self._at > self.ttl_s:
-            from cluster.placement import ray_alive_nodes
-
             self._nodes = ray_alive_nodes()
             self._at = now
         return self._nodes

@@ -87,3 +87,10 @@ class RayTransport:
     def close(self) -> None:
         for task in list(self._tasks):
             task.cancel()
+
+
+def ray_alive_nodes() -> list[str]:
+    """Ids of the alive nodes of the connected Ray cluster."""
+    import ray
+
+    return [n["NodeID"] for n in ray.nodes() if n.get("Alive")]

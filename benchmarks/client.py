@@ -192,8 +192,8 @@ def main() -> None:
     repeats = args.repeats or (1 if args.quick else 3)
     partitions = QUICK_PARTITIONS if args.quick else PARTITIONS
 
-    from cluster.deploy import deploy, teardown
-    from cluster.local import start_local_ray
+    from kcoord.cluster.deploy import deploy, teardown
+    from kcoord.cluster.local import start_local_ray
     from kcoord.client.admin import Admin
 
     wall = time.perf_counter()

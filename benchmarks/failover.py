@@ -86,8 +86,8 @@ def main() -> None:
     started = time.perf_counter()
 
     import kcoord
-    from cluster.deploy import deploy, teardown
-    from cluster.local import start_local_ray
+    from kcoord.cluster.deploy import deploy, teardown
+    from kcoord.cluster.local import start_local_ray
     from kcoord import records
     from kcoord.client.admin import Admin
     from kcoord.protocol.replication import FetchRequest, FetchResponse

@@ -280,9 +280,9 @@ def main() -> None:
 
     import ray
 
-    from actors.group_config import configure_group_coordinators
-    from cluster.deploy import deploy, teardown
-    from cluster.local import start_local_ray
+    from kcoord.cluster.groups import configure_group_coordinators
+    from kcoord.cluster.deploy import deploy, teardown
+    from kcoord.cluster.local import start_local_ray
     from kcoord.client.admin import Admin
 
     started = time.perf_counter()

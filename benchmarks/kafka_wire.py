@@ -205,8 +205,8 @@ def main() -> None:
     partitions = 2 if args.quick else 6
     e2e_seconds = 3.0 if args.quick else 10.0
 
-    from cluster.deploy import deploy, teardown
-    from cluster.local import start_local_ray
+    from kcoord.cluster.deploy import deploy, teardown
+    from kcoord.cluster.local import start_local_ray
     from kcoord.client.admin import Admin
 
     wall = time.perf_counter()

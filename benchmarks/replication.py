@@ -95,8 +95,8 @@ def main() -> None:
     lat_n = 50 if args.quick else 400
     depth = 4
 
-    from cluster.deploy import deploy, teardown
-    from cluster.local import start_local_ray
+    from kcoord.cluster.deploy import deploy, teardown
+    from kcoord.cluster.local import start_local_ray
     from kcoord.client.admin import Admin
 
     start_local_ray()

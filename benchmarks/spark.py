@@ -111,8 +111,8 @@ def main() -> None:
 
     import ray
 
-    from cluster.deploy import deploy, teardown
-    from cluster.local import start_local_ray
+    from kcoord.cluster.deploy import deploy, teardown
+    from kcoord.cluster.local import start_local_ray
     from kcoord import spark as ks
     from kcoord.client.admin import Admin
 

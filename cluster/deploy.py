@@ -6,7 +6,7 @@ controller. Every one of them is detached (the cluster outlives the script or CL
 deployed it) and restartable.
 
 Placement: on a multi-node Ray cluster each broker id is bound to a node
-(:mod:`cluster.placement`) so the replicas of a partition run on distinct nodes; the
+(:mod:`kcoord.replication.placement`) so the replicas of a partition run on distinct nodes; the
 controller is pinned (softly) to the head node, which holds the GCS anyway. On one node
 brokers are logical.
 
@@ -74,7 +74,7 @@ def _exists_error(name: str, namespace: str) -> ClusterExistsError:
 
 def deploy_info(name: str) -> dict[str, Any]:
     """The deployment record of cluster ``name`` ({} if none); needs a Ray connection."""
-    from actors.gcs_store import GcsStore
+    from kcoord.actors.gcs_store import GcsStore
 
     return GcsStore.for_cluster(name).get_json_dict(DEPLOY_INFO_KEY)
 
@@ -121,7 +121,7 @@ def deploy(
     if default_topic_config:
         cfg["default_topic_config"] = {str(k): str(v) for k, v in default_topic_config.items()}
 
-    from actors.controller import FailoverCoordinator
+    from kcoord.actors.controller import FailoverCoordinator
 
     binding = broker_placement(brokers)
     options: dict[str, Any] = dict(
@@ -160,7 +160,7 @@ def deploy(
             raise TimeoutError(
                 f"the controller of {name!r} did not start within {timeout_s:.0f} s (is the Ray cluster overloaded?)"
             ) from None
-        from actors.gcs_store import GcsStore
+        from kcoord.actors.gcs_store import GcsStore
 
         info = {
             "name": name,
@@ -196,7 +196,7 @@ def _kill_quietly(name: str, namespace: str) -> None:
 
 def _deploy_group_coordinators(client: ClusterClient, count: int, data_dir: str, timeout_s: float) -> None:
     try:
-        from actors.group_deploy import deploy_group_coordinators
+        from kcoord.cluster.groups import deploy_group_coordinators
     except ImportError:  # consumer groups not available in this build
         return
     deploy_group_coordinators(client, count, data_dir, timeout_s)
@@ -288,7 +288,7 @@ def teardown(
     except Exception:
         pass
     if delete_data:
-        from actors.gcs_store import GcsStore
+        from kcoord.actors.gcs_store import GcsStore
 
         GcsStore.for_cluster(name).clear()
         if data_dir is not None:

@@ -10,17 +10,11 @@ from __future__ import annotations
 
 import time
 
+from kcoord.actors.runtime import ray_alive_nodes
 from kcoord.replication.placement import initial_binding, order_nodes
 
 # A resource every Ray head node advertises (Ray >= 2.x), used to tell the head apart.
 HEAD_NODE_RESOURCE = "node:__internal_head__"
-
-
-def ray_alive_nodes() -> list[str]:
-    """Ids of the alive nodes of the connected Ray cluster."""
-    import ray
-
-    return [n["NodeID"] for n in ray.nodes() if n.get("Alive")]
 
 
 def ray_head_node() -> str | None:

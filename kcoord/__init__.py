@@ -8,12 +8,23 @@ and tested without importing Ray.
 from __future__ import annotations
 
 import importlib
+from pathlib import Path
 from typing import Any
 
 __version__ = "0.1.0"
 
+# The Ray actor shells and the deployment code keep their folders at the top of the
+# repository (actors/, cluster/) and install as kcoord.actors and kcoord.cluster
+# (pyproject's package-dir). Run from a source checkout (PYTHONPATH, a git worktree), the
+# checkout's own folders must answer to those names, not an installed copy's.
+_checkout = Path(__file__).resolve().parent.parent
+if (_checkout / "actors" / "replica.py").is_file() and (_checkout / "cluster" / "deploy.py").is_file():
+    __path__.append(str(_checkout))  # type: ignore[name-defined]  # noqa: F821
+
 _LAZY = {
-    "local_cluster": "cluster.local",
+    "local_cluster": "kcoord.cluster.local",
+    "deploy": "kcoord.cluster.deploy",
+    "teardown": "kcoord.cluster.deploy",
     "connect": "kcoord.client.cluster",
     "ClusterClient": "kcoord.client.cluster",
     "Admin": "kcoord.client.admin",

@@ -16,7 +16,7 @@ from waiting import wait_until  # noqa: F401  (re-exported for tests)
 def ray_session():
     import ray
 
-    from cluster.local import start_local_ray
+    from kcoord.cluster.local import start_local_ray
 
     started = start_local_ray(num_cpus=2)
     yield ray
@@ -44,7 +44,7 @@ TEST_CONTROLLER_CONFIG = {
 @pytest.fixture(scope="session")
 def kcluster(ray_session, tmp_path_factory):
     """One 3-broker kcoord cluster shared by the integration tests."""
-    from cluster.deploy import deploy, teardown
+    from kcoord.cluster.deploy import deploy, teardown
 
     name = f"it-{uuid.uuid4().hex[:6]}"
     data_dir = tmp_path_factory.mktemp("kcoord-data")

@@ -131,7 +131,7 @@ def describe_exception(exc: BaseException) -> str | None:
         return f"{message} ({exc.name})"
     try:
         from ..client.cluster import ClusterNotFoundError
-        from cluster.deploy import ClusterExistsError
+        from kcoord.cluster.deploy import ClusterExistsError
     except ImportError:  # pragma: no cover - partial installs
         ClusterNotFoundError = ClusterExistsError = ()  # type: ignore[assignment,misc]
     if isinstance(exc, (ClusterNotFoundError, ClusterExistsError)):

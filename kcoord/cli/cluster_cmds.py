@@ -53,8 +53,8 @@ def up(
       kcoord up --kafka-port 0                     # Kafka listener on free ports
       kcoord up --no-kafka                         # no Kafka listener
     """
-    from cluster.deploy import ClusterExistsError, deploy
-    from cluster.placement import wait_for_nodes
+    from kcoord.cluster.deploy import ClusterExistsError, deploy
+    from kcoord.cluster.placement import wait_for_nodes
 
     defaults = parse_properties(topic_config, "--topic-config")
     env.connect_ray()
@@ -88,7 +88,7 @@ def up(
         placement = {}
     bound = placement.get("brokers", {})
     where = f"bound to {len({v['node'] for v in bound.values()})} Ray nodes" if bound else "logical (single Ray node)"
-    from cluster.deploy import deploy_info
+    from kcoord.cluster.deploy import deploy_info
 
     info = deploy_info(env.name)
     env.out.print(f"[bold green]kcoord cluster {env.name!r} is up[/]: {brokers} brokers {where}, {group_coordinators} group coordinators")
@@ -113,7 +113,7 @@ def down(env: Env, delete_data: bool, data_dir: str | None) -> None:
       kcoord down
       kcoord --name prod down --delete-data
     """
-    from cluster.deploy import deploy_info, teardown
+    from kcoord.cluster.deploy import deploy_info, teardown
 
     env.connect_ray()
     known = bool(deploy_info(env.name))
@@ -218,7 +218,7 @@ def status(env: Env, internal: bool, as_json: bool) -> None:
       kcoord status --internal
       kcoord --name prod status --json | jq .cluster.metrics
     """
-    from cluster.deploy import status as cluster_status
+    from kcoord.cluster.deploy import status as cluster_status
 
     env.connect_ray()
     snap = cluster_status(env.name, address=None, namespace=env.namespace)

@@ -331,8 +331,8 @@ def run_demo(cfg: DemoConfig, console: Console) -> DemoSummary:
     """Run the whole demo on a private local Ray instance; always tears it down."""
     import ray
 
-    from cluster.deploy import deploy, teardown
-    from cluster.local import start_local_ray
+    from kcoord.cluster.deploy import deploy, teardown
+    from kcoord.cluster.local import start_local_ray
 
     from ..client.admin import Admin
 

@@ -285,7 +285,7 @@ async def _ready(value: Any) -> Any:
 
 
 def _store(cluster: str) -> Any:
-    from actors.gcs_store import GcsStore  # the cluster's GCS KV namespace (deploy info, metadata)
+    from kcoord.actors.gcs_store import GcsStore  # the cluster's GCS KV namespace (deploy info, metadata)
 
     return GcsStore.for_cluster(cluster)
 

@@ -21,7 +21,7 @@ CHAOS_CONTROLLER_CONFIG = {
 
 @pytest.fixture(scope="module")
 def chaos_cluster(ray_session, tmp_path_factory):
-    from cluster.deploy import deploy, teardown
+    from kcoord.cluster.deploy import deploy, teardown
 
     name = f"chaos-{uuid.uuid4().hex[:6]}"
     data_dir = str(tmp_path_factory.mktemp("chaos-data"))

@@ -79,7 +79,7 @@ class ConsumerWorker:
 def test_group_invariants_under_coordinator_and_consumer_kills(chaos_cluster):
     cluster = chaos_cluster
     admin = Admin(cluster)
-    from actors.group_config import configure_group_coordinators
+    from kcoord.cluster.groups import configure_group_coordinators
 
     configure_group_coordinators(cluster, {"group.min.session.timeout.ms": 500, "group.initial.rebalance.delay.ms": 0})
     admin.create_topic(TOPIC, partitions=PARTITIONS, replication_factor=3, config={"min.insync.replicas": 2})

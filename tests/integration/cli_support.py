@@ -26,7 +26,7 @@ KCOORD = str(VENV_BIN / "kcoord")
 RAY = str(VENV_BIN / "ray")
 REPO = Path(__file__).resolve().parents[2]
 
-# Same knobs as cluster.local.LOCAL_RAY_ENV: many small actors on a small machine.
+# Same knobs as kcoord.cluster.local.LOCAL_RAY_ENV: many small actors on a small machine.
 RAY_ENV = {
     "RAY_worker_maximum_startup_concurrency": "8",
     "RAY_task_events_report_interval_ms": "0",

@@ -142,7 +142,7 @@ def show_status(victim_broker: int) -> None:
 
     from rich.console import Console
 
-    from cluster.deploy import status
+    from kcoord.cluster.deploy import status
     from kcoord.cli.cluster_cmds import _status_tables
 
     snap = status("mn", address=None)
@@ -158,7 +158,7 @@ def show_status(victim_broker: int) -> None:
 
 def scenario(rc: Cluster, workers: list) -> dict:
     import kcoord
-    from cluster.deploy import deploy, teardown
+    from kcoord.cluster.deploy import deploy, teardown
 
     timings: dict[str, float] = {}
     data_dir = tempfile.mkdtemp(prefix="kcoord-multinode-")

@@ -6,7 +6,7 @@ import uuid
 
 import pytest
 
-from actors.gcs_store import GcsStore
+from kcoord.actors.gcs_store import GcsStore
 
 pytestmark = pytest.mark.ray
 

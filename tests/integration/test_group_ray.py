@@ -18,7 +18,7 @@ import pytest
 import ray
 
 from waiting import wait_until
-from actors.group_config import configure_group_coordinators
+from kcoord.cluster.groups import configure_group_coordinators
 from kcoord.client.admin import Admin
 from kcoord.client.group_calls import GroupCoordinators
 from kcoord.client.group_member import CommitFailedError, GroupMember

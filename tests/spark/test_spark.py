@@ -10,7 +10,7 @@ import uuid
 import pytest
 
 from waiting import wait_until
-from actors.group_config import configure_group_coordinators
+from kcoord.cluster.groups import configure_group_coordinators
 from kcoord import ray_data as krd
 from kcoord import spark as ks
 from kcoord.client.admin import Admin

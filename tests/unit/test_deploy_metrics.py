@@ -7,7 +7,7 @@ from types import SimpleNamespace
 
 import pytest
 
-import actors.metrics as metrics
+import kcoord.actors.metrics as metrics
 
 
 class Recorder:

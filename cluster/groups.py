@@ -1,4 +1,8 @@
-"""Deploying a cluster's group coordinators and their ``__consumer_offsets`` topic."""
+"""A cluster's group coordinators: deploying them with their ``__consumer_offsets`` topic,
+and changing their settings (Kafka's ``group.*``/``offsets.*`` broker configs) at runtime.
+
+Overrides made with :func:`configure_group_coordinators` are kept in Ray's GCS key/value
+store, so a coordinator that Ray restarts picks them up again."""
 
 from __future__ import annotations
 
@@ -7,11 +11,13 @@ from typing import Any, Mapping
 import ray
 
 from kcoord.client.cluster import ClusterClient
+from kcoord.group import GroupConfig
 from kcoord.group.records import OFFSETS_TOPIC
 from kcoord.protocol import names
 from kcoord.protocol.errors import ErrorCode, KafkaError
 
-from .group_coordinator import GroupCoordinatorActor
+from kcoord.actors.group_config import CONFIG_KEY, stored_config
+from kcoord.actors.group_coordinator import GroupCoordinatorActor
 
 E = ErrorCode
 
@@ -87,3 +93,20 @@ def deploy_group_coordinators(
         handles.append(handle)
     ray.get([h.ready.remote() for h in handles], timeout=timeout_s)
     return handles
+
+
+def configure_group_coordinators(client: ClusterClient, properties: Mapping[str, Any], timeout_s: float = 60.0) -> dict[str, int]:
+    """Change group settings of every coordinator of the cluster now and after restarts
+    (merged into earlier overrides; kept in Ray's GCS KV store). Returns the effective
+    config of coordinator 0. Unknown keys are ignored, bad values raise ValueError."""
+    from kcoord.actors.gcs_store import GcsStore
+
+    merged = {**stored_config(client.name), **{str(k): v for k, v in properties.items()}}
+    GroupConfig.from_properties(merged)  # validate before storing
+    GcsStore.for_cluster(client.name).put_json(CONFIG_KEY, merged)
+    from kcoord.client.admin import Admin
+
+    count = Admin(client).describe_cluster()["group_coordinators"]
+    handles = [ray.get_actor(names.group_coordinator(client.name, i), namespace=client.namespace) for i in range(count)]
+    results = ray.get([h.reconfigure.remote(merged) for h in handles], timeout=timeout_s)
+    return results[0] if results else {}
