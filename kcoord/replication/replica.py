@@ -30,7 +30,7 @@ from typing import Any, Callable
 
 from ..protocol.codec import Message
 from ..protocol.controller import HeartbeatRequest, HeartbeatResponse, LeaderAndIsrRequest, LeaderAndIsrResponse
-from ..protocol.errors import ErrorCode, KafkaError
+from ..protocol.errors import ErrorCode
 from ..protocol.replication import (
     FetchRequest,
     FetchResponse,
@@ -50,10 +50,10 @@ from .leader import LeaderState
 from .roles import FOLLOWER, LEADER, NONE, OFFLINE, Role
 from .serving import FetchWaiter, LeaderServing, ProduceWaiter
 
-__all__ = ["FOLLOWER", "LEADER", "NONE", "OFFLINE", "Replica", "Role", "is_storage_error"]
+__all__ = ["FOLLOWER", "LEADER", "NONE", "OFFLINE", "RESPONSE_FOR", "Replica", "Role", "is_storage_error"]
 
 
-_ERROR_RESPONSE: dict[type[Message], type[Message]] = {
+RESPONSE_FOR: dict[type[Message], type[Message]] = {
     ProduceRequest: ProduceResponse,
     FetchRequest: FetchResponse,
     ListOffsetsRequest: ListOffsetsResponse,
@@ -313,7 +313,7 @@ class Replica(LeaderServing, FollowerLoop):
         if isinstance(request, HeartbeatRequest):
             self._reply(token, self.status())
             return
-        response_type = _ERROR_RESPONSE.get(type(request))
+        response_type = RESPONSE_FOR.get(type(request))
         if response_type is None:
             raise TypeError(f"not a replica request: {type(request).__name__}")
         self._reply(token, response_type(ErrorCode.KAFKA_STORAGE_ERROR, self.offline_reason))
