@@ -75,12 +75,6 @@ class ReplicationConfig:
                 values[name] = parse(key, value)
         return replace(cls(), **values)
 
-    def as_topic_config(self) -> dict[str, str]:
-        out = {}
-        for key, (name, _) in self._KEYS.items():
-            value = getattr(self, name)
-            out[key] = str(value).lower() if isinstance(value, bool) else str(value)
-        return out
 
 
 def _parse_timestamp_type(key: str, value: Any) -> str:
