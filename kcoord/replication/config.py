@@ -49,6 +49,10 @@ class ReplicationConfig:
     replica_fetch_backoff_ms: int = 50  # replica.fetch.backoff.ms
     hw_checkpoint_interval_ms: int = 1000  # replica.high.watermark.checkpoint.interval.ms
     alter_partition_backoff_ms: int = 100
+    # How long an idempotent batch that arrived ahead of its predecessors waits for them
+    # (Ray may deliver a producer's pipelined requests out of order) before it is refused
+    # with OUT_OF_ORDER_SEQUENCE_NUMBER.
+    out_of_order_wait_ms: int = 200
     message_timestamp_type: str = CREATE_TIME  # message.timestamp.type
 
     # Kafka config name -> (field, parser)

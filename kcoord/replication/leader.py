@@ -48,6 +48,18 @@ class ProduceWaiter:
 
 
 @dataclass
+class ParkedBatch:
+    request: ProduceRequest
+    token: Any
+    epoch: int
+    base_sequence: int
+    deadline_ms: int
+
+
+MAX_PARKED_PER_PRODUCER = 16
+
+
+@dataclass
 class FetchWaiter:
     token: Any
     request: FetchRequest
@@ -69,6 +81,8 @@ class Leader:
         self.isr = IsrState.start(state.broker, state.leader_epoch, leo, state.replicas, state.isr, state.partition_epoch, now_ms)
         self.produce_waiters: deque[ProduceWaiter] = deque()
         self.fetch_waiters: dict[Any, FetchWaiter] = {}
+        # Idempotent batches that arrived ahead of their predecessors, per producer id.
+        self.parked: dict[int, list[ParkedBatch]] = {}
 
     # ------------------------------------------------------------------------------------
     # request validation
@@ -101,7 +115,51 @@ class Leader:
         if err is not None:
             st.reply(token, ProduceResponse(err[0], err[1], leader_epoch=st.leader_epoch))
             return
+        if self._park_if_ahead(req, token, now_ms):
+            return
+        self._append(req, token, now_ms)
 
+    def _park_if_ahead(self, req: ProduceRequest, token: Any, now_ms: int) -> bool:
+        """An idempotent batch whose sequence is ahead of what its producer wrote last waits
+        (a while) for the batches before it. Ray does not keep the order of calls to an
+        actor, so a producer's pipelined requests may arrive out of order; answering the
+        early one OUT_OF_ORDER_SEQUENCE_NUMBER would make every client resend it."""
+        data = req.records
+        if len(data) < records.HEADER_SIZE:
+            return False
+        h = records.read_header(data)
+        if h.producer_id < 0 or h.base_sequence <= 0:
+            return False
+        entry = self.state.log.producer_state.get(h.producer_id)
+        if entry is not None:
+            if h.producer_epoch < entry.epoch:
+                return False
+            if h.producer_epoch == entry.epoch and h.base_sequence <= entry.last_seq + 1:
+                return False
+        parked = self.parked.setdefault(h.producer_id, [])
+        if len(parked) >= MAX_PARKED_PER_PRODUCER:
+            return False
+        parked.append(ParkedBatch(req, token, h.producer_epoch, h.base_sequence, now_ms + self.state.config.out_of_order_wait_ms))
+        return True
+
+    def _release_parked(self, producer_id: int, now_ms: int) -> None:
+        """Append the parked batches of ``producer_id`` that are next in sequence now."""
+        parked = self.parked.get(producer_id)
+        while parked:
+            entry = self.state.log.producer_state.get(producer_id)
+            if entry is None:
+                return
+            nxt = next((b for b in parked if b.epoch == entry.epoch and b.base_sequence == entry.last_seq + 1), None)
+            if nxt is None:
+                return
+            parked.remove(nxt)
+            if not parked:
+                del self.parked[producer_id]
+            self._append(nxt.request, nxt.token, now_ms)
+            parked = self.parked.get(producer_id)
+
+    def _append(self, req: ProduceRequest, token: Any, now_ms: int) -> None:
+        st = self.state
         data = req.records
         append_time = -1
         try:
@@ -129,6 +187,8 @@ class Leader:
         )
         if req.acks != -1:
             st.reply(token, response)
+            if self.parked and not info.duplicate:
+                self._release_parked(records.read_header(data).producer_id, now_ms)
             return
         if info.base_offset >= 0:
             required = info.base_offset + records.read_header(data).record_count
@@ -138,6 +198,10 @@ class Leader:
             st.reply(token, self._acked(response))
         else:
             self.produce_waiters.append(ProduceWaiter(token, required, now_ms + max(0, req.timeout_ms), response))
+        if self.parked and not info.duplicate:
+            h = records.read_header(data)
+            if h.producer_id in self.parked:
+                self._release_parked(h.producer_id, now_ms)
 
     def _acked(self, response: ProduceResponse) -> ProduceResponse:
         st = self.state
@@ -409,6 +473,15 @@ class Leader:
                     response = self._read_for(w, force=True)
                     assert response is not None
                     st.reply(token, response)
+        if self.parked:
+            for producer_id in sorted(self.parked):
+                for b in [b for b in self.parked.get(producer_id, []) if b.deadline_ms <= now_ms]:
+                    # The gap never filled: the append now answers what the log says
+                    # (OUT_OF_ORDER_SEQUENCE_NUMBER), and the producer resends.
+                    self.parked[producer_id].remove(b)
+                    if not self.parked[producer_id]:
+                        del self.parked[producer_id]
+                    self._append(b.request, b.token, now_ms)
         self.maybe_propose_isr(now_ms)
 
     def next_deadline(self) -> int | None:
@@ -417,6 +490,8 @@ class Leader:
             deadlines.append(min(w.deadline_ms for w in self.produce_waiters))
         if self.fetch_waiters:
             deadlines.append(min(w.deadline_ms for w in self.fetch_waiters.values()))
+        if self.parked:
+            deadlines.append(min(b.deadline_ms for bs in self.parked.values() for b in bs))
         isr = self.isr
         if isr.alter_request is None:
             # Only what tick() can act on: while an AlterPartition is in flight nothing can be
@@ -439,6 +514,10 @@ class Leader:
         for w in self.fetch_waiters.values():
             st.reply(w.token, FetchResponse(code, message, leader_epoch=st.leader_epoch))
         self.fetch_waiters.clear()
+        for batches in self.parked.values():
+            for b in batches:
+                st.reply(b.token, ProduceResponse(code, message, leader_epoch=st.leader_epoch))
+        self.parked.clear()
 
     def parked_fetches(self) -> dict[str, int]:
         """Long-poll fetches waiting for data, by kind (for operators and tests)."""
