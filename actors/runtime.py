@@ -15,7 +15,7 @@ from kcoord.protocol.codec import Message
 from kcoord.protocol.errors import DecodeError
 from kcoord.runtime import Outcome
 
-from .calls import DEAD, TIMEOUT, CallFailed, Handles
+from kcoord.calls import DEAD, TIMEOUT, CallFailed, Handles
 
 
 def wall_ms() -> int:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import contextlib
 import functools
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 import pyarrow as pa
 
@@ -186,7 +186,7 @@ def _write_task(
     value_format: str,
     chunk_bytes: int,
     batch_bytes: int,
-    fail_first_attempt: frozenset[int],
+    on_task_written: Callable[[int, int], Any] | None,
 ) -> Iterator[pa.RecordBatch]:
     from pyspark import TaskContext
 
@@ -199,8 +199,8 @@ def _write_task(
     stats = _tasks.produce_batches(
         ref, topic, batches, producer_id=producer_id, acks=acks, value_format=value_format, chunk_bytes=chunk_bytes, batch_bytes=batch_bytes
     )
-    if attempt == 0 and task in fail_first_attempt:
-        raise _tasks.InjectedFailure(f"test hook: failing task {task} (attempt 0) after it produced")
+    if on_task_written is not None:
+        on_task_written(task, attempt)
     yield _tasks.stats_batch(task, attempt, -1 if producer_id is None else producer_id, stats)
 
 
@@ -217,7 +217,7 @@ def write(
     value_format: str = "json",
     chunk_bytes: int = _tasks.DEFAULT_CHUNK_BYTES,
     batch_bytes: int = _tasks.DEFAULT_BATCH_BYTES,
-    _fail_first_attempt: frozenset[int] | set[int] = frozenset(),
+    on_task_written: Callable[[int, int], Any] | None = None,
 ) -> WriteResult:
     """Produce every row of ``df`` to ``topic`` from inside the Spark executors.
 
@@ -246,9 +246,13 @@ def write(
     ``max.message.bytes``). Both must stay the same between attempts, which they do
     within one write.
 
+    ``on_task_written(task, attempt)``, if given, runs in the executor after a task's rows
+    were produced and acknowledged, before the task reports them (``task`` is the Spark
+    partition, ``attempt`` Spark's attempt number); an exception it raises fails that task
+    attempt, and Spark retries the task. It must be picklable (a function or closure).
+
     Returns a :class:`WriteResult`; raises if the topic does not exist or a column is
-    missing or of the wrong type, before any task runs. ``_fail_first_attempt`` is a test
-    hook: the first attempt of those Spark partitions raises after it produced.
+    missing or of the wrong type, before any task runs.
     """
     if value_format not in VALUE_FORMATS:
         raise ValueError(f"value_format must be one of {VALUE_FORMATS}, got {value_format!r}")
@@ -277,7 +281,7 @@ def write(
             value_format=value_format,
             chunk_bytes=chunk_bytes,
             batch_bytes=batch_bytes,
-            fail_first_attempt=frozenset(_fail_first_attempt),
+            on_task_written=on_task_written,
         )
         rows = projected.mapInArrow(fn, _stats_ddl()).collect()
     for r in rows:

@@ -20,8 +20,9 @@ import ray
 from waiting import wait_until
 from kcoord.cluster.groups import configure_group_coordinators
 from kcoord.client.admin import Admin
-from kcoord.client.group_calls import GroupCoordinators
-from kcoord.client.group_member import CommitFailedError, GroupMember
+from kcoord.client.coordinator.coordinators import GroupCoordinators
+from kcoord.client.coordinator import GroupMember
+from kcoord.client.errors import CommitFailedError
 from kcoord.client.types import TopicPartition
 from kcoord.protocol.errors import ErrorCode, KafkaError
 from kcoord.protocol.group import (
