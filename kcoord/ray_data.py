@@ -164,10 +164,5 @@ def write(
     ]
     for index, _, stats in ray.get(futures):
         for p, (records, batches, dups) in stats.items():
-            result.partitions[p] = result.partitions.get(p, 0) + records
-            result.tasks[index] = result.tasks.get(index, 0) + records
-            result.records += records
-            result.batches += batches
-            result.duplicate_batches += dups
-    result.partitions = dict(sorted(result.partitions.items()))
-    return result
+            result.add(index, p, records, batches, dups)
+    return result.sort()

@@ -87,6 +87,20 @@ class WriteResult:
     producer_ids: range = field(default_factory=lambda: range(0))
     exactly_once: bool = True
 
+    def add(self, task: int, partition: int, records: int, batches: int, duplicate_batches: int) -> None:
+        """Count what ``task`` wrote to ``partition`` (-1: a task that wrote nothing)."""
+        self.tasks[task] = self.tasks.get(task, 0) + records
+        if partition >= 0:
+            self.partitions[partition] = self.partitions.get(partition, 0) + records
+        self.records += records
+        self.batches += batches
+        self.duplicate_batches += duplicate_batches
+
+    def sort(self) -> "WriteResult":
+        self.partitions = dict(sorted(self.partitions.items()))
+        self.tasks = dict(sorted(self.tasks.items()))
+        return self
+
 
 def allocate_producer_ids(cluster: ClusterClient, count: int) -> range:
     """A block of ``count`` fresh producer ids from the controller (InitProducerId)."""
@@ -286,15 +300,8 @@ def write(
         rows = projected.mapInArrow(fn, _stats_ddl()).collect()
     for r in rows:
         result.attempts[r.task] = r.attempt
-        result.tasks[r.task] = result.tasks.get(r.task, 0) + r.records
-        if r.partition >= 0:
-            result.partitions[r.partition] = result.partitions.get(r.partition, 0) + r.records
-        result.records += r.records
-        result.batches += r.batches
-        result.duplicate_batches += r.duplicate_batches
-    result.partitions = dict(sorted(result.partitions.items()))
-    result.tasks = dict(sorted(result.tasks.items()))
-    return result
+        result.add(r.task, r.partition, r.records, r.batches, r.duplicate_batches)
+    return result.sort()
 
 
 def _stats_ddl() -> str:
