@@ -171,7 +171,6 @@ class GroupMember:
         self._next_auto_commit = time.monotonic() + auto_commit_interval_ms / 1000
         self._fatal: KafkaError | None = None
         self._closed = False
-        self._heartbeats_paused = False
         self._stop = threading.Event()
         self._heartbeat_thread: threading.Thread | None = None
         self.rebalances = 0
@@ -557,7 +556,7 @@ class GroupMember:
 
     def _heartbeat_once(self) -> None:
         with self._lock:
-            if self._state != STABLE or self._heartbeats_paused or self._closed:
+            if self._state != STABLE or self._closed:
                 return
             generation, member_id = self._generation, self._member_id
             idle_ms = (time.monotonic() - self._last_poll) * 1000
@@ -607,12 +606,6 @@ class GroupMember:
         self._leave("max_poll_interval_ms expired")
         with self._lock:
             self._rejoin_needed = True
-
-    def _pause_heartbeats_for_test(self, paused: bool = True) -> None:
-        """Test hook: stop (or resume) heartbeating while staying 'stable' locally, to
-        simulate a member that hangs without leaving."""
-        with self._lock:
-            self._heartbeats_paused = paused
 
     # ======================================================================================
     # leaving
