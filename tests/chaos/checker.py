@@ -468,6 +468,24 @@ def check_liveness(run: Run, rep: Report) -> None:
         rep.flag("not_drained", run.final.get("drain_error"))
 
 
+def zombie_leaders(run: Run) -> dict[str, int]:
+    """Of the leaders paused past the session timeout, how many the observer saw replaced
+    by a newer leader epoch while they were stopped (they resume as zombies to be fenced)."""
+    by_partition: dict[tuple, list[tuple[float, int]]] = defaultdict(list)
+    for e in run.observer:
+        if e["type"] == "replicas" and e.get("leader", -1) >= 0:
+            by_partition[(e.get("topic"), e["partition"])].append((e["t"], e["epoch"]))
+    paused = replaced = 0
+    for f in run.nemesis:
+        if f.get("type") != "fault" or f.get("kind") != "pause-leader" or not f.get("ok") or "epoch" not in f:
+            continue
+        paused += 1
+        end = f["t"] + f.get("seconds", 0.0)
+        if any(f["t"] <= t <= end and epoch > f["epoch"] for t, epoch in by_partition.get((f.get("topic"), f.get("partition")), [])):
+            replaced += 1
+    return {"leaders_paused": paused, "replaced_while_paused": replaced}
+
+
 def fault_counts(run: Run) -> dict[str, int]:
     counts: dict[str, int] = defaultdict(int)
     for e in run.nemesis:
@@ -489,6 +507,7 @@ def check(run: Run, stall_threshold: float = 60.0) -> Report:
     rep.figures["kills"] = sum(n for k, n in faults.items() if k.startswith("kill-"))
     rep.figures["pauses"] = sum(n for k, n in faults.items() if k.startswith("pause-"))
     rep.figures["node_losses"] = faults.get("node-loss", 0)
+    rep.figures["zombies"] = zombie_leaders(run)
     return rep
 
 

@@ -22,7 +22,9 @@ Kinds (weights in ``WEIGHTS``):
   not gracefully), taking every actor on it, and its broker's data directory is deleted
   (a lost machine takes its disk along); after ``duration`` seconds a new node is added,
   the controller re-binds the broker there and its replicas catch up from scratch. Only
-  injected while every partition's ISR is full, so that no partition loses its last copy.
+  a node whose broker is not the last in-sync replica of any partition is removed (kcoord
+  promises to survive losing one copy of acknowledged data, not all of them at once);
+  nothing else is injected between that check and the removal.
 """
 
 from __future__ import annotations
@@ -251,30 +253,36 @@ class Nemesis:
         self.history.write("resume", pid=pid, what=what, rel=round(time.time() - self.t0, 2))
 
     # -- node loss ------------------------------------------------------------------------
-    def _full_isrs(self) -> bool:
-        for topic in (self.topic, "__consumer_offsets"):
-            for pm in self.cluster.topic(topic, refresh=True).partitions:
-                if pm.leader < 0 or sorted(pm.isr) != sorted(pm.replicas):
-                    return False
+    def _victims(self) -> dict[str, int]:
+        """{worker node id: its broker} for the worker nodes whose loss, disk included, leaves
+        every partition with another in-sync replica (so nothing acknowledged exists only on
+        the lost disk: kcoord promises to survive losing one copy, not every copy at once).
+        Empty while a broker waits for a node."""
         placement = self._get(self.cluster.controller.placement.remote(), 5)
-        return not placement.get("waiting")
+        if placement.get("waiting"):
+            return {}
+        isrs = [set(pm.isr) for topic in (self.topic, "__consumer_offsets") for pm in self.cluster.topic(topic, refresh=True).partitions]
+        workers = {n.node_id for n in self.rc.worker_nodes}
+        out = {}
+        for b, v in placement["brokers"].items():
+            node, broker = v.get("node"), int(b)
+            if node in workers and v.get("alive", True) and all(isr - {broker} for isr in isrs):
+                out[node] = broker
+        return out
 
     def _start_node_loss(self, fault: Fault) -> None:
         """Remove a worker node, in the main thread: nothing else is injected from the last
-        check that every ISR is full until the node is gone (a fault in between could shrink
-        a partition's ISR to the lost broker alone, whose disk then goes too: every copy of
-        what it acknowledged lost at once, outside what kcoord promises to survive)."""
+        check that the node is a safe victim (see :meth:`_victims`) until it is gone."""
         if self._node_down.is_set():
             self._record(fault, False, error="a node is still out")
             return
-        placement = self._get(self.cluster.controller.placement.remote(), 5)
-        by_node = {v["node"]: int(b) for b, v in placement["brokers"].items() if v.get("node") and v.get("alive", True)}
-        workers = sorted((n for n in self.rc.worker_nodes if n.node_id in by_node), key=lambda n: n.node_id)
+        victims = self._victims()
+        workers = sorted((n for n in self.rc.worker_nodes if n.node_id in victims), key=lambda n: n.node_id)
         if not workers:
-            self._record(fault, False, error="no worker node with a broker")
+            self._record(fault, False, error="no worker node whose loss every partition survives")
             return
         node = workers[min(len(workers) - 1, int(fault.pick * len(workers)))]
-        broker = by_node[node.node_id]
+        broker = victims[node.node_id]
         # the broker's replica processes, to make sure they are gone before its disk goes
         pids = []
         for topic in (self.topic, "__consumer_offsets"):
@@ -284,8 +292,8 @@ class Nemesis:
                         pids.append(self._get(self.cluster.replica(topic, pm.partition, broker, fresh=True).describe.remote())["pid"])
                     except Exception:  # noqa: BLE001
                         pass
-        if not self._full_isrs():
-            self._record(fault, False, error="ISRs not full")
+        if self._victims().get(node.node_id) != broker:  # checked again right before the loss
+            self._record(fault, False, error="the node's loss is no longer safe")
             return
         self._node_down.set()
         self.rc.remove_node(node, allow_graceful=False)
@@ -345,19 +353,19 @@ class Nemesis:
                 break
             if fault.kind == "node-loss" and not self._node_down.is_set():
                 t = time.monotonic()
-                self._quiesce(timeout=60.0)
+                self._quiesce(timeout=30.0)
                 lag += time.monotonic() - t
             self.inject(fault)
         self._wait_until(start + lag + seconds)
 
     def _quiesce(self, timeout: float) -> None:
-        """Inject nothing until every ISR is full (a node loss must not take a partition's
-        last in-sync copy), at most ``timeout`` seconds."""
+        """Inject nothing until some worker node can be lost safely (:meth:`_victims`), at
+        most ``timeout`` seconds."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline and not self._stop.is_set():
             self._return_node_if_due(time.monotonic())
             try:
-                if self._full_isrs():
+                if self._victims():
                     return
             except Exception:  # noqa: BLE001 - controller restarting
                 pass

@@ -208,8 +208,13 @@ class Observer(threading.Thread):
     def run(self) -> None:
         import ray
 
-        next_group = 0.0
-        while not self.stop_event.wait(0.5):
+        group_thread = threading.Thread(target=self._watch_group, daemon=True)
+        group_thread.start()
+        while not self.stop_event.wait(0.3):
+            # both topics at once; a replica that does not answer within a second is not
+            # serving (paused, dead, restarting) and is left out of the sample
+            t = time.time()
+            sent = []
             for topic in (TOPIC, OFFSETS):
                 try:
                     md = self.cluster.topic(topic, refresh=True)
@@ -217,7 +222,6 @@ class Observer(threading.Thread):
                     md = self.cluster.cached_topic(topic)
                     if md is None:
                         continue
-                t = time.time()
                 refs = {}
                 for pm in md.partitions:
                     for b in pm.replicas:
@@ -225,8 +229,11 @@ class Observer(threading.Thread):
                             refs[(pm.partition, b)] = self.cluster.replica(topic, pm.partition, b, fresh=True).describe.remote()
                         except Exception:  # noqa: BLE001
                             pass
-                ready, _ = ray.wait(list(refs.values()), num_returns=len(refs), timeout=2.0)
-                ready = set(ready)
+                sent.append((topic, md, refs))
+            all_refs = [r for _, _, refs in sent for r in refs.values()]
+            ready, _ = ray.wait(all_refs, num_returns=len(all_refs), timeout=1.0)
+            ready = set(ready)
+            for topic, md, refs in sent:
                 for pm in md.partitions:
                     reps, live = [], False
                     for b in pm.replicas:
@@ -241,19 +248,22 @@ class Observer(threading.Thread):
                         live = live or (info["role"] == "leader" and b == pm.leader and info["leader_epoch"] == pm.leader_epoch)
                     self.history.write("replicas", t=t, topic=topic, partition=pm.partition, leader=pm.leader, epoch=pm.leader_epoch,
                                        isr=list(pm.isr), replicas=reps, live_leader=live)
-                self.samples += 1
-            if time.monotonic() >= next_group:
-                next_group = time.monotonic() + 1.0
-                t = time.time()
-                try:
-                    g = self.admin.describe_group(GROUP)
-                except Exception:  # noqa: BLE001
-                    continue
-                self.history.write(
-                    "group", t=t, state=g["state"], gen=g["generation"],
-                    members={m["member_id"]: m["assignment"].get(TOPIC, []) for m in g["members"]},
-                    committed={str(r["partition"]): r["committed_offset"] for r in g["offsets"] if r["topic"] == TOPIC},
-                )
+            self.samples += 1
+
+    def _watch_group(self) -> None:
+        """The group once a second, in its own thread: describe_group asks every leader for
+        its log end and may wait out a dead one, which must not hold up the replica samples."""
+        while not self.stop_event.wait(1.0):
+            t = time.time()
+            try:
+                g = self.admin.describe_group(GROUP)
+            except Exception:  # noqa: BLE001
+                continue
+            self.history.write(
+                "group", t=t, state=g["state"], gen=g["generation"],
+                members={m["member_id"]: m["assignment"].get(TOPIC, []) for m in g["members"]},
+                committed={str(r["partition"]): r["committed_offset"] for r in g["offsets"] if r["topic"] == TOPIC},
+            )
 
 
 # ----------------------------------------------------------------------------------------
