@@ -3,7 +3,8 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.kcoord-installed
-DURATION ?= 60
+# make chaos: seconds of faults (make test runs 160 s; the long run is DURATION=1800)
+DURATION ?= 160
 SEEDS ?= 1000
 JOBS ?= 0
 

@@ -1,0 +1,571 @@
+"""One chaos run on real Ray: a multi-node Ray cluster on this machine, kcoord on it,
+clients in their own processes, a nemesis from one seed, then the checker.
+
+    python -m tests.chaos.run --seconds 180 [--seed N] [--out HISTORY_DIR]
+
+1. ``ray.cluster_utils.Cluster``: a head and two worker raylets (separate node ids), 3
+   brokers bound one per node, so the replicas of every partition are on three nodes. The
+   controller sits on the head, which the nemesis never removes.
+2. Topic ``chaos`` (3 partitions, RF 3, min.insync.replicas 2) and a consumer group over
+   it; the undisturbed catch-up rate is measured first on a topic ``calm``.
+3. Producer and group-member processes (:mod:`tests.chaos.clients`) append their histories
+   while the nemesis (:mod:`tests.chaos.nemesis`) injects its schedule and an observer
+   thread records every replica's view of itself and the group's state.
+4. After ``--seconds`` the faults end; the producers stop; the run waits for the cluster
+   to heal (every ISR full, every replica caught up) and the group to commit everything;
+   it reads every replica's log (replicas must agree byte for byte), reads the topic
+   again with a fresh consumer (the catch-up rate after the run) and writes ``final.json``
+   and ``final-log.jsonl``.
+5. The checker (:mod:`tests.chaos.checker`) runs over the directory. The last line printed
+   is a JSON summary; the exit status is 0 only if the checker found nothing and the
+   nemesis managed ``--min-kills`` kills.
+
+Every fault is printed with its time relative to the nemesis' start and kept in
+``nemesis.jsonl``; client logs are in ``logs/``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+from tests.chaos import checker  # noqa: E402
+from tests.chaos.history import History  # noqa: E402
+from tests.chaos.nemesis import Nemesis, schedule  # noqa: E402
+
+NAMESPACE = "kcoord"
+TOPIC = "chaos"
+CALM = "calm"
+GROUP = "chaos-group"
+OFFSETS = "__consumer_offsets"
+PARTITIONS = 3
+EXIT_RAY_STARTUP = 75
+
+# Same knobs as kcoord.cluster.local.LOCAL_RAY_ENV: many small actors on a small machine.
+RAY_ENV = {
+    "RAY_worker_maximum_startup_concurrency": "8",
+    "RAY_task_events_report_interval_ms": "0",
+    "RAY_AUTH_MODE": "disabled",
+    "RAY_USAGE_STATS_ENABLED": "0",
+}
+CONTROLLER_CONFIG = {
+    "heartbeat_interval_ms": 100,
+    "follower_heartbeat_interval_ms": 300,
+    "session_timeout_ms": 2000,
+    "ensure_replica_interval_ms": 300,
+    "leader_rebalance_interval_ms": 3000,
+    "restart_stuck_ms": 8000,
+}
+GROUP_CONFIG = {"group.min.session.timeout.ms": 500, "group.initial.rebalance.delay.ms": 0}
+HEAD_ARGS = {
+    "num_cpus": 1,
+    "include_dashboard": False,
+    # Notice a removed node within ~10 s, yet not declare a merely slow raylet on a
+    # saturated 2-core machine dead (as tests/integration/multinode_scenario.py).
+    "_system_config": {
+        "health_check_period_ms": 1000,
+        "health_check_timeout_ms": 2000,
+        "health_check_failure_threshold": 8,
+        "health_check_initial_delay_ms": 0,
+    },
+}
+WORKER_ARGS = {"num_cpus": 1}
+
+T0 = time.monotonic()
+
+
+def log(msg: str) -> None:
+    print(f"[chaos {time.monotonic() - T0:7.1f}s] {msg}", file=sys.stderr, flush=True)
+
+
+# ----------------------------------------------------------------------------------------
+# client processes
+# ----------------------------------------------------------------------------------------
+class Clients:
+    """Producer and member processes; members can be killed and replaced."""
+
+    def __init__(self, args, address: str, cluster_name: str, out: Path) -> None:
+        self.args = args
+        self.address = address
+        self.cluster_name = cluster_name
+        self.out = out
+        (out / "logs").mkdir(parents=True, exist_ok=True)
+        self.env = dict(os.environ)
+        self.env["PYTHONPATH"] = os.pathsep.join([str(REPO)] + [p for p in self.env.get("PYTHONPATH", "").split(os.pathsep) if p])
+        self.env.update(RAY_ENV)
+        self.producers: dict[str, subprocess.Popen] = {}
+        self.members: dict[int, tuple[int, subprocess.Popen]] = {}
+        self.exits: dict[str, int] = {}
+        self._lock = threading.Lock()
+
+    def _spawn(self, role: str, name: str, extra: list[str]) -> subprocess.Popen:
+        cmd = [sys.executable, "-m", "tests.chaos.clients", role, "--cluster", self.cluster_name, "--address", self.address,
+               "--namespace", NAMESPACE, "--topic", TOPIC, "--out", str(self.out), *extra]
+        logf = open(self.out / "logs" / f"{role}-{name}.log", "ab")
+        return subprocess.Popen(cmd, cwd=str(REPO), env=self.env, stdout=logf, stderr=subprocess.STDOUT)
+
+    def start_members(self) -> None:
+        for i in range(self.args.members):
+            self._spawn_member(i, 0)
+
+    def _spawn_member(self, i: int, inc: int) -> None:
+        proc = self._spawn("member", f"c{i}-{inc}", ["--id", f"c{i}-{inc}", "--group", GROUP,
+                                                     "--session-timeout-ms", str(self.args.member_session_ms)])
+        self.members[i] = (inc, proc)
+
+    def start_producers(self) -> None:
+        for i in range(self.args.producers):
+            name = f"p{i}"
+            self.producers[name] = self._spawn("producer", name, ["--id", name, "--rate", str(self.args.rate / self.args.producers)])
+
+    def kill_member(self, pick: float) -> str | None:
+        with self._lock:
+            if not self.members:
+                return None
+            i = sorted(self.members)[min(len(self.members) - 1, int(pick * len(self.members)))]
+            inc, proc = self.members[i]
+            proc.kill()
+            proc.wait(timeout=30)
+            self.exits[f"member c{i}-{inc}"] = -9  # killed by the nemesis: not a client failure
+            self._spawn_member(i, inc + 1)
+            return f"c{i}-{inc}"
+
+    @staticmethod
+    def _terminate(procs: dict[str, subprocess.Popen], timeout: float) -> dict[str, int]:
+        for p in procs.values():
+            if p.poll() is None:
+                p.send_signal(signal.SIGTERM)
+        out = {}
+        deadline = time.monotonic() + timeout
+        for name, p in procs.items():
+            try:
+                out[name] = p.wait(timeout=max(1.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                p.kill()
+                out[name] = p.wait()
+                out[name] = -999  # did not stop when asked
+        return out
+
+    def stop_producers(self, timeout: float) -> None:
+        self.exits.update({f"producer {k}": v for k, v in self._terminate(self.producers, timeout).items()})
+
+    def stop_members(self, timeout: float) -> None:
+        with self._lock:
+            procs = {f"member c{i}-{inc}": p for i, (inc, p) in self.members.items()}
+            self.members = {}
+        self.exits.update(self._terminate(procs, timeout))
+
+    def kill_all(self) -> None:
+        for p in list(self.producers.values()) + [p for _, p in self.members.values()]:
+            if p.poll() is None:
+                p.kill()
+
+    def crashed(self) -> dict[str, int]:
+        return {k: v for k, v in self.exits.items() if v not in (0, -9)}
+
+
+def run_reader(clients: Clients, topic: str, out_file: str, timeout: float) -> dict:
+    cmd = [sys.executable, "-m", "tests.chaos.clients", "reader", "--cluster", clients.cluster_name, "--address", clients.address,
+           "--namespace", NAMESPACE, "--topic", topic, "--out", out_file, "--timeout", str(timeout)]
+    proc = subprocess.run(cmd, cwd=str(REPO), env=clients.env, capture_output=True, text=True, timeout=timeout + 120)
+    lines = [line for line in proc.stdout.strip().splitlines() if line.startswith("{")]
+    if not lines:
+        return {"ok": False, "error": proc.stderr[-2000:]}
+    result = json.loads(lines[-1])
+    result["ok"] = proc.returncode == 0
+    return result
+
+
+# ----------------------------------------------------------------------------------------
+# the observer
+# ----------------------------------------------------------------------------------------
+class Observer(threading.Thread):
+    """Samples every replica of the data topic and __consumer_offsets (as each describes
+    itself) twice a second and the group once a second; the checker uses the samples for
+    invariants 3, 4 and 6 and to know when a partition had a live leader."""
+
+    def __init__(self, cluster, admin, history: History) -> None:
+        super().__init__(daemon=True)
+        self.cluster = cluster
+        self.admin = admin
+        self.history = history
+        self.stop_event = threading.Event()
+        self.samples = 0
+
+    def run(self) -> None:
+        import ray
+
+        group_thread = threading.Thread(target=self._watch_group, daemon=True)
+        group_thread.start()
+        while not self.stop_event.wait(0.3):
+            # both topics at once; a replica that does not answer within a second is not
+            # serving (paused, dead, restarting) and is left out of the sample
+            t = time.time()
+            sent = []
+            for topic in (TOPIC, OFFSETS):
+                try:
+                    md = self.cluster.topic(topic, refresh=True)
+                except Exception:  # noqa: BLE001 - controller down or paused: the cached view
+                    md = self.cluster.cached_topic(topic)
+                    if md is None:
+                        continue
+                refs = {}
+                for pm in md.partitions:
+                    for b in pm.replicas:
+                        try:
+                            refs[(pm.partition, b)] = self.cluster.replica(topic, pm.partition, b, fresh=True).describe.remote()
+                        except Exception:  # noqa: BLE001
+                            pass
+                sent.append((topic, md, refs))
+            all_refs = [r for _, _, refs in sent for r in refs.values()]
+            ready, _ = ray.wait(all_refs, num_returns=len(all_refs), timeout=1.0)
+            ready = set(ready)
+            for topic, md, refs in sent:
+                for pm in md.partitions:
+                    reps, live = [], False
+                    for b in pm.replicas:
+                        ref = refs.get((pm.partition, b))
+                        if ref is None or ref not in ready:
+                            continue
+                        try:
+                            info = ray.get(ref, timeout=0)
+                        except Exception:  # noqa: BLE001
+                            continue
+                        reps.append([b, info["incarnation"], info["role"], info["leader_epoch"], info["high_watermark"], info["log_end_offset"]])
+                        live = live or (info["role"] == "leader" and b == pm.leader and info["leader_epoch"] == pm.leader_epoch)
+                    self.history.write("replicas", t=t, topic=topic, partition=pm.partition, leader=pm.leader, epoch=pm.leader_epoch,
+                                       isr=list(pm.isr), replicas=reps, live_leader=live)
+            self.samples += 1
+
+    def _watch_group(self) -> None:
+        """The group once a second, in its own thread: describe_group asks every leader for
+        its log end and may wait out a dead one, which must not hold up the replica samples."""
+        while not self.stop_event.wait(1.0):
+            t = time.time()
+            try:
+                g = self.admin.describe_group(GROUP)
+            except Exception:  # noqa: BLE001
+                continue
+            self.history.write(
+                "group", t=t, state=g["state"], gen=g["generation"],
+                members={m["member_id"]: m["assignment"].get(TOPIC, []) for m in g["members"]},
+                committed={str(r["partition"]): r["committed_offset"] for r in g["offsets"] if r["topic"] == TOPIC},
+            )
+
+
+# ----------------------------------------------------------------------------------------
+# healing and the final state
+# ----------------------------------------------------------------------------------------
+def healed(cluster) -> bool:
+    import ray
+
+    for topic in (TOPIC, OFFSETS):
+        for pm in cluster.topic(topic, refresh=True).partitions:
+            if pm.leader < 0 or sorted(pm.isr) != sorted(pm.replicas):
+                return False
+            infos = ray.get([cluster.replica(topic, pm.partition, b, fresh=True).describe.remote() for b in pm.replicas], timeout=10)
+            leaders = [i for i in infos if i["role"] == "leader"]
+            if len(leaders) != 1 or leaders[0]["broker"] != pm.leader:
+                return False
+            if any(i["log_end_offset"] != leaders[0]["high_watermark"] for i in infos):
+                return False
+    return not ray.get(cluster.controller.placement.remote(), timeout=10).get("waiting")
+
+
+def wait_for(what: str, predicate, timeout: float, interval: float = 1.0) -> tuple[bool, str | None]:
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        try:
+            if predicate():
+                return True, None
+        except Exception as exc:  # noqa: BLE001
+            last = repr(exc)[:300]
+        time.sleep(interval)
+    log(f"timed out after {timeout:.0f} s waiting for {what} (last error {last})")
+    return False, f"timed out waiting for {what} (last error {last})"
+
+
+def read_replica(cluster, topic: str, partition: int, broker: int):
+    """(sha256 of the raw log, [(offset, value)], [batch leader epochs]) of one replica."""
+    import ray
+
+    from kcoord import records
+
+    handle = cluster.replica(topic, partition, broker, fresh=True)
+    digest = hashlib.sha256()
+    out: list[tuple[int, bytes]] = []
+    epochs: list[int] = []
+    offset = 0
+    while True:
+        raw = ray.get(handle.read_log.remote(offset, 8 << 20), timeout=120)
+        if not raw:
+            break
+        digest.update(raw)
+        epochs += [h.leader_epoch for _, h in records.iter_headers(raw)]
+        recs = list(records.iter_records(raw, from_offset=offset))
+        if not recs:
+            break
+        out += [(r.offset, r.value) for r in recs]
+        offset = recs[-1].offset + 1
+    return digest.hexdigest(), out, epochs
+
+
+def records_per_batch(cluster, topic: str) -> float:
+    """Mean records per batch in the leaders' logs of ``topic``."""
+    import ray
+
+    from kcoord import records
+
+    n_records = n_batches = 0
+    for pm in cluster.topic(topic, refresh=True).partitions:
+        handle = cluster.replica(topic, pm.partition, pm.leader, fresh=True)
+        offset = 0
+        while True:
+            raw = ray.get(handle.read_log.remote(offset, 8 << 20), timeout=120)
+            headers = [h for _, h in records.iter_headers(raw)] if raw else []
+            if not headers:
+                break
+            n_batches += len(headers)
+            n_records += headers[-1].next_offset - max(offset, headers[0].base_offset)
+            offset = headers[-1].next_offset
+    return round(n_records / n_batches, 2) if n_batches else 0.0
+
+
+# ----------------------------------------------------------------------------------------
+def start_ray():
+    import ray
+    from ray.cluster_utils import Cluster
+
+    os.environ.update(RAY_ENV)
+    rc = Cluster(initialize_head=False, shutdown_at_exit=True)
+    try:
+        rc.add_node(**HEAD_ARGS)
+        for _ in range(2):
+            rc.add_node(**WORKER_ARGS)
+    except Exception as exc:
+        rc.shutdown()
+        if "timed out during startup" in str(exc):
+            log(f"Ray node startup timed out: {exc}")
+            sys.exit(EXIT_RAY_STARTUP)
+        raise
+    ray.init(address=rc.address, namespace=NAMESPACE, log_to_driver=False, logging_level="ERROR")
+    _quiet_raylet_messages()
+    rc.wait_for_nodes()
+    return rc
+
+
+def _quiet_raylet_messages() -> None:
+    """A Ray driver prints every worker death and node loss the raylets report (to stdout,
+    ~1 KB each): hundreds in a chaos run, which kills on purpose and logs each fault
+    itself. Drop those; anything else Ray prints still goes through."""
+    try:
+        import ray._private.worker as ray_worker
+
+        original = ray_worker.print_to_stdstream
+
+        def print_to_stdstream(data, ignore_prefix: bool, *args, **kwargs):
+            if data.get("pid") == "raylet":
+                return None
+            return original(data, ignore_prefix, *args, **kwargs)
+
+        ray_worker.print_to_stdstream = print_to_stdstream
+    except Exception:  # noqa: BLE001 - another Ray version: noisier output, nothing else
+        pass
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m tests.chaos.run", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--seconds", type=float, default=float(os.environ.get("KCOORD_CHAOS_SECONDS", "160")))
+    ap.add_argument("--seed", type=int, default=int(os.environ.get("KCOORD_CHAOS_SEED", str(int(time.time()) % 1_000_000))))
+    ap.add_argument("--out", default="", help="history directory (default: a new temporary one)")
+    ap.add_argument("--producers", type=int, default=2)
+    ap.add_argument("--members", type=int, default=3)
+    ap.add_argument("--rate", type=float, default=200.0, help="records/s over all producers")
+    ap.add_argument("--mean-interval", type=float, default=0.9, help="mean seconds between faults (node losses aside)")
+    ap.add_argument("--node-loss-every", type=float, default=80.0)
+    ap.add_argument("--member-session-ms", type=int, default=4000)
+    ap.add_argument("--min-kills", type=int, default=-1, help="fail below this many kills (default: 0.625 per second: 100 in 160 s)")
+    ap.add_argument("--no-faults", action="store_true", help="a control run: the same workload with no nemesis")
+    ap.add_argument("--no-baseline", action="store_true", help="skip the undisturbed catch-up measurement (saves ~20 s)")
+    ap.add_argument("--stall-threshold", type=float, default=60.0)
+    ap.add_argument("--heal-timeout", type=float, default=180.0)
+    args = ap.parse_args(argv)
+    min_kills = args.min_kills if args.min_kills >= 0 else 0 if args.no_faults else int(args.seconds * 0.625)
+    out = Path(args.out or tempfile.mkdtemp(prefix="kcoord-chaos-"))
+    out.mkdir(parents=True, exist_ok=True)
+    data_dir = tempfile.mkdtemp(prefix="kcoord-chaos-data-")
+    plan = [] if args.no_faults else schedule(args.seed, args.seconds, mean_interval=args.mean_interval, node_loss_every=args.node_loss_every)
+    log(f"seed {args.seed}, {args.seconds:.0f} s, {len(plan)} faults planned; history in {out}")
+    (out / "plan.json").write_text(json.dumps([f.__dict__ for f in plan]))
+
+    import ray
+
+    import kcoord
+    from kcoord.cluster.deploy import deploy, teardown
+    from kcoord.cluster.groups import configure_group_coordinators
+
+    timings: dict[str, float] = {}
+    rc = start_ray()
+    name = f"chaos-{os.getpid()}"
+    clients = None
+    nemesis = None
+    observer = None
+    final: dict = {"topic": TOPIC, "group": GROUP, "seed": args.seed, "seconds": args.seconds}
+    try:
+        cluster = deploy(name, brokers=3, data_dir=data_dir, group_coordinators=2, address=None, namespace=NAMESPACE,
+                         controller_config=CONTROLLER_CONFIG)
+        configure_group_coordinators(cluster, GROUP_CONFIG)
+        admin = kcoord.Admin(cluster)
+        for topic in (TOPIC,) if args.no_baseline else (TOPIC, CALM):
+            admin.create_topic(topic, partitions=PARTITIONS, replication_factor=3, config={"min.insync.replicas": 2})
+            admin.wait_for_leaders(topic)
+        placement = ray.get(cluster.controller.placement.remote(), timeout=30)
+        log(f"Ray cluster of {len(rc.worker_nodes) + 1} nodes, kcoord {name!r} deployed; brokers on nodes "
+            f"{ {int(b): v['node'][:8] for b, v in placement['brokers'].items()} }")
+        timings["setup_s"] = time.monotonic() - T0
+
+        # -- the undisturbed catch-up rate ---------------------------------------------------
+        clients = Clients(args, rc.address, name, out)
+        final["baseline"] = {}
+        if not args.no_baseline:
+            baseline_records = int(min(400_000, max(200_000, args.rate * args.seconds)))
+            from tests.chaos.clients import PAD
+
+            with kcoord.Producer(cluster, acks="all", linger_ms=5) as p:
+                for i in range(baseline_records):
+                    p.send(CALM, value=b"calm:%d" % i + PAD, key=b"k%d" % (i % 97))
+                p.flush(timeout=300)
+            final["baseline"] = run_reader(clients, CALM, "", timeout=600)
+            final["baseline"]["records_per_batch"] = records_per_batch(cluster, CALM)
+            log(f"undisturbed catch-up: {final['baseline']}")
+            admin.delete_topic(CALM)
+        timings["baseline_s"] = time.monotonic() - T0 - timings["setup_s"]
+
+        # -- clients, observer, nemesis ---------------------------------------------------------
+        clients.start_members()
+        ok, _ = wait_for("the group to form", lambda: admin.describe_group(GROUP)["state"] == "Stable"
+                         and len(admin.describe_group(GROUP)["members"]) == args.members, timeout=120)
+        clients.start_producers()
+        ok, _ = wait_for("the first acknowledged writes", lambda: sum(admin.list_offsets(TOPIC, "latest").values()) > 200, timeout=120)
+        obs_client = kcoord.ClusterClient(name, namespace=NAMESPACE, address=None, request_timeout_ms=3000)
+        observer = Observer(obs_client, kcoord.Admin(obs_client), History(out / "observer.jsonl"))
+        observer.start()
+        nem_client = kcoord.ClusterClient(name, namespace=NAMESPACE, address=None, request_timeout_ms=5000)
+        nemesis = Nemesis(nem_client, rc, WORKER_ARGS, TOPIC, data_dir, History(out / "nemesis.jsonl"), clients.kill_member, 2, log)
+        timings["clients_start_s"] = time.monotonic() - T0 - timings["setup_s"] - timings["baseline_s"]
+        t_chaos = time.monotonic()
+        log("nemesis starts")
+        nemesis.run(plan, args.seconds)
+        log("nemesis stops: resuming paused processes, returning lost nodes")
+        nemesis.stop()
+        timings["chaos_s"] = time.monotonic() - t_chaos
+
+        # -- heal, stop the producers, drain the group --------------------------------------
+        t_heal = time.monotonic()
+        time.sleep(3)  # producers keep writing into the healing cluster for a moment
+        clients.stop_producers(timeout=200)
+        final["healed"], final["heal_error"] = wait_for("the cluster to heal", lambda: healed(cluster), timeout=args.heal_timeout)
+        timings["heal_s"] = time.monotonic() - t_heal
+        ends = admin.list_offsets(TOPIC, "latest")
+        final["end_offsets"] = {str(p): o for p, o in ends.items()}
+
+        def drained() -> bool:
+            g = admin.describe_group(GROUP)
+            got = {r["partition"]: r["committed_offset"] for r in g["offsets"] if r["topic"] == TOPIC}
+            return g["state"] == "Stable" and all(got.get(p) == ends[p] for p in ends)
+
+        final["drained"], final["drain_error"] = wait_for(
+            "the group to commit everything", drained, timeout=args.heal_timeout if final["healed"] else 60
+        )
+        timings["drain_s"] = time.monotonic() - t_heal - timings["heal_s"]
+        clients.stop_members(timeout=60)
+        observer.stop_event.set()
+        observer.join(timeout=30)
+        g = admin.describe_group(GROUP)
+        final["committed"] = {str(r["partition"]): r["committed_offset"] for r in g["offsets"] if r["topic"] == TOPIC}
+
+        # -- the final log: every replica of every partition --------------------------------
+        final["divergent"], final["epochs_decrease"] = [], []
+        with open(out / "final-log.jsonl", "w") as f:
+            for pm in cluster.topic(TOPIC, refresh=True).partitions:
+                copies = {b: read_replica(cluster, TOPIC, pm.partition, b) for b in pm.replicas}
+                if len({c[0] for c in copies.values()}) != 1:
+                    final["divergent"].append(pm.partition)
+                _, recs, epochs = copies[pm.leader]
+                if epochs != sorted(epochs):
+                    final["epochs_decrease"].append(pm.partition)
+                for o, v in recs:
+                    f.write(json.dumps([pm.partition, o, v.split(b"|", 1)[0].decode()]) + "\n")
+        final["catchup"] = run_reader(clients, TOPIC, str(out / "reader-final.jsonl"), timeout=900)
+        final["catchup"]["records_per_batch"] = records_per_batch(cluster, TOPIC)
+        base, after = final["baseline"].get("rate", 0.0), final["catchup"].get("rate", 0.0)
+        final["catchup_ratio"] = round(after / base, 3) if base else None
+        log(f"catch-up after the run: {final['catchup']} ({final['catchup_ratio']}x the undisturbed rate)")
+        final["client_crashes"] = clients.crashed()
+        final["timings"] = timings
+        (out / "final.json").write_text(json.dumps(final, indent=1))
+    except BaseException:
+        if clients is not None:
+            clients.kill_all()
+        raise
+    finally:
+        if nemesis is not None:
+            nemesis.resume_all()
+        if observer is not None:
+            observer.stop_event.set()
+        try:
+            teardown(name, delete_data=True, address=None, namespace=NAMESPACE, data_dir=data_dir)
+        except Exception as exc:  # noqa: BLE001
+            log(f"teardown failed: {exc!r}")
+        ray.shutdown()
+        rc.shutdown()
+
+    code = checker.main([str(out), "--stall-threshold", str(args.stall_threshold)])
+    report = json.loads((out / "check.json").read_text())
+    fig = report["figures"]
+    summary = {
+        "ok": code == 0 and fig["kills"] >= min_kills,
+        "seed": args.seed,
+        "seconds": args.seconds,
+        "wall_s": round(time.monotonic() - T0, 1),
+        "kills": fig["kills"],
+        "min_kills": min_kills,
+        "pauses": fig["pauses"],
+        "node_losses": fig["node_losses"],
+        "faults": fig["faults"],
+        "acked": fig["acked"],
+        "violations": {k: v for k, v in report["counts"].items() if v},
+        "lost": report["counts"]["lost"],
+        "duplicated": report["counts"]["duplicated"],
+        "reordered": report["counts"]["reordered"],
+        "stale_reads": report["counts"]["stale_reads"],
+        "producer_max_wait_s": fig["producer_max_wait_s"],
+        "consumer_max_wait_s": fig["consumer_max_wait_s"],
+        "catchup_rate": round(final.get("catchup", {}).get("rate", 0.0)),
+        "baseline_rate": round(final.get("baseline", {}).get("rate", 0.0)),
+        "catchup_ratio": final.get("catchup_ratio"),
+        "timings": {k: round(v, 1) for k, v in timings.items()},
+        "history": str(out),
+    }
+    if fig["kills"] < min_kills:
+        log(f"only {fig['kills']} kills, fewer than the {min_kills} required")
+    print(json.dumps(summary), flush=True)
+    return 0 if summary["ok"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
