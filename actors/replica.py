@@ -86,6 +86,7 @@ class ReplicaActor:
             self.started_ms,
             node_id=self.node_id,
             incarnation=self.incarnation,
+            storage=storage_lineage(self.node_id),
         )
         self.driver: ReplicaDriver | None = None
         self._exporter = ReplicaMetricsExporter(cluster, topic, partition, broker)
@@ -219,3 +220,17 @@ class ReplicaActor:
     async def ready(self) -> str:
         self._ensure_started()
         return self.incarnation
+
+
+def storage_lineage(node_id: str) -> str:
+    """Which page cache this process's log writes live in: the machine's boot and the Ray
+    node. A replica process that dies and restarts under both unchanged finds every byte
+    it had written (os.write is not undone by SIGKILL); a reboot or another node may have
+    dropped what was not fsynced. Without a boot id (not Linux) every restart counts as a
+    possible loss."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            boot = f.read().strip()
+    except OSError:
+        return ""
+    return f"{boot}/{node_id}" if boot and node_id else ""

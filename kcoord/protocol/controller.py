@@ -81,6 +81,10 @@ class LeaderAndIsrResponse(Message):
     IS_RESPONSE: ClassVar[bool] = True
     error_code: int = 0
     error_message: str | None = None
+    # The answering replica's storage lineage (see HeartbeatResponse.storage): a restarted
+    # designated leader refuses with FENCED_LEADER_EPOCH, and this says whether it kept
+    # its page cache.
+    storage: str = ""
 
 
 @register
@@ -142,6 +146,10 @@ class HeartbeatResponse(Message):
     # Leader only: per follower broker id, its LEO and how far it lags (records).
     follower_leo: dict[int, int] = field(default_factory=dict)
     incarnation: str = ""  # changes on every actor (re)start
+    # Which page cache the log's unflushed writes live in (machine boot and Ray node): it
+    # changes only when they may be gone, so a process that restarted with the same storage
+    # lost nothing it had written (writes are os.write calls, which SIGKILL does not undo).
+    storage: str = ""
 
 
 @register

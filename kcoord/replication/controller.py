@@ -133,6 +133,9 @@ class ControllerState:
         # The incarnation last seen per replica. With the two above it is persisted (as
         # ReplicaTrust) so that a restarted controller still knows who restarted meanwhile.
         self._incarnation: dict[ReplicaId, str] = {}
+        # The storage lineage last reported per replica (HeartbeatResponse.storage), also
+        # persisted: a restart that keeps it did not lose the unflushed tail.
+        self._storage: dict[ReplicaId, str] = {}
         self._stored_trust: dict[ReplicaId, ReplicaTrust] = {}
         self._next_rebalance_ms = 0
         # Replicas whose log reported an I/O error, with the reason (until they answer
@@ -324,6 +327,7 @@ class ControllerState:
                 self._suspect.discard(rid)
                 self._elr_witness.pop(rid, None)
                 self._incarnation.pop(rid, None)
+                self._storage.pop(rid, None)
                 self.offline_logs.pop(rid, None)
                 if self._stored_trust.pop(rid, None) is not None:
                     actions.append(Persist(replica_key(rid.topic, rid.partition, rid.broker), None))
@@ -418,11 +422,15 @@ class ControllerState:
             # gone; fail it over (it may be elected again, at a new epoch).
             event = RESTARTED
         if event == RESTARTED or (new_process and event in (OK, RECOVERED)):
-            # A known process came back as a new one: it may have lost its unflushed tail.
-            if p is not None and self._lossy(p):
+            # A known process came back as a new one: it may have lost its unflushed tail,
+            # unless it kept its storage (the same page cache: a process crash, not a
+            # machine's).
+            if p is not None and self._lossy(p) and self._storage_changed(replica, status.storage):
                 self._suspect.add(replica)
         if status.incarnation:
             self._incarnation[replica] = status.incarnation
+        if status.storage:
+            self._storage[replica] = status.storage
         if p is not None:
             actions += self._sync_trust(p)  # stored before anything acts on it
         if event == RESTARTED:
@@ -468,7 +476,7 @@ class ControllerState:
             # The designated leader restarted and will not resume this epoch: elect again
             # (possibly the same replica) with a new epoch. Having restarted, it may have
             # lost its unflushed tail: others that did not restart lead first if they can.
-            if self._lossy(p):
+            if self._lossy(p) and self._storage_changed(replica, response.storage):
                 self._suspect.add(replica)
             actions = self._sync_trust(p)
             actions += self._elect(p, now_ms, failed_leader=False)
@@ -498,6 +506,12 @@ class ControllerState:
         if behind or (status.leader_epoch == p.leader_epoch and status.role != expected_role):
             return self._send_state(p, [replica.broker])
         return []
+
+    def _storage_changed(self, replica: ReplicaId, storage: str) -> bool:
+        """Whether a restarted replica may have lost writes it had not flushed: yes unless
+        it reports the storage lineage it had before (unknown counts as changed)."""
+        known = self._storage.get(replica)
+        return not (storage and known and storage == known)
 
     def _alive(self, p: PartitionState):
         return lambda b: self.detector.is_alive(ReplicaId(p.topic, p.partition, b))
@@ -575,13 +589,15 @@ class ControllerState:
             self._suspect.add(rid)
         if trust.elr_witness:
             self._elr_witness[rid] = trust.elr_witness
+        if trust.storage:
+            self._storage[rid] = trust.storage
 
     def _sync_trust(self, p: PartitionState) -> list[ControllerAction]:
         """Persist what changed in what we know of ``p``'s replicas' processes."""
         actions: list[ControllerAction] = []
         for b in p.replicas:
             rid = ReplicaId(p.topic, p.partition, b)
-            trust = ReplicaTrust(self._incarnation.get(rid, ""), rid in self._suspect, self._elr_witness.get(rid, ""))
+            trust = ReplicaTrust(self._incarnation.get(rid, ""), rid in self._suspect, self._elr_witness.get(rid, ""), self._storage.get(rid, ""))
             if trust != self._stored_trust.get(rid, ReplicaTrust()):
                 self._stored_trust[rid] = trust
                 actions.append(Persist(replica_key(p.topic, p.partition, b), trust.encode()))

@@ -155,6 +155,9 @@ class ReplicaTrust:
     incarnation: str = ""
     suspect: bool = False
     elr_witness: str = ""
+    # The storage lineage it last reported (HeartbeatResponse.storage): a restart that
+    # keeps it lost nothing, so it does not make the replica suspect.
+    storage: str = ""
 
     def encode(self) -> bytes:
         return msgpack.packb(asdict(self), use_bin_type=True)

@@ -75,6 +75,7 @@ class Replica:
         now_ms: int = 0,
         node_id: str = "",
         incarnation: str = "",
+        storage: str = "",
     ) -> None:
         hw = min(max(log.high_watermark, log.log_start_offset), log.log_end_offset)
         self.state = ReplicaState(
@@ -85,6 +86,7 @@ class Replica:
             config=config or ReplicationConfig(),
             node_id=node_id,
             incarnation=incarnation,
+            storage=storage,
             hw=hw,
             may_have_lost_data=log.config.flush_messages != 1
             and (
@@ -257,6 +259,7 @@ class Replica:
                 ErrorCode.FENCED_LEADER_EPOCH,
                 f"broker {st.broker} restarted and cannot resume leading epoch {req.leader_epoch} "
                 f"(its log already has epoch {st.log.epoch_cache.latest_epoch}); elect with a new epoch",
+                storage=st.storage,
             )
         if req.leader == st.broker and st.may_have_lost_data:
             # Restarted, possibly without its unflushed tail, and asked to lead by a controller
@@ -269,6 +272,7 @@ class Replica:
                 ErrorCode.FENCED_LEADER_EPOCH,
                 f"broker {st.broker} restarted and may have lost unflushed records; "
                 f"not resuming leadership at epoch {req.leader_epoch} before the controller re-elects",
+                storage=st.storage,
             )
         self._step_down(ErrorCode.NOT_LEADER_OR_FOLLOWER, f"{st.name}: leadership changed (epoch {req.leader_epoch}, leader {req.leader})")
         st.leader_epoch = req.leader_epoch
@@ -342,6 +346,7 @@ class Replica:
             isr=list(st.isr),
             follower_leo={b: p.log_end_offset for b, p in self.leading.isr.followers.items()} if self.leading else {},
             incarnation=st.incarnation,
+            storage=st.storage,
         )
 
     # ------------------------------------------------------------------------------------

@@ -45,6 +45,8 @@ class ReplicaState:
     node_id: str = ""
     # Which process this is (changes on every restart), reported in heartbeats.
     incarnation: str = ""
+    # Which page cache its unflushed writes live in (HeartbeatResponse.storage).
+    storage: str = ""
     role: Role = NONE
     offline_reason: str = ""
     leader: int = -1

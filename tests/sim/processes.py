@@ -150,7 +150,14 @@ class ReplicaProcess(Process):
         from kcoord.replication.config import ReplicationConfig
 
         self.replica = Replica(
-            self.topic, self.partition, self.broker, log, ReplicationConfig.from_topic_config(config), now, incarnation=self.incarnation_id
+            self.topic,
+            self.partition,
+            self.broker,
+            log,
+            ReplicationConfig.from_topic_config(config),
+            now,
+            incarnation=self.incarnation_id,
+            storage=f"{machine.id}#{machine.power_losses}",  # its page cache lives until a power loss
         )
         self.driver = ReplicaDriver(
             self.replica,

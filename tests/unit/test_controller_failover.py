@@ -297,6 +297,54 @@ def test_restarted_sole_isr_member_waits_for_the_eligible_replica():
     assert 0 in h.stored().isr
 
 
+def test_sole_isr_member_restarted_with_its_page_cache_is_elected_again():
+    """Found by the chaos suite: the only ISR member of a page-cache topic was SIGKILLed and
+    restarted on the same node; kcoord counted it as possibly without its tail and left the
+    partition offline for good. A process crash keeps the page cache (the log's writes are
+    os.write calls): the same storage lineage means nothing was lost."""
+    h = Harness()
+    h.create(config=LOSSY)
+    for b in BROKERS:
+        h.beat(b, incarnation=f"a{b}", storage=f"node{b}/boot1")
+    h.alter([0])
+    h.dead(1)
+    h.dead(2)
+    h.dead(0)
+    assert h.stored().leader == NO_LEADER
+    h.beat(0, incarnation="b0", storage="node0/boot1")  # a new process, same page cache
+    p = h.stored()
+    assert (p.leader, p.isr) == (0, [0]), "it holds every acknowledged record: elect it"
+
+
+def test_sole_isr_member_restarted_after_a_reboot_still_waits():
+    h = Harness()
+    h.create(config=LOSSY)
+    for b in BROKERS:
+        h.beat(b, incarnation=f"a{b}", storage=f"node{b}/boot1")
+    h.alter([0])
+    h.dead(1)
+    h.dead(2)
+    h.dead(0)
+    h.beat(0, incarnation="b0", storage="node0/boot2")  # the machine rebooted
+    assert h.stored().leader == NO_LEADER, "its unflushed tail may be gone: wait"
+    h.beat(0, incarnation="b0", storage="")
+    assert h.stored().leader == NO_LEADER, "no lineage reported counts as changed"
+
+
+def test_restarted_controller_remembers_storage_lineage():
+    h = Harness()
+    h.create(config=LOSSY)
+    for b in BROKERS:
+        h.beat(b, incarnation=f"a{b}", storage=f"node{b}/boot1")
+    h.alter([0])
+    h.dead(1)
+    h.dead(2)
+    h.dead(0)
+    h2 = h.restart()
+    h2.beat(0, incarnation="b0", storage="node0/boot1")
+    assert (h2.stored().leader, h2.stored().isr) == (0, [0])
+
+
 def test_restarted_eligible_replica_is_not_trusted():
     h = Harness()
     h.create(config=LOSSY)
