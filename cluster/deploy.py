@@ -23,11 +23,11 @@ from __future__ import annotations
 
 import os
 import shutil
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
+import platformdirs
 import ray
 from ray.exceptions import GetTimeoutError
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
@@ -38,7 +38,9 @@ from kcoord.protocol import names
 
 from .placement import broker_placement, ray_alive_nodes, ray_head_node
 
-DEFAULT_DATA_ROOT = Path(os.environ.get("KCOORD_DATA_DIR", Path(tempfile.gettempdir()) / "kcoord-data"))
+# A per-user data directory (~/.local/share/kcoord/data on Linux): logs must outlive reboots
+# and temp-directory cleaners. KCOORD_DATA_DIR overrides it.
+DEFAULT_DATA_ROOT = Path(os.environ.get("KCOORD_DATA_DIR") or platformdirs.user_data_path("kcoord") / "data")
 # Key of the deployment record in the cluster's GCS KV namespace.
 DEPLOY_INFO_KEY = "deploy/info"
 

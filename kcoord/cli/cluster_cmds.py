@@ -15,7 +15,7 @@ pass_env = click.make_pass_decorator(Env)
 
 @click.command("up")
 @click.option("--brokers", type=click.IntRange(min=1), default=3, show_default=True, help="Number of brokers (each replica of a partition lives on a different one).")
-@click.option("--data-dir", type=click.Path(file_okay=False), default=None, help="Log directory on every node [default: $TMPDIR/kcoord-data/NAME].")
+@click.option("--data-dir", type=click.Path(file_okay=False), default=None, help="Log directory on every node [default: the per-user data directory, ~/.local/share/kcoord/data/NAME on Linux, or $KCOORD_DATA_DIR/NAME].")
 @click.option("--group-coordinators", type=click.IntRange(min=0), default=3, show_default=True, help="Group coordinator actors (0: no consumer groups).")
 @click.option("--topic-config", "topic_config", multiple=True, metavar="KEY=VALUE", help="Default topic config, e.g. min.insync.replicas=2 (repeatable).")
 @click.option("--min-nodes", type=click.IntRange(min=1), default=1, show_default=True, help="Wait until the Ray cluster has this many nodes before binding brokers to nodes.")
@@ -228,6 +228,7 @@ def status(env: Env, internal: bool, as_json: bool) -> None:
     for table in _status_tables(snap, internal):
         env.out.print(table)
     env.out.print(f"Kafka bootstrap servers: {snap.get('bootstrap_servers') or '(no Kafka listener)'}")
+    env.out.print(f"data directory: {(snap.get('deploy') or {}).get('data_dir') or '(unknown: not deployed by kcoord up)'}")
 
 
 COMMANDS = [up, down, status]

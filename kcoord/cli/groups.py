@@ -7,7 +7,8 @@ import json
 import click
 from rich.table import Table
 
-from ._common import Env, parse_offsets
+from ..client.types import TopicPartition
+from ._common import CliError, Env, parse_offsets
 
 pass_env = click.make_pass_decorator(Env)
 
@@ -26,16 +27,20 @@ def groups() -> None:
 
 @groups.command("list")
 @click.option("--state", "states", multiple=True, help="Only groups in this state, e.g. Stable, Empty (repeatable).")
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON list of groups.")
 @pass_env
-def list_(env: Env, states: tuple[str, ...]) -> None:
+def list_(env: Env, states: tuple[str, ...], as_json: bool) -> None:
     """List consumer groups with their state and coordinator.
 
     \b
     Examples:
       kcoord groups list
-      kcoord groups list --state Stable
+      kcoord groups list --state Stable --json
     """
     found = env.admin().list_groups(list(states) or None)
+    if as_json:
+        click.echo(json.dumps(found, sort_keys=True, default=str), file=env.stdout)
+        return
     table = Table(title=f"{len(found)} consumer groups", title_justify="left")
     for col in ("group", "state", "protocol type", "coordinator"):
         table.add_column(col)
@@ -89,23 +94,99 @@ def describe(env: Env, group: str, as_json: bool) -> None:
 
 @groups.command("reset-offsets")
 @click.argument("group")
-@click.option("--topic", required=True, help="Topic whose committed offsets to reset.")
-@click.option("--to", "to", required=True, metavar="earliest|latest|P=O[,P=O...]", help="New offsets: log start, high watermark, or per partition.")
+@click.option("--topic", "topics_", multiple=True, metavar="TOPIC", help="Topic whose committed offsets to reset (repeatable).")
+@click.option("--all-topics", is_flag=True, help="Every topic the group has committed offsets for.")
+@click.option("--to", "to", default=None, metavar="earliest|latest|P=O[,P=O...]", help="Log start, high watermark, or per partition (one --topic).")
+@click.option("--to-datetime", default=None, metavar="ISO8601", help="The first offset at or after this time, e.g. 2026-11-23T10:00:00Z (local time without a zone).")
+@click.option("--shift-by", type=int, default=None, metavar="N", help="Move each committed offset by N (negative: back), within the log.")
+@click.option("--execute", is_flag=True, help="Apply the plan; without it nothing changes (a dry run).")
+@click.option("--json", "as_json", is_flag=True, help="Print the plan as JSON.")
 @pass_env
-def reset_offsets(env: Env, group: str, topic: str, to: str) -> None:
-    """Set an inactive group's committed offsets for a topic.
+def reset_offsets(
+    env: Env, group: str, topics_: tuple[str, ...], all_topics: bool, to: str | None, to_datetime: str | None, shift_by: int | None, execute: bool, as_json: bool
+) -> None:
+    """Plan, and with --execute apply, new committed offsets for an inactive group.
 
-    Refused while the group has members: stop its consumers first.
+    Without --execute it only prints the plan (current and new offset per partition), as
+    kafka-consumer-groups.sh does. Refused while the group has members: stop its consumers
+    first.
 
     \b
     Examples:
       kcoord groups reset-offsets billing --topic events --to earliest
-      kcoord groups reset-offsets billing --topic events --to latest
-      kcoord groups reset-offsets billing --topic events --to 0=120,1=98
+      kcoord groups reset-offsets billing --topic events --to latest --execute
+      kcoord groups reset-offsets billing --topic events --to 0=120,1=98 --execute
+      kcoord groups reset-offsets billing --all-topics --to-datetime 2026-11-23T10:00:00Z --execute
+      kcoord groups reset-offsets billing --topic events --topic clicks --shift-by -100 --execute
     """
-    target = parse_offsets(to)
-    result = env.admin().reset_offsets(group, topic, to=target)
-    env.out.print(f"group {group!r}, topic {topic!r}: " + ", ".join(f"partition {p} -> {o}" for p, o in sorted(result.items())))
+    from ..protocol.errors import ErrorCode, KafkaError
+    from ..protocol.replication import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
+    from .formats import ResetSpec, parse_datetime_ms, plan_reset
+
+    if sum(x is not None for x in (to, to_datetime, shift_by)) != 1:
+        raise click.UsageError("give exactly one of --to, --to-datetime and --shift-by")
+    if bool(topics_) == all_topics:
+        raise click.UsageError("give --topic (repeatable) or --all-topics")
+    if to is not None:
+        target = parse_offsets(to)
+        if isinstance(target, dict):
+            if len(topics_) != 1:
+                raise click.UsageError("--to PARTITION=OFFSET needs exactly one --topic")
+            spec = ResetSpec("explicit", offsets=tuple(sorted(target.items())))
+        else:
+            spec = ResetSpec(target)
+    elif to_datetime is not None:
+        try:
+            spec = ResetSpec("timestamp", parse_datetime_ms(to_datetime))
+        except ValueError as exc:
+            raise click.BadParameter(str(exc), param_hint="--to-datetime") from None
+    else:
+        spec = ResetSpec("shift", int(shift_by or 0))
+
+    admin = env.admin()
+    committed: dict[str, dict[int, int | None]] = {}
+    try:
+        offsets = admin.describe_group(group)["offsets"]
+    except KafkaError as exc:
+        if exc.code != ErrorCode.GROUP_ID_NOT_FOUND:
+            raise
+        offsets = []  # a group that never committed: the reset gives it its first offsets
+    for o in offsets:
+        committed.setdefault(o["topic"], {})[o["partition"]] = o["committed_offset"]
+    names = sorted(committed) if all_topics else list(dict.fromkeys(topics_))
+    if not names:
+        raise CliError(f"group {group!r} has no committed offsets: name the topics with --topic")
+    plans: dict[str, dict[int, tuple[int | None, int | None]]] = {}
+    for topic in names:
+        tps = [TopicPartition(topic, p) for p in admin.cluster.partitions_for(topic)]  # UNKNOWN_TOPIC_OR_PARTITION
+        earliest = {tp.partition: o for tp, o in admin.cluster.list_offsets(tps, EARLIEST_TIMESTAMP).items()}
+        latest = {tp.partition: o for tp, o in admin.cluster.list_offsets(tps, LATEST_TIMESTAMP).items()}
+        by_time = {tp.partition: o for tp, o in admin.cluster.list_offsets(tps, spec.value).items()} if spec.kind == "timestamp" else None
+        try:
+            plans[topic] = plan_reset(spec, earliest, latest, committed.get(topic, {}), by_time)
+        except ValueError as exc:
+            raise CliError(f"topic {topic!r}: {exc} (OFFSET_OUT_OF_RANGE)") from None
+    rows = [
+        {"topic": t, "partition": p, "current": now, "new": new}
+        for t, plan in plans.items()
+        for p, (now, new) in sorted(plan.items())
+    ]
+    if execute:
+        for topic, plan in plans.items():
+            moves = {p: new for p, (_, new) in plan.items() if new is not None}
+            if moves:
+                admin.reset_offsets(group, topic, to=moves)
+    if as_json:
+        click.echo(json.dumps({"group": group, "executed": execute, "partitions": rows}), file=env.stdout)
+    else:
+        table = Table(title=f"group {group!r}: {'new committed offsets' if execute else 'plan (dry run)'}", title_justify="left")
+        for col in ("topic", "partition", "current", "new"):
+            table.add_column(col, justify="left" if col == "topic" else "right")
+        for r in rows:
+            table.add_row(r["topic"], str(r["partition"]), "-" if r["current"] is None else str(r["current"]), "-" if r["new"] is None else str(r["new"]))
+        env.out.print(table)
+    if not execute:
+        env.err.print("dry run: nothing changed; add --execute to apply")
 
 
 @groups.command("delete")

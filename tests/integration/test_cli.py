@@ -54,6 +54,7 @@ def test_status_shows_the_cluster_and_a_missing_cluster_says_how_to_deploy(head)
     out = ok(head, "status", "--internal").stdout
     for fragment in ("controller epoch", "under-replicated", "offline", f"{NAME}/group/0", "__consumer_offsets", "partitions"):
         assert fragment in out, fragment
+    assert "data directory: " in out and "/kcoord/data/" + NAME in out  # the per-user data dir
     snap = json.loads(ok(head, "status", "--json").stdout)
     assert snap["cluster"]["brokers"] == [0, 1, 2] and snap["coordinators"]["groups"][0]["loaded"]
     line = run_kcoord(head, "--name", "nope", "status")
@@ -63,6 +64,8 @@ def test_status_shows_the_cluster_and_a_missing_cluster_says_how_to_deploy(head)
 def test_topics_create_list_describe_delete(head):
     assert "created topic 'clicks'" in ok(head, "topics", "create", "clicks", "-p", "2", "-r", "3", "-c", "min.insync.replicas=2").stdout
     fails(head, "topics", "create", "clicks", expect="TOPIC_ALREADY_EXISTS")
+    assert "already exists; nothing to do" in ok(head, "topics", "create", "clicks", "--if-not-exists").stdout
+    assert "clicks" in json.loads(ok(head, "topics", "list", "--json").stdout)
     fails(head, "topics", "create", "wide", "-r", "5", expect="INVALID_REPLICATION_FACTOR")
     assert "clicks" in ok(head, "topics", "list").stdout.split()
     desc = ok(head, "topics", "describe", "clicks").stdout
@@ -72,6 +75,7 @@ def test_topics_create_list_describe_delete(head):
     fails(head, "topics", "describe", "nope", expect="topic 'nope' does not exist (UNKNOWN_TOPIC_OR_PARTITION)")
     assert "deleted topic 'clicks'" in ok(head, "topics", "delete", "clicks").stdout
     fails(head, "topics", "delete", "clicks", expect="UNKNOWN_TOPIC_OR_PARTITION")
+    assert "does not exist; nothing to do" in ok(head, "topics", "delete", "clicks", "--if-exists").stdout
 
 
 def test_produce_and_consume(head):
@@ -107,6 +111,39 @@ def test_produce_and_consume(head):
     fails(head, "consume", "lines", "--partition", "7", "--max-messages", "1", expect="has no partition 7")
 
 
+def test_consume_formats_offsets_and_produce_headers_compression_binary(head):
+    ok(head, "topics", "create", "fmt", "-p", "1", "-r", "3")
+    lines = "".join(f"k{i}:v{i}\n" for i in range(5))
+    ok(head, "produce", "fmt", "--key-separator", ":", "-H", "src=cli", "-H", "n=1", "--compression", "gzip", input=lines)
+    out = ok(head, "consume", "fmt", "--offset", "earliest", "--max-messages", "5", "--format", "%k|%s|%h|%p:%o\\n").stdout
+    assert out.splitlines() == [f"k{i}|v{i}|src=cli,n=1|0:{i}" for i in range(5)]
+    tail = [json.loads(line) for line in ok(head, "consume", "fmt", "--offset", "-2", "--max-messages", "2", "--json").stdout.splitlines()]
+    assert [(d["offset"], d["key"], d["value"], d["headers"]) for d in tail] == [(i, f"k{i}", f"v{i}", [["src", "cli"], ["n", "1"]]) for i in (3, 4)]
+    assert tail[0]["timestamp"] > 1_600_000_000_000
+    # @timestamp: the first record at or after it; one from the future waits at the end
+    at = ok(head, "consume", "fmt", "--offset", f"@{tail[1]['timestamp']}", "--max-messages", "1", "--format", "%o").stdout
+    assert int(at) <= 4
+    assert ok(head, "consume", "fmt", "--offset", "@99999999999999", "--timeout-ms", "1000").stdout == ""
+    assert ok(head, "consume", "fmt", "--offset", "3", "--max-messages", "2", "--format", "%o ").stdout == "3 4 "
+    # bytes that are not UTF-8 come out as they went in
+    raw = subprocess.run([KCOORD, "--name", NAME, "produce", "fmt"], env=head.env, input=b"\xff\xfebin\n", capture_output=True, timeout=180)
+    assert raw.returncode == 0, raw.stderr
+    got = subprocess.run([KCOORD, "--name", NAME, "consume", "fmt", "--offset", "5", "--max-messages", "1"], env=head.env, capture_output=True, timeout=180)
+    assert got.returncode == 0 and got.stdout == b"\xff\xfebin\n", got
+    fails(head, "consume", "fmt", "--offset", "soon", expect="earliest, latest, N, -N or @TIMESTAMP_MS")
+    fails(head, "consume", "fmt", "--format", "%q", expect="unknown format token '%q'")
+    fails(head, "consume", "fmt", "--group", "g", "--offset", "3", expect="--offset takes only earliest or latest")
+    fails(head, "produce", "fmt", "-H", "nokey", input="x\n", expect="KEY=VALUE")
+    fails(head, "produce", "fmt", "--compression", "brotli", input="x\n", expect="'brotli' is not available")
+    fails(head, "produce", "fmt", "--partition", "3", input="x\n", expect="has no partition 3")
+    # a record that fails is reported with its line as it fails; the others are written
+    ok(head, "topics", "create", "small", "-p", "1", "-r", "3", "-c", "max.message.bytes=1000")
+    mixed = run_kcoord(head, "--name", NAME, "produce", "small", input="first\n" + "x" * 2000 + "\nlast\n")
+    assert mixed.returncode == 1 and "1 of 3 records were not written" in mixed.stderr, mixed.stderr
+    assert "line 2 was not written" in mixed.stderr and "MESSAGE_TOO_LARGE" in mixed.stderr, mixed.stderr
+    assert ok(head, "consume", "small", "--offset", "earliest", "--max-messages", "2").stdout == "first\nlast\n"
+
+
 def test_groups_consume_describe_reset_delete(head):
     ok(head, "topics", "create", "ledger", "-p", "2", "-r", "3")
     ok(head, "produce", "ledger", input="".join(f"entry-{i}\n" for i in range(20)))
@@ -117,12 +154,26 @@ def test_groups_consume_describe_reset_delete(head):
     assert again.stdout == ""
 
     assert "audit" in ok(head, "groups", "list").stdout
+    assert [g["state"] for g in json.loads(ok(head, "groups", "list", "--json").stdout) if g["group_id"] == "audit"] == ["Empty"]
     desc = ok(head, "groups", "describe", "audit").stdout
     assert "total lag 0" in desc and "ledger" in desc
 
-    assert "partition 0 -> 0" in ok(head, "groups", "reset-offsets", "audit", "--topic", "ledger", "--to", "earliest").stdout
+    # a dry run prints the plan and changes nothing
+    dry = ok(head, "groups", "reset-offsets", "audit", "--topic", "ledger", "--to", "earliest")
+    assert "dry run: nothing changed" in dry.stderr and "plan (dry run)" in dry.stdout
+    assert json.loads(ok(head, "groups", "describe", "audit", "--json").stdout)["lag"] == 0
+    plan = json.loads(ok(head, "groups", "reset-offsets", "audit", "--all-topics", "--to", "earliest", "--json").stdout)
+    assert plan["executed"] is False and sorted((r["topic"], r["new"]) for r in plan["partitions"]) == [("ledger", 0), ("ledger", 0)]
+    ok(head, "groups", "reset-offsets", "audit", "--topic", "ledger", "--to", "earliest", "--execute")
     desc = json.loads(ok(head, "groups", "describe", "audit", "--json").stdout)
     assert desc["lag"] == 20 and [o["committed_offset"] for o in desc["offsets"]] == [0, 0]
+    ends = {o["partition"]: o["log_end_offset"] for o in desc["offsets"]}
+    shifted = json.loads(ok(head, "groups", "reset-offsets", "audit", "--topic", "ledger", "--shift-by", "3", "--execute", "--json").stdout)
+    assert shifted["executed"] and {r["partition"]: (r["current"], r["new"]) for r in shifted["partitions"]} == {p: (0, min(3, e)) for p, e in ends.items()}
+    assert json.loads(ok(head, "groups", "describe", "audit", "--json").stdout)["lag"] == sum(e - min(3, e) for e in ends.values())
+    # a time after every record: the end of each partition
+    ok(head, "groups", "reset-offsets", "audit", "--topic", "ledger", "--to-datetime", "2099-01-01T00:00:00Z", "--execute")
+    assert json.loads(ok(head, "groups", "describe", "audit", "--json").stdout)["lag"] == 0
     fails(head, "groups", "reset-offsets", "audit", "--topic", "ledger", "--to", "0=999", expect="OFFSET_OUT_OF_RANGE")
     fails(head, "groups", "describe", "ghosts", expect="GROUP_ID_NOT_FOUND")
     assert "deleted group 'audit'" in ok(head, "groups", "delete", "audit").stdout
