@@ -370,7 +370,14 @@ class ControllerState:
         added = [b for b in new_isr if b not in p.isr]
         ineligible = [b for b in added if not self.detector.is_alive(ReplicaId(p.topic, p.partition, b))]
         if ineligible:
-            return answer(ErrorCode.INELIGIBLE_REPLICA, f"replicas {ineligible} are not live and cannot join the ISR"), []
+            # Refused, but a copy of this very request may still arrive (Ray retries a call,
+            # the network repeats it) once the replica is live, and be applied while the
+            # leader, told "no", computes its HW without it. A new partition epoch makes any
+            # copy stale; the leader adopts it from this answer.
+            p.partition_epoch += 1
+            return answer(ErrorCode.INELIGIBLE_REPLICA, f"replicas {ineligible} are not live and cannot join the ISR"), [
+                Persist(partition_key(p.topic, p.partition), p.encode())
+            ]
         removed = [b for b in p.isr if b not in new_isr]
         if added:
             self.metrics.isr_expands += 1
@@ -397,6 +404,9 @@ class ControllerState:
             # Its log went offline (an I/O error, KIP-112): it serves nothing until it is
             # restarted, so it is failed like a dead replica; leadership moves away.
             self.offline_logs[replica] = status.error_message or "log offline"
+            # A failed fsync may have dropped its unflushed pages: the page cache no longer
+            # vouches for the tail, so whatever process comes next counts as a new storage.
+            self._storage.pop(replica, None)
             dead = True
             status = None
         elif status is not None:

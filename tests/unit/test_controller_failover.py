@@ -331,6 +331,24 @@ def test_sole_isr_member_restarted_after_a_reboot_still_waits():
     assert h.stored().leader == NO_LEADER, "no lineage reported counts as changed"
 
 
+def test_a_storage_error_voids_the_lineage():
+    """A failed fsync may drop unflushed pages without a reboot: after an offline log the
+    next process of that replica is suspect even on the same boot and node."""
+    from kcoord.protocol.errors import ErrorCode
+
+    h = Harness()
+    h.create(config=LOSSY)
+    for b in BROKERS:
+        h.beat(b, incarnation=f"a{b}", storage=f"node{b}/boot1")
+    h.alter([0])
+    h.dead(1)
+    h.dead(2)
+    h.beat(0, incarnation="a0", storage="node0/boot1", error_code=ErrorCode.KAFKA_STORAGE_ERROR, error_message="fsync failed")
+    assert h.stored().leader == NO_LEADER
+    h.beat(0, incarnation="b0", storage="node0/boot1")
+    assert h.stored().leader == NO_LEADER, "its unflushed tail may be gone: wait"
+
+
 def test_restarted_controller_remembers_storage_lineage():
     h = Harness()
     h.create(config=LOSSY)
