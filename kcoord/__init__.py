@@ -36,7 +36,12 @@ _LAZY = {
     "OffsetAndMetadata": "kcoord.client.types",
     "KafkaError": "kcoord.protocol.errors",
     "ErrorCode": "kcoord.protocol.errors",
+    "NoOffsetForPartitionError": "kcoord.client.errors",
+    "CommitFailedError": "kcoord.client.errors",
+    "ClusterNotFoundError": "kcoord.client.errors",
 }
+# One exception class per Kafka error code, named as in kafka-python (kcoord.protocol.errors).
+_LAZY.update(dict.fromkeys(importlib.import_module("kcoord.protocol.errors").ERROR_CLASS_NAMES, "kcoord.protocol.errors"))
 
 __all__ = sorted(_LAZY)
 
