@@ -34,11 +34,13 @@ _LAZY = {
     "ConsumerRecord": "kcoord.client.types",
     "TopicPartition": "kcoord.client.types",
     "OffsetAndMetadata": "kcoord.client.types",
+    "OffsetAndTimestamp": "kcoord.client.types",
     "KafkaError": "kcoord.protocol.errors",
     "ErrorCode": "kcoord.protocol.errors",
     "NoOffsetForPartitionError": "kcoord.client.errors",
     "CommitFailedError": "kcoord.client.errors",
     "ClusterNotFoundError": "kcoord.client.errors",
+    "SerializationError": "kcoord.client.errors",
 }
 # One exception class per Kafka error code, named as in kafka-python (kcoord.protocol.errors).
 _LAZY.update(dict.fromkeys(importlib.import_module("kcoord.protocol.errors").ERROR_CLASS_NAMES, "kcoord.protocol.errors"))

@@ -35,3 +35,9 @@ class CommitFailedError(KafkaError):
     REBALANCE_IN_PROGRESS or FENCED_INSTANCE_ID)."""
 
     errno = int(ErrorCode.ILLEGAL_GENERATION)
+
+
+class SerializationError(ValueError):
+    """A producer's ``key_serializer``/``value_serializer`` or a consumer's
+    ``key_deserializer``/``value_deserializer`` raised; the message names the record's
+    topic and partition (and offset, when consuming), the cause is chained."""

@@ -1,0 +1,113 @@
+"""The kafka-python-shaped client API on real Ray: serializers, metrics(),
+offsets_for_times, pattern subscriptions, and KafkaAdminClient-style Admin calls.
+
+All tests share the session's 3-broker cluster (``kcluster``) and small topics with
+replication factor 1 where replication is not the point (fewer actors: quicker)."""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+
+import pytest
+
+import kcoord
+from kcoord import Admin, Consumer, Producer, TopicPartition
+from kcoord.protocol.errors import KafkaError
+
+pytestmark = pytest.mark.ray
+
+
+def _poll_all(consumer: Consumer, want: int, timeout_s: float = 20.0) -> list:
+    got: list = []
+    deadline = time.monotonic() + timeout_s
+    while len(got) < want and time.monotonic() < deadline:
+        for recs in consumer.poll(timeout_ms=200).values():
+            got += recs
+    return got
+
+
+def test_serializers_deserializers_and_metrics(kcluster, topic_name):
+    Admin(kcluster).create_topic(topic_name, partitions=1, replication_factor=1)
+    with Producer(kcluster, key_serializer=str.encode, value_serializer=lambda v: json.dumps(v).encode()) as p:
+        p.send(topic_name, {"n": 1}, key="a").get(timeout=10)
+        p.send(topic_name, None, key=None).get(timeout=10)  # None stays None: a tombstone
+        p.send_batch(topic_name, [("b", {"n": 2}), ("c", [3])])
+        with pytest.raises(kcoord.SerializationError, match=f"value_serializer failed for a record to topic '{topic_name}' partition 0"):
+            p.send(topic_name, {1, 2}, partition=0)  # a set is not JSON
+        m = p.metrics()
+        assert m["records_sent"] == 4 and m["batches_sent"] >= 2 and set(m) >= {"requests", "retries", "duplicates"}
+        m["records_sent"] = -1
+        assert p.metrics()["records_sent"] == 4  # a new dict each time
+    c = Consumer(topic_name, cluster=kcluster, auto_offset_reset="earliest",
+                 key_deserializer=bytes.decode, value_deserializer=json.loads)
+    recs = _poll_all(c, 4)
+    assert [(r.key, r.value) for r in recs] == [("a", {"n": 1}), (None, None), ("b", {"n": 2}), ("c", [3])]
+    assert c.metrics()["records_consumed"] == 4 and c.metrics()["assigned_partitions"] == 1
+    c.close()
+
+    # a failing deserializer names topic, partition and offset, and keeps raising there
+    def fussy(v: bytes):
+        if v == b'{"n": 2}':
+            raise ValueError("no twos")
+        return v
+
+    c = Consumer(topic_name, cluster=kcluster, auto_offset_reset="earliest", value_deserializer=fussy, max_poll_records=1)
+    tp = TopicPartition(topic_name, 0)
+    assert [r.offset for r in _poll_all(c, 2)] == [0, 1]
+    for _ in range(2):
+        with pytest.raises(kcoord.SerializationError, match=f"offset 2 of topic '{topic_name}' partition 0: ValueError: no twos"):
+            _poll_all(c, 1)
+    assert c.position(tp) == 2
+    c.seek(tp, 3)
+    assert [r.value for r in _poll_all(c, 1)] == [b"[3]"]
+    c.close()
+
+
+def test_offsets_for_times(kcluster, topic_name):
+    Admin(kcluster).create_topic(topic_name, partitions=2, replication_factor=1)
+    with Producer(kcluster) as p:
+        for ts in (1_000, 2_000, 3_000):
+            p.send(topic_name, b"v", partition=0, timestamp_ms=ts)
+        p.flush()
+    c = Consumer(cluster=kcluster)
+    tp0, tp1 = TopicPartition(topic_name, 0), TopicPartition(topic_name, 1)
+    found = c.offsets_for_times({tp0: 1_500, tp1: 0})
+    assert found == {tp0: kcoord.OffsetAndTimestamp(1, 2_000), tp1: None}
+    assert c.offsets_for_times({tp0: 0})[tp0] == (0, 1_000)
+    assert c.offsets_for_times({tp0: 3_001}) == {tp0: None}
+    with pytest.raises(ValueError):
+        c.offsets_for_times({tp0: -5})
+    c.close()
+
+
+def test_subscribe_pattern_follows_new_topics(kcluster):
+    admin = Admin(kcluster)
+    prefix = f"pat-{uuid.uuid4().hex[:6]}"
+    admin.create_topic(f"{prefix}-a", partitions=1, replication_factor=1)
+    admin.create_topic(f"other-{prefix}", partitions=1, replication_factor=1)
+    c = Consumer(cluster=kcluster, group_id=f"g-{prefix}", metadata_max_age_ms=300, auto_offset_reset="earliest")
+    try:
+        c.subscribe(pattern=f"{prefix}-.*")
+        assert c.subscription() == {f"{prefix}-a"}
+        c.poll(timeout_ms=500)
+        assert c.assignment() == {TopicPartition(f"{prefix}-a", 0)}
+        admin.create_topic(f"{prefix}-b", partitions=1, replication_factor=1)
+        deadline = time.monotonic() + 20
+        while TopicPartition(f"{prefix}-b", 0) not in c.assignment() and time.monotonic() < deadline:
+            c.poll(timeout_ms=200)
+        assert c.assignment() == {TopicPartition(f"{prefix}-a", 0), TopicPartition(f"{prefix}-b", 0)}
+        with pytest.raises(ValueError):
+            c.subscribe([f"{prefix}-a"], pattern="x")
+        # internal topics never match
+        c.subscribe(pattern="__consumer.*")
+        c.poll(timeout_ms=100)
+        assert c.subscription() == set() and c.assignment() == set()
+    finally:
+        c.close()
+        for t in (f"{prefix}-a", f"{prefix}-b", f"other-{prefix}"):
+            try:
+                admin.delete_topic(t)
+            except KafkaError:
+                pass
