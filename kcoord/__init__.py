@@ -28,6 +28,7 @@ _LAZY = {
     "connect": "kcoord.client.cluster",
     "ClusterClient": "kcoord.client.cluster",
     "Admin": "kcoord.client.admin",
+    "NewTopic": "kcoord.client.admin",
     "Producer": "kcoord.client.producer",
     "RecordMetadata": "kcoord.client.types",
     "Consumer": "kcoord.client.consumer",

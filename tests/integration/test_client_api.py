@@ -111,3 +111,64 @@ def test_subscribe_pattern_follows_new_topics(kcluster):
                 admin.delete_topic(t)
             except KafkaError:
                 pass
+
+
+def test_admin_like_kafka_admin_client(kcluster):
+    from kcoord import NewTopic, OffsetAndMetadata
+
+    suffix = uuid.uuid4().hex[:6]
+    t1, t2, t3 = f"adm1-{suffix}", f"adm2-{suffix}", f"adm3-{suffix}"
+    with Admin(kcluster) as admin:
+        assert admin.default_replication_factor() == 3  # min(3, brokers), as the CLI's
+        # validate_only: checked as the controller checks, nothing created
+        assert admin.create_topics([NewTopic(t3, 2, 1)], validate_only=True) == {t3: {"num_partitions": 2, "replication_factor": 1}}
+        with pytest.raises(kcoord.InvalidReplicationFactorError):
+            admin.create_topics([NewTopic(t3, 1, 5)], validate_only=True)
+        with pytest.raises(kcoord.InvalidConfigurationError):
+            admin.create_topics([NewTopic(t3, 1, 1, topic_configs={"no.such.key": 1})], validate_only=True)
+        assert t3 not in admin.list_topics()
+
+        created = admin.create_topics([NewTopic(t1, 2, 1), NewTopic(t2, 1, -1, topic_configs={"retention.ms": 60_000})])
+        assert len(created[t1]["partitions"]) == 2 and len(created[t1]["partitions"][0]["replicas"]) == 1
+        assert len(created[t2]["partitions"][0]["replicas"]) == 3 and created[t2]["config"]["retention.ms"] == "60000"
+        with pytest.raises(kcoord.TopicAlreadyExistsError):
+            admin.create_topics([NewTopic(t1, 1, 1)], validate_only=True)
+        with pytest.raises(kcoord.TopicAlreadyExistsError) as info:
+            admin.create_topics([NewTopic(t1, 1, 1)])
+        assert info.value.code == kcoord.ErrorCode.TOPIC_ALREADY_EXISTS and not info.value.retriable
+
+        with Producer(kcluster) as p:
+            p.send_batch(t1, values=[b"x"] * 5, partition=0)
+            p.send_batch(t1, values=[b"x"] * 3, partition=1)
+            p.send_batch(t2, values=[b"y"] * 4, partition=0)
+        group = f"g-adm-{suffix}"
+        tp10, tp11, tp20 = TopicPartition(t1, 0), TopicPartition(t1, 1), TopicPartition(t2, 0)
+        assert admin.list_consumer_group_offsets(group) == {}
+        done = admin.alter_consumer_group_offsets(group, {tp10: 2, tp11: 3, tp20: OffsetAndMetadata(1, "batch-7")})
+        assert done[tp20] == OffsetAndMetadata(1, "batch-7")
+        listed = admin.list_consumer_group_offsets(group)
+        assert {tp: om.offset for tp, om in listed.items()} == {tp10: 2, tp11: 3, tp20: 1}
+        assert listed[tp20].metadata == "batch-7"
+        assert set(admin.list_consumer_group_offsets(group, [tp20])) == {tp20}
+        with pytest.raises(kcoord.OffsetOutOfRangeError, match=r"outside \[0, 5\]"):
+            admin.alter_consumer_group_offsets(group, {tp10: 6})
+        with pytest.raises(kcoord.UnknownTopicOrPartitionError):
+            admin.alter_consumer_group_offsets(group, {TopicPartition(t1, 7): 0})
+        # reset_offsets and the Spark commit go through the same commit
+        assert admin.reset_offsets(group, t1, "latest") == {0: 5, 1: 3}
+        from kcoord.spark.groups import commit as spark_commit
+
+        assert spark_commit(kcluster, group, {t2: {0: 4}}) == {t2: {0: 4}}
+        assert {tp: om.offset for tp, om in admin.list_consumer_group_offsets(group).items()} == {tp10: 5, tp11: 3, tp20: 4}
+        # a consumer of the group starts where the Admin put it
+        c = Consumer(cluster=kcluster, group_id=group, enable_auto_commit=False)
+        c.assign([tp10])
+        assert c.committed(tp10) == 5
+        c.close()
+
+        admin.delete_topics([t1, t2])
+        assert not {t1, t2} & set(admin.list_topics())
+        with pytest.raises(kcoord.UnknownTopicOrPartitionError):
+            admin.delete_topics([t1])
+    with pytest.raises(RuntimeError, match="closed"):
+        admin.list_topics()
