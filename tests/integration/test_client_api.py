@@ -172,3 +172,49 @@ def test_admin_like_kafka_admin_client(kcluster):
             admin.delete_topics([t1])
     with pytest.raises(RuntimeError, match="closed"):
         admin.list_topics()
+
+
+def test_asyncio_producer_and_consumer(kcluster, topic_name):
+    import asyncio
+
+    Admin(kcluster).create_topic(topic_name, partitions=2, replication_factor=1)
+
+    async def main() -> None:
+        ticks = 0
+
+        async def ticker() -> None:  # the loop keeps running while the clients wait
+            nonlocal ticks
+            while True:
+                await asyncio.sleep(0.01)
+                ticks += 1
+
+        tick = asyncio.create_task(ticker())
+        async with kcoord.AIOProducer(kcluster, value_serializer=str.encode) as p:
+            md = await p.send_and_wait(topic_name, "first", partition=0)
+            assert (md.topic, md.partition, md.offset) == (topic_name, 0, 0)
+            futures = [await p.send(topic_name, f"v{i}", partition=i % 2) for i in range(10)]
+            offsets = [(m.partition, m.offset) for m in await asyncio.gather(*futures)]
+            assert sorted(offsets) == sorted([(0, i) for i in range(1, 6)] + [(1, i) for i in range(5)])
+            with pytest.raises(kcoord.UnknownTopicOrPartitionError):
+                await p.send(topic_name, "x", partition=9)
+            assert p.metrics()["records_sent"] == 11
+        group = f"g-{topic_name}"
+        async with kcoord.AIOConsumer(topic_name, cluster=kcluster, group_id=group, auto_offset_reset="earliest",
+                                      enable_auto_commit=False, consumer_timeout_ms=20_000, value_deserializer=bytes.decode) as c:
+            seen = []
+            async for record in c:
+                seen.append(record.value)
+                if len(seen) == 6:
+                    break
+            await c.commit()  # the positions after the 6 records handed out, not the whole poll
+            committed = sum([await c.committed(TopicPartition(topic_name, p)) or 0 for p in (0, 1)])
+            assert committed == 6
+            async for record in c:
+                seen.append(record.value)
+                if len(seen) == 11:
+                    break
+        assert sorted(seen) == sorted(["first"] + [f"v{i}" for i in range(10)])
+        tick.cancel()
+        assert ticks > 20
+
+    asyncio.run(main())
