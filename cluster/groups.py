@@ -15,6 +15,7 @@ from kcoord.group import GroupConfig
 from kcoord.group.records import OFFSETS_TOPIC
 from kcoord.protocol import names
 from kcoord.protocol.errors import ErrorCode, KafkaError
+from kcoord.replication.topic_plan import default_replication_factor
 
 from kcoord.actors.group_config import CONFIG_KEY, stored_config
 from kcoord.actors.group_coordinator import GroupCoordinatorActor
@@ -27,7 +28,7 @@ def offsets_topic_config(brokers: int) -> tuple[int, dict[str, Any]]:
 
     Retention is off: kcoord's log has no compaction yet, and deleting old segments would
     delete committed offsets and group metadata."""
-    rf = min(3, brokers)
+    rf = default_replication_factor(brokers)
     return rf, {"min.insync.replicas": min(2, rf), "retention.ms": -1, "retention.bytes": -1}
 
 

@@ -28,15 +28,25 @@ _LAZY = {
     "connect": "kcoord.client.cluster",
     "ClusterClient": "kcoord.client.cluster",
     "Admin": "kcoord.client.admin",
+    "NewTopic": "kcoord.client.admin",
+    "AIOProducer": "kcoord.client.aio",
+    "AIOConsumer": "kcoord.client.aio",
     "Producer": "kcoord.client.producer",
     "RecordMetadata": "kcoord.client.types",
     "Consumer": "kcoord.client.consumer",
     "ConsumerRecord": "kcoord.client.types",
     "TopicPartition": "kcoord.client.types",
     "OffsetAndMetadata": "kcoord.client.types",
+    "OffsetAndTimestamp": "kcoord.client.types",
     "KafkaError": "kcoord.protocol.errors",
     "ErrorCode": "kcoord.protocol.errors",
+    "NoOffsetForPartitionError": "kcoord.client.errors",
+    "CommitFailedError": "kcoord.client.errors",
+    "ClusterNotFoundError": "kcoord.client.errors",
+    "SerializationError": "kcoord.client.errors",
 }
+# One exception class per Kafka error code, named as in kafka-python (kcoord.protocol.errors).
+_LAZY.update(dict.fromkeys(importlib.import_module("kcoord.protocol.errors").ERROR_CLASS_NAMES, "kcoord.protocol.errors"))
 
 __all__ = sorted(_LAZY)
 

@@ -46,6 +46,7 @@ from typing import Any, Callable, Iterable, Iterator, NamedTuple, Sequence
 import msgpack
 
 from .protocol.errors import ErrorCode, KafkaError
+from .protocol import errors as _errors
 
 FORMAT_VERSION = 1  # kcoord's own payload (msgpack columns), zlib CRC-32
 KAFKA_FORMAT = 2  # Kafka's v2 record batch payload (varint records), CRC-32C
@@ -71,11 +72,9 @@ NO_PRODUCER_EPOCH = -1
 NO_SEQUENCE = -1
 
 
-class CorruptRecordError(KafkaError):
-    """A batch whose bytes do not check out (bad CRC, bad length, bad payload)."""
-
-    def __init__(self, message: str) -> None:
-        super().__init__(ErrorCode.CORRUPT_MESSAGE, message)
+class CorruptRecordError(_errors.CorruptRecordError):  # type: ignore[name-defined]
+    """A batch whose bytes do not check out (bad CRC, bad length, bad payload):
+    ``CorruptRecordError(message)``, code CORRUPT_MESSAGE."""
 
 
 # -- compression codecs -------------------------------------------------------------------

@@ -9,6 +9,7 @@ from rich.table import Table
 
 from ._common import Env, parse_properties
 from .cluster_cmds import partition_row
+from ..replication.topic_plan import default_replication_factor
 
 pass_env = click.make_pass_decorator(Env)
 
@@ -50,7 +51,7 @@ def create(env: Env, topic: str, partitions: int, replication_factor: int | None
     props = parse_properties(config)
     admin = env.admin()
     if replication_factor is None:
-        replication_factor = min(3, len(admin.cluster.brokers))
+        replication_factor = default_replication_factor(len(admin.cluster.brokers))
     try:
         with env.err.status(f"creating topic {topic!r}..."):
             desc = admin.create_topic(topic, partitions=partitions, replication_factor=replication_factor, config=props)

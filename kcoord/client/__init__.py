@@ -10,6 +10,7 @@
 * :mod:`.coordinator` -- the consumer-group member (join/sync/heartbeat), offset commits,
   calls to the group coordinators;
 * :mod:`.admin` -- :class:`~.admin.Admin`: topics, offsets, groups;
+* :mod:`.aio` -- :class:`~.aio.AIOProducer` and :class:`~.aio.AIOConsumer`: the asyncio flavour;
 * :mod:`.types` and :mod:`.errors` -- the values and exceptions of the API.
 
 Calls to actors (timeouts, GCS liveness probes, cached handles) go through

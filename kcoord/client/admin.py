@@ -1,13 +1,20 @@
-"""Admin: topics, offsets and cluster state (kafka-python's KafkaAdminClient, simplified).
+"""Admin: topics, offsets, groups and cluster state (kafka-python's KafkaAdminClient).
 
-Errors are raised as :class:`KafkaError` with Kafka's code and a message that names the
-problem (INVALID_TOPIC_EXCEPTION, TOPIC_ALREADY_EXISTS, INVALID_REPLICATION_FACTOR, ...).
+kafka-python's names: ``create_topics([NewTopic(...)], validate_only=...)``,
+``delete_topics``, ``list_consumer_group_offsets``, ``alter_consumer_group_offsets``,
+``describe_cluster``, ``list_topics``, ``close()`` (and ``with Admin(cluster) as admin``);
+kcoord's own, one topic or group at a time: ``create_topic``, ``delete_topic``,
+``describe_topic``, ``list_offsets``, ``describe_group``, ``reset_offsets``...
+
+Errors are raised as :class:`KafkaError` subclasses with Kafka's code and a message that
+names the problem (InvalidTopicError, TopicAlreadyExistsError,
+InvalidReplicationFactorError, ...).
 """
 
 from __future__ import annotations
 
 import time
-from typing import Any, Mapping
+from typing import Any, Iterable, Mapping, NamedTuple
 
 from ..protocol.controller import (
     CreateTopicsRequest,
@@ -23,44 +30,132 @@ from ..calls import get_probing
 from ..protocol.errors import ErrorCode, KafkaError, raise_for_error
 from ..protocol.replication import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
 from .cluster import ClusterClient
-from .coordinator.commits import commit_inactive_group, require_inactive_group
+from ..replication.topic_plan import default_replication_factor, plan_topic
+from .coordinator.commits import commit_offsets_outside_group, normalize_offsets
 from .coordinator.coordinators import GroupCoordinators
-from .types import TopicPartition
+from .types import OffsetAndMetadata, TopicPartition
 
 _SPEC = {"earliest": EARLIEST_TIMESTAMP, "latest": LATEST_TIMESTAMP}
 
 
+class NewTopic(NamedTuple):
+    """A topic for :meth:`Admin.create_topics` (kafka-python's NewTopic).
+    ``num_partitions`` -1 means 1; ``replication_factor`` -1 (or None) means
+    ``min(3, brokers)``; ``replica_assignments`` is ``{partition: [broker, ...]}``."""
+
+    name: str
+    num_partitions: int = -1
+    replication_factor: int | None = -1
+    replica_assignments: Mapping[int, list[int]] | None = None
+    topic_configs: Mapping[str, Any] | None = None
+
+
+def _config_strings(config: Mapping[str, Any] | None) -> dict[str, str]:
+    return {str(k): (str(v).lower() if isinstance(v, bool) else str(v)) for k, v in (config or {}).items()}
+
+
 class Admin:
+    """Topics, offsets, groups and cluster state. Holds no connection or thread of its own
+    (it calls the cluster's actors through the ClusterClient): ``close()`` only marks it
+    closed, and later calls raise RuntimeError, as with kafka-python's client."""
+
     def __init__(self, cluster: ClusterClient) -> None:
         self.cluster = cluster
+        self._closed = False
+
+    def __enter__(self) -> "Admin":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._closed = True
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise RuntimeError("this Admin is closed")
 
     # -- topics ---------------------------------------------------------------------------
     def create_topic(
         self,
         name: str,
         partitions: int = 1,
-        replication_factor: int = 1,
+        replication_factor: int | None = None,
         config: Mapping[str, Any] | None = None,
         assignment: Mapping[int, list[int]] | None = None,
         timeout_ms: int = 120_000,
     ) -> dict:
-        """Create a topic and wait until every partition's leader accepts writes."""
+        """Create a topic and wait until every partition's leader accepts writes.
+        ``replication_factor`` defaults to ``min(3, brokers)``, as ``kcoord topics create``.
+        Returns :meth:`describe_topic`."""
+        self._check_open()
+        if replication_factor is None:
+            replication_factor = len(next(iter(assignment.values()))) if assignment else self.default_replication_factor()
         if not isinstance(partitions, int) or isinstance(partitions, bool):
             raise KafkaError(ErrorCode.INVALID_PARTITIONS, f"partitions must be an integer, got {partitions!r}")
         if not isinstance(replication_factor, int) or isinstance(replication_factor, bool):
             raise KafkaError(ErrorCode.INVALID_REPLICATION_FACTOR, f"replication_factor must be an integer, got {replication_factor!r}")
-        request = CreateTopicsRequest(
-            name=name,
-            partitions=partitions,
-            replication_factor=replication_factor,
-            config={str(k): (str(v).lower() if isinstance(v, bool) else str(v)) for k, v in (config or {}).items()},
-            assignment={int(k): [int(b) for b in v] for k, v in assignment.items()} if assignment else None,
-        )
+        request = self._create_request(name, partitions, replication_factor, config, assignment)
         response = self.cluster.call_controller("create_topic", request, CreateTopicsResponse, timeout_ms=timeout_ms)
         raise_for_error(response.error_code, response.error_message or "")
         self.cluster.invalidate(name)
         self.wait_for_leaders(name, timeout_ms=timeout_ms)
         return self.describe_topic(name)
+
+    @staticmethod
+    def _create_request(
+        name: str, partitions: int, replication_factor: int, config: Mapping[str, Any] | None, assignment: Mapping[int, list[int]] | None
+    ) -> CreateTopicsRequest:
+        return CreateTopicsRequest(
+            name=name,
+            partitions=partitions,
+            replication_factor=replication_factor,
+            config=_config_strings(config),
+            assignment={int(k): [int(b) for b in v] for k, v in assignment.items()} if assignment else None,
+        )
+
+    def default_replication_factor(self) -> int:
+        """``min(3, brokers)``: the replication factor of a topic created without one."""
+        return default_replication_factor(len(self.cluster.brokers))
+
+    def create_topics(self, new_topics: Iterable[NewTopic], timeout_ms: int | None = None, validate_only: bool = False) -> dict[str, dict]:
+        """Create each :class:`NewTopic` in order (kafka-python's ``create_topics``) and wait
+        for their leaders. Raises the first topic's error (TopicAlreadyExistsError, ...);
+        the topics before it stay created. With ``validate_only`` nothing is created: each
+        topic is checked as the controller would check it (name, partitions, replication
+        factor against the brokers, configs, assignment, whether it exists) and the answer
+        is ``{name: {"num_partitions", "replication_factor"}}``; otherwise ``{name:
+        describe_topic(name)}``."""
+        self._check_open()
+        topics = [t if isinstance(t, NewTopic) else NewTopic(*t) for t in new_topics]
+        timeout = 120_000 if timeout_ms is None else timeout_ms
+        out: dict[str, dict] = {}
+        if validate_only:
+            brokers = list(self.cluster.brokers)
+            existing = set(self.list_topics(internal=True))
+            for t in topics:
+                partitions = t.num_partitions if t.num_partitions and t.num_partitions > 0 else 1
+                rf = t.replication_factor if t.replication_factor and t.replication_factor > 0 else None
+                if rf is None:
+                    rf = len(next(iter(t.replica_assignments.values()))) if t.replica_assignments else self.default_replication_factor()
+                request = self._create_request(t.name, partitions, rf, t.topic_configs, t.replica_assignments)
+                topic, _ = plan_topic(request, brokers, existing, {}, 0)
+                existing.add(t.name)
+                out[t.name] = {"num_partitions": topic.num_partitions, "replication_factor": topic.replication_factor}
+            return out
+        for t in topics:
+            partitions = t.num_partitions if t.num_partitions and t.num_partitions > 0 else 1
+            rf = t.replication_factor if t.replication_factor and t.replication_factor > 0 else None
+            out[t.name] = self.create_topic(t.name, partitions, rf, t.topic_configs, t.replica_assignments, timeout_ms=timeout)
+        return out
+
+    def delete_topics(self, topics: Iterable[str], timeout_ms: int | None = None) -> None:
+        """Delete each topic in order (kafka-python's ``delete_topics``); raises the first
+        error (UnknownTopicOrPartitionError for a topic that does not exist)."""
+        self._check_open()
+        for name in topics:
+            self.delete_topic(name, timeout_ms=60_000 if timeout_ms is None else timeout_ms)
 
     def wait_for_leaders(self, topic: str, timeout_ms: int = 60_000) -> None:
         """Block until every partition of ``topic`` has a leader that says it leads."""
@@ -89,11 +184,13 @@ class Admin:
             time.sleep(0.05)
 
     def delete_topic(self, name: str, timeout_ms: int = 60_000) -> None:
+        self._check_open()
         response = self.cluster.call_controller("delete_topic", DeleteTopicsRequest(name=name), DeleteTopicsResponse, timeout_ms=timeout_ms)
         raise_for_error(response.error_code, response.error_message or "")
         self.cluster.invalidate(name)
 
     def list_topics(self, internal: bool = False) -> list[str]:
+        self._check_open()
         response = self.cluster.call_controller("metadata", MetadataRequest(topics=None), MetadataResponse)
         return sorted(t.name for t in response.topics if internal or not t.internal)
 
@@ -272,6 +369,42 @@ class Admin:
             "lag": total_lag,
         }
 
+    def list_consumer_group_offsets(
+        self, group_id: str, partitions: Iterable[TopicPartition] | None = None
+    ) -> dict[TopicPartition, OffsetAndMetadata]:
+        """The group's committed offsets (kafka-python's ``list_consumer_group_offsets``):
+        ``{TopicPartition: OffsetAndMetadata}`` for every partition it committed, or for
+        ``partitions`` (those without a commit are left out)."""
+        self._check_open()
+        topics: dict[str, list[int]] | None = None
+        if partitions is not None:
+            topics = {}
+            for tp in partitions:
+                tp = TopicPartition(*tp)
+                topics.setdefault(tp.topic, []).append(tp.partition)
+        committed = self._group_coordinators.committed_offsets(group_id, topics, self._group_timeout_s())
+        return {
+            TopicPartition(t, int(p)): OffsetAndMetadata(o.offset, o.metadata or "", getattr(o, "leader_epoch", -1))
+            for t, parts in sorted(committed.items())
+            for p, o in sorted(parts.items())
+            if o.offset >= 0
+        }
+
+    def alter_consumer_group_offsets(self, group_id: str, offsets: Mapping[Any, Any]) -> dict[TopicPartition, OffsetAndMetadata]:
+        """Set the group's committed offsets, across topics (kafka-python's
+        ``alter_consumer_group_offsets``): ``{TopicPartition: offset | OffsetAndMetadata}``.
+        Each offset must lie within [0, high watermark] (OFFSET_OUT_OF_RANGE) of an
+        existing partition (UNKNOWN_TOPIC_OR_PARTITION); refused while the group has
+        members (NON_EMPTY_GROUP). The same standalone commit as ``kcoord.spark.commit`` and
+        :meth:`reset_offsets`. Returns what was committed."""
+        self._check_open()
+        normalized = normalize_offsets(offsets)
+        wanted: dict[str, dict[int, tuple[int, str]]] = {}
+        for tp, om in normalized.items():
+            wanted.setdefault(tp.topic, {})[tp.partition] = (om.offset, om.metadata or "")
+        commit_offsets_outside_group(self.cluster, group_id, wanted, coordinators=self._group_coordinators)
+        return dict(sorted(normalized.items()))
+
     def reset_offsets(self, group_id: str, topic: str, to: str | Mapping[int, int] = "earliest") -> dict[int, int]:
         """Set the group's committed offsets of ``topic`` to ``"earliest"`` (log start),
         ``"latest"`` (the HW) or ``{partition: offset}`` (each within [log start, HW]).
@@ -279,37 +412,31 @@ class Admin:
         Refused while the group has members (NON_EMPTY_GROUP, or REBALANCE_IN_PROGRESS
         mid-rebalance): a live consumer would overwrite the reset with its next commit.
         Returns {partition: new offset}."""
-        require_inactive_group(self._group_coordinators, group_id, self._group_timeout_s())
-        partitions = self.cluster.partitions_for(topic)  # UNKNOWN_TOPIC_OR_PARTITION if missing
+        self._check_open()
         if isinstance(to, str):
             if to not in ("earliest", "latest"):
                 raise ValueError(f"to must be 'earliest', 'latest' or {{partition: offset}}, got {to!r}")
-            targets = self.list_offsets(topic, to)
+            from .coordinator.commits import require_inactive_group
+
+            require_inactive_group(self._group_coordinators, group_id, self._group_timeout_s())
+            targets = self.list_offsets(topic, to)  # UNKNOWN_TOPIC_OR_PARTITION if missing
         elif isinstance(to, Mapping):
             if not to:
                 raise ValueError("to={} names no partition")
-            wanted = {}
+            targets = {}
             for p, off in to.items():
-                if not isinstance(p, int) or isinstance(p, bool) or p not in partitions:
-                    raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic {topic!r} has no partition {p!r} (it has {len(partitions)})")
+                if not isinstance(p, int) or isinstance(p, bool):
+                    raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic {topic!r} has no partition {p!r}")
                 if not isinstance(off, int) or isinstance(off, bool):
                     raise ValueError(f"offset for partition {p} must be an integer, got {off!r}")
-                wanted[p] = off
-            earliest = self.list_offsets(topic, "earliest", sorted(wanted))
-            latest = self.list_offsets(topic, "latest", sorted(wanted))
-            for p, off in sorted(wanted.items()):
-                if not earliest[p] <= off <= latest[p]:
-                    raise KafkaError(
-                        ErrorCode.OFFSET_OUT_OF_RANGE,
-                        f"offset {off} for {topic}-{p} is outside [{earliest[p]}, {latest[p]}] (log start, high watermark)",
-                    )
-            targets = wanted
+                targets[p] = off
         else:
             raise ValueError(f"to must be 'earliest', 'latest' or {{partition: offset}}, got {to!r}")
-        commit_inactive_group(
-            self._group_coordinators, group_id, {topic: {p: (off, "") for p, off in targets.items()}}, self._group_timeout_s()
+        done = commit_offsets_outside_group(
+            self.cluster, group_id, {topic: {p: (off, "") for p, off in targets.items()}},
+            from_log_start=True, coordinators=self._group_coordinators,
         )
-        return dict(sorted(targets.items()))
+        return done[topic]
 
     def delete_group(self, group_id: str) -> None:
         """Delete an inactive group and its committed offsets (NON_EMPTY_GROUP while it has

@@ -278,10 +278,18 @@ class ClusterClient:
 
     def list_offsets(self, partitions: list[TopicPartition], timestamp: int, timeout_ms: int | None = None) -> dict[TopicPartition, int]:
         """ListOffsets of ``partitions`` (EARLIEST_TIMESTAMP: log start, LATEST_TIMESTAMP: the
-        HW, or a timestamp in ms) from their leaders: sent to every leader at once, and
-        partitions whose first answer is not clean go through :meth:`call_leader`'s
-        retrying path, all within ``timeout_ms`` (default ``request_timeout_ms``). Raises
-        the first partition's KafkaError."""
+        HW, or a timestamp in ms: the first offset whose record timestamp is >= it, -1 if
+        none) from their leaders: sent to every leader at once, and partitions whose first
+        answer is not clean go through :meth:`call_leader`'s retrying path, all within
+        ``timeout_ms`` (default ``request_timeout_ms``). Raises the first partition's
+        KafkaError."""
+        return {tp: offset for tp, (offset, _) in self.list_offsets_and_timestamps(partitions, timestamp, timeout_ms).items()}
+
+    def list_offsets_and_timestamps(
+        self, partitions: list[TopicPartition], timestamp: int, timeout_ms: int | None = None
+    ) -> dict[TopicPartition, tuple[int, int]]:
+        """:meth:`list_offsets` with the timestamp the leader reports for each offset (the
+        found record's for a timestamp lookup, -1 otherwise): ``{tp: (offset, timestamp)}``."""
         refs: dict[TopicPartition, tuple[Any, Any, str]] = {}
         for tp in partitions:
             try:
@@ -294,7 +302,7 @@ class ClusterClient:
                 refs[tp] = (handle.list_offsets.remote(req.encode()), handle, name)
             except KafkaError:
                 continue
-        out: dict[TopicPartition, int] = {}
+        out: dict[TopicPartition, tuple[int, int]] = {}
         deadline = time.monotonic() + (timeout_ms or self.request_timeout_ms) / 1000
         for tp in partitions:
             sent = refs.get(tp)
@@ -304,7 +312,7 @@ class ClusterClient:
                     wait = min(self.attempt_timeout_s, max(0.0, deadline - time.monotonic()))
                     resp = ListOffsetsResponse.decode(get_probing(ref, handle, wait))
                     if resp.error_code == 0:
-                        out[tp] = resp.offset
+                        out[tp] = (resp.offset, resp.timestamp)
                         continue
                 except (RayActorError, ActorGoneError, GetTimeoutError):
                     self.forget(name)  # dead, restarting or silent: look it up again
@@ -319,7 +327,7 @@ class ClusterClient:
                 timeout_ms=max(int(self.attempt_timeout_s * 1000), int((deadline - time.monotonic()) * 1000)),
             )
             raise_for_error(resp.error_code, resp.error_message or f"ListOffsets on {tp.topic}-{tp.partition} failed")
-            out[tp] = resp.offset
+            out[tp] = (resp.offset, resp.timestamp)
         return out
 
     @property

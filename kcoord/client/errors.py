@@ -1,9 +1,19 @@
-"""The exceptions of the client API beyond :class:`~kcoord.protocol.errors.KafkaError` (which
-every client call raises with Kafka's error code and a message naming the problem)."""
+"""The exceptions of the client API.
+
+Every error with a Kafka error code is a :class:`~kcoord.protocol.errors.KafkaError` with
+``.code`` and ``.retriable``, raised as the code's own subclass named as in kafka-python
+(``UnknownTopicOrPartitionError``, ``NotLeaderForPartitionError``, ``RequestTimedOutError``,
+``TopicAlreadyExistsError``...: :data:`~kcoord.protocol.errors.ERROR_CLASSES`, all exported
+from ``kcoord``). Beyond those, the client raises the two below, as kafka-python does.
+"""
 
 from __future__ import annotations
 
-from ..protocol.errors import ErrorCode, KafkaError
+from ..protocol.errors import ERROR_CLASS_NAMES, ERROR_CLASSES, ErrorCode, KafkaError, for_code  # noqa: F401
+from ..protocol import errors as _errors
+
+# The per-code classes, importable from here too (kcoord.client.errors.OffsetOutOfRangeError).
+globals().update({name: getattr(_errors, name) for name in ERROR_CLASS_NAMES})
 
 
 class ClusterNotFoundError(LookupError):
@@ -11,16 +21,23 @@ class ClusterNotFoundError(LookupError):
 
 
 class NoOffsetForPartitionError(KafkaError):
-    """A partition has no position and ``auto_offset_reset="none"`` forbids guessing one."""
+    """A partition has no position and ``auto_offset_reset="none"`` forbids guessing one
+    (code OFFSET_OUT_OF_RANGE)."""
 
-    def __init__(self, message: str) -> None:
-        super().__init__(ErrorCode.OFFSET_OUT_OF_RANGE, message)
-
-    def __reduce__(self):
-        return (self.__class__, (self.message,))
+    errno = int(ErrorCode.OFFSET_OUT_OF_RANGE)
 
 
 class CommitFailedError(KafkaError):
     """The commit was rejected because this member's generation is over (the group
     rebalanced, or the member was removed). Its partitions may belong to another member
-    now; poll() to rejoin, and commit only what you processed after the new assignment."""
+    now; poll() to rejoin, and commit only what you processed after the new assignment.
+    ``code`` is the coordinator's answer (ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID,
+    REBALANCE_IN_PROGRESS or FENCED_INSTANCE_ID)."""
+
+    errno = int(ErrorCode.ILLEGAL_GENERATION)
+
+
+class SerializationError(ValueError):
+    """A producer's ``key_serializer``/``value_serializer`` or a consumer's
+    ``key_deserializer``/``value_deserializer`` raised; the message names the record's
+    topic and partition (and offset, when consuming), the cause is chained."""

@@ -33,6 +33,14 @@ class ConsumerRecord(NamedTuple):
     leader_epoch: int = -1
 
 
+class OffsetAndTimestamp(NamedTuple):
+    """What :meth:`Consumer.offsets_for_times` finds: the first offset whose record
+    timestamp is >= the one asked for, and that record's timestamp."""
+
+    offset: int
+    timestamp: int
+
+
 class OffsetAndMetadata(NamedTuple):
     offset: int
     metadata: str = ""

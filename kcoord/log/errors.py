@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import errno as _errno
 
-from ..protocol.errors import ErrorCode, KafkaError
+from ..protocol.errors import ErrorCode, KafkaStorageError, OffsetOutOfRangeError  # type: ignore[attr-defined]
 
 
-class OffsetOutOfRange(KafkaError):
+class OffsetOutOfRange(OffsetOutOfRangeError):
     def __init__(self, offset: int, log_start_offset: int, log_end_offset: int) -> None:
         super().__init__(
             ErrorCode.OFFSET_OUT_OF_RANGE,
@@ -26,13 +26,14 @@ class OffsetOutOfRange(KafkaError):
         return (self.__class__, (self.offset, self.log_start_offset, self.log_end_offset))
 
 
-class LogStorageError(KafkaError):
+class LogStorageError(KafkaStorageError):
     """The file system failed under a log (Kafka's KIP-112 "offline log directory").
 
     A log that saw one I/O error cannot know what of its last operation reached the disk,
     so it goes offline: this error is raised by the failing call and by every later call on
     the same object. Reopening the directory (after a restart) runs recovery, which finds a
-    consistent log again. ``errno`` is the original error's (None if it had none).
+    consistent log again. ``errno`` is the original OS error's (None if it had none), not
+    the Kafka code (that is ``code``).
     """
 
     def __init__(self, message: str, errno: int | None = None) -> None:

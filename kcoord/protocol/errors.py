@@ -128,9 +128,32 @@ class KafkaError(Exception):
 
     ``code`` is the :class:`ErrorCode`; ``retriable`` tells a client whether trying again
     (usually after a metadata refresh) can succeed. The message names the problem.
+
+    Every code has its own subclass named as in kafka-python (:data:`ERROR_CLASSES`, the one
+    table from code to class): ``KafkaError(3, "...")`` *is* an
+    :class:`UnknownTopicOrPartitionError`, so ``except UnknownTopicOrPartitionError``
+    catches it wherever it was raised. A subclass is built with just a message
+    (``UnknownTopicOrPartitionError("no topic x")``) or, like KafkaError, ``(code, message)``.
     """
 
-    def __init__(self, code: int, message: str = "") -> None:
+    #: the code a subclass stands for (None for KafkaError itself)
+    errno: int | None = None
+
+    def __new__(cls, *args: object, **kwargs: object) -> "KafkaError":
+        if cls is KafkaError and args:
+            try:
+                cls = ERROR_CLASSES.get(int(args[0]), KafkaError)  # type: ignore[arg-type]
+            except (TypeError, ValueError):
+                pass
+        return super().__new__(cls)
+
+    def __init__(self, *args: object) -> None:
+        if args and isinstance(args[0], int) and not isinstance(args[0], bool):
+            code, message = int(args[0]), (str(args[1]) if len(args) > 1 else "")
+        elif self.errno is not None:
+            code, message = int(self.errno), (str(args[0]) if args else "")
+        else:
+            raise TypeError(f"{type(self).__name__} needs (code, message), got {args!r}")
         try:
             self.code: ErrorCode | int = ErrorCode(code)
         except ValueError:
@@ -157,12 +180,94 @@ class KafkaError(Exception):
         return (self.__class__, (int(self.code), self.message))
 
 
+# One class per code, named as kafka-python names them (kafka.errors), so that code written
+# for kafka-python catches the same names. The one table from code to class.
+_CLASS_NAMES = {
+    ErrorCode.UNKNOWN_SERVER_ERROR: "UnknownError",
+    ErrorCode.OFFSET_OUT_OF_RANGE: "OffsetOutOfRangeError",
+    ErrorCode.CORRUPT_MESSAGE: "CorruptRecordError",
+    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION: "UnknownTopicOrPartitionError",
+    ErrorCode.INVALID_FETCH_SIZE: "InvalidFetchRequestError",
+    ErrorCode.LEADER_NOT_AVAILABLE: "LeaderNotAvailableError",
+    ErrorCode.NOT_LEADER_OR_FOLLOWER: "NotLeaderForPartitionError",
+    ErrorCode.REQUEST_TIMED_OUT: "RequestTimedOutError",
+    ErrorCode.BROKER_NOT_AVAILABLE: "BrokerNotAvailableError",
+    ErrorCode.REPLICA_NOT_AVAILABLE: "ReplicaNotAvailableError",
+    ErrorCode.MESSAGE_TOO_LARGE: "MessageSizeTooLargeError",
+    ErrorCode.STALE_CONTROLLER_EPOCH: "StaleControllerEpochError",
+    ErrorCode.OFFSET_METADATA_TOO_LARGE: "OffsetMetadataTooLargeError",
+    ErrorCode.NETWORK_EXCEPTION: "NetworkExceptionError",
+    ErrorCode.COORDINATOR_LOAD_IN_PROGRESS: "CoordinatorLoadInProgressError",
+    ErrorCode.COORDINATOR_NOT_AVAILABLE: "CoordinatorNotAvailableError",
+    ErrorCode.NOT_COORDINATOR: "NotCoordinatorError",
+    ErrorCode.INVALID_TOPIC_EXCEPTION: "InvalidTopicError",
+    ErrorCode.RECORD_LIST_TOO_LARGE: "RecordListTooLargeError",
+    ErrorCode.NOT_ENOUGH_REPLICAS: "NotEnoughReplicasError",
+    ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND: "NotEnoughReplicasAfterAppendError",
+    ErrorCode.INVALID_REQUIRED_ACKS: "InvalidRequiredAcksError",
+    ErrorCode.ILLEGAL_GENERATION: "IllegalGenerationError",
+    ErrorCode.INCONSISTENT_GROUP_PROTOCOL: "InconsistentGroupProtocolError",
+    ErrorCode.INVALID_GROUP_ID: "InvalidGroupIdError",
+    ErrorCode.UNKNOWN_MEMBER_ID: "UnknownMemberIdError",
+    ErrorCode.INVALID_SESSION_TIMEOUT: "InvalidSessionTimeoutError",
+    ErrorCode.REBALANCE_IN_PROGRESS: "RebalanceInProgressError",
+    ErrorCode.INVALID_COMMIT_OFFSET_SIZE: "InvalidCommitOffsetSizeError",
+    ErrorCode.INVALID_TIMESTAMP: "InvalidTimestampError",
+    ErrorCode.UNSUPPORTED_VERSION: "UnsupportedVersionError",
+    ErrorCode.TOPIC_ALREADY_EXISTS: "TopicAlreadyExistsError",
+    ErrorCode.INVALID_PARTITIONS: "InvalidPartitionsError",
+    ErrorCode.INVALID_REPLICATION_FACTOR: "InvalidReplicationFactorError",
+    ErrorCode.INVALID_REPLICA_ASSIGNMENT: "InvalidReplicationAssignmentError",
+    ErrorCode.INVALID_CONFIG: "InvalidConfigurationError",
+    ErrorCode.NOT_CONTROLLER: "NotControllerError",
+    ErrorCode.INVALID_REQUEST: "InvalidRequestError",
+    ErrorCode.POLICY_VIOLATION: "PolicyViolationError",
+    ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER: "OutOfOrderSequenceNumberError",
+    ErrorCode.DUPLICATE_SEQUENCE_NUMBER: "DuplicateSequenceNumberError",
+    ErrorCode.INVALID_PRODUCER_EPOCH: "InvalidProducerEpochError",
+    ErrorCode.INVALID_PRODUCER_ID_MAPPING: "InvalidProducerIdMappingError",
+    ErrorCode.KAFKA_STORAGE_ERROR: "KafkaStorageError",
+    ErrorCode.UNKNOWN_PRODUCER_ID: "UnknownProducerIdError",
+    ErrorCode.NON_EMPTY_GROUP: "NonEmptyGroupError",
+    ErrorCode.GROUP_ID_NOT_FOUND: "GroupIdNotFoundError",
+    ErrorCode.FENCED_LEADER_EPOCH: "FencedLeaderEpochError",
+    ErrorCode.UNKNOWN_LEADER_EPOCH: "UnknownLeaderEpochError",
+    ErrorCode.UNSUPPORTED_COMPRESSION_TYPE: "UnsupportedCompressionTypeError",
+    ErrorCode.OFFSET_NOT_AVAILABLE: "OffsetNotAvailableError",
+    ErrorCode.MEMBER_ID_REQUIRED: "MemberIdRequiredError",
+    ErrorCode.PREFERRED_LEADER_NOT_AVAILABLE: "PreferredLeaderNotAvailableError",
+    ErrorCode.GROUP_MAX_SIZE_REACHED: "GroupMaxSizeReachedError",
+    ErrorCode.FENCED_INSTANCE_ID: "FencedInstanceIdError",
+    ErrorCode.ELIGIBLE_LEADERS_NOT_AVAILABLE: "EligibleLeadersNotAvailableError",
+    ErrorCode.ELECTION_NOT_NEEDED: "ElectionNotNeededError",
+    ErrorCode.INVALID_RECORD: "InvalidRecordError",
+    ErrorCode.INVALID_UPDATE_VERSION: "InvalidUpdateVersionError",
+    ErrorCode.INELIGIBLE_REPLICA: "IneligibleReplicaError",
+}
+
+#: {code: the KafkaError subclass raised for it}
+ERROR_CLASSES: dict[int, type[KafkaError]] = {}
+for _code, _name in _CLASS_NAMES.items():
+    _cls = type(_name, (KafkaError,), {"errno": int(_code), "__module__": __name__, "__doc__": f"Kafka error {_code.name} ({int(_code)})."})
+    ERROR_CLASSES[int(_code)] = _cls
+    globals()[_name] = _cls
+del _code, _name, _cls
+
+#: the names of the per-code classes (exported from ``kcoord``)
+ERROR_CLASS_NAMES = tuple(_CLASS_NAMES.values())
+
+
+def for_code(code: int) -> type[KafkaError]:
+    """The exception class of ``code`` (KafkaError for a code without its own class)."""
+    return ERROR_CLASSES.get(int(code), KafkaError)
+
+
 class DecodeError(KafkaError):
     """Bytes that are not a valid message: garbage (CORRUPT_MESSAGE) or a message with
     missing or ill-typed fields (INVALID_REQUEST)."""
 
 
 def raise_for_error(code: int, message: str = "") -> None:
-    """Raise :class:`KafkaError` unless ``code`` is NONE."""
+    """Raise the code's :class:`KafkaError` subclass unless ``code`` is NONE."""
     if code:
         raise KafkaError(code, message)

@@ -27,6 +27,17 @@ LOG_KEYS = frozenset(
 )
 TOPIC_CONFIG_KEYS = REPLICATION_KEYS | LOG_KEYS
 
+#: Replicas per partition when a topic is created without a replication factor, as far as
+#: there are brokers (Kafka's default.replication.factor is 1; replicated by default here).
+DEFAULT_REPLICATION_FACTOR = 3
+
+
+def default_replication_factor(brokers: int, preferred: int = DEFAULT_REPLICATION_FACTOR) -> int:
+    """``min(preferred, brokers)`` (at least 1): the replication factor of a topic created
+    without one -- by ``Admin.create_topic``, ``kcoord topics create``, ``__consumer_offsets``
+    and the Kafka listener's CreateTopics and auto-creation."""
+    return max(1, min(preferred, brokers))
+
 
 def plan_topic(
     req: CreateTopicsRequest,

@@ -13,8 +13,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Mapping
 
 from ..client.cluster import ClusterClient
-from ..client.coordinator.commits import commit_inactive_group, require_inactive_group
-from ..client.coordinator.coordinators import GroupCoordinators
+from ..client.coordinator.commits import commit_offsets_outside_group
 from ..protocol.errors import ErrorCode, KafkaError
 from ..protocol.replication import LATEST_TIMESTAMP
 from .offsets import OffsetPlan, group_offsets, list_offsets
@@ -99,22 +98,10 @@ def commit(cluster: ClusterClient, group_id: str, offsets: Any) -> dict[str, dic
     ``[0, high watermark]``.
 
     Refused with NON_EMPTY_GROUP (or REBALANCE_IN_PROGRESS) while the group has active
-    members: their next commit would overwrite this one. Returns what was committed.
+    members: their next commit would overwrite this one. Returns what was committed. The
+    same commit as ``Admin.alter_consumer_group_offsets``
+    (:func:`~kcoord.client.coordinator.commits.commit_offsets_outside_group`).
     """
     if not isinstance(group_id, str) or not group_id:
         raise KafkaError(ErrorCode.INVALID_GROUP_ID, f"group id must be a non-empty string, got {group_id!r}")
-    wanted = _normalize(offsets)
-    for topic, parts in wanted.items():
-        known = cluster.partitions_for(topic)  # UNKNOWN_TOPIC_OR_PARTITION if missing
-        missing = sorted(set(parts) - set(known))
-        if missing:
-            raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic {topic!r} has no partition(s) {missing} (it has {len(known)})")
-        hw = list_offsets(cluster, topic, sorted(parts), LATEST_TIMESTAMP)
-        for p, (off, _) in sorted(parts.items()):
-            if off > hw[p]:
-                raise KafkaError(ErrorCode.OFFSET_OUT_OF_RANGE, f"cannot commit offset {off} for {topic}-{p}: the high watermark is {hw[p]}")
-    coordinators = GroupCoordinators(cluster)
-    timeout_s = cluster.request_timeout_ms / 1000
-    require_inactive_group(coordinators, group_id, timeout_s)
-    commit_inactive_group(coordinators, group_id, wanted, timeout_s)
-    return {t: {p: o for p, (o, _) in sorted(parts.items())} for t, parts in wanted.items()}
+    return commit_offsets_outside_group(cluster, group_id, _normalize(offsets))

@@ -100,7 +100,7 @@ def test_batches_queued_behind_a_request_go_out_merged(kcluster, make_topic):
     with Producer(kcluster, batch_size=300, max_request_size=8192, linger_ms=0) as p:
         futs = [p.send(topic, b"q-%05d" % i, headers=[("n", b"%d" % i)] if i % 7 == 0 else None) for i in range(2000)]
         p.flush(60)
-        assert p.metrics["merged_requests"] > 0
+        assert p.metrics()["merged_requests"] > 0
         assert [f.get().offset for f in futs] == list(range(2000))
     got = read_all(kcluster, topic)
     assert [r.value for r in got] == [b"q-%05d" % i for i in range(2000)]
@@ -328,7 +328,7 @@ def test_idempotent_retry_after_a_lost_response_keeps_one_copy(kcluster, make_to
         futs = [p.send(topic, b"r%d" % i) for i in range(10)]
         p.flush(30)
         metas = [f.get() for f in futs]
-        assert p.metrics["duplicates"] == 1 and p.metrics["retries"] >= 1
+        assert p.metrics()["duplicates"] == 1 and p.metrics()["retries"] >= 1
     assert first.offset == 0 and [m.offset for m in metas] == list(range(1, 11)), "offsets of the original append"
     assert [r.value for r in read_all(kcluster, topic)] == [b"before"] + [b"r%d" % i for i in range(10)]
 
@@ -408,7 +408,7 @@ def test_delivery_timeout_fails_the_batch_and_the_producer_recovers(kcluster, ma
         epoch_before = p.producer_epoch
     finally:
         os.kill(pid, signal.SIGCONT)
-    assert p.metrics["epoch_bumps"] == 1 and epoch_before == 1
+    assert p.metrics()["epoch_bumps"] == 1 and epoch_before == 1
     # the sequence hole is behind us: the next record goes through at the new epoch
     p.delivery_timeout_ms = 120_000
     assert p.send(topic, b"after").get(timeout=60).offset >= 1

@@ -24,6 +24,7 @@ over it (the fetch pipeline), and with a group a
 from __future__ import annotations
 
 import logging
+import re
 import time
 from collections import deque
 from typing import Any, Iterable, Iterator
@@ -32,7 +33,8 @@ from ...protocol.errors import ErrorCode, KafkaError
 from ...protocol.replication import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
 from ..cluster import ClusterClient, connect
 from ..coordinator import GroupMember
-from ..types import ConsumerRecord, OffsetAndMetadata, TopicPartition
+from ..errors import SerializationError
+from ..types import ConsumerRecord, OffsetAndMetadata, OffsetAndTimestamp, TopicPartition
 from .fetcher import Fetcher
 from .records import RecordColumns, columns_of, decode_chunk, records_of
 from .subscription_state import RESET_POLICIES, AssignedPartition, SubscriptionState
@@ -43,7 +45,11 @@ _monotonic = time.monotonic
 
 
 class Consumer:
-    """Read records from kcoord topics; names and defaults follow kafka-python.
+    """Read records from kcoord topics; names follow kafka-python, and so do the defaults
+    except ``max_partition_fetch_bytes`` (4 MiB, kafka-python: 1 MiB: a fetch is one Ray
+    call per partition, so larger answers mean fewer round trips) and
+    ``session_timeout_ms`` (10 s, kafka-python 3: 45 s; kafka-python 2 and Kafka before
+    3.0 used 10 s: a dead member's partitions move sooner).
 
     ``Consumer("events", cluster=cluster, auto_offset_reset="earliest")`` assigns every
     partition of ``events`` (no group yet: kafka-python would subscribe). ``assign()``
@@ -58,6 +64,18 @@ class Consumer:
     everything returned was acknowledged by the ISR. ``ConsumerRecord.headers`` is a sequence
     of ``(str, bytes)`` pairs, empty when a record has none. :meth:`poll_columns` returns the
     same records as columns (no per-record objects) for bulk readers.
+
+    ``key_deserializer`` / ``value_deserializer``: callables applied once to each record's
+    non-None key/value bytes before ``poll()``, iteration or ``poll_columns()`` return it
+    (None stays None). One that raises makes the call raise
+    :class:`~kcoord.client.errors.SerializationError` naming the record's topic, partition
+    and offset; that record is then returned again by the next call, as in kafka-python.
+
+    ``subscribe(pattern=...)`` subscribes to every topic whose name matches the regular
+    expression (``re.match``, as kafka-python; internal topics such as
+    ``__consumer_offsets`` never match), evaluated again every ``metadata_max_age_ms``
+    (kafka-python's 5 minutes by default) so that new topics join the subscription.
+    ``metrics()`` returns the consumer's counters as a new dict.
 
     Timeouts: ``request_timeout_ms`` bounds every call to a leader or the controller. A
     fetch, which the leader holds up to ``fetch_max_wait_ms``, is given up
@@ -88,6 +106,9 @@ class Consumer:
         heartbeat_interval_ms: int = 3_000,
         max_poll_interval_ms: int = 300_000,
         partition_assignment_strategy: Any = ("range", "roundrobin"),
+        key_deserializer: Any = None,
+        value_deserializer: Any = None,
+        metadata_max_age_ms: int = 300_000,
     ) -> None:
         if auto_offset_reset not in RESET_POLICIES:
             raise ValueError(f"auto_offset_reset must be one of {RESET_POLICIES}, got {auto_offset_reset!r}")
@@ -101,6 +122,9 @@ class Consumer:
         ):
             if type(value) is not int or value < minimum:
                 raise ValueError(f"{name} must be an int >= {minimum}, got {value!r}")
+        for name, f in (("key_deserializer", key_deserializer), ("value_deserializer", value_deserializer)):
+            if f is not None and not callable(f):
+                raise TypeError(f"{name} must be callable, got {f!r}")
         if group_id is not None and (not isinstance(group_id, str) or not group_id):
             raise KafkaError(ErrorCode.INVALID_GROUP_ID, f"group_id must be a non-empty str, got {group_id!r}")
         self.cluster = cluster if cluster is not None else connect()
@@ -117,6 +141,13 @@ class Consumer:
         self.retry_backoff_ms = retry_backoff_ms
         self.check_crcs = check_crcs
         self.client_id = client_id
+        self.key_deserializer = key_deserializer
+        self.value_deserializer = value_deserializer
+        self.metadata_max_age_ms = metadata_max_age_ms
+        self._pattern: re.Pattern | None = None
+        self._pattern_callbacks: tuple[Any, Any] = (None, None)
+        self._pattern_checked = 0.0
+        self._metrics = {"records_consumed": 0, "polls": 0, "pattern_refreshes": 0}
         self._backoff_s = retry_backoff_ms / 1000
         self._subscriptions = SubscriptionState(
             auto_offset_reset,
@@ -192,23 +223,59 @@ class Consumer:
         return set(self._subscriptions.assigned)
 
     def subscription(self) -> set[str]:
-        """The subscribed topics (with a group), else the topics given to the constructor."""
+        """The subscribed topics (with a group; with a pattern, the topics it matched at its
+        latest evaluation), else the topics given to the constructor."""
         if self._group is not None and self._group.subscribed:
             return set(self._group.subscription())
+        if self._pattern is not None:
+            return set()
         return set(self._topics)
 
-    def subscribe(self, topics: Iterable[str] | str, on_assign: Any = None, on_revoke: Any = None) -> None:
-        """Join the group and consume what it assigns from ``topics``; the join happens in
-        the next poll. ``on_revoke(partitions)`` runs before a rebalance takes partitions
-        away (commit there when committing manually), ``on_assign(partitions)`` after the
-        new ones arrive; both in the polling thread."""
+    def subscribe(
+        self, topics: Iterable[str] | str = (), pattern: "str | re.Pattern | None" = None, on_assign: Any = None, on_revoke: Any = None
+    ) -> None:
+        """Join the group and consume what it assigns from ``topics``, or from every topic
+        matching the regular expression ``pattern`` (``re.match``; internal topics
+        excluded; evaluated again every ``metadata_max_age_ms``, and while nothing matches
+        the consumer is not in the group). The join happens in the next poll.
+        ``on_revoke(partitions)`` runs before a rebalance takes partitions away (commit
+        there when committing manually), ``on_assign(partitions)`` after the new ones
+        arrive; both in the polling thread."""
         self._check_open()
         self._require_group("subscribe()")
+        if pattern is not None:
+            if topics:
+                raise ValueError("subscribe() takes topics or pattern=, not both")
+            self._pattern = re.compile(pattern) if isinstance(pattern, str) else pattern
+            self._pattern_callbacks = (on_assign, on_revoke)
+            self._refresh_pattern()
+            return
+        if not topics:
+            raise ValueError("subscribe() needs topics or pattern= (use unsubscribe() to stop)")
+        self._pattern = None
         self._group.subscribe([topics] if isinstance(topics, str) else topics, on_assign=on_assign, on_revoke=on_revoke)
+
+    def _refresh_pattern(self) -> None:
+        """Subscribe the group to the topics the pattern matches now."""
+        from ..admin import Admin
+
+        assert self._pattern is not None and self._group is not None
+        self._pattern_checked = _monotonic()
+        self._metrics["pattern_refreshes"] += 1
+        matched = sorted(t for t in Admin(self.cluster).list_topics(internal=False) if self._pattern.match(t))
+        if matched == sorted(self._group.subscription()):
+            return
+        if matched:
+            on_assign, on_revoke = self._pattern_callbacks
+            self._group.subscribe(matched, on_assign=on_assign, on_revoke=on_revoke)
+        elif self._group.subscribed:
+            self._group.unsubscribe()
+            self._set_assignment([])
 
     def unsubscribe(self) -> None:
         """Revoke all partitions and leave the group."""
         self._check_open()
+        self._pattern = None
         if self._group is not None:
             self._group.unsubscribe()
         self._set_assignment([])
@@ -267,6 +334,33 @@ class Consumer:
         """The high watermark of each partition: the offset the next acknowledged record gets."""
         return self.cluster.list_offsets([TopicPartition(*tp) for tp in partitions], LATEST_TIMESTAMP, timeout_ms=self.request_timeout_ms)
 
+    def offsets_for_times(self, timestamps: "dict[TopicPartition, int]") -> dict[TopicPartition, OffsetAndTimestamp | None]:
+        """For each partition, the earliest offset whose record timestamp is >= the given
+        timestamp (ms since the epoch) and that record's timestamp, or None when no record
+        is that recent (kafka-python's ``offsets_for_times``; the leaders' ListOffsets)."""
+        wanted: dict[TopicPartition, int] = {}
+        for tp, ts in timestamps.items():
+            if type(ts) is not int or ts < 0:
+                raise ValueError(f"timestamp for {tp} must be an int >= 0 (ms since the epoch), got {ts!r}")
+            wanted[TopicPartition(*tp)] = ts
+        out: dict[TopicPartition, OffsetAndTimestamp | None] = {}
+        for ts in sorted(set(wanted.values())):
+            tps = [tp for tp, t in wanted.items() if t == ts]
+            found = self.cluster.list_offsets_and_timestamps(tps, ts, timeout_ms=self.request_timeout_ms)
+            for tp in tps:
+                offset, record_ts = found[tp]
+                out[tp] = OffsetAndTimestamp(offset, record_ts) if offset >= 0 else None
+        return out
+
+    def metrics(self) -> dict[str, int]:
+        """The consumer's counters as a new dict: records_consumed (returned by poll(),
+        poll_columns() and iteration), polls, pattern_refreshes, assigned_partitions,
+        paused_partitions."""
+        out = dict(self._metrics)
+        out["assigned_partitions"] = len(self._subscriptions.assigned)
+        out["paused_partitions"] = len(self._subscriptions.paused())
+        return out
+
     def partitions_for_topic(self, topic: str) -> set[int]:
         return set(self.cluster.partitions_for(topic))
 
@@ -288,6 +382,7 @@ class Consumer:
         elif type(max_records) is not int or max_records < 1:
             raise ValueError(f"max_records must be an int >= 1, got {max_records!r}")
         self._abandon_iter()
+        self._metrics["polls"] += 1
         return self._poll(timeout_ms, max_records, advance=True)
 
     def poll_columns(self, timeout_ms: float = 0, max_records: int | None = None) -> dict[TopicPartition, RecordColumns]:
@@ -301,6 +396,7 @@ class Consumer:
         elif type(max_records) is not int or max_records < 1:
             raise ValueError(f"max_records must be an int >= 1, got {max_records!r}")
         self._abandon_iter()
+        self._metrics["polls"] += 1
         return self._poll(timeout_ms, max_records, advance=True, columns=True)
 
     def _abandon_iter(self) -> None:
@@ -314,6 +410,8 @@ class Consumer:
     def _poll(self, timeout_ms: float, max_records: int, advance: bool, columns: bool = False) -> dict[TopicPartition, Any]:
         deadline = _monotonic() + max(0.0, timeout_ms) / 1000
         while True:
+            if self._pattern is not None and _monotonic() - self._pattern_checked >= self.metadata_max_age_ms / 1000:
+                self._refresh_pattern()
             if self._group is not None:
                 self._group.poll()  # liveness for max_poll_interval_ms, rebalances, auto-commit
             self._subscriptions.resolve_positions([st for st in self._subscriptions.assigned.values() if st.position is None])
@@ -351,6 +449,7 @@ class Consumer:
         """Take up to ``max_records`` buffered records, partitions in rotation: as
         ConsumerRecord lists, or as RecordColumns with ``columns``."""
         out: dict[TopicPartition, Any] = {}
+        touched: list[tuple[AssignedPartition, int | None]] = []  # (partition, position before this call)
         states = list(self._subscriptions.assigned.values())
         n = len(states)
         want = max_records
@@ -376,15 +475,36 @@ class Consumer:
             if not pieces:
                 continue
             last_seg, _, last_hi = pieces[-1]
+            deserialize = self.key_deserializer is not None or self.value_deserializer is not None
+            try:
+                if columns:
+                    cols = columns_of(st.tp, pieces)
+                    if deserialize:
+                        cols = self._deserialize_columns(st, pieces, cols)
+                elif deserialize:
+                    take = self._deserialize_records(st, pieces, records_of(st.tp, pieces))
+            except SerializationError:
+                # Nothing of this call is returned: every partition read here starts again
+                # where it stood before it (fetched anew), so the next call raises at the
+                # same record until the user seeks past it; nothing is skipped.
+                touched.append((st, st.position))
+                for s, before in touched:
+                    self._subscriptions.reposition(s, before)
+                raise
+            touched.append((st, st.position))
             if columns:
-                out[st.tp] = columns_of(st.tp, pieces)
+                out[st.tp] = cols
+                n_taken = len(cols)
             else:
-                take = records_of(st.tp, pieces)
+                if not deserialize:
+                    take = records_of(st.tp, pieces)
                 if not advance:
                     self._iter.append([st, st.generation, take, 0])
                 out[st.tp] = take
+                n_taken = len(take)
             if advance:
                 st.position = last_seg.base + last_hi
+                self._metrics["records_consumed"] += n_taken
             if want <= 0:
                 self._rotation = (self._rotation + j + 1) % n
                 break
@@ -392,6 +512,34 @@ class Consumer:
             if n:
                 self._rotation = (self._rotation + 1) % n
         return out
+
+    def _deserialize(self, f: Any, what: str, data: Any, st: AssignedPartition, offset: int) -> Any:
+        try:
+            return f(data)
+        except Exception as exc:
+            raise SerializationError(
+                f"{what} failed for the record at offset {offset} of topic {st.tp.topic!r} partition {st.tp.partition}: "
+                f"{type(exc).__name__}: {exc}"
+            ) from exc
+
+    def _deserialize_records(self, st: AssignedPartition, pieces: list, take: list[ConsumerRecord]) -> list[ConsumerRecord]:
+        kd, vd = self.key_deserializer, self.value_deserializer
+        out = []
+        for rec in take:
+            key = rec.key if kd is None or rec.key is None else self._deserialize(kd, "key_deserializer", rec.key, st, rec.offset)
+            value = rec.value if vd is None or rec.value is None else self._deserialize(vd, "value_deserializer", rec.value, st, rec.offset)
+            out.append(rec._replace(key=key, value=value))
+        return out
+
+    def _deserialize_columns(self, st: AssignedPartition, pieces: list, cols: Any) -> Any:
+        kd, vd = self.key_deserializer, self.value_deserializer
+        keys = cols.keys if kd is None else [
+            k if k is None else self._deserialize(kd, "key_deserializer", k, st, o) for k, o in zip(cols.keys, cols.offsets)
+        ]
+        values = cols.values if vd is None else [
+            v if v is None else self._deserialize(vd, "value_deserializer", v, st, o) for v, o in zip(cols.values, cols.offsets)
+        ]
+        return cols._replace(keys=keys, values=values)
 
     def _decode_next(self, st: AssignedPartition) -> None:
         try:
@@ -423,6 +571,7 @@ class Consumer:
                 entry[3] = i + 1
                 rec = recs[i]
                 st.position = rec.offset + 1
+                self._metrics["records_consumed"] += 1
                 return rec
             remaining = deadline - _monotonic()
             if remaining <= 0:

@@ -230,3 +230,49 @@ def commit_inactive_group(
     if codes:
         code = sorted(codes)[0]
         raise KafkaError(code, f"committing offsets for group {group_id!r} failed: {response.error_message or ''}")
+
+
+def commit_offsets_outside_group(
+    cluster: Any,
+    group_id: str,
+    offsets: Mapping[str, Mapping[int, tuple[int, str]]],
+    *,
+    from_log_start: bool = False,
+    coordinators: GroupCoordinators | None = None,
+) -> dict[str, dict[int, int]]:
+    """The one standalone commit (``Admin.alter_consumer_group_offsets``,
+    ``Admin.reset_offsets``, ``kcoord.spark.commit``): check every topic and partition
+    exists (UNKNOWN_TOPIC_OR_PARTITION) and every offset lies within ``[0, high
+    watermark]`` -- ``[log start, high watermark]`` with ``from_log_start`` --
+    (OFFSET_OUT_OF_RANGE), that the group has no members (:func:`require_inactive_group`),
+    then commit ``offsets`` (``{topic: {partition: (offset, metadata)}}``) in one request.
+    Returns ``{topic: {partition: offset}}``."""
+    from ...protocol.replication import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
+
+    if not isinstance(group_id, str) or not group_id:
+        raise KafkaError(E.INVALID_GROUP_ID, f"group id must be a non-empty string, got {group_id!r}")
+    if not offsets or not any(offsets.values()):
+        raise ValueError("no offsets to commit")
+    coordinators = coordinators if coordinators is not None else GroupCoordinators(cluster)
+    timeout_s = cluster.request_timeout_ms / 1000
+    require_inactive_group(coordinators, group_id, timeout_s)
+    for topic, parts in offsets.items():
+        known = cluster.partitions_for(topic)  # UNKNOWN_TOPIC_OR_PARTITION if missing
+        missing = sorted(set(parts) - set(known))
+        if missing:
+            raise KafkaError(E.UNKNOWN_TOPIC_OR_PARTITION, f"topic {topic!r} has no partition(s) {missing} (it has {len(known)})")
+        tps = [TopicPartition(topic, p) for p in sorted(parts)]
+        hw = cluster.list_offsets(tps, LATEST_TIMESTAMP)
+        low = cluster.list_offsets(tps, EARLIEST_TIMESTAMP) if from_log_start else dict.fromkeys(tps, 0)
+        for tp in tps:
+            off = parts[tp.partition][0]
+            if not isinstance(off, int) or isinstance(off, bool):
+                raise ValueError(f"offset for {topic}-{tp.partition} must be an integer, got {off!r}")
+            if not low[tp] <= off <= hw[tp]:
+                what = "log start" if from_log_start else "0"
+                raise KafkaError(
+                    E.OFFSET_OUT_OF_RANGE,
+                    f"offset {off} for {topic}-{tp.partition} is outside [{low[tp]}, {hw[tp]}] ({what}, high watermark)",
+                )
+    commit_inactive_group(coordinators, group_id, offsets, timeout_s)
+    return {t: {p: o for p, (o, _) in sorted(parts.items())} for t, parts in offsets.items()}

@@ -25,6 +25,7 @@ from ... import records as _records
 from ...protocol.errors import ErrorCode, KafkaError
 from ...records import now_ms
 from ..cluster import ClusterClient
+from ..errors import SerializationError
 from . import partitioner as _part
 from .accumulator import RecordAccumulator, TopicQueue
 from .batch import RECORD_OVERHEAD, headers_size
@@ -34,12 +35,21 @@ from .idempotence import ProducerIdentity
 from .sender import Sender, Wakeup
 from .validation import as_bytes, bulk_columns, check_headers, check_int
 
+def _serialize(f: Callable[[Any], bytes], what: str, data: Any, topic: str, partition: int | None) -> bytes:
+    try:
+        return f(data)
+    except Exception as exc:
+        where = f"topic {topic!r}" + (f" partition {partition}" if partition is not None else "")
+        raise SerializationError(f"{what} failed for a record to {where}: {type(exc).__name__}: {exc}") from exc
+
+
 _ACKS = {"all": -1, -1: -1, "-1": -1, 1: 1, "1": 1, 0: 0, "0": 0}
 _monotonic = time.monotonic
 
 
 class Producer:
-    """Send records to a kcoord cluster; names and defaults follow kafka-python.
+    """Send records to a kcoord cluster; names follow kafka-python, and so do the defaults
+    except the batching ones (below).
 
     Ordering and Ray. Ray does **not** preserve the order of calls from one caller to an
     async actor when argument sizes differ (a small request can overtake a large one), so
@@ -67,6 +77,26 @@ class Producer:
     producer, same identity) gets them deduplicated, which is how a retried Spark task
     writes exactly once. Such a producer never bumps its epoch; after a failed batch it
     should be discarded.
+
+    Defaults that differ from kafka-python's, and why: ``batch_size`` 1 MiB (kafka-python:
+    16 KiB), ``max_request_size`` 4 MiB (1 MiB), ``linger_ms`` 5 (0) and ``max_in_flight``
+    64 requests across all partitions (kafka-python: 5 per broker connection). With one
+    request in flight per partition (above), a partition's throughput is one batch per
+    round trip through Ray (an actor call and the ISR's fetches, about a millisecond), so
+    batches must be large to move many records per round trip, and a short linger lets a
+    batch fill instead of sending one record per round trip. A request is a Ray call, not a
+    socket write, so a large one costs little extra. The other defaults (acks="all" with
+    idempotence, retries, retry_backoff_ms 100, request_timeout_ms 30 s,
+    delivery_timeout_ms 120 s, buffer_memory 32 MiB, max_block_ms 60 s) are kafka-python's.
+
+    ``key_serializer`` / ``value_serializer``: callables turning the ``key``/``value`` given
+    to :meth:`send` (or :meth:`send_batch`) into bytes, applied once per record when it is
+    queued (never again on retries); None passes through as None (no key, a tombstone). A
+    serializer that raises makes ``send()`` raise :class:`~kcoord.client.errors.SerializationError`
+    naming the topic (and partition, if given).
+
+    ``metrics()`` returns the producer's counters (records_sent, batches_sent, requests,
+    retries, duplicates, epoch_bumps, merged_requests) as a new dict.
 
     Other settings: ``acks`` 0 (futures resolve with offset -1 once sent), 1 or "all";
     ``linger_ms`` how long a non-full batch waits for more records; ``retries`` /
@@ -102,6 +132,8 @@ class Producer:
         producer_id: int | None = None,
         producer_epoch: int = 0,
         metadata_refresh_ms: int = 50,
+        key_serializer: Callable[[Any], bytes] | None = None,
+        value_serializer: Callable[[Any], bytes] | None = None,
     ) -> None:
         if not isinstance(cluster, ClusterClient):
             raise TypeError(f"Producer needs a ClusterClient (kcoord.connect() or kcoord.local_cluster()), got {type(cluster).__name__}")
@@ -143,11 +175,16 @@ class Producer:
         self.max_request_size = max_request_size
         self.buffer_memory = buffer_memory
         self.max_block_ms = max_block_ms
+        for name, f in (("key_serializer", key_serializer), ("value_serializer", value_serializer)):
+            if f is not None and not callable(f):
+                raise TypeError(f"{name} must be callable, got {f!r}")
+        self.key_serializer = key_serializer
+        self.value_serializer = value_serializer
 
         # Producer identity. Epoch bumps are counted in metrics, so metrics comes first.
-        self.metrics = {"batches_sent": 0, "requests": 0, "retries": 0, "records_sent": 0, "duplicates": 0, "epoch_bumps": 0, "merged_requests": 0}
+        self._metrics = {"batches_sent": 0, "requests": 0, "retries": 0, "records_sent": 0, "duplicates": 0, "epoch_bumps": 0, "merged_requests": 0}
         self._identity = ProducerIdentity(
-            cluster, self.metrics, idempotent=self.enable_idempotence, producer_id=producer_id, producer_epoch=producer_epoch
+            cluster, self._metrics, idempotent=self.enable_idempotence, producer_id=producer_id, producer_epoch=producer_epoch
         )
         # Where null-key records of a bulk write start (deterministic per identity).
         self._bulk_seed = self._identity.producer_id if self._identity.producer_id >= 0 else random.randrange(1 << 30)
@@ -162,13 +199,13 @@ class Producer:
             max_block_ms=max_block_ms,
             partitioner=resolved_partitioner,
             wake=wakeup.wake,
-            metrics=self.metrics,
+            metrics=self._metrics,
         )
         self._sender = Sender(
             cluster,
             self._accumulator,
             self._identity,
-            self.metrics,
+            self._metrics,
             wakeup,
             acks=self.acks,
             retries=retries,
@@ -191,6 +228,12 @@ class Producer:
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
+
+    def metrics(self) -> dict[str, int]:
+        """The producer's counters as a new dict (kafka-python's ``metrics()``, flat):
+        records_sent, batches_sent, requests, retries, duplicates (retried batches the
+        leader already had), epoch_bumps, merged_requests."""
+        return dict(self._metrics)
 
     @property
     def producer_id(self) -> int:
@@ -220,6 +263,10 @@ class Producer:
         """
         # Hot path: a few microseconds per record. Checks here, then one lock round in the
         # accumulator (two list appends for a record without key or headers).
+        if self.value_serializer is not None and value is not None:
+            value = _serialize(self.value_serializer, "value_serializer", value, topic, partition)
+        if self.key_serializer is not None and key is not None:
+            key = _serialize(self.key_serializer, "key_serializer", key, topic, partition)
         if value is not None and type(value) is not bytes:
             value = as_bytes(value, "value")
         acc = self._accumulator
@@ -298,7 +345,12 @@ class Producer:
         Returns ``{partition: PartitionWrite}``. Raises the first batch's KafkaError if any
         batch failed (after all batches are done), or REQUEST_TIMED_OUT after ``timeout``.
         """
-        values, keys, headers, timestamps = bulk_columns(records, values, keys, headers, timestamps)
+        vs, ks = self.value_serializer, self.key_serializer
+        values, keys, headers, timestamps = bulk_columns(
+            records, values, keys, headers, timestamps,
+            serialize_value=None if vs is None else (lambda v: _serialize(vs, "value_serializer", v, topic, partition)),
+            serialize_key=None if ks is None else (lambda k: _serialize(ks, "key_serializer", k, topic, partition)),
+        )
         if len(values) == 0:
             return {}
         t = self._accumulator.topic(topic)

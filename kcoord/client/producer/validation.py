@@ -96,15 +96,23 @@ def bulk_columns(
     keys: Sequence[bytes | None] | None,
     headers: Sequence[Sequence[tuple[str, bytes]] | None] | None,
     timestamps: Sequence[int] | None,
+    serialize_value: Any = None,
+    serialize_key: Any = None,
 ) -> tuple[list, list | None, list | None, Sequence[int] | None]:
     """send_batch()'s input as checked columns ``(values, keys, headers, timestamps)``:
-    from ``records`` or from the given columns; all-None keys or headers become None."""
+    from ``records`` or from the given columns; all-None keys or headers become None.
+    ``serialize_value``/``serialize_key`` (the producer's serializers) turn each non-None
+    value/key into bytes before the checks."""
     if records is not None:
         if values is not None or keys is not None or headers is not None or timestamps is not None:
             raise TypeError("send_batch takes either records or the columns values=/keys=/headers=/timestamps=, not both")
         values, keys, headers, timestamps = columns_from_records(records)
     elif values is None:
         raise TypeError("send_batch needs records or values=")
+    if serialize_value is not None:
+        values = [None if v is None else serialize_value(v) for v in values]
+    if serialize_key is not None and keys is not None:
+        keys = [None if k is None else serialize_key(k) for k in keys]
     values = check_column(values, "value")
     n = len(values)
     if keys is not None:

@@ -17,6 +17,7 @@ from kafka.protocol.producer import InitProducerIdResponse
 from ...group.placement import coordinator_for
 from ...protocol.controller import CreateTopicsRequest, DeleteTopicsRequest, InitProducerIdRequest
 from ...protocol.errors import ErrorCode
+from ...replication.topic_plan import default_replication_factor
 from ._base import OFFSETS_TOPIC, ListenerContext
 
 logger = logging.getLogger("kcoord.kafka")
@@ -106,7 +107,7 @@ async def _auto_create(ctx: ListenerContext, name: str, view: Any) -> int:
     told LEADER_NOT_AVAILABLE and asks again, as with Kafka."""
     if not _valid_topic_name(name):
         return E.INVALID_TOPIC_EXCEPTION
-    rf = max(1, min(ctx.default_replication_factor, len(view.brokers)))
+    rf = default_replication_factor(len(view.brokers), ctx.default_replication_factor)
     resp = await ctx.backend.create_topic(CreateTopicsRequest(name=name, partitions=ctx.default_partitions, replication_factor=rf))
     if resp.error_code in (0, E.TOPIC_ALREADY_EXISTS):
         logger.info("auto-created topic %r (%d partitions, RF %d)", name, ctx.default_partitions, rf)
@@ -185,7 +186,7 @@ async def create_topics(ctx: ListenerContext, conn: Any, req: Any, version: int)
     results = []
     for t in req.topics:
         partitions = t.num_partitions if t.num_partitions > 0 else ctx.default_partitions
-        rf = t.replication_factor if t.replication_factor > 0 else max(1, min(ctx.default_replication_factor, len(view.brokers)))
+        rf = t.replication_factor if t.replication_factor > 0 else default_replication_factor(len(view.brokers), ctx.default_replication_factor)
         assignment = None
         if t.assignments:
             assignment = {a.partition_index: list(a.broker_ids) for a in t.assignments}
@@ -270,7 +271,7 @@ async def describe_configs(ctx: ListenerContext, conn: Any, req: Any, version: i
             results.append(R.DescribeConfigsResult(error_code=0, error_message=None, resource_type=res.resource_type, resource_name=res.resource_name, configs=configs))
         elif res.resource_type == RESOURCE_BROKER:
             view = await ctx.broker_view()
-            info = {"broker.id": res.resource_name, "auto.create.topics.enable": str(ctx.auto_create_topics).lower(), "num.partitions": str(ctx.default_partitions), "default.replication.factor": str(min(ctx.default_replication_factor, len(view.brokers)))}
+            info = {"broker.id": res.resource_name, "auto.create.topics.enable": str(ctx.auto_create_topics).lower(), "num.partitions": str(ctx.default_partitions), "default.replication.factor": str(default_replication_factor(len(view.brokers), ctx.default_replication_factor))}
             configs = [
                 C(name=k, value=v, read_only=True, config_source=SOURCE_DEFAULT, is_default=True, is_sensitive=False, synonyms=[], config_type=0, documentation=None)
                 for k, v in sorted(info.items())
