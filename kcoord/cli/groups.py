@@ -172,10 +172,9 @@ def reset_offsets(
         for p, (now, new) in sorted(plan.items())
     ]
     if execute:
-        for topic, plan in plans.items():
-            moves = {p: new for p, (_, new) in plan.items() if new is not None}
-            if moves:
-                admin.reset_offsets(group, topic, to=moves)
+        moves = {TopicPartition(t, p): new for t, plan in plans.items() for p, (_, new) in plan.items() if new is not None}
+        if moves:
+            admin.alter_consumer_group_offsets(group, moves)  # every topic in one commit
     if as_json:
         click.echo(json.dumps({"group": group, "executed": execute, "partitions": rows}), file=env.stdout)
     else:

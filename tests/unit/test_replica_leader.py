@@ -260,3 +260,27 @@ def test_list_offsets_and_offsets_for_leader_epoch():
     assert list_offsets(r, ListOffsetsRequest(TOPIC, 0, 999)).offset == -1
     resp = offsets_for_epoch(r, OffsetsForLeaderEpochRequest(TOPIC, 0, 2))
     assert (resp.leader_epoch, resp.end_offset) == (2, 2)
+
+
+def test_hw_stands_still_below_min_isr_on_page_cache_topics():
+    """Chaos run (seed 475425): a consumer read records below the HW of a leader whose ISR
+    was itself alone; it died, a replica of the ELR led without them, and the offsets were
+    reused. KIP-966: below min.insync.replicas the HW does not move (flush.messages != 1)."""
+    from kcoord.log import LogConfig, MemoryLog
+
+    r = make_replica(0, ReplicationConfig(min_insync_replicas=2), log=MemoryLog(LogConfig(flush_messages=None)))
+    leader_and_isr(r, lai(0, 1, (0,)), 0)
+    assert r.role == "leader"
+    produce(r, batch(4), "p", now=0, acks=1)
+    assert r.hw == 0, "the ISR is below min.insync.replicas: nothing becomes visible"
+    acts = consumer_fetch(r, 0, "c", 1)
+    assert replies(acts)["c"].records == b""
+
+
+def test_hw_moves_with_the_isr_alone_when_every_append_is_fsynced():
+    from kcoord.log import LogConfig, MemoryLog
+
+    r = make_replica(0, ReplicationConfig(min_insync_replicas=2), log=MemoryLog(LogConfig(flush_messages=1)))
+    leader_and_isr(r, lai(0, 1, (0,)), 0)
+    produce(r, batch(4), "p", now=0, acks=1)
+    assert r.hw == 4, "durable topics keep the classic rule (no ELR to protect)"
