@@ -115,7 +115,7 @@ def deploy(
         raise ValueError(f"brokers must be >= 1, got {brokers}")
     if group_coordinators < 0:
         raise ValueError(f"group_coordinators must be >= 0, got {group_coordinators}")
-    ensure_ray(address, namespace)
+    ensure_ray(address)
     if _controller_exists(name, namespace):
         raise _exists_error(name, namespace)
     data_path = Path(data_dir) if data_dir is not None else DEFAULT_DATA_ROOT / name
@@ -269,7 +269,7 @@ def teardown(
     """Kill every actor of cluster ``name``; with ``delete_data`` also remove its data
     directory (on every node) and its metadata in the GCS. Returns the number of actors
     killed (0 if nothing was running)."""
-    ensure_ray(address, namespace)
+    ensure_ray(address)
     info = deploy_info(name)
     actor_names = _cluster_actor_names(name, namespace)
     # The controller goes first so it does not recreate what we kill next.

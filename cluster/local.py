@@ -21,7 +21,9 @@ from kcoord.protocol import names
 
 from .deploy import deploy, teardown
 
-# Ray settings that matter for a log made of many small actors on a small machine.
+# Ray settings that matter for a log made of many small actors on a small machine. They
+# apply to the Ray instance local_cluster starts (its processes inherit them) and only
+# where the user has not set them; the user's process environment is restored afterwards.
 LOCAL_RAY_ENV = {
     # Start worker processes for many actors at once instead of num_cpus at a time.
     "RAY_worker_maximum_startup_concurrency": "8",
@@ -31,12 +33,32 @@ LOCAL_RAY_ENV = {
 }
 
 
-def start_local_ray(num_cpus: int | None = None, namespace: str = names.DEFAULT_NAMESPACE, **kwargs) -> bool:
-    """Start a local Ray instance tuned for kcoord. Returns False if already connected."""
+def start_local_ray(num_cpus: int | None = None, **kwargs) -> bool:
+    """Start a private local Ray instance tuned for kcoord (:data:`LOCAL_RAY_ENV`, no
+    dashboard unless ``include_dashboard=True``). Returns False if already connected: a
+    Ray the user started is used as it is. The driver stays in Ray's anonymous namespace."""
     if ray.is_initialized():
         return False
-    for key, value in LOCAL_RAY_ENV.items():
-        os.environ.setdefault(key, value)
+    with _scoped_env(LOCAL_RAY_ENV):
+        _init_local(num_cpus, kwargs)
+    return True
+
+
+@contextlib.contextmanager
+def _scoped_env(settings: dict[str, str]) -> Iterator[None]:
+    """``settings`` in os.environ (where unset) while Ray's processes start, then the
+    process environment as it was."""
+    added = [k for k in settings if k not in os.environ]
+    for key in added:
+        os.environ[key] = settings[key]
+    try:
+        yield
+    finally:
+        for key in added:
+            os.environ.pop(key, None)
+
+
+def _init_local(num_cpus: int | None, kwargs: dict) -> None:
     kwargs.setdefault("include_dashboard", False)
     kwargs.setdefault("logging_level", "WARNING")
     kwargs.setdefault("log_to_driver", False)
@@ -44,7 +66,7 @@ def start_local_ray(num_cpus: int | None = None, namespace: str = names.DEFAULT_
     kwargs.setdefault("address", "local")
     for attempt in range(3):
         try:
-            ray.init(num_cpus=num_cpus, namespace=namespace, **kwargs)
+            ray.init(num_cpus=num_cpus, **kwargs)
             break
         except Exception as exc:
             # Ray gives its raylet a fixed 30 s to register; on an overloaded machine it can
@@ -52,7 +74,6 @@ def start_local_ray(num_cpus: int | None = None, namespace: str = names.DEFAULT_
             if "timed out during startup" not in str(exc) or attempt == 2:
                 raise
             ray.shutdown()
-    return True
 
 
 @contextlib.contextmanager
@@ -71,7 +92,7 @@ def local_cluster(
 
     ``kafka_port``: also start the Kafka listener on loopback at that port (0: a free one);
     ``cluster.bootstrap_servers`` is then the address to give any Kafka client."""
-    started = start_local_ray(namespace=namespace, **(ray_init or {}))
+    started = start_local_ray(**(ray_init or {}))
     name = name or f"local-{uuid.uuid4().hex[:8]}"
     tmp = None
     if data_dir is None:

@@ -13,6 +13,10 @@ per dataset block under Ray task retries, because block i is produced as produce
 
 from __future__ import annotations
 
+from .extras import require
+
+require("data", "kcoord.ray_data", "pyarrow", "ray.data")
+
 from typing import Any, Callable, Iterable
 
 import pyarrow as pa

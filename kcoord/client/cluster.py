@@ -46,10 +46,13 @@ MIN_REFRESH_INTERVAL_S = 0.02
 LEADER_ATTEMPT_S = 5.0
 
 
-def ensure_ray(address: str | None = "auto", namespace: str = names.DEFAULT_NAMESPACE) -> None:
-    """Connect this process to Ray if it is not connected yet (driver, Spark executor)."""
+def ensure_ray(address: str | None = "auto") -> None:
+    """Connect this process to Ray if it is not connected yet (driver, Spark executor).
+
+    The driver keeps Ray's own (anonymous) namespace: kcoord names its namespace in every
+    actor lookup and creation, so a user's own named actors stay where they expect them."""
     if not ray.is_initialized():
-        ray.init(address=address or "auto", namespace=namespace, logging_level="WARNING", configure_logging=False)
+        ray.init(address=address or "auto", logging_level="WARNING", configure_logging=False)
 
 
 class ClusterClient:
@@ -61,7 +64,7 @@ class ClusterClient:
         request_timeout_ms: int = 30_000,
         retry_backoff_ms: int = 50,
     ) -> None:
-        ensure_ray(address, namespace)
+        ensure_ray(address)
         self.name = name
         self.namespace = namespace
         self.request_timeout_ms = request_timeout_ms

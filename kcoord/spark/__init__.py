@@ -20,6 +20,10 @@ and ranges) and :mod:`.tasks` (the executor-side I/O, shared with :mod:`kcoord.r
 
 from __future__ import annotations
 
+from ..extras import require
+
+require("spark", "kcoord.spark", "pyarrow")
+
 from .frames import KAFKA_SCHEMA_DDL, ColumnError, WriteResult, allocate_producer_ids, kafka_schema, read, read_plan, write
 from .groups import commit, committed_offsets
 from .offsets import OffsetPlan, OffsetRange, OffsetSpecError, plan_offsets

@@ -116,6 +116,9 @@ def session(
     Python workers connected to Ray and the kcoord cluster, so the first real job does not
     pay 10-20 s of startup.
     """
+    from ..extras import require
+
+    require("spark", "kcoord.spark.session()", "pyspark", "raydp")
     import raydp
 
     if not isinstance(cluster, ClusterClient):

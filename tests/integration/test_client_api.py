@@ -218,3 +218,35 @@ def test_asyncio_producer_and_consumer(kcluster, topic_name):
         assert ticks > 20
 
     asyncio.run(main())
+
+
+def test_local_cluster_leaves_the_users_ray_settings_alone(tmp_path):
+    """In a fresh process: local_cluster starts its private Ray with kcoord's settings, but
+    the driver stays in Ray's anonymous namespace and the process environment is as it was
+    (a later ray.init by the user sees no kcoord setting)."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    code = """
+import json, os, ray, kcoord
+before = {k: v for k, v in os.environ.items() if k.startswith("RAY_")}
+with kcoord.local_cluster(brokers=1, group_coordinators=0) as c:
+    ns = ray.get_runtime_context().namespace
+    kcoord.Admin(c).create_topic("t", partitions=1, replication_factor=1)
+    with kcoord.Producer(c) as p:
+        p.send("t", b"x").get(timeout=30)
+    during = {k: v for k, v in os.environ.items() if k.startswith("RAY_")}
+print(json.dumps({"ns": ns, "before": before, "during": during}))
+"""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
+    env["PYTHONPATH"] = str(Path(__file__).resolve().parents[2])
+    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    doc = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert doc["ns"] != "kcoord", "the user's driver was moved into kcoord's namespace"
+    from kcoord.cluster.local import LOCAL_RAY_ENV
+
+    # (Ray itself sets RAY_CLIENT_MODE and RAY_USAGE_STATS_ENABLED in its driver.)
+    assert not set(LOCAL_RAY_ENV) & (set(doc["during"]) | set(doc["before"])), "local_cluster changed the process environment"
