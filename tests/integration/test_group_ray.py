@@ -184,8 +184,13 @@ def test_member_that_stops_heartbeating_is_removed_after_session_timeout(groups,
     session_ms = 1500
     a = Member(groups, group_id, topic12, session_timeout_ms=session_ms)
     b = Member(groups, group_id, topic12, session_timeout_ms=session_ms)
+    revoked: list = []
+    lost: list = []
+    b.member.subscribe([topic12], on_revoke=revoked.append, on_lost=lost.append)  # same topics: callbacks only
     try:
         d = wait_until(lambda: stable_with(admin, group_id, [a, b]), timeout=60, what="2 members stable")
+        held = sorted(b.host.assigned)
+        revoked.clear()
         # b hangs: no heartbeats, no polls, no LeaveGroup.
         b.polling = False
         pause_heartbeats(b.member)
@@ -199,6 +204,8 @@ def test_member_that_stops_heartbeating_is_removed_after_session_timeout(groups,
         b.polling = True
         wait_until(lambda: stable_with(admin, group_id, [a, b]), timeout=30, what="b rejoined")
         assert sorted(a.partitions() | b.partitions()) == list(range(12))
+        # fenced: b was told its partitions were lost (no commit possible), not revoked
+        assert [sorted(ps) for ps in lost] == [held] and revoked == [], (lost, revoked)
     finally:
         close_all([a, b])
 

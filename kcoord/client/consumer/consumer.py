@@ -145,7 +145,7 @@ class Consumer:
         self.value_deserializer = value_deserializer
         self.metadata_max_age_ms = metadata_max_age_ms
         self._pattern: re.Pattern | None = None
-        self._pattern_callbacks: tuple[Any, Any] = (None, None)
+        self._pattern_callbacks: tuple[Any, Any, Any] = (None, None, None)
         self._pattern_checked = 0.0
         self._metrics = {"records_consumed": 0, "polls": 0, "pattern_refreshes": 0}
         self._backoff_s = retry_backoff_ms / 1000
@@ -232,7 +232,12 @@ class Consumer:
         return set(self._topics)
 
     def subscribe(
-        self, topics: Iterable[str] | str = (), pattern: "str | re.Pattern | None" = None, on_assign: Any = None, on_revoke: Any = None
+        self,
+        topics: Iterable[str] | str = (),
+        pattern: "str | re.Pattern | None" = None,
+        on_assign: Any = None,
+        on_revoke: Any = None,
+        on_lost: Any = None,
     ) -> None:
         """Join the group and consume what it assigns from ``topics``, or from every topic
         matching the regular expression ``pattern`` (``re.match``; internal topics
@@ -240,20 +245,23 @@ class Consumer:
         the consumer is not in the group). The join happens in the next poll.
         ``on_revoke(partitions)`` runs before a rebalance takes partitions away (commit
         there when committing manually), ``on_assign(partitions)`` after the new ones
-        arrive; both in the polling thread."""
+        arrive; ``on_lost(partitions)`` instead of ``on_revoke`` when the consumer was fenced
+        (its session expired: the partitions may already belong to another member and
+        committing is no longer possible; default: ``on_revoke``); all in the polling
+        thread."""
         self._check_open()
         self._require_group("subscribe()")
         if pattern is not None:
             if topics:
                 raise ValueError("subscribe() takes topics or pattern=, not both")
             self._pattern = re.compile(pattern) if isinstance(pattern, str) else pattern
-            self._pattern_callbacks = (on_assign, on_revoke)
+            self._pattern_callbacks = (on_assign, on_revoke, on_lost)
             self._refresh_pattern()
             return
         if not topics:
             raise ValueError("subscribe() needs topics or pattern= (use unsubscribe() to stop)")
         self._pattern = None
-        self._group.subscribe([topics] if isinstance(topics, str) else topics, on_assign=on_assign, on_revoke=on_revoke)
+        self._group.subscribe([topics] if isinstance(topics, str) else topics, on_assign=on_assign, on_revoke=on_revoke, on_lost=on_lost)
 
     def _refresh_pattern(self) -> None:
         """Subscribe the group to the topics the pattern matches now."""
@@ -266,8 +274,8 @@ class Consumer:
         if matched == sorted(self._group.subscription()):
             return
         if matched:
-            on_assign, on_revoke = self._pattern_callbacks
-            self._group.subscribe(matched, on_assign=on_assign, on_revoke=on_revoke)
+            on_assign, on_revoke, on_lost = self._pattern_callbacks
+            self._group.subscribe(matched, on_assign=on_assign, on_revoke=on_revoke, on_lost=on_lost)
         elif self._group.subscribed:
             self._group.unsubscribe()
             self._set_assignment([])

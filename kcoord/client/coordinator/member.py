@@ -158,6 +158,7 @@ class GroupMember:
         self._topics: list[str] = []
         self._on_assign: Callback | None = None
         self._on_revoke: Callback | None = None
+        self._on_lost: Callback | None = None
         self._member_id = NO_MEMBER_ID
         self._generation = NO_GENERATION
         self._protocol: str | None = None
@@ -225,9 +226,12 @@ class GroupMember:
     # subscription
     # ======================================================================================
 
-    def subscribe(self, topics: Iterable[str], on_assign: Callback | None = None, on_revoke: Callback | None = None) -> None:
+    def subscribe(
+        self, topics: Iterable[str], on_assign: Callback | None = None, on_revoke: Callback | None = None, on_lost: Callback | None = None
+    ) -> None:
         """Consume ``topics`` as a member of the group; the (re)join happens in the next poll.
-        ``on_assign(partitions)``/``on_revoke(partitions)`` run in the poll thread."""
+        ``on_assign(partitions)``/``on_revoke(partitions)``/``on_lost(partitions)`` run in the
+        poll thread (``on_lost`` defaults to ``on_revoke``)."""
         topics = sorted(set(topics if not isinstance(topics, str) else [topics]))
         if not topics:
             raise ValueError("subscribe needs at least one topic (use unsubscribe() to stop)")
@@ -237,7 +241,7 @@ class GroupMember:
         with self._lock:
             changed = topics != self._topics
             self._topics = topics
-            self._on_assign, self._on_revoke = on_assign, on_revoke
+            self._on_assign, self._on_revoke, self._on_lost = on_assign, on_revoke, on_lost
             if changed:
                 self._rejoin_needed = True
         self._ensure_heartbeat_thread()
@@ -446,7 +450,13 @@ class GroupMember:
                 self.commit()
             except KafkaError as exc:
                 logger.warning("%s auto-commit before revoking failed: %s", self._tag(), exc)
-        self._call_back(self._on_revoke, list(assigned), "on_revoke")
+        if valid or not assigned:
+            self._call_back(self._on_revoke, list(assigned), "on_revoke")
+        else:
+            # Fenced (session expired, generation gone): the partitions may already be
+            # someone else's and nothing can be committed for them (Kafka's
+            # onPartitionsLost); without on_lost, on_revoke is told, as in Kafka.
+            self._call_back(self._on_lost or self._on_revoke, list(assigned), "on_lost")
         with self._lock:
             self._assigned = None
         if self.host is not None:
