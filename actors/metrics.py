@@ -140,8 +140,10 @@ class ReplicaMetricsExporter:
 
 
 class GroupMetricsExporter:
-    """Per-group gauges and counters through ``ray.util.metrics`` (lag is Admin's job: it
-    needs the log-end offsets of the consumed topics, which the coordinator does not track)."""
+    """Per-group gauges and counters through ``ray.util.metrics``. Lag is the partition's
+    high watermark (``kcoord_replica_high_watermark`` of its leader) minus the group's
+    ``kcoord_group_committed_offset``: the coordinator exports the second, the replicas the
+    first, and the dashboard subtracts (the coordinator does not track log ends)."""
 
     def __init__(self, cluster: str, index: int) -> None:
         tags = ("cluster", "coordinator", "group")
@@ -153,7 +155,13 @@ class GroupMetricsExporter:
         self._loaded = Gauge(
             "kcoord_group_coordinator_loaded", "1 once the coordinator replayed its partition", tag_keys=("cluster", "coordinator")
         )
+        self._committed = Gauge(
+            "kcoord_group_committed_offset",
+            "Offset a consumer group committed for a partition (lag: the partition's HW minus this)",
+            tag_keys=("cluster", "coordinator", "group", "topic", "partition"),
+        )
         self._generations: dict[str, int] = {}
+        self._committed_values: dict[tuple[str, str, int], int] = {}
 
     def _tags(self, group_id: str) -> dict[str, str]:
         return {**self._base, "group": group_id}
@@ -175,3 +183,8 @@ class GroupMetricsExporter:
             if before is not None and group.generation_id > before:
                 self._rebalances.inc(group.generation_id - before, tags=tags)
             self._generations[group_id] = group.generation_id
+            for (topic, partition), committed in core.committed_offsets(group_id).items():
+                key = (group_id, topic, partition)
+                if self._committed_values.get(key) != committed.offset:  # idle groups set nothing
+                    self._committed.set(float(committed.offset), tags={**tags, "topic": topic, "partition": str(partition)})
+                    self._committed_values[key] = committed.offset

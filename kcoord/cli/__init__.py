@@ -53,9 +53,9 @@ def cli(ctx: click.Context, name: str, namespace: str, address: str, debug: bool
 
 
 def _register() -> None:
-    from . import bench, clients, cluster_cmds, demo, groups, topics
+    from . import bench, clients, cluster_cmds, dashboard, demo, groups, topics
 
-    for module in (cluster_cmds, topics, clients, groups, demo, bench):
+    for module in (cluster_cmds, topics, clients, groups, dashboard, demo, bench):
         for command in module.COMMANDS:
             cli.add_command(command)
 

@@ -24,7 +24,7 @@ COMMANDS = all_commands()
 
 def test_the_commands_of_the_issue_exist():
     assert set(COMMANDS) >= {
-        ("up",), ("down",), ("status",), ("produce",), ("consume",), ("demo",), ("bench",),
+        ("up",), ("down",), ("status",), ("produce",), ("consume",), ("demo",), ("bench",), ("dashboard",),
         ("topics",), ("topics", "create"), ("topics", "list"), ("topics", "describe"), ("topics", "delete"),
         ("groups",), ("groups", "list"), ("groups", "describe"), ("groups", "reset-offsets"),
     }

@@ -62,3 +62,26 @@ def test_counters_export_deltas_and_export_is_rate_limited(exporter):
     assert [v for v, _ in exporter._counters["produce_bytes"].values] == [1000.0, 500.0]
     # an unchanged counter records nothing
     assert [v for v, _ in exporter._counters["produce_requests"].values] == [2.0]
+
+
+def test_group_exporter_publishes_committed_offsets_for_lag(monkeypatch):
+    """Lag on the dashboard is the leader's HW minus the group's committed offset: the
+    coordinator publishes the committed offset per group and partition, only on change."""
+    monkeypatch.setattr(metrics, "Gauge", Recorder)
+    monkeypatch.setattr(metrics, "Counter", Recorder)
+    ex = metrics.GroupMetricsExporter("c1", 0)
+    offsets = {("events", 0): SimpleNamespace(offset=40), ("events", 1): SimpleNamespace(offset=7)}
+    core = SimpleNamespace(
+        group_ids=lambda: ["g"],
+        group=lambda gid: SimpleNamespace(members={"m": 1}, generation_id=3),
+        committed_offsets=lambda gid: offsets,
+    )
+    ex.export(core, loaded=True)
+    got = {(t["topic"], t["partition"]): v for v, t in ex._committed.values}
+    assert ex._committed.name == "kcoord_group_committed_offset" and got == {("events", "0"): 40.0, ("events", "1"): 7.0}
+    assert ex._committed.values[0][1] == {"cluster": "c1", "coordinator": "0", "group": "g", "topic": "events", "partition": "0"}
+    ex.export(core, loaded=True)
+    assert len(ex._committed.values) == 2, "unchanged offsets are not set again"
+    offsets[("events", 1)] = SimpleNamespace(offset=9)
+    ex.export(core, loaded=True)
+    assert ex._committed.values[-1][0] == 9.0 and len(ex._committed.values) == 3
