@@ -100,6 +100,9 @@ class AlterPartitionRequest(Message):
     leader_epoch: int
     partition_epoch: int
     new_isr: list[int]
+    # The process of each follower in ``new_isr`` whose fetches the leader judged (KIP-903):
+    # a member that restarted since (maybe without its log) is refused as ineligible.
+    incarnations: dict[int, str] = field(default_factory=dict)
 
 
 @register

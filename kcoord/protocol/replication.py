@@ -62,6 +62,9 @@ class FetchRequest(Message):
     current_leader_epoch: int = -1
     # The requester's Ray node id: a leader on the same node may answer with file hints.
     node_id: str = ""
+    # A follower's process (its incarnation): the leader's view of a follower is only as
+    # good as the process it came from (KIP-903's broker epoch, per replica).
+    replica_incarnation: str = ""
 
 
 @register

@@ -368,14 +368,18 @@ class ControllerState:
         if p.leader not in new_isr or any(b not in p.replicas for b in new_isr):
             return answer(ErrorCode.INVALID_REQUEST, f"ISR {req.new_isr} must contain the leader and only replicas of {p.replicas}"), []
         added = [b for b in new_isr if b not in p.isr]
-        ineligible = [b for b in added if not self.detector.is_alive(ReplicaId(p.topic, p.partition, b))]
+        ineligible = [
+            b
+            for b in added
+            if not self.detector.is_alive(ReplicaId(p.topic, p.partition, b)) or self._stale_process(ReplicaId(p.topic, p.partition, b), req)
+        ]
         if ineligible:
             # Refused, but a copy of this very request may still arrive (Ray retries a call,
             # the network repeats it) once the replica is live, and be applied while the
             # leader, told "no", computes its HW without it. A new partition epoch makes any
             # copy stale; the leader adopts it from this answer.
             p.partition_epoch += 1
-            return answer(ErrorCode.INELIGIBLE_REPLICA, f"replicas {ineligible} are not live and cannot join the ISR"), [
+            return answer(ErrorCode.INELIGIBLE_REPLICA, f"replicas {ineligible} are not live (or restarted since the leader judged them) and cannot join the ISR"), [
                 Persist(partition_key(p.topic, p.partition), p.encode())
             ]
         removed = [b for b in p.isr if b not in new_isr]
@@ -516,6 +520,13 @@ class ControllerState:
         if behind or (status.leader_epoch == p.leader_epoch and status.role != expected_role):
             return self._send_state(p, [replica.broker])
         return []
+
+    def _stale_process(self, replica: ReplicaId, req: AlterPartitionRequest) -> bool:
+        """Whether the leader judged ``replica`` caught up from fetches of a process that is
+        no longer the one running (KIP-903): that process's log may be gone."""
+        seen = req.incarnations.get(replica.broker)
+        known = self._incarnation.get(replica)
+        return bool(seen and known and seen != known)
 
     def _storage_changed(self, replica: ReplicaId, storage: str) -> bool:
         """Whether a restarted replica may have lost writes it had not flushed: yes unless

@@ -91,6 +91,7 @@ class Follower:
             replica_id=st.broker,
             current_leader_epoch=self.epoch,
             node_id=st.node_id,
+            replica_incarnation=st.incarnation,
         )
         self.in_flight = request
         st.emit(SendFetch(self.leader, request))

@@ -32,8 +32,13 @@ class FollowerProgress:
     last_fetch_ms: int = UNKNOWN
     leader_leo_at_last_fetch: int = UNKNOWN
     last_caught_up_ms: int = UNKNOWN
+    incarnation: str = ""  # the follower process these figures come from
 
-    def on_fetch(self, fetch_offset: int, leader_leo: int, now_ms: int) -> None:
+    def on_fetch(self, fetch_offset: int, leader_leo: int, now_ms: int, incarnation: str = "") -> None:
+        if incarnation and incarnation != self.incarnation:
+            # Another process of that follower: what we knew of the old one says nothing.
+            self.last_fetch_ms = self.leader_leo_at_last_fetch = self.last_caught_up_ms = UNKNOWN
+            self.incarnation = incarnation
         if fetch_offset >= leader_leo:
             self.last_caught_up_ms = now_ms
         elif self.last_fetch_ms >= 0 and fetch_offset >= self.leader_leo_at_last_fetch:

@@ -251,7 +251,7 @@ class Leader:
         if from_follower:
             progress = self.isr.followers.get(req.replica_id)
             if progress is not None:
-                progress.on_fetch(req.fetch_offset, leo, now_ms)
+                progress.on_fetch(req.fetch_offset, leo, now_ms, req.replica_incarnation)
             self.maybe_advance_hw(now_ms)
             self.maybe_propose_isr(now_ms)
         waiter = FetchWaiter(token, req, now_ms + max(0, req.max_wait_ms), from_follower)
@@ -353,6 +353,7 @@ class Leader:
             leader_epoch=st.leader_epoch,
             partition_epoch=st.partition_epoch,
             new_isr=proposal,
+            incarnations={b: p.incarnation for b, p in isr.followers.items() if b in proposal and p.incarnation},
         )
         isr.pending_isr = proposal
         isr.alter_request = request

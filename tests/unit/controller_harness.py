@@ -114,7 +114,15 @@ class Harness:
         self.core.on_heartbeat_sent(rid, self.now)
         return self.apply(self.core.on_heartbeat(rid, HeartbeatResponse(**fields), self.now))
 
-    def alter(self, new_isr, leader: int | None = None, leader_epoch: int | None = None, partition_epoch: int | None = None, partition: int = 0):
+    def alter(
+        self,
+        new_isr,
+        leader: int | None = None,
+        leader_epoch: int | None = None,
+        partition_epoch: int | None = None,
+        partition: int = 0,
+        incarnations: dict | None = None,
+    ):
         p = self.partition(partition)
         req = AlterPartitionRequest(
             topic=TOPIC,
@@ -123,6 +131,7 @@ class Harness:
             leader_epoch=p.leader_epoch if leader_epoch is None else leader_epoch,
             partition_epoch=p.partition_epoch if partition_epoch is None else partition_epoch,
             new_isr=list(new_isr),
+            incarnations=dict(incarnations or {}),
         )
         resp, actions = self.core.alter_partition(req, self.now)
         self.apply(actions)

@@ -240,3 +240,17 @@ def test_metrics_snapshot_counts():
     assert snap["under_replicated_partitions"] == 2 and snap["offline_partitions"] == 0
     assert snap["controller_epoch"] == 1
     assert snap["failover_ms_p50"] == -1.0, "no new leader confirmed yet"
+
+
+def test_alter_partition_refuses_a_member_judged_from_a_process_that_restarted():
+    """Seed 100472 (KIP-903): the leader still held a follower's progress from before a power
+    loss and proposed it for the ISR; the restarted process had an empty log."""
+    h = Harness()
+    h.create()
+    h.dead(2)
+    h.beat(2, incarnation="new")  # 2 restarted and answers again
+    resp, _ = h.alter([0, 1, 2], incarnations={1: "i0", 2: "old"})
+    assert resp.error_code == ErrorCode.INELIGIBLE_REPLICA and "restarted" in resp.error_message
+    assert h.stored().isr == [0, 1]
+    resp, _ = h.alter([0, 1, 2], incarnations={2: "new"})
+    assert resp.error_code == 0 and h.stored().isr == [0, 1, 2]

@@ -284,3 +284,25 @@ def test_hw_moves_with_the_isr_alone_when_every_append_is_fsynced():
     leader_and_isr(r, lai(0, 1, (0,)), 0)
     produce(r, batch(4), "p", now=0, acks=1)
     assert r.hw == 4, "durable topics keep the classic rule (no ELR to protect)"
+
+
+def test_a_restarted_followers_old_progress_is_forgotten():
+    """KIP-903: progress measured on one process of a follower says nothing of the next."""
+    from kcoord.replication.isr import FollowerProgress
+
+    p = FollowerProgress(1)
+    p.on_fetch(10, 10, now_ms=5, incarnation="a")
+    assert p.last_caught_up_ms == 5 and p.incarnation == "a"
+    p.on_fetch(0, 10, now_ms=6, incarnation="b")
+    assert (p.log_end_offset, p.last_caught_up_ms, p.incarnation) == (0, -1, "b")
+
+
+def test_isr_proposal_names_the_processes_it_judged():
+    r = leader(isr=(0, 1))
+    produce(r, batch(2), "p", now=0, acks=1)
+    r.leading.isr.followers[1].incarnation = "f1"
+    acts = follower_fetch(r, 2, 2, "f2", 1, epoch=1)
+    alters = of_type(acts, SendAlterPartition)
+    assert alters, "follower 2 caught up: the leader proposes it"
+    assert alters[-1].request.new_isr == [0, 1, 2]
+    assert alters[-1].request.incarnations == {1: "f1"}, "only processes the leader has heard from"
