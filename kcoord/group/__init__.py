@@ -2,7 +2,7 @@
 
 * :mod:`.coordinator` -- :class:`GroupCoordinatorState`, Kafka's classic group protocol as a
   state machine over all groups of one ``__consumer_offsets`` partition.
-* :mod:`.actions` -- what it asks the shell to do: :class:`Reply`, :class:`Persist`.
+* :mod:`.actions` -- what it asks the shell to do: :class:`Reply`, :class:`AppendRecords`.
 * :mod:`.records` -- the ``__consumer_offsets`` record format (offset commits, group
   metadata) and its decoder.
 * :mod:`.assignors` -- range, roundrobin and sticky assignors, run by the leader member.
@@ -24,7 +24,7 @@ A shell (the GroupCoordinatorActor) drives the state machine like this::
         for a in actions:
             if isinstance(a, Reply):
                 resolve(a.token, a.response)
-            elif isinstance(a, Persist):             # in order, acks=all
+            elif isinstance(a, AppendRecords):       # in order, acks=all
                 append_in_order(a.records, done=lambda err, pid=a.persist_id:
                                 run(coord.on_persisted(pid, err, now_ms())))
         rearm_timer(coord.next_deadline(), lambda: run(coord.tick(now_ms())))
@@ -32,7 +32,7 @@ A shell (the GroupCoordinatorActor) drives the state machine like this::
     # losing the partition (or stopping): run(coord.close(ErrorCode.NOT_COORDINATOR))
 """
 
-from .actions import Action, Persist, Reply
+from .actions import Action, AppendRecords, Reply
 from .assignors import ASSIGNORS, Assignor, RangeAssignor, RoundRobinAssignor, StickyAssignor, get_assignor
 from .config import GroupConfig
 from .coordinator import GroupCoordinatorState, commit_error_for_append, group_error_for_append
@@ -51,7 +51,7 @@ __all__ = [
     "GroupState",
     "MemberMetadata",
     "OFFSETS_TOPIC",
-    "Persist",
+    "AppendRecords",
     "RangeAssignor",
     "Reply",
     "RoundRobinAssignor",

@@ -23,19 +23,20 @@ class Reply:
 
 
 @dataclass(frozen=True)
-class Persist:
+class AppendRecords:
     """Append ``records`` (key, value-or-tombstone) to this coordinator's partition of
     ``__consumer_offsets`` with acks=all, then report the outcome with
     ``on_persisted(persist_id, error_code, now_ms)``.
 
-    Appends must land in the order the Persist actions were emitted (one append in flight,
-    or an order-preserving pipeline); consecutive Persists may be merged into one append as
-    long as each id is reported. The state machine applies outcomes in emission order, so
-    that its memory matches what a replay of the log would rebuild."""
+    Appends must land in the order the AppendRecords actions were emitted (one append in
+    flight, or an order-preserving pipeline); consecutive ones may be merged into one append
+    as long as each id is reported. The state machine applies outcomes in emission order, so
+    that its memory matches what a replay of the log would rebuild. (Not to be confused
+    with the controller's ``Persist``, a metadata-store write.)"""
 
     persist_id: int
     records: list[tuple[bytes, bytes | None]] = field(default_factory=list)
     reason: str = ""
 
 
-Action = Reply | Persist
+Action = Reply | AppendRecords

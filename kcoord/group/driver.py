@@ -21,7 +21,7 @@ roll an offset back. A retried append reuses its sequence numbers and is dedupli
 an append whose outcome stays unknown the driver moves to a new epoch, so that append can no
 longer land behind later ones either. An incarnation that finds itself fenced stops serving.
 
-**Persist pipeline.** The core's Persist actions are appended in emission order, one append
+**Append pipeline.** The core's AppendRecords actions are appended in emission order, one append
 in flight, consecutive ones merged into one batch, each retried on retriable errors until
 ``persist_timeout_ms``; every id's outcome is reported back in order.
 """
@@ -42,7 +42,7 @@ from ..protocol.errors import METADATA_REFRESH, RETRIABLE, DecodeError, ErrorCod
 from ..protocol.group import RESPONSE_FOR, FindCoordinatorRequest, error_response
 from ..protocol.replication import FetchRequest, FetchResponse, ProduceRequest, ProduceResponse
 from ..runtime import Alarm, Clock, Outcome, ReplyFn, Transport
-from .actions import Persist, Reply
+from .actions import AppendRecords, Reply
 from .coordinator import GroupCoordinatorState
 from .records import OFFSETS_TOPIC, coordinator_epoch_record, decode_record
 
@@ -110,7 +110,7 @@ class GroupCoordinatorDriver:
         self._fence_offset: int | None = None
         self._load_attempts = 0
         # persist pipeline
-        self._queue: deque[Persist] = deque()
+        self._queue: deque[AppendRecords] = deque()
         self._writing = False
         self.appends = 0
         self.appended_records = 0
@@ -383,10 +383,10 @@ class GroupCoordinatorDriver:
         attempt()
 
     def _pump(self) -> None:
-        """The single writer: the next merged batch of queued Persist actions."""
+        """The single writer: the next merged batch of queued AppendRecords actions."""
         if self._writing or not self._queue or self.closed or not self.loaded or self.fenced:
             return
-        taken: list[Persist] = []
+        taken: list[AppendRecords] = []
         records: list[tuple[bytes, bytes | None]] = []
         limit = self.timeouts.max_records_per_append
         while self._queue and (not taken or len(records) + len(self._queue[0].records) <= limit):
@@ -454,7 +454,7 @@ class GroupCoordinatorDriver:
                 waiter = self._waiters.pop(action.token, None)
                 if waiter is not None:
                     waiter[1](action.response)
-            elif isinstance(action, Persist):
+            elif isinstance(action, AppendRecords):
                 self._queue.append(action)
             else:  # pragma: no cover - a new action kind this driver must learn
                 raise TypeError(f"unknown group coordinator action {action!r}")

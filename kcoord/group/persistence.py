@@ -1,10 +1,10 @@
 """What the group coordinator writes to ``__consumer_offsets``, and how it reads it back.
 
 * The writes it waits on (:class:`CommitWrite`, :class:`SyncWrite`...), each describing what
-  to do when its Persist action is acknowledged or fails, and Kafka's mapping of a failed
+  to do when its AppendRecords action is acknowledged or fails, and Kafka's mapping of a failed
   append to the error a client should hear.
 * The :class:`Persistence` mixin of :class:`kcoord.group.coordinator.GroupCoordinatorState`:
-  emitting Persist actions, dispatching their outcomes (in emission order) to the part of
+  emitting AppendRecords actions, dispatching their outcomes (in emission order) to the part of
   the protocol that waits on them, encoding a group's metadata record, and rebuilding groups
   from a replay of the partition.
 """
@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any, Iterable
 
 from ..protocol.errors import ErrorCode
-from .actions import Persist
+from .actions import AppendRecords
 from .metadata import EMPTY, STABLE, CommittedOffset, GroupMetadata, MemberMetadata
 from .records import (
     GroupKey,
@@ -146,18 +146,18 @@ def replay(
 
 
 class Persistence:
-    """Persist actions, their outcomes, group records and replay (mixed into
+    """AppendRecords actions, their outcomes, group records and replay (mixed into
     GroupCoordinatorState)."""
 
     def _persist(self, records: list[Record], pending: PendingWrite, reason: str) -> int:
         pid = self._next_persist_id
         self._next_persist_id += 1
         self._inflight[pid] = InflightWrite(pending)
-        self._out.append(Persist(pid, records, reason))
+        self._out.append(AppendRecords(pid, records, reason))
         return pid
 
     def _complete_write(self, persist_id: int, pending: PendingWrite, code: int, now_ms: int) -> None:
-        """Apply the outcome of Persist ``persist_id`` (called in emission order)."""
+        """Apply the outcome of AppendRecords ``persist_id`` (called in emission order)."""
         if isinstance(pending, CommitWrite):
             self._complete_commit(pending, code, now_ms)
         elif isinstance(pending, SyncWrite):

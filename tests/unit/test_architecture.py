@@ -17,6 +17,8 @@ ACTION_TYPES = {
     "SendFetch",
     "SendOffsetsForLeaderEpoch",
     "SendAlterPartition",
+    # group coordinator
+    "AppendRecords",
     # controller
     "Persist",
     "CreateReplica",

@@ -1,7 +1,7 @@
 """A tiny in-memory shell for GroupCoordinatorState, shared by the test_group_* modules.
 
 It plays the actor's part: hands out tokens, collects Replies (checking each token is
-answered exactly once), appends Persist records to an in-memory log and reports the outcome
+answered exactly once), performs AppendRecords on an in-memory log and reports the outcome
 (at once, or when the test says so), and moves an explicit clock. No Ray, no sleeps.
 """
 
@@ -10,7 +10,7 @@ from __future__ import annotations
 import itertools
 from typing import Any, Iterable
 
-from kcoord.group import GroupConfig, GroupCoordinatorState, Persist, Reply
+from kcoord.group import AppendRecords, GroupConfig, GroupCoordinatorState, Reply
 from kcoord.group.assignors import get_assignor
 from kcoord.protocol.codec import Message
 from kcoord.protocol.errors import ErrorCode as E
@@ -68,7 +68,7 @@ class Shell:
         self.now = now
         self.auto_persist = auto_persist
         self.log: list[tuple[bytes, bytes | None]] = []
-        self.pending: list[Persist] = []
+        self.pending: list[AppendRecords] = []
         self.replies: dict[Any, Message] = {}
         self.answered: set[Any] = set()
         self._tokens = itertools.count(1)
@@ -80,7 +80,7 @@ class Shell:
                 assert action.token not in self.answered, f"token {action.token} answered twice"
                 self.answered.add(action.token)
                 self.replies[action.token] = action.response
-            elif isinstance(action, Persist):
+            elif isinstance(action, AppendRecords):
                 if self.auto_persist:
                     self.log.extend(action.records)
                     self.run(self.coord.on_persisted(action.persist_id, 0, self.now))
@@ -89,8 +89,8 @@ class Shell:
             else:  # pragma: no cover
                 raise AssertionError(f"unexpected action {action!r}")
 
-    def complete(self, error: int = 0, index: int = 0) -> Persist:
-        """Report the outcome of a held Persist (the oldest by default)."""
+    def complete(self, error: int = 0, index: int = 0) -> AppendRecords:
+        """Report the outcome of a held append (the oldest by default)."""
         p = self.pending.pop(index)
         if error == 0:
             self.log.extend(p.records)
