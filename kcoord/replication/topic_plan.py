@@ -23,6 +23,9 @@ LOG_KEYS = frozenset(
         "flush.ms",
         "max.message.bytes",
         "cleanup.policy",
+        "delete.retention.ms",
+        "min.cleanable.dirty.ratio",
+        "min.compaction.lag.ms",
     }
 )
 TOPIC_CONFIG_KEYS = REPLICATION_KEYS | LOG_KEYS
