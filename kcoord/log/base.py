@@ -15,6 +15,7 @@ directory runs recovery, which is built to make sense of exactly that.
 from __future__ import annotations
 
 import functools
+import os
 from abc import ABC, abstractmethod
 from typing import Callable, Iterator, NamedTuple, Sequence, TypeVar
 
@@ -80,9 +81,10 @@ class BaseLog(ABC):
     epoch_cache: LeaderEpochCache
     producer_state: ProducerStateManager
     _file_hints = False  # whether locate() may point readers at files (see Log)
-    validate_records = True
+    validate_records = os.environ.get("KCOORD_VALIDATE_RECORDS", "1") != "0"
     """Decode and check every producer batch before appending it (records.validate_produce_batch).
-    Off only to measure what the checks cost (benchmarks/produce_validation.py)."""
+    Off (``KCOORD_VALIDATE_RECORDS=0`` in the replicas' environment) only to measure what the
+    checks cost (benchmarks/produce_validation.py)."""
 
     def __init__(self, config: LogConfig, now_ms: int | None) -> None:
         self.config = config
