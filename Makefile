@@ -9,10 +9,11 @@ JOBS ?= 0
 
 .PHONY: demo test unit sim chaos bench clean-venv
 
-$(STAMP): pyproject.toml
+# The tested set of every dependency: constraints.txt (pyproject.toml has the ranges).
+$(STAMP): pyproject.toml constraints.txt
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[test,bench]'
+	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[spark,data,bench,test]'
 	@touch $(STAMP)
 
 demo: $(STAMP)

@@ -19,7 +19,7 @@ from typing import Any, Callable
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from kcoord.client.liveness import actor_state
+from kcoord.calls import CallFailed, Handles, actor_state
 from kcoord.protocol import names
 from kcoord.protocol.codec import Message
 from kcoord.protocol.controller import (
@@ -36,7 +36,6 @@ from kcoord.replication.controller_driver import CREATED, EXISTS, FAILED, REPLAC
 from kcoord.replication.metadata import PartitionState
 from kcoord.replication.metastore import FileStore, MemoryStore
 
-from .calls import CallFailed, Handles
 from .metrics import ControllerMetricsExporter
 from .replica import ReplicaActor
 from .runtime import AsyncioClock, RayTransport, ray_alive_nodes

@@ -5,7 +5,7 @@ They are written by :func:`kcoord.cluster.groups.configure_group_coordinators`.
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import Any
 
 
 # Key of the cluster-wide group config overrides in the cluster's GCS KV namespace.

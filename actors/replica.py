@@ -26,17 +26,16 @@ from kcoord.log.hints import read_hinted
 from kcoord.protocol import names
 from kcoord.protocol.codec import Message
 from kcoord.protocol.controller import HeartbeatRequest, LeaderAndIsrRequest
-from kcoord.protocol.errors import DecodeError, ErrorCode
+from kcoord.protocol.errors import DecodeError
 from kcoord.protocol.replication import (
     FetchRequest,
-    FetchResponse,
     ListOffsetsRequest,
     OffsetsForLeaderEpochRequest,
     ProduceRequest,
 )
 from kcoord.replication.config import ReplicationConfig
-from kcoord.replication.replica import Replica
-from kcoord.replication.replica_driver import ERROR_RESPONSE, ReplicaDriver
+from kcoord.replication.replica import RESPONSE_FOR, Replica
+from kcoord.replication.replica_driver import ReplicaDriver
 
 from .metrics import ReplicaMetricsExporter
 from .runtime import AsyncioClock, RayTransport, wall_ms
@@ -131,7 +130,7 @@ class ReplicaActor:
                 self._log("metrics export failed:\n%s", traceback.format_exc(), level=logging.WARNING)
 
     async def _serve(self, data: bytes, request_type: type[Message]) -> bytes:
-        response_type = ERROR_RESPONSE[request_type]
+        response_type = RESPONSE_FOR[request_type]
         try:
             req = request_type.decode(data)
         except DecodeError as exc:

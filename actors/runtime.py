@@ -8,18 +8,13 @@ simulation runs on its fake clock and network.
 from __future__ import annotations
 
 import asyncio
-import time
 from typing import Any, Callable
 
+from kcoord.calls import DEAD, TIMEOUT, CallFailed, Handles
 from kcoord.protocol.codec import Message
 from kcoord.protocol.errors import DecodeError
+from kcoord.records import now_ms as wall_ms
 from kcoord.runtime import Outcome
-
-from .calls import DEAD, TIMEOUT, CallFailed, Handles
-
-
-def wall_ms() -> int:
-    return int(time.time() * 1000)
 
 
 class AsyncioClock:

@@ -52,7 +52,7 @@ class BenchMember:
     records when each generation's assignment arrived."""
 
     def __init__(self, client, group_id: str, topic: str) -> None:
-        from kcoord.client.group_member import GroupMember
+        from kcoord.client.coordinator import GroupMember
 
         self.assigned_at: dict[int, float] = {}
         self.member = GroupMember(

@@ -78,7 +78,7 @@ def summarize(records: int, runs: list[float]) -> dict:
 def raw_batches(values: list[bytes]) -> list[bytes]:
     """The values cut into batches as the Producer cuts them (1 MiB batch_size)."""
     from kcoord import records
-    from kcoord.client.accumulator import BATCH_OVERHEAD, RECORD_OVERHEAD
+    from kcoord.client.producer.batch import BATCH_OVERHEAD, RECORD_OVERHEAD
 
     per_batch = ((1 << 20) - BATCH_OVERHEAD) // (RECORD_OVERHEAD + VALUE)
     now = int(time.time() * 1000)

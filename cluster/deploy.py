@@ -32,7 +32,8 @@ import ray
 from ray.exceptions import GetTimeoutError
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from kcoord.client.cluster import ClusterClient, ClusterNotFoundError, ensure_ray
+from kcoord.client.cluster import ClusterClient, ensure_ray
+from kcoord.client.errors import ClusterNotFoundError
 from kcoord.protocol import names
 
 from .placement import broker_placement, ray_alive_nodes, ray_head_node

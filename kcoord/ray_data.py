@@ -13,7 +13,7 @@ per dataset block under Ray task retries, because block i is produced as produce
 
 from __future__ import annotations
 
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 import pyarrow as pa
 import ray
@@ -89,7 +89,7 @@ def read_plan(
     return ray.data.read_datasource(source, ray_remote_args=ray_remote_args or {})
 
 
-@ray.remote(num_cpus=0.5, max_retries=3, retry_exceptions=[KafkaError, _tasks.InjectedFailure])
+@ray.remote(num_cpus=0.5, max_retries=3, retry_exceptions=[KafkaError])
 def _write_block(
     block: pa.Table,
     index: int,
@@ -99,22 +99,15 @@ def _write_block(
     acks: Any,
     value_format: str,
     columns: dict[str, str],
-    fail_marker: str | None,
+    on_block_written: Callable[[int], Any] | None,
 ) -> tuple[int, int, dict[int, list[int]]]:
     renamed = {}
     for target, source in columns.items():
         renamed[target] = block.column(source)
     table = pa.table(renamed)
     stats = _tasks.produce_batches(ref, topic, table.to_batches(), producer_id=producer_id, acks=acks, value_format=value_format)
-    if fail_marker is not None:
-        # Test hook: fail the first attempt of this block after it produced (a file marks
-        # that the first attempt happened, since Ray tasks do not see their attempt number).
-        import os
-
-        marker = f"{fail_marker}.{index}"
-        if not os.path.exists(marker):
-            open(marker, "w").close()
-            raise _tasks.InjectedFailure(f"test hook: failing block {index} (first attempt) after it produced")
+    if on_block_written is not None:
+        on_block_written(index)
     return index, producer_id if producer_id is not None else -1, stats
 
 
@@ -129,7 +122,7 @@ def write(
     acks: str | int = "all",
     *,
     value_format: str = "json",
-    _fail_marker: str | None = None,
+    on_block_written: Callable[[int], Any] | None = None,
 ) -> WriteResult:
     """Produce every row of ``ds`` to ``topic``, one Ray task per dataset block; columns and
     value encodings as in :func:`kcoord.spark.write`.
@@ -138,6 +131,10 @@ def write(
     its blocks are fixed; block i is produced as producer ``base + i`` at epoch 0 with
     deterministic batches, so a retried task's re-sent batches are dropped by the leaders.
     ``WriteResult.tasks`` counts records per block.
+
+    ``on_block_written(index)``, if given, runs in the task after block ``index`` was
+    produced and acknowledged; a KafkaError it raises fails the task, which Ray retries (up
+    to 3 times). It must be picklable (a function or closure).
     """
     from .spark.frames import ColumnError
 
@@ -162,15 +159,10 @@ def write(
     result.producer_ids = ids
     ref = _tasks.ClusterRef.of(cluster)
     futures = [
-        _write_block.remote(block, i, ref, topic, ids.start + i if exactly_once else None, acks, value_format, columns, _fail_marker)
+        _write_block.remote(block, i, ref, topic, ids.start + i if exactly_once else None, acks, value_format, columns, on_block_written)
         for i, block in enumerate(refs)
     ]
     for index, _, stats in ray.get(futures):
         for p, (records, batches, dups) in stats.items():
-            result.partitions[p] = result.partitions.get(p, 0) + records
-            result.tasks[index] = result.tasks.get(index, 0) + records
-            result.records += records
-            result.batches += batches
-            result.duplicate_batches += dups
-    result.partitions = dict(sorted(result.partitions.items()))
-    return result
+            result.add(index, p, records, batches, dups)
+    return result.sort()

@@ -130,7 +130,7 @@ def describe_exception(exc: BaseException) -> str | None:
         message = exc.message or "(no details)"
         return f"{message} ({exc.name})"
     try:
-        from ..client.cluster import ClusterNotFoundError
+        from ..client.errors import ClusterNotFoundError
         from kcoord.cluster.deploy import ClusterExistsError
     except ImportError:  # pragma: no cover - partial installs
         ClusterNotFoundError = ClusterExistsError = ()  # type: ignore[assignment,misc]

@@ -19,10 +19,13 @@ from ..protocol.controller import (
     MetadataRequest,
     MetadataResponse,
 )
+from ..calls import get_probing
 from ..protocol.errors import ErrorCode, KafkaError, raise_for_error
-from ..protocol.replication import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, ListOffsetsRequest, ListOffsetsResponse
+from ..protocol.replication import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
 from .cluster import ClusterClient
-from .liveness import get_probing
+from .coordinator.commits import commit_inactive_group, require_inactive_group
+from .coordinator.coordinators import GroupCoordinators
+from .types import TopicPartition
 
 _SPEC = {"earliest": EARLIEST_TIMESTAMP, "latest": LATEST_TIMESTAMP}
 
@@ -147,18 +150,8 @@ class Admin:
             raise ValueError(f"offset spec must be 'earliest', 'latest' or a timestamp in ms >= 0, got {spec!r}")
         if partitions is None:
             partitions = self.cluster.partitions_for(topic)
-        out = {}
-        for p in partitions:
-            response = self.cluster.call_leader(
-                topic,
-                p,
-                "list_offsets",
-                lambda epoch, p=p: ListOffsetsRequest(topic=topic, partition=p, timestamp=ts, current_leader_epoch=epoch),
-                ListOffsetsResponse,
-            )
-            raise_for_error(response.error_code, response.error_message or "")
-            out[p] = response.offset
-        return out
+        found = self.cluster.list_offsets([TopicPartition(topic, p) for p in partitions], ts)
+        return {tp.partition: offset for tp, offset in found.items()}
 
     # -- cluster --------------------------------------------------------------------------
     def describe_cluster(self) -> dict:
@@ -173,13 +166,11 @@ class Admin:
         }
 
     # -- consumer groups --------------------------------------------------------------------
-    # Added with the group coordinators; they talk to the GroupCoordinatorActors (not the
-    # controller) through kcoord.client.group_calls.
+    # These talk to the GroupCoordinatorActors (not the controller) through
+    # kcoord.client.coordinator.
 
     @property
-    def _group_coordinators(self) -> Any:
-        from .group_calls import GroupCoordinators
-
+    def _group_coordinators(self) -> GroupCoordinators:
         gc = self.__dict__.get("_gc")
         if gc is None:
             gc = self.__dict__["_gc"] = GroupCoordinators(self.cluster)
@@ -204,26 +195,6 @@ class Admin:
             ]
         return sorted(out, key=lambda g: g["group_id"])
 
-    def _describe_group_raw(self, group_id: str) -> Any:
-        from ..protocol.group import DescribeGroupsRequest, DescribeGroupsResponse
-
-        if not isinstance(group_id, str) or not group_id:
-            raise KafkaError(ErrorCode.INVALID_GROUP_ID, f"group id must be a non-empty string, got {group_id!r}")
-        gc = self._group_coordinators
-        response = gc.call_group(group_id, "describe_groups", DescribeGroupsRequest([group_id]), DescribeGroupsResponse, self._group_timeout_s())
-        described = response.groups[0] if response.groups else None
-        if described is None:
-            raise_for_error(response.error_code or ErrorCode.UNKNOWN_SERVER_ERROR, response.error_message or "no answer for the group")
-        return described
-
-    def _committed_offsets(self, group_id: str) -> dict:
-        from ..protocol.group import OffsetFetchRequest, OffsetFetchResponse
-
-        response = self._group_coordinators.call_group(
-            group_id, "offset_fetch", OffsetFetchRequest(group_id, None), OffsetFetchResponse, self._group_timeout_s()
-        )
-        raise_for_error(response.error_code, response.error_message or f"fetching offsets of group {group_id!r} failed")
-        return response.offsets
 
     def describe_group(self, group_id: str) -> dict:
         """State, generation, protocol, leader and members (id, instance id, client id/host,
@@ -233,7 +204,7 @@ class Admin:
         from ..protocol.errors import DecodeError
         from ..protocol.group import CONSUMER_PROTOCOL_TYPE, Assignment
 
-        g = self._describe_group_raw(group_id)
+        g = self._group_coordinators.describe_group(group_id, self._group_timeout_s())
         if g.error_code == ErrorCode.GROUP_ID_NOT_FOUND:
             raise KafkaError(ErrorCode.GROUP_ID_NOT_FOUND, f"group {group_id!r} does not exist")
         raise_for_error(g.error_code, f"describing group {group_id!r} failed")
@@ -260,7 +231,7 @@ class Admin:
                     "assignment": assignment,
                 }
             )
-        committed = self._committed_offsets(group_id)
+        committed = self._group_coordinators.committed_offsets(group_id, None, self._group_timeout_s())
         keys = {(t, p) for t, parts in committed.items() for p, o in parts.items() if o.offset >= 0} | set(owner)
         log_end: dict[tuple[str, int], int] = {}
         for topic in sorted({t for t, _ in keys}):
@@ -308,22 +279,7 @@ class Admin:
         Refused while the group has members (NON_EMPTY_GROUP, or REBALANCE_IN_PROGRESS
         mid-rebalance): a live consumer would overwrite the reset with its next commit.
         Returns {partition: new offset}."""
-        from ..protocol.group import OffsetCommitPartition, OffsetCommitRequest, OffsetCommitResponse
-
-        g = self._describe_group_raw(group_id)
-        if g.error_code not in (ErrorCode.NONE, ErrorCode.GROUP_ID_NOT_FOUND):
-            raise_for_error(g.error_code, f"describing group {group_id!r} failed")
-        if g.error_code == ErrorCode.NONE and g.members:
-            code = (
-                ErrorCode.REBALANCE_IN_PROGRESS
-                if g.state in ("PreparingRebalance", "CompletingRebalance")
-                else ErrorCode.NON_EMPTY_GROUP
-            )
-            raise KafkaError(
-                code,
-                f"cannot reset offsets of group {group_id!r}: it has {len(g.members)} active member(s) "
-                f"(state {g.state}); the group must be inactive -- close or stop its consumers first",
-            )
+        require_inactive_group(self._group_coordinators, group_id, self._group_timeout_s())
         partitions = self.cluster.partitions_for(topic)  # UNKNOWN_TOPIC_OR_PARTITION if missing
         if isinstance(to, str):
             if to not in ("earliest", "latest"):
@@ -350,20 +306,9 @@ class Admin:
             targets = wanted
         else:
             raise ValueError(f"to must be 'earliest', 'latest' or {{partition: offset}}, got {to!r}")
-        request = OffsetCommitRequest(
-            group_id, topics={topic: {p: OffsetCommitPartition(off) for p, off in sorted(targets.items())}}
+        commit_inactive_group(
+            self._group_coordinators, group_id, {topic: {p: (off, "") for p, off in targets.items()}}, self._group_timeout_s()
         )
-        response = self._group_coordinators.call_group(group_id, "offset_commit", request, OffsetCommitResponse, self._group_timeout_s())
-        codes = {c for parts in response.topics.values() for c in parts.values()} | {response.error_code}
-        codes.discard(ErrorCode.NONE)
-        if ErrorCode.UNKNOWN_MEMBER_ID in codes:
-            raise KafkaError(
-                ErrorCode.NON_EMPTY_GROUP,
-                f"cannot reset offsets of group {group_id!r}: members joined meanwhile; the group must be inactive",
-            )
-        if codes:
-            code = sorted(codes)[0]
-            raise KafkaError(code, f"resetting offsets of group {group_id!r} failed: {response.error_message or ''}")
         return dict(sorted(targets.items()))
 
     def delete_group(self, group_id: str) -> None:

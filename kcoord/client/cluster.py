@@ -9,9 +9,12 @@ NOT_LEADER_OR_FOLLOWER, FENCED_LEADER_EPOCH, LEADER_NOT_AVAILABLE and dead actor
 client refresh it and retry with backoff, up to a deadline.
 
 Actor handles are cached by name too. A call that finds its actor dead or restarting (Ray's
-GCS is asked while it waits, see :mod:`.liveness`), or that times out, drops the cached
+GCS is asked while it waits, see :mod:`kcoord.calls`), or that times out, drops the cached
 handle, so the next attempt looks the actor up again: a replica the controller *recreated*
 is a new actor under the old name, and a handle cached before that never reaches it.
+
+ListOffsets lookups (a consumer's positions, Admin.list_offsets, the offset plans of Spark
+and Ray Data reads) all go through :meth:`ClusterClient.list_offsets`.
 """
 
 from __future__ import annotations
@@ -24,11 +27,14 @@ from typing import Any, Callable, TypeVar
 import ray
 from ray.exceptions import GetTimeoutError, RayActorError
 
+from ..calls import ActorGoneError, HandleCache, call_probing, get_probing
 from ..protocol import names
 from ..protocol.codec import Message
 from ..protocol.controller import MetadataRequest, MetadataResponse, PartitionMetadata, TopicMetadata
-from ..protocol.errors import METADATA_REFRESH, DecodeError, ErrorCode, KafkaError
-from .liveness import ActorGoneError, call_probing, get_probing
+from ..protocol.errors import METADATA_REFRESH, ErrorCode, KafkaError, raise_for_error
+from ..protocol.replication import ListOffsetsRequest, ListOffsetsResponse
+from .errors import ClusterNotFoundError
+from .types import TopicPartition
 
 R = TypeVar("R", bound=Message)
 
@@ -38,10 +44,6 @@ MIN_REFRESH_INTERVAL_S = 0.02
 # this long (or request_timeout_ms if shorter): the leader may be alive per Ray but hung,
 # and the controller elects another within a few seconds.
 LEADER_ATTEMPT_S = 5.0
-
-
-class ClusterNotFoundError(LookupError):
-    """There is no kcoord cluster of that name on the Ray cluster."""
 
 
 def ensure_ray(address: str | None = "auto", namespace: str = names.DEFAULT_NAMESPACE) -> None:
@@ -68,7 +70,7 @@ class ClusterClient:
         self._lock = threading.RLock()
         self._topics: dict[str, TopicMetadata] = {}
         self._brokers: list[int] = []
-        self._handles: dict[str, Any] = {}
+        self._handles = HandleCache(namespace)
         self._last_refresh = 0.0
         self._controller = self._lookup_controller()
 
@@ -94,20 +96,13 @@ class ClusterClient:
         return self._controller
 
     def handle(self, actor_name: str) -> Any:
-        with self._lock:
-            h = self._handles.get(actor_name)
-        if h is None:
-            try:
-                h = ray.get_actor(actor_name, namespace=self.namespace)
-            except ValueError:
-                raise KafkaError(ErrorCode.BROKER_NOT_AVAILABLE, f"actor {actor_name!r} is not running") from None
-            with self._lock:
-                self._handles[actor_name] = h
-        return h
+        try:
+            return self._handles.lookup(actor_name)
+        except ValueError:
+            raise KafkaError(ErrorCode.BROKER_NOT_AVAILABLE, f"actor {actor_name!r} is not running") from None
 
     def forget(self, actor_name: str) -> None:
-        with self._lock:
-            self._handles.pop(actor_name, None)
+        self._handles.forget(actor_name)
 
     def replica_name(self, topic: str, partition: int, broker: int) -> str:
         return names.replica(self.name, topic, partition, broker)
@@ -280,6 +275,52 @@ class ClusterClient:
                 raise KafkaError(ErrorCode.REQUEST_TIMED_OUT, f"{method} on {topic}-{partition} did not succeed in time: {last_error}")
             time.sleep(self.retry_backoff_ms / 1000)
             refresh = True
+
+    def list_offsets(self, partitions: list[TopicPartition], timestamp: int, timeout_ms: int | None = None) -> dict[TopicPartition, int]:
+        """ListOffsets of ``partitions`` (EARLIEST_TIMESTAMP: log start, LATEST_TIMESTAMP: the
+        HW, or a timestamp in ms) from their leaders: sent to every leader at once, and
+        partitions whose first answer is not clean go through :meth:`call_leader`'s
+        retrying path, all within ``timeout_ms`` (default ``request_timeout_ms``). Raises
+        the first partition's KafkaError."""
+        refs: dict[TopicPartition, tuple[Any, Any, str]] = {}
+        for tp in partitions:
+            try:
+                md = self.partition_metadata(tp.topic, tp.partition)
+                if md.leader < 0:
+                    continue
+                req = ListOffsetsRequest(tp.topic, tp.partition, timestamp=timestamp, current_leader_epoch=md.leader_epoch)
+                name = self.replica_name(tp.topic, tp.partition, md.leader)
+                handle = self.handle(name)
+                refs[tp] = (handle.list_offsets.remote(req.encode()), handle, name)
+            except KafkaError:
+                continue
+        out: dict[TopicPartition, int] = {}
+        deadline = time.monotonic() + (timeout_ms or self.request_timeout_ms) / 1000
+        for tp in partitions:
+            sent = refs.get(tp)
+            if sent is not None:
+                ref, handle, name = sent
+                try:
+                    wait = min(self.attempt_timeout_s, max(0.0, deadline - time.monotonic()))
+                    resp = ListOffsetsResponse.decode(get_probing(ref, handle, wait))
+                    if resp.error_code == 0:
+                        out[tp] = resp.offset
+                        continue
+                except (RayActorError, ActorGoneError, GetTimeoutError):
+                    self.forget(name)  # dead, restarting or silent: look it up again
+                except KafkaError:
+                    pass
+            resp = self.call_leader(
+                tp.topic,
+                tp.partition,
+                "list_offsets",
+                lambda epoch, tp=tp: ListOffsetsRequest(tp.topic, tp.partition, timestamp=timestamp, current_leader_epoch=epoch),
+                ListOffsetsResponse,
+                timeout_ms=max(int(self.attempt_timeout_s * 1000), int((deadline - time.monotonic()) * 1000)),
+            )
+            raise_for_error(resp.error_code, resp.error_message or f"ListOffsets on {tp.topic}-{tp.partition} failed")
+            out[tp] = resp.offset
+        return out
 
     @property
     def brokers(self) -> list[int]:

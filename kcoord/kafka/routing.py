@@ -20,6 +20,7 @@ import logging
 import time
 from typing import Any, Awaitable
 
+from ..calls import TIMEOUT, CallFailed, Handles
 from ..protocol import names
 from ..protocol.codec import Message
 from ..protocol.controller import (
@@ -64,37 +65,24 @@ class Backend:
         # This listener's Ray node: a leader on the same node answers a fetch with file hints
         # (spans of its segment files) that are read here instead of copied through Ray.
         self.node_id = node_id
-        self._handles: dict[str, Any] = {}
+        self._handles = Handles(namespace)
         self._topics: dict[str, tuple[float, TopicMetadata]] = {}
         self._cluster_info: tuple[float, DescribeClusterResponse] | None = None
         self._placement: tuple[float, dict[int, str]] | None = None
 
     # -- plumbing -------------------------------------------------------------------------
     def _handle(self, name: str) -> Any:
-        import ray
-
-        h = self._handles.get(name)
-        if h is None:
-            h = ray.get_actor(name, namespace=self.namespace)  # ValueError when missing
-            self._handles[name] = h
-        return h
+        return self._handles.lookup(name)  # ValueError when missing
 
     async def _call(self, name: str, method: str, payload: Any, timeout: float) -> Any:
-        """Call ``name.method(payload)``; raises ``_Gone`` or ``asyncio.TimeoutError``."""
-        from ray.exceptions import RayActorError, RayTaskError
-
+        """Call ``name.method(payload)``; raises ``_Gone`` (no such actor, dead, or the call
+        raised) or ``asyncio.TimeoutError``."""
         try:
-            handle = self._handle(name)
-        except ValueError:
-            raise _Gone(f"no actor named {name!r}") from None
-        try:
-            ref = getattr(handle, method).remote(payload) if payload is not None else getattr(handle, method).remote()
-            return await asyncio.wait_for(ref, timeout)
-        except RayActorError as exc:
-            self._handles.pop(name, None)
-            raise _Gone(f"{name}: {type(exc).__name__}") from None
-        except RayTaskError as exc:
-            raise _Gone(f"{name}.{method} raised: {exc}") from None
+            return await self._handles.call(name, method, *(() if payload is None else (payload,)), timeout=timeout)
+        except CallFailed as exc:
+            if exc.kind == TIMEOUT:
+                raise asyncio.TimeoutError() from None
+            raise _Gone(exc.detail) from None
 
     async def _controller(self, method: str, req: Message | None, response_type: type, timeout: float = 30.0) -> Any:
         try:

@@ -17,7 +17,9 @@ from ..protocol.replication import FetchRequest, OffsetsForLeaderEpochRequest
 
 @dataclass(frozen=True)
 class Reply:
-    """Complete the pending request ``token`` with ``response``."""
+    """Complete the pending request ``token`` with ``response``. (The controller's answers
+    come after the Persist actions they depend on; a topic creation or deletion is answered
+    once the replicas were told: its driver waits for the batch's calls.)"""
 
     token: Any
     response: Message

@@ -49,6 +49,10 @@ class ReplicationConfig:
     replica_fetch_backoff_ms: int = 50  # replica.fetch.backoff.ms
     hw_checkpoint_interval_ms: int = 1000  # replica.high.watermark.checkpoint.interval.ms
     alter_partition_backoff_ms: int = 100
+    # How long an idempotent batch that arrived ahead of its predecessors waits for them
+    # (Ray may deliver a producer's pipelined requests out of order) before it is refused
+    # with OUT_OF_ORDER_SEQUENCE_NUMBER.
+    out_of_order_wait_ms: int = 200
     message_timestamp_type: str = CREATE_TIME  # message.timestamp.type
 
     # Kafka config name -> (field, parser)
@@ -75,12 +79,6 @@ class ReplicationConfig:
                 values[name] = parse(key, value)
         return replace(cls(), **values)
 
-    def as_topic_config(self) -> dict[str, str]:
-        out = {}
-        for key, (name, _) in self._KEYS.items():
-            value = getattr(self, name)
-            out[key] = str(value).lower() if isinstance(value, bool) else str(value)
-        return out
 
 
 def _parse_timestamp_type(key: str, value: Any) -> str:

@@ -7,10 +7,10 @@ before anything after it runs, which is how "persist before telling anyone" hold
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
-from ..protocol.codec import Message
 from ..protocol.controller import HeartbeatRequest, LeaderAndIsrRequest
+from .actions import Reply  # a controller answers a request like a replica does
 
 
 class ReplicaId(NamedTuple):
@@ -61,16 +61,6 @@ class SendLeaderAndIsr:
 class SendHeartbeat:
     replica: ReplicaId
     request: HeartbeatRequest
-
-
-@dataclass(frozen=True)
-class Reply:
-    """Answer the request ``token`` with ``response``. It comes after the Persist actions
-    the answer depends on; a topic creation or deletion is answered once the replicas
-    were told (the shell waits for the batch's calls)."""
-
-    token: Any
-    response: Message
 
 
 ControllerAction = Persist | CreateReplica | DeleteReplica | SendLeaderAndIsr | SendHeartbeat | Reply

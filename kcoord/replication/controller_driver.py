@@ -50,6 +50,7 @@ from ..protocol import names
 from ..protocol.errors import ErrorCode
 from ..runtime import Alarm, Clock, Outcome, ReplyFn, Transport
 from .controller import ControllerConfig, ControllerState
+from .metastore import MetadataStore
 from .placement import PLACEMENT_KEY
 from .controller_actions import CreateReplica, DeleteReplica, Persist, ReplicaId, Reply, SendHeartbeat, SendLeaderAndIsr
 
@@ -69,16 +70,6 @@ EXISTS = "exists"
 CREATED = "created"
 REPLACED = "replaced"
 FAILED = "failed"
-
-
-class MetadataStore(Protocol):
-    def get(self, key: str) -> bytes | None: ...
-
-    def put(self, key: str, value: bytes) -> None: ...
-
-    def delete(self, key: str) -> None: ...
-
-    def keys(self, prefix: str = "") -> list[str]: ...
 
 
 class ReplicaHost(Protocol):

@@ -1,180 +1,525 @@
-"""Leader-side replication state: followers' progress, the ISR, the high watermark.
+"""The leader role: Produce, long-poll Fetch, ListOffsets, OffsetsForLeaderEpoch, the HW,
+and ISR proposals to the controller.
 
-Rules (Kafka's, with time-based lag as in modern Kafka):
-
-* A follower's LEO is the ``fetch_offset`` of its latest Fetch at the current epoch.
-* A follower is *caught up* at time t if it fetched at t from offset >= the leader's LEO
-  then, or from offset >= the leader's LEO at its previous fetch (it got everything that
-  existed when it last asked). It falls out of the ISR when it has not been caught up for
-  ``replica.lag.time.max.ms``.
-* It joins the ISR again once its LEO reaches the HW and the start of the current epoch.
-* ISR changes are only *proposed* here (AlterPartition); they take effect when the
-  controller confirms. Until then the HW is computed over the *maximal* ISR (current plus
-  proposed additions; a proposed removal still counts), so it is never computed over a set
-  smaller than the one the controller would elect from (KIP-497). A proposal whose answer
-  is lost may have been applied, so its additions keep counting until the truth arrives.
-* HW = min LEO over that ISR, and it never moves backwards.
+Record batches are never decoded here: the leader validates framing and CRC, stamps base
+offset and epoch into the header, and serves bytes (or, to readers on its node, file hints).
+The ISR and HW rules themselves are :mod:`kcoord.replication.isr`; what the leader keeps to
+itself is who waits for what (acks=all producers, parked fetches) and the proposal in flight.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import dataclasses
+from collections import deque
+from dataclasses import dataclass
+from typing import Any
 
-from ..protocol.controller import AlterPartitionRequest
+from .. import records
+from ..protocol.controller import AlterPartitionRequest, AlterPartitionResponse
+from ..protocol.errors import ErrorCode, KafkaError
+from ..protocol.replication import (
+    EARLIEST_TIMESTAMP,
+    LATEST_TIMESTAMP,
+    FetchRequest,
+    FetchResponse,
+    ListOffsetsRequest,
+    ListOffsetsResponse,
+    OffsetsForLeaderEpochRequest,
+    OffsetsForLeaderEpochResponse,
+    ProduceRequest,
+    ProduceResponse,
+)
+from .actions import SendAlterPartition
+from .config import LOG_APPEND_TIME
+from .isr import IsrState
+from .state import ReplicaState
 
-UNKNOWN = -1
+# Answers that say the controller could not tell whether it applied a change (its
+# metadata-store write failed or timed out): the same as no answer.
+UNKNOWN_OUTCOME = frozenset({ErrorCode.REQUEST_TIMED_OUT, ErrorCode.NOT_CONTROLLER, ErrorCode.UNKNOWN_SERVER_ERROR})
 
 
 @dataclass
-class FollowerProgress:
-    broker: int
-    log_end_offset: int = UNKNOWN
-    last_fetch_ms: int = UNKNOWN
-    leader_leo_at_last_fetch: int = UNKNOWN
-    last_caught_up_ms: int = UNKNOWN
-
-    def on_fetch(self, fetch_offset: int, leader_leo: int, now_ms: int) -> None:
-        if fetch_offset >= leader_leo:
-            self.last_caught_up_ms = now_ms
-        elif self.last_fetch_ms >= 0 and fetch_offset >= self.leader_leo_at_last_fetch:
-            self.last_caught_up_ms = max(self.last_caught_up_ms, self.last_fetch_ms)
-        self.log_end_offset = fetch_offset
-        self.last_fetch_ms = now_ms
-        self.leader_leo_at_last_fetch = leader_leo
+class ProduceWaiter:
+    token: Any
+    required_offset: int  # acked when HW >= this
+    deadline_ms: int
+    response: ProduceResponse
 
 
 @dataclass
-class LeaderState:
-    broker: int
+class ParkedBatch:
+    request: ProduceRequest
+    token: Any
     epoch: int
-    epoch_start_offset: int
-    replicas: list[int]
-    isr: list[int]  # as confirmed by the controller
-    partition_epoch: int
-    followers: dict[int, FollowerProgress] = field(default_factory=dict)
-    # The ISR we asked the controller for; None when no change is in flight.
-    pending_isr: list[int] | None = None
-    # Members of proposals whose answer never came (the controller may have applied them):
-    # they count for the HW until a LeaderAndIsr or an AlterPartition answer says the truth.
-    unconfirmed: list[int] = field(default_factory=list)
-    # The AlterPartition we wait for (None: none in flight). Its answer is matched by
-    # identity: an answer to an older proposal must never be taken for a newer one.
-    alter_request: AlterPartitionRequest | None = None
-    retry_alter_at_ms: int = 0
-    isr_shrinks: int = 0
-    isr_expands: int = 0
+    base_sequence: int
+    deadline_ms: int
 
-    @classmethod
-    def start(
-        cls,
-        broker: int,
-        epoch: int,
-        epoch_start_offset: int,
-        replicas: list[int],
-        isr: list[int],
-        partition_epoch: int,
-        now_ms: int,
-    ) -> "LeaderState":
-        state = cls(broker, epoch, epoch_start_offset, list(replicas), list(isr), partition_epoch)
-        for b in replicas:
-            if b != broker:
-                # ISR members get a grace period from now; their LEO is unknown until they
-                # fetch at this epoch, which holds the HW until they do.
-                p = FollowerProgress(b)
-                p.last_caught_up_ms = now_ms if b in isr else UNKNOWN
-                state.followers[b] = p
-        return state
 
-    # -- ISR ------------------------------------------------------------------------------
-    @property
-    def alter_in_flight(self) -> bool:
-        return self.alter_request is not None
+MAX_PARKED_PER_PRODUCER = 16
 
-    def maximal_isr(self) -> list[int]:
-        if self.pending_isr is None and not self.unconfirmed:
-            return self.isr
-        return sorted(set(self.isr) | set(self.pending_isr or ()) | set(self.unconfirmed), key=self._order)
 
-    def _order(self, broker: int) -> int:
+@dataclass
+class FetchWaiter:
+    token: Any
+    request: FetchRequest
+    deadline_ms: int
+    from_follower: bool
+
+
+class Leader:
+    def __init__(self, state: ReplicaState, now_ms: int) -> None:
+        """Take the lead at ``state.leader_epoch``. The new epoch starts at our log end even
+        before we append: a follower asking where its older epoch ends is told "here". (The
+        epoch checkpoint is written before anything else: if that fails the replica goes
+        offline, never a leader without its state.)"""
+        self.state = state
+        log = state.log
+        leo = log.log_end_offset
+        log.epoch_cache.assign(state.leader_epoch, leo)
+        state.hw = min(state.hw, leo)
+        self.isr = IsrState.start(state.broker, state.leader_epoch, leo, state.replicas, state.isr, state.partition_epoch, now_ms)
+        self.produce_waiters: deque[ProduceWaiter] = deque()
+        self.fetch_waiters: dict[Any, FetchWaiter] = {}
+        # Idempotent batches that arrived ahead of their predecessors, per producer id.
+        self.parked: dict[int, list[ParkedBatch]] = {}
+
+    # ------------------------------------------------------------------------------------
+    # request validation
+    # ------------------------------------------------------------------------------------
+    def _epoch_error(self, current_leader_epoch: int) -> tuple[int, str] | None:
+        epoch = self.state.leader_epoch
+        if current_leader_epoch >= 0:
+            if current_leader_epoch < epoch:
+                return ErrorCode.FENCED_LEADER_EPOCH, f"request epoch {current_leader_epoch} < leader epoch {epoch}"
+            if current_leader_epoch > epoch:
+                return ErrorCode.UNKNOWN_LEADER_EPOCH, f"request epoch {current_leader_epoch} > leader epoch {epoch}"
+        return None
+
+    # ------------------------------------------------------------------------------------
+    # Produce
+    # ------------------------------------------------------------------------------------
+    def produce(self, req: ProduceRequest, token: Any, now_ms: int) -> None:
+        st = self.state
+        st.metrics["produce_requests"] += 1
+        err = self._epoch_error(req.current_leader_epoch)
+        if err is None and (req.topic != st.topic or req.partition != st.partition):
+            err = (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"this replica holds {st.name}")
+        if err is None and req.acks not in (0, 1, -1):
+            err = (ErrorCode.INVALID_REQUIRED_ACKS, f"acks must be 0, 1 or -1 (all), got {req.acks}")
+        if err is None and req.acks == -1 and len(st.isr) < st.config.min_insync_replicas:
+            err = (
+                ErrorCode.NOT_ENOUGH_REPLICAS,
+                f"ISR {st.isr} has {len(st.isr)} member(s); min.insync.replicas is {st.config.min_insync_replicas}",
+            )
+        if err is not None:
+            st.reply(token, ProduceResponse(err[0], err[1], leader_epoch=st.leader_epoch))
+            return
+        if self._park_if_ahead(req, token, now_ms):
+            return
+        self._append(req, token, now_ms)
+
+    def _park_if_ahead(self, req: ProduceRequest, token: Any, now_ms: int) -> bool:
+        """An idempotent batch whose sequence is ahead of what its producer wrote last waits
+        (a while) for the batches before it. Ray does not keep the order of calls to an
+        actor, so a producer's pipelined requests may arrive out of order; answering the
+        early one OUT_OF_ORDER_SEQUENCE_NUMBER would make every client resend it."""
+        data = req.records
+        if len(data) < records.HEADER_SIZE:
+            return False
+        h = records.read_header(data)
+        if h.producer_id < 0 or h.base_sequence <= 0:
+            return False
+        entry = self.state.log.producer_state.get(h.producer_id)
+        if entry is not None:
+            if h.producer_epoch < entry.epoch:
+                return False
+            if h.producer_epoch == entry.epoch and h.base_sequence <= entry.last_seq + 1:
+                return False
+        parked = self.parked.setdefault(h.producer_id, [])
+        if len(parked) >= MAX_PARKED_PER_PRODUCER:
+            return False
+        parked.append(ParkedBatch(req, token, h.producer_epoch, h.base_sequence, now_ms + self.state.config.out_of_order_wait_ms))
+        return True
+
+    def _release_parked(self, producer_id: int, now_ms: int) -> None:
+        """Append the parked batches of ``producer_id`` that are next in sequence now."""
+        parked = self.parked.get(producer_id)
+        while parked:
+            entry = self.state.log.producer_state.get(producer_id)
+            if entry is None:
+                return
+            nxt = next((b for b in parked if b.epoch == entry.epoch and b.base_sequence == entry.last_seq + 1), None)
+            if nxt is None:
+                return
+            parked.remove(nxt)
+            if not parked:
+                del self.parked[producer_id]
+            self._append(nxt.request, nxt.token, now_ms)
+            parked = self.parked.get(producer_id)
+
+    def _append(self, req: ProduceRequest, token: Any, now_ms: int) -> None:
+        st = self.state
+        data = req.records
+        append_time = -1
         try:
-            return self.replicas.index(broker)
-        except ValueError:
-            return len(self.replicas) + broker
+            if st.config.message_timestamp_type == LOG_APPEND_TIME:
+                records.validate_batch(data)
+                append_time = now_ms
+                data = records.set_log_append_time(data, now_ms)
+            info = st.log.append(data, leader_epoch=st.leader_epoch, now_ms=now_ms)
+        except KafkaError as exc:
+            if exc.code == ErrorCode.KAFKA_STORAGE_ERROR:
+                raise  # the log failed: the replica goes offline
+            st.reply(token, ProduceResponse(int(exc.code), exc.message, leader_epoch=st.leader_epoch))
+            return
 
-    def adopt_isr(self, isr: list[int]) -> None:
-        """Take ``isr`` as the confirmed ISR. A follower that leaves it forgets its progress:
-        it may have left because it crashed, and what it reported before the crash (a log
-        end it may no longer have) must not bring it back into the ISR; only a fetch made
-        after it left may."""
-        for b in self.isr:
-            if b not in isr and b in self.followers:
-                self.followers[b] = FollowerProgress(b)
-        self.isr = list(isr)
+        if not info.duplicate:
+            st.metrics["produce_bytes"] += len(data)
+            self._wake_fetchers(now_ms, followers=True)
+            self.maybe_advance_hw(now_ms)
+        response = ProduceResponse(
+            base_offset=info.base_offset,
+            log_append_time=append_time,
+            log_start_offset=st.log.log_start_offset,
+            leader_epoch=st.leader_epoch,
+            duplicate=bool(info.duplicate),
+        )
+        if req.acks != -1:
+            st.reply(token, response)
+            if self.parked and not info.duplicate:
+                self._release_parked(records.read_header(data).producer_id, now_ms)
+            return
+        if info.base_offset >= 0:
+            required = info.base_offset + records.read_header(data).record_count
+        else:  # a duplicate from outside the dedup window: it is somewhere below our LEO
+            required = st.log.log_end_offset
+        if st.hw >= required:
+            st.reply(token, self._acked(response))
+        else:
+            self.produce_waiters.append(ProduceWaiter(token, required, now_ms + max(0, req.timeout_ms), response))
+        if self.parked and not info.duplicate:
+            h = records.read_header(data)
+            if h.producer_id in self.parked:
+                self._release_parked(h.producer_id, now_ms)
 
-    def update_from_controller(self, isr: list[int], replicas: list[int], partition_epoch: int, now_ms: int) -> None:
-        """A LeaderAndIsr at our epoch with a newer partition epoch (e.g. the controller
-        removed a dead follower): adopt it and drop any proposal built on the old view."""
-        self.adopt_isr(isr)
-        self.partition_epoch = partition_epoch
-        # A proposal still in flight was built on the older partition epoch, so the
-        # controller can no longer apply it (it checks the partition epoch): this ISR is
-        # the whole truth, and the proposal's answer, when it comes, is ignored.
-        self.unconfirmed = []
-        self.pending_isr = None
-        self.alter_request = None
-        for b in replicas:
-            if b != self.broker and b not in self.followers:
-                self.followers[b] = FollowerProgress(b)
-        for b in isr:
-            p = self.followers.get(b)
-            if p is not None and p.last_caught_up_ms < 0:
-                p.last_caught_up_ms = now_ms  # grace period, as at become-leader
-        for b in list(self.followers):
-            if b not in replicas:
-                del self.followers[b]
-        self.replicas = list(replicas)
+    def _acked(self, response: ProduceResponse) -> ProduceResponse:
+        st = self.state
+        if len(st.isr) < st.config.min_insync_replicas:
+            return dataclasses.replace(
+                response,
+                error_code=ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND,
+                error_message=(
+                    f"written, but the ISR {st.isr} shrank below min.insync.replicas="
+                    f"{st.config.min_insync_replicas} before it was replicated"
+                ),
+            )
+        return response
 
-    def high_watermark_candidate(self, leader_leo: int) -> int:
-        """min LEO over the maximal ISR; UNKNOWN if an ISR member has not reported."""
-        hw = leader_leo
-        for b in self.maximal_isr():
-            if b == self.broker:
-                continue
-            p = self.followers.get(b)
-            if p is None or p.log_end_offset < 0:
-                return UNKNOWN
-            hw = min(hw, p.log_end_offset)
-        return hw
+    # ------------------------------------------------------------------------------------
+    # Fetch (consumers and followers), long-poll
+    # ------------------------------------------------------------------------------------
+    def fetch(self, req: FetchRequest, token: Any, now_ms: int) -> None:
+        st = self.state
+        st.metrics["fetch_requests"] += 1
+        err = self._epoch_error(req.current_leader_epoch)
+        if err is None and (req.topic != st.topic or req.partition != st.partition):
+            err = (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"this replica holds {st.name}")
+        from_follower = req.replica_id >= 0
+        if err is None and from_follower and (req.replica_id not in st.replicas or req.replica_id == st.broker):
+            err = (ErrorCode.NOT_LEADER_OR_FOLLOWER, f"broker {req.replica_id} is not a follower of {st.name} (replicas {st.replicas})")
+        if err is None and req.max_bytes <= 0:
+            err = (ErrorCode.INVALID_FETCH_SIZE, f"max_bytes must be positive, got {req.max_bytes}")
+        if err is not None:
+            st.reply(token, FetchResponse(err[0], err[1], leader_epoch=st.leader_epoch))
+            return
+        log = st.log
+        leo = log.log_end_offset
+        if req.fetch_offset < log.log_start_offset or req.fetch_offset > leo:
+            st.reply(
+                token,
+                FetchResponse(
+                    ErrorCode.OFFSET_OUT_OF_RANGE,
+                    f"offset {req.fetch_offset} is outside the log [{log.log_start_offset}, {leo}] of {st.name}",
+                    high_watermark=st.hw,
+                    log_start_offset=log.log_start_offset,
+                    log_end_offset=leo,
+                    leader_epoch=st.leader_epoch,
+                ),
+            )
+            return
+        if from_follower:
+            progress = self.isr.followers.get(req.replica_id)
+            if progress is not None:
+                progress.on_fetch(req.fetch_offset, leo, now_ms)
+            self.maybe_advance_hw(now_ms)
+            self.maybe_propose_isr(now_ms)
+        waiter = FetchWaiter(token, req, now_ms + max(0, req.max_wait_ms), from_follower)
+        response = self._read_for(waiter, force=req.max_wait_ms <= 0)
+        if response is not None:
+            st.reply(token, response)
+        else:
+            self.fetch_waiters[token] = waiter
 
-    def proposed_isr(self, leader_leo: int, high_watermark: int, now_ms: int, lag_max_ms: int) -> list[int] | None:
-        """The ISR we should ask for now, or None if no change is needed."""
-        current = self.isr
-        wanted = [self.broker]
-        for b in self.replicas:
-            if b == self.broker:
-                continue
-            p = self.followers.get(b)
-            if p is None:
-                continue
-            if b in current:
-                lagging = p.last_caught_up_ms < 0 or now_ms - p.last_caught_up_ms > lag_max_ms
-                if not lagging:
-                    wanted.append(b)
-            elif p.log_end_offset >= 0 and p.log_end_offset >= high_watermark and p.log_end_offset >= self.epoch_start_offset:
-                wanted.append(b)
-        wanted.sort(key=self._order)
-        if set(wanted) == set(current):
+    def hw_is_stale(self) -> bool:
+        """A new leader's HW is the one it learned as a follower, which may lag what the
+        previous leader showed consumers. Until it reaches the start of this leader's epoch
+        (which every HW shown before is at most: the leader came from the ISR) it is not
+        shown to consumers, so the HW they see never goes backwards across a failover."""
+        return self.state.hw < self.isr.epoch_start_offset
+
+    def _read_for(self, waiter: FetchWaiter, force: bool) -> FetchResponse | None:
+        """The response for a fetch if it can be answered now (enough bytes or forced)."""
+        st = self.state
+        req = waiter.request
+        if not waiter.from_follower and self.hw_is_stale():
+            if not force:
+                return None  # parked until the HW catches up (or the wait ends)
+            return FetchResponse(
+                ErrorCode.OFFSET_NOT_AVAILABLE,
+                f"{st.name}: leader {st.broker} became leader at epoch {st.leader_epoch} "
+                f"and its high watermark has not caught up yet; retry",
+                leader_epoch=st.leader_epoch,
+            )
+        log = st.log
+        max_offset = None if waiter.from_follower else st.hw
+        data = b""
+        spans = None
+        size = 0
+        if req.fetch_offset < (log.log_end_offset if waiter.from_follower else st.hw):
+            if st.node_id and req.node_id == st.node_id:
+                spans = log.locate(req.fetch_offset, req.max_bytes, max_offset)
+            if spans is None:
+                data = log.read(req.fetch_offset, req.max_bytes, max_offset)
+                size = len(data)
+            else:
+                size = sum(span[2] for span in spans)
+        if not force and size < max(1, req.min_bytes):
             return None
-        return wanted
+        st.metrics["fetch_bytes"] += size
+        return FetchResponse(
+            high_watermark=st.hw,
+            log_start_offset=log.log_start_offset,
+            log_end_offset=log.log_end_offset,
+            leader_epoch=st.leader_epoch,
+            records=data,
+            file_hint=spans or None,
+        )
 
-    def next_lag_deadline(self, lag_max_ms: int) -> int | None:
-        deadline = None
-        for b in self.isr:
-            if b == self.broker:
+    def _wake_fetchers(self, now_ms: int, *, followers: bool) -> None:
+        if not self.fetch_waiters:
+            return
+        for token, w in list(self.fetch_waiters.items()):
+            if w.from_follower != followers:
                 continue
-            p = self.followers.get(b)
-            if p is None or p.last_caught_up_ms < 0:
-                continue
-            at = p.last_caught_up_ms + lag_max_ms + 1
-            deadline = at if deadline is None else min(deadline, at)
-        return deadline
+            response = self._read_for(w, force=False)
+            if response is not None:
+                del self.fetch_waiters[token]
+                self.state.reply(token, response)
+
+    # ------------------------------------------------------------------------------------
+    # HW and ISR
+    # ------------------------------------------------------------------------------------
+    def maybe_advance_hw(self, now_ms: int) -> None:
+        st = self.state
+        candidate = self.isr.high_watermark_candidate(st.log.log_end_offset)
+        if candidate <= st.hw:
+            return
+        st.hw = candidate
+        while self.produce_waiters and self.produce_waiters[0].required_offset <= candidate:
+            w = self.produce_waiters.popleft()
+            st.reply(w.token, self._acked(w.response))
+        self._wake_fetchers(now_ms, followers=False)
+
+    def maybe_propose_isr(self, now_ms: int) -> None:
+        st = self.state
+        isr = self.isr
+        if isr.alter_request is not None or now_ms < isr.retry_alter_at_ms:
+            return
+        isr.retry_alter_at_ms = 0  # the backoff is over (a stale value would be a past deadline)
+        proposal = isr.proposed_isr(st.log.log_end_offset, st.hw, now_ms, st.config.replica_lag_time_max_ms)
+        if proposal is None:
+            return
+        request = AlterPartitionRequest(
+            topic=st.topic,
+            partition=st.partition,
+            leader=st.broker,
+            leader_epoch=st.leader_epoch,
+            partition_epoch=st.partition_epoch,
+            new_isr=proposal,
+        )
+        isr.pending_isr = proposal
+        isr.alter_request = request
+        st.emit(SendAlterPartition(request))
+
+    def on_alter_partition_response(self, request: AlterPartitionRequest, response: AlterPartitionResponse | None, now_ms: int) -> None:
+        """The answer to our AlterPartition ``request``; None means the controller could
+        not be reached (or could not say whether it applied the change)."""
+        st = self.state
+        isr = self.isr
+        if isr.alter_request is not request:
+            return  # an answer to a proposal we no longer wait for
+        isr.alter_request = None
+        isr.pending_isr = None
+        if response is not None and response.error_code in UNKNOWN_OUTCOME:
+            response = None
+        if response is None:
+            # Unknown outcome: the controller may have applied it. Its members keep counting
+            # for the HW until a LeaderAndIsr or an answer tells the truth.
+            isr.unconfirmed = sorted(set(isr.unconfirmed) | set(request.new_isr))
+        newer = (
+            response is not None
+            and response.leader == st.broker
+            and response.leader_epoch == st.leader_epoch
+            and response.partition_epoch > st.partition_epoch
+        )
+        if response is None or response.error_code != ErrorCode.NONE:
+            # Fenced or stale partition epoch: retry later with a fresh proposal. An answer
+            # that carries a newer state of our own leadership is the truth all the same --
+            # a duplicate of this very request may have been applied (Kafka's idempotent
+            # AlterPartition), and the controller may have changed the ISR since -- so it
+            # is adopted like a LeaderAndIsr rather than guessed at.
+            isr.retry_alter_at_ms = now_ms + st.config.alter_partition_backoff_ms
+            if not newer:
+                return
+        elif not newer:
+            return
+        assert response is not None
+        old, new = set(st.isr), set(response.isr)
+        if new - old:
+            st.metrics["isr_expands"] += 1
+            isr.isr_expands += 1
+        if old - new:
+            st.metrics["isr_shrinks"] += 1
+            isr.isr_shrinks += 1
+        st.isr = list(response.isr)
+        st.partition_epoch = response.partition_epoch
+        isr.adopt_isr(response.isr)
+        isr.unconfirmed = []  # the controller's whole ISR as of now: nothing left to guess
+        isr.partition_epoch = response.partition_epoch
+        self.maybe_advance_hw(now_ms)
+        if response.error_code == ErrorCode.NONE:
+            self.maybe_propose_isr(now_ms)
+
+    def on_assignment(self, now_ms: int) -> None:
+        """A LeaderAndIsr at our epoch with a newer partition epoch (the controller changed
+        the ISR or the replicas): adopt it and drop any proposal built on the old view."""
+        st = self.state
+        self.isr.update_from_controller(st.isr, st.replicas, st.partition_epoch, now_ms)
+        self.maybe_advance_hw(now_ms)
+
+    # ------------------------------------------------------------------------------------
+    # queries
+    # ------------------------------------------------------------------------------------
+    def list_offsets(self, req: ListOffsetsRequest, token: Any, now_ms: int) -> None:
+        self.state.reply(token, self._list_offsets(req))
+
+    def _list_offsets(self, req: ListOffsetsRequest) -> ListOffsetsResponse:
+        st = self.state
+        err = self._epoch_error(req.current_leader_epoch)
+        if err is not None:
+            return ListOffsetsResponse(err[0], err[1], leader_epoch=st.leader_epoch)
+        log = st.log
+        if req.timestamp == EARLIEST_TIMESTAMP:
+            return ListOffsetsResponse(offset=log.log_start_offset, leader_epoch=st.leader_epoch)
+        if self.hw_is_stale():
+            return ListOffsetsResponse(
+                ErrorCode.OFFSET_NOT_AVAILABLE,
+                f"leader {st.broker} of {st.name} has not caught its high watermark up yet; retry",
+                leader_epoch=st.leader_epoch,
+            )
+        if req.timestamp == LATEST_TIMESTAMP:
+            return ListOffsetsResponse(offset=st.hw, leader_epoch=st.leader_epoch)
+        if req.timestamp < 0:
+            return ListOffsetsResponse(ErrorCode.INVALID_REQUEST, f"timestamp {req.timestamp} is not -1, -2 or >= 0")
+        found = log.offset_for_timestamp(req.timestamp)
+        if found is None or found[0] >= st.hw:
+            return ListOffsetsResponse(offset=-1, timestamp=-1, leader_epoch=st.leader_epoch)
+        return ListOffsetsResponse(offset=found[0], timestamp=found[1], leader_epoch=st.leader_epoch)
+
+    def offsets_for_leader_epoch(self, req: OffsetsForLeaderEpochRequest, token: Any, now_ms: int) -> None:
+        st = self.state
+        err = self._epoch_error(req.current_leader_epoch)
+        if err is not None:
+            st.reply(token, OffsetsForLeaderEpochResponse(err[0], err[1]))
+            return
+        epoch, end = st.log.epoch_cache.end_offset_for(req.leader_epoch, st.log.log_end_offset)
+        st.reply(token, OffsetsForLeaderEpochResponse(leader_epoch=epoch, end_offset=end))
+
+    # ------------------------------------------------------------------------------------
+    # timers and stepping down
+    # ------------------------------------------------------------------------------------
+    def tick(self, now_ms: int) -> None:
+        st = self.state
+        if self.produce_waiters:
+            kept: deque[ProduceWaiter] = deque()
+            for w in self.produce_waiters:
+                if w.deadline_ms <= now_ms:
+                    st.reply(
+                        w.token,
+                        ProduceResponse(
+                            ErrorCode.REQUEST_TIMED_OUT,
+                            f"offset {w.required_offset - 1} not replicated to the ISR {st.isr} in time (HW {st.hw})",
+                            leader_epoch=st.leader_epoch,
+                        ),
+                    )
+                else:
+                    kept.append(w)
+            self.produce_waiters = kept
+        if self.fetch_waiters:
+            for token, w in list(self.fetch_waiters.items()):
+                if w.deadline_ms <= now_ms:
+                    del self.fetch_waiters[token]
+                    response = self._read_for(w, force=True)
+                    assert response is not None
+                    st.reply(token, response)
+        if self.parked:
+            for producer_id in sorted(self.parked):
+                for b in [b for b in self.parked.get(producer_id, []) if b.deadline_ms <= now_ms]:
+                    # The gap never filled: the append now answers what the log says
+                    # (OUT_OF_ORDER_SEQUENCE_NUMBER), and the producer resends.
+                    self.parked[producer_id].remove(b)
+                    if not self.parked[producer_id]:
+                        del self.parked[producer_id]
+                    self._append(b.request, b.token, now_ms)
+        self.maybe_propose_isr(now_ms)
+
+    def next_deadline(self) -> int | None:
+        deadlines: list[int] = []
+        if self.produce_waiters:
+            deadlines.append(min(w.deadline_ms for w in self.produce_waiters))
+        if self.fetch_waiters:
+            deadlines.append(min(w.deadline_ms for w in self.fetch_waiters.values()))
+        if self.parked:
+            deadlines.append(min(b.deadline_ms for bs in self.parked.values() for b in bs))
+        isr = self.isr
+        if isr.alter_request is None:
+            # Only what tick() can act on: while an AlterPartition is in flight nothing can be
+            # proposed, and during a backoff nothing before it ends (a past deadline here
+            # makes the driver's timer spin).
+            lag = isr.next_lag_deadline(self.state.config.replica_lag_time_max_ms)
+            if lag is not None:
+                deadlines.append(max(lag, isr.retry_alter_at_ms))
+            if isr.retry_alter_at_ms:
+                deadlines.append(isr.retry_alter_at_ms)
+        return min(deadlines) if deadlines else None
+
+    def step_down(self, code: int, message: str) -> None:
+        """Leadership moved (or the log failed): every pending produce and fetch gets
+        ``code`` now (an idempotent producer's retry is deduplicated by whoever leads next)."""
+        st = self.state
+        while self.produce_waiters:
+            w = self.produce_waiters.popleft()
+            st.reply(w.token, ProduceResponse(code, message, leader_epoch=st.leader_epoch))
+        for w in self.fetch_waiters.values():
+            st.reply(w.token, FetchResponse(code, message, leader_epoch=st.leader_epoch))
+        self.fetch_waiters.clear()
+        for batches in self.parked.values():
+            for b in batches:
+                st.reply(b.token, ProduceResponse(code, message, leader_epoch=st.leader_epoch))
+        self.parked.clear()
+
+    def parked_fetches(self) -> dict[str, int]:
+        """Long-poll fetches waiting for data, by kind (for operators and tests)."""
+        followers = sum(1 for w in self.fetch_waiters.values() if w.from_follower)
+        return {"followers": followers, "consumers": len(self.fetch_waiters) - followers}

@@ -1,9 +1,10 @@
 """Where the controller keeps cluster metadata: a tiny key/value interface.
 
 Production uses Ray's GCS key/value store (``actors/gcs_store.py``), the same one Ray
-Serve's controller checkpoints into; tests use :class:`FileStore` or :class:`MemoryStore`.
-None of them offers compare-and-swap, and none needs to: the FailoverCoordinator is the only
-writer, and leader epochs fence anything stale.
+Serve's controller checkpoints into; tests use :class:`FileStore` or :class:`MemoryStore`,
+and the simulation a store that fails writes. None of them offers compare-and-swap, and none
+needs to: the controller is the only writer, and a write that fails makes it reload from the
+store (``controller_driver``) rather than go on with memory the store does not hold.
 """
 
 from __future__ import annotations

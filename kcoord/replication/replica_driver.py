@@ -24,33 +24,15 @@ from typing import Any, Callable
 
 from ..protocol import names
 from ..protocol.codec import Message
-from ..protocol.controller import AlterPartitionRequest, AlterPartitionResponse, HeartbeatRequest, HeartbeatResponse, LeaderAndIsrRequest, LeaderAndIsrResponse
+from ..protocol.controller import AlterPartitionRequest, AlterPartitionResponse
 from ..protocol.errors import ErrorCode
-from ..protocol.replication import (
-    FetchRequest,
-    FetchResponse,
-    ListOffsetsRequest,
-    ListOffsetsResponse,
-    OffsetsForLeaderEpochRequest,
-    OffsetsForLeaderEpochResponse,
-    ProduceRequest,
-    ProduceResponse,
-)
+from ..protocol.replication import FetchResponse, OffsetsForLeaderEpochResponse
 from ..runtime import Alarm, Clock, Outcome, ReplyFn, Transport
 from .actions import Reply, SendAlterPartition, SendFetch, SendOffsetsForLeaderEpoch
-from .replica import Replica
+from .replica import RESPONSE_FOR, Replica
 
 logger = logging.getLogger("kcoord.replica")
 
-ERROR_RESPONSE: dict[type[Message], type[Message]] = {
-    ProduceRequest: ProduceResponse,
-    FetchRequest: FetchResponse,
-    ListOffsetsRequest: ListOffsetsResponse,
-    OffsetsForLeaderEpochRequest: OffsetsForLeaderEpochResponse,
-    LeaderAndIsrRequest: LeaderAndIsrResponse,
-    HeartbeatRequest: HeartbeatResponse,
-}
-"""The requests a replica serves, and the response type each gets."""
 
 HintReader = Callable[[list, int], "bytes | None"]
 
@@ -118,7 +100,7 @@ class ReplicaDriver:
     def serve(self, request: Message, reply: ReplyFn) -> None:
         """Handle any replica request; ``reply(response)`` is called exactly once, now or
         later (a long-poll fetch, an acks=all produce)."""
-        response_type = ERROR_RESPONSE.get(type(request))
+        response_type = RESPONSE_FOR.get(type(request))
         if response_type is None:
             raise TypeError(f"a replica does not serve {type(request).__name__}")
         if self.closed:

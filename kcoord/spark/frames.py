@@ -14,7 +14,7 @@ from __future__ import annotations
 import contextlib
 import functools
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 import pyarrow as pa
 
@@ -86,6 +86,20 @@ class WriteResult:
     duplicate_batches: int = 0
     producer_ids: range = field(default_factory=lambda: range(0))
     exactly_once: bool = True
+
+    def add(self, task: int, partition: int, records: int, batches: int, duplicate_batches: int) -> None:
+        """Count what ``task`` wrote to ``partition`` (-1: a task that wrote nothing)."""
+        self.tasks[task] = self.tasks.get(task, 0) + records
+        if partition >= 0:
+            self.partitions[partition] = self.partitions.get(partition, 0) + records
+        self.records += records
+        self.batches += batches
+        self.duplicate_batches += duplicate_batches
+
+    def sort(self) -> "WriteResult":
+        self.partitions = dict(sorted(self.partitions.items()))
+        self.tasks = dict(sorted(self.tasks.items()))
+        return self
 
 
 def allocate_producer_ids(cluster: ClusterClient, count: int) -> range:
@@ -186,7 +200,7 @@ def _write_task(
     value_format: str,
     chunk_bytes: int,
     batch_bytes: int,
-    fail_first_attempt: frozenset[int],
+    on_task_written: Callable[[int, int], Any] | None,
 ) -> Iterator[pa.RecordBatch]:
     from pyspark import TaskContext
 
@@ -199,8 +213,8 @@ def _write_task(
     stats = _tasks.produce_batches(
         ref, topic, batches, producer_id=producer_id, acks=acks, value_format=value_format, chunk_bytes=chunk_bytes, batch_bytes=batch_bytes
     )
-    if attempt == 0 and task in fail_first_attempt:
-        raise _tasks.InjectedFailure(f"test hook: failing task {task} (attempt 0) after it produced")
+    if on_task_written is not None:
+        on_task_written(task, attempt)
     yield _tasks.stats_batch(task, attempt, -1 if producer_id is None else producer_id, stats)
 
 
@@ -217,7 +231,7 @@ def write(
     value_format: str = "json",
     chunk_bytes: int = _tasks.DEFAULT_CHUNK_BYTES,
     batch_bytes: int = _tasks.DEFAULT_BATCH_BYTES,
-    _fail_first_attempt: frozenset[int] | set[int] = frozenset(),
+    on_task_written: Callable[[int, int], Any] | None = None,
 ) -> WriteResult:
     """Produce every row of ``df`` to ``topic`` from inside the Spark executors.
 
@@ -246,9 +260,13 @@ def write(
     ``max.message.bytes``). Both must stay the same between attempts, which they do
     within one write.
 
+    ``on_task_written(task, attempt)``, if given, runs in the executor after a task's rows
+    were produced and acknowledged, before the task reports them (``task`` is the Spark
+    partition, ``attempt`` Spark's attempt number); an exception it raises fails that task
+    attempt, and Spark retries the task. It must be picklable (a function or closure).
+
     Returns a :class:`WriteResult`; raises if the topic does not exist or a column is
-    missing or of the wrong type, before any task runs. ``_fail_first_attempt`` is a test
-    hook: the first attempt of those Spark partitions raises after it produced.
+    missing or of the wrong type, before any task runs.
     """
     if value_format not in VALUE_FORMATS:
         raise ValueError(f"value_format must be one of {VALUE_FORMATS}, got {value_format!r}")
@@ -277,20 +295,13 @@ def write(
             value_format=value_format,
             chunk_bytes=chunk_bytes,
             batch_bytes=batch_bytes,
-            fail_first_attempt=frozenset(_fail_first_attempt),
+            on_task_written=on_task_written,
         )
         rows = projected.mapInArrow(fn, _stats_ddl()).collect()
     for r in rows:
         result.attempts[r.task] = r.attempt
-        result.tasks[r.task] = result.tasks.get(r.task, 0) + r.records
-        if r.partition >= 0:
-            result.partitions[r.partition] = result.partitions.get(r.partition, 0) + r.records
-        result.records += r.records
-        result.batches += r.batches
-        result.duplicate_batches += r.duplicate_batches
-    result.partitions = dict(sorted(result.partitions.items()))
-    result.tasks = dict(sorted(result.tasks.items()))
-    return result
+        result.add(r.task, r.partition, r.records, r.batches, r.duplicate_batches)
+    return result.sort()
 
 
 def _stats_ddl() -> str:

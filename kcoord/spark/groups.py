@@ -13,6 +13,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Mapping
 
 from ..client.cluster import ClusterClient
+from ..client.coordinator.commits import commit_inactive_group, require_inactive_group
+from ..client.coordinator.coordinators import GroupCoordinators
 from ..protocol.errors import ErrorCode, KafkaError
 from ..protocol.replication import LATEST_TIMESTAMP
 from .offsets import OffsetPlan, group_offsets, list_offsets
@@ -99,9 +101,6 @@ def commit(cluster: ClusterClient, group_id: str, offsets: Any) -> dict[str, dic
     Refused with NON_EMPTY_GROUP (or REBALANCE_IN_PROGRESS) while the group has active
     members: their next commit would overwrite this one. Returns what was committed.
     """
-    from ..client.group_calls import GroupCoordinators
-    from ..protocol.group import DescribeGroupsRequest, DescribeGroupsResponse, OffsetCommitPartition, OffsetCommitRequest, OffsetCommitResponse
-
     if not isinstance(group_id, str) or not group_id:
         raise KafkaError(ErrorCode.INVALID_GROUP_ID, f"group id must be a non-empty string, got {group_id!r}")
     wanted = _normalize(offsets)
@@ -114,27 +113,8 @@ def commit(cluster: ClusterClient, group_id: str, offsets: Any) -> dict[str, dic
         for p, (off, _) in sorted(parts.items()):
             if off > hw[p]:
                 raise KafkaError(ErrorCode.OFFSET_OUT_OF_RANGE, f"cannot commit offset {off} for {topic}-{p}: the high watermark is {hw[p]}")
-    gc = GroupCoordinators(cluster)
+    coordinators = GroupCoordinators(cluster)
     timeout_s = cluster.request_timeout_ms / 1000
-    described = gc.call_group(group_id, "describe_groups", DescribeGroupsRequest([group_id]), DescribeGroupsResponse, timeout_s)
-    g = described.groups[0] if described.groups else None
-    if g is not None and g.error_code == 0 and g.members:
-        code = ErrorCode.REBALANCE_IN_PROGRESS if g.state in ("PreparingRebalance", "CompletingRebalance") else ErrorCode.NON_EMPTY_GROUP
-        raise KafkaError(
-            code,
-            f"cannot commit offsets for group {group_id!r} outside a generation: it has {len(g.members)} active member(s) "
-            f"(state {g.state}); stop its consumers first, or commit from a group member",
-        )
-    request = OffsetCommitRequest(
-        group_id,
-        topics={t: {p: OffsetCommitPartition(o, m) for p, (o, m) in sorted(parts.items())} for t, parts in wanted.items()},
-    )
-    response = gc.call_group(group_id, "offset_commit", request, OffsetCommitResponse, timeout_s)
-    codes = {c for parts in response.topics.values() for c in parts.values()} | {response.error_code}
-    codes.discard(ErrorCode.NONE)
-    if ErrorCode.UNKNOWN_MEMBER_ID in codes or ErrorCode.ILLEGAL_GENERATION in codes:
-        raise KafkaError(ErrorCode.NON_EMPTY_GROUP, f"cannot commit offsets for group {group_id!r}: members joined meanwhile; the group must be inactive")
-    if codes:
-        code = sorted(codes)[0]
-        raise KafkaError(code, f"committing offsets for group {group_id!r} failed: {response.error_message or ''}")
+    require_inactive_group(coordinators, group_id, timeout_s)
+    commit_inactive_group(coordinators, group_id, wanted, timeout_s)
     return {t: {p: o for p, (o, _) in sorted(parts.items())} for t, parts in wanted.items()}

@@ -22,13 +22,14 @@ from __future__ import annotations
 
 import heapq
 import json
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from ..client.cluster import ClusterClient
-from ..protocol.errors import ErrorCode, KafkaError, raise_for_error
-from ..protocol.replication import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, ListOffsetsRequest, ListOffsetsResponse
+from ..client.coordinator.coordinators import GroupCoordinators
+from ..client.types import TopicPartition
+from ..protocol.errors import ErrorCode, KafkaError
+from ..protocol.replication import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
 
 EARLIEST = -2
 LATEST = -1
@@ -150,43 +151,22 @@ def parse_spec(spec: Any, which: str, topic: str, partitions: list[int]) -> str 
 # resolving
 # ------------------------------------------------------------------------------------------
 def list_offsets(cluster: ClusterClient, topic: str, partitions: list[int], timestamp: int) -> dict[int, int]:
-    """ListOffsets (earliest: log start, latest: HW) from every partition's leader, in
-    parallel; follows leader changes through ``ClusterClient.call_leader``."""
-
-    def one(p: int) -> int:
-        response = cluster.call_leader(
-            topic,
-            p,
-            "list_offsets",
-            lambda epoch: ListOffsetsRequest(topic=topic, partition=p, timestamp=timestamp, current_leader_epoch=epoch),
-            ListOffsetsResponse,
-        )
-        raise_for_error(response.error_code, response.error_message or f"ListOffsets on {topic}-{p} failed")
-        return response.offset
-
-    if len(partitions) <= 1:
-        return {p: one(p) for p in partitions}
-    with ThreadPoolExecutor(max_workers=min(16, len(partitions))) as pool:
-        return dict(zip(partitions, pool.map(one, partitions)))
+    """ListOffsets (earliest: log start, latest: HW) of ``partitions`` of ``topic``, from
+    every partition's leader at once (:meth:`ClusterClient.list_offsets`)."""
+    found = cluster.list_offsets([TopicPartition(topic, p) for p in partitions], timestamp)
+    return {tp.partition: offset for tp, offset in found.items()}
 
 
 def group_offsets(cluster: ClusterClient, group_id: str, topic: str | None = None) -> dict[str, dict[int, tuple[int, str]]]:
     """The committed offsets of ``group_id``: ``{topic: {partition: (offset, metadata)}}``
     (only partitions with a commit; all topics when ``topic`` is None)."""
-    from ..client.group_calls import GroupCoordinators
-    from ..protocol.group import OffsetFetchRequest, OffsetFetchResponse
-
     if not isinstance(group_id, str) or not group_id:
         raise KafkaError(ErrorCode.INVALID_GROUP_ID, f"group id must be a non-empty string, got {group_id!r}")
-    request = OffsetFetchRequest(group_id, None if topic is None else {topic: cluster.partitions_for(topic)})
-    response = GroupCoordinators(cluster).call_group(
-        group_id, "offset_fetch", request, OffsetFetchResponse, cluster.request_timeout_ms / 1000
-    )
-    raise_for_error(response.error_code, response.error_message or f"fetching the committed offsets of group {group_id!r} failed")
+    topics = None if topic is None else {topic: cluster.partitions_for(topic)}
+    offsets = GroupCoordinators(cluster).committed_offsets(group_id, topics, cluster.request_timeout_ms / 1000)
     out: dict[str, dict[int, tuple[int, str]]] = {}
-    for t, parts in response.offsets.items():
+    for t, parts in offsets.items():
         for p, o in parts.items():
-            raise_for_error(o.error_code, f"fetching the committed offset of group {group_id!r} for {t}-{p} failed")
             if o.offset >= 0:
                 out.setdefault(t, {})[int(p)] = (o.offset, o.metadata or "")
     return out

@@ -16,7 +16,7 @@ import sys
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any, Iterable, Iterator, NamedTuple
+from typing import Any, Iterable, Iterator
 
 import msgpack
 import numpy as np
@@ -25,12 +25,11 @@ import ray
 from ray.exceptions import GetTimeoutError, RayActorError
 
 from .. import records as _records
+from ..calls import ActorGoneError, get_probing
 from ..client.cluster import ClusterClient
-from ..client.consumer_fetch import FETCH_GRACE_MS
-from ..client.liveness import GONE, actor_state
-from ..log.hints import read_hinted
+from ..client.consumer.fetcher import LeaderFetches, SentFetch, fetch_timeout_s, fetched_records
 from ..protocol.errors import METADATA_REFRESH, ErrorCode, KafkaError
-from ..protocol.replication import FetchRequest, FetchResponse
+from ..protocol.replication import FetchResponse
 
 # Spark's Kafka source schema as Arrow: exactly what pyspark's to_arrow_schema() gives for
 # it, so mapInArrow output needs no conversion in the JVM.
@@ -67,10 +66,6 @@ DEFAULT_FETCH_BYTES = 8 << 20
 FETCH_MAX_WAIT_MS = 500  # how long a leader holds a range read's fetch for new records
 DEFAULT_CHUNK_BYTES = 16 << 20  # Arrow input bytes per send_batch call of a writer task
 DEFAULT_BATCH_BYTES = 4 << 20  # record batch size of a writer (capped by max.message.bytes)
-
-
-class InjectedFailure(RuntimeError):
-    """Raised by the test hook that fails a write task after it produced (first attempt)."""
 
 
 # ------------------------------------------------------------------------------------------
@@ -138,14 +133,6 @@ class _Retry(Exception):
         self.refresh = refresh
 
 
-class _Pending(NamedTuple):
-    ref: Any
-    handle: Any
-    name: str
-    offset: int
-    sent: float  # time.monotonic() when the fetch went out
-
-
 class RangeReader:
     """Fetch ``[start, end)`` of one partition from its leader, one request ahead.
 
@@ -157,10 +144,10 @@ class RangeReader:
     serve records below their HW, so nothing unacknowledged is ever read. Gives up with
     REQUEST_TIMED_OUT after ``timeout_s`` without progress.
 
-    A leader on this process's Ray node answers with file hints (see
-    :mod:`kcoord.log.hints`): this reader preads its segment files, which saves the leader
-    and Ray two copies of every fetch; hinted bytes that do not check out are fetched
-    again as bytes.
+    Fetches go out through the consumer's :class:`~kcoord.client.consumer.fetcher.LeaderFetches`:
+    a leader on this process's Ray node answers with file hints (see :mod:`kcoord.log.hints`)
+    and this reader preads its segment files, which saves the leader and Ray two copies of
+    every fetch; hinted bytes that do not check out are fetched again as bytes.
     """
 
     def __init__(
@@ -185,15 +172,10 @@ class RangeReader:
         self.backoff_s = backoff_s
         self._refresh = False
         self.retries = 0
-        # Leaders on this Ray node answer with file hints (spans of their segment files)
-        # that this process reads itself instead of receiving a copy through Ray.
-        try:
-            self._node_id = ray.get_runtime_context().get_node_id() or ""
-        except Exception:
-            self._node_id = ""
+        self._leaders = LeaderFetches(client, max_bytes=max_bytes, min_bytes=1, max_wait_ms=FETCH_MAX_WAIT_MS)
         self._no_hint = False
 
-    def _send(self, offset: int) -> _Pending:
+    def _send(self, offset: int) -> SentFetch:
         try:
             pm = self.client.partition_metadata(self.topic, self.partition, refresh=self._refresh)
         except KafkaError as exc:
@@ -203,44 +185,29 @@ class RangeReader:
         self._refresh = False
         if pm.leader < 0:
             raise _Retry(f"{self.topic}-{self.partition} has no leader", True)
-        name = self.client.replica_name(self.topic, self.partition, pm.leader)
         try:
-            handle = self.client.handle(name)
+            sent = self._leaders.send(self.topic, self.partition, pm, offset, hinted=not self._no_hint)
         except KafkaError as exc:
             raise _Retry(str(exc), True) from None
-        request = FetchRequest(
-            self.topic,
-            self.partition,
-            offset,
-            max_bytes=self.max_bytes,
-            min_bytes=1,
-            max_wait_ms=FETCH_MAX_WAIT_MS,
-            current_leader_epoch=pm.leader_epoch,
-            node_id="" if self._no_hint else self._node_id,
-        )
         self._no_hint = False
-        return _Pending(handle.fetch.remote(request.encode()), handle, name, offset, time.monotonic())
+        return sent
 
-    def _wait(self, pending: _Pending) -> FetchResponse:
+    def _wait(self, pending: SentFetch) -> FetchResponse:
         # The leader holds the fetch up to FETCH_MAX_WAIT_MS; one unanswered well after
         # that (a leader alive per Ray but hung) is given up like the consumer gives it up,
         # and the leader is looked up again.
-        timeout = (FETCH_MAX_WAIT_MS + min(self.client.request_timeout_ms, FETCH_GRACE_MS)) / 1000
-        deadline = pending.sent + timeout
-        while True:
-            try:
-                raw = ray.get(pending.ref, timeout=0.25)
-                break
-            except GetTimeoutError:
-                if actor_state(pending.handle) in GONE:
-                    self.client.forget(pending.name)
-                    raise _Retry(f"leader {pending.name} is gone", True) from None
-                if time.monotonic() >= deadline:
-                    self.client.forget(pending.name)
-                    raise _Retry(f"no answer from {pending.name} within {timeout:.1f} s", True) from None
-            except RayActorError as exc:
-                self.client.forget(pending.name)
-                raise _Retry(f"leader {pending.name} unavailable ({type(exc).__name__})", True) from None
+        timeout = fetch_timeout_s(FETCH_MAX_WAIT_MS, self.client.request_timeout_ms)
+        try:
+            raw = get_probing(pending.ref, pending.handle, max(0.0, pending.sent + timeout - time.monotonic()))
+        except ActorGoneError:
+            self.client.forget(pending.actor)
+            raise _Retry(f"leader {pending.actor} is gone", True) from None
+        except GetTimeoutError:
+            self.client.forget(pending.actor)
+            raise _Retry(f"no answer from {pending.actor} within {timeout:.1f} s", True) from None
+        except RayActorError as exc:
+            self.client.forget(pending.actor)
+            raise _Retry(f"leader {pending.actor} unavailable ({type(exc).__name__})", True) from None
         response = FetchResponse.decode(raw)
         code = response.error_code
         if code == 0:
@@ -264,7 +231,7 @@ class RangeReader:
         checked already (file hints are); the first batch may start before ``start`` and
         the last may end after ``end`` (callers trim)."""
         offset = self.start
-        pending: _Pending | None = None
+        pending: SentFetch | None = None
         last_error = "no attempt"
         progress_deadline = time.monotonic() + self.timeout_s
         while offset < self.end:
@@ -273,14 +240,12 @@ class RangeReader:
                     pending = self._send(offset)
                 response = self._wait(pending)
                 pending = None
-                data, verified = response.records, False
-                if response.file_hint:
-                    data, verified = read_hinted(response.file_hint, offset), True
-                    if data is None:
-                        # The leader's files changed under us (truncation, retention):
-                        # ask for the bytes themselves this time.
-                        self._no_hint = True
-                        raise _Retry("file hint did not check out", False)
+                data, verified = fetched_records(response, offset)
+                if data is None:
+                    # The leader's files changed under us (truncation, retention): ask for
+                    # the bytes themselves this time.
+                    self._no_hint = True
+                    raise _Retry("file hint did not check out", False)
             except _Retry as r:
                 pending = None
                 self.retries += 1
@@ -576,7 +541,7 @@ def _fill_partitions(partitions: list, keys: list | None, nparts: int, seed: int
     """Partitions for rows whose partition column is null, as Spark's Kafka sink does: by
     key hash (murmur2, like the producer), else spread round-robin from ``seed``
     (deterministic, so a retried task picks the same ones)."""
-    from ..client.partitioner import partition_for_key
+    from ..client.producer.partitioner import partition_for_key
 
     out = []
     for i, p in enumerate(partitions):

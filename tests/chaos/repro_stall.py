@@ -35,7 +35,7 @@ import ray
 
 import kcoord
 from kcoord.client.consumer import Consumer
-from kcoord.client.liveness import actor_state
+from kcoord.calls import actor_state
 from kcoord.client.types import TopicPartition
 
 VALUE = b"x" * 90  # --value-bytes changes it
@@ -55,8 +55,9 @@ class FetchWaits(logging.Handler):
 def instrument(consumer: Consumer) -> dict:
     """Record, per partition, the longest time a fetch was in flight (answered or given up)."""
     stats = {"max_wait": {}, "fetches": 0}
-    orig_on_fetch = consumer._on_fetch
-    orig_drop = consumer._drop_in_flight
+    fetcher = consumer._fetcher
+    orig_on_fetch = fetcher._on_fetch
+    orig_abandon = fetcher._abandon
 
     def on_fetch(st, ref):
         wait = time.monotonic() - st.in_flight_since
@@ -65,15 +66,15 @@ def instrument(consumer: Consumer) -> dict:
         stats["fetches"] += 1
         return orig_on_fetch(st, ref)
 
-    def drop(st):
+    def abandon(st, now, backoff=True):
         if st.in_flight is not None:
             wait = time.monotonic() - st.in_flight_since
             key = st.tp.partition
             stats["max_wait"][key] = max(stats["max_wait"].get(key, 0.0), wait)
-        return orig_drop(st)
+        return orig_abandon(st, now, backoff)
 
-    consumer._on_fetch = on_fetch
-    consumer._drop_in_flight = drop
+    fetcher._on_fetch = on_fetch
+    fetcher._abandon = abandon
     return stats
 
 
@@ -151,7 +152,7 @@ def read_all(cluster, topic: str, hw: dict[int, int], timeout: float, label: str
         while time.monotonic() < tail_end:
             consumer.poll_columns(timeout_ms=500)
             now = time.monotonic()
-            waits = {tp.partition: now - st.in_flight_since for tp, st in consumer._assigned.items() if st.in_flight is not None}
+            waits = {tp.partition: now - st.in_flight_since for tp, st in consumer._subscriptions.assigned.items() if st.in_flight is not None}
             stats["tail_max_wait"] = max([stats.get("tail_max_wait", 0.0)] + list(waits.values()))
             if diagnose and any(w > 8 for w in waits.values()) and now - diagnosed_at > 30:
                 diagnosed_at = now
@@ -188,7 +189,7 @@ def consume_during(cluster, topic: str, stop: threading.Event, out: dict) -> Non
             for tp, cols in consumer.poll_columns(timeout_ms=200).items():
                 got[tp.partition] += len(cols)
             now = time.monotonic()
-            for tp, st in consumer._assigned.items():
+            for tp, st in consumer._subscriptions.assigned.items():
                 if st.in_flight is not None and now - st.in_flight_since > 5 and (not slow or slow[-1][1] != tp.partition or now - slow[-1][0] > 5):
                     slow.append((now, tp.partition, st.in_flight_actor, now - st.in_flight_since))
     finally:
@@ -199,7 +200,7 @@ def diagnose(cluster):
     def run(consumer: Consumer, topic: str, stalled: list[int]) -> None:
         print(f"  !! stalled partitions {stalled}; diagnosing", flush=True)
         for p in stalled:
-            st = consumer._assigned[TopicPartition(topic, p)]
+            st = consumer._subscriptions.assigned[TopicPartition(topic, p)]
             md = cluster.partition_metadata(topic, p, refresh=True)
             name = cluster.replica_name(topic, p, md.leader)
             cached = cluster._handles.get(st.in_flight_actor) if st.in_flight_actor else None

@@ -1,7 +1,7 @@
 """Chaos for consumer groups: kill group coordinators, consumers and partition leaders
 while a group consumes and commits after processing.
 
-Checks invariant 6 of design.md while it happens: a group's committed offsets never go
+Checks invariant 6 of the README while it happens: a group's committed offsets never go
 backwards (no commit from a fenced generation lands), and whenever the group is Stable
 every subscribed partition is owned by exactly one member. At the end the group must have
 consumed and committed everything that was produced.

@@ -5,7 +5,7 @@ with min.insync.replicas=2, while a killer kills a random leader, follower or th
 controller every 0.5-2 s, using both ``ray.kill`` and SIGKILL of the actor's process. A
 watcher checks, while it happens, that a leader's HW never moves backwards and that no
 fetch returns records at or above the HW it was served under. At the end the cluster is
-healed and invariants 1-5 of design.md are checked against everything acknowledged.
+healed and invariants 1-5 of the README are checked against everything acknowledged.
 
 Runs for ``KCOORD_CHAOS_SECONDS`` (short in ``make test``; ``make chaos DURATION=600``).
 """

@@ -10,7 +10,8 @@ import pytest
 import ray
 
 from kcoord.client.admin import Admin
-from kcoord.client.consumer import Consumer, NoOffsetForPartitionError
+from kcoord.client.consumer import Consumer
+from kcoord.client.errors import NoOffsetForPartitionError
 from kcoord.client.producer import Producer
 from kcoord.client.types import TopicPartition
 from kcoord.protocol.errors import ErrorCode, KafkaError

@@ -137,7 +137,7 @@ def test_consumer_follows_failover_away_from_a_hung_leader(kcluster, topic_name)
     c.assign([TopicPartition(topic, 0)])
     try:
         assert len(read_until(c, 20, 30)) == 20
-        st = c._assigned[TopicPartition(topic, 0)]
+        st = c._subscriptions.assigned[TopicPartition(topic, 0)]
         wait_until(lambda: c.poll(timeout_ms=50) == {} and st.in_flight is not None, timeout=10, what="a fetch parked at the end")
         os.kill(pid, signal.SIGSTOP)  # the leader hangs with the consumer's fetch parked on it
         stopped = time.monotonic()
@@ -250,7 +250,7 @@ def test_consumer_reads_to_the_end_while_leaders_are_killed_and_restarted(kclust
         for recs in c.poll(timeout_ms=100).values():
             seen.extend(recs)
         now = time.monotonic()
-        longest = max([longest] + [now - st.in_flight_since for st in c._assigned.values() if st.in_flight is not None])
+        longest = max([longest] + [now - st.in_flight_since for st in c._subscriptions.assigned.values() if st.in_flight is not None])
 
     try:
         for k in range(6):

@@ -20,8 +20,9 @@ import ray
 from waiting import wait_until
 from kcoord.cluster.groups import configure_group_coordinators
 from kcoord.client.admin import Admin
-from kcoord.client.group_calls import GroupCoordinators
-from kcoord.client.group_member import CommitFailedError, GroupMember
+from kcoord.client.coordinator import GroupMember
+from kcoord.client.coordinator.coordinators import GroupCoordinators
+from kcoord.client.errors import CommitFailedError
 from kcoord.client.types import TopicPartition
 from kcoord.protocol.errors import ErrorCode, KafkaError
 from kcoord.protocol.group import (
@@ -169,6 +170,15 @@ def test_member_leaves_only_its_partitions_move_with_sticky(groups, topic12, gro
         close_all(members)
 
 
+def pause_heartbeats(member: GroupMember, paused: bool = True) -> None:
+    """Stop (or resume) a member's heartbeats while it stays 'stable' locally: a member
+    that hangs without leaving."""
+    if paused:
+        member._heartbeat_once = lambda: None  # shadows the method the heartbeat thread calls
+    else:
+        del member._heartbeat_once
+
+
 def test_member_that_stops_heartbeating_is_removed_after_session_timeout(groups, topic12, group_id):
     admin = Admin(groups)
     session_ms = 1500
@@ -178,14 +188,14 @@ def test_member_that_stops_heartbeating_is_removed_after_session_timeout(groups,
         d = wait_until(lambda: stable_with(admin, group_id, [a, b]), timeout=60, what="2 members stable")
         # b hangs: no heartbeats, no polls, no LeaveGroup.
         b.polling = False
-        b.member._pause_heartbeats_for_test()
+        pause_heartbeats(b.member)
         hung_at = time.monotonic()
         wait_until(lambda: stable_with(admin, group_id, [a], d["generation"]), timeout=30, what="b expired, a alone")
         elapsed = time.monotonic() - hung_at
         assert elapsed >= session_ms / 1000 * 0.8, f"removed after {elapsed:.2f} s, before the session timeout"
         assert a.partitions() == set(range(12))
         # The expired member finds out on its next heartbeat and rejoins as a new member.
-        b.member._pause_heartbeats_for_test(False)
+        pause_heartbeats(b.member, False)
         b.polling = True
         wait_until(lambda: stable_with(admin, group_id, [a, b]), timeout=30, what="b rejoined")
         assert sorted(a.partitions() | b.partitions()) == list(range(12))
@@ -255,7 +265,7 @@ def test_commit_from_an_old_generation_is_rejected(groups, topic12, group_id):
         assert fetched.offsets[topic12][0].offset == 10, "a fenced commit must not move the offset"
         # The client API says the same with CommitFailedError.
         a.polling = False
-        a.member._pause_heartbeats_for_test()
+        pause_heartbeats(a.member)
         c = Member(groups, group_id, topic12)
         members.append(c)
         wait_until(lambda: admin.describe_group(group_id)["state"] != "Stable", timeout=30, what="rebalance started")

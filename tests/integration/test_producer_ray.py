@@ -4,6 +4,7 @@ and producing from inside a Ray task."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import threading
@@ -15,8 +16,9 @@ import ray
 import kcoord
 from kcoord import records
 from kcoord.client.admin import Admin
-from kcoord.client.partitioner import partition_for_key
 from kcoord.client.producer import Producer
+from kcoord.client.producer import sender as producer_sender
+from kcoord.client.producer.partitioner import partition_for_key
 from kcoord.client.types import TopicPartition
 from kcoord.protocol.errors import ErrorCode, KafkaError
 from kcoord.protocol.replication import FetchRequest, FetchResponse, ProduceRequest, ProduceResponse
@@ -106,7 +108,7 @@ def test_batches_queued_behind_a_request_go_out_merged(kcluster, make_topic):
     # a tiny buffer_memory makes send() wait for acknowledgements instead of queueing
     with Producer(kcluster, batch_size=500, buffer_memory=2000) as p:
         futs = [p.send(topic, b"m-%05d" % i + b"." * 40) for i in range(300)]
-        assert p._buffered <= 2000 + 100
+        assert p._accumulator.buffered <= 2000 + 100
         p.flush(60)
         assert [f.get().offset for f in futs] == list(range(2000, 2300))
 
@@ -271,10 +273,10 @@ def test_send_batch_is_deterministic_and_a_retried_write_is_deduplicated(kcluste
     keys = [b"k%d" % (i % 50) if i % 4 else None for i in range(5000)]
     identity = dict(producer_id=9_000_001, producer_epoch=0)
     with Producer(kcluster, batch_size=32_768, **identity) as first:
-        plan1 = first._plan_bulk(first._topics.get(topic) or first._topic_state(topic), values, keys, None, None, None)
+        plan1 = first._plan_bulk(first._accumulator.topic(topic), values, keys, None, None, None)
         r1 = first.send_batch(topic, values=values, keys=keys)
     with Producer(kcluster, batch_size=32_768, **identity) as retry:
-        plan2 = retry._plan_bulk(retry._topics.get(topic) or retry._topic_state(topic), values, keys, None, None, None)
+        plan2 = retry._plan_bulk(retry._accumulator.topic(topic), values, keys, None, None, None)
         r2 = retry.send_batch(topic, values=values, keys=keys)
     assert [(p, r) for p, r, _ in plan1] == [(p, r) for p, r, _ in plan2], "same partitions and batch boundaries"
     assert {p: w.count for p, w in r1.items()} == {p: w.count for p, w in r2.items()}
@@ -291,7 +293,7 @@ def test_send_batch_is_deterministic_and_a_retried_write_is_deduplicated(kcluste
 def test_a_write_that_died_half_way_is_completed_by_its_retry(kcluster, make_topic):
     """The first attempt got only its first chunks in (then "crashed"); the retry with the
     same identity and input skips those and appends the rest, exactly once."""
-    from kcoord.client.accumulator import RECORD_OVERHEAD, split_uniform
+    from kcoord.client.producer.batch import RECORD_OVERHEAD, split_uniform
 
     topic = make_topic(partitions=2)
     values = [b"%06d" % i + os.urandom(94) for i in range(3000)]
@@ -308,11 +310,21 @@ def test_a_write_that_died_half_way_is_completed_by_its_retry(kcluster, make_top
     assert got == sorted(values), "every record exactly once"
 
 
-def test_idempotent_retry_after_a_lost_response_keeps_one_copy(kcluster, make_topic):
+def test_idempotent_retry_after_a_lost_response_keeps_one_copy(kcluster, make_topic, monkeypatch):
     topic = make_topic()
+    real_call = producer_sender.call_probing
+    lose = [1]
+
+    async def lossy_call(ref, *args, **kwargs):
+        answer = await real_call(ref, *args, **kwargs)
+        if lose[0]:
+            lose[0] -= 1
+            raise asyncio.TimeoutError()  # the leader appended, but its answer is "lost"
+        return answer
+
     with Producer(kcluster) as p:
         first = p.send(topic, b"before").get(30)
-        p._drop_responses = 1  # the leader appends, the answer is "lost", the batch is re-sent
+        monkeypatch.setattr(producer_sender, "call_probing", lossy_call)  # the batch is re-sent
         futs = [p.send(topic, b"r%d" % i) for i in range(10)]
         p.flush(30)
         metas = [f.get() for f in futs]

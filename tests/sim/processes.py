@@ -18,7 +18,7 @@ from __future__ import annotations
 import random
 from typing import TYPE_CHECKING, Any
 
-from kcoord.group import GroupConfig, GroupCoordinatorState
+from kcoord.group import GroupCoordinatorState
 from kcoord.group.driver import CoordinatorTimeouts, GroupCoordinatorDriver
 from kcoord.log import Log, LogConfig
 from kcoord.protocol import names
@@ -66,6 +66,7 @@ class Process:
         self.paused = False
         self.deferred: list = []
         self.machine: Machine | None = None
+        self.driver: Any = None
 
     @property
     def incarnation_id(self) -> str:
@@ -83,8 +84,27 @@ class Process:
         self.deferred = []
         self.sim.net.node_crashed(self.name)
 
-    def receive(self, call: Call, request: Message) -> None:  # pragma: no cover - overridden
-        raise NotImplementedError
+    def receive(self, call: Call, request: Message) -> None:
+        """A request arrives: the driver serves it, the answer goes back over the network."""
+        assert self.driver is not None
+        self.driver.serve(request, lambda response: self.sim.net.reply(call, response))
+        self.after()
+
+    def crash(self, reason: str = "crashed") -> None:
+        """The process dies: its driver (and core, timers, calls) with it."""
+        if not self.up:
+            return
+        self.driver = None
+        self._end()
+        self.sim.trace(f"{self.incarnation_id} {reason.upper()}")
+
+    def after(self) -> None:
+        """After every event the process handled: check the invariants that concern it."""
+        if self.up and self.driver is not None:
+            self.observe()
+
+    def observe(self) -> None:
+        pass
 
 
 class ReplicaProcess(Process):
@@ -170,16 +190,14 @@ class ReplicaProcess(Process):
             self.sim.history.on_produce_handled(self, *before)
         self.after()
 
-    def after(self) -> None:
-        if self.up and self.replica is not None:
+    def observe(self) -> None:
+        if self.replica is not None:
             self.sim.history.observe_replica(self)
 
 
 class ControllerProcess(Process):
     def __init__(self, sim: "Simulation") -> None:
         super().__init__(sim, names.controller(CLUSTER))
-        self.driver: ControllerDriver | None = None
-
     @property
     def core(self) -> Any:
         return None if self.driver is None else self.driver.core
@@ -205,21 +223,8 @@ class ControllerProcess(Process):
         sim.trace(f"{self.incarnation_id} started (controller epoch {self.core.controller_epoch if self.core else '-'})")
         self.after()
 
-    def crash(self, reason: str = "crashed") -> None:
-        if not self.up:
-            return
-        self.driver = None
-        self._end()
-        self.sim.trace(f"{self.incarnation_id} {reason.upper()}")
-
-    def receive(self, call: Call, request: Message) -> None:
-        assert self.driver is not None
-        self.driver.serve(request, lambda response: self.sim.net.reply(call, response))
-        self.after()
-
-    def after(self) -> None:
-        if self.up and self.driver is not None:
-            self.sim.history.observe_controller(self)
+    def observe(self) -> None:
+        self.sim.history.observe_controller(self)
 
     def rebalance(self) -> None:
         """What the admin ``rebalance_leaders`` call does."""
@@ -232,8 +237,6 @@ class CoordinatorProcess(Process):
     def __init__(self, sim: "Simulation", index: int) -> None:
         super().__init__(sim, names.group_coordinator(CLUSTER, index))
         self.index = index
-        self.driver: GroupCoordinatorDriver | None = None
-        self._ids = 0
 
     @property
     def core(self) -> GroupCoordinatorState | None:
@@ -262,21 +265,8 @@ class CoordinatorProcess(Process):
         sim.trace(f"{self.incarnation_id} started")
         self.after()
 
-    def crash(self, reason: str = "crashed") -> None:
-        if not self.up:
-            return
-        self.driver = None
-        self._end()
-        self.sim.trace(f"{self.incarnation_id} {reason.upper()}")
-
-    def receive(self, call: Call, request: Message) -> None:
-        assert self.driver is not None
-        self.driver.serve(request, lambda response: self.sim.net.reply(call, response))
-        self.after()
-
-    def after(self) -> None:
-        if self.up and self.driver is not None:
-            self.sim.history.observe_coordinator(self)
+    def observe(self) -> None:
+        self.sim.history.observe_coordinator(self)
 
 
 class SimReplicaHost:

@@ -93,9 +93,9 @@ def test_every_scenario_kind_and_fault_occurs_in_the_default_seeds() -> None:
 def test_failure_report_names_the_seed_and_the_replay_command(monkeypatch: pytest.MonkeyPatch) -> None:
     """Plant a bug (followers never truncate a diverging tail) and make sure the simulation
     catches it and says how to replay it."""
-    from kcoord.replication.replica import Replica
+    from kcoord.replication.follower import Follower
 
-    monkeypatch.setattr(Replica, "_truncate", lambda self, offset: None)
+    monkeypatch.setattr(Follower, "truncate", lambda self, offset: None)
     failed = [r for r in (Simulation(SimConfig(seed=s, kind="replication", mode="fsync")).run() for s in range(40)) if not r.ok]
     assert failed, "a follower that never truncates must break an invariant in some run"
     report = failed[0].report()
@@ -106,9 +106,9 @@ def test_failure_report_names_the_seed_and_the_replay_command(monkeypatch: pytes
 def test_planted_hw_bug_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
     """A leader that acknowledges acks=all writes as soon as they are appended (HW = its own
     LEO) must lose acknowledged records when it crashes."""
-    from kcoord.replication.leader import LeaderState
+    from kcoord.replication.isr import IsrState
 
-    monkeypatch.setattr(LeaderState, "high_watermark_candidate", lambda self, leo: leo)
+    monkeypatch.setattr(IsrState, "high_watermark_candidate", lambda self, leo: leo)
     results = [Simulation(SimConfig(seed=s, kind="replication", mode="fsync")).run() for s in range(40)]
     assert any(v.invariant in ("1", "2", "4", "isr", "kip497") for r in results for v in r.violations)
 
@@ -117,18 +117,16 @@ def test_planted_alter_partition_mismatch_is_caught(monkeypatch: pytest.MonkeyPa
     """The AlterPartition bug of issue 12, put back: an answer ends the wait for whatever
     proposal is in flight. The KIP-497 check sees the controller's ISR outgrow the leader's
     maximal ISR (seeds found by running 400 replication seeds with the bug planted)."""
-    from kcoord.replication import serving
-    from kcoord.replication.entry import entry_point
+    from kcoord.replication.leader import Leader
 
-    original = serving.LeaderServing.on_alter_partition_response.__wrapped__
+    original = Leader.on_alter_partition_response
 
     def sloppy(self, request, response, now_ms):
-        ls = self.leader_state
-        if ls is not None and ls.alter_request is not None and request is not ls.alter_request:
-            request = ls.alter_request  # take any answer for the proposal in flight
+        if self.isr.alter_request is not None and request is not self.isr.alter_request:
+            request = self.isr.alter_request  # take any answer for the proposal in flight
         return original(self, request, response, now_ms)
 
-    monkeypatch.setattr(serving.LeaderServing, "on_alter_partition_response", entry_point(sloppy))
+    monkeypatch.setattr(Leader, "on_alter_partition_response", sloppy)
     results = [run_seed(s, kind="replication") for s in (129, 300, 306, 340)]
     assert sum(any(v.invariant == "kip497" for v in r.violations) for r in results) >= 2
 

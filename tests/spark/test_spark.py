@@ -15,8 +15,8 @@ from kcoord import ray_data as krd
 from kcoord import spark as ks
 from kcoord.client.admin import Admin
 from kcoord.client.consumer import Consumer
-from kcoord.client.partitioner import partition_for_key
 from kcoord.client.producer import Producer
+from kcoord.client.producer.partitioner import partition_for_key
 from kcoord.client.types import OffsetAndMetadata, TopicPartition
 from kcoord.protocol.errors import ErrorCode, KafkaError
 
@@ -182,7 +182,11 @@ def test_exactly_once_when_a_task_fails_after_producing(spark, kcluster):
     n = 20_000
     src = spark.range(0, n, 1, 4).select(F.col("id").cast("string").alias("key"), F.concat(F.lit("row-"), F.col("id").cast("string")).alias("value"))
     # Tasks 1 and 2 produce everything, then their first attempt fails: Spark retries them.
-    result = ks.write(src, kcluster, topic, key_col="key", value_col="value", _fail_first_attempt={1, 2})
+    def fail_first_attempt(task: int, attempt: int) -> None:
+        if attempt == 0 and task in (1, 2):
+            raise RuntimeError(f"injected failure: task {task} (attempt 0) after it produced")
+
+    result = ks.write(src, kcluster, topic, key_col="key", value_col="value", on_task_written=fail_first_attempt)
     assert result.attempts == {0: 0, 1: 1, 2: 1, 3: 0}
     assert result.duplicate_batches > 0  # the retries re-sent batches the leaders already had
     assert result.records == n
@@ -243,8 +247,18 @@ def test_ray_data_round_trip(spark, kcluster, ray_session, tmp_path):
     n = 6000
     items = [{"key": f"k{i % 300}", "value": f"v{i}".encode(), "hdr": [{"key": "n", "value": str(i).encode()}]} for i in range(n)]
     ds = ray.data.from_items(items, override_num_blocks=3)
-    # The first attempt of every block fails after producing; Ray retries it.
-    result = krd.write(ds, kcluster, topic, key_col="key", value_col="value", headers_col="hdr", _fail_marker=str(tmp_path / "fail"))
+    # The first attempt of every block fails after producing; Ray retries it. Ray tasks do
+    # not see their attempt number, so a file marks that the first attempt happened.
+    marker = str(tmp_path / "fail")
+
+    def fail_first_attempt(index: int) -> None:
+        import os
+
+        if not os.path.exists(f"{marker}.{index}"):
+            open(f"{marker}.{index}", "w").close()
+            raise KafkaError(ErrorCode.REQUEST_TIMED_OUT, f"injected failure: block {index} (first attempt) after it produced")
+
+    result = krd.write(ds, kcluster, topic, key_col="key", value_col="value", headers_col="hdr", on_block_written=fail_first_attempt)
     assert result.records == n and result.duplicate_batches > 0 and sorted(result.tasks) == [0, 1, 2]
     assert sum(Admin(kcluster).list_offsets(topic, "latest").values()) == n
 

@@ -9,7 +9,7 @@ import pyarrow as pa
 import pytest
 
 from kcoord import records
-from kcoord.client.partitioner import partition_for_key
+from kcoord.client.producer.partitioner import partition_for_key
 from kcoord.spark import tasks
 from kcoord.spark.offsets import OffsetRange, OffsetSpecError, parse_spec, split_ranges
 from kcoord.spark.session import JAVA_OPTIONS, auto_executor_cpu, spark_configs

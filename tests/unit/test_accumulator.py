@@ -10,8 +10,8 @@ import threading
 import pytest
 
 from kcoord import records
-from kcoord.client import accumulator as acc
-from kcoord.client.futures import FutureRecordMetadata
+from kcoord.client.producer import batch as acc
+from kcoord.client.producer.futures import FutureRecordMetadata
 from kcoord.protocol.errors import ErrorCode, KafkaError
 
 

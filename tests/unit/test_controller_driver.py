@@ -7,9 +7,6 @@ write described is ever announced and no leader epoch is handed to two leaders.
 
 from __future__ import annotations
 
-import heapq
-import itertools
-from typing import Callable
 
 from kcoord.protocol import names
 from kcoord.protocol.controller import (
@@ -25,36 +22,9 @@ from kcoord.replication.controller import ControllerConfig
 from kcoord.replication.controller_driver import CREATED, ControllerDriver, StoreFailure
 from kcoord.replication.metadata import PartitionState, partition_key
 from kcoord.runtime import Outcome
+from manual_clock import ManualClock
 
 CLUSTER = "c"
-
-
-class ManualClock:
-    def __init__(self) -> None:
-        self.now = 1_000
-        self._heap: list = []
-        self._seq = itertools.count()
-
-    def now_ms(self) -> int:
-        return self.now
-
-    def call_at(self, at_ms: int, fn: Callable[[], None]):
-        entry = [max(at_ms, self.now), next(self._seq), fn, False]
-        heapq.heappush(self._heap, entry)
-
-        class Handle:
-            def cancel(self_inner) -> None:
-                entry[3] = True
-
-        return Handle()
-
-    def run_until(self, when: int) -> None:
-        while self._heap and self._heap[0][0] <= when:
-            at, _, fn, cancelled = heapq.heappop(self._heap)
-            self.now = max(self.now, at)
-            if not cancelled:
-                fn()
-        self.now = max(self.now, when)
 
 
 class Store:

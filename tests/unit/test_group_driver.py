@@ -7,7 +7,6 @@ through producer epochs, and the persist pipeline's retry and epoch policy.
 
 from __future__ import annotations
 
-import heapq
 import itertools
 from typing import Any, Callable
 
@@ -23,36 +22,9 @@ from kcoord.protocol.group import OffsetCommitPartition, OffsetCommitRequest, Of
 from kcoord.protocol.replication import ProduceRequest
 from kcoord.replication.replica import Replica
 from kcoord.runtime import Outcome
+from manual_clock import ManualClock
 
 CLUSTER = "c"
-
-
-class ManualClock:
-    def __init__(self) -> None:
-        self.now = 1_000_000
-        self._heap: list = []
-        self._seq = itertools.count()
-
-    def now_ms(self) -> int:
-        return self.now
-
-    def call_at(self, at_ms: int, fn: Callable[[], None]):
-        entry = [max(at_ms, self.now), next(self._seq), fn, False]
-        heapq.heappush(self._heap, entry)
-
-        class Handle:
-            def cancel(self_inner) -> None:
-                entry[3] = True
-
-        return Handle()
-
-    def run_until(self, when: int) -> None:
-        while self._heap and self._heap[0][0] <= when:
-            at, _, fn, cancelled = heapq.heappop(self._heap)
-            self.now = max(self.now, at)
-            if not cancelled:
-                fn()
-        self.now = max(self.now, when)
 
 
 class Leader:
@@ -130,7 +102,7 @@ def test_load_waits_while_the_hw_lags_the_log_end():
     """Issue 12 suspect: a restarting coordinator stopped loading at the HW after 15 s, so a
     commit above a lagging HW (a new leader whose HW had not caught up) was skipped and the
     group's offset went back. The driver waits, however long, and then loads it."""
-    clock = ManualClock()
+    clock = ManualClock(1_000_000)
     leader = Leader(clock)
     r = leader.replica
     leader.handle(ProduceRequest(OFFSETS_TOPIC, 0, commit_batch("g", 10), acks=1))
@@ -153,7 +125,7 @@ def test_load_waits_while_the_hw_lags_the_log_end():
 
 
 def test_a_new_incarnation_fences_the_old_one():
-    clock = ManualClock()
+    clock = ManualClock(1_000_000)
     leader = Leader(clock)
     first = driver_on(leader, clock)
     clock.run_until(clock.now + 1_000)
@@ -184,7 +156,7 @@ def test_a_new_incarnation_fences_the_old_one():
 
 
 def test_an_append_with_an_unknown_outcome_moves_to_a_new_epoch():
-    clock = ManualClock()
+    clock = ManualClock(1_000_000)
     leader = Leader(clock)
     d = driver_on(leader, clock)
     clock.run_until(clock.now + 1_000)

@@ -8,7 +8,7 @@ import random
 
 import pytest
 
-from kcoord.client import partitioner as part
+from kcoord.client.producer import partitioner as part
 
 # org.apache.kafka.common.utils.UtilsTest#testMurmur2 (Apache Kafka, clients module).
 JAVA_MURMUR2 = {

@@ -219,7 +219,35 @@ def test_idempotent_duplicate_returns_original_offset_and_does_not_append():
     assert again.duplicate and again.base_offset == first.base_offset == 0
     assert r.log.log_end_offset == 3
     gap = batch(2, producer_id=7, producer_epoch=0, base_sequence=10)
-    assert replies(produce(r, gap, "c", 2))["c"].error_code == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
+    assert replies(produce(r, gap, "c", 2)) == {}, "a batch ahead of its predecessors waits for them"
+    expired = replies(r.tick(2 + r.config.out_of_order_wait_ms))
+    assert expired["c"].error_code == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER, "the gap never filled"
+    assert r.log.log_end_offset == 3
+
+
+def test_batches_a_pipelining_producer_sent_are_appended_in_sequence_order_whatever_order_they_arrive_in():
+    """Ray does not keep the order of calls to an actor: a producer with several requests in
+    flight may see them arrive out of order. The leader holds an early batch until the ones
+    before it arrive, then appends all in sequence order."""
+    r = leader(isr=(0,))
+    b0 = batch(2, b"a", producer_id=7, producer_epoch=0, base_sequence=0)
+    b1 = batch(3, b"b", producer_id=7, producer_epoch=0, base_sequence=2)
+    b2 = batch(1, b"c", producer_id=7, producer_epoch=0, base_sequence=5)
+    assert replies(produce(r, b2, "r2", 0, acks=1)) == {}
+    assert replies(produce(r, b1, "r1", 1, acks=1)) == {}
+    out = replies(produce(r, b0, "r0", 2, acks=1))
+    assert [out[t].base_offset for t in ("r0", "r1", "r2")] == [0, 2, 5]
+    assert all(out[t].error_code == 0 for t in out)
+    values = [rec.value for rec in records.iter_records(r.log.read(0, 1 << 20))]
+    assert values == [b"a0", b"a1", b"b0", b"b1", b"b2", b"c0"]
+
+
+def test_a_leader_stepping_down_answers_the_batches_it_held():
+    r = leader(isr=(0,))
+    early = batch(1, producer_id=7, producer_epoch=0, base_sequence=4)
+    assert replies(produce(r, early, "e", 0)) == {}
+    _, actions = leader_and_isr(r, lai(1, 2, (1, 0)), 1)
+    assert replies(actions)["e"].error_code == ErrorCode.NOT_LEADER_OR_FOLLOWER
 
 
 def test_list_offsets_and_offsets_for_leader_epoch():

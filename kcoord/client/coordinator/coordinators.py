@@ -1,5 +1,6 @@
 """Calling the GroupCoordinatorActors from a client: find the group's coordinator, call it,
-ride out its restarts and loading.
+ride out its restarts and loading. Used by the group member, Admin, and Spark/Ray Data
+offset commits.
 
 Placement is deterministic (``coordinator_for(group_id, N)``, Kafka's hash), so finding a
 coordinator needs no round trip once ``N`` is known; ``N`` comes from the controller's
@@ -13,20 +14,19 @@ caller, who knows what they mean for its request.
 
 from __future__ import annotations
 
-import threading
 import time
 from typing import Any, TypeVar
 
-import ray
 from ray.exceptions import GetTimeoutError, RayActorError
 
-from ..group.placement import coordinator_for
-from ..protocol import names
-from ..protocol.codec import Message
-from ..protocol.controller import DescribeClusterRequest, DescribeClusterResponse
-from ..protocol.errors import DecodeError, ErrorCode, KafkaError
-from .cluster import ClusterClient
-from .liveness import GONE, actor_state
+from ...calls import ActorGoneError, HandleCache, get_probing
+from ...group.placement import coordinator_for
+from ...protocol import names
+from ...protocol.codec import Message
+from ...protocol.controller import DescribeClusterRequest, DescribeClusterResponse
+from ...protocol.errors import DecodeError, ErrorCode, KafkaError, raise_for_error
+from ...protocol.group import DescribeGroupsRequest, DescribeGroupsResponse, OffsetFetchRequest, OffsetFetchResponse
+from ..cluster import ClusterClient
 
 R = TypeVar("R", bound=Message)
 
@@ -44,19 +44,14 @@ def _top_level_code(response: Message) -> int:
     return int(getattr(response, "error_code", 0) or 0)
 
 
-class _Gone(Exception):
-    """Ray's GCS says the coordinator actor died or is restarting."""
-
-
 class GroupCoordinators:
     """The cluster's group coordinators as seen from one client (thread-safe)."""
 
     def __init__(self, cluster: ClusterClient, retry_backoff_ms: int = 50) -> None:
         self.cluster = cluster
         self.retry_backoff_ms = retry_backoff_ms
-        self._lock = threading.Lock()
         self._count: int | None = None
-        self._handles: dict[int, Any] = {}
+        self._handles = HandleCache(cluster.namespace)
 
     def count(self) -> int:
         """How many coordinators the cluster has (cached: it never changes)."""
@@ -79,20 +74,13 @@ class GroupCoordinators:
         return names.group_coordinator(self.cluster.name, index)
 
     def handle(self, index: int) -> Any:
-        with self._lock:
-            h = self._handles.get(index)
-        if h is None:
-            try:
-                h = ray.get_actor(self.name(index), namespace=self.cluster.namespace)
-            except ValueError:
-                raise KafkaError(ErrorCode.COORDINATOR_NOT_AVAILABLE, f"group coordinator {self.name(index)!r} is not running") from None
-            with self._lock:
-                self._handles[index] = h
-        return h
+        try:
+            return self._handles.lookup(self.name(index))
+        except ValueError:
+            raise KafkaError(ErrorCode.COORDINATOR_NOT_AVAILABLE, f"group coordinator {self.name(index)!r} is not running") from None
 
     def forget(self, index: int) -> None:
-        with self._lock:
-            self._handles.pop(index, None)
+        self._handles.forget(self.name(index))
 
     def call(
         self,
@@ -117,13 +105,15 @@ class GroupCoordinators:
             try:
                 handle = self.handle(index)
                 ref = getattr(handle, method).remote(data)
-                raw = self._wait(ref, handle, min(remaining, attempt_timeout_s) if attempt_timeout_s else remaining)
+                # Not cancelled when the actor is gone: a call queued for the restarted
+                # actor runs in order before our retry, and both carry the same request.
+                raw = get_probing(ref, handle, min(remaining, attempt_timeout_s) if attempt_timeout_s else remaining, PROBE_EVERY_S)
                 response = response_type.decode(raw)
                 if _top_level_code(response) not in COORDINATOR_RETRIABLE:
                     return response
                 last = response
                 last_error = f"{ErrorCode(_top_level_code(response)).name}: {getattr(response, 'error_message', '')}"
-            except (RayActorError, _Gone) as exc:
+            except (RayActorError, ActorGoneError) as exc:
                 self.forget(index)
                 last_error = f"coordinator {index} unavailable ({type(exc).__name__})"
             except GetTimeoutError:
@@ -141,22 +131,29 @@ class GroupCoordinators:
                 raise KafkaError(ErrorCode.REQUEST_TIMED_OUT, f"{method} to group coordinator {index}: {last_error}")
             time.sleep(self.retry_backoff_ms / 1000)
 
-    @staticmethod
-    def _wait(ref: Any, handle: Any, timeout: float) -> Any:
-        """ray.get with a deadline that gives up early on an actor the GCS reports gone."""
-        deadline = time.monotonic() + timeout
-        while True:
-            step = min(PROBE_EVERY_S, max(0.0, deadline - time.monotonic()))
-            try:
-                return ray.get(ref, timeout=step)
-            except GetTimeoutError:
-                if time.monotonic() >= deadline:
-                    raise
-                state = actor_state(handle)
-                if state in GONE:
-                    # Not cancelled: a call queued for the restarted actor runs in order
-                    # before our retry, and both carry the same request.
-                    raise _Gone(f"coordinator is {state}") from None
-
     def call_group(self, group_id: str, method: str, request: Message, response_type: type[R], timeout_s: float, **kw: Any) -> R:
         return self.call(self.index_for(group_id), method, request, response_type, timeout_s, **kw)
+
+    # -- what Admin and batch readers ask of a group ----------------------------------------------
+    def describe_group(self, group_id: str, timeout_s: float) -> Any:
+        """The group's DescribeGroups entry (its ``error_code`` is GROUP_ID_NOT_FOUND for an
+        unknown group)."""
+        if not isinstance(group_id, str) or not group_id:
+            raise KafkaError(ErrorCode.INVALID_GROUP_ID, f"group id must be a non-empty string, got {group_id!r}")
+        response = self.call_group(group_id, "describe_groups", DescribeGroupsRequest([group_id]), DescribeGroupsResponse, timeout_s)
+        described = response.groups[0] if response.groups else None
+        if described is None:
+            raise_for_error(response.error_code or ErrorCode.UNKNOWN_SERVER_ERROR, response.error_message or "no answer for the group")
+        return described
+
+    def committed_offsets(self, group_id: str, topics: dict[str, list[int]] | None, timeout_s: float) -> dict[str, dict[int, Any]]:
+        """The group's committed offsets ``{topic: {partition: OffsetFetchPartition}}`` of
+        ``topics`` (None: every topic it committed); a negative offset means none."""
+        if not isinstance(group_id, str) or not group_id:
+            raise KafkaError(ErrorCode.INVALID_GROUP_ID, f"group id must be a non-empty string, got {group_id!r}")
+        response = self.call_group(group_id, "offset_fetch", OffsetFetchRequest(group_id, topics), OffsetFetchResponse, timeout_s)
+        raise_for_error(response.error_code, response.error_message or f"fetching the committed offsets of group {group_id!r} failed")
+        for t, parts in response.offsets.items():
+            for p, o in parts.items():
+                raise_for_error(o.error_code, f"fetching the committed offset of group {group_id!r} for {t}-{p} failed")
+        return response.offsets

@@ -1,41 +1,46 @@
-"""The consumer's fetch pipeline: one long-poll Fetch in flight per assigned partition.
+"""Fetching records from partition leaders.
 
-A mixin of :class:`~kcoord.client.consumer.Consumer` (it works on the consumer's assigned
-partitions); split out so that each file holds one part of the consumer. A fetch is a Ray
-actor call; Ray moves its answer into this process while the user is busy elsewhere, and
-the next fetch of a partition goes out as soon as the previous answer is taken in, so the
-next chunk is usually already here when ``poll()`` needs it. Leaders on this process's Ray
-node answer with file hints, read here instead of copying bytes through Ray. Errors back
-off, refresh metadata, reset the position (OFFSET_OUT_OF_RANGE) or surface from the next
-poll().
+:class:`LeaderFetches` is what every reader of a partition shares: it sends a Fetch to the
+partition's leader (asking for file hints when the leader may be on this Ray node) and
+turns an answer into record-batch bytes, read from the leader's segment files when it
+answered with hints (see :mod:`kcoord.log.hints`). The consumer's :class:`Fetcher` and the
+range reads of Spark and Ray Data tasks (:class:`kcoord.spark.tasks.RangeReader`) use it.
+
+:class:`Fetcher` is the consumer's fetch pipeline: one long-poll Fetch in flight per
+assigned partition. A fetch is a Ray actor call; Ray moves its answer into this process
+while the user is busy elsewhere, and the next fetch of a partition goes out as soon as the
+previous answer is taken in, so the next chunk is usually already here when ``poll()``
+needs it. Errors back off, refresh metadata, reset the position (OFFSET_OUT_OF_RANGE) or
+surface from the next poll().
 
 A fetch that is not answered in time is given up, whatever the reason: the leader holds a
 fetch at most ``fetch_max_wait_ms``, so one still unanswered ``OVERDUE_S`` after that is
 *overdue*. From then on, every ``PROBE_EVERY_S``, the consumer asks Ray's GCS whether the
 leader actor is dead or restarting and (at most every ``METADATA_CHECK_S`` per topic) the
 controller who leads the partition now; a gone actor or a new leader/epoch abandons the
-fetch at once. A fetch still unanswered ``fetch_max_wait_ms + min(request_timeout_ms,
-FETCH_GRACE_MS)`` after it was sent is abandoned too (a leader that is alive per Ray but
-does not answer). Abandoning drops the cached actor handle, so the next fetch looks the
-leader up again (``ray.get_actor``) with fresh metadata; a late answer to an abandoned
-fetch is ignored.
+fetch at once. A fetch still unanswered :func:`fetch_timeout_s` after it was sent is
+abandoned too (a leader that is alive per Ray but does not answer). Abandoning drops the
+cached actor handle, so the next fetch looks the leader up again (``ray.get_actor``) with
+fresh metadata; a late answer to an abandoned fetch is ignored.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from typing import Any
+from typing import Any, NamedTuple
 
 import ray
 from ray.exceptions import RayActorError
 
-from .. import records as _records
-from ..log.hints import read_hinted
-from ..protocol.errors import ErrorCode, KafkaError
-from ..protocol.replication import FetchRequest, FetchResponse
-from .consumer_partition import AssignedPartition
-from .liveness import GONE, actor_state
+from ... import records as _records
+from ...calls import GONE, actor_state
+from ...log.hints import read_hinted
+from ...protocol.controller import PartitionMetadata
+from ...protocol.errors import ErrorCode, KafkaError
+from ...protocol.replication import FetchRequest, FetchResponse
+from ..cluster import ClusterClient
+from .subscription_state import AssignedPartition, SubscriptionState
 
 logger = logging.getLogger("kcoord.consumer")
 
@@ -56,20 +61,109 @@ FETCH_GRACE_MS = 5000
 MIN_FORCED_S = 0.005
 
 
-class FetchPipeline:
-    """Sending fetches and taking in their answers (mixed into Consumer)."""
+def fetch_timeout_s(max_wait_ms: int, request_timeout_ms: int) -> float:
+    """How long after it was sent a fetch held up to ``max_wait_ms`` is given up."""
+    return (max_wait_ms + min(request_timeout_ms, FETCH_GRACE_MS)) / 1000
 
-    def _drop_in_flight(self, st: AssignedPartition) -> None:
-        if st.in_flight is not None:
-            self._owner.pop(st.in_flight, None)
-            st.in_flight = None
-            st.in_flight_handle = None
+
+def local_node_id() -> str:
+    """This process's Ray node id ("" if unknown): leaders on it answer with file hints."""
+    try:
+        return ray.get_runtime_context().get_node_id() or ""
+    except Exception:
+        return ""
+
+
+def fetched_records(response: FetchResponse, fetch_offset: int) -> tuple[bytes | None, bool]:
+    """The record-batch bytes of a successful fetch answer, and whether their CRCs were
+    checked already: read from the leader's segment files when it answered with file
+    hints (checked), else the bytes it sent. None when the hinted files did not check out
+    (they changed under us: truncation, retention); fetch again without hints then."""
+    if response.file_hint:
+        return read_hinted(response.file_hint, fetch_offset), True
+    return response.records, False
+
+
+class SentFetch(NamedTuple):
+    """A Fetch on its way to a partition leader."""
+
+    ref: Any
+    handle: Any
+    actor: str
+    leader: int
+    leader_epoch: int
+    offset: int
+    sent: float  # time.monotonic() when it went out
+
+
+class LeaderFetches:
+    """Sends Fetch requests to partition leaders for one process (see the module doc)."""
+
+    def __init__(self, cluster: ClusterClient, *, max_bytes: int, min_bytes: int, max_wait_ms: int) -> None:
+        self.cluster = cluster
+        self.max_bytes = max_bytes
+        self.min_bytes = min_bytes
+        self.max_wait_ms = max_wait_ms
+        self.node_id = local_node_id()
+
+    def send(self, topic: str, partition: int, pm: PartitionMetadata, offset: int, *, hinted: bool = True) -> SentFetch:
+        """Fetch from ``offset`` at the leader ``pm`` names; KafkaError if its actor cannot
+        be found. ``hinted=False`` asks for the bytes even from a leader on this node."""
+        name = self.cluster.replica_name(topic, partition, pm.leader)
+        handle = self.cluster.handle(name)
+        request = FetchRequest(
+            topic,
+            partition,
+            offset,
+            max_bytes=self.max_bytes,
+            min_bytes=self.min_bytes,
+            max_wait_ms=self.max_wait_ms,
+            current_leader_epoch=pm.leader_epoch,
+            node_id=self.node_id if hinted else "",
+        )
+        return SentFetch(handle.fetch.remote(request.encode()), handle, name, pm.leader, pm.leader_epoch, offset, _monotonic())
+
+
+class Fetcher:
+    """The consumer's fetch pipeline over the partitions of a :class:`SubscriptionState`:
+    sending fetches, taking in their answers, giving up overdue ones."""
+
+    def __init__(
+        self,
+        cluster: ClusterClient,
+        subscriptions: SubscriptionState,
+        *,
+        fetch_max_wait_ms: int,
+        fetch_min_bytes: int,
+        max_partition_fetch_bytes: int,
+        request_timeout_ms: int,
+        retry_backoff_ms: int,
+    ) -> None:
+        self.cluster = cluster
+        self.subscriptions = subscriptions
+        self._leaders = LeaderFetches(
+            cluster, max_bytes=max_partition_fetch_bytes, min_bytes=fetch_min_bytes, max_wait_ms=fetch_max_wait_ms
+        )
+        self._backoff_s = retry_backoff_ms / 1000
+        # A fetch in flight is checked (GCS probe, metadata) once overdue, and given up at
+        # the fetch timeout.
+        self._overdue_s = fetch_max_wait_ms / 1000 + OVERDUE_S
+        self._fetch_timeout_s = fetch_timeout_s(fetch_max_wait_ms, request_timeout_ms)
+        self._refresh_timeout_ms = min(request_timeout_ms, FETCH_GRACE_MS)
+        self._last_refresh: dict[str, float] = {}
+
+    def _in_flight(self) -> dict[Any, AssignedPartition]:
+        """ObjectRef of every fetch in flight -> its partition."""
+        return {st.in_flight: st for st in self.subscriptions.assigned.values() if st.in_flight is not None}
+
+    def in_flight(self) -> bool:
+        return any(st.in_flight is not None for st in self.subscriptions.assigned.values())
 
     def _abandon(self, st: AssignedPartition, now: float, backoff: bool = True) -> None:
         """Give up the fetch in flight: forget the leader's cached handle (the next fetch
         looks the actor up again) and refresh the topic's metadata."""
         actor = st.in_flight_actor
-        self._drop_in_flight(st)
+        st.drop_in_flight()
         if actor:
             self.cluster.forget(actor)
         self._refresh(st.tp.topic, force=True)
@@ -78,10 +172,10 @@ class FetchPipeline:
 
     def _check_overdue(self, now: float) -> None:
         """Give up fetches whose leader is gone, moved, or silent past the fetch timeout."""
-        overdue = [st for st in self._assigned.values() if st.in_flight is not None and now >= st.next_check]
+        overdue = [st for st in self.subscriptions.assigned.values() if st.in_flight is not None and now >= st.next_check]
         if not overdue:
             return
-        self._take_ready(0.0)  # an answer that arrived but was not taken in yet is not overdue
+        self.take_ready(0.0)  # an answer that arrived but was not taken in yet is not overdue
         topics: set[str] = set()
         for st in overdue:
             if st.in_flight is None:
@@ -117,21 +211,21 @@ class FetchPipeline:
                     )
                     self._abandon(st, now, backoff=False)
 
-    def _next_wake(self, now: float) -> float:
+    def next_wake(self, now: float) -> float:
         """Seconds until the fetch pipeline has something to do besides taking in answers:
         an overdue check, or a partition's backoff ending."""
         wake = float("inf")
-        for st in self._assigned.values():
+        for st in self.subscriptions.assigned.values():
             if st.in_flight is not None:
                 wake = min(wake, st.next_check)
             elif st.backoff_until > now:
                 wake = min(wake, st.backoff_until)
         return max(0.0, wake - now)
 
-    def _send_fetches(self) -> None:
+    def send_fetches(self) -> None:
         now = _monotonic()
         self._check_overdue(now)
-        for st in self._assigned.values():
+        for st in self.subscriptions.assigned.values():
             if st.in_flight is not None:
                 continue
             if st.paused or st.position is None or st.error is not None or now < st.backoff_until or st.pending:
@@ -149,38 +243,26 @@ class FetchPipeline:
                 self._refresh(topic)
                 st.backoff_until = now + self._backoff_s
                 continue
-            name = self.cluster.replica_name(topic, partition, pm.leader)
             try:
-                handle = self.cluster.handle(name)
+                sent = self._leaders.send(topic, partition, pm, st.fetch_offset, hinted=not st.no_hint)
             except KafkaError:
                 self._refresh(topic)
                 st.backoff_until = now + self._backoff_s
                 continue
-            req = FetchRequest(
-                topic,
-                partition,
-                st.fetch_offset,
-                max_bytes=self.max_partition_fetch_bytes,
-                min_bytes=self.fetch_min_bytes,
-                max_wait_ms=self.fetch_max_wait_ms,
-                current_leader_epoch=pm.leader_epoch,
-                node_id="" if st.no_hint else self._node_id,
-            )
             st.no_hint = False
-            ref = handle.fetch.remote(req.encode())
-            st.in_flight = ref
+            st.in_flight = sent.ref
             st.in_flight_generation = st.generation
             st.in_flight_since = now
-            st.in_flight_actor = name
-            st.in_flight_handle = handle
-            st.in_flight_leader = pm.leader
-            st.in_flight_epoch = pm.leader_epoch
+            st.in_flight_actor = sent.actor
+            st.in_flight_handle = sent.handle
+            st.in_flight_leader = sent.leader
+            st.in_flight_epoch = sent.leader_epoch
             st.next_check = now + self._overdue_s
-            self._owner[ref] = st
 
-    def _take_ready(self, timeout: float) -> bool:
+    def take_ready(self, timeout: float) -> bool:
         """Wait up to ``timeout`` s for fetch answers and take in all that are ready."""
-        refs = list(self._owner)
+        owner = self._in_flight()
+        refs = list(owner)
         if not refs:
             return False
         if timeout > 0:
@@ -192,13 +274,13 @@ class FetchPipeline:
             if not ready:
                 return False
         for ref in ready:
-            st = self._owner.pop(ref, None)
-            if st is not None and st.in_flight is ref:
+            st = owner[ref]
+            if st.in_flight is ref:
                 st.in_flight = None
                 self._on_fetch(st, ref)
         return True
 
-    def _idle_wait(self, seconds: float) -> None:
+    def idle_wait(self, seconds: float) -> None:
         """Nothing in flight (all paused, backing off, or no assignment): wait a little."""
         if seconds > 0:
             time.sleep(seconds)
@@ -229,13 +311,10 @@ class FetchPipeline:
         if code == 0:
             if resp.high_watermark >= 0:
                 st.high_watermark = resp.high_watermark
-            data = resp.records
-            if resp.file_hint:
-                # Same node as the leader: read its segment files instead of a Ray copy.
-                data = read_hinted(resp.file_hint, st.fetch_offset)
-                if data is None:
-                    st.no_hint = True  # the files moved under us: the next fetch asks for bytes
-                    return
+            data, _ = fetched_records(resp, st.fetch_offset)
+            if data is None:
+                st.no_hint = True  # the files moved under us: the next fetch asks for bytes
+                return
             if data:
                 last = None
                 for _, h in _records.iter_headers(data):
@@ -246,7 +325,8 @@ class FetchPipeline:
             return
         err = KafkaError(code, resp.error_message or "")
         if code == ErrorCode.OFFSET_OUT_OF_RANGE:
-            if self.auto_offset_reset == "none":
+            reset = self.subscriptions.auto_offset_reset
+            if reset == "none":
                 st.error = KafkaError(
                     code,
                     f"{st.tp.topic}-{st.tp.partition}: fetch offset {st.fetch_offset} is out of range "
@@ -254,8 +334,8 @@ class FetchPipeline:
                     + (f": {resp.error_message}" if resp.error_message else ""),
                 )
             else:
-                logger.info("%s: offset %d out of range; resetting to %s", st.tp, st.fetch_offset, self.auto_offset_reset)
-                self._reposition(st, None, self.auto_offset_reset)
+                logger.info("%s: offset %d out of range; resetting to %s", st.tp, st.fetch_offset, reset)
+                self.subscriptions.reset_on_out_of_range(st)
             return
         if err.needs_metadata_refresh:
             self._refresh(st.tp.topic, force=code != ErrorCode.UNKNOWN_LEADER_EPOCH)

@@ -14,14 +14,14 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
-from ..protocol.controller import InitProducerIdRequest, InitProducerIdResponse
-from ..protocol.errors import KafkaError
-from .accumulator import ProducerBatch, sequence_after
-from .cluster import ClusterClient
-from .producer_input import check_int
+from ...protocol.controller import InitProducerIdRequest, InitProducerIdResponse
+from ...protocol.errors import KafkaError
+from ..cluster import ClusterClient
+from .batch import ProducerBatch, sequence_after
+from .validation import check_int
 
 if TYPE_CHECKING:
-    from .producer_queues import PartitionState
+    from .accumulator import PartitionQueue
 
 logger = logging.getLogger("kcoord.producer")
 
@@ -60,7 +60,7 @@ class ProducerIdentity:
         else:
             self.producer_id, self.epoch = -1, -1
 
-    def assign_sequence(self, ps: PartitionState, batch: ProducerBatch) -> None:
+    def assign_sequence(self, ps: PartitionQueue, batch: ProducerBatch) -> None:
         """Stamp ``batch`` with the identity and its partition's next base sequence, once
         (a retry keeps them). A partition whose sequences belong to an older identity
         restarts at 0."""

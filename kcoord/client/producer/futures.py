@@ -10,9 +10,9 @@ from __future__ import annotations
 import logging
 from typing import Any, Callable
 
-from ..protocol.errors import ErrorCode, KafkaError
-from .accumulator import ProducerBatch
-from .types import RecordMetadata, TopicPartition
+from ...protocol.errors import ErrorCode, KafkaError
+from ..types import RecordMetadata, TopicPartition
+from .batch import ProducerBatch
 
 logger = logging.getLogger("kcoord.producer")
 

@@ -10,15 +10,15 @@ record. Like kafka-python's consumer, an instance is not thread-safe.
 Without ``group_id`` the topics given to the constructor mean "assign every partition of
 these topics". With ``group_id`` they are a subscription: the consumer joins the group and
 reads what the group assigns it. The group logic lives in
-:class:`kcoord.client.group_member.GroupMember`; this class only hosts it (``group_assign``/
+:class:`kcoord.client.coordinator.GroupMember`; this class only hosts it (``group_assign``/
 ``group_positions``) and gives it a turn at every poll, where rebalances happen.
 
-Layout: this module holds :class:`Consumer`'s public API, assignment and group wiring, and
-``poll()``. Each assigned partition's state is a
-:class:`~kcoord.client.consumer_partition.AssignedPartition`; positions, seeks and
-ListOffsets are in :mod:`.consumer_positions`, the fetch pipeline in
-:mod:`.consumer_fetch` (both mixins of Consumer), and decoding and record building in
-:mod:`.consumer_records`.
+A Consumer owns its parts and hands each what it needs: a
+:class:`~kcoord.client.consumer.subscription_state.SubscriptionState` (the assigned
+partitions, positions, seeks, pause/resume), a :class:`~kcoord.client.consumer.fetcher.Fetcher`
+over it (the fetch pipeline), and with a group a
+:class:`~kcoord.client.coordinator.GroupMember`. Decoding and record building are in
+:mod:`kcoord.client.consumer.records`. This module holds the public API and ``poll()``.
 """
 
 from __future__ import annotations
@@ -28,24 +28,21 @@ import time
 from collections import deque
 from typing import Any, Iterable, Iterator
 
-import ray
-
-from ..protocol.errors import ErrorCode, KafkaError
-from .cluster import ClusterClient, connect
-from .consumer_fetch import FETCH_GRACE_MS, OVERDUE_S, FetchPipeline
-from .consumer_partition import AssignedPartition
-from .consumer_positions import NoOffsetForPartitionError, Positions
-from .consumer_records import RecordColumns, columns_of, decode_chunk, records_of
-from .group_member import GroupMember
-from .types import ConsumerRecord, OffsetAndMetadata, TopicPartition
+from ...protocol.errors import ErrorCode, KafkaError
+from ...protocol.replication import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
+from ..cluster import ClusterClient, connect
+from ..coordinator import GroupMember
+from ..types import ConsumerRecord, OffsetAndMetadata, TopicPartition
+from .fetcher import Fetcher
+from .records import RecordColumns, columns_of, decode_chunk, records_of
+from .subscription_state import RESET_POLICIES, AssignedPartition, SubscriptionState
 
 logger = logging.getLogger("kcoord.consumer")
 
-_RESET = ("earliest", "latest", "none")
 _monotonic = time.monotonic
 
 
-class Consumer(Positions, FetchPipeline):
+class Consumer:
     """Read records from kcoord topics; names and defaults follow kafka-python.
 
     ``Consumer("events", cluster=cluster, auto_offset_reset="earliest")`` assigns every
@@ -53,7 +50,7 @@ class Consumer(Positions, FetchPipeline):
     replaces the assignment. A partition's starting position is decided by
     ``auto_offset_reset`` when first needed (first ``poll()`` or ``position()``):
     "earliest" = log start, "latest" = the high watermark at that moment, "none" = raise
-    :class:`NoOffsetForPartitionError` until you ``seek()``. The same policy applies when a
+    :class:`~kcoord.client.errors.NoOffsetForPartitionError` until you ``seek()``. The same policy applies when a
     position falls outside the log; with "none" the OFFSET_OUT_OF_RANGE KafkaError surfaces
     from ``poll()``.
 
@@ -66,7 +63,7 @@ class Consumer(Positions, FetchPipeline):
     fetch, which the leader holds up to ``fetch_max_wait_ms``, is given up
     ``fetch_max_wait_ms + min(request_timeout_ms, 5 s)`` after it was sent -- sooner when
     Ray's GCS reports the leader dead or restarting, or the metadata names another leader --
-    and the leader is then looked up again (see :mod:`kcoord.client.consumer_fetch`).
+    and the leader is then looked up again (see :mod:`kcoord.client.consumer.fetcher`).
     """
 
     def __init__(
@@ -92,8 +89,8 @@ class Consumer(Positions, FetchPipeline):
         max_poll_interval_ms: int = 300_000,
         partition_assignment_strategy: Any = ("range", "roundrobin"),
     ) -> None:
-        if auto_offset_reset not in _RESET:
-            raise ValueError(f"auto_offset_reset must be one of {_RESET}, got {auto_offset_reset!r}")
+        if auto_offset_reset not in RESET_POLICIES:
+            raise ValueError(f"auto_offset_reset must be one of {RESET_POLICIES}, got {auto_offset_reset!r}")
         for name, value, minimum in (
             ("fetch_max_wait_ms", fetch_max_wait_ms, 0),
             ("fetch_min_bytes", fetch_min_bytes, 1),
@@ -107,11 +104,6 @@ class Consumer(Positions, FetchPipeline):
         if group_id is not None and (not isinstance(group_id, str) or not group_id):
             raise KafkaError(ErrorCode.INVALID_GROUP_ID, f"group_id must be a non-empty str, got {group_id!r}")
         self.cluster = cluster if cluster is not None else connect()
-        # This process's Ray node: leaders on it answer fetches with file hints.
-        try:
-            self._node_id = ray.get_runtime_context().get_node_id() or ""
-        except Exception:
-            self._node_id = ""
         self.group_id = group_id
         self.auto_offset_reset = auto_offset_reset
         self.enable_auto_commit = enable_auto_commit
@@ -126,15 +118,20 @@ class Consumer(Positions, FetchPipeline):
         self.check_crcs = check_crcs
         self.client_id = client_id
         self._backoff_s = retry_backoff_ms / 1000
-        # A fetch in flight is checked (GCS probe, metadata) once overdue, and given up at
-        # the fetch timeout (see kcoord.client.consumer_fetch).
-        self._overdue_s = fetch_max_wait_ms / 1000 + OVERDUE_S
-        self._fetch_timeout_s = (fetch_max_wait_ms + min(request_timeout_ms, FETCH_GRACE_MS)) / 1000
-        self._refresh_timeout_ms = min(request_timeout_ms, FETCH_GRACE_MS)
-        self._assigned: dict[TopicPartition, AssignedPartition] = {}
-        self._owner: dict[Any, AssignedPartition] = {}  # in-flight ObjectRef -> its partition
+        self._subscriptions = SubscriptionState(
+            auto_offset_reset,
+            lambda tps, timestamp: self.cluster.list_offsets(tps, timestamp, timeout_ms=self.request_timeout_ms),
+        )
+        self._fetcher = Fetcher(
+            self.cluster,
+            self._subscriptions,
+            fetch_max_wait_ms=fetch_max_wait_ms,
+            fetch_min_bytes=fetch_min_bytes,
+            max_partition_fetch_bytes=max_partition_fetch_bytes,
+            request_timeout_ms=request_timeout_ms,
+            retry_backoff_ms=retry_backoff_ms,
+        )
         self._rotation = 0
-        self._last_refresh: dict[str, float] = {}
         self._iter: deque = deque()  # [state, generation, records, index] for __next__
         self._closed = False
         self._topics = tuple(topics)
@@ -165,7 +162,7 @@ class Consumer(Positions, FetchPipeline):
             self.assign(tps)
 
     def __repr__(self) -> str:
-        return f"Consumer(cluster={self.cluster.name!r}, group_id={self.group_id!r}, assignment={sorted(self._assigned)})"
+        return f"Consumer(cluster={self.cluster.name!r}, group_id={self.group_id!r}, assignment={sorted(self._subscriptions.assigned)})"
 
     def __enter__(self) -> "Consumer":
         return self
@@ -192,7 +189,7 @@ class Consumer(Positions, FetchPipeline):
         self._set_assignment(tps)
 
     def assignment(self) -> set[TopicPartition]:
-        return set(self._assigned)
+        return set(self._subscriptions.assigned)
 
     def subscription(self) -> set[str]:
         """The subscribed topics (with a group), else the topics given to the constructor."""
@@ -217,39 +214,64 @@ class Consumer(Positions, FetchPipeline):
         self._set_assignment([])
 
     def _set_assignment(self, partitions: Iterable[TopicPartition], positions: dict[TopicPartition, int] | None = None) -> None:
-        """Hook for the groups layer: replace the assignment without metadata checks and
-        optionally seed positions (e.g. committed offsets); partitions without a seeded or
-        kept position start per ``auto_offset_reset``."""
-        new: dict[TopicPartition, AssignedPartition] = {}
-        for tp in partitions:
-            tp = TopicPartition(*tp)
-            st = self._assigned.get(tp) or AssignedPartition(tp)
-            new[tp] = st
-        for tp, st in self._assigned.items():
-            if tp not in new:
-                self._drop_in_flight(st)
-        self._assigned = new
-        for tp, offset in (positions or {}).items():
-            if tp in new and offset is not None and offset >= 0:
-                self._reposition(new[tp], offset)
+        self._subscriptions.assign(partitions, positions)
 
-    def _positions(self) -> dict[TopicPartition, int | None]:
-        """Hook for the groups layer: every assigned partition's position (None if not
-        yet known), without resolving anything."""
-        return {tp: st.position for tp, st in self._assigned.items()}
-
-    # The MemberHost protocol of kcoord.client.group_member (how the groups layer drives us).
+    # The MemberHost protocol of kcoord.client.coordinator.member (how the group member drives us).
     def group_assign(self, partitions: list[TopicPartition], committed: dict[TopicPartition, int | None]) -> None:
         self._set_assignment(partitions, {tp: off for tp, off in committed.items() if off is not None})
 
     def group_positions(self) -> dict[TopicPartition, int]:
-        return {tp: pos for tp, pos in self._positions().items() if pos is not None}
+        return {tp: pos for tp, pos in self._subscriptions.positions().items() if pos is not None}
+
+    # ------------------------------------------------------------------------------------
+    # positions
+    # ------------------------------------------------------------------------------------
+    def seek(self, partition: TopicPartition, offset: int) -> None:
+        """Read ``partition`` from ``offset`` on the next poll()."""
+        self._subscriptions.seek(partition, offset)
+
+    def seek_to_beginning(self, *partitions: TopicPartition) -> None:
+        """Move to the log start of ``partitions`` (all assigned ones if none given);
+        resolved on the next poll()/position()."""
+        self._subscriptions.seek_to("earliest", partitions)
+
+    def seek_to_end(self, *partitions: TopicPartition) -> None:
+        """Move to the high watermark of ``partitions`` (all assigned if none given)."""
+        self._subscriptions.seek_to("latest", partitions)
+
+    def position(self, partition: TopicPartition) -> int:
+        """The offset of the next record poll() returns for ``partition`` (resolving
+        ``auto_offset_reset`` now if needed)."""
+        return self._subscriptions.position(partition)
+
+    def highwater(self, partition: TopicPartition) -> int | None:
+        """The high watermark the last fetch of ``partition`` reported (None before one)."""
+        hw = self._subscriptions.state(partition).high_watermark
+        return hw if hw >= 0 else None
+
+    def pause(self, *partitions: TopicPartition) -> None:
+        """Stop returning (and fetching) records of ``partitions``; positions stay."""
+        self._subscriptions.pause(partitions)
+
+    def resume(self, *partitions: TopicPartition) -> None:
+        self._subscriptions.resume(partitions)
+
+    def paused(self) -> set[TopicPartition]:
+        return self._subscriptions.paused()
+
+    def beginning_offsets(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
+        """The log start offset of each partition."""
+        return self.cluster.list_offsets([TopicPartition(*tp) for tp in partitions], EARLIEST_TIMESTAMP, timeout_ms=self.request_timeout_ms)
+
+    def end_offsets(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
+        """The high watermark of each partition: the offset the next acknowledged record gets."""
+        return self.cluster.list_offsets([TopicPartition(*tp) for tp in partitions], LATEST_TIMESTAMP, timeout_ms=self.request_timeout_ms)
 
     def partitions_for_topic(self, topic: str) -> set[int]:
         return set(self.cluster.partitions_for(topic))
 
     def topics(self) -> set[str]:
-        from .admin import Admin
+        from ..admin import Admin
 
         return set(Admin(self.cluster).list_topics())
 
@@ -286,22 +308,22 @@ class Consumer(Positions, FetchPipeline):
         fetched again from the position (nothing is skipped)."""
         while self._iter:
             st, generation, recs, i = self._iter.popleft()
-            if i < len(recs) and st.generation == generation and self._assigned.get(st.tp) is st:
-                self._reposition(st, st.position)
+            if i < len(recs) and st.generation == generation and self._subscriptions.assigned.get(st.tp) is st:
+                self._subscriptions.reposition(st, st.position)
 
     def _poll(self, timeout_ms: float, max_records: int, advance: bool, columns: bool = False) -> dict[TopicPartition, Any]:
         deadline = _monotonic() + max(0.0, timeout_ms) / 1000
         while True:
             if self._group is not None:
                 self._group.poll()  # liveness for max_poll_interval_ms, rebalances, auto-commit
-            self._resolve_positions([st for st in self._assigned.values() if st.position is None])
+            self._subscriptions.resolve_positions([st for st in self._subscriptions.assigned.values() if st.position is None])
             self._raise_errors()
             # Take in every answer that has landed, even with records still buffered: an
             # answer left in Ray would hold back its partition (and the next fetch of it)
             # until all the others run dry, and would look unanswered to the overdue checks.
-            self._take_ready(0.0)
+            self._fetcher.take_ready(0.0)
             out = self._collect(max_records, advance, columns)
-            self._send_fetches()
+            self._fetcher.send_fetches()
             if out:
                 return out
             self._raise_errors()
@@ -313,14 +335,14 @@ class Consumer(Positions, FetchPipeline):
                 # instead of sleeping through a whole long-poll.
                 remaining = min(remaining, self._group.poll_wake_s)
             # ... and to check fetches that are overdue or partitions whose backoff ends.
-            remaining = min(remaining, max(0.001, self._next_wake(_monotonic())))
-            if self._owner:
-                self._take_ready(remaining)
+            remaining = min(remaining, max(0.001, self._fetcher.next_wake(_monotonic())))
+            if self._fetcher.in_flight():
+                self._fetcher.take_ready(remaining)
             else:
-                self._idle_wait(min(remaining, self._backoff_s))
+                self._fetcher.idle_wait(min(remaining, self._backoff_s))
 
     def _raise_errors(self) -> None:
-        for st in self._assigned.values():
+        for st in self._subscriptions.assigned.values():
             if st.error is not None:
                 err, st.error = st.error, None
                 raise err
@@ -329,7 +351,7 @@ class Consumer(Positions, FetchPipeline):
         """Take up to ``max_records`` buffered records, partitions in rotation: as
         ConsumerRecord lists, or as RecordColumns with ``columns``."""
         out: dict[TopicPartition, Any] = {}
-        states = list(self._assigned.values())
+        states = list(self._subscriptions.assigned.values())
         n = len(states)
         want = max_records
         for j in range(n):
@@ -371,14 +393,13 @@ class Consumer(Positions, FetchPipeline):
                 self._rotation = (self._rotation + 1) % n
         return out
 
-
     def _decode_next(self, st: AssignedPartition) -> None:
         try:
             decode_chunk(st, self.check_crcs)
         except KafkaError:
             # A corrupt batch: fetch again from the first record not yet returned, so that
             # every poll() raises until the user seeks past it (as Kafka's consumer does).
-            self._reposition(st, st.decode_from if st.decode_from >= 0 else st.position)
+            self._subscriptions.reposition(st, st.decode_from if st.decode_from >= 0 else st.position)
             raise
 
     # ------------------------------------------------------------------------------------
@@ -396,7 +417,7 @@ class Consumer(Positions, FetchPipeline):
             while self._iter:
                 entry = self._iter[0]
                 st, generation, recs, i = entry
-                if i >= len(recs) or st.generation != generation or st.paused or self._assigned.get(st.tp) is not st:
+                if i >= len(recs) or st.generation != generation or st.paused or self._subscriptions.assigned.get(st.tp) is not st:
                     self._iter.popleft()
                     continue
                 entry[3] = i + 1
@@ -409,7 +430,7 @@ class Consumer(Positions, FetchPipeline):
             self._poll(min(remaining * 1000, 1000.0), self.max_poll_records, advance=False)
 
     # ------------------------------------------------------------------------------------
-    # groups (issue 6)
+    # groups
     # ------------------------------------------------------------------------------------
     def _require_group(self, what: str) -> None:
         if self._group is None:
@@ -444,17 +465,12 @@ class Consumer(Positions, FetchPipeline):
                 self._group.close()
             except Exception:
                 logger.exception("leaving group %r while closing failed", self.group_id)
-        for st in self._assigned.values():
-            self._drop_in_flight(st)
+        for st in self._subscriptions.assigned.values():
+            st.drop_in_flight()
             st.clear_buffer()
-        self._owner.clear()
         self._iter.clear()
         self._closed = True
 
     def _check_open(self) -> None:
         if self._closed:
             raise RuntimeError("this consumer is closed")
-
-
-
-__all__ = ["Consumer", "NoOffsetForPartitionError", "RecordColumns"]

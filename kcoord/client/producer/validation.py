@@ -8,10 +8,9 @@ where it can (a type check over a whole column rather than per record).
 
 from __future__ import annotations
 
-import time
 from typing import Any, Iterable, Sequence
 
-_now = time.time
+from ...records import now_ms
 
 
 def check_int(name: str, value: Any, minimum: int) -> None:
@@ -84,7 +83,7 @@ def columns_from_records(records: Iterable[Any]) -> tuple[list, list | None, lis
         return values, None, None, None
     if any(s is not None for s in stamps):
         if any(s is None for s in stamps):
-            now = int(_now() * 1000)
+            now = now_ms()
             stamps = [now if s is None else s for s in stamps]
     else:
         stamps = None  # type: ignore[assignment]

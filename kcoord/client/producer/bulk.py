@@ -14,10 +14,10 @@ import time
 from operator import itemgetter
 from typing import Any, Callable, NamedTuple, Sequence
 
-from ..protocol.errors import ErrorCode, KafkaError
+from ...protocol.errors import ErrorCode, KafkaError
 from . import partitioner as _part
-from .accumulator import RECORD_OVERHEAD, ProducerBatch, headers_size, split_batches_array, split_uniform
-from .producer_queues import TopicState
+from .accumulator import TopicQueue
+from .batch import RECORD_OVERHEAD, ProducerBatch, headers_size, split_batches_array, split_uniform
 
 _monotonic = time.monotonic
 
@@ -40,7 +40,7 @@ class PartitionWrite(NamedTuple):
 
 
 def plan_bulk(
-    t: TopicState,
+    t: TopicQueue,
     values: Sequence,
     keys: Sequence | None,
     headers: Sequence | None,
@@ -50,7 +50,7 @@ def plan_bulk(
     *,
     partitioner: Any,
     seed: int,
-    partition_for: Callable[[TopicState, bytes | None], int],
+    partition_for: Callable[[TopicQueue, bytes | None], int],
 ) -> Plan:
     """[(partition, [(start, end) batch ranges], column gatherer)] for a bulk write.
 
@@ -132,7 +132,7 @@ def plan_bulk(
 
 
 def build_bulk_batches(
-    t: TopicState,
+    t: TopicQueue,
     plan: Plan,
     values: list,
     keys: list | None,
@@ -183,7 +183,7 @@ def _lengths(column: Sequence) -> Any:
 
 
 def _record_sizes_array(values: Sequence, keys: Sequence | None, headers: Sequence | None) -> Any:
-    """:func:`kcoord.client.accumulator.record_size` of every record, vectorised."""
+    """:func:`kcoord.client.producer.batch.record_size` of every record, vectorised."""
     import numpy as np
 
     sizes = _lengths(values) + RECORD_OVERHEAD

@@ -1,5 +1,5 @@
-"""Producer-side batching, with no Ray and no threads: what a batch holds, how big a record
-is, and how a bulk write is cut into batches.
+"""Producer batches, with no Ray and no threads: what a batch holds, how big a record is, and
+how a bulk write is cut into batches.
 
 Sizes are *estimates* of the packed batch (see :mod:`kcoord.records`: one msgpack array of
 columns) that never undercount, so a batch cut at ``limit`` estimated bytes always packs into
@@ -17,7 +17,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
-from .. import records as _records
+from ... import records as _records
 
 # msgpack framing of one record, worst case: bin32 header for the value (5) and the key (5),
 # an int64 timestamp delta (9), and a nil/array marker for headers (1).

@@ -1,31 +1,36 @@
-"""Offset commits and fetches of a consumer-group member (mixed into GroupMember).
+"""Offset commits and fetches: a group member's (:class:`OffsetCommitter`) and a batch
+writer's or an operator's outside any generation (:func:`commit_inactive_group`).
 
-A commit carries the member's generation so that the coordinator can refuse offsets from a
+A member's commit carries its generation so that the coordinator can refuse offsets from a
 member whose partitions may already belong to someone else (CommitFailedError); a consumer
 with manually assigned partitions makes "simple" commits without a generation.
 Asynchronous commits run on one worker thread so that they complete in call order.
+
+A commit outside any generation (Kafka's standalone commit: ``Admin.reset_offsets``,
+``kcoord.spark.commit``) is accepted only while the group has no members; refusing it up
+front says so clearly instead of letting a live consumer and the caller overwrite each
+other's offsets.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping, Protocol
 
-from ..protocol.errors import ErrorCode, KafkaError, error_name
-from ..protocol.group import (
-    NO_GENERATION,
-    NO_MEMBER_ID,
+from ...protocol.errors import ErrorCode, KafkaError, error_name, raise_for_error
+from ...protocol.group import (
     OffsetCommitPartition,
     OffsetCommitRequest,
     OffsetCommitResponse,
     OffsetFetchRequest,
     OffsetFetchResponse,
 )
-from .group_calls import COORDINATOR_RETRIABLE
-from .member_state import STABLE, UNJOINED
-from .types import OffsetAndMetadata, TopicPartition
+from ..errors import CommitFailedError
+from ..types import OffsetAndMetadata, TopicPartition
+from .coordinators import COORDINATOR_RETRIABLE, GroupCoordinators
 
 logger = logging.getLogger("kcoord.consumer.group")
 
@@ -35,12 +40,6 @@ E = ErrorCode
 REBALANCE_ERRORS = frozenset({E.ILLEGAL_GENERATION, E.UNKNOWN_MEMBER_ID, E.REBALANCE_IN_PROGRESS, E.FENCED_INSTANCE_ID})
 
 CommitCallback = Callable[[dict[TopicPartition, OffsetAndMetadata], Exception | None], Any]
-
-
-class CommitFailedError(KafkaError):
-    """The commit was rejected because this member's generation is over (the group
-    rebalanced, or the member was removed). Its partitions may belong to another member
-    now; poll() to rejoin, and commit only what you processed after the new assignment."""
 
 
 def normalize_offsets(offsets: Mapping[Any, Any]) -> dict[TopicPartition, OffsetAndMetadata]:
@@ -62,47 +61,52 @@ def normalize_offsets(offsets: Mapping[Any, Any]) -> dict[TopicPartition, Offset
     return out
 
 
-class GroupCommits:
-    """OffsetCommit / OffsetFetch for :class:`~kcoord.client.group_member.GroupMember`, which
-    provides the membership state used here (generation, member id, locks, host)."""
+class Membership(Protocol):
+    """What an :class:`OffsetCommitter` needs from the group member it commits for."""
 
-    def _maybe_auto_commit(self) -> None:
-        if not self.enable_auto_commit or time.monotonic() < self._next_auto_commit:
-            return
-        self._next_auto_commit = time.monotonic() + self.auto_commit_interval_ms / 1000
-        if self._state != STABLE or self.host is None:
-            return
-        positions = self.host.group_positions()
-        if positions:
+    def commit_generation(self) -> tuple[int, str, str | None]:
+        """(generation id, member id, group instance id) to commit with; (-1, "", None) for
+        a simple commit of manually assigned partitions. Raises CommitFailedError when the
+        member is subscribed but not in an active generation."""
 
-            def done(offsets: Any, exc: Exception | None) -> None:
-                if exc is not None:
-                    logger.warning("%s auto-commit failed: %s", self._tag(), exc)
+    def on_commit_rejected(self, generation_id: int, code: int) -> None:
+        """A commit made with ``generation_id`` was refused with a rebalance error."""
 
-            self.commit_async(positions, callback=done)
+    def log_tag(self) -> str:
+        """The member's prefix for log lines."""
+
+
+class OffsetCommitter:
+    """OffsetCommit / OffsetFetch for one group member (thread-safe)."""
+
+    def __init__(
+        self,
+        coordinators: GroupCoordinators,
+        group_id: str,
+        membership: Membership,
+        *,
+        request_timeout_ms: int,
+        retry_backoff_ms: int,
+    ) -> None:
+        self.coordinators = coordinators
+        self.group_id = group_id
+        self.membership = membership
+        self.request_timeout_ms = request_timeout_ms
+        self.retry_backoff_ms = retry_backoff_ms
+        self._lock = threading.Lock()
+        self._executor: ThreadPoolExecutor | None = None
 
     def _commit_request(self, offsets: dict[TopicPartition, OffsetAndMetadata]) -> OffsetCommitRequest:
         topics: dict[str, dict[int, OffsetCommitPartition]] = {}
         for tp, om in offsets.items():
             topics.setdefault(tp.topic, {})[tp.partition] = OffsetCommitPartition(om.offset, om.metadata, om.leader_epoch)
-        with self._lock:
-            if not self.subscribed:
-                # Manual assignment: a "simple" commit, accepted while the group has no members.
-                return OffsetCommitRequest(self.group_id, NO_GENERATION, NO_MEMBER_ID, None, topics=topics)
-            if self._generation < 0 or not self._member_id:
-                raise CommitFailedError(
-                    E.UNKNOWN_MEMBER_ID,
-                    f"cannot commit for group {self.group_id!r}: this consumer is not in an active generation "
-                    f"(it is {self._state}); poll() to rejoin first",
-                )
-            return OffsetCommitRequest(self.group_id, self._generation, self._member_id, self.group_instance_id, topics=topics)
+        generation, member_id, instance_id = self.membership.commit_generation()
+        return OffsetCommitRequest(self.group_id, generation, member_id, instance_id, topics=topics)
 
-    def commit(self, offsets: Mapping[Any, Any] | None = None, timeout_ms: int | None = None) -> dict[TopicPartition, OffsetAndMetadata]:
-        """Commit ``offsets`` ({tp: offset or OffsetAndMetadata}; default: the host's current
-        positions) synchronously with this member's generation. Raises
-        :class:`CommitFailedError` if the generation is over, KafkaError otherwise."""
-        if offsets is None:
-            offsets = self.host.group_positions() if self.host is not None else {}
+    def commit(self, offsets: Mapping[Any, Any], timeout_ms: int | None = None) -> dict[TopicPartition, OffsetAndMetadata]:
+        """Commit ``offsets`` ({tp: offset or OffsetAndMetadata}) synchronously with the
+        member's generation. Raises :class:`CommitFailedError` if the generation is over,
+        KafkaError otherwise."""
         normalized = normalize_offsets(offsets)
         if not normalized:
             return {}
@@ -120,15 +124,7 @@ class GroupCommits:
                 return normalized
             rebalance = next((c for c in bad if c in REBALANCE_ERRORS), None)
             if rebalance is not None:
-                with self._lock:
-                    # Only a member that thinks it is stable needs telling; one that is
-                    # rebalancing right now (a commit from another thread) is rejoining.
-                    if request.generation_id == self._generation and self._state == STABLE:
-                        if rebalance == E.UNKNOWN_MEMBER_ID:
-                            self._member_id = NO_MEMBER_ID
-                            self._generation = NO_GENERATION
-                            self._state = UNJOINED
-                        self._rejoin_needed = True
+                self.membership.on_commit_rejected(request.generation_id, rebalance)
                 raise CommitFailedError(
                     rebalance,
                     f"commit of group {self.group_id!r} at generation {request.generation_id} was rejected "
@@ -141,16 +137,14 @@ class GroupCommits:
                 raise KafkaError(code, f"commit of group {self.group_id!r} failed: {response.error_message or error_name(code)}")
             time.sleep(self.retry_backoff_ms / 1000)
 
-    def commit_async(self, offsets: Mapping[Any, Any] | None = None, callback: CommitCallback | None = None) -> Future:
+    def commit_async(self, offsets: Mapping[Any, Any], callback: CommitCallback | None = None) -> Future:
         """Commit in the background, in call order. Returns a Future of the committed
         offsets; ``callback(offsets, exception_or_None)`` runs when it completes."""
-        if offsets is None:
-            offsets = self.host.group_positions() if self.host is not None else {}
         normalized = normalize_offsets(offsets)
         with self._lock:
-            if self._commit_executor is None:
-                self._commit_executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"kcoord-commit-{self.group_id}")
-            executor = self._commit_executor
+            if self._executor is None:
+                self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"kcoord-commit-{self.group_id}")
+            executor = self._executor
 
         def run() -> dict[TopicPartition, OffsetAndMetadata]:
             error: Exception | None = None
@@ -164,7 +158,7 @@ class GroupCommits:
                     try:
                         callback(normalized, error)
                     except Exception:
-                        logger.exception("%s commit callback raised", self._tag())
+                        logger.exception("%s commit callback raised", self.membership.log_tag())
 
         return executor.submit(run)
 
@@ -196,9 +190,43 @@ class GroupCommits:
             out[tp] = None if p is None or p.offset < 0 else OffsetAndMetadata(p.offset, p.metadata or "", p.leader_epoch)
         return out
 
-    def committed(self, tp: TopicPartition, metadata: bool = False) -> int | OffsetAndMetadata | None:
-        """The group's committed offset of ``tp`` (kafka-python: the offset, or None)."""
-        found = self.fetch_committed([tp]).get(TopicPartition(*tp))
-        if found is None:
-            return None
-        return found if metadata else found.offset
+    def close(self) -> None:
+        """Wait for the asynchronous commits in flight."""
+        if self._executor is not None:
+            self._executor.shutdown(wait=True)
+
+
+def require_inactive_group(coordinators: GroupCoordinators, group_id: str, timeout_s: float) -> None:
+    """Raise NON_EMPTY_GROUP (REBALANCE_IN_PROGRESS mid-rebalance) while ``group_id`` has
+    members: a commit outside any generation would be overwritten by their next commit."""
+    g = coordinators.describe_group(group_id, timeout_s)
+    if g.error_code not in (E.NONE, E.GROUP_ID_NOT_FOUND):
+        raise_for_error(g.error_code, f"describing group {group_id!r} failed")
+    if g.error_code == E.NONE and g.members:
+        code = E.REBALANCE_IN_PROGRESS if g.state in ("PreparingRebalance", "CompletingRebalance") else E.NON_EMPTY_GROUP
+        raise KafkaError(
+            code,
+            f"cannot commit offsets for group {group_id!r} outside a generation: it has {len(g.members)} active member(s) "
+            f"(state {g.state}); the group must be inactive -- stop its consumers first, or commit from a group member",
+        )
+
+
+def commit_inactive_group(
+    coordinators: GroupCoordinators, group_id: str, offsets: Mapping[str, Mapping[int, tuple[int, str]]], timeout_s: float
+) -> None:
+    """Commit ``offsets`` (``{topic: {partition: (offset, metadata)}}``) for ``group_id``
+    outside any generation (Kafka's standalone commit); check
+    :func:`require_inactive_group` first. The coordinator refuses it if members joined
+    meanwhile (NON_EMPTY_GROUP)."""
+    request = OffsetCommitRequest(
+        group_id,
+        topics={t: {p: OffsetCommitPartition(o, m) for p, (o, m) in sorted(parts.items())} for t, parts in offsets.items()},
+    )
+    response = coordinators.call_group(group_id, "offset_commit", request, OffsetCommitResponse, timeout_s)
+    codes = {c for parts in response.topics.values() for c in parts.values()} | {response.error_code}
+    codes.discard(E.NONE)
+    if E.UNKNOWN_MEMBER_ID in codes or E.ILLEGAL_GENERATION in codes:
+        raise KafkaError(E.NON_EMPTY_GROUP, f"cannot commit offsets for group {group_id!r}: members joined meanwhile; the group must be inactive")
+    if codes:
+        code = sorted(codes)[0]
+        raise KafkaError(code, f"committing offsets for group {group_id!r} failed: {response.error_message or ''}")

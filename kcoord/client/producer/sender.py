@@ -1,12 +1,12 @@
-"""The producer's sender thread: an asyncio loop that takes batches off the partition
-queues and delivers them to the partition leaders.
+"""The producer's sender thread: an asyncio loop that takes batches off the
+:class:`~kcoord.client.producer.accumulator.RecordAccumulator` (one request in flight per
+partition; queued ``send()`` batches merged up to ``max_request_size``) and delivers them
+to the partition leaders: retries, metadata refresh and backoff within
+``delivery_timeout_ms``, and completing batches (futures, callbacks, buffer memory).
 
-A mixin of :class:`~kcoord.client.producer.Producer` (it works on the producer's queues,
-counters and lock); split out so that each file holds one side of the producer. Here:
-waking the loop, choosing what to send (one request in flight per partition; queued
-``send()`` batches merged up to ``max_request_size``), delivery with retries, metadata
-refresh and backoff within ``delivery_timeout_ms``, and completing batches (futures,
-callbacks, buffer memory).
+The accumulator wakes the loop through a :class:`Wakeup` (from any thread, under the
+accumulator's lock); the producer's :class:`~kcoord.client.producer.idempotence.ProducerIdentity`
+stamps each batch with its sequence before it is first sent.
 """
 
 from __future__ import annotations
@@ -18,38 +18,100 @@ import time
 
 from ray.exceptions import RayActorError
 
-from ..protocol.errors import DecodeError, ErrorCode, KafkaError
-from ..protocol.replication import ProduceRequest, ProduceResponse
-from .accumulator import BATCH_OVERHEAD, ProducerBatch, merge_batches
+from ...calls import ActorGoneError, call_probing
+from ...protocol.errors import DecodeError, ErrorCode, KafkaError
+from ...protocol.replication import ProduceRequest, ProduceResponse
+from ..cluster import ClusterClient
+from .accumulator import PartitionQueue, RecordAccumulator
+from .batch import ProducerBatch
 from .futures import run_callbacks
-from .liveness import ActorGoneError, call_probing
-from .producer_queues import PartitionState
+from .idempotence import ProducerIdentity
 
 logger = logging.getLogger("kcoord.producer")
 
 _monotonic = time.monotonic
 
 
-class SenderLoop:
-    """The sender thread's side of the producer (mixed into Producer)."""
+class Wakeup:
+    """Wakes the sender's loop from any thread; wakes coalesce until the sender takes them.
+    ``wake()`` and reading or clearing ``pending`` happen under the accumulator's lock."""
 
-    def _wake(self) -> None:
-        """Wake the sender loop from any thread (under _lock); coalesced."""
-        if not self._wake_pending:
-            self._wake_pending = True
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self.pending = False
+        self.event: asyncio.Event | None = None
+
+    def wake(self) -> None:
+        if not self.pending:
+            self.pending = True
             try:
-                self._loop.call_soon_threadsafe(self._set_wake)
+                self.loop.call_soon_threadsafe(self._set)
             except RuntimeError:  # loop closed
                 pass
 
-    def _set_wake(self) -> None:
-        if self._wake_event is not None:
-            self._wake_event.set()
+    def _set(self) -> None:
+        if self.event is not None:
+            self.event.set()
 
-    def _run_sender(self, started: threading.Event) -> None:
+
+class Sender:
+    """The thread that delivers a producer's batches (see the module doc)."""
+
+    def __init__(
+        self,
+        cluster: ClusterClient,
+        accumulator: RecordAccumulator,
+        identity: ProducerIdentity,
+        metrics: dict[str, int],
+        wakeup: Wakeup,
+        *,
+        acks: int,
+        retries: int,
+        retry_backoff_ms: int,
+        delivery_timeout_ms: int,
+        request_timeout_ms: int,
+        compression: int,
+        linger_ms: float,
+        max_in_flight: int,
+        metadata_refresh_ms: int,
+    ) -> None:
+        self.cluster = cluster
+        self.accumulator = accumulator
+        self.identity = identity
+        self.metrics = metrics
+        self.acks = acks
+        self.retries = retries
+        self.delivery_timeout_ms = delivery_timeout_ms
+        self.request_timeout_ms = request_timeout_ms
+        self.max_in_flight = max_in_flight
+        self._compression = compression
+        self._linger_s = linger_ms / 1000
+        self._backoff_s = retry_backoff_ms / 1000
+        self._refresh_interval_s = metadata_refresh_ms / 1000
+        self._wakeup = wakeup
+        self._loop = wakeup.loop
+        self._in_flight = 0  # requests in flight (under the accumulator's lock)
+        self._abort = False
+        self._refreshing: dict[str, asyncio.Future] = {}
+        self._last_refresh: dict[str, float] = {}
+        self._started = threading.Event()
+        self.thread = threading.Thread(target=self._run, name="kcoord-producer-sender", daemon=True)
+
+    def start(self) -> None:
+        self.thread.start()
+        self._started.wait()
+
+    def stop(self, timeout: float = 30) -> None:
+        """Fail what is still undelivered and end the thread."""
+        with self.accumulator.lock:
+            self._abort = True
+            self._wakeup.wake()
+        self.thread.join(timeout=timeout)
+
+    def _run(self) -> None:
         asyncio.set_event_loop(self._loop)
         try:
-            self._loop.run_until_complete(self._sender_main(started))
+            self._loop.run_until_complete(self._main())
         except Exception:  # pragma: no cover - a bug; fail what is left rather than hang
             logger.exception("producer sender crashed")
         finally:
@@ -59,18 +121,21 @@ class SenderLoop:
             finally:
                 self._loop.close()
 
-    async def _sender_main(self, started: threading.Event) -> None:
-        self._wake_event = asyncio.Event()
+    async def _main(self) -> None:
+        wakeup = self._wakeup
+        event = wakeup.event = asyncio.Event()
+        acc = self.accumulator
         tasks: set[asyncio.Task] = set()
-        started.set()
+        self._started.set()
         while True:
             now = _monotonic()
-            with self._lock:
-                self._wake_pending = False
+            with acc.lock:
+                wakeup.pending = False
                 if self._abort:
                     break
-                launch, timeout = self._drain(now)
-                if self._closing and not self._incomplete and not self._in_flight:
+                launch, timeout = acc.drain_locked(now, self._linger_s, self.max_in_flight - self._in_flight)
+                self._in_flight += len(launch)
+                if acc.closing and not acc.incomplete and not self._in_flight:
                     break
             for ps, batch in launch:
                 task = self._loop.create_task(self._send(ps, batch))
@@ -78,71 +143,18 @@ class SenderLoop:
                 task.add_done_callback(tasks.discard)
             try:
                 if timeout is None:
-                    await self._wake_event.wait()
+                    await event.wait()
                 else:
-                    await asyncio.wait_for(self._wake_event.wait(), timeout)
+                    await asyncio.wait_for(event.wait(), timeout)
             except asyncio.TimeoutError:
                 pass
-            self._wake_event.clear()
+            event.clear()
         for task in list(tasks):
             task.cancel()
         if tasks:
             await asyncio.gather(*tasks, return_exceptions=True)
 
-    def _drain(self, now: float) -> tuple[list[tuple[PartitionState, ProducerBatch]], float | None]:
-        """Pick the batches to send now (under _lock): one per partition with none in flight,
-        ready batches first, then open batches whose linger expired. Returns them and the
-        seconds until the next linger deadline (None: nothing to wait for)."""
-        launch = []
-        next_due: float | None = None
-        urgent = self._flushing > 0 or self._closing
-        for ps in list(self._pending):
-            if ps.in_flight:
-                continue
-            if self._in_flight >= self.max_in_flight:
-                break
-            if ps.ready:
-                batch = ps.ready.popleft()
-                if ps.ready and not batch.sealed and not ps.ready[0].sealed:
-                    batch = self._merge_queued(ps, batch)
-            else:
-                b = ps.open
-                if b is None or not b.values:
-                    self._pending.discard(ps)
-                    continue
-                due = b.created + self._linger_s
-                if not urgent and now < due:
-                    next_due = due if next_due is None or due < next_due else next_due
-                    continue
-                batch = b
-                ps.open = None
-                t = self._topics[ps.topic]
-                if t.sticky == ps.partition:
-                    self._next_sticky(t)
-            if not ps.ready and ps.open is None:
-                self._pending.discard(ps)
-            ps.in_flight = True
-            self._in_flight += 1
-            launch.append((ps, batch))
-        return launch, (None if next_due is None else max(0.0, next_due - now))
-
-    def _merge_queued(self, ps: PartitionState, batch: ProducerBatch) -> ProducerBatch:
-        """``batch`` plus the send() batches queued behind it, up to max_request_size bytes,
-        as one request (under _lock). send_batch() batches are never merged: their
-        boundaries must stay exactly as planned."""
-        limit = self._topics[ps.topic].request_limit
-        parts = [batch]
-        size = batch.size
-        while ps.ready and not ps.ready[0].sealed and size + ps.ready[0].size - BATCH_OVERHEAD <= limit:
-            nxt = ps.ready.popleft()
-            parts.append(nxt)
-            size += nxt.size - BATCH_OVERHEAD
-        if len(parts) == 1:
-            return batch
-        self.metrics["merged_requests"] += 1
-        return merge_batches(parts)
-
-    async def _send(self, ps: PartitionState, batch: ProducerBatch) -> None:
+    async def _send(self, ps: PartitionQueue, batch: ProducerBatch) -> None:
         try:
             await self._deliver(ps, batch)
         except asyncio.CancelledError:
@@ -152,20 +164,18 @@ class SenderLoop:
             logger.exception("sending a batch to %s-%d failed unexpectedly", ps.topic, ps.partition)
             self._complete(batch, error=KafkaError(ErrorCode.UNKNOWN_SERVER_ERROR, f"producer internal error: {exc!r}"))
         finally:
-            with self._lock:
-                ps.in_flight = False
+            with self.accumulator.lock:
+                self.accumulator.sent_locked(ps)
                 self._in_flight -= 1
-                if ps.ready or ps.open is not None:
-                    self._pending.add(ps)
-            if self._wake_event is not None:
-                self._wake_event.set()
+            if self._wakeup.event is not None:
+                self._wakeup.event.set()
 
-    async def _deliver(self, ps: PartitionState, batch: ProducerBatch) -> None:
+    async def _deliver(self, ps: PartitionQueue, batch: ProducerBatch) -> None:
         topic, p = ps.topic, ps.partition
         deadline = batch.created + self.delivery_timeout_ms / 1000
         last_error = "no attempt yet"
         retries_left = self.retries
-        self._identity.assign_sequence(ps, batch)
+        self.identity.assign_sequence(ps, batch)
         if batch.data is None:
             try:
                 batch.data = batch.build(self._compression)
@@ -235,10 +245,6 @@ class SenderLoop:
                 last_error = f"{type(exc).__name__}: {exc}"
                 await self._backoff(deadline)
                 continue
-            if self._drop_responses > 0:
-                self._drop_responses -= 1
-                last_error = "response dropped (test hook)"
-                continue
             try:
                 resp = ProduceResponse.decode(raw)
             except DecodeError as exc:
@@ -293,10 +299,7 @@ class SenderLoop:
         self._refreshing[topic] = fut
         try:
             md = await self.cluster.atopic(topic, refresh=True)
-            t = self._topics.get(topic)
-            if t is not None:
-                with self._lock:
-                    t.available = [pm.partition for pm in md.partitions if pm.leader >= 0]
+            self.accumulator.set_available(topic, [pm.partition for pm in md.partitions if pm.leader >= 0])
         except Exception as exc:  # the controller may be restarting: retry on the next error
             logger.debug("metadata refresh of %s failed: %r", topic, exc)
         finally:
@@ -308,7 +311,7 @@ class SenderLoop:
     def _fail(self, batch: ProducerBatch, error: BaseException) -> None:
         """Fail ``batch``; if its sequence was assigned, the partition now has a hole the
         leader would reject, so an auto-identity producer bumps its epoch."""
-        self._identity.on_failed(batch)
+        self.identity.on_failed(batch)
         self._complete(batch, error=error)
 
     def _complete(
@@ -329,17 +332,10 @@ class SenderLoop:
             batch.complete(base_offset, log_append_time, error, duplicate)
             return
         callbacks = batch.complete(base_offset, log_append_time, error, duplicate)
-        with self._lock:
-            self._incomplete.discard(batch)
-            if not batch.sealed:
-                self._buffered -= batch.size - BATCH_OVERHEAD
-                if self._memory_waiters:
-                    self._space.notify_all()
+        self.accumulator.completed(batch)
         if callbacks:
             run_callbacks(callbacks, batch)
 
     def _fail_all(self, error: KafkaError) -> None:
-        with self._lock:
-            batches = list(self._incomplete)
-        for b in batches:
+        for b in self.accumulator.incomplete_batches():
             self._complete(b, error=error)

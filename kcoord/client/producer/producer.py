@@ -6,11 +6,11 @@ batch under one short lock; a background *sender* thread runs an asyncio loop th
 batches, packs them (:func:`kcoord.records.build_batch_columns`) and calls the leaders'
 ``produce``. Callbacks run in the sender thread.
 
-Layout: this module holds :class:`Producer`'s public API and the ``send()`` hot path. The
-partition queues below ``send()`` are in :mod:`.producer_queues`, the sender thread in
-:mod:`.producer_sender` (both mixins of Producer, working on its state under its lock),
-the idempotent identity and sequence numbers in :mod:`.producer_identity`, bulk-write
-planning in :mod:`.producer_bulk`, and input checks in :mod:`.producer_input`.
+A Producer owns its parts and hands each what it needs: the partition queues below
+``send()`` are a :class:`~.accumulator.RecordAccumulator`, the sender thread a
+:class:`~.sender.Sender` draining it, the idempotent identity and sequence numbers a
+:class:`~.idempotence.ProducerIdentity`. Bulk-write planning is in :mod:`.bulk` and input
+checks in :mod:`.validation`. This module holds the public API and ``send()``'s checks.
 """
 
 from __future__ import annotations
@@ -21,25 +21,24 @@ import threading
 import time
 from typing import Any, Callable, Iterable, Sequence
 
-from .. import records as _records
-from ..protocol.errors import ErrorCode, KafkaError
+from ... import records as _records
+from ...protocol.errors import ErrorCode, KafkaError
+from ...records import now_ms
+from ..cluster import ClusterClient
 from . import partitioner as _part
-from .accumulator import RECORD_OVERHEAD, ProducerBatch, headers_size
-from .cluster import ClusterClient
+from .accumulator import RecordAccumulator, TopicQueue
+from .batch import RECORD_OVERHEAD, headers_size
+from .bulk import PartitionWrite, Plan, build_bulk_batches, partition_writes, plan_bulk
 from .futures import FutureRecordMetadata
-from .producer_bulk import PartitionWrite, Plan, build_bulk_batches, partition_writes, plan_bulk
-from .producer_identity import MAX_PRODUCER_EPOCH, ProducerIdentity
-from .producer_input import as_bytes, bulk_columns, check_headers, check_int
-from .producer_queues import DEFAULT_MAX_MESSAGE_BYTES, PartitionState, SendQueues, TopicState
-from .producer_sender import SenderLoop
+from .idempotence import ProducerIdentity
+from .sender import Sender, Wakeup
+from .validation import as_bytes, bulk_columns, check_headers, check_int
 
 _ACKS = {"all": -1, -1: -1, "-1": -1, 1: 1, "1": 1, 0: 0, "0": 0}
-_now = time.time
-_time_ns = time.time_ns
 _monotonic = time.monotonic
 
 
-class Producer(SendQueues, SenderLoop):
+class Producer:
     """Send records to a kcoord cluster; names and defaults follow kafka-python.
 
     Ordering and Ray. Ray does **not** preserve the order of calls from one caller to an
@@ -137,17 +136,13 @@ class Producer(SendQueues, SenderLoop):
         self.delivery_timeout_ms = delivery_timeout_ms
         self.request_timeout_ms = request_timeout_ms
         self.compression_type = compression_type
-        self._compression = _records.codec_id(compression_type)
-        self._partitioner = _part.resolve(partitioner)
-        self._sticky_null_keys = self._partitioner is _part.DEFAULT
+        compression = _records.codec_id(compression_type)
+        resolved_partitioner = _part.resolve(partitioner)
         self.max_in_flight = max_in_flight
         check_int("max_request_size", max_request_size, 1)
         self.max_request_size = max_request_size
         self.buffer_memory = buffer_memory
         self.max_block_ms = max_block_ms
-        self._linger_s = linger_ms / 1000
-        self._backoff_s = retry_backoff_ms / 1000
-        self._refresh_interval_s = metadata_refresh_ms / 1000
 
         # Producer identity. Epoch bumps are counted in metrics, so metrics comes first.
         self.metrics = {"batches_sent": 0, "requests": 0, "retries": 0, "records_sent": 0, "duplicates": 0, "epoch_bumps": 0, "merged_requests": 0}
@@ -157,33 +152,36 @@ class Producer(SendQueues, SenderLoop):
         # Where null-key records of a bulk write start (deterministic per identity).
         self._bulk_seed = self._identity.producer_id if self._identity.producer_id >= 0 else random.randrange(1 << 30)
 
-        # State shared with the sender thread, guarded by _lock.
-        self._lock = threading.Lock()
-        self._space = threading.Condition(self._lock)
-        self._topics: dict[str, TopicState] = {}
-        self._pending: set[PartitionState] = set()  # partitions with an open or ready batch
-        self._incomplete: set[ProducerBatch] = set()
-        self._buffered = 0
-        self._memory_waiters = 0
-        self._in_flight = 0
-        self._flushing = 0
-        self._closing = False
+        # The queues send() appends to, and the sender thread that drains them.
+        wakeup = Wakeup(asyncio.new_event_loop())
+        self._accumulator = RecordAccumulator(
+            cluster,
+            batch_size=batch_size,
+            max_request_size=max_request_size,
+            buffer_memory=buffer_memory,
+            max_block_ms=max_block_ms,
+            partitioner=resolved_partitioner,
+            wake=wakeup.wake,
+            metrics=self.metrics,
+        )
+        self._sender = Sender(
+            cluster,
+            self._accumulator,
+            self._identity,
+            self.metrics,
+            wakeup,
+            acks=self.acks,
+            retries=retries,
+            retry_backoff_ms=retry_backoff_ms,
+            delivery_timeout_ms=delivery_timeout_ms,
+            request_timeout_ms=request_timeout_ms,
+            compression=compression,
+            linger_ms=linger_ms,
+            max_in_flight=max_in_flight,
+            metadata_refresh_ms=metadata_refresh_ms,
+        )
         self._closed = False
-        self._abort = False
-        self._wake_pending = False
-        # Test hook: drop this many produce responses after the leader handled them, as if
-        # the network lost them (the batch is retried with the same sequence).
-        self._drop_responses = 0
-
-        # The sender thread and its loop.
-        self._loop = asyncio.new_event_loop()
-        self._wake_event: asyncio.Event | None = None
-        self._refreshing: dict[str, asyncio.Future] = {}
-        self._last_refresh: dict[str, float] = {}
-        started = threading.Event()
-        self._thread = threading.Thread(target=self._run_sender, args=(started,), name="kcoord-producer-sender", daemon=True)
-        self._thread.start()
-        started.wait()
+        self._sender.start()
 
     def __repr__(self) -> str:
         return f"Producer(cluster={self.cluster.name!r}, acks={self.acks}, idempotent={self.enable_idempotence}, producer_id={self._identity.producer_id})"
@@ -220,13 +218,14 @@ class Producer(SendQueues, SenderLoop):
         once for bad input (TypeError), an unknown topic or partition, and a record larger
         than the topic's ``max.message.bytes`` (KafkaError MESSAGE_TOO_LARGE).
         """
-        # Hot path: a few microseconds per record. One lock round, two list appends for a
-        # record without key or headers; anything unusual goes to a helper.
+        # Hot path: a few microseconds per record. Checks here, then one lock round in the
+        # accumulator (two list appends for a record without key or headers).
         if value is not None and type(value) is not bytes:
             value = as_bytes(value, "value")
-        t = self._topics.get(topic)
+        acc = self._accumulator
+        t = acc.topics.get(topic)
         if t is None:
-            t = self._topic_state(topic)
+            t = acc.topic(topic)
         size = RECORD_OVERHEAD if value is None else RECORD_OVERHEAD + len(value)
         if key is not None:
             if type(key) is not bytes:
@@ -243,7 +242,7 @@ class Producer(SendQueues, SenderLoop):
                 f"a record of ~{size} bytes does not fit max.message.bytes={t.max_message_bytes} of topic {topic!r}",
             )
         if timestamp_ms is None:
-            timestamp_ms = _time_ns() // 1_000_000
+            timestamp_ms = now_ms()
         elif type(timestamp_ms) is not int or timestamp_ms < 0:
             raise TypeError(f"timestamp_ms must be a non-negative int (ms since the epoch), got {timestamp_ms!r}")
         if partition is not None and (type(partition) is not int or not 0 <= partition < t.num_partitions):
@@ -251,38 +250,12 @@ class Producer(SendQueues, SenderLoop):
                 ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
                 f"topic {topic!r} has no partition {partition!r} (it has {t.num_partitions}: 0..{t.num_partitions - 1})",
             )
-        lock = self._lock
-        lock.acquire()
-        try:
-            if self._closing or self._buffered >= self.buffer_memory:
-                self._before_append()
-            sticky = False
-            if partition is None:
-                if key is None and self._sticky_null_keys:
-                    partition = t.sticky
-                    sticky = True
-                else:
-                    partition = self._partition_for(t, key)
-            ps = t.partitions[partition]
-            b = ps.open
-            if b is None or b.size + size > t.batch_limit:
-                b = self._batch_for(t, ps, size, sticky)
-            values = b.values
-            index = len(values)
-            values.append(value)
-            b.timestamps.append(timestamp_ms)
-            if key is not None or headers is not None or b.keys is not None or b.headers is not None:
-                b.add_key_and_headers(index, key, headers)
-            b.size += size
-            self._buffered += size
-        finally:
-            lock.release()
+        b, index = acc.append(t, partition, key, value, headers, timestamp_ms, size)
         return FutureRecordMetadata(b, index)
 
     def partitions_for(self, topic: str) -> set[int]:
         """The partition ids of ``topic`` (kafka-python's ``partitions_for``)."""
-        t = self._topics.get(topic) or self._topic_state(topic)
-        return set(t.all_partitions)
+        return set(self._accumulator.topic(topic).all_partitions)
 
     # ------------------------------------------------------------------------------------
     # send_batch(): bulk writes, deterministic batches
@@ -328,22 +301,13 @@ class Producer(SendQueues, SenderLoop):
         values, keys, headers, timestamps = bulk_columns(records, values, keys, headers, timestamps)
         if len(values) == 0:
             return {}
-        t = self._topics.get(topic) or self._topic_state(topic)
-        default_ts = int(_now() * 1000)
+        t = self._accumulator.topic(topic)
+        default_ts = now_ms()
         if batch_size is not None:
             check_int("batch_size", batch_size, 1)
         plan = self._plan_bulk(t, values, keys, headers, partition, partitions, batch_size)
         batches, by_partition = build_bulk_batches(t, plan, values, keys, headers, timestamps, default_ts)
-        with self._lock:
-            if self._closing:
-                raise RuntimeError("send_batch() on a closed producer")
-            for p in sorted(by_partition):
-                ps = t.partitions[p]
-                self._seal_open(t, ps)
-                ps.ready.extend(by_partition[p])
-                self._incomplete.update(by_partition[p])
-                self._pending.add(ps)
-            self._wake()
+        self._accumulator.append_sealed(t, by_partition)
         deadline = None if timeout is None else _monotonic() + timeout
         for b in batches:
             remaining = None if deadline is None else max(0.0, deadline - _monotonic())
@@ -359,7 +323,7 @@ class Producer(SendQueues, SenderLoop):
 
     def _plan_bulk(
         self,
-        t: TopicState,
+        t: TopicQueue,
         values: Sequence,
         keys: Sequence | None,
         headers: Sequence | None,
@@ -367,11 +331,12 @@ class Producer(SendQueues, SenderLoop):
         partitions: Sequence[int] | None,
         batch_size: int | None = None,
     ) -> Plan:
-        """:func:`~kcoord.client.producer_bulk.plan_bulk` with this producer's partitioner
+        """:func:`~kcoord.client.producer.bulk.plan_bulk` with this producer's partitioner
         and bulk seed."""
+        acc = self._accumulator
         return plan_bulk(
             t, values, keys, headers, partition, partitions, batch_size,
-            partitioner=self._partitioner, seed=self._bulk_seed, partition_for=self._partition_for,
+            partitioner=acc.partitioner, seed=self._bulk_seed, partition_for=acc.partition_for,
         )
 
     # ------------------------------------------------------------------------------------
@@ -381,10 +346,7 @@ class Producer(SendQueues, SenderLoop):
         """Send everything queued now (ignoring linger_ms) and wait until it is answered.
         Raises KafkaError(REQUEST_TIMED_OUT) if ``timeout`` seconds pass first."""
         self._not_in_sender("flush()")
-        with self._lock:
-            self._flushing += 1
-            batches = list(self._incomplete)
-            self._wake()
+        batches = self._accumulator.begin_flush()
         try:
             deadline = None if timeout is None else _monotonic() + timeout
             for b in batches:
@@ -392,8 +354,7 @@ class Producer(SendQueues, SenderLoop):
                 if not b.done.wait(remaining):
                     raise KafkaError(ErrorCode.REQUEST_TIMED_OUT, f"flush did not complete within {timeout} s")
         finally:
-            with self._lock:
-                self._flushing -= 1
+            self._accumulator.end_flush()
 
     def close(self, timeout: float | None = None) -> None:
         """Deliver what is queued (up to ``timeout`` seconds; None = as long as
@@ -402,27 +363,16 @@ class Producer(SendQueues, SenderLoop):
         if self._closed:
             return
         self._not_in_sender("close()")
-        with self._lock:
-            self._closing = True
-            self._flushing += 1
-            batches = list(self._incomplete)
-            self._wake()
+        batches = self._accumulator.begin_flush(closing=True)
         deadline = None if timeout is None else _monotonic() + timeout
         for b in batches:
             remaining = None if deadline is None else max(0.0, deadline - _monotonic())
             if not b.done.wait(remaining):
                 break
-        with self._lock:
-            self._abort = True
-            self._wake()
-        self._thread.join(timeout=30)
+        self._sender.stop(timeout=30)
         self._closed = True
 
     def _not_in_sender(self, what: str) -> None:
-        if threading.current_thread() is self._thread:
+        if threading.current_thread() is self._sender.thread:
             raise RuntimeError(f"{what} from a producer callback would wait for the thread running the callback")
 
-
-# MAX_PRODUCER_EPOCH and DEFAULT_MAX_MESSAGE_BYTES moved with the code that uses them; they
-# stay importable from here.
-__all__ = ["Producer", "PartitionWrite", "FutureRecordMetadata", "MAX_PRODUCER_EPOCH", "DEFAULT_MAX_MESSAGE_BYTES"]

@@ -2,9 +2,10 @@
 
 :class:`GroupMember` joins the group (JoinGroup with the MEMBER_ID_REQUIRED round trip), runs
 the assignor when it is elected leader, fetches its share with SyncGroup, keeps the session
-alive from a background heartbeat thread, and commits offsets with its generation. It knows
-nothing about fetching records; its *host* (the :class:`~kcoord.client.consumer.Consumer`)
-tells it the positions to commit and receives the partitions to read.
+alive from a background heartbeat thread, and commits offsets with its generation (through
+its :class:`~kcoord.client.coordinator.commits.OffsetCommitter`). It knows nothing about
+fetching records; its *host* (the :class:`~kcoord.client.consumer.Consumer`) tells it the
+positions to commit and receives the partitions to read.
 
 Threads, as in Kafka's Java client:
 
@@ -28,12 +29,12 @@ import logging
 import socket
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Callable, Iterable, Protocol
+from concurrent.futures import Future
+from typing import Any, Callable, Iterable, Mapping, Protocol
 
-from ..group.assignors import get_assignor, resolve_assignors
-from ..protocol.errors import DecodeError, ErrorCode, KafkaError, error_name
-from ..protocol.group import (
+from ...group.assignors import get_assignor, resolve_assignors
+from ...protocol.errors import DecodeError, ErrorCode, KafkaError, error_name
+from ...protocol.group import (
     CONSUMER_PROTOCOL_TYPE,
     NO_GENERATION,
     NO_MEMBER_ID,
@@ -52,13 +53,12 @@ from ..protocol.group import (
     SyncGroupRequest,
     SyncGroupResponse,
 )
-from .cluster import ClusterClient
-from .group_calls import COORDINATOR_RETRIABLE, GroupCoordinators
-from .group_commits import CommitFailedError, GroupCommits
-from .member_state import REBALANCING, STABLE, UNJOINED
-
-__all__ = ["CommitFailedError", "GroupMember", "MemberHost"]  # CommitFailedError: where users expect it
-from .types import TopicPartition
+from ..cluster import ClusterClient
+from ..errors import CommitFailedError
+from ..types import OffsetAndMetadata, TopicPartition
+from .commits import CommitCallback, OffsetCommitter
+from .coordinators import COORDINATOR_RETRIABLE, GroupCoordinators
+from .state import REBALANCING, STABLE, UNJOINED
 
 logger = logging.getLogger("kcoord.consumer.group")
 
@@ -97,7 +97,7 @@ class MemberHost(Protocol):
 Callback = Callable[[list[TopicPartition]], Any]
 
 
-class GroupMember(GroupCommits):
+class GroupMember:
     """One consumer's membership in ``group_id`` (see the module docstring)."""
 
     def __init__(
@@ -141,6 +141,9 @@ class GroupMember(GroupCommits):
         self.retry_backoff_ms = retry_backoff_ms
         self.request_timeout_ms = request_timeout_ms
         self.coordinators = GroupCoordinators(cluster, retry_backoff_ms=min(retry_backoff_ms, 50))
+        self._committer = OffsetCommitter(
+            self.coordinators, group_id, self, request_timeout_ms=request_timeout_ms, retry_backoff_ms=retry_backoff_ms
+        )
         try:
             self.client_host = socket.gethostname()
         except OSError:
@@ -168,10 +171,8 @@ class GroupMember(GroupCommits):
         self._next_auto_commit = time.monotonic() + auto_commit_interval_ms / 1000
         self._fatal: KafkaError | None = None
         self._closed = False
-        self._heartbeats_paused = False
         self._stop = threading.Event()
         self._heartbeat_thread: threading.Thread | None = None
-        self._commit_executor: ThreadPoolExecutor | None = None
         self.rebalances = 0
 
     # ======================================================================================
@@ -180,6 +181,9 @@ class GroupMember(GroupCommits):
 
     def _tag(self) -> str:
         return f"[group={self.group_id} member={self._member_id or '-'} generation={self._generation}]"
+
+    def log_tag(self) -> str:
+        return self._tag()
 
     @property
     def member_id(self) -> str:
@@ -461,6 +465,76 @@ class GroupMember(GroupCommits):
         return {tp: (o.offset if o is not None else None) for tp, o in found.items()}
 
     # ======================================================================================
+    # offsets (sent by the OffsetCommitter with this member's generation)
+    # ======================================================================================
+
+    def commit(self, offsets: Mapping[Any, Any] | None = None, timeout_ms: int | None = None) -> dict[TopicPartition, OffsetAndMetadata]:
+        """Commit ``offsets`` ({tp: offset or OffsetAndMetadata}; default: the host's current
+        positions) synchronously with this member's generation. Raises
+        :class:`CommitFailedError` if the generation is over, KafkaError otherwise."""
+        if offsets is None:
+            offsets = self.host.group_positions() if self.host is not None else {}
+        return self._committer.commit(offsets, timeout_ms)
+
+    def commit_async(self, offsets: Mapping[Any, Any] | None = None, callback: CommitCallback | None = None) -> Future:
+        """Commit in the background, in call order. Returns a Future of the committed
+        offsets; ``callback(offsets, exception_or_None)`` runs when it completes."""
+        if offsets is None:
+            offsets = self.host.group_positions() if self.host is not None else {}
+        return self._committer.commit_async(offsets, callback)
+
+    def fetch_committed(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, OffsetAndMetadata | None]:
+        """The group's committed offsets of ``partitions`` (None where nothing is committed)."""
+        return self._committer.fetch_committed(partitions)
+
+    def committed(self, tp: TopicPartition, metadata: bool = False) -> int | OffsetAndMetadata | None:
+        """The group's committed offset of ``tp`` (kafka-python: the offset, or None)."""
+        found = self.fetch_committed([tp]).get(TopicPartition(*tp))
+        if found is None:
+            return None
+        return found if metadata else found.offset
+
+    def _maybe_auto_commit(self) -> None:
+        if not self.enable_auto_commit or time.monotonic() < self._next_auto_commit:
+            return
+        self._next_auto_commit = time.monotonic() + self.auto_commit_interval_ms / 1000
+        if self._state != STABLE or self.host is None:
+            return
+        positions = self.host.group_positions()
+        if positions:
+
+            def done(offsets: Any, exc: Exception | None) -> None:
+                if exc is not None:
+                    logger.warning("%s auto-commit failed: %s", self._tag(), exc)
+
+            self.commit_async(positions, callback=done)
+
+    # The Membership protocol of kcoord.client.coordinator.commits.
+    def commit_generation(self) -> tuple[int, str, str | None]:
+        with self._lock:
+            if not self.subscribed:
+                # Manual assignment: a "simple" commit, accepted while the group has no members.
+                return NO_GENERATION, NO_MEMBER_ID, None
+            if self._generation < 0 or not self._member_id:
+                raise CommitFailedError(
+                    E.UNKNOWN_MEMBER_ID,
+                    f"cannot commit for group {self.group_id!r}: this consumer is not in an active generation "
+                    f"(it is {self._state}); poll() to rejoin first",
+                )
+            return self._generation, self._member_id, self.group_instance_id
+
+    def on_commit_rejected(self, generation_id: int, code: int) -> None:
+        with self._lock:
+            # Only a member that thinks it is stable needs telling; one that is rebalancing
+            # right now (a commit from another thread) is rejoining.
+            if generation_id == self._generation and self._state == STABLE:
+                if code == E.UNKNOWN_MEMBER_ID:
+                    self._member_id = NO_MEMBER_ID
+                    self._generation = NO_GENERATION
+                    self._state = UNJOINED
+                self._rejoin_needed = True
+
+    # ======================================================================================
     # heartbeats
     # ======================================================================================
 
@@ -482,7 +556,7 @@ class GroupMember(GroupCommits):
 
     def _heartbeat_once(self) -> None:
         with self._lock:
-            if self._state != STABLE or self._heartbeats_paused or self._closed:
+            if self._state != STABLE or self._closed:
                 return
             generation, member_id = self._generation, self._member_id
             idle_ms = (time.monotonic() - self._last_poll) * 1000
@@ -532,12 +606,6 @@ class GroupMember(GroupCommits):
         self._leave("max_poll_interval_ms expired")
         with self._lock:
             self._rejoin_needed = True
-
-    def _pause_heartbeats_for_test(self, paused: bool = True) -> None:
-        """Test hook: stop (or resume) heartbeating while staying 'stable' locally, to
-        simulate a member that hangs without leaving."""
-        with self._lock:
-            self._heartbeats_paused = paused
 
     # ======================================================================================
     # leaving
@@ -596,9 +664,7 @@ class GroupMember(GroupCommits):
         finally:
             self._closed = True
             self._stop.set()
-            executor = self._commit_executor
-            if executor is not None:
-                executor.shutdown(wait=True)
+            self._committer.close()
             thread = self._heartbeat_thread
             if thread is not None and thread is not threading.current_thread():
                 thread.join(timeout=(timeout_ms or self.request_timeout_ms) / 1000)

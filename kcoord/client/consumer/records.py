@@ -15,9 +15,9 @@ from itertools import chain as _chain
 from itertools import repeat
 from typing import Any, NamedTuple
 
-from .. import records as _records
-from .consumer_partition import AssignedPartition
-from .types import ConsumerRecord, TopicPartition
+from ... import records as _records
+from ..types import ConsumerRecord, TopicPartition
+from .subscription_state import AssignedPartition
 
 _new_record = partial(tuple.__new__, ConsumerRecord)
 _NO_HEADERS: tuple = ()

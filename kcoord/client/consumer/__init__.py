@@ -1,0 +1,8 @@
+"""The consumer: :class:`Consumer` (:mod:`.consumer`) owns a
+:class:`~.subscription_state.SubscriptionState` (assigned partitions, positions, seeks) and a
+:class:`~.fetcher.Fetcher` (the fetch pipeline, with the leader fetches it shares with Spark
+and Ray Data reads); :mod:`.records` decodes fetched batches into what ``poll()`` returns."""
+
+from .consumer import Consumer
+
+__all__ = ["Consumer"]

@@ -1,0 +1,180 @@
+"""The ISR and high-watermark rules a leader applies: followers' progress, proposals.
+
+Rules (Kafka's, with time-based lag as in modern Kafka):
+
+* A follower's LEO is the ``fetch_offset`` of its latest Fetch at the current epoch.
+* A follower is *caught up* at time t if it fetched at t from offset >= the leader's LEO
+  then, or from offset >= the leader's LEO at its previous fetch (it got everything that
+  existed when it last asked). It falls out of the ISR when it has not been caught up for
+  ``replica.lag.time.max.ms``.
+* It joins the ISR again once its LEO reaches the HW and the start of the current epoch.
+* ISR changes are only *proposed* here (AlterPartition); they take effect when the
+  controller confirms. Until then the HW is computed over the *maximal* ISR (current plus
+  proposed additions; a proposed removal still counts), so it is never computed over a set
+  smaller than the one the controller would elect from (KIP-497). A proposal whose answer
+  is lost may have been applied, so its additions keep counting until the truth arrives.
+* HW = min LEO over that ISR, and it never moves backwards.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..protocol.controller import AlterPartitionRequest
+
+UNKNOWN = -1
+
+
+@dataclass
+class FollowerProgress:
+    broker: int
+    log_end_offset: int = UNKNOWN
+    last_fetch_ms: int = UNKNOWN
+    leader_leo_at_last_fetch: int = UNKNOWN
+    last_caught_up_ms: int = UNKNOWN
+
+    def on_fetch(self, fetch_offset: int, leader_leo: int, now_ms: int) -> None:
+        if fetch_offset >= leader_leo:
+            self.last_caught_up_ms = now_ms
+        elif self.last_fetch_ms >= 0 and fetch_offset >= self.leader_leo_at_last_fetch:
+            self.last_caught_up_ms = max(self.last_caught_up_ms, self.last_fetch_ms)
+        self.log_end_offset = fetch_offset
+        self.last_fetch_ms = now_ms
+        self.leader_leo_at_last_fetch = leader_leo
+
+
+@dataclass
+class IsrState:
+    broker: int
+    epoch: int
+    epoch_start_offset: int
+    replicas: list[int]
+    isr: list[int]  # as confirmed by the controller
+    partition_epoch: int
+    followers: dict[int, FollowerProgress] = field(default_factory=dict)
+    # The ISR we asked the controller for; None when no change is in flight.
+    pending_isr: list[int] | None = None
+    # Members of proposals whose answer never came (the controller may have applied them):
+    # they count for the HW until a LeaderAndIsr or an AlterPartition answer says the truth.
+    unconfirmed: list[int] = field(default_factory=list)
+    # The AlterPartition we wait for (None: none in flight). Its answer is matched by
+    # identity: an answer to an older proposal must never be taken for a newer one.
+    alter_request: AlterPartitionRequest | None = None
+    retry_alter_at_ms: int = 0
+    isr_shrinks: int = 0
+    isr_expands: int = 0
+
+    @classmethod
+    def start(
+        cls,
+        broker: int,
+        epoch: int,
+        epoch_start_offset: int,
+        replicas: list[int],
+        isr: list[int],
+        partition_epoch: int,
+        now_ms: int,
+    ) -> "IsrState":
+        state = cls(broker, epoch, epoch_start_offset, list(replicas), list(isr), partition_epoch)
+        for b in replicas:
+            if b != broker:
+                # ISR members get a grace period from now; their LEO is unknown until they
+                # fetch at this epoch, which holds the HW until they do.
+                p = FollowerProgress(b)
+                p.last_caught_up_ms = now_ms if b in isr else UNKNOWN
+                state.followers[b] = p
+        return state
+
+    # -- ISR ------------------------------------------------------------------------------
+    @property
+    def alter_in_flight(self) -> bool:
+        return self.alter_request is not None
+
+    def maximal_isr(self) -> list[int]:
+        if self.pending_isr is None and not self.unconfirmed:
+            return self.isr
+        return sorted(set(self.isr) | set(self.pending_isr or ()) | set(self.unconfirmed), key=self._order)
+
+    def _order(self, broker: int) -> int:
+        try:
+            return self.replicas.index(broker)
+        except ValueError:
+            return len(self.replicas) + broker
+
+    def adopt_isr(self, isr: list[int]) -> None:
+        """Take ``isr`` as the confirmed ISR. A follower that leaves it forgets its progress:
+        it may have left because it crashed, and what it reported before the crash (a log
+        end it may no longer have) must not bring it back into the ISR; only a fetch made
+        after it left may."""
+        for b in self.isr:
+            if b not in isr and b in self.followers:
+                self.followers[b] = FollowerProgress(b)
+        self.isr = list(isr)
+
+    def update_from_controller(self, isr: list[int], replicas: list[int], partition_epoch: int, now_ms: int) -> None:
+        """A LeaderAndIsr at our epoch with a newer partition epoch (e.g. the controller
+        removed a dead follower): adopt it and drop any proposal built on the old view."""
+        self.adopt_isr(isr)
+        self.partition_epoch = partition_epoch
+        # A proposal still in flight was built on the older partition epoch, so the
+        # controller can no longer apply it (it checks the partition epoch): this ISR is
+        # the whole truth, and the proposal's answer, when it comes, is ignored.
+        self.unconfirmed = []
+        self.pending_isr = None
+        self.alter_request = None
+        for b in replicas:
+            if b != self.broker and b not in self.followers:
+                self.followers[b] = FollowerProgress(b)
+        for b in isr:
+            p = self.followers.get(b)
+            if p is not None and p.last_caught_up_ms < 0:
+                p.last_caught_up_ms = now_ms  # grace period, as at become-leader
+        for b in list(self.followers):
+            if b not in replicas:
+                del self.followers[b]
+        self.replicas = list(replicas)
+
+    def high_watermark_candidate(self, leader_leo: int) -> int:
+        """min LEO over the maximal ISR; UNKNOWN if an ISR member has not reported."""
+        hw = leader_leo
+        for b in self.maximal_isr():
+            if b == self.broker:
+                continue
+            p = self.followers.get(b)
+            if p is None or p.log_end_offset < 0:
+                return UNKNOWN
+            hw = min(hw, p.log_end_offset)
+        return hw
+
+    def proposed_isr(self, leader_leo: int, high_watermark: int, now_ms: int, lag_max_ms: int) -> list[int] | None:
+        """The ISR we should ask for now, or None if no change is needed."""
+        current = self.isr
+        wanted = [self.broker]
+        for b in self.replicas:
+            if b == self.broker:
+                continue
+            p = self.followers.get(b)
+            if p is None:
+                continue
+            if b in current:
+                lagging = p.last_caught_up_ms < 0 or now_ms - p.last_caught_up_ms > lag_max_ms
+                if not lagging:
+                    wanted.append(b)
+            elif p.log_end_offset >= 0 and p.log_end_offset >= high_watermark and p.log_end_offset >= self.epoch_start_offset:
+                wanted.append(b)
+        wanted.sort(key=self._order)
+        if set(wanted) == set(current):
+            return None
+        return wanted
+
+    def next_lag_deadline(self, lag_max_ms: int) -> int | None:
+        deadline = None
+        for b in self.isr:
+            if b == self.broker:
+                continue
+            p = self.followers.get(b)
+            if p is None or p.last_caught_up_ms < 0:
+                continue
+            at = p.last_caught_up_ms + lag_max_ms + 1
+            deadline = at if deadline is None else min(deadline, at)
+        return deadline
