@@ -419,6 +419,16 @@ class BaseLog(ABC):
     def advance_log_start_offset(self, offset: int) -> bool:
         """Move the log start offset up to ``offset`` (clamped to the LEO); see Log."""
 
+    supports_compaction = False
+    """Whether :meth:`clean` can compact this log (the file log can; the in-memory log keeps
+    every record and its cleanup.policy=compact is only retention-free)."""
+
+    def clean(self, now_ms: int, high_watermark: int | None = None) -> "object | None":
+        """One log-cleaner pass (cleanup.policy=compact) below ``high_watermark``: a
+        :class:`~kcoord.log.cleaner.CleanResult`, or None when this log does not compact
+        (:attr:`supports_compaction`)."""
+        return None
+
     def maybe_roll(self, now_ms: int) -> bool:
         """Roll an idle active segment older than segment.ms (the memory log has no files
         to roll; its virtual segments follow appends)."""

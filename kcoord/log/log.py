@@ -62,6 +62,7 @@ from .checkpoint import (
     write_offset,
     write_producer_snapshot,
 )
+from .cleaner import CleanResult, clean as _clean_pass
 from .config import LogConfig
 from .epochs import EpochEntry, LeaderEpochCache
 from .errors import LogStorageError
@@ -639,6 +640,13 @@ class Log(BaseLog):
         return True
 
     # -- compaction (the cleaner, cleaner.py, drives these) -----------------------------
+
+    supports_compaction = True
+
+    def clean(self, now_ms: int, high_watermark: int | None = None) -> CleanResult:
+        """One cleaner pass (:func:`kcoord.log.cleaner.clean`); a no-op result unless the
+        cleanup.policy includes compact."""
+        return _clean_pass(self, now_ms, high_watermark)
 
     @property
     def cleaner_offset(self) -> int:
