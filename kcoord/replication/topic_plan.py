@@ -7,7 +7,7 @@ from typing import Collection, Mapping
 
 from ..protocol.controller import CreateTopicsRequest
 from ..protocol.errors import ErrorCode, KafkaError
-from .config import REPLICATION_KEYS, ReplicationConfig
+from .config import BROKER_KEYS, REPLICATION_KEYS, ReplicationConfig
 from .metadata import INTERNAL_OFFSETS_TOPIC, PartitionState, TopicState, validate_topic_name
 
 # Topic config keys the controller accepts (Kafka names); the log's keys are checked by
@@ -28,7 +28,8 @@ LOG_KEYS = frozenset(
         "min.compaction.lag.ms",
     }
 )
-TOPIC_CONFIG_KEYS = REPLICATION_KEYS | LOG_KEYS
+# Broker keys (log.retention.check.interval.ms, ...) are cluster-wide: deploy's broker_config.
+TOPIC_CONFIG_KEYS = (REPLICATION_KEYS - BROKER_KEYS) | LOG_KEYS
 
 
 def plan_topic(
