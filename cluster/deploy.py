@@ -93,6 +93,7 @@ def deploy(
     store: str = "gcs",
     controller_config: dict | None = None,
     default_topic_config: dict[str, str] | None = None,
+    broker_config: dict[str, Any] | None = None,
     timeout_s: float = 120.0,
     kafka_port: int | None = None,
     kafka_host: str | None = None,
@@ -105,6 +106,10 @@ def deploy(
     listener), advertised at ``kafka_host`` or the node's address (loopback with
     ``kafka_local``); ``client.bootstrap_servers`` gives Kafka clients the addresses.
 
+    ``broker_config``: cluster-wide settings under Kafka's broker config names, delivered
+    to every replica: ``log.retention.check.interval.ms``, ``log.cleaner.enable``,
+    ``log.cleaner.backoff.ms``. An unknown key or a bad value is a ValueError.
+
     Refuses (``ClusterExistsError``) if a cluster of that name is already running. If a
     step fails, whatever was created is removed again (the stored metadata of an earlier
     deployment of the same name is kept), so the deploy can simply be retried.
@@ -115,6 +120,9 @@ def deploy(
         raise ValueError(f"brokers must be >= 1, got {brokers}")
     if group_coordinators < 0:
         raise ValueError(f"group_coordinators must be >= 0, got {group_coordinators}")
+    from kcoord.replication.config import validate_broker_config
+
+    broker_cfg = validate_broker_config(broker_config)
     ensure_ray(address)
     if _controller_exists(name, namespace):
         raise _exists_error(name, namespace)
@@ -123,6 +131,8 @@ def deploy(
     cfg = dict(controller_config or {})
     if default_topic_config:
         cfg["default_topic_config"] = {str(k): str(v) for k, v in default_topic_config.items()}
+    if broker_cfg:
+        cfg["broker_config"] = broker_cfg
 
     from kcoord.actors.controller import FailoverCoordinator
 

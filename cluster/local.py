@@ -84,6 +84,7 @@ def local_cluster(
     data_dir: str | os.PathLike | None = None,
     controller_config: dict | None = None,
     default_topic_config: dict[str, str] | None = None,
+    broker_config: dict | None = None,
     namespace: str = names.DEFAULT_NAMESPACE,
     ray_init: dict | None = None,
     kafka_port: int | None = None,
@@ -91,7 +92,9 @@ def local_cluster(
     """Run a kcoord cluster for the duration of a ``with`` block.
 
     ``kafka_port``: also start the Kafka listener on loopback at that port (0: a free one);
-    ``cluster.bootstrap_servers`` is then the address to give any Kafka client."""
+    ``cluster.bootstrap_servers`` is then the address to give any Kafka client.
+    ``broker_config``: cluster-wide Kafka broker configs, as for :func:`deploy`
+    (e.g. ``{"log.retention.check.interval.ms": 1000}``)."""
     started = start_local_ray(**(ray_init or {}))
     name = name or f"local-{uuid.uuid4().hex[:8]}"
     tmp = None
@@ -108,6 +111,7 @@ def local_cluster(
             namespace=namespace,
             controller_config=controller_config,
             default_topic_config=default_topic_config,
+            broker_config=broker_config,
             kafka_port=kafka_port,
             kafka_local=True,
         )

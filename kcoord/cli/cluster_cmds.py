@@ -18,6 +18,7 @@ pass_env = click.make_pass_decorator(Env)
 @click.option("--data-dir", type=click.Path(file_okay=False), default=None, help="Log directory on every node [default: the per-user data directory, ~/.local/share/kcoord/data/NAME on Linux, or $KCOORD_DATA_DIR/NAME].")
 @click.option("--group-coordinators", type=click.IntRange(min=0), default=3, show_default=True, help="Group coordinator actors (0: no consumer groups).")
 @click.option("--topic-config", "topic_config", multiple=True, metavar="KEY=VALUE", help="Default topic config, e.g. min.insync.replicas=2 (repeatable).")
+@click.option("--broker-config", "broker_config", multiple=True, metavar="KEY=VALUE", help="Cluster-wide broker config, e.g. log.retention.check.interval.ms=60000 (repeatable; log.retention.check.interval.ms, log.cleaner.enable, log.cleaner.backoff.ms).")
 @click.option("--min-nodes", type=click.IntRange(min=1), default=1, show_default=True, help="Wait until the Ray cluster has this many nodes before binding brokers to nodes.")
 @click.option("--if-not-exists", is_flag=True, help="Succeed without changes if the cluster is already running (for launcher scripts).")
 @click.option("--timeout", type=click.FloatRange(min=1), default=180, show_default=True, help="Seconds to wait for nodes and for the actors to start.")
@@ -31,6 +32,7 @@ def up(
     data_dir: str | None,
     group_coordinators: int,
     topic_config: tuple[str, ...],
+    broker_config: tuple[str, ...],
     min_nodes: int,
     if_not_exists: bool,
     timeout: float,
@@ -52,11 +54,18 @@ def up(
       kcoord up --min-nodes 4 --if-not-exists      # in a cluster launcher's start commands
       kcoord up --kafka-port 0                     # Kafka listener on free ports
       kcoord up --no-kafka                         # no Kafka listener
+      kcoord up --broker-config log.retention.check.interval.ms=60000
     """
     from kcoord.cluster.deploy import ClusterExistsError, deploy
     from kcoord.cluster.placement import wait_for_nodes
 
+    from kcoord.replication.config import validate_broker_config
+
     defaults = parse_properties(topic_config, "--topic-config")
+    try:
+        broker_cfg = validate_broker_config(parse_properties(broker_config, "--broker-config"))
+    except ValueError as exc:
+        raise CliError(f"--broker-config: {exc}") from None
     env.connect_ray()
     if min_nodes > 1:
         with env.err.status(f"waiting for {min_nodes} Ray nodes..."):
@@ -71,6 +80,7 @@ def up(
                 address=None,
                 namespace=env.namespace,
                 default_topic_config=defaults or None,
+                broker_config=broker_cfg or None,
                 timeout_s=timeout,
                 kafka_port=None if no_kafka else kafka_port,
                 kafka_host=kafka_host,

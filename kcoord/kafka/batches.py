@@ -138,3 +138,15 @@ def build_kafka_batch(
     for i, (k, v, hs, ts) in enumerate(records):
         builder.append(i, ts, k, v, list(hs))
     return bytes(builder.build())
+
+
+def set_offsets(batch: bytes, base_offset: int, leader_epoch: int, *, log_append_time: int | None = None) -> bytes:
+    """``batch`` (a v2 batch) with its base offset and leader epoch set, as a replica stamps
+    them; with ``log_append_time`` also the LogAppendTime bit and max timestamp (new CRC)."""
+    out = bytearray(batch)
+    _EPOCH.pack_into(out, 0, base_offset, len(out) - R.LENGTH_PREFIX, leader_epoch)
+    if log_append_time is not None:
+        _ATTR.pack_into(out, 21, _ATTR.unpack_from(out, 21)[0] | R.TIMESTAMP_TYPE_BIT)
+        _TS.pack_into(out, 35, log_append_time)
+        _CRC.pack_into(out, 17, R.CRC_FUNCTIONS[R.KAFKA_FORMAT](memoryview(out)[R.CRC_START :]))
+    return bytes(out)

@@ -15,11 +15,12 @@ directory runs recovery, which is built to make sense of exactly that.
 from __future__ import annotations
 
 import functools
+import os
 from abc import ABC, abstractmethod
 from typing import Callable, Iterator, NamedTuple, Sequence, TypeVar
 
 from ..protocol.errors import ErrorCode, KafkaError
-from ..records import BatchHeader, decode_batch, now_ms as wall_clock_ms, stamp_prefix
+from ..records import BatchHeader, decode_batch, now_ms as wall_clock_ms, read_header, stamp_prefix, validate_produce_batch
 from .batches import validate_follower_batches, validate_leader_batch
 from .config import LogConfig
 from .epochs import LeaderEpochCache
@@ -80,6 +81,10 @@ class BaseLog(ABC):
     epoch_cache: LeaderEpochCache
     producer_state: ProducerStateManager
     _file_hints = False  # whether locate() may point readers at files (see Log)
+    validate_records = os.environ.get("KCOORD_VALIDATE_RECORDS", "1") != "0"
+    """Decode and check every producer batch before appending it (records.validate_produce_batch).
+    Off (``KCOORD_VALIDATE_RECORDS=0`` in the replicas' environment) only to measure what the
+    checks cost (benchmarks/produce_validation.py)."""
 
     def __init__(self, config: LogConfig, now_ms: int | None) -> None:
         self.config = config
@@ -188,6 +193,13 @@ class BaseLog(ABC):
         """The error that took the log offline (its message says what failed and why)."""
         return self._offline
 
+    def update_config(self, config: LogConfig) -> None:
+        """Apply a changed topic config to the open log (alter_configs, no restart): rolling,
+        retention, flushing, the cleaner and max.message.bytes follow it from now on; a
+        changed index.interval.bytes applies to segments created from now on."""
+        self.config = config
+        self._flush_policy.configure(config.flush_messages, config.flush_ms)
+
     # -- state --------------------------------------------------------------------------
 
     @property
@@ -230,6 +242,8 @@ class BaseLog(ABC):
         # The produce hot path: kept flat, one batch, no per-append allocations beyond
         # the stamped 16-byte prefix, the stamped header and the result.
         h = validate_leader_batch(data, self.config.max_batch_bytes)
+        if self.validate_records:
+            validate_produce_batch(data, h, require_keys=self.config.compact)
         cache = self.epoch_cache
         latest = cache.latest_epoch
         if leader_epoch < latest or leader_epoch < 0:
@@ -263,6 +277,15 @@ class BaseLog(ABC):
         return AppendInfo(base, base + h.last_offset_delta, h.record_count, h.max_timestamp, nbytes, False, now)
 
     def _append_replicated(self, data: _BufferLike, now: int, verify_crc: bool) -> AppendInfo:
+        leo = self.log_end_offset
+        keep_start = None
+        if leo == self.log_start_offset and self.size_bytes == 0 and len(data) >= 61:
+            first = read_header(data)
+            if first.base_offset < leo <= first.last_offset:
+                # An empty follower whose leader's log starts inside a batch (DeleteRecords
+                # at an offset within one): take the whole batch, keep the log start offset.
+                keep_start = leo
+                self.truncate_fully_and_start_at(first.base_offset)
         found = validate_follower_batches(data, self.log_end_offset, check_crc=verify_crc)
         headers = found.headers
         nbytes = len(data)
@@ -285,6 +308,8 @@ class BaseLog(ABC):
                 max_ts = h.max_timestamp
         if self._flush_policy.record_append(records, now):
             self.flush()
+        if keep_start is not None:
+            self.advance_log_start_offset(keep_start)
         return AppendInfo(headers[0].base_offset, headers[-1].last_offset, records, max_ts, nbytes, False, now)
 
     # -- read ---------------------------------------------------------------------------
@@ -386,6 +411,27 @@ class BaseLog(ABC):
 
     def _sync_sealed(self) -> bool:
         """Make rolled segments durable; whether there were any."""
+        return False
+
+    # -- the log start offset, rolling by time (file and memory log alike) ---------------
+
+    @abstractmethod
+    def advance_log_start_offset(self, offset: int) -> bool:
+        """Move the log start offset up to ``offset`` (clamped to the LEO); see Log."""
+
+    supports_compaction = False
+    """Whether :meth:`clean` can compact this log (the file log can; the in-memory log keeps
+    every record and its cleanup.policy=compact is only retention-free)."""
+
+    def clean(self, now_ms: int, high_watermark: int | None = None) -> "object | None":
+        """One log-cleaner pass (cleanup.policy=compact) below ``high_watermark``: a
+        :class:`~kcoord.log.cleaner.CleanResult`, or None when this log does not compact
+        (:attr:`supports_compaction`)."""
+        return None
+
+    def maybe_roll(self, now_ms: int) -> bool:
+        """Roll an idle active segment older than segment.ms (the memory log has no files
+        to roll; its virtual segments follow appends)."""
         return False
 
     def _clamp_high_watermark(self, hw: int) -> int:

@@ -21,7 +21,7 @@ _PREFIX = struct.Struct(">qi")
 class Problem(Enum):
     TORN = "torn"  # the buffer ends inside a batch (a write that did not finish)
     CORRUPT = "corrupt"  # framing or CRC does not check out
-    DISCONTIGUOUS = "discontiguous"  # a batch does not start where the previous one ended
+    DISCONTIGUOUS = "discontiguous"  # a batch starts before the previous one ended
 
 
 @dataclass(frozen=True)
@@ -87,9 +87,11 @@ def scan(
         except CorruptRecordError as exc:
             result.problem = ScanProblem(Problem.CORRUPT, where, expected, f"byte {where}: {exc.message}")
             break
-        if expected is not None and base != expected:
+        if expected is not None and base < expected:
+            # A gap (base > expected) is allowed: the log cleaner drops batches whose
+            # records were all superseded, and offsets never change. Going back is not.
             result.problem = ScanProblem(
-                Problem.DISCONTIGUOUS, where, expected, f"byte {where}: batch has base offset {base}, expected {expected}"
+                Problem.DISCONTIGUOUS, where, expected, f"byte {where}: batch has base offset {base}, expected at least {expected}"
             )
             break
         result.positions.append(where)
@@ -116,14 +118,15 @@ def validate_leader_batch(data: bytes | bytearray | memoryview, max_batch_bytes:
 
 
 def validate_follower_batches(data: bytes | bytearray | memoryview, log_end_offset: int, *, check_crc: bool) -> Scan:
-    """Check batches a follower fetched: whole, valid, starting at our LEO, contiguous."""
+    """Check batches a follower fetched: whole, valid, starting at or after our LEO (a
+    compacted leader's log has gaps between batches), offsets increasing."""
     if len(data) == 0:
         raise KafkaError(ErrorCode.INVALID_RECORD, "no batches to append")
     result = scan(data, check_crc=check_crc)
     problem = result.problem
     if problem is None:
         first = result.headers[0].base_offset
-        if first != log_end_offset:
+        if first < log_end_offset:
             raise KafkaError(
                 ErrorCode.OFFSET_OUT_OF_RANGE,
                 f"replicated batches start at offset {first} but the log ends at {log_end_offset}",

@@ -21,6 +21,8 @@ from .fs import FileSystem
 EPOCH_CHECKPOINT = "leader-epoch-checkpoint"
 HW_CHECKPOINT = "high-watermark-checkpoint"
 RECOVERY_POINT = "recovery-point-checkpoint"
+LOG_START_CHECKPOINT = "log-start-offset-checkpoint"
+CLEANER_CHECKPOINT = "cleaner-offset-checkpoint"
 CLEAN_SHUTDOWN = ".kcoord-clean-shutdown"
 PRODUCER_SNAPSHOT_SUFFIX = ".producer-snapshot"
 TMP_SUFFIX = ".tmp"

@@ -18,6 +18,10 @@ class FlushPolicy:
     last_flush_ms: int = 0
     unflushed_records: int = 0
 
+    def configure(self, flush_messages: int | None, flush_ms: int | None) -> None:
+        self.flush_messages = flush_messages
+        self.flush_ms = flush_ms
+
     def record_append(self, records: int, now_ms: int) -> bool:
         """Count an append; True when the policy wants an fsync now."""
         self.unflushed_records += records

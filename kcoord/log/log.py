@@ -8,12 +8,17 @@ Layout of a log directory::
     leader-epoch-checkpoint               epoch -> start offset (text)
     high-watermark-checkpoint             last checkpointed HW (text)
     recovery-point-checkpoint             segments ending at or before it are fsynced (text)
+    log-start-offset-checkpoint           the log start offset, when above the first segment's base
+                                          (DeleteRecords, a follower that learnt it from its leader)
+    cleaner-offset-checkpoint             compacted topics: where the cleaner's dirty section starts
     00000000000000001234.producer-snapshot  producer state as of offset 1234 (msgpack)
     .kcoord-clean-shutdown                present only between close() and the next open
     .lock                                 flock'ed while a Log has the directory open
 
-The log start offset is the first segment's base offset and the LEO is the last
-segment's next offset, so neither needs a file of its own.
+The LEO is the last segment's next offset. The log start offset is the first segment's
+base offset or, if higher, the checkpointed one (records below it are gone for readers even
+while their segment is still on disk). After compaction a segment may have gaps between
+batches (offsets never change); readers skip them like Kafka's.
 
 Producer state is derived from batch headers; to avoid reading the whole log on every
 open or truncation it is snapshotted at each segment roll and on close, and rebuilt
@@ -30,6 +35,7 @@ simulation passes its simulated disk), and an I/O error takes the log offline (`
 
 from __future__ import annotations
 
+import os
 from bisect import bisect_right
 from collections import OrderedDict
 from pathlib import Path
@@ -39,10 +45,13 @@ from ..records import BatchHeader
 from .base import AppendInfo, BaseLog, _BufferLike, storage_operation
 from .checkpoint import (
     CLEAN_SHUTDOWN,
+    CLEANER_CHECKPOINT,
+    LOG_START_CHECKPOINT,
     EPOCH_CHECKPOINT,
     HW_CHECKPOINT,
     PRODUCER_SNAPSHOT_SUFFIX,
     RECOVERY_POINT,
+    TMP_SUFFIX,
     CheckpointError,
     producer_snapshot_path,
     read_epochs,
@@ -53,10 +62,12 @@ from .checkpoint import (
     write_offset,
     write_producer_snapshot,
 )
+from .cleaner import CleanResult, clean as _clean_pass
 from .config import LogConfig
 from .epochs import EpochEntry, LeaderEpochCache
 from .errors import LogStorageError
 from .fs import OS_FILE_SYSTEM, FileSystem
+from .index import OffsetIndex
 from .lock import DirectoryLock
 from .producer_state import ProducerStateManager
 from .recovery import RecoveryReport, load_segments
@@ -141,6 +152,10 @@ class Log(BaseLog):
             fs, self.directory, self.config.index_interval_bytes, self._now, report, self._recovery_point, note_epoch
         )
         self._bases = [s.base_offset for s in self._segments]
+        self._log_start = self._segments[0].base_offset
+        stored_start = self._read_offset_checkpoint(LOG_START_CHECKPOINT, "log start offset", 0)
+        self._log_start = max(self._log_start, min(stored_start, self._segments[-1].next_offset))
+        self._cleaner_offset = self._read_offset_checkpoint(CLEANER_CHECKPOINT, "cleaner offset", 0)
         self._size = sum(s.size for s in self._segments)
         for seg in self._segments[:-1]:
             self._remember_reader(seg)  # bounds the handles recovery opened
@@ -264,7 +279,7 @@ class Log(BaseLog):
 
     @property
     def log_start_offset(self) -> int:
-        return self._segments[0].base_offset
+        return self._log_start
 
     @property
     def log_end_offset(self) -> int:
@@ -474,7 +489,11 @@ class Log(BaseLog):
         i = bisect_right(self._bases, offset) - 1
         seg = segs[i]
         found = seg.find(offset)
-        position, new_leo = (found[0], found[1].base_offset) if found else (seg.size, seg.next_offset)
+        position, new_leo = (found[0], min(found[1].base_offset, offset)) if found else (seg.size, seg.next_offset)
+        if new_leo < self._recovery_point:
+            # Lowered first: a crash part-way through the cut must not find a gap between
+            # segments below the recovery point, which recovery would take for the cleaner's.
+            self._set_recovery_point(new_leo)
         later = segs[i + 1 :]
         for s in reversed(later):  # newest first: a crash part-way leaves a shorter valid log
             self._forget(s)
@@ -486,8 +505,6 @@ class Log(BaseLog):
         seg.truncate(position, new_leo)
         if later:
             self._fs.fsync_dir(self.directory)
-        if new_leo < self._recovery_point:  # data past it is gone; new data there is unsynced
-            self._set_recovery_point(new_leo)
         return new_leo
 
     def _forget(self, seg: Segment) -> None:
@@ -513,6 +530,8 @@ class Log(BaseLog):
         if offset < 0:
             raise ValueError(f"offset must be >= 0, got {offset}")
         fs = self._fs
+        # Recovery must not take the new segment after the old ones for a cleaner's gap.
+        self._set_recovery_point(min(offset, self._segments[0].base_offset))
         self.epoch_cache.clear()
         for off in self._snapshot_offsets():
             fs.unlink(producer_snapshot_path(self.directory, off))
@@ -532,32 +551,52 @@ class Log(BaseLog):
                 seg.delete()
         fs.fsync_dir(self.directory)
         self._set_recovery_point(offset)
+        self._set_log_start(offset)
         self.producer_state.clear()
         self._high_watermark = offset
         self._flush_policy.flushed(self._now)
 
-    # -- retention ------------------------------------------------------------------------
+    # -- retention, the log start offset, rolling by time ------------------------------
+
+    def _set_log_start(self, offset: int) -> None:
+        """Move the log start offset and persist it when it is above the first segment's base
+        (a crash must not bring back records a DeleteRecords removed)."""
+        if offset == self._log_start:
+            return
+        self._log_start = offset
+        if offset > self._segments[0].base_offset or self._fs.exists(self.directory / LOG_START_CHECKPOINT):
+            write_offset(self._fs, self.directory / LOG_START_CHECKPOINT, offset)
 
     @storage_operation
     def apply_retention(self, now_ms: int, high_watermark: int | None = None) -> int:
-        """Delete the oldest whole segments past retention.ms or beyond retention.bytes.
+        """Delete the oldest whole segments past retention.ms or beyond retention.bytes, and
+        those wholly below the log start offset.
 
         The active segment is never deleted, nor (when ``high_watermark`` is given) one
         holding offsets at or above it: consumers and lagging followers still need those.
-        Returns the number of segments deleted.
+        With cleanup.policy=compact (without delete) only segments below the log start
+        offset go. Returns the number of segments deleted; the log start offset moves to
+        the first segment kept.
         """
         self._check_open()
         self._now = now_ms
+        return self._delete_old_segments(now_ms, high_watermark, self.config.delete)
+
+    def _delete_old_segments(self, now_ms: int, high_watermark: int | None, by_policy: bool) -> int:
         cfg = self.config
         deleted = 0
         while len(self._segments) > 1:
             seg = self._segments[0]
-            if high_watermark is not None and seg.next_offset > high_watermark:
-                break
-            too_old = cfg.retention_ms >= 0 and now_ms - seg.max_timestamp > cfg.retention_ms
-            too_big = cfg.retention_bytes >= 0 and self._size - seg.size >= cfg.retention_bytes
-            if not (too_old or too_big):
-                break
+            next_base = self._segments[1].base_offset
+            if next_base <= self._log_start:
+                pass  # every record in it is below the log start offset (DeleteRecords)
+            else:
+                if not by_policy or (high_watermark is not None and next_base > high_watermark):
+                    break
+                too_old = cfg.retention_ms >= 0 and now_ms - seg.max_timestamp > cfg.retention_ms
+                too_big = cfg.retention_bytes >= 0 and self._size - seg.size >= cfg.retention_bytes
+                if not (too_old or too_big):
+                    break
             self._forget(seg)
             seg.delete()
             self._size -= seg.size
@@ -566,10 +605,113 @@ class Log(BaseLog):
             deleted += 1
         if deleted:
             self._fs.fsync_dir(self.directory)
+            self._set_log_start(max(self._log_start, self._segments[0].base_offset))
             self.epoch_cache.truncate_from_start(self.log_start_offset)
             self._high_watermark = max(self._high_watermark, self.log_start_offset)
             self._prune_producer_snapshots()
         return deleted
+
+    @storage_operation
+    def advance_log_start_offset(self, offset: int) -> bool:
+        """Move the log start offset up to ``offset`` (clamped to the LEO): Kafka's
+        DeleteRecords on a leader, and a follower learning its leader's log start offset.
+        Records below it are no longer readable; whole segments below it are deleted now.
+        The caller keeps a leader's ``offset`` at or below the HW. Returns whether it moved."""
+        self._check_open()
+        offset = min(offset, self.log_end_offset)
+        if offset <= self._log_start:
+            return False
+        self._set_log_start(offset)
+        self.epoch_cache.truncate_from_start(offset)
+        self._high_watermark = max(self._high_watermark, offset)
+        self._delete_old_segments(self._now, None, False)
+        return True
+
+    @storage_operation
+    def maybe_roll(self, now_ms: int) -> bool:
+        """Roll the active segment if it holds data and is older than segment.ms, so that
+        time retention and the cleaner can act on an idle partition's last records."""
+        self._check_open()
+        self._now = now_ms
+        seg = self._segments[-1]
+        if seg.size == 0 or now_ms - seg.created_ms < self.config.segment_ms:
+            return False
+        self._roll(now_ms)
+        return True
+
+    # -- compaction (the cleaner, cleaner.py, drives these) -----------------------------
+
+    supports_compaction = True
+
+    def clean(self, now_ms: int, high_watermark: int | None = None) -> CleanResult:
+        """One cleaner pass (:func:`kcoord.log.cleaner.clean`); a no-op result unless the
+        cleanup.policy includes compact."""
+        return _clean_pass(self, now_ms, high_watermark)
+
+    @property
+    def cleaner_offset(self) -> int:
+        """Where the dirty (not yet compacted) part of the log starts."""
+        return max(self._cleaner_offset, self._log_start)
+
+    def _set_cleaner_offset(self, offset: int) -> None:
+        if offset != self._cleaner_offset:
+            write_offset(self._fs, self.directory / CLEANER_CHECKPOINT, offset)
+            self._cleaner_offset = offset
+
+    def _sealed_segments(self) -> list[Segment]:
+        return self._segments[:-1]
+
+    def _replace_segment_data(self, seg: Segment, data: bytes, headers: Sequence[BatchHeader], positions: Sequence[int]) -> Segment:
+        """Replace a sealed segment's batches with ``data`` crash-safely: a crash at any
+        point reopens either the old segment or the new one, never a mix.
+
+        The new bytes go to ``<base>.log.cleaned.tmp`` (recovery deletes such leftovers) and
+        are fsynced; the old index is removed (durably: recovery rebuilds a missing index);
+        then one rename replaces the old file and the directory is fsynced. The new index is
+        written last."""
+        fs = self._fs
+        i = self._segments.index(seg)
+        if i == len(self._segments) - 1:
+            raise ValueError("the active segment is never rewritten")
+        tmp = seg.log_path.with_name(seg.log_path.name + ".cleaned" + TMP_SUFFIX)
+        fd = fs.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[fs.write(fd, view) :]
+            fs.fsync(fd)
+        finally:
+            fs.close(fd)
+        seg.close()
+        try:
+            fs.unlink(seg.index_path)
+        except FileNotFoundError:
+            pass
+        fs.fsync_dir(self.directory)
+        fs.replace(tmp, seg.log_path)
+        fs.fsync_dir(self.directory)
+        new = Segment(
+            self.directory,
+            seg.base_offset,
+            size=len(data),
+            next_offset=headers[-1].next_offset if headers else seg.base_offset,
+            index=OffsetIndex(seg.index_path, seg.base_offset, fs),
+            index_interval_bytes=seg.index_interval_bytes,
+            created_ms=seg.created_ms,
+            last_modified_ms=seg.last_modified_ms,
+            fs=fs,
+        )
+        for h, p in zip(headers, positions):
+            new.note_batch(h, p)
+        new.index.rewrite()
+        fs.fsync_dir(self.directory)
+        self._segments[i] = new
+        self._size += len(data) - seg.size
+        if seg in self._unsynced:
+            self._unsynced[self._unsynced.index(seg)] = new
+        if self._readers.pop(seg.base_offset, None) is not None:
+            self._remember_reader(new)
+        return new
 
     # -- durability -----------------------------------------------------------------------
 

@@ -63,9 +63,28 @@ class MemoryLog(BaseLog):
 
     # -- facts ----------------------------------------------------------------------------
 
+    _start_floor = 0  # a log start offset above the first span's base (DeleteRecords)
+
     @property
     def log_start_offset(self) -> int:
-        return self._spans[0].base_offset
+        return max(self._spans[0].base_offset, min(self._start_floor, self._leo))
+
+    def advance_log_start_offset(self, offset: int) -> bool:
+        self._check_open()
+        offset = min(offset, self._leo)
+        if offset <= self.log_start_offset:
+            return False
+        self._start_floor = offset
+        while len(self._spans) > 1 and self._spans[1].base_offset <= offset:
+            span, next_base = self._spans[0], self._spans[1].base_offset
+            k = bisect_left(self._bases, next_base)
+            del self._batches[:k], self._headers[:k], self._bases[:k]
+            self._flushed = max(0, self._flushed - k)
+            self._size -= span.size
+            del self._spans[0]
+        self.epoch_cache.truncate_from_start(offset)
+        self._high_watermark = max(self._high_watermark, offset)
+        return True
 
     @property
     def log_end_offset(self) -> int:
@@ -207,6 +226,7 @@ class MemoryLog(BaseLog):
         self.epoch_cache.clear()
         self.producer_state.clear()
         self._high_watermark = offset
+        self._start_floor = offset
         self._flush_policy.flushed(self._now)
 
     def apply_retention(self, now_ms: int, high_watermark: int | None = None) -> int:
@@ -217,7 +237,7 @@ class MemoryLog(BaseLog):
         deleted = 0
         while len(self._spans) > 1:
             span, next_base = self._spans[0], self._spans[1].base_offset
-            if high_watermark is not None and next_base > high_watermark:
+            if not cfg.delete or (high_watermark is not None and next_base > high_watermark):
                 break
             too_old = cfg.retention_ms >= 0 and now_ms - span.max_timestamp > cfg.retention_ms
             too_big = cfg.retention_bytes >= 0 and self._size - span.size >= cfg.retention_bytes
@@ -249,7 +269,8 @@ class MemoryLog(BaseLog):
         """The log a restart would find: flushed batches only, the epoch cache and HW as
         last persisted, each made consistent with the kept batches as recovery would."""
         n = self._flushed
-        log = MemoryLog(self.config, now_ms=self._now, log_start_offset=self.log_start_offset)
+        log = MemoryLog(self.config, now_ms=self._now, log_start_offset=self._spans[0].base_offset)
+        log._start_floor = self._start_floor
         log._batches = self._batches[:n]
         log._headers = self._headers[:n]
         log._bases = self._bases[:n]

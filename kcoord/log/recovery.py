@@ -112,9 +112,13 @@ def _load(
     for i, base in enumerate(bases):
         seg, index_problem = open_segment(directory, base, index_interval_bytes, now_ms, fs)
         opened.append(seg)
-        if segments and seg.base_offset != segments[-1].next_offset:
+        prev_end = segments[-1].next_offset if segments else base
+        # A gap before a segment is the cleaner's (it may empty a segment's end) only if the
+        # previous segment was fsynced, i.e. this one starts at or below the recovery point;
+        # otherwise the previous segment lost its tail in a crash.
+        if base < prev_end or (base > prev_end and base > recovery_point):
             _cut_from(fs, report, bases[i:], directory, segments[-1],
-                      f"segment {base} does not follow on from the previous segment, which ends at offset {segments[-1].next_offset}")
+                      f"segment {base} does not follow on from the previous segment, which ends at offset {prev_end}")
             seg.close()
             break
         last = i == len(bases) - 1

@@ -426,9 +426,9 @@ def walk_to_end(seg: Segment, position: int = 0) -> tuple[int, int, Scan | None]
         while off + _LAST_DELTA_END <= n:
             base, length = _PREFIX.unpack_from(buf, off)
             size = LENGTH_PREFIX + length
-            if length < HEADER_SIZE - LENGTH_PREFIX or position + off + size > end or (expected is not None and base != expected):
+            if length < HEADER_SIZE - LENGTH_PREFIX or position + off + size > end or (expected is not None and base < expected):
                 bad = Scan(end=position + off)
-                kind = Problem.DISCONTIGUOUS if expected is not None and base != expected else Problem.CORRUPT
+                kind = Problem.DISCONTIGUOUS if expected is not None and base < expected else Problem.CORRUPT
                 if position + off + size > end and length >= HEADER_SIZE - LENGTH_PREFIX:
                     kind = Problem.TORN
                 bad.problem = ScanProblem(kind, position + off, expected, f"byte {position + off}: {kind.value} batch")

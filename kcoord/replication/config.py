@@ -54,6 +54,11 @@ class ReplicationConfig:
     # with OUT_OF_ORDER_SEQUENCE_NUMBER.
     out_of_order_wait_ms: int = 200
     message_timestamp_type: str = CREATE_TIME  # message.timestamp.type
+    # Storage upkeep on every replica (Kafka's broker configs of the same names; kcoord
+    # takes them as cluster-wide broker_config, delivered with the default topic config).
+    log_retention_check_interval_ms: int = 300_000  # log.retention.check.interval.ms
+    log_cleaner_enable: bool = True  # log.cleaner.enable
+    log_cleaner_backoff_ms: int = 15_000  # log.cleaner.backoff.ms
 
     # Kafka config name -> (field, parser)
     _KEYS = {
@@ -66,6 +71,9 @@ class ReplicationConfig:
         "replica.fetch.backoff.ms": ("replica_fetch_backoff_ms", lambda k, v: _parse_int(k, v, 0)),
         "replica.high.watermark.checkpoint.interval.ms": ("hw_checkpoint_interval_ms", lambda k, v: _parse_int(k, v, 1)),
         "message.timestamp.type": ("message_timestamp_type", lambda k, v: _parse_timestamp_type(k, v)),
+        "log.retention.check.interval.ms": ("log_retention_check_interval_ms", lambda k, v: _parse_int(k, v, 1)),
+        "log.cleaner.enable": ("log_cleaner_enable", _parse_bool),
+        "log.cleaner.backoff.ms": ("log_cleaner_backoff_ms", lambda k, v: _parse_int(k, v, 1)),
     }
 
     @classmethod
@@ -88,4 +96,21 @@ def _parse_timestamp_type(key: str, value: Any) -> str:
 
 
 REPLICATION_KEYS = frozenset(ReplicationConfig._KEYS)
+# Cluster-wide settings (Kafka broker configs): given as ``broker_config`` at deploy time,
+# never as a topic's config.
+BROKER_KEYS = frozenset({"log.retention.check.interval.ms", "log.cleaner.enable", "log.cleaner.backoff.ms"})
+
+
+def validate_broker_config(config: Mapping[str, Any] | None) -> dict[str, str]:
+    """Check a deploy-time ``broker_config`` (Kafka broker config names, see BROKER_KEYS) and
+    return it with string values; ValueError names an unknown key or a bad value."""
+    out = {str(k): str(v).lower() if isinstance(v, bool) else str(v) for k, v in (config or {}).items()}
+    unknown = sorted(set(out) - BROKER_KEYS)
+    if unknown:
+        raise ValueError(f"unknown broker config {', '.join(map(repr, unknown))}; known keys: {', '.join(sorted(BROKER_KEYS))}")
+    try:
+        ReplicationConfig.from_topic_config(out)
+    except KafkaError as exc:
+        raise ValueError(f"invalid broker config: {exc}") from None
+    return out
 assert {f.name for f in fields(ReplicationConfig)} >= {v[0] for v in ReplicationConfig._KEYS.values()}

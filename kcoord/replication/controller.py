@@ -106,6 +106,9 @@ class ControllerConfig:
     leader_imbalance_per_broker_percentage: int = 10
     # Topic config every topic starts from (a topic's own config overrides it).
     default_topic_config: dict[str, str] = field(default_factory=dict)
+    # Cluster-wide broker configs (replication.config.BROKER_KEYS: retention check interval,
+    # the cleaner's settings), delivered to every replica with its topic's config.
+    broker_config: dict[str, str] = field(default_factory=dict)
 
 
 class ControllerState:
@@ -214,6 +217,13 @@ class ControllerState:
         cfg.update(topic.config)
         return cfg
 
+    def _replica_config(self, topic: TopicState) -> dict[str, str]:
+        """What a replica is told (CreateReplica, LeaderAndIsr): the broker configs and the
+        topic's effective config."""
+        cfg = dict(self.config.broker_config)
+        cfg.update(self._effective_config(topic))
+        return cfg
+
     # ------------------------------------------------------------------------------------
     # placement
     # ------------------------------------------------------------------------------------
@@ -238,7 +248,7 @@ class ControllerState:
         actions: list[ControllerAction] = []
         if decision.rebound_from is not None:
             actions.append(Persist(PLACEMENT_KEY, self.placement.encode()))
-        actions.append(CreateReplica(rid, self._effective_config(topic), decision.node))
+        actions.append(CreateReplica(rid, self._replica_config(topic), decision.node))
         return actions
 
     # ------------------------------------------------------------------------------------
@@ -679,7 +689,7 @@ class ControllerState:
     def _send_state(self, p: PartitionState, brokers: list[int]) -> list[ControllerAction]:
         """LeaderAndIsr for ``brokers``, the leader first so followers find it ready."""
         topic = self.topics[p.topic]
-        config = self._effective_config(topic)
+        config = self._replica_config(topic)
         ordered = sorted(brokers, key=lambda b: (b != p.leader, p.replicas.index(b) if b in p.replicas else b))
         return [
             SendLeaderAndIsr(

@@ -198,6 +198,10 @@ class Follower:
         new_hw = min(response.high_watermark, log.log_end_offset)
         if new_hw > st.hw:
             st.hw = new_hw
+        if response.log_start_offset > log.log_start_offset and st.hw > log.log_start_offset:
+            # The leader's retention or a DeleteRecords moved its log start: follow it (up
+            # to our HW; what we hold beyond that we may still need).
+            log.advance_log_start_offset(min(response.log_start_offset, st.hw))
         if st.may_have_lost_data and log.log_end_offset >= response.high_watermark >= 0:
             st.may_have_lost_data = False  # it holds everything committed again
         self.step(now_ms)

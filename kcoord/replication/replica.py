@@ -99,6 +99,10 @@ class Replica:
         self.following: Follower | None = None
         self._hw_checkpointed = hw
         self._last_hw_checkpoint_ms = now_ms
+        # storage upkeep: segment.ms rolls and retention, the log cleaner
+        self._next_retention_ms = now_ms + self.state.config.log_retention_check_interval_ms
+        self._next_clean_ms = now_ms + self.state.config.log_cleaner_backoff_ms
+        self.last_clean: Any = None  # the cleaner's last CleanResult (metrics, tests)
 
     # ------------------------------------------------------------------------------------
     # the shared state, read-only for everyone else (drivers, metrics, tests)
@@ -196,6 +200,35 @@ class Replica:
             self.following.step(now_ms)
         self._maybe_checkpoint_hw(now_ms)
         self.state.log.maybe_flush(now_ms)
+        self._upkeep(now_ms)
+
+    def _upkeep(self, now_ms: int) -> None:
+        """Every log.retention.check.interval.ms: roll an idle segment past segment.ms and
+        delete segments past retention (never above the HW, never the active one); every
+        log.cleaner.backoff.ms on a compacted topic: one cleaner pass below the HW. Every
+        replica does both on its own log; followers learn the leader's log start offset
+        from fetch answers."""
+        st = self.state
+        cfg = st.config
+        log = st.log
+        if now_ms >= self._next_retention_ms:
+            self._next_retention_ms = now_ms + cfg.log_retention_check_interval_ms
+            log.maybe_roll(now_ms)
+            log.apply_retention(now_ms, st.hw)
+            if st.hw < log.log_start_offset:
+                st.hw = log.log_start_offset
+        if now_ms >= self._next_clean_ms:
+            self._next_clean_ms = now_ms + cfg.log_cleaner_backoff_ms
+            if cfg.log_cleaner_enable and log.config.compact and log.supports_compaction:
+                self.last_clean = log.clean(now_ms, st.hw)
+
+    def update_config(self, log_config: Any, config: ReplicationConfig, now_ms: int) -> None:
+        """A topic config changed (alter_configs): the log and the replication settings
+        follow it from now on, without a restart."""
+        self.state.log.update_config(log_config)
+        self.state.config = config
+        self._next_retention_ms = min(self._next_retention_ms, now_ms + config.log_retention_check_interval_ms)
+        self._next_clean_ms = min(self._next_clean_ms, now_ms + config.log_cleaner_backoff_ms)
 
     @entry_point
     def on_fetch_response(self, request: FetchRequest, response: FetchResponse | None, now_ms: int) -> None:
@@ -363,6 +396,10 @@ class Replica:
                     deadlines.append(at)
         if self.state.hw != self._hw_checkpointed:
             deadlines.append(self._last_hw_checkpoint_ms + self.state.config.hw_checkpoint_interval_ms)
+        deadlines.append(self._next_retention_ms)
+        log = self.state.log
+        if log.config.compact and log.supports_compaction and self.state.config.log_cleaner_enable:
+            deadlines.append(self._next_clean_ms)
         return min(deadlines) if deadlines else None
 
     def _maybe_checkpoint_hw(self, now_ms: int) -> None:

@@ -7,7 +7,7 @@ from typing import Collection, Mapping
 
 from ..protocol.controller import CreateTopicsRequest
 from ..protocol.errors import ErrorCode, KafkaError
-from .config import REPLICATION_KEYS, ReplicationConfig
+from .config import BROKER_KEYS, REPLICATION_KEYS, ReplicationConfig
 from .metadata import INTERNAL_OFFSETS_TOPIC, PartitionState, TopicState, validate_topic_name
 
 # Topic config keys the controller accepts (Kafka names); the log's keys are checked by
@@ -23,9 +23,13 @@ LOG_KEYS = frozenset(
         "flush.ms",
         "max.message.bytes",
         "cleanup.policy",
+        "delete.retention.ms",
+        "min.cleanable.dirty.ratio",
+        "min.compaction.lag.ms",
     }
 )
-TOPIC_CONFIG_KEYS = REPLICATION_KEYS | LOG_KEYS
+# Broker keys (log.retention.check.interval.ms, ...) are cluster-wide: deploy's broker_config.
+TOPIC_CONFIG_KEYS = (REPLICATION_KEYS - BROKER_KEYS) | LOG_KEYS
 
 #: Replicas per partition when a topic is created without a replication factor, as far as
 #: there are brokers (Kafka's default.replication.factor is 1; replicated by default here).

@@ -173,7 +173,7 @@ class LogMachine(RuleBasedStateMachine):
         for b in stored:
             self.model.add(*b)
 
-    @rule(skew=st.sampled_from([-1, 1, 3]))
+    @rule(skew=st.sampled_from([-1, -3]))  # before the LEO (after it is a gap, which compaction leaves)
     def append_follower_wrong_offset(self, skew):
         base = self.model.leo + skew
         if base < 0:
@@ -183,7 +183,7 @@ class LogMachine(RuleBasedStateMachine):
         except KafkaError:
             pass
         else:
-            raise AssertionError("a batch not at the LEO was accepted")
+            raise AssertionError("a batch before the LEO was accepted")
 
     @rule(data=st.data(), max_bytes=st.integers(0, 3000), limit=st.one_of(st.none(), st.integers(0, 40)))
     def read(self, data, max_bytes, limit):

@@ -1,0 +1,225 @@
+"""Log compaction (``cleanup.policy=compact``): keep the last record per key.
+
+One pass of :func:`clean` over a :class:`~kcoord.log.Log`, Kafka's LogCleaner rules:
+
+- Only *cleanable* segments are touched: sealed ones (never the active segment) that lie
+  wholly below the high watermark and whose newest record is older than
+  ``min.compaction.lag.ms``.
+- The *dirty* section is what the last pass did not see (from the cleaner offset, a
+  checkpoint of the log). A pass runs only when dirty bytes / cleanable bytes reach
+  ``min.cleanable.dirty.ratio``.
+- The pass maps each key of the dirty section to its last offset, then rewrites every
+  cleanable segment keeping a record when no later record of its key exists below the
+  cleanable end. A tombstone (null value) that is the last of its key is kept until its
+  timestamp is older than ``delete.retention.ms``, so consumers that are reading see it;
+  then it goes too. Records without a key are kept (a compacted topic refuses new ones).
+- Offsets never change. A batch that loses records is rebuilt as one batch per run of kept
+  records, each with its first record's base offset (so every batch stays contiguous inside,
+  as every reader expects, and the log has gaps between batches instead). A segment may
+  end early or be left empty. Recovery tells such a gap from lost data by the recovery
+  point: the pass first makes every sealed segment durable (moving the recovery point to
+  the active segment), and a gap before a segment below the recovery point can only be the
+  cleaner's (fsynced data is not lost); above it a gap is still cut as before.
+- Each segment is replaced crash-safely (``Log._replace_segment_data``): a crash at any
+  point reopens either the old or the new segment.
+
+Replicas clean independently (Kafka does the same): their logs can differ in which
+superseded records and expired tombstones are still there, never in the last value of a key.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from ..records import HEADER_SIZE, DecodedBatch, decode_batch, rebuild_batch
+from .base import storage_operation
+
+if TYPE_CHECKING:
+    from .log import Log
+    from .segment import Segment
+
+_READ_CHUNK = 4 * 2**20
+
+
+@dataclass
+class CleanResult:
+    """What one pass did (all zeros when it found nothing worth cleaning)."""
+
+    segments_cleaned: int = 0
+    bytes_read: int = 0
+    bytes_written: int = 0
+    records_read: int = 0
+    records_removed: int = 0
+    tombstones_removed: int = 0
+    keys: int = 0
+    dirty_ratio: float = 0.0
+    cleanable_end: int = -1
+    skipped: str = ""  # why nothing was cleaned
+    segments: list[int] = field(default_factory=list)
+
+
+def _batches(seg: "Segment"):
+    """``(position, decoded batch)`` of each batch in a segment, read in large chunks."""
+    pending: list[tuple[int, int]] = []
+    start = -1
+    for pos, h in seg.iter_headers():
+        if start < 0:
+            start = pos
+        pending.append((pos, h.size))
+        if pos + h.size - start >= _READ_CHUNK:
+            yield from _decode_chunk(seg, start, pending)
+            pending, start = [], -1
+    if pending:
+        yield from _decode_chunk(seg, start, pending)
+
+
+def _decode_chunk(seg: "Segment", start: int, pending: list[tuple[int, int]]):
+    end = pending[-1][0] + pending[-1][1]
+    buf = seg.pread(end - start, start)
+    for pos, size in pending:
+        yield pos, buf[pos - start : pos - start + size], decode_batch(buf, pos - start, check_crc=True)
+
+
+def cleanable_segments(log: "Log", now_ms: int, high_watermark: int) -> list["Segment"]:
+    """The sealed segments a pass may rewrite, oldest first (see the module docstring)."""
+    segs = log._segments
+    out = []
+    lag = log.config.min_compaction_lag_ms
+    for i, seg in enumerate(segs[:-1]):
+        if segs[i + 1].base_offset > high_watermark:
+            break
+        if lag > 0 and seg.max_timestamp > now_ms - lag:
+            break
+        out.append(seg)
+    return out
+
+
+@storage_operation
+def clean(log: "Log", now_ms: int, high_watermark: int | None = None, *, force: bool = False) -> CleanResult:
+    """One cleaning pass over ``log`` (a no-op unless its cleanup.policy includes compact).
+    ``high_watermark`` defaults to the log's; ``force`` ignores min.cleanable.dirty.ratio."""
+    log._check_open()
+    result = CleanResult()
+    cfg = log.config
+    if not cfg.compact:
+        result.skipped = "cleanup.policy does not compact"
+        return result
+    hw = log.high_watermark if high_watermark is None else high_watermark
+    log._sync_sealed()  # the recovery point passes every sealed segment (see above)
+    segs = cleanable_segments(log, now_ms, hw)
+    if not segs:
+        result.skipped = "no cleanable segment"
+        return result
+    end = log._segments[len(segs)].base_offset  # the first offset not cleaned
+    result.cleanable_end = end
+    first_dirty = log.cleaner_offset
+    total = sum(s.size for s in segs)
+    dirty = sum(s.size for s in segs if s.base_offset >= first_dirty)
+    # the segment holding first_dirty counts as dirty too
+    for s in segs:
+        if s.base_offset < first_dirty < s.next_offset:
+            dirty += s.size
+    result.dirty_ratio = dirty / total if total else 0.0
+    if not force and (dirty == 0 or result.dirty_ratio < cfg.min_cleanable_dirty_ratio):
+        result.skipped = f"dirty ratio {result.dirty_ratio:.2f} below min.cleanable.dirty.ratio {cfg.min_cleanable_dirty_ratio}"
+        return result
+
+    # 1. the last offset of each key in the dirty section
+    last: dict = {}
+    for seg in segs:
+        if seg.next_offset <= first_dirty:
+            continue
+        for _, _, d in _batches(seg):
+            keys = d.keys
+            if keys is None:
+                continue
+            base = d.header.base_offset
+            last.update(zip(keys, range(base, base + len(keys))))
+    last.pop(None, None)
+    result.keys = len(last)
+
+    # 2. rewrite each cleanable segment with what survives
+    horizon = now_ms - cfg.delete_retention_ms
+    for seg in segs:
+        parts: list[bytes] = []
+        headers = []
+        positions = []
+        changed = False
+        size = 0
+        for _, raw, d in _batches(seg):
+            result.bytes_read += len(raw)
+            n = len(d.values)
+            result.records_read += n
+            keep = _survivors(d, last, horizon, result)
+            if len(keep) == n:
+                pieces = [raw]
+            else:
+                changed = True
+                pieces = [rebuild_batch(d, run) for run in _runs(keep)]
+            for p in pieces:
+                positions.append(size)
+                headers.append(decode_header(p))
+                parts.append(p)
+                size += len(p)
+        if changed:
+            data = b"".join(parts)
+            log._replace_segment_data(seg, data, headers, positions)
+            result.segments_cleaned += 1
+            result.segments.append(seg.base_offset)
+            result.bytes_written += len(data)
+        else:
+            result.bytes_written += size
+    log._set_cleaner_offset(end)
+    return result
+
+
+def decode_header(batch: bytes):
+    from ..records import read_header
+
+    return read_header(batch)
+
+
+def _survivors(d: DecodedBatch, last: dict, horizon: int, result: CleanResult) -> list[int]:
+    """Positions of the records of ``d`` that stay."""
+    h = d.header
+    base = h.base_offset
+    n = len(d.values)
+    keys = d.keys
+    if keys is None:
+        return list(range(n))  # no keys: nothing to compact
+    values = d.values
+    stamps = d.timestamps
+    keep = []
+    get = last.get
+    for i in range(n):
+        k = keys[i]
+        off = base + i
+        if k is None:
+            keep.append(i)
+            continue
+        newest = get(k, -1)
+        if newest > off:
+            result.records_removed += 1
+            continue
+        if values[i] is None:
+            ts = stamps[i] if stamps is not None else h.first_timestamp
+            if ts < horizon:
+                result.records_removed += 1
+                result.tombstones_removed += 1
+                continue
+        keep.append(i)
+    return keep
+
+
+def _runs(keep: list[int]) -> list[list[int]]:
+    runs: list[list[int]] = []
+    for i in keep:
+        if runs and runs[-1][-1] == i - 1:
+            runs[-1].append(i)
+        else:
+            runs.append([i])
+    return runs
+
+
+__all__ = ["CleanResult", "clean", "cleanable_segments", "HEADER_SIZE"]

@@ -1,0 +1,216 @@
+"""Log compaction (kcoord/log/cleaner.py): what stays, what goes, offsets, crash safety."""
+
+from __future__ import annotations
+
+import errno
+import random
+from pathlib import Path
+
+import pytest
+
+from kcoord import records as R
+from kcoord.kafka.batches import build_kafka_batch
+from kcoord.log import Log, LogConfig, LogStorageError
+from kcoord.log.cleaner import clean
+from sim.disk import SimDisk
+
+T0 = 1_000_000
+
+
+def compact_log(path, fs=None, **cfg) -> Log:
+    cfg.setdefault("segment_bytes", 600)
+    cfg.setdefault("cleanup_policy", "compact")
+    cfg.setdefault("min_cleanable_dirty_ratio", 0.0)
+    cfg.setdefault("index_interval_bytes", 64)
+    return Log(path, LogConfig(**cfg), now_ms=T0, fs=fs)
+
+
+def write(log: Log, n: int, keys: int = 7, *, tombstone_every: int = 0, kafka: bool = False, start_ts: int = T0):
+    """n single-record batches, key i % keys; returns the expected last value per key."""
+    last = {}
+    for i in range(n):
+        off = log.log_end_offset
+        k = b"k%d" % (off % keys)
+        v = None if tombstone_every and off % tombstone_every == 0 else b"v%d" % off
+        ts = start_ts + off
+        if kafka:
+            data = build_kafka_batch([(k, v, [], ts)])
+        else:
+            data = R.build_batch([(k, v)], timestamp_ms=ts)
+        log.append(data, leader_epoch=0, now_ms=ts)
+        last[k] = (off, v)
+    log.checkpoint_high_watermark(log.log_end_offset)
+    return last
+
+
+def records(log: Log) -> list[R.Record]:
+    return list(R.iter_records(log.read(log.log_start_offset, 1 << 30))) if log.log_end_offset > log.log_start_offset else []
+
+
+def state(recs) -> dict:
+    out = {}
+    for r in recs:
+        out[r.key] = (r.offset, r.value)
+    return out
+
+
+@pytest.mark.parametrize("kafka", [False, True], ids=["kcoord", "kafka-v2"])
+def test_keeps_the_last_record_per_key_below_the_active_segment_offsets_unchanged(tmp_path, kafka):
+    log = compact_log(tmp_path, delete_retention_ms=10**9)
+    before = records(log) or []
+    expect = write(log, 80, kafka=kafka)
+    before = {r.offset: r for r in records(log)}
+    active_base = log.segments[-1].base_offset
+    result = clean(log, T0 + 1000)
+    assert result.segments_cleaned > 0 and result.records_removed > 0
+    after = records(log)
+    # every surviving record is the very record that was at that offset
+    assert all(before[r.offset] == r for r in after)
+    # below the active segment: exactly one record per key; the active segment untouched
+    cleaned = [r for r in after if r.offset < active_base]
+    assert len({r.key for r in cleaned}) == len(cleaned)
+    assert [r.offset for r in after if r.offset >= active_base] == list(range(active_base, log.log_end_offset))
+    assert state(after) == expect
+    assert log.log_start_offset == 0 and log.log_end_offset == 80
+    # reopening (clean and after a crash-like reopen) finds the same log
+    log.close()
+    again = compact_log(tmp_path)
+    assert records(again) == after and not again.recovery_report.cut
+    again.close()
+
+
+def test_reading_into_a_gap_returns_the_next_batch(tmp_path):
+    log = compact_log(tmp_path)
+    write(log, 60, keys=3)
+    clean(log, T0 + 1000)
+    offsets = [r.offset for r in records(log)]
+    gap = next(o for o in range(60) if o not in offsets)
+    data = log.read(gap, 1 << 20)
+    assert R.read_header(data).base_offset > gap
+    assert log.read(0, 1 << 20)  # the start offset may be inside a gap too
+
+
+def test_tombstones_stay_for_delete_retention_ms_then_go(tmp_path):
+    log = compact_log(tmp_path, delete_retention_ms=500)
+    write(log, 70, keys=5, tombstone_every=4)
+    active = log.segments[-1].base_offset
+    below = state(r for r in records(log) if r.offset < active)
+    clean(log, T0 + 100)  # tombstones are younger than 500 ms: the last ones per key stay
+    active = log.segments[-1].base_offset
+    kept = [r for r in records(log) if r.offset < active]
+    assert any(r.value is None for r in kept)
+    result = clean(log, T0 + 10_000, force=True)  # now they are old
+    assert result.tombstones_removed > 0
+    assert not [r for r in records(log) if r.offset < active and r.value is None]
+    # a key whose last record below the active segment was a tombstone is gone from there
+    deleted = {k for k, (_, v) in below.items() if v is None}
+    assert deleted and not [r for r in records(log) if r.offset < active and r.key in deleted]
+    assert state(r for r in records(log) if r.offset < active) == {k: ov for k, ov in below.items() if k not in deleted}
+
+
+def test_dirty_ratio_and_compaction_lag(tmp_path):
+    log = compact_log(tmp_path, min_cleanable_dirty_ratio=0.9)
+    write(log, 60)
+    assert clean(log, T0 + 1000).segments_cleaned > 0  # everything is dirty: ratio 1.0
+    write(log, 8)  # a little more: most of the cleanable log is clean now
+    r = clean(log, T0 + 1000)
+    assert r.segments_cleaned == 0 and "dirty ratio" in r.skipped
+    lagged = compact_log(tmp_path / "lag", min_compaction_lag_ms=10_000)
+    write(lagged, 60)
+    assert clean(lagged, T0 + 100).skipped == "no cleanable segment"
+    assert clean(lagged, T0 + 20_000).segments_cleaned > 0
+
+
+def test_never_above_the_high_watermark_and_not_for_delete_policy(tmp_path):
+    log = compact_log(tmp_path)
+    write(log, 60)
+    log.checkpoint_high_watermark(5)
+    r = clean(log, T0 + 1000)
+    assert r.segments_cleaned == 0
+    plain = compact_log(tmp_path / "d", cleanup_policy="delete")
+    write(plain, 60)
+    assert clean(plain, T0 + 1000).skipped.startswith("cleanup.policy")
+
+
+def test_records_without_keys_are_refused_on_a_compacted_topic(tmp_path):
+    log = compact_log(tmp_path)
+    with pytest.raises(Exception) as err:
+        log.append(R.build_batch([(None, b"x")]), leader_epoch=0, now_ms=T0)
+    assert err.value.code == R.ErrorCode.INVALID_RECORD
+    assert log.log_end_offset == 0
+
+
+def test_compacted_log_replicates_to_a_follower_and_survives_reopen(tmp_path):
+    leader = compact_log(tmp_path / "leader")
+    write(leader, 90, keys=4)
+    clean(leader, T0 + 1000)
+    follower = compact_log(tmp_path / "follower", segment_bytes=300)
+    pos = 0
+    while follower.log_end_offset < leader.log_end_offset:
+        data = leader.read(max(follower.log_end_offset, leader.log_start_offset), 200)
+        follower.append(data, now_ms=T0)
+        pos += 1
+    assert records(follower) == records(leader)
+    follower.close()
+    again = compact_log(tmp_path / "follower", segment_bytes=300)
+    assert records(again) == records(leader) and not again.recovery_report.cut
+
+
+def test_idempotent_producer_batches_keep_their_sequences(tmp_path):
+    log = compact_log(tmp_path)
+    for seq in range(0, 60, 3):
+        recs = [(b"k%d" % ((seq + i) % 2), b"v%d" % (seq + i)) for i in range(3)]
+        log.append(R.build_batch(recs, producer_id=5, producer_epoch=0, base_sequence=seq, timestamp_ms=T0), leader_epoch=0, now_ms=T0)
+    log.checkpoint_high_watermark(log.log_end_offset)
+    clean(log, T0 + 1000)
+    for pos, h in R.iter_headers(log.read(0, 1 << 30), check_crc=True):
+        if h.base_offset < log.segments[-1].base_offset:
+            assert h.base_sequence == h.base_offset  # sequence i was written at offset i
+    # the producer goes on where it was
+    info = log.append(R.build_batch([(b"k", b"x")], producer_id=5, producer_epoch=0, base_sequence=60, timestamp_ms=T0), leader_epoch=0, now_ms=T0)
+    assert not info.duplicate and info.base_offset == 60
+
+
+# -- crash safety ---------------------------------------------------------------------------
+
+
+def _prepared(disk: SimDisk) -> Log:
+    log = compact_log(Path("/sim/c"), fs=disk)
+    write(log, 60, keys=5)
+    log.flush()
+    return log
+
+
+@pytest.mark.parametrize("torn", [0.0, 0.5, 1.0])
+def test_power_loss_at_every_io_call_of_a_cleaning_pass_leaves_the_old_or_the_new_segment(torn):
+    probe_disk = SimDisk(random.Random(1))
+    probe = _prepared(probe_disk)
+    old = records(probe)
+    start = probe_disk.op_count
+    clean(probe, T0 + 1000)
+    new = records(probe)
+    calls = probe_disk.op_count - start
+    assert calls > 5 and new != old
+    old_by = {r.offset: r for r in old}
+    for k in range(calls + 1):
+        disk = SimDisk(random.Random(k))
+        log = _prepared(disk)
+        crash_at = disk.op_count + 1 + k
+        disk.fault_hook = lambda _op, _path: errno.EIO if disk.op_count >= crash_at else None
+        try:
+            clean(log, T0 + 1000)
+        except LogStorageError:
+            assert log.offline
+        disk.fault_hook = None
+        disk.power_loss(torn=torn)
+        again = compact_log(Path("/sim/c"), fs=disk)
+        got = records(again)
+        # every segment is either as it was or as cleaned: every record is one that was
+        # there, at its offset; nothing acknowledged (flushed) is lost as a key's last value
+        assert all(old_by[r.offset] == r for r in got), k
+        assert state(got) == state(old), k
+        assert again.log_end_offset == 60 and not again.recovery_report.cut, (k, again.recovery_report)
+        # and it can be cleaned to the end after the crash
+        clean(again, T0 + 1000, force=True)
+        assert records(again) == new, k
+        again.close()
