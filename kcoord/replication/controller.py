@@ -421,6 +421,7 @@ class ControllerState:
             # A failed fsync may have dropped its unflushed pages: the page cache no longer
             # vouches for the tail, so whatever process comes next counts as a new storage.
             self._storage.pop(replica, None)
+            self._elr_witness.pop(replica, None)
             dead = True
             status = None
         elif status is not None:
@@ -658,7 +659,7 @@ class ControllerState:
                 return True
             status = self._last_status.get(rid)
             witness = self._elr_witness.get(rid)
-            return witness is not None and status is not None and status.incarnation == witness
+            return witness is not None and status is not None and _lineage(status) == witness
 
         return trusted
 
@@ -683,8 +684,8 @@ class ControllerState:
                 self._elr_witness.pop(rid, None)
             elif b not in before:
                 status = self._last_status.get(rid)
-                if status is not None and status.incarnation and rid not in self._suspect:
-                    self._elr_witness[rid] = status.incarnation
+                if status is not None and _lineage(status) and rid not in self._suspect:
+                    self._elr_witness[rid] = _lineage(status)
 
     def _send_state(self, p: PartitionState, brokers: list[int]) -> list[ControllerAction]:
         """LeaderAndIsr for ``brokers``, the leader first so followers find it ready."""
@@ -796,3 +797,10 @@ class ControllerState:
         snap.update(self.partition_counts())
         snap["controller_epoch"] = self.controller_epoch
         return snap
+
+
+def _lineage(status: HeartbeatResponse) -> str:
+    """What an ELR member must still be to be trusted with every acknowledged record: the
+    same storage lineage (a process restart keeps the page cache), or, where a replica does
+    not report one, the same process."""
+    return f"storage:{status.storage}" if status.storage else status.incarnation

@@ -448,3 +448,34 @@ def test_follower_interval_is_capped_by_the_session_timeout():
         h.beat(b)
     beaten = sorted(a.replica.broker for a in h.core.tick(1000) if isinstance(a, SendHeartbeat))
     assert beaten == [0, 1, 2], "followers are beaten at least every third of the session timeout"
+
+
+def test_eligible_replica_restarted_with_its_page_cache_stays_eligible():
+    """Long chaos run: the sole ISR member's node was lost with its disk; the ELR members had
+    been SIGKILLed and restarted on their nodes since leaving the ISR, so, judged by process,
+    none was trusted and the partition stayed offline for good. Same storage lineage: they
+    hold what they held."""
+    h = Harness()
+    h.create(config=LOSSY)
+    for b in BROKERS:
+        h.beat(b, incarnation=f"a{b}", storage=f"node{b}/boot1")
+    h.alter([0])  # ELR [1, 2]
+    h.dead(1)
+    h.beat(1, incarnation="b1", storage="node1/boot1")  # restarted, same page cache
+    h.dead(0)  # the sole ISR member is gone for good
+    p = h.stored()
+    assert p.leader == 1, (p.leader, p.isr, p.elr)
+
+
+def test_eligible_replica_restarted_after_a_reboot_is_not_trusted():
+    h = Harness()
+    h.create(config=LOSSY)
+    for b in BROKERS:
+        h.beat(b, incarnation=f"a{b}", storage=f"node{b}/boot1")
+    h.alter([0])  # ELR [1, 2]
+    h.dead(1)
+    h.dead(2)
+    h.beat(1, incarnation="b1", storage="node1/boot2")
+    h.beat(2, incarnation="b2", storage="node2/boot2")
+    h.dead(0)
+    assert h.stored().leader == NO_LEADER
