@@ -33,11 +33,10 @@ class CheckpointError(ValueError):
     """A state file exists but does not parse."""
 
 
-def write_atomic(fs: FileSystem, path: Path, data: bytes, *, sync_dir: bool = True) -> None:
-    """Replace ``path`` with ``data`` all at once. ``sync_dir=False`` leaves the directory
-    fsync to a caller that is about to make more changes in it."""
-    tmp = path.with_name(path.name + TMP_SUFFIX)
-    fd = fs.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+def write_synced(fs: FileSystem, path: Path, data: bytes) -> None:
+    """Create (or truncate) ``path`` with ``data`` and fsync it: the first half of every
+    crash-safe replacement (the rename is the caller's)."""
+    fd = fs.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
         view = memoryview(data)
         while view:
@@ -45,6 +44,13 @@ def write_atomic(fs: FileSystem, path: Path, data: bytes, *, sync_dir: bool = Tr
         fs.fsync(fd)
     finally:
         fs.close(fd)
+
+
+def write_atomic(fs: FileSystem, path: Path, data: bytes, *, sync_dir: bool = True) -> None:
+    """Replace ``path`` with ``data`` all at once. ``sync_dir=False`` leaves the directory
+    fsync to a caller that is about to make more changes in it."""
+    tmp = path.with_name(path.name + TMP_SUFFIX)
+    write_synced(fs, tmp, data)
     fs.replace(tmp, path)
     if sync_dir:
         fs.fsync_dir(path.parent)

@@ -54,6 +54,7 @@ from .checkpoint import (
     TMP_SUFFIX,
     CheckpointError,
     producer_snapshot_path,
+    write_synced,
     read_epochs,
     read_offset,
     read_producer_snapshot,
@@ -674,14 +675,7 @@ class Log(BaseLog):
         if i == len(self._segments) - 1:
             raise ValueError("the active segment is never rewritten")
         tmp = seg.log_path.with_name(seg.log_path.name + ".cleaned" + TMP_SUFFIX)
-        fd = fs.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        try:
-            view = memoryview(data)
-            while view:
-                view = view[fs.write(fd, view) :]
-            fs.fsync(fd)
-        finally:
-            fs.close(fd)
+        write_synced(fs, tmp, data)
         seg.close()
         try:
             fs.unlink(seg.index_path)

@@ -297,16 +297,23 @@ def test_restarted_sole_isr_member_waits_for_the_eligible_replica():
     assert 0 in h.stored().isr
 
 
-def test_sole_isr_member_restarted_with_its_page_cache_is_elected_again():
-    """Found by the chaos suite: the only ISR member of a page-cache topic was SIGKILLed and
-    restarted on the same node; kcoord counted it as possibly without its tail and left the
-    partition offline for good. A process crash keeps the page cache (the log's writes are
-    os.write calls): the same storage lineage means nothing was lost."""
+def lossy_with_lineage() -> Harness:
+    """A page-cache topic whose replicas report a storage lineage (node, boot), with the
+    ISR shrunk to the leader alone (ELR [1, 2])."""
     h = Harness()
     h.create(config=LOSSY)
     for b in BROKERS:
         h.beat(b, incarnation=f"a{b}", storage=f"node{b}/boot1")
     h.alter([0])
+    return h
+
+
+def test_sole_isr_member_restarted_with_its_page_cache_is_elected_again():
+    """Found by the chaos suite: the only ISR member of a page-cache topic was SIGKILLed and
+    restarted on the same node; kcoord counted it as possibly without its tail and left the
+    partition offline for good. A process crash keeps the page cache (the log's writes are
+    os.write calls): the same storage lineage means nothing was lost."""
+    h = lossy_with_lineage()
     h.dead(1)
     h.dead(2)
     h.dead(0)
@@ -317,11 +324,7 @@ def test_sole_isr_member_restarted_with_its_page_cache_is_elected_again():
 
 
 def test_sole_isr_member_restarted_after_a_reboot_still_waits():
-    h = Harness()
-    h.create(config=LOSSY)
-    for b in BROKERS:
-        h.beat(b, incarnation=f"a{b}", storage=f"node{b}/boot1")
-    h.alter([0])
+    h = lossy_with_lineage()
     h.dead(1)
     h.dead(2)
     h.dead(0)
@@ -336,11 +339,7 @@ def test_a_storage_error_voids_the_lineage():
     next process of that replica is suspect even on the same boot and node."""
     from kcoord.protocol.errors import ErrorCode
 
-    h = Harness()
-    h.create(config=LOSSY)
-    for b in BROKERS:
-        h.beat(b, incarnation=f"a{b}", storage=f"node{b}/boot1")
-    h.alter([0])
+    h = lossy_with_lineage()
     h.dead(1)
     h.dead(2)
     h.beat(0, incarnation="a0", storage="node0/boot1", error_code=ErrorCode.KAFKA_STORAGE_ERROR, error_message="fsync failed")
@@ -350,11 +349,7 @@ def test_a_storage_error_voids_the_lineage():
 
 
 def test_restarted_controller_remembers_storage_lineage():
-    h = Harness()
-    h.create(config=LOSSY)
-    for b in BROKERS:
-        h.beat(b, incarnation=f"a{b}", storage=f"node{b}/boot1")
-    h.alter([0])
+    h = lossy_with_lineage()
     h.dead(1)
     h.dead(2)
     h.dead(0)
@@ -455,11 +450,7 @@ def test_eligible_replica_restarted_with_its_page_cache_stays_eligible():
     been SIGKILLed and restarted on their nodes since leaving the ISR, so, judged by process,
     none was trusted and the partition stayed offline for good. Same storage lineage: they
     hold what they held."""
-    h = Harness()
-    h.create(config=LOSSY)
-    for b in BROKERS:
-        h.beat(b, incarnation=f"a{b}", storage=f"node{b}/boot1")
-    h.alter([0])  # ELR [1, 2]
+    h = lossy_with_lineage()  # ELR [1, 2]
     h.dead(1)
     h.beat(1, incarnation="b1", storage="node1/boot1")  # restarted, same page cache
     h.dead(0)  # the sole ISR member is gone for good
@@ -468,11 +459,7 @@ def test_eligible_replica_restarted_with_its_page_cache_stays_eligible():
 
 
 def test_eligible_replica_restarted_after_a_reboot_is_not_trusted():
-    h = Harness()
-    h.create(config=LOSSY)
-    for b in BROKERS:
-        h.beat(b, incarnation=f"a{b}", storage=f"node{b}/boot1")
-    h.alter([0])  # ELR [1, 2]
+    h = lossy_with_lineage()  # ELR [1, 2]
     h.dead(1)
     h.dead(2)
     h.beat(1, incarnation="b1", storage="node1/boot2")
