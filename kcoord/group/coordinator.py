@@ -17,7 +17,7 @@ Entry points (each returns ``list[Action]``; each first fires the timers due at 
 ``now_ms`` is wall-clock epoch milliseconds: commit timestamps are stored in the log and
 retention compares them with the clock of whichever coordinator instance reads them later.
 
-Durability rule (design.md): an offset commit, a leader's assignment and a static member's
+Durability rule (docs/architecture.md): an offset commit, a leader's assignment and a static member's
 replacement are acknowledged only after the records that describe them are persisted. The
 state machine applies persist outcomes in the order it emitted the Persist actions, so its
 memory always equals what replaying the log would rebuild. Writes nobody waits for (the

@@ -3,7 +3,8 @@
 A mixin of :class:`kcoord.group.coordinator.GroupCoordinatorState`: it works on the
 coordinator's groups, timers and output; split out so that each file holds one part of the
 protocol. The leader's SyncGroup is persisted before anyone hears of the assignment
-(design.md's durability rule); the group turns Stable when the write is acknowledged.
+(the durability rule of docs/architecture.md); the group turns Stable when the write is
+acknowledged.
 """
 
 from __future__ import annotations
