@@ -11,21 +11,13 @@ import time
 import uuid
 
 import pytest
+from consumer_support import drain
 
 import kcoord
 from kcoord import Admin, Consumer, Producer, TopicPartition
 from kcoord.protocol.errors import KafkaError
 
 pytestmark = pytest.mark.ray
-
-
-def _poll_all(consumer: Consumer, want: int, timeout_s: float = 20.0) -> list:
-    got: list = []
-    deadline = time.monotonic() + timeout_s
-    while len(got) < want and time.monotonic() < deadline:
-        for recs in consumer.poll(timeout_ms=200).values():
-            got += recs
-    return got
 
 
 def test_serializers_deserializers_and_metrics(kcluster, topic_name):
@@ -42,7 +34,7 @@ def test_serializers_deserializers_and_metrics(kcluster, topic_name):
         assert p.metrics()["records_sent"] == 4  # a new dict each time
     c = Consumer(topic_name, cluster=kcluster, auto_offset_reset="earliest",
                  key_deserializer=bytes.decode, value_deserializer=json.loads)
-    recs = _poll_all(c, 4)
+    recs = drain(c, 4)
     assert [(r.key, r.value) for r in recs] == [("a", {"n": 1}), (None, None), ("b", {"n": 2}), ("c", [3])]
     assert c.metrics()["records_consumed"] == 4 and c.metrics()["assigned_partitions"] == 1
     c.close()
@@ -55,13 +47,13 @@ def test_serializers_deserializers_and_metrics(kcluster, topic_name):
 
     c = Consumer(topic_name, cluster=kcluster, auto_offset_reset="earliest", value_deserializer=fussy, max_poll_records=1)
     tp = TopicPartition(topic_name, 0)
-    assert [r.offset for r in _poll_all(c, 2)] == [0, 1]
+    assert [r.offset for r in drain(c, 2)] == [0, 1]
     for _ in range(2):
         with pytest.raises(kcoord.SerializationError, match=f"offset 2 of topic '{topic_name}' partition 0: ValueError: no twos"):
-            _poll_all(c, 1)
+            drain(c, 1)
     assert c.position(tp) == 2
     c.seek(tp, 3)
-    assert [r.value for r in _poll_all(c, 1)] == [b"[3]"]
+    assert [r.value for r in drain(c, 1)] == [b"[3]"]
     c.close()
 
 

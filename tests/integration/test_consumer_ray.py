@@ -7,6 +7,7 @@ import threading
 import time
 
 import pytest
+from consumer_support import drain
 import ray
 
 from kcoord.client.admin import Admin
@@ -55,15 +56,6 @@ def make_topic(kcluster, topic_name):
             admin.delete_topic(name)
         except KafkaError:
             pass
-
-
-def drain(consumer: Consumer, expected: int, timeout: float = 60) -> list:
-    out: list = []
-    deadline = time.monotonic() + timeout
-    while len(out) < expected and time.monotonic() < deadline:
-        for recs in consumer.poll(timeout_ms=500).values():
-            out += recs
-    return out
 
 
 def test_earliest_reads_everything_in_order(kcluster, filled):
