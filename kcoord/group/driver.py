@@ -44,7 +44,8 @@ from ..protocol.replication import FetchRequest, FetchResponse, ProduceRequest, 
 from ..runtime import Alarm, Clock, Outcome, ReplyFn, Transport
 from .actions import AppendRecords, Reply
 from .coordinator import GroupCoordinatorState
-from .records import OFFSETS_TOPIC, coordinator_epoch_record, decode_record
+from .loading import take_in, well_formed
+from .records import OFFSETS_TOPIC, coordinator_epoch_record
 
 logger = logging.getLogger("kcoord.group")
 
@@ -259,14 +260,9 @@ class GroupCoordinatorDriver:
     def _take_in(self, data: bytes) -> None:
         """Add the records of fetched batches (from the load offset on) to the replay, and
         note the newest producer epoch our producer id has used."""
-        offset = self._load_offset
-        for _, h in batch_format.iter_headers(data):
-            if h.producer_id == self.producer_id:
-                self._max_epoch_seen = max(self._max_epoch_seen, h.producer_epoch)
-        for rec in batch_format.iter_records(data, from_offset=offset):
-            self._loaded_records.append((rec.key or b"", rec.value))
-        _, next_offset, _ = batch_format.batches_info(data)
-        self._load_offset = max(offset, next_offset)
+        records, self._load_offset, epoch = take_in(data, self._load_offset, self.producer_id)
+        self._loaded_records.extend(records)
+        self._max_epoch_seen = max(self._max_epoch_seen, epoch)
 
     def _fence(self) -> None:
         """Take over the partition: append a coordinator-epoch record at a producer epoch
@@ -295,14 +291,10 @@ class GroupCoordinatorDriver:
         self._append([record], fenced)
 
     def _finish_load(self) -> None:
-        good: list[tuple[bytes, bytes | None]] = []
-        for key, value in self._loaded_records:
-            try:
-                decode_record(key, value)
-            except DecodeError as exc:
-                logger.error("[coordinator %d] skipping a malformed record of %s-%d: %s", self.index, OFFSETS_TOPIC, self.index, exc)
-                continue
-            good.append((key, value))
+        def malformed(exc: DecodeError) -> None:
+            logger.error("[coordinator %d] skipping a malformed record of %s-%d: %s", self.index, OFFSETS_TOPIC, self.index, exc)
+
+        good = well_formed(self._loaded_records, malformed)
         now = self._clock.now_ms()
         self.core.load(good, now)
         self._loaded_records = []
