@@ -32,9 +32,10 @@ class Leader:
     through the clock (never inline), like any transport; parked requests (long polls,
     acks=all produces) are answered when the replica core says so."""
 
-    def __init__(self, clock: ManualClock) -> None:
+    def __init__(self, clock: ManualClock, log: Any = None) -> None:
         self.clock = clock
-        self.replica = Replica(OFFSETS_TOPIC, 0, 0, MemoryLog(LogConfig(flush_messages=1)), now_ms=clock.now)
+        log = MemoryLog(LogConfig(flush_messages=1)) if log is None else log
+        self.replica = Replica(OFFSETS_TOPIC, 0, 0, log, now_ms=clock.now)
         self._tokens = itertools.count()
         self._pending: dict[int, Callable] = {}
         self.handle(LeaderAndIsrRequest(1, OFFSETS_TOPIC, 0, leader=0, leader_epoch=1, partition_epoch=1, isr=[0], replicas=[0]))
