@@ -13,7 +13,7 @@ import ray
 
 from kcoord.client.cluster import ClusterClient
 from kcoord.group import GroupConfig
-from kcoord.group.records import OFFSETS_TOPIC
+from kcoord.group.records import OFFSETS_SEGMENT_BYTES, OFFSETS_TOPIC
 from kcoord.protocol import names
 from kcoord.protocol.errors import ErrorCode, KafkaError
 from kcoord.replication.topic_plan import default_replication_factor
@@ -23,14 +23,6 @@ from kcoord.actors.group_coordinator import GroupCoordinatorActor
 
 E = ErrorCode
 logger = logging.getLogger("kcoord.group")
-
-
-# Kafka's offsets.topic.segment.bytes. The cleaner never touches the active segment, so a
-# coordinator's load replays the live keys plus at most about one segment of history (and
-# the dirty part below min.cleanable.dirty.ratio); ~1M commits of ~100 bytes fit in 100 MiB.
-# Smaller segments would bound the load tighter but leave more files: the cleaner rewrites
-# segments in place and never merges them, so every rolled segment stays a file.
-OFFSETS_SEGMENT_BYTES = 100 * 2**20
 
 
 def offsets_topic_config(brokers: int) -> tuple[int, dict[str, Any]]:
