@@ -280,3 +280,56 @@ def test_the_driver_reloads_a_cleaned_partition_and_fences_above_the_old_incarna
     second.serve(OffsetCommitRequest("g", -1, "", topics={"t": {0: OffsetCommitPartition(1_000)}}), got.append)
     clock.run_until(clock.now + 10)
     assert got[0].topics["t"][0] == ErrorCode.NONE
+
+
+def test_the_newest_producer_epoch_survives_cleaning_so_the_next_incarnation_fences_above_it(tmp_path):
+    """An incarnation moves to a new producer epoch after an append with an unknown outcome,
+    then writes only tombstones, and the partition idles until they expire and the segment
+    rolls. Were the cleaner to remove them all, the next incarnation's replay would see the
+    older epoch only and fence at the epoch the leader already holds (taken for a duplicate)
+    -- and reads below the log end would find no batch. The log's last record stays, with its
+    batch's epoch."""
+    from kcoord.protocol.errors import ErrorCode
+    from kcoord.protocol.group import DeleteGroupsResponse, OffsetCommitPartition, OffsetCommitRequest
+
+    try:
+        from .manual_clock import ManualClock
+        from .test_group_driver import Leader, driver_on
+    except ImportError:
+        from manual_clock import ManualClock
+        from test_group_driver import Leader, driver_on
+
+    clock = ManualClock(T0)
+    cfg = LogConfig(segment_bytes=4096, segment_ms=1_000, cleanup_policy="compact", min_cleanable_dirty_ratio=0.0, delete_retention_ms=1_000)
+    log = Log(tmp_path, cfg, now_ms=T0)
+    leader = Leader(clock, log)
+    first = driver_on(leader, clock)
+    clock.run_until(clock.now + 1_000)
+    got: list = []
+    first.serve(OffsetCommitRequest("g", -1, "", topics={"t": {0: OffsetCommitPartition(5)}}), got.append)
+    clock.run_until(clock.now + 10)
+    assert got[0].topics["t"][0] == ErrorCode.NONE
+    leader.refuse = lambda req: ErrorCode.REQUEST_TIMED_OUT  # outcome unknown: a new epoch
+    first.serve(OffsetCommitRequest("g", -1, "", topics={"t": {0: OffsetCommitPartition(6)}}), got.append)
+    clock.run_until(clock.now + 5_000)
+    leader.refuse = lambda req: None
+    assert first.producer_epoch == 1
+    first.serve(DeleteGroupsRequest(["g"]), got.append)  # tombstones only, at epoch 1
+    clock.run_until(clock.now + 10)
+    assert isinstance(got[-1], DeleteGroupsResponse) and got[-1].results == {"g": ErrorCode.NONE}
+    first.close()
+    clock.run_until(clock.now + 5_000)
+    log.maybe_roll(clock.now)
+    result = log.clean(clock.now, leader.replica.state.hw)
+    assert result.tombstones_removed == 1 and log.segments[-1].size_bytes == 0  # the offset's; the group's is the last
+    headers = [h for _, h in batch_format.iter_headers(log.read(0, 1 << 20))]
+    assert headers[-1].producer_epoch == 1 and headers[-1].next_offset == log.log_end_offset
+
+    second = driver_on(leader, clock)
+    clock.run_until(clock.now + 2_000)
+    assert second.loaded and second.producer_epoch == 2
+    assert leader.replica.state.log.producer_state.get(0).epoch == 2  # its fence record landed
+    got = []
+    second.serve(OffsetCommitRequest("g", -1, "", topics={"t": {0: OffsetCommitPartition(7)}}), got.append)
+    clock.run_until(clock.now + 10)
+    assert got[0].topics["t"][0] == ErrorCode.NONE
