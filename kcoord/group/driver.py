@@ -275,15 +275,21 @@ class GroupCoordinatorDriver:
         self.producer_epoch = epoch
         self._next_sequence = 0
         record = coordinator_epoch_record(self.index, epoch)
+        read_up_to = self._load_offset
 
         def fenced(code: int, base_offset: int) -> None:
             if self.closed:
                 return
-            if code == E.NONE:
+            if code == E.NONE and base_offset >= read_up_to:
                 self._fence_offset = base_offset
                 self._load_step()
-            elif code == E.INVALID_PRODUCER_EPOCH:
-                # Another incarnation fenced after our replay: read on, then fence above it.
+            elif code in (E.INVALID_PRODUCER_EPOCH, E.NONE):
+                # The leader knows our producer id at this epoch or a newer one from batches
+                # the replay did not see: another incarnation fenced after it (read on to
+                # find its epoch), or they are gone from the log. An acknowledgement below
+                # what we read is the leader taking the record for a duplicate of such a
+                # batch. Either way, bid above this epoch next time.
+                self._max_epoch_seen = max(self._max_epoch_seen, epoch)
                 self._load_step()
             else:
                 self._load_failed(code, "writing the coordinator epoch")
