@@ -61,8 +61,7 @@ class Connection:
     client_host: str = ""
     peer: str = ""
     broker: int = 0  # the kcoord broker id whose address the client connected to
-    # (topic, partition) -> (successor waits for its answer, sent future, answer future) of
-    # the last batch sent to each partition (the Produce chain, handlers/data.py)
+    # (topic, partition) -> (large, answer future) of the last idempotent batch sent
     in_flight: dict = field(default_factory=dict)
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 

@@ -48,7 +48,10 @@ def _split_batches(data: bytes) -> tuple[list[bytes], int, str | None]:
     return [bytes(mv[a:b]) for a, b in spans], 0, None
 
 
-_OUT_OF_ORDER_RETRIES = 20  # ~1 s in all, after the batch before it was answered
+_OUT_OF_ORDER_RETRIES = 20  # ~1 s in all
+# Below this a produce call's argument travels inline with the call (Ray's
+# max_direct_call_object_size is 100 KiB), which keeps calls from one caller in order.
+INLINE_BYTES = 64 * 1024
 STATS = {"out_of_order_resends": 0, "produce_requests": 0, "produce_ms_total": 0.0}
 
 
@@ -56,24 +59,17 @@ async def _ready(value: Any) -> Any:
     return value
 
 
-async def _answer_in_time(ctx: ListenerContext, kreq: ProduceRequest, pending: Any, before: tuple | None = None) -> Any:
+async def _answer_in_time(ctx: ListenerContext, kreq: ProduceRequest, pending: Any) -> Any:
     """The answer to an idempotent batch sent ahead of its predecessor's answer. Ray may
-    deliver calls to an actor out of order (a call whose argument went through the object
-    store, over 100 KiB, can be overtaken); the leader parks a batch that is ahead of its
-    predecessor for a while (out.of.order wait), and one still unmatched then is answered
-    OUT_OF_ORDER_SEQUENCE_NUMBER without being appended. It is sent again once the batch
-    before it on this connection has been answered (then it has landed, or failed and the
-    client resends both), and then a few times more in case its predecessor came on
-    another connection."""
+    deliver calls to an actor out of order; a replica that sees a batch before the one
+    before it answers OUT_OF_ORDER_SEQUENCE_NUMBER without appending, and it is sent again
+    (its predecessor was sent first, so it lands in the meantime)."""
     resp = await pending
-    if resp.error_code == E.OUT_OF_ORDER_SEQUENCE_NUMBER and before is not None and not before[2].done():
-        await asyncio.wait([before[2]])
     for attempt in range(_OUT_OF_ORDER_RETRIES):
         if resp.error_code != E.OUT_OF_ORDER_SEQUENCE_NUMBER:
             break
         STATS["out_of_order_resends"] += 1
-        if attempt:
-            await asyncio.sleep(0.005 * attempt)
+        await asyncio.sleep(0.005 * (attempt + 1))
         resp = await ctx.backend.produce(kreq)
     return resp
 
@@ -100,7 +96,7 @@ async def _chained(ctx: ListenerContext, kreqs: list[ProduceRequest], before: tu
         if len(kreqs) == 1 and not after_answer:
             pending = await ctx.backend.submit_produce(kreqs[0])
             sent.set_result(True)
-            return await _answer_in_time(ctx, kreqs[0], pending, before)
+            return await _answer_in_time(ctx, kreqs[0], pending)
         sent.set_result(True)
         if len(kreqs) == 1:
             return await _answer_in_time(ctx, kreqs[0], await ctx.backend.submit_produce(kreqs[0]))
@@ -115,10 +111,10 @@ async def produce(ctx: ListenerContext, conn: Any, req: Any, version: int) -> An
     connection (as a Kafka broker takes them), through a chain per partition that is joined
     before this handler first awaits anything. An idempotent batch (producer id set) waits
     only for the one before it to be *sent*; its answer (acks=all: after replication) comes
-    when it comes, so a client's max.in.flight requests replicate at once, whatever their
-    size (Ray may deliver one ahead of its predecessor: the leader parks it until the
-    predecessor lands, see :func:`_answer_in_time`). A batch without a producer id waits
-    for the one before it to be answered (nothing would catch a reordering)."""
+    when it comes, so a client's max.in.flight requests replicate at once. A batch without
+    a producer id waits for the one before it to be answered (never reordered). Ray passes
+    arguments over 64 KiB through its object store and may then deliver a later call first,
+    so a large batch, and the batch after one, also wait for the answer before them."""
     P = ProduceResponse
     acks = req.acks
     if req.transactional_id is not None:
@@ -138,12 +134,13 @@ async def produce(ctx: ListenerContext, conn: Any, req: Any, version: int) -> An
             before = conn.in_flight.get(key)
             if before is not None and before[2].done():
                 before = None
+            large = any(len(b) > INLINE_BYTES for b in batches)
             idempotent = len(batches) == 1 and R.read_header(batches[0]).producer_id >= 0
-            after_answer = not idempotent or (before is not None and before[0])
+            after_answer = not idempotent or large or (before is not None and before[0])
             kreqs = [ProduceRequest(topic=td.name, partition=pd.index, records=b, acks=acks, timeout_ms=req.timeout_ms) for b in batches]
             sent = asyncio.get_running_loop().create_future()
             answer = asyncio.ensure_future(_chained(ctx, kreqs, before, after_answer, sent))
-            conn.in_flight[key] = (not idempotent, sent, answer)
+            conn.in_flight[key] = (large or not idempotent, sent, answer)
             slots.append((td.name, pd.index, answer))
     answers = await asyncio.gather(*(aw for _, _, aw in slots))
     STATS["produce_ms_total"] += (time.perf_counter() - started) * 1000
