@@ -3,11 +3,15 @@ kcoord's own Producer/Consumer, same cluster, same run (acks=all, RF=3,
 min.insync.replicas=2, 100-byte values), and end-to-end latency through the listener at a
 paced 10k records/s. Prints JSON.
 
-    python benchmarks/kafka_wire.py [--quick] [--out FILE] [--records N]
+    python -m benchmarks.kafka_wire [--quick] [--produce-only] [--out FILE] [--records N]
 
 ``produce``: confluent Producer (idempotent, linger.ms=5, librdkafka's default 5 requests in
 flight per connection) from the first produce() to the end of flush(); ``produce_in_flight_1``:
-the same with max.in.flight.requests.per.connection=1 (see docs/kafka-wire.md); ``kcoord_send``: kcoord.Producer.send() per record + flush(), same values.
+the same with max.in.flight.requests.per.connection=1 (see docs/kafka-wire.md); ``kcoord_send``: kcoord.Producer.send() per record + flush(), same values, kcoord's
+defaults (queued batches merged into requests of up to 4 MiB per partition);
+``kcoord_send_1mib``: the same with max_request_size=1 MiB, like with like: librdkafka
+sends at most ~1 MB per partition per request (message.max.bytes 1,000,000,
+batch.num.messages 10,000). Ratios are given against both.
 ``consume``: a confluent Consumer assigned every partition from offset 0 reading what
 confluent wrote (Kafka batches, passed through); ``consume_converted``: the same consumer
 reading what kcoord's Producer wrote (kcoord batches converted to Kafka's v2 on the way);
@@ -65,10 +69,10 @@ def confluent_produce(bootstrap: str, topic: str, values: list[bytes], in_flight
     return dt
 
 
-def kcoord_send(cluster, topic: str, values: list[bytes]) -> float:
+def kcoord_send(cluster, topic: str, values: list[bytes], max_request_size: int | None = None) -> float:
     from kcoord.client.producer import Producer
 
-    p = Producer(cluster, acks="all", linger_ms=5)
+    p = Producer(cluster, acks="all", linger_ms=5, **({} if max_request_size is None else {"max_request_size": max_request_size}))
     try:
         p.send(topic, values[0]).get(60)
         t = time.perf_counter()
@@ -196,10 +200,11 @@ def settle(cluster, topics: list[str], partitions: int) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true")
-    parser.add_argument("--out")
-    parser.add_argument("--records", type=int, default=None)
+    parser = argparse.ArgumentParser(description=" ".join(__doc__.split("\n\n")[0].split()))
+    parser.add_argument("--quick", action="store_true", help="50k records, 2 partitions, 3 s e2e (default: 300k, 6 partitions, 10 s)")
+    parser.add_argument("--out", help="also write the JSON here")
+    parser.add_argument("--records", type=int, default=None, help="records per produce/consume case")
+    parser.add_argument("--produce-only", action="store_true", help="only the produce cases and their ratios (no consume, no e2e)")
     args = parser.parse_args()
     n = args.records or (50_000 if args.quick else 300_000)
     partitions = 2 if args.quick else 6
@@ -230,8 +235,9 @@ def main() -> None:
         cfg = {"min.insync.replicas": 2}
         admin.create_topic("kafka", partitions=partitions, replication_factor=3, config=cfg)
         admin.create_topic("kcoord", partitions=partitions, replication_factor=3, config=cfg)
+        admin.create_topic("kcoord1m", partitions=partitions, replication_factor=3, config=cfg)
         admin.create_topic("e2e", partitions=partitions, replication_factor=3, config=cfg)
-        settle(cluster, ["kafka", "kcoord", "e2e"], partitions)
+        settle(cluster, ["kafka", "kcoord", "kcoord1m", "e2e"], partitions)
         pool = [os.urandom(VALUE) for _ in range(4096)]
         values = [pool[i % len(pool)] for i in range(n)]
         cases = results["cases"]
@@ -240,19 +246,22 @@ def main() -> None:
         cases["produce_in_flight_1"] = rate(n, confluent_produce(bootstrap, "kafka", values, in_flight=1))
         ostarts = admin.list_offsets("kcoord", "latest")
         cases["kcoord_send"] = rate(n, kcoord_send(cluster, "kcoord", values))
-        cases["consume"] = rate(n, confluent_consume(bootstrap, "kafka", partitions, kstarts, n))
-        cases["consume_converted"] = rate(n, confluent_consume(bootstrap, "kcoord", partitions, ostarts, n))
-        cases["kcoord_consume"] = rate(n, kcoord_consume(cluster, "kcoord", ostarts, n))
-        results["e2e"] = e2e(bootstrap, "e2e", partitions, 10_000, e2e_seconds)
-        results["e2e_in_flight_1"] = e2e(bootstrap, "e2e", partitions, 10_000, e2e_seconds, in_flight=1)
+        cases["kcoord_send_1mib"] = rate(n, kcoord_send(cluster, "kcoord1m", values, max_request_size=1 << 20))
+        if not args.produce_only:
+            cases["consume"] = rate(n, confluent_consume(bootstrap, "kafka", partitions, kstarts, n))
+            cases["consume_converted"] = rate(n, confluent_consume(bootstrap, "kcoord", partitions, ostarts, n))
+            cases["kcoord_consume"] = rate(n, kcoord_consume(cluster, "kcoord", ostarts, n))
+            results["e2e"] = e2e(bootstrap, "e2e", partitions, 10_000, e2e_seconds)
+            results["e2e_in_flight_1"] = e2e(bootstrap, "e2e", partitions, 10_000, e2e_seconds, in_flight=1)
         results["listeners"] = listener_stats(name)
-        results["ratios"] = {
-            "produce_vs_kcoord_send": round(cases["produce"]["records_per_s"] / cases["kcoord_send"]["records_per_s"], 2),
-            "produce_in_flight_1_vs_kcoord_send": round(cases["produce_in_flight_1"]["records_per_s"] / cases["kcoord_send"]["records_per_s"], 2),
-            "consume_vs_kcoord_consume": round(cases["consume"]["records_per_s"] / cases["kcoord_consume"]["records_per_s"], 2),
-            "consume_converted_vs_kcoord_consume": round(cases["consume_converted"]["records_per_s"] / cases["kcoord_consume"]["records_per_s"], 2),
-        }
-        results["targets"] = {k: {"measured": v, "target": 0.7, "met": v >= 0.7} for k, v in results["ratios"].items() if k != "consume_converted_vs_kcoord_consume"}
+        ratios = results["ratios"] = {}
+        for kafka_case in ("produce", "produce_in_flight_1"):
+            for base in ("kcoord_send", "kcoord_send_1mib"):
+                ratios[f"{kafka_case}_vs_{base}"] = round(cases[kafka_case]["records_per_s"] / cases[base]["records_per_s"], 2)
+        if not args.produce_only:
+            ratios["consume_vs_kcoord_consume"] = round(cases["consume"]["records_per_s"] / cases["kcoord_consume"]["records_per_s"], 2)
+            ratios["consume_converted_vs_kcoord_consume"] = round(cases["consume_converted"]["records_per_s"] / cases["kcoord_consume"]["records_per_s"], 2)
+        results["targets"] = {k: {"measured": v, "target": 0.7, "met": v >= 0.7} for k, v in ratios.items() if k != "consume_converted_vs_kcoord_consume"}
     finally:
         teardown(name, delete_data=True, address=None)
     results["wall_seconds"] = round(time.perf_counter() - wall, 1)

@@ -143,3 +143,14 @@ def test_a_large_idempotent_batch_is_not_overtaken():
 
     asyncio.run(main())
     assert backend.log == [("sent", 0), ("done", 0), ("sent", 1), ("done", 1)]
+
+
+def test_split_batches_keeps_one_batch_as_it_came_and_cuts_several_apart():
+    a = build_kafka_batch([(None, b"a" * 100, [], 1)], producer_id=7, producer_epoch=0, base_sequence=0)
+    b = build_kafka_batch([(None, b"b" * 50, [], 2)], producer_id=7, producer_epoch=0, base_sequence=1)
+    one, code, _ = data._split_batches(a)
+    assert code == 0 and one == [a] and one[0] is a  # no copy
+    two, code, _ = data._split_batches(a + b)
+    assert code == 0 and two == [a, b]
+    cut, code, message = data._split_batches(a + b[:-1])
+    assert cut == [] and code == ErrorCode.CORRUPT_MESSAGE and "length" in message

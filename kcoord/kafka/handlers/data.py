@@ -29,7 +29,7 @@ def _split_batches(data: bytes) -> tuple[list[bytes], int, str | None]:
     if not data:
         return [], E.INVALID_RECORD, "no record batch"
     mv = memoryview(data)
-    out = []
+    spans = []
     pos = 0
     while pos < len(data):
         if len(data) - pos < R.HEADER_SIZE:
@@ -41,9 +41,11 @@ def _split_batches(data: bytes) -> tuple[list[bytes], int, str | None]:
             return [], E.CORRUPT_MESSAGE, f"record batch at byte {pos} has length {h.batch_length}, {len(data) - pos} bytes left"
         if h.attributes & (R.TRANSACTIONAL_BIT | R.CONTROL_BIT):
             return [], E.INVALID_RECORD, "transactional and control batches are not supported (kcoord has no transactions)"
-        out.append(bytes(mv[pos : pos + h.size]))
+        spans.append((pos, pos + h.size))
         pos += h.size
-    return out, 0, None
+    if len(spans) == 1 and isinstance(data, bytes):
+        return [data], 0, None  # the usual case, one batch: no copy of up to a megabyte
+    return [bytes(mv[a:b]) for a, b in spans], 0, None
 
 
 _OUT_OF_ORDER_RETRIES = 20  # ~1 s in all
