@@ -6,13 +6,14 @@ schema Grafana publishes on npm instead: ``@grafana/schema`` ships the dashboard
 (``raw/composable/timeseries/panelcfg/x``) as TypeScript types generated from Grafana's CUE
 kinds. ``ts-json-schema-generator`` turns those types into JSON Schema (an interface is a
 closed object: unknown keys are errors, as are missing required ones and strings outside an
-enum), and ``jsonschema`` checks the dashboard against it.
+enum), and ``jsonschema`` checks the dashboard against it. The PromQL of every query is
+parsed with Prometheus's own grammar for its web UI (``@prometheus-io/lezer-promql``).
 
 npm installs both into a cache outside the repository (``$KCOORD_NPM_CACHE``, default
 ``~/.cache/kcoord/npm``) once; the generated schemas are cached next to them. Without npm,
 or when the registry cannot be reached, the tests are skipped and say why. What the schema
-does not cover: the Prometheus queries themselves (a panel's ``targets`` are free-form
-objects in the schema; ``test_dashboard.py`` checks their series names) and how the
+does not cover: the keys of a panel's ``targets`` (free-form objects in the schema; the
+PromQL in them is parsed here, ``test_dashboard.py`` checks their series names) and how the
 panels look (no Grafana to render them).
 """
 
@@ -33,6 +34,8 @@ jsonschema = pytest.importorskip("jsonschema")
 
 GRAFANA_SCHEMA = "@grafana/schema@13.2.3"
 GENERATOR = "ts-json-schema-generator@2.4.0"
+PROMQL = "@prometheus-io/lezer-promql@0.313.3"
+PACKAGES = (GRAFANA_SCHEMA, GENERATOR, PROMQL)
 RAW = "node_modules/@grafana/schema/dist/types/raw"
 # (schema file, TypeScript declaration file under RAW, type name)
 SCHEMAS = [
@@ -44,7 +47,21 @@ SCHEMAS = [
 
 def _cache_dir() -> Path:
     base = Path(os.environ.get("KCOORD_NPM_CACHE", Path.home() / ".cache" / "kcoord" / "npm"))
-    return base / f"{GRAFANA_SCHEMA.replace('/', '_')}+{GENERATOR}"
+    return base / "+".join(p.replace("/", "_") for p in PACKAGES)
+
+
+def _npm_root() -> Path:
+    """The cache with PACKAGES installed; skips the test without npm or registry."""
+    npm = shutil.which("npm")
+    if npm is None:
+        pytest.skip("npm is not installed: cannot fetch @grafana/schema to validate the dashboard against")
+    root = _cache_dir()
+    root.mkdir(parents=True, exist_ok=True)
+    marker = root / "installed"
+    if not marker.exists():
+        _run([npm, "install", "--no-audit", "--no-fund", "--prefix", str(root), *PACKAGES], root, f"npm install {' '.join(PACKAGES)}")
+        marker.touch()
+    return root
 
 
 def _run(cmd: list[str], cwd: Path, what: str) -> None:
@@ -59,14 +76,8 @@ def _run(cmd: list[str], cwd: Path, what: str) -> None:
 @pytest.fixture(scope="module")
 def grafana_schemas() -> dict[str, dict]:
     """{type name: JSON Schema} generated from @grafana/schema (cached)."""
-    npm = shutil.which("npm")
-    if npm is None:
-        pytest.skip("npm is not installed: cannot fetch @grafana/schema to validate the dashboard against")
-    root = _cache_dir()
-    root.mkdir(parents=True, exist_ok=True)
+    root = _npm_root()
     generator = root / "node_modules" / ".bin" / "ts-json-schema-generator"
-    if not generator.exists() or not (root / RAW).is_dir():
-        _run([npm, "install", "--no-audit", "--no-fund", "--prefix", str(root), GRAFANA_SCHEMA, GENERATOR], root, f"npm install {GRAFANA_SCHEMA} {GENERATOR}")
     out = {}
     for filename, source, type_name in SCHEMAS:
         path = root / filename
@@ -123,3 +134,33 @@ def test_the_schema_catches_what_grafana_would_reject(grafana_schemas):
     options = copy.deepcopy(bad["panels"][0]["options"])
     options["legend"]["placement"] = "top"  # only bottom or right
     assert any("legend/placement" in e for e in _errors(grafana_schemas["timeseries-options.json"], options))
+
+
+# Reads a JSON list of PromQL expressions; prints [index, offset, context] per syntax error.
+_PROMQL_CHECK = """
+const { parser } = require('@prometheus-io/lezer-promql');
+const exprs = JSON.parse(require('fs').readFileSync(0, 'utf8'));
+const out = [];
+exprs.forEach((e, i) => parser.parse(e).iterate({ enter: (n) => {
+  if (n.type.isError) out.push([i, n.from, e.slice(Math.max(0, n.from - 30), n.from + 30)]);
+} }));
+console.log(JSON.stringify(out));
+"""
+
+
+def promql_errors(exprs: list[str]) -> list[list]:
+    root = _npm_root()
+    script = root / "promql_check.cjs"
+    script.write_text(_PROMQL_CHECK)
+    res = subprocess.run([shutil.which("node") or "node", str(script)], cwd=root, input=json.dumps(exprs),
+                         capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr
+    return json.loads(res.stdout)
+
+
+def test_every_query_is_valid_promql():
+    exprs = [t["expr"] for p in dashboard()["panels"] for t in p["targets"]]
+    assert promql_errors(exprs) == []
+    # and the parser does reject broken PromQL (an open parenthesis, a dangling operator)
+    bad = promql_errors(["sum(rate(x[1m])", "max by (a) (y) - on (a) group_right z", 'up{cluster=~"$cluster"} and'])
+    assert sorted({i for i, _, _ in bad}) == [0, 2], bad
