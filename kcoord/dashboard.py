@@ -114,7 +114,9 @@ PANELS: list[tuple[str, str, list[tuple[str, str]]]] = [
 
 
 def dashboard() -> dict[str, Any]:
-    """The dashboard as Grafana's JSON model (schema version 39: Grafana 10/11)."""
+    """The dashboard as Grafana's JSON model (schema version 39: Grafana 10/11; newer
+    Grafanas migrate it on load). Valid against ``@grafana/schema`` 13.2.3
+    (tests/unit/test_dashboard_schema.py)."""
     panels = []
     for i, (title, unit, queries) in enumerate(PANELS):
         panels.append(
@@ -125,7 +127,12 @@ def dashboard() -> dict[str, Any]:
                 "datasource": DATASOURCE,
                 "gridPos": {"h": 8, "w": 12, "x": 12 * (i % 2), "y": 8 * (i // 2)},
                 "fieldConfig": {"defaults": {"unit": unit}, "overrides": []},
-                "options": {"legend": {"displayMode": "list", "placement": "bottom"}, "tooltip": {"mode": "multi"}},
+                # legend.calcs/showLegend and tooltip.sort are required by the timeseries
+                # plugin's schema (tests/unit/test_dashboard_schema.py)
+                "options": {
+                    "legend": {"displayMode": "list", "placement": "bottom", "showLegend": True, "calcs": []},
+                    "tooltip": {"mode": "multi", "sort": "none"},
+                },
                 "targets": [
                     {"datasource": DATASOURCE, "expr": expr, "legendFormat": legend, "refId": chr(ord("A") + j)}
                     for j, (expr, legend) in enumerate(queries)
@@ -144,7 +151,9 @@ def dashboard() -> dict[str, Any]:
         "time": {"from": "now-30m", "to": "now"},
         "templating": {
             "list": [
-                {"name": "datasource", "type": "datasource", "query": "prometheus", "label": "Data source", "current": {}},
+                # no "current": Grafana picks the default Prometheus data source (an empty
+                # one is invalid: a VariableOption needs text and value)
+                {"name": "datasource", "type": "datasource", "query": "prometheus", "label": "Data source"},
                 {
                     "name": "cluster",
                     "type": "query",

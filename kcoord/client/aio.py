@@ -104,7 +104,7 @@ class AIOProducer(_Wrapped):
     async def flush(self, timeout: float | None = None) -> None:
         await self._run(self._require().flush, timeout)
 
-    def metrics(self) -> dict[str, int]:
+    def metrics(self) -> dict[str, Any]:
         return self._require().metrics()
 
     async def partitions_for(self, topic: str) -> set[int]:
@@ -214,7 +214,7 @@ class AIOConsumer(_Wrapped):
     def assignment(self) -> set[TopicPartition]:
         return self._require().assignment()
 
-    def metrics(self) -> dict[str, int]:
+    def metrics(self) -> dict[str, Any]:
         return self._require().metrics()
 
     async def stop(self) -> None:

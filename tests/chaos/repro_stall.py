@@ -66,12 +66,12 @@ def instrument(consumer: Consumer) -> dict:
         stats["fetches"] += 1
         return orig_on_fetch(st, ref)
 
-    def abandon(st, now, backoff=True):
+    def abandon(st, now, why, backoff=True):
         if st.in_flight is not None:
             wait = time.monotonic() - st.in_flight_since
             key = st.tp.partition
             stats["max_wait"][key] = max(stats["max_wait"].get(key, 0.0), wait)
-        return orig_abandon(st, now, backoff)
+        return orig_abandon(st, now, why, backoff)
 
     fetcher._on_fetch = on_fetch
     fetcher._abandon = abandon

@@ -57,6 +57,69 @@ def test_serializers_deserializers_and_metrics(kcluster, topic_name):
     c.close()
 
 
+def test_metrics_latency_and_errors(kcluster, topic_name):
+    """metrics() carries request latency and failures by error: figures that add up to what
+    the test did (records sent and consumed, each failure counted once, under its name)."""
+    admin = Admin(kcluster)
+    admin.create_topic(topic_name, partitions=2, replication_factor=1, config={"max.message.bytes": 10_000})
+    n = 300
+    with Producer(kcluster, linger_ms=0) as p:
+        assert p.metrics()["request_latency_avg"] is None  # nothing sent yet
+        for i in range(n):
+            p.send(topic_name, b"v%d" % i, key=b"k%d" % (i % 7))
+        p.flush()
+        # failures before a record is queued: send() raises and the record counts as failed
+        with pytest.raises(kcoord.MessageSizeTooLargeError):
+            p.send(topic_name, b"x" * 20_000)
+        with pytest.raises(kcoord.UnknownTopicOrPartitionError):
+            p.send(f"missing-{topic_name}", b"v")
+        with pytest.raises(kcoord.UnknownTopicOrPartitionError):
+            p.send_batch(f"missing-{topic_name}", [b"a", b"b"])
+        m = p.metrics()
+    assert m["records_sent"] == n and m["requests"] >= 2
+    avg, mx, p50, p99 = (m[f"request_latency_{k}"] for k in ("avg", "max", "p50", "p99"))
+    assert 0 < p50 <= p99 <= mx < 30_000 and 0 < avg <= mx, m
+    assert m["record_error_total"] == 4
+    assert m["record_errors"] == {"MESSAGE_TOO_LARGE": 1, "UNKNOWN_TOPIC_OR_PARTITION": 3}
+    assert m["request_error_total"] == 0 and m["request_errors"] == {}
+
+    # failures after a record is queued: the topic is deleted under a producer that knows
+    # it, so the queued records' futures fail (after delivery_timeout_ms at the latest)
+    doomed = f"{topic_name}-doomed"
+    admin.create_topic(doomed, partitions=1, replication_factor=1)
+    with Producer(kcluster, delivery_timeout_ms=2000, retry_backoff_ms=50) as p:
+        p.send(doomed, b"first").get(timeout=30)
+        admin.delete_topic(doomed)
+        futures = [p.send(doomed, b"v") for _ in range(3)]  # metadata cached: queued
+        for f in futures:
+            with pytest.raises(kcoord.KafkaError):
+                f.get(timeout=30)
+        m = p.metrics()
+    assert m["records_sent"] == 1 and m["record_error_total"] == 3, m
+    assert sum(m["record_errors"].values()) == 3, m["record_errors"]
+    assert m["request_error_total"] == sum(m["request_errors"].values())
+
+    # consumer: every record counted once, fetch latency measured, a failing
+    # deserializer counted as a record error
+    c = Consumer(topic_name, cluster=kcluster, auto_offset_reset="earliest", fetch_max_wait_ms=100)
+    assert len(drain(c, n)) == n
+    m = c.metrics()
+    c.close()
+    assert m["records_consumed"] == n and m["fetch_error_total"] == 0 and m["record_error_total"] == 0
+    assert 0 < m["fetch_latency_p50"] <= m["fetch_latency_p99"] <= m["fetch_latency_max"] < 30_000
+    assert 0 < m["fetch_latency_avg"] <= m["fetch_latency_max"]
+
+    def refuse(v: bytes):
+        raise ValueError("no")
+
+    c = Consumer(topic_name, cluster=kcluster, auto_offset_reset="earliest", value_deserializer=refuse)
+    with pytest.raises(kcoord.SerializationError):
+        drain(c, 1)
+    m = c.metrics()
+    c.close()
+    assert m["records_consumed"] == 0 and m["record_errors"] == {"SerializationError": 1}
+
+
 def test_offsets_for_times(kcluster, topic_name):
     Admin(kcluster).create_topic(topic_name, partitions=2, replication_factor=1)
     with Producer(kcluster) as p:

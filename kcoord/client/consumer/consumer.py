@@ -34,6 +34,7 @@ from ...protocol.replication import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
 from ..cluster import ClusterClient, connect
 from ..coordinator import GroupMember
 from ..errors import SerializationError
+from ..metrics import RequestStats
 from ..types import ConsumerRecord, OffsetAndMetadata, OffsetAndTimestamp, TopicPartition
 from .fetcher import Fetcher
 from .records import RecordColumns, columns_of, decode_chunk, records_of
@@ -75,7 +76,8 @@ class Consumer:
     expression (``re.match``, as kafka-python; internal topics such as
     ``__consumer_offsets`` never match), evaluated again every ``metadata_max_age_ms``
     (kafka-python's 5 minutes by default) so that new topics join the subscription.
-    ``metrics()`` returns the consumer's counters as a new dict.
+    ``metrics()`` returns the consumer's counters, fetch latency (avg, max, p50, p99 over the
+    last 1024 fetches) and failed fetches and records by error, as a new dict.
 
     Timeouts: ``request_timeout_ms`` bounds every call to a leader or the controller. A
     fetch, which the leader holds up to ``fetch_max_wait_ms``, is given up
@@ -148,6 +150,7 @@ class Consumer:
         self._pattern_callbacks: tuple[Any, Any, Any] = (None, None, None)
         self._pattern_checked = 0.0
         self._metrics = {"records_consumed": 0, "polls": 0, "pattern_refreshes": 0}
+        self._stats = RequestStats("fetch_latency", "fetch_error")
         self._backoff_s = retry_backoff_ms / 1000
         self._subscriptions = SubscriptionState(
             auto_offset_reset,
@@ -161,6 +164,7 @@ class Consumer:
             max_partition_fetch_bytes=max_partition_fetch_bytes,
             request_timeout_ms=request_timeout_ms,
             retry_backoff_ms=retry_backoff_ms,
+            stats=self._stats,
         )
         self._rotation = 0
         self._iter: deque = deque()  # [state, generation, records, index] for __next__
@@ -360,11 +364,24 @@ class Consumer:
                 out[tp] = OffsetAndTimestamp(offset, record_ts) if offset >= 0 else None
         return out
 
-    def metrics(self) -> dict[str, int]:
-        """The consumer's counters as a new dict: records_consumed (returned by poll(),
-        poll_columns() and iteration), polls, pattern_refreshes, assigned_partitions,
-        paused_partitions."""
-        out = dict(self._metrics)
+    def metrics(self) -> dict[str, Any]:
+        """The consumer's figures as a new dict (kafka-python's ``metrics()``, flat, with
+        its names in snake case):
+
+        - counters: records_consumed (kafka-python's records-consumed-total: returned by
+          poll(), poll_columns() and iteration), polls, pattern_refreshes,
+          assigned_partitions, paused_partitions;
+        - fetch_latency_avg / _max / _p50 / _p99: ms from sending a fetch to taking its
+          answer in, over the last 1024 fetches (None before the first). A fetch is a long
+          poll: the leader holds it up to fetch_max_wait_ms when there is nothing new, and
+          the answer is taken in by poll(), so time between polls counts too;
+        - fetch_error_total and fetch_errors ``{error: n}``: fetches that failed or were
+          given up (an error answer, a leader gone, moved or silent); they are retried;
+        - record_error_total and record_errors ``{error: n}``: records a call raised for
+          (a deserializer failed, a corrupt batch).
+
+        Errors are named by Kafka error code, other exceptions by class name."""
+        out = {**self._metrics, **self._stats.snapshot()}
         out["assigned_partitions"] = len(self._subscriptions.assigned)
         out["paused_partitions"] = len(self._subscriptions.paused())
         return out
@@ -491,7 +508,8 @@ class Consumer:
                         cols = self._deserialize_columns(st, pieces, cols)
                 elif deserialize:
                     take = self._deserialize_records(st, pieces, records_of(st.tp, pieces))
-            except SerializationError:
+            except SerializationError as exc:
+                self._stats.record_errors.add(exc)
                 # Nothing of this call is returned: every partition read here starts again
                 # where it stood before it (fetched anew), so the next call raises at the
                 # same record until the user seeks past it; nothing is skipped.
@@ -552,7 +570,8 @@ class Consumer:
     def _decode_next(self, st: AssignedPartition) -> None:
         try:
             decode_chunk(st, self.check_crcs)
-        except KafkaError:
+        except KafkaError as exc:
+            self._stats.record_errors.add(exc)
             # A corrupt batch: fetch again from the first record not yet returned, so that
             # every poll() raises until the user seeks past it (as Kafka's consumer does).
             self._subscriptions.reposition(st, st.decode_from if st.decode_from >= 0 else st.position)

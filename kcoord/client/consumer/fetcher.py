@@ -40,6 +40,7 @@ from ...protocol.controller import PartitionMetadata
 from ...protocol.errors import ErrorCode, KafkaError
 from ...protocol.replication import FetchRequest, FetchResponse
 from ..cluster import ClusterClient
+from ..metrics import RequestStats
 from .subscription_state import AssignedPartition, SubscriptionState
 
 logger = logging.getLogger("kcoord.consumer")
@@ -138,9 +139,11 @@ class Fetcher:
         max_partition_fetch_bytes: int,
         request_timeout_ms: int,
         retry_backoff_ms: int,
+        stats: RequestStats,
     ) -> None:
         self.cluster = cluster
         self.subscriptions = subscriptions
+        self.stats = stats  # fetch latency and failed fetches (the consumer's metrics())
         self._leaders = LeaderFetches(
             cluster, max_bytes=max_partition_fetch_bytes, min_bytes=fetch_min_bytes, max_wait_ms=fetch_max_wait_ms
         )
@@ -159,9 +162,11 @@ class Fetcher:
     def in_flight(self) -> bool:
         return any(st.in_flight is not None for st in self.subscriptions.assigned.values())
 
-    def _abandon(self, st: AssignedPartition, now: float, backoff: bool = True) -> None:
-        """Give up the fetch in flight: forget the leader's cached handle (the next fetch
-        looks the actor up again) and refresh the topic's metadata."""
+    def _abandon(self, st: AssignedPartition, now: float, why: str, backoff: bool = True) -> None:
+        """Give up the fetch in flight (a failed fetch, counted under ``why``): forget the
+        leader's cached handle (the next fetch looks the actor up again) and refresh the
+        topic's metadata."""
+        self.stats.request_errors.add(why)
         actor = st.in_flight_actor
         st.drop_in_flight()
         if actor:
@@ -186,12 +191,12 @@ class Fetcher:
                     "fetch of %s from %s unanswered for %.1f s (fetch timeout %.1f s); looking the leader up again",
                     st.tp, st.in_flight_actor, waited, self._fetch_timeout_s,
                 )
-                self._abandon(st, now)
+                self._abandon(st, now, ErrorCode.REQUEST_TIMED_OUT.name)
                 continue
             state = actor_state(st.in_flight_handle)
             if state in GONE:
                 logger.info("leader %s of %s is %s (GCS) after %.1f s; refreshing metadata", st.in_flight_actor, st.tp, state, waited)
-                self._abandon(st, now)
+                self._abandon(st, now, "ActorGoneError")
                 continue
             st.next_check = now + PROBE_EVERY_S
             topics.add(st.tp.topic)
@@ -209,7 +214,7 @@ class Fetcher:
                         "%s moved from leader %d (epoch %d) to %d (epoch %d) while a fetch waited %.1f s; fetching from the new leader",
                         st.tp, st.in_flight_leader, st.in_flight_epoch, pm.leader, pm.leader_epoch, now - st.in_flight_since,
                     )
-                    self._abandon(st, now, backoff=False)
+                    self._abandon(st, now, ErrorCode.NOT_LEADER_OR_FOLLOWER.name, backoff=False)
 
     def next_wake(self, now: float) -> float:
         """Seconds until the fetch pipeline has something to do besides taking in answers:
@@ -288,23 +293,30 @@ class Fetcher:
     def _on_fetch(self, st: AssignedPartition, ref: Any) -> None:
         now = _monotonic()
         st.in_flight_handle = None
+        stats = self.stats
         try:
             raw = ray.get(ref)
         except RayActorError as exc:
+            stats.request_errors.add(exc)
             self.cluster.forget(st.in_flight_actor)
             logger.info("leader %s of %s unavailable (%s); refreshing metadata", st.in_flight_actor, st.tp, type(exc).__name__)
             self._refresh(st.tp.topic, force=True)
             st.backoff_until = now + self._backoff_s
             return
         except Exception as exc:
+            stats.request_errors.add(exc)
             logger.warning("fetch of %s failed: %r", st.tp, exc)
             st.backoff_until = now + self._backoff_s
             return
+        # Measured when the answer is taken in (in poll()), so it includes time the
+        # application spent between polls after the leader had answered.
+        stats.latency.record((now - st.in_flight_since) * 1000)
         if st.in_flight_generation != st.generation:
             return  # the position moved (seek/reset) since this fetch was sent
         try:
             resp = FetchResponse.decode(raw)
         except KafkaError as exc:
+            stats.request_errors.add(exc)
             st.error = exc
             return
         code = resp.error_code
@@ -324,6 +336,7 @@ class Fetcher:
                     st.pending.append(data)
             return
         err = KafkaError(code, resp.error_message or "")
+        stats.request_errors.add(err)
         if code == ErrorCode.OFFSET_OUT_OF_RANGE:
             reset = self.subscriptions.auto_offset_reset
             if reset == "none":

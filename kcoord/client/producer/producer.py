@@ -26,6 +26,7 @@ from ...protocol.errors import ErrorCode, KafkaError
 from ...records import now_ms
 from ..cluster import ClusterClient
 from ..errors import SerializationError
+from ..metrics import RequestStats
 from . import partitioner as _part
 from .accumulator import RecordAccumulator, TopicQueue
 from .batch import RECORD_OVERHEAD, headers_size
@@ -96,7 +97,9 @@ class Producer:
     naming the topic (and partition, if given).
 
     ``metrics()`` returns the producer's counters (records_sent, batches_sent, requests,
-    retries, duplicates, epoch_bumps, merged_requests) as a new dict.
+    retries, duplicates, epoch_bumps, merged_requests), produce request latency (avg, max,
+    p50, p99 over the last 1024 requests) and failed requests and records by error, as a
+    new dict.
 
     Other settings: ``acks`` 0 (futures resolve with offset -1 once sent), 1 or "all";
     ``linger_ms`` how long a non-full batch waits for more records; ``retries`` /
@@ -186,6 +189,7 @@ class Producer:
         self._identity = ProducerIdentity(
             cluster, self._metrics, idempotent=self.enable_idempotence, producer_id=producer_id, producer_epoch=producer_epoch
         )
+        self._stats = RequestStats("request_latency", "request_error")
         # Where null-key records of a bulk write start (deterministic per identity).
         self._bulk_seed = self._identity.producer_id if self._identity.producer_id >= 0 else random.randrange(1 << 30)
 
@@ -206,6 +210,7 @@ class Producer:
             self._accumulator,
             self._identity,
             self._metrics,
+            self._stats,
             wakeup,
             acks=self.acks,
             retries=retries,
@@ -229,11 +234,23 @@ class Producer:
     def __exit__(self, *exc: Any) -> None:
         self.close()
 
-    def metrics(self) -> dict[str, int]:
-        """The producer's counters as a new dict (kafka-python's ``metrics()``, flat):
-        records_sent, batches_sent, requests, retries, duplicates (retried batches the
-        leader already had), epoch_bumps, merged_requests."""
-        return dict(self._metrics)
+    def metrics(self) -> dict[str, Any]:
+        """The producer's figures as a new dict (kafka-python's ``metrics()``, flat, with
+        its names in snake case):
+
+        - counters: records_sent (kafka-python's record-send-total), batches_sent,
+          requests, retries, duplicates (retried batches the leader already had),
+          epoch_bumps, merged_requests;
+        - request_latency_avg / _max / _p50 / _p99: ms from sending a produce request to
+          its answer, over the last 1024 answered requests (None before the first);
+        - request_error_total and request_errors ``{error: n}``: produce attempts that
+          failed (an error answer, a leader gone or silent); most are retried;
+        - record_error_total and record_errors ``{error: n}``: records that failed for
+          good, whether ``send()`` raised (MESSAGE_TOO_LARGE, UNKNOWN_TOPIC_OR_PARTITION)
+          or their future did (REQUEST_TIMED_OUT after delivery_timeout_ms...).
+
+        Errors are named by Kafka error code, other exceptions by class name."""
+        return {**self._metrics, **self._stats.snapshot()}
 
     @property
     def producer_id(self) -> int:
@@ -263,42 +280,46 @@ class Producer:
         """
         # Hot path: a few microseconds per record. Checks here, then one lock round in the
         # accumulator (two list appends for a record without key or headers).
-        if self.value_serializer is not None and value is not None:
-            value = _serialize(self.value_serializer, "value_serializer", value, topic, partition)
-        if self.key_serializer is not None and key is not None:
-            key = _serialize(self.key_serializer, "key_serializer", key, topic, partition)
-        if value is not None and type(value) is not bytes:
-            value = as_bytes(value, "value")
-        acc = self._accumulator
-        t = acc.topics.get(topic)
-        if t is None:
-            t = acc.topic(topic)
-        size = RECORD_OVERHEAD if value is None else RECORD_OVERHEAD + len(value)
-        if key is not None:
-            if type(key) is not bytes:
-                key = as_bytes(key, "key")
-            size += len(key)
-        if headers:
-            headers = check_headers(headers)
-            size += headers_size(headers)
-        else:
-            headers = None
-        if size > t.record_limit:
-            raise KafkaError(
-                ErrorCode.MESSAGE_TOO_LARGE,
-                f"a record of ~{size} bytes does not fit max.message.bytes={t.max_message_bytes} of topic {topic!r}",
-            )
-        if timestamp_ms is None:
-            timestamp_ms = now_ms()
-        elif type(timestamp_ms) is not int or timestamp_ms < 0:
-            raise TypeError(f"timestamp_ms must be a non-negative int (ms since the epoch), got {timestamp_ms!r}")
-        if partition is not None and (type(partition) is not int or not 0 <= partition < t.num_partitions):
-            raise KafkaError(
-                ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
-                f"topic {topic!r} has no partition {partition!r} (it has {t.num_partitions}: 0..{t.num_partitions - 1})",
-            )
-        b, index = acc.append(t, partition, key, value, headers, timestamp_ms, size)
-        return FutureRecordMetadata(b, index)
+        try:
+            if self.value_serializer is not None and value is not None:
+                value = _serialize(self.value_serializer, "value_serializer", value, topic, partition)
+            if self.key_serializer is not None and key is not None:
+                key = _serialize(self.key_serializer, "key_serializer", key, topic, partition)
+            if value is not None and type(value) is not bytes:
+                value = as_bytes(value, "value")
+            acc = self._accumulator
+            t = acc.topics.get(topic)
+            if t is None:
+                t = acc.topic(topic)
+            size = RECORD_OVERHEAD if value is None else RECORD_OVERHEAD + len(value)
+            if key is not None:
+                if type(key) is not bytes:
+                    key = as_bytes(key, "key")
+                size += len(key)
+            if headers:
+                headers = check_headers(headers)
+                size += headers_size(headers)
+            else:
+                headers = None
+            if size > t.record_limit:
+                raise KafkaError(
+                    ErrorCode.MESSAGE_TOO_LARGE,
+                    f"a record of ~{size} bytes does not fit max.message.bytes={t.max_message_bytes} of topic {topic!r}",
+                )
+            if timestamp_ms is None:
+                timestamp_ms = now_ms()
+            elif type(timestamp_ms) is not int or timestamp_ms < 0:
+                raise TypeError(f"timestamp_ms must be a non-negative int (ms since the epoch), got {timestamp_ms!r}")
+            if partition is not None and (type(partition) is not int or not 0 <= partition < t.num_partitions):
+                raise KafkaError(
+                    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                    f"topic {topic!r} has no partition {partition!r} (it has {t.num_partitions}: 0..{t.num_partitions - 1})",
+                )
+            b, index = acc.append(t, partition, key, value, headers, timestamp_ms, size)
+            return FutureRecordMetadata(b, index)
+        except KafkaError as exc:  # a record that failed before it was queued
+            self._stats.record_errors.add(exc)
+            raise
 
     def partitions_for(self, topic: str) -> set[int]:
         """The partition ids of ``topic`` (kafka-python's ``partitions_for``)."""
@@ -353,7 +374,11 @@ class Producer:
         )
         if len(values) == 0:
             return {}
-        t = self._accumulator.topic(topic)
+        try:
+            t = self._accumulator.topic(topic)
+        except KafkaError as exc:  # counted as send() counts a record it cannot queue
+            self._stats.record_errors.add(exc, len(values))
+            raise
         default_ts = now_ms()
         if batch_size is not None:
             check_int("batch_size", batch_size, 1)

@@ -22,6 +22,7 @@ from ...calls import ActorGoneError, call_probing
 from ...protocol.errors import DecodeError, ErrorCode, KafkaError
 from ...protocol.replication import ProduceRequest, ProduceResponse
 from ..cluster import ClusterClient
+from ..metrics import RequestStats
 from .accumulator import PartitionQueue, RecordAccumulator
 from .batch import ProducerBatch
 from .futures import run_callbacks
@@ -63,6 +64,7 @@ class Sender:
         accumulator: RecordAccumulator,
         identity: ProducerIdentity,
         metrics: dict[str, int],
+        stats: RequestStats,
         wakeup: Wakeup,
         *,
         acks: int,
@@ -79,6 +81,7 @@ class Sender:
         self.accumulator = accumulator
         self.identity = identity
         self.metrics = metrics
+        self.stats = stats
         self.acks = acks
         self.retries = retries
         self.delivery_timeout_ms = delivery_timeout_ms
@@ -217,13 +220,17 @@ class Sender:
             if batch.attempts > 1:
                 self.metrics["retries"] += 1
             wait_s = min(self.request_timeout_ms / 1000 + 5, max(0.05, deadline - now))
+            stats = self.stats
+            sent = _monotonic()
             if self.acks == 0:
                 # Nobody waits for the leader; still wait for the answer before the next
                 # batch of this partition so that batches stay in order.
                 self._complete(batch)
                 try:
                     await asyncio.wait_for(handle.produce.remote(request), wait_s)
-                except Exception as exc:  # acks=0: errors are not reported
+                    stats.latency.record((_monotonic() - sent) * 1000)
+                except Exception as exc:  # acks=0: errors are not reported, only counted
+                    stats.request_errors.add(exc)
                     logger.debug("acks=0 produce to %s-%d: %r", topic, p, exc)
                 return
             try:
@@ -231,23 +238,28 @@ class Sender:
                 # while the call itself would only fail 1-2 s later.
                 raw = await call_probing(handle.produce.remote(request), handle, wait_s, probe_every=0.1)
             except (RayActorError, ActorGoneError) as exc:
+                stats.request_errors.add(exc)
                 self.cluster.forget(name)
                 last_error = f"leader {name} unavailable ({type(exc).__name__})"
                 await self._refresh_or_backoff(topic, p, md.leader_epoch, deadline)
                 continue
-            except asyncio.TimeoutError:
+            except asyncio.TimeoutError as exc:
+                stats.request_errors.add(exc)
                 # Alive per Ray but silent: look the actor up again and ask who leads now.
                 self.cluster.forget(name)
                 last_error = f"no answer from {name} within {wait_s:.1f} s"
                 await self._refresh(topic, force=True)
                 continue
             except Exception as exc:  # RayTaskError and friends: the call itself broke
+                stats.request_errors.add(exc)
                 last_error = f"{type(exc).__name__}: {exc}"
                 await self._backoff(deadline)
                 continue
+            stats.latency.record((_monotonic() - sent) * 1000)
             try:
                 resp = ProduceResponse.decode(raw)
             except DecodeError as exc:
+                stats.request_errors.add(exc)
                 last_error = str(exc)
                 await self._backoff(deadline)
                 continue
@@ -259,6 +271,7 @@ class Sender:
                 self._complete(batch, resp.base_offset, resp.log_append_time, duplicate=resp.duplicate)
                 return
             err = KafkaError(code, resp.error_message or "")
+            stats.request_errors.add(err)
             last_error = str(err)
             if err.retriable and retries_left > 0:
                 retries_left -= 1
@@ -331,6 +344,8 @@ class Sender:
                 start += len(part)
             batch.complete(base_offset, log_append_time, error, duplicate)
             return
+        if error is not None:
+            self.stats.record_errors.add(error, len(batch))
         callbacks = batch.complete(base_offset, log_append_time, error, duplicate)
         self.accumulator.completed(batch)
         if callbacks:
