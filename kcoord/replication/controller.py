@@ -315,15 +315,20 @@ class ControllerState:
             topic, parts = plan_topic(req, self.cluster.brokers, self.topics, self.config.default_topic_config, now_ms)
         except KafkaError as exc:
             return CreateTopicsResponse(int(exc.code), exc.message), []
+        actions = self._add_partitions(topic, parts, now_ms)
+        return CreateTopicsResponse(topic=topic_metadata(topic, parts, config=self._effective_config(topic))), actions
+
+    def _add_partitions(self, topic: TopicState, parts: list[PartitionState], now_ms: int) -> list[ControllerAction]:
+        """New partitions of a topic being created or grown: persisted, then the topic
+        record last -- it is what makes them exist on reload, so a change cut short by a
+        store failure leaves no half topic (start() drops them) -- then their replicas are
+        created and told their roles."""
         self.topics[topic.name] = topic
         actions: list[ControllerAction] = []
         for p in parts:
             self.partitions[(p.topic, p.partition)] = p
             actions.append(Persist(partition_key(p.topic, p.partition), p.encode()))
-        # The topic record last: it is what makes the partitions exist on reload, so a
-        # creation cut short by a store failure leaves no half topic (start() drops them).
         actions.append(Persist(topic_key(topic.name), topic.encode()))
-        config = self._effective_config(topic)
         for p in parts:
             for b in p.replicas:
                 rid = ReplicaId(p.topic, p.partition, b)
@@ -331,7 +336,7 @@ class ControllerState:
                 actions += self._ensure_replica(rid, now_ms)
         for p in parts:
             actions += self._send_state(p, p.replicas)
-        return CreateTopicsResponse(topic=topic_metadata(topic, parts, config=config)), actions
+        return actions
 
     def delete_topic(self, req: DeleteTopicsRequest, now_ms: int) -> tuple[DeleteTopicsResponse, list[ControllerAction]]:
         topic = self.topics.get(req.name)
@@ -398,9 +403,7 @@ class ControllerState:
         return IncrementalAlterConfigsResponse(configs=described), actions
 
     def create_partitions(self, req: CreatePartitionsRequest, now_ms: int) -> tuple[CreatePartitionsResponse, list[ControllerAction]]:
-        """Like a topic's creation, for the new partitions only: they are persisted first and
-        the topic record (with the new count) last, so a change cut short by a store failure
-        leaves no partition behind on reload (start() drops them)."""
+        """Like a topic's creation, for the new partitions only (_add_partitions)."""
         topic = self.topics.get(req.topic)
         if topic is None:
             return CreatePartitionsResponse(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic {req.topic!r} does not exist"), []
@@ -414,19 +417,7 @@ class ControllerState:
         config = self._effective_config(topic)
         if req.validate_only:
             return CreatePartitionsResponse(topic=topic_metadata(grown, old + parts, config=config)), []
-        self.topics[topic.name] = grown
-        actions: list[ControllerAction] = []
-        for p in parts:
-            self.partitions[(p.topic, p.partition)] = p
-            actions.append(Persist(partition_key(p.topic, p.partition), p.encode()))
-        actions.append(Persist(topic_key(grown.name), grown.encode()))
-        for p in parts:
-            for b in p.replicas:
-                rid = ReplicaId(p.topic, p.partition, b)
-                self.detector.add(rid, now_ms, self.config.replica_startup_grace_ms)
-                actions += self._ensure_replica(rid, now_ms)
-        for p in parts:
-            actions += self._send_state(p, p.replicas)
+        actions = self._add_partitions(grown, parts, now_ms)
         return CreatePartitionsResponse(topic=topic_metadata(grown, old + parts, config=config)), actions
 
     def init_producer_id(self, req: InitProducerIdRequest) -> tuple[InitProducerIdResponse, list[ControllerAction]]:
