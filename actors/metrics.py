@@ -23,6 +23,7 @@ class ControllerMetricsExporter:
                 ("partitions", "Partitions in the cluster"),
                 ("under_replicated_partitions", "Partitions whose ISR is smaller than their replica set"),
                 ("offline_partitions", "Partitions without a leader"),
+                ("offline_log_replicas", "Replicas whose log an I/O error took offline (until restarted)"),
                 ("controller_epoch", "Current controller epoch"),
             )
         }

@@ -147,12 +147,14 @@ def _status_tables(snap: dict[str, Any], internal: bool) -> list[Any]:
     alive_nodes = sum(1 for n in nodes if n["alive"])
     under = int(metrics.get("under_replicated_partitions", 0))
     offline = int(metrics.get("offline_partitions", 0))
+    offline_logs = int(metrics.get("offline_log_replicas", 0))
     overview.add_row("controller epoch", str(cluster["controller_epoch"]))
     overview.add_row("brokers", f"{len(cluster['brokers'])}" + (" (bound to nodes)" if bound else " (logical, one Ray node)"))
     overview.add_row("Ray nodes alive", str(alive_nodes))
     overview.add_row("partitions", str(int(metrics.get("partitions", 0))))
     overview.add_row("under-replicated", f"[{'yellow' if under else 'green'}]{under}[/]")
     overview.add_row("offline", f"[{'red' if offline else 'green'}]{offline}[/]")
+    overview.add_row("offline logs", f"[{'red' if offline_logs else 'green'}]{offline_logs}[/]" + (" (I/O errors; restart those replicas)" if offline_logs else ""))
     overview.add_row("failovers", f"{int(metrics.get('failovers_total', 0))} (last {metrics.get('failover_ms_last', -1):.0f} ms)" if metrics.get("failovers_total") else "0")
 
     coord = Table(title="coordinators", title_justify="left")
@@ -192,13 +194,16 @@ def _status_tables(snap: dict[str, Any], internal: bool) -> list[Any]:
 
 
 def partition_row(topic: str, p: dict[str, Any]) -> list[str]:
-    """One partition as table cells, with its state (ok / under-replicated / offline)."""
+    """One partition as table cells, with its state (ok / under-replicated / offline) and
+    the replicas the controller holds failed (dead, or their log offline after an I/O error)."""
     if p["leader"] < 0:
         state = "[red]offline[/]"
     elif len(p["isr"]) < len(p["replicas"]):
         state = "[yellow]under-replicated[/]"
     else:
         state = "[green]ok[/]"
+    if p.get("offline_replicas"):
+        state += f" [red](offline replicas {','.join(map(str, p['offline_replicas']))})[/]"
     return [
         topic,
         str(p["partition"]),
@@ -220,7 +225,8 @@ def status(env: Env, internal: bool, as_json: bool) -> None:
     """Show brokers, coordinators and every partition's leader, ISR, HW and LEO.
 
     Partitions are flagged under-replicated (ISR smaller than the replica set) or offline
-    (no leader); the header counts both.
+    (no leader), with their offline replicas (dead, or their log taken offline by an I/O
+    error); the header counts both, and the replicas whose log is offline.
 
     \b
     Examples:

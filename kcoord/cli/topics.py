@@ -179,14 +179,15 @@ def alter_config(env: Env, topic: str, set_: tuple[str, ...], delete_: tuple[str
 
     The new config is checked like a creation config (unknown keys and bad values are
     refused, naming the key), stored by the controller and applied by the running replicas
-    without a restart before the command returns. Retention and cleanup of the internal
-    __consumer_offsets topic cannot be changed.
+    without a restart before the command returns. Retention of the internal
+    __consumer_offsets topic cannot be changed, nor its cleanup.policy but to compact.
 
     \b
     Examples:
       kcoord topics alter-config events --set retention.ms=3600000
       kcoord topics alter-config events --set min.insync.replicas=2 --delete segment.bytes
       kcoord topics alter-config events --set max.message.bytes=1048576 --validate-only
+      kcoord topics alter-config __consumer_offsets --set cleanup.policy=compact
     """
     props = parse_properties(set_, what="--set")
     if not props and not delete_:

@@ -1,9 +1,9 @@
 """Group administration: DescribeGroups, ListGroups, DeleteGroups, FindCoordinator.
 
-A mixin of :class:`kcoord.group.coordinator.GroupCoordinatorState`: it works on the
-coordinator's groups, timers and output; split out so that each file holds one part of the
-protocol. Deleting a group tombstones its metadata and offsets; the group is Dead while the
-tombstones are being persisted and comes back Empty if they fail.
+A part of :class:`kcoord.group.coordinator.GroupCoordinatorState`, working on the shared
+:class:`~kcoord.group.context.CoordinatorContext`. Deleting a group tombstones its metadata
+and offsets; the group is Dead while the tombstones are being persisted and comes back Empty
+if they fail.
 """
 
 from __future__ import annotations
@@ -25,30 +25,36 @@ from ..protocol.group import (
     ListGroupsRequest,
     ListGroupsResponse,
 )
-from .join import JOIN_TIMER
-from .membership import SESSION_TIMER
+from .context import CoordinatorContext
 from .metadata import DEAD, EMPTY, STABLE, GroupMetadata
-from .persistence import DeleteWrite, group_error_for_append
+from .persistence import DeleteWrite, Persistence, group_error_for_append
 from .placement import coordinator_for
 from .records import GroupKey, OffsetKey, Record, group_record, offset_record
-from .retention import RETENTION_TIMER
+from .retention import Retention
+from .timers import TimerKind
 
 E = ErrorCode
 
 
 class GroupAdmin:
-    """Describe, list, delete and locate groups (mixed into GroupCoordinatorState)."""
+    """Describe, list, delete and locate groups. A failed delete puts the group back under
+    retention, hence the retention part it is given."""
 
-    def _describe(self, req: DescribeGroupsRequest, token: Any, now_ms: int) -> None:
+    def __init__(self, ctx: CoordinatorContext, persistence: Persistence, retention: Retention) -> None:
+        self.ctx = ctx
+        self.persistence = persistence
+        self.retention = retention
+
+    def describe_groups(self, req: DescribeGroupsRequest, token: Any, now_ms: int) -> None:
         described = []
         for group_id in req.group_ids:
             if not group_id:
                 described.append(DescribedGroup(group_id, error_code=E.INVALID_GROUP_ID))
                 continue
-            if not self.owns(group_id):
+            if not self.ctx.owns(group_id):
                 described.append(DescribedGroup(group_id, error_code=E.NOT_COORDINATOR))
                 continue
-            group = self._groups.get(group_id)
+            group = self.ctx.groups.get(group_id)
             if group is None:
                 described.append(DescribedGroup(group_id, error_code=E.GROUP_ID_NOT_FOUND, state=DEAD.value))
                 continue
@@ -75,9 +81,9 @@ class GroupAdmin:
                     members=members,
                 )
             )
-        self._reply(token, DescribeGroupsResponse(groups=described))
+        self.ctx.reply(token, DescribeGroupsResponse(groups=described))
 
-    def _list(self, req: ListGroupsRequest, token: Any, now_ms: int) -> None:
+    def list_groups(self, req: ListGroupsRequest, token: Any, now_ms: int) -> None:
         wanted = {s.lower() for s in req.states_filter or []}
 
         def listed(g: GroupMetadata) -> bool:
@@ -85,21 +91,21 @@ class GroupAdmin:
 
         groups = [
             ListedGroup(g.group_id, g.protocol_type or "", g.state.value)
-            for g in sorted(self._groups.values(), key=lambda g: g.group_id)
+            for g in sorted(self.ctx.groups.values(), key=lambda g: g.group_id)
             if listed(g)
         ]
-        self._reply(token, ListGroupsResponse(groups=groups))
+        self.ctx.reply(token, ListGroupsResponse(groups=groups))
 
-    def _delete(self, req: DeleteGroupsRequest, token: Any, now_ms: int) -> None:
+    def delete_groups(self, req: DeleteGroupsRequest, token: Any, now_ms: int) -> None:
         results: dict[str, int] = {}
         eligible: list[GroupMetadata] = []
         for group_id in req.group_ids:
             if group_id in results:
                 continue
-            group = self._groups.get(group_id)
+            group = self.ctx.groups.get(group_id)
             if not group_id:
                 results[group_id] = E.INVALID_GROUP_ID
-            elif not self.owns(group_id):
+            elif not self.ctx.owns(group_id):
                 results[group_id] = E.NOT_COORDINATOR
             elif group is None or group.state == DEAD:
                 results[group_id] = E.GROUP_ID_NOT_FOUND
@@ -109,7 +115,7 @@ class GroupAdmin:
                 results[group_id] = E.NONE
                 eligible.append(group)
         if not eligible:
-            self._reply(token, DeleteGroupsResponse(results=results))
+            self.ctx.reply(token, DeleteGroupsResponse(results=results))
             return
         records: list[Record] = []
         empty_since = {g.group_id: g.state_timestamp_ms for g in eligible}
@@ -118,41 +124,41 @@ class GroupAdmin:
             records.extend(offset_record(OffsetKey(group.group_id, t, p), None) for t, p in sorted(partitions))
             records.append(group_record(GroupKey(group.group_id), None))
             for member_id in list(group.pending_members):
-                self._timers.cancel((SESSION_TIMER, group.group_id, member_id))
+                self.ctx.timers.cancel((TimerKind.SESSION, group.group_id, member_id))
             group.pending_members.clear()
-            self._timers.cancel((JOIN_TIMER, group.group_id))
-            self._timers.cancel((RETENTION_TIMER, group.group_id))
+            self.ctx.timers.cancel((TimerKind.JOIN, group.group_id))
+            self.ctx.timers.cancel((TimerKind.RETENTION, group.group_id))
             group.transition(DEAD, now_ms)
         pending_ids = [g.group_id for g in eligible]
         others = {g: c for g, c in results.items() if g not in pending_ids}
-        self._persist(
+        self.persistence.persist(
             records, DeleteWrite(token, others, pending_ids, empty_since), f"delete groups {pending_ids}"
         )
 
 
-    def _complete_delete(self, pending: DeleteWrite, code: int, now_ms: int) -> None:
+    def complete_delete(self, pending: DeleteWrite, code: int, now_ms: int) -> None:
         """The tombstones of a DeleteGroups were persisted (or not): forget the groups, or
         put them back Empty, and answer."""
         ok = code == E.NONE
         results = dict(pending.results)
         for group_id in pending.group_ids:
-            group = self._groups.get(group_id)
+            group = self.ctx.groups.get(group_id)
             if ok:
                 if group is not None and group.state == DEAD:
-                    del self._groups[group_id]
+                    del self.ctx.groups[group_id]
                 results[group_id] = E.NONE
             else:
                 if group is not None and group.state == DEAD:
                     since = pending.empty_since.get(group_id)
                     group.transition(EMPTY, now_ms if since is None else since)
-                    self._reschedule_retention(group, now_ms)
+                    self.retention.reschedule(group, now_ms)
                 results[group_id] = group_error_for_append(code)
-        self._reply(pending.token, DeleteGroupsResponse(results={g: results[g] for g in sorted(results)}))
+        self.ctx.reply(pending.token, DeleteGroupsResponse(results={g: results[g] for g in sorted(results)}))
 
-    def _find_coordinator(self, req: FindCoordinatorRequest, token: Any, now_ms: int) -> None:
+    def find_coordinator(self, req: FindCoordinatorRequest, token: Any, now_ms: int) -> None:
         if req.key_type != KEY_TYPE_GROUP:
-            self._reply(token, FindCoordinatorResponse(error_code=E.INVALID_REQUEST, error_message="only group keys are served"))
+            self.ctx.reply(token, FindCoordinatorResponse(error_code=E.INVALID_REQUEST, error_message="only group keys are served"))
         elif not req.key:
-            self._reply(token, FindCoordinatorResponse(error_code=E.INVALID_GROUP_ID, error_message="group id is empty"))
+            self.ctx.reply(token, FindCoordinatorResponse(error_code=E.INVALID_GROUP_ID, error_message="group id is empty"))
         else:
-            self._reply(token, FindCoordinatorResponse(coordinator=coordinator_for(req.key, self.num_partitions)))
+            self.ctx.reply(token, FindCoordinatorResponse(coordinator=coordinator_for(req.key, self.ctx.num_partitions)))

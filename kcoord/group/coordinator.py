@@ -41,20 +41,22 @@ The rules, briefly (Kafka's GroupCoordinator semantics):
 * A member blocked in JoinGroup/SyncGroup is alive; otherwise no heartbeat, commit or join
   within its session timeout removes it and triggers a rebalance.
 
-Layout: this module holds the entry points and the plumbing every part shares (replies,
-long-polls, timer dispatch). The protocol's parts are mixins of
-:class:`GroupCoordinatorState`, one per file: :mod:`.join` (JoinGroup, the join phase),
-:mod:`.sync` (SyncGroup), :mod:`.membership` (sessions, heartbeats, LeaveGroup),
-:mod:`.offsets` (OffsetCommit/OffsetFetch), :mod:`.admin` (Describe/List/DeleteGroups,
-FindCoordinator), :mod:`.retention` (offset expiry) and :mod:`.persistence` (Persist
-actions and their outcomes, the group record, replay).
+Layout: this module holds the entry points; it builds the parts, hands each the ones it
+needs through its constructor, and routes requests, timers and write outcomes to them. What
+they all share (groups, timers, config, counters, pending actions) is one
+:class:`~kcoord.group.context.CoordinatorContext`. The parts, one per file:
+:mod:`.persistence` (the writes in flight, the group record, replay), :mod:`.retention`
+(offset expiry, group creation and removal), :mod:`.join` (JoinGroup, the join phase),
+:mod:`.sync` (SyncGroup), :mod:`.membership` (member checks, heartbeats, LeaveGroup, session
+expiry), :mod:`.offsets` (OffsetCommit/OffsetFetch) and :mod:`.admin` (Describe/List/
+DeleteGroups, FindCoordinator). Each depends only on parts built before it, so there are no
+cycles: persistence <- retention <- join <- sync, membership; offsets and admin use
+persistence and retention.
 """
 
 from __future__ import annotations
 
 import uuid
-from collections import OrderedDict
-from dataclasses import dataclass
 from typing import Any, Callable, Iterable
 
 from ..protocol.codec import Message
@@ -76,27 +78,28 @@ from ..protocol.group import (
     SyncGroupResponse,
     error_response,
 )
-from .actions import Action, Reply
+from .actions import Action
 from .admin import GroupAdmin
 from .config import GroupConfig
-from .join import JOIN_TIMER, JoinPhase
-from .membership import SESSION_TIMER, Membership
-from .metadata import CommittedOffset, GroupMetadata, MemberMetadata
+from .context import CoordinatorContext, CoordinatorStats
+from .join import JoinPhase
+from .membership import Membership
+from .metadata import CommittedOffset, GroupMetadata
 from .offsets import OffsetStore
 from .persistence import (
     CommitWrite,
     DeleteWrite,
-    InflightWrite,
     Persistence,
+    PendingWrite,
     StaticJoinWrite,
+    SyncWrite,
     commit_error_for_append,
     group_error_for_append,
     replay,
 )
-from .placement import coordinator_for
-from .retention import RETENTION_TIMER, Retention
+from .retention import Retention
 from .sync import SyncPhase
-from .timers import Timers
+from .timers import TimerKind, Timers
 
 E = ErrorCode
 
@@ -105,17 +108,7 @@ def _default_member_id(client_id: str) -> str:
     return f"{client_id or 'member'}-{uuid.uuid4()}"
 
 
-@dataclass
-class CoordinatorStats:
-    """Counters a shell may export as metrics."""
-
-    rebalances: int = 0
-    members_expired: int = 0
-    offsets_expired: int = 0
-    persist_failures: int = 0
-
-
-class GroupCoordinatorState(JoinPhase, SyncPhase, Membership, OffsetStore, GroupAdmin, Retention, Persistence):
+class GroupCoordinatorState:
     """All groups of one ``__consumer_offsets`` partition. See the module docstring."""
 
     def __init__(
@@ -130,29 +123,43 @@ class GroupCoordinatorState(JoinPhase, SyncPhase, Membership, OffsetStore, Group
         deterministic simulation (the default uses uuid4)."""
         if not 0 <= partition < num_partitions:
             raise ValueError(f"partition {partition} is not in [0, {num_partitions})")
-        self.config = config or GroupConfig()
-        self.partition = partition
-        self.num_partitions = num_partitions
-        self.stats = CoordinatorStats()
-        self._new_member_id = member_id_factory or _default_member_id
-        self._groups: dict[str, GroupMetadata] = {}
-        self._timers = Timers()
-        self._out: list[Action] = []
-        self._next_persist_id = 1
-        self._inflight: OrderedDict[int, InflightWrite] = OrderedDict()
+        ctx = self._ctx = CoordinatorContext(config or GroupConfig(), partition, num_partitions)
+        self._persistence = Persistence(ctx)
+        self._retention = Retention(ctx, self._persistence)
+        self._join = JoinPhase(ctx, self._persistence, self._retention, member_id_factory or _default_member_id)
+        self._sync = SyncPhase(ctx, self._persistence, self._join)
+        self._membership = Membership(ctx, self._join, self._retention)
+        self._offsets = OffsetStore(ctx, self._persistence, self._retention)
+        self._admin = GroupAdmin(ctx, self._persistence, self._retention)
         self._closed = False
         self._handlers: dict[type[Message], Callable[[Any, Any, int], None]] = {
-            JoinGroupRequest: self._join,
-            SyncGroupRequest: self._sync,
-            GroupHeartbeatRequest: self._heartbeat,
-            LeaveGroupRequest: self._leave,
-            OffsetCommitRequest: self._commit,
-            OffsetFetchRequest: self._fetch,
-            DescribeGroupsRequest: self._describe,
-            ListGroupsRequest: self._list,
-            DeleteGroupsRequest: self._delete,
-            FindCoordinatorRequest: self._find_coordinator,
+            JoinGroupRequest: self._join.join_group,
+            SyncGroupRequest: self._sync.sync_group,
+            GroupHeartbeatRequest: self._membership.heartbeat,
+            LeaveGroupRequest: self._membership.leave_group,
+            OffsetCommitRequest: self._offsets.commit,
+            OffsetFetchRequest: self._offsets.fetch,
+            DescribeGroupsRequest: self._admin.describe_groups,
+            ListGroupsRequest: self._admin.list_groups,
+            DeleteGroupsRequest: self._admin.delete_groups,
+            FindCoordinatorRequest: self._admin.find_coordinator,
         }
+
+    # -- what the shell reads (and, for config, replaces) --------------------------------
+
+    @property
+    def config(self) -> GroupConfig:
+        return self._ctx.config
+
+    @config.setter
+    def config(self, config: GroupConfig) -> None:
+        """The operator reconfigured; every part reads the config at use, so this applies
+        to the next request or timer."""
+        self._ctx.config = config
+
+    partition = property(lambda self: self._ctx.partition)
+    num_partitions = property(lambda self: self._ctx.num_partitions)
+    stats = property(lambda self: self._ctx.stats, doc="counters a shell may export as metrics")
 
     # ======================================================================================
     # public entry points
@@ -162,48 +169,43 @@ class GroupCoordinatorState(JoinPhase, SyncPhase, Membership, OffsetStore, Group
         """Process a group request. Its Reply (carrying ``token``) is among the returned
         actions, or comes from a later call when the request waits on a rebalance or a
         write."""
+        ctx = self._ctx
         handler = self._handlers.get(type(request))
         if handler is None:
             raise TypeError(f"not a group request: {type(request).__name__}")
         if self._closed:
-            self._reply(token, error_response(request, E.NOT_COORDINATOR, "coordinator closed"))
-            return self._take()
+            ctx.reply(token, error_response(request, E.NOT_COORDINATOR, "coordinator closed"))
+            return ctx.take()
         self._advance(now_ms)
         group_id = getattr(request, "group_id", None)
         if group_id is not None and not group_id:
-            self._reply(token, error_response(request, E.INVALID_GROUP_ID, "group id is empty"))
-        elif group_id is not None and not self.owns(group_id):
-            self._reply(token, error_response(request, E.NOT_COORDINATOR, self._not_mine(group_id)))
+            ctx.reply(token, error_response(request, E.INVALID_GROUP_ID, "group id is empty"))
+        elif group_id is not None and not ctx.owns(group_id):
+            ctx.reply(token, error_response(request, E.NOT_COORDINATOR, ctx.not_mine(group_id)))
         else:
             handler(request, token, now_ms)
         self._advance(now_ms)
-        return self._take()
+        return ctx.take()
 
     def tick(self, now_ms: int) -> list[Action]:
         """Fire every timer due at ``now_ms``."""
         if not self._closed:
             self._advance(now_ms)
-        return self._take()
+        return self._ctx.take()
 
     def on_persisted(self, persist_id: int, error_code: int, now_ms: int) -> list[Action]:
         """The append of Persist ``persist_id`` finished (``error_code`` 0 = acked by all
         in-sync replicas). Outcomes are applied in emission order, so a report may be held
         until the earlier ones arrive. Unknown ids are ignored."""
-        entry = self._inflight.get(persist_id)
-        if entry is None or self._closed:
-            return self._take()
+        if persist_id not in self._persistence or self._closed:
+            return self._ctx.take()
         self._advance(now_ms)
-        entry.outcome = int(error_code)
-        while self._inflight:
-            first_id, first = next(iter(self._inflight.items()))
-            if first.outcome is None:
-                break
-            del self._inflight[first_id]
-            if first.outcome != E.NONE:
-                self.stats.persist_failures += 1
-            self._complete_write(first_id, first.pending, first.outcome, now_ms)
+        for settled_id, pending, outcome in self._persistence.settle(persist_id, error_code):
+            if outcome != E.NONE:
+                self._ctx.stats.persist_failures += 1
+            self._complete_write(settled_id, pending, outcome, now_ms)
         self._advance(now_ms)
-        return self._take()
+        return self._ctx.take()
 
     def load(self, records: Iterable[tuple[bytes, bytes | None]], now_ms: int) -> None:
         """Rebuild every group from a replay of this coordinator's partition, in log order.
@@ -212,11 +214,12 @@ class GroupCoordinatorState(JoinPhase, SyncPhase, Membership, OffsetStore, Group
         generation with fresh session timers (live members keep working; dead ones
         expire); groups without come back Empty. Raises DecodeError on a malformed record.
         """
-        if self._inflight or any(g.members or g.pending_members for g in self._groups.values()):
+        ctx = self._ctx
+        if self._persistence.pending_ids() or any(g.members or g.pending_members for g in ctx.groups.values()):
             raise RuntimeError("load() must run before the coordinator serves requests")
         group_values, offsets = replay(records)
-        self._groups.clear()
-        self._timers = Timers()
+        ctx.groups.clear()
+        ctx.timers = Timers()
         for group_id in sorted(set(group_values) | set(offsets)):
             gv = group_values.get(group_id)
             group_offsets = offsets.get(group_id, {})
@@ -224,133 +227,93 @@ class GroupCoordinatorState(JoinPhase, SyncPhase, Membership, OffsetStore, Group
                 continue
             group = GroupMetadata(group_id)
             if gv is not None:
-                self._restore_group(group, gv, now_ms)
+                self._persistence.restore_group(group, gv, now_ms)
             for (topic, partition), ov in group_offsets.items():
                 group.offsets[(topic, partition)] = CommittedOffset(
                     ov.offset, ov.metadata, ov.leader_epoch, ov.commit_timestamp_ms, ov.expire_timestamp_ms
                 )
-            self._groups[group_id] = group
-            self._reschedule_retention(group, now_ms)
+            ctx.groups[group_id] = group
+            self._retention.reschedule(group, now_ms)
 
     def next_deadline(self) -> int | None:
         """Earliest time at which :meth:`tick` has work, or None."""
-        return None if self._closed else self._timers.next_deadline()
+        return None if self._closed else self._ctx.timers.next_deadline()
 
     def close(self, error_code: int = E.NOT_COORDINATOR) -> list[Action]:
         """Stop serving (the partition moved or the actor stops): every request still
         waiting -- long-polling joins and syncs, unacknowledged commits -- is answered with
         ``error_code`` so the shell holds no dangling tokens."""
+        ctx = self._ctx
         if self._closed:
-            return self._take()
+            return ctx.take()
         self._closed = True
-        for group in self._groups.values():
+        for group in ctx.groups.values():
             for member in group.members.values():
                 if member.awaiting_join:
-                    self._reply_join(member, JoinGroupResponse(error_code=error_code, member_id=member.member_id))
+                    ctx.reply_join(member, JoinGroupResponse(error_code=error_code, member_id=member.member_id))
                 if member.awaiting_sync:
-                    self._reply_sync(member, SyncGroupResponse(error_code=error_code))
-        for entry in self._inflight.values():
-            p = entry.pending
+                    ctx.reply_sync(member, SyncGroupResponse(error_code=error_code))
+        for p in self._persistence.abandon():
             if isinstance(p, CommitWrite):
                 codes = {t: {q: error_code for q in parts} for t, parts in p.codes.items()}
-                self._reply(p.token, OffsetCommitResponse(error_code=error_code, topics=codes))
+                ctx.reply(p.token, OffsetCommitResponse(error_code=error_code, topics=codes))
             elif isinstance(p, StaticJoinWrite):
-                self._reply(p.token, JoinGroupResponse(error_code=error_code, member_id=p.member_id))
+                ctx.reply(p.token, JoinGroupResponse(error_code=error_code, member_id=p.member_id))
             elif isinstance(p, DeleteWrite):
                 results = dict(p.results)
                 results.update({g: error_code for g in p.group_ids})
-                self._reply(p.token, DeleteGroupsResponse(results=results))
-        self._inflight.clear()
-        self._groups.clear()
-        self._timers = Timers()
-        return self._take()
+                ctx.reply(p.token, DeleteGroupsResponse(results=results))
+        ctx.groups.clear()
+        ctx.timers = Timers()
+        return ctx.take()
 
     # -- read-only introspection (tests, metrics, the shell's admin helpers) ---------------
 
     def owns(self, group_id: str) -> bool:
-        return coordinator_for(group_id, self.num_partitions) == self.partition
+        return self._ctx.owns(group_id)
 
     def group(self, group_id: str) -> GroupMetadata | None:
         """The live group object. Read it; never mutate it."""
-        return self._groups.get(group_id)
+        return self._ctx.groups.get(group_id)
 
     def group_ids(self) -> list[str]:
-        return sorted(self._groups)
+        return sorted(self._ctx.groups)
 
     def committed_offsets(self, group_id: str) -> dict[tuple[str, int], CommittedOffset]:
-        group = self._groups.get(group_id)
+        group = self._ctx.groups.get(group_id)
         return dict(group.offsets) if group else {}
 
     def pending_persists(self) -> list[int]:
-        return list(self._inflight)
+        return self._persistence.pending_ids()
 
     # ======================================================================================
-    # plumbing
+    # routing: timers and write outcomes go to the part that waits on them
     # ======================================================================================
-
-    def _take(self) -> list[Action]:
-        out, self._out = self._out, []
-        return out
-
-    def _reply(self, token: Any, response: Message) -> None:
-        self._out.append(Reply(token, response))
-
-    def _not_mine(self, group_id: str) -> str:
-        owner = coordinator_for(group_id, self.num_partitions)
-        return f"group {group_id!r} belongs to coordinator {owner}, this is {self.partition}"
 
     def _advance(self, now_ms: int) -> None:
-        while (key := self._timers.pop_due(now_ms)) is not None:
+        ctx = self._ctx
+        while (key := ctx.timers.pop_due(now_ms)) is not None:
             kind, group_id = key[0], key[1]
-            group = self._groups.get(group_id)
+            group = ctx.groups.get(group_id)
             if group is None:
                 continue
-            if kind == SESSION_TIMER:
-                self._on_session_expired(group, key[2], now_ms)
-            elif kind == JOIN_TIMER:
-                self._on_join_deadline(group, now_ms)
-            elif kind == RETENTION_TIMER:
-                self._on_retention(group, now_ms)
+            if kind == TimerKind.SESSION:
+                self._membership.on_session_expired(group, key[2], now_ms)
+            elif kind == TimerKind.JOIN:
+                self._join.on_join_deadline(group, now_ms)
+            elif kind == TimerKind.RETENTION:
+                self._retention.on_retention(group, now_ms)
 
-    def _reply_join(self, member: MemberMetadata, response: JoinGroupResponse) -> None:
-        token = member.join_token
-        member.awaiting_join, member.join_token = False, None
-        self._reply(token, response)
-
-    def _reply_sync(self, member: MemberMetadata, response: SyncGroupResponse) -> None:
-        token = member.sync_token
-        member.awaiting_sync, member.sync_token = False, None
-        self._reply(token, response)
-
-    def _await_join(self, member: MemberMetadata, token: Any) -> None:
-        if member.awaiting_join:  # the member retried; its older request gets an answer
-            self._reply_join(
-                member,
-                JoinGroupResponse(
-                    error_code=E.REBALANCE_IN_PROGRESS,
-                    error_message="superseded by a newer JoinGroup from the same member",
-                    member_id=member.member_id,
-                ),
-            )
-        member.awaiting_join, member.join_token = True, token
-
-    def _await_sync(self, member: MemberMetadata, token: Any) -> None:
-        if member.awaiting_sync:
-            self._reply_sync(
-                member,
-                SyncGroupResponse(
-                    error_code=E.REBALANCE_IN_PROGRESS,
-                    error_message="superseded by a newer SyncGroup from the same member",
-                ),
-            )
-        member.awaiting_sync, member.sync_token = True, token
-
-    def _create_group(self, group_id: str, now_ms: int) -> GroupMetadata:
-        group = GroupMetadata(group_id, state_timestamp_ms=now_ms)
-        self._groups[group_id] = group
-        # A group created by a request that then fails must not linger forever.
-        self._reschedule_retention(group, now_ms)
-        return group
+    def _complete_write(self, persist_id: int, pending: PendingWrite, code: int, now_ms: int) -> None:
+        """Apply the outcome of AppendRecords ``persist_id`` (called in emission order)."""
+        if isinstance(pending, CommitWrite):
+            self._offsets.complete_commit(pending, code, now_ms)
+        elif isinstance(pending, SyncWrite):
+            self._sync.complete_sync_write(persist_id, pending, code, now_ms)
+        elif isinstance(pending, StaticJoinWrite):
+            self._join.complete_static_join(pending, code)
+        elif isinstance(pending, DeleteWrite):
+            self._admin.complete_delete(pending, code, now_ms)
 
 
 __all__ = ["CoordinatorStats", "GroupCoordinatorState", "commit_error_for_append", "group_error_for_append"]

@@ -44,7 +44,8 @@ from ..protocol.replication import FetchRequest, FetchResponse, ProduceRequest, 
 from ..runtime import Alarm, Clock, Outcome, ReplyFn, Transport
 from .actions import AppendRecords, Reply
 from .coordinator import GroupCoordinatorState
-from .records import OFFSETS_TOPIC, coordinator_epoch_record, decode_record
+from .loading import take_in, well_formed
+from .records import OFFSETS_TOPIC, coordinator_epoch_record
 
 logger = logging.getLogger("kcoord.group")
 
@@ -259,14 +260,9 @@ class GroupCoordinatorDriver:
     def _take_in(self, data: bytes) -> None:
         """Add the records of fetched batches (from the load offset on) to the replay, and
         note the newest producer epoch our producer id has used."""
-        offset = self._load_offset
-        for _, h in batch_format.iter_headers(data):
-            if h.producer_id == self.producer_id:
-                self._max_epoch_seen = max(self._max_epoch_seen, h.producer_epoch)
-        for rec in batch_format.iter_records(data, from_offset=offset):
-            self._loaded_records.append((rec.key or b"", rec.value))
-        _, next_offset, _ = batch_format.batches_info(data)
-        self._load_offset = max(offset, next_offset)
+        records, self._load_offset, epoch = take_in(data, self._load_offset, self.producer_id)
+        self._loaded_records.extend(records)
+        self._max_epoch_seen = max(self._max_epoch_seen, epoch)
 
     def _fence(self) -> None:
         """Take over the partition: append a coordinator-epoch record at a producer epoch
@@ -279,15 +275,21 @@ class GroupCoordinatorDriver:
         self.producer_epoch = epoch
         self._next_sequence = 0
         record = coordinator_epoch_record(self.index, epoch)
+        read_up_to = self._load_offset
 
         def fenced(code: int, base_offset: int) -> None:
             if self.closed:
                 return
-            if code == E.NONE:
+            if code == E.NONE and base_offset >= read_up_to:
                 self._fence_offset = base_offset
                 self._load_step()
-            elif code == E.INVALID_PRODUCER_EPOCH:
-                # Another incarnation fenced after our replay: read on, then fence above it.
+            elif code in (E.INVALID_PRODUCER_EPOCH, E.NONE):
+                # The leader knows our producer id at this epoch or a newer one from batches
+                # the replay did not see: another incarnation fenced after it (read on to
+                # find its epoch), or they are gone from the log. An acknowledgement below
+                # what we read is the leader taking the record for a duplicate of such a
+                # batch. Either way, bid above this epoch next time.
+                self._max_epoch_seen = max(self._max_epoch_seen, epoch)
                 self._load_step()
             else:
                 self._load_failed(code, "writing the coordinator epoch")
@@ -295,14 +297,10 @@ class GroupCoordinatorDriver:
         self._append([record], fenced)
 
     def _finish_load(self) -> None:
-        good: list[tuple[bytes, bytes | None]] = []
-        for key, value in self._loaded_records:
-            try:
-                decode_record(key, value)
-            except DecodeError as exc:
-                logger.error("[coordinator %d] skipping a malformed record of %s-%d: %s", self.index, OFFSETS_TOPIC, self.index, exc)
-                continue
-            good.append((key, value))
+        def malformed(exc: DecodeError) -> None:
+            logger.error("[coordinator %d] skipping a malformed record of %s-%d: %s", self.index, OFFSETS_TOPIC, self.index, exc)
+
+        good = well_formed(self._loaded_records, malformed)
         now = self._clock.now_ms()
         self.core.load(good, now)
         self._loaded_records = []

@@ -1,41 +1,54 @@
 """JoinGroup and the join phase of a rebalance (the coordinator's side).
 
-A mixin of :class:`kcoord.group.coordinator.GroupCoordinatorState`: it works on the
-coordinator's groups, timers and output; split out so that each file holds one part of the
-protocol. Here: admitting members (MEMBER_ID_REQUIRED, static-member replacement), opening a
-rebalance (PreparingRebalance, the initial delay), and ending the join phase
-(CompletingRebalance: the new generation and the JoinGroup answers).
+A part of :class:`kcoord.group.coordinator.GroupCoordinatorState`, working on the shared
+:class:`~kcoord.group.context.CoordinatorContext`. Here: admitting members
+(MEMBER_ID_REQUIRED, static-member replacement), opening a rebalance (PreparingRebalance, the
+initial delay, failing the SyncGroups of the generation it replaces), and ending the join
+phase (CompletingRebalance: the new generation and the JoinGroup answers). SyncGroup,
+membership and the write outcomes start or finish a join phase through this part.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 from ..protocol.errors import ErrorCode
 from ..protocol.group import JoinGroupMember, JoinGroupRequest, JoinGroupResponse, SyncGroupResponse
+from .context import CoordinatorContext
+from .membership import member_error
 from .metadata import COMPLETING, DEAD, EMPTY, PREPARING, STABLE, GroupMetadata, MemberMetadata
-from .membership import SESSION_TIMER
-from .persistence import BackgroundWrite, StaticJoinWrite, group_error_for_append
-from .retention import RETENTION_TIMER
+from .persistence import BackgroundWrite, Persistence, StaticJoinWrite, group_error_for_append
+from .retention import Retention
+from .timers import TimerKind
 
 E = ErrorCode
 
-# Timer key (JOIN_TIMER, group_id): the end of a group's join phase.
-JOIN_TIMER = "join"
-
 
 class JoinPhase:
-    """JoinGroup handling and the join phase (mixed into GroupCoordinatorState)."""
+    """JoinGroup handling and the join phase."""
+
+    def __init__(
+        self,
+        ctx: CoordinatorContext,
+        persistence: Persistence,
+        retention: Retention,
+        member_id_factory: Callable[[str], str],
+    ) -> None:
+        """``member_id_factory(client_id)`` makes new member ids (seeded in simulation)."""
+        self.ctx = ctx
+        self.persistence = persistence
+        self.retention = retention
+        self._new_member_id = member_id_factory
 
     # ======================================================================================
     # JoinGroup
     # ======================================================================================
 
-    def _join(self, req: JoinGroupRequest, token: Any, now_ms: int) -> None:
-        cfg = self.config
+    def join_group(self, req: JoinGroupRequest, token: Any, now_ms: int) -> None:
+        cfg = self.ctx.config
 
         def fail(code: int, message: str | None = None) -> None:
-            self._reply(token, JoinGroupResponse(error_code=code, error_message=message, member_id=req.member_id))
+            self.ctx.reply(token, JoinGroupResponse(error_code=code, error_message=message, member_id=req.member_id))
 
         if not cfg.group_min_session_timeout_ms <= req.session_timeout_ms <= cfg.group_max_session_timeout_ms:
             fail(
@@ -44,12 +57,12 @@ class JoinPhase:
                 f"{cfg.group_max_session_timeout_ms}] ms",
             )
             return
-        group = self._groups.get(req.group_id)
+        group = self.ctx.groups.get(req.group_id)
         if group is None:
             if req.member_id:
                 fail(E.UNKNOWN_MEMBER_ID, "the group does not exist")
                 return
-            group = self._create_group(req.group_id, now_ms)
+            group = self.retention.new_group(req.group_id, now_ms)
         if group.state == DEAD:
             fail(E.COORDINATOR_NOT_AVAILABLE, "the group is being deleted")
             return
@@ -99,8 +112,8 @@ class JoinPhase:
         # leave a ghost member behind that holds up the next rebalance.
         deadline = now_ms + req.session_timeout_ms
         group.pending_members[member_id] = deadline
-        self._timers.set((SESSION_TIMER, group.group_id, member_id), deadline)
-        self._reply(
+        self.ctx.timers.set((TimerKind.SESSION, group.group_id, member_id), deadline)
+        self.ctx.reply(
             token,
             JoinGroupResponse(
                 error_code=E.MEMBER_ID_REQUIRED,
@@ -113,17 +126,17 @@ class JoinPhase:
         member_id = req.member_id
         if member_id in group.pending_members:
             if group.is_static_member_fenced(member_id, req.group_instance_id):
-                self._reply(token, JoinGroupResponse(error_code=E.FENCED_INSTANCE_ID, member_id=member_id))
+                self.ctx.reply(token, JoinGroupResponse(error_code=E.FENCED_INSTANCE_ID, member_id=member_id))
                 return
             del group.pending_members[member_id]
-            self._timers.cancel((SESSION_TIMER, group.group_id, member_id))
+            self.ctx.timers.cancel((TimerKind.SESSION, group.group_id, member_id))
             self._add_member_and_rebalance(group, self._new_member(group, member_id, req), token, now_ms)
             return
-        error = self._member_error(group, member_id, req.group_instance_id)
+        error = member_error(group, member_id, req.group_instance_id)
         if error == E.NONE and group.state in (EMPTY, DEAD):
             error = E.UNKNOWN_MEMBER_ID
         if error != E.NONE:
-            self._reply(token, JoinGroupResponse(error_code=error, member_id=member_id))
+            self.ctx.reply(token, JoinGroupResponse(error_code=error, member_id=member_id))
             return
         member = group.members[member_id]
         protocols = [(p.name, p.metadata) for p in req.protocols]
@@ -132,8 +145,8 @@ class JoinPhase:
         elif group.state == COMPLETING:
             if protocols == member.protocols:
                 # The member lost our response; repeat it.
-                self._touch(group, member, now_ms)
-                self._reply(token, self._join_response(group, member))
+                self.ctx.touch(group, member, now_ms)
+                self.ctx.reply(token, self._join_response(group, member))
             else:
                 self._update_member_and_rebalance(group, member, req, token, now_ms)
         else:  # STABLE
@@ -141,8 +154,8 @@ class JoinPhase:
                 # A leader's rejoin means it saw metadata change (e.g. new partitions).
                 self._update_member_and_rebalance(group, member, req, token, now_ms)
             else:
-                self._touch(group, member, now_ms)
-                self._reply(token, self._join_response(group, member, with_members=False))
+                self.ctx.touch(group, member, now_ms)
+                self.ctx.reply(token, self._join_response(group, member, with_members=False))
 
     def _join_response(
         self, group: GroupMetadata, member: MemberMetadata, with_members: bool = True
@@ -168,10 +181,10 @@ class JoinPhase:
         if group.state == PREPARING and group.in_initial_delay:
             group.new_member_added = True
         group.add(member)
-        self._await_join(member, token)
-        self._touch(group, member, now_ms)
+        self.ctx.await_join(member, token)
+        self.ctx.touch(group, member, now_ms)
         self._maybe_prepare_rebalance(group, now_ms)
-        self._try_complete_join(group, now_ms)
+        self.try_complete_join(group, now_ms)
 
     def _update_member_and_rebalance(
         self, group: GroupMetadata, member: MemberMetadata, req: JoinGroupRequest, token: Any, now_ms: int
@@ -180,10 +193,10 @@ class JoinPhase:
         member.session_timeout_ms = req.session_timeout_ms
         member.rebalance_timeout_ms = _rebalance_timeout(req)
         member.client_id, member.client_host = req.client_id, req.client_host
-        self._await_join(member, token)
-        self._touch(group, member, now_ms)
+        self.ctx.await_join(member, token)
+        self.ctx.touch(group, member, now_ms)
         self._maybe_prepare_rebalance(group, now_ms)
-        self._try_complete_join(group, now_ms)
+        self.try_complete_join(group, now_ms)
 
     def _replace_static_member(
         self, group: GroupMetadata, req: JoinGroupRequest, new_id: str, token: Any, now_ms: int
@@ -194,17 +207,17 @@ class JoinPhase:
         old = group.members[old_id]
         fenced = "a newer instance with the same group.instance.id joined"
         if old.awaiting_join:
-            self._reply_join(old, JoinGroupResponse(error_code=E.FENCED_INSTANCE_ID, error_message=fenced, member_id=old_id))
+            self.ctx.reply_join(old, JoinGroupResponse(error_code=E.FENCED_INSTANCE_ID, error_message=fenced, member_id=old_id))
         if old.awaiting_sync:
-            self._reply_sync(old, SyncGroupResponse(error_code=E.FENCED_INSTANCE_ID, error_message=fenced))
-        self._timers.cancel((SESSION_TIMER, group.group_id, old_id))
+            self.ctx.reply_sync(old, SyncGroupResponse(error_code=E.FENCED_INSTANCE_ID, error_message=fenced))
+        self.ctx.timers.cancel((TimerKind.SESSION, group.group_id, old_id))
         leader_before = group.leader or ""
         member = group.replace_static_member(instance, old_id, new_id)
         member.protocols = [(p.name, p.metadata) for p in req.protocols]
         member.session_timeout_ms = req.session_timeout_ms
         member.rebalance_timeout_ms = _rebalance_timeout(req)
         member.client_id, member.client_host = req.client_id, req.client_host
-        self._touch(group, member, now_ms)
+        self.ctx.touch(group, member, now_ms)
         if group.state == STABLE and group.select_protocol() == group.protocol:
             # KIP-345: a restarted static member takes its old place without a rebalance.
             # Reply with the leader as it was, so a replaced leader does not think it must
@@ -212,33 +225,33 @@ class JoinPhase:
             pending = StaticJoinWrite(
                 token, group.group_id, new_id, group.generation_id, group.protocol_type, group.protocol, leader_before
             )
-            self._persist(
-                [self._group_record(group, {m.member_id: m.assignment for m in group.members.values()}, now_ms)],
+            self.persistence.persist(
+                [self.persistence.group_record(group, {m.member_id: m.assignment for m in group.members.values()}, now_ms)],
                 pending,
                 f"static member {instance} of group {group.group_id} rejoined as {new_id}",
             )
             return
         # Otherwise the old id may already be in the leader's hands, or the protocol would
         # change: the new incarnation joins a fresh rebalance like everyone else.
-        self._await_join(member, token)
+        self.ctx.await_join(member, token)
         if group.state == PREPARING:
-            self._try_complete_join(group, now_ms)
+            self.try_complete_join(group, now_ms)
         else:
-            self._prepare_rebalance(group, now_ms)
+            self.prepare_rebalance(group, now_ms)
 
-    def _complete_static_join(self, pending: StaticJoinWrite, code: int) -> None:
+    def complete_static_join(self, pending: StaticJoinWrite, code: int) -> None:
         """The record of a static member's replacement was persisted (or not): answer its
         JoinGroup."""
         ok = code == E.NONE
-        group = self._groups.get(pending.group_id)
+        group = self.ctx.groups.get(pending.group_id)
         if group is not None and ok:
             group.has_persisted_metadata = True
         if not ok:
-            self._reply(pending.token, JoinGroupResponse(error_code=group_error_for_append(code), member_id=pending.member_id))
+            self.ctx.reply(pending.token, JoinGroupResponse(error_code=group_error_for_append(code), member_id=pending.member_id))
         elif group is None or not group.has(pending.member_id):
-            self._reply(pending.token, JoinGroupResponse(error_code=E.UNKNOWN_MEMBER_ID, member_id=pending.member_id))
+            self.ctx.reply(pending.token, JoinGroupResponse(error_code=E.UNKNOWN_MEMBER_ID, member_id=pending.member_id))
         else:
-            self._reply(
+            self.ctx.reply(
                 pending.token,
                 JoinGroupResponse(
                     generation_id=pending.generation_id,
@@ -251,30 +264,39 @@ class JoinPhase:
 
     # -- join phase ------------------------------------------------------------------------
 
+    def reset_and_propagate_assignment_error(self, group: GroupMetadata, error: int, now_ms: int) -> None:
+        """The generation being synced is abandoned (a new rebalance, or its assignment
+        failed to persist): drop every assignment and fail the waiting SyncGroups."""
+        for member in group.members.values():
+            member.assignment = b""
+            if member.awaiting_sync:
+                self.ctx.reply_sync(member, SyncGroupResponse(error_code=error))
+                self.ctx.touch(group, member, now_ms)
+
     def _maybe_prepare_rebalance(self, group: GroupMetadata, now_ms: int) -> None:
         if group.state in (STABLE, COMPLETING, EMPTY):
-            self._prepare_rebalance(group, now_ms)
+            self.prepare_rebalance(group, now_ms)
 
-    def _prepare_rebalance(self, group: GroupMetadata, now_ms: int) -> None:
+    def prepare_rebalance(self, group: GroupMetadata, now_ms: int) -> None:
         if group.state == COMPLETING:
-            self._reset_and_propagate_assignment_error(group, E.REBALANCE_IN_PROGRESS, now_ms)
+            self.reset_and_propagate_assignment_error(group, E.REBALANCE_IN_PROGRESS, now_ms)
         was_empty = group.state == EMPTY
         group.transition(PREPARING, now_ms)
         group.sync_persist_id = None
-        self.stats.rebalances += 1
-        self._timers.cancel((RETENTION_TIMER, group.group_id))
-        delay = self.config.group_initial_rebalance_delay_ms
+        self.ctx.stats.rebalances += 1
+        self.ctx.timers.cancel((TimerKind.RETENTION, group.group_id))
+        delay = self.ctx.config.group_initial_rebalance_delay_ms
         if was_empty:
             group.in_initial_delay = True
             group.new_member_added = False
             group.initial_delay_remaining_ms = max(group.rebalance_timeout_ms() - delay, 0)
-            self._timers.set((JOIN_TIMER, group.group_id), now_ms + delay)
+            self.ctx.timers.set((TimerKind.JOIN, group.group_id), now_ms + delay)
         else:
             group.in_initial_delay = False
-            self._timers.set((JOIN_TIMER, group.group_id), now_ms + group.rebalance_timeout_ms())
-        self._try_complete_join(group, now_ms)
+            self.ctx.timers.set((TimerKind.JOIN, group.group_id), now_ms + group.rebalance_timeout_ms())
+        self.try_complete_join(group, now_ms)
 
-    def _try_complete_join(self, group: GroupMetadata, now_ms: int) -> None:
+    def try_complete_join(self, group: GroupMetadata, now_ms: int) -> None:
         if group.state != PREPARING:
             return
         if not group.members and not group.pending_members:
@@ -282,14 +304,14 @@ class JoinPhase:
         elif not group.in_initial_delay and group.all_members_joined():
             self._complete_join(group, now_ms)
 
-    def _on_join_deadline(self, group: GroupMetadata, now_ms: int) -> None:
+    def on_join_deadline(self, group: GroupMetadata, now_ms: int) -> None:
         if group.state != PREPARING:
             return
         if group.in_initial_delay and group.new_member_added and group.initial_delay_remaining_ms > 0:
-            delay = min(self.config.group_initial_rebalance_delay_ms, group.initial_delay_remaining_ms)
+            delay = min(self.ctx.config.group_initial_rebalance_delay_ms, group.initial_delay_remaining_ms)
             group.initial_delay_remaining_ms -= delay
             group.new_member_added = False
-            self._timers.set((JOIN_TIMER, group.group_id), now_ms + delay)
+            self.ctx.timers.set((TimerKind.JOIN, group.group_id), now_ms + delay)
             return
         self._complete_join(group, now_ms)
 
@@ -297,14 +319,14 @@ class JoinPhase:
         for member in list(group.members.values()):
             if not member.awaiting_join and not member.is_static:
                 group.remove(member.member_id)
-                self._timers.cancel((SESSION_TIMER, group.group_id, member.member_id))
+                self.ctx.timers.cancel((TimerKind.SESSION, group.group_id, member.member_id))
         group.in_initial_delay = False
         if group.members and not any(m.awaiting_join for m in group.members.values()):
             # Only static members that have not rejoined are left: wait another rebalance
             # timeout for them (their sessions expire meanwhile if they are gone).
-            self._timers.set((JOIN_TIMER, group.group_id), now_ms + group.rebalance_timeout_ms())
+            self.ctx.timers.set((TimerKind.JOIN, group.group_id), now_ms + group.rebalance_timeout_ms())
             return
-        self._timers.cancel((JOIN_TIMER, group.group_id))
+        self.ctx.timers.cancel((TimerKind.JOIN, group.group_id))
         leader = group.members.get(group.leader) if group.leader else None
         if leader is None or not leader.awaiting_join:
             group.leader = next((m.member_id for m in group.members.values() if m.awaiting_join), None)
@@ -312,19 +334,19 @@ class JoinPhase:
         if not group.members:
             group.protocol, group.leader = None, None
             group.transition(EMPTY, now_ms)
-            self._persist(
-                [self._group_record(group, {}, now_ms)],
+            self.persistence.persist(
+                [self.persistence.group_record(group, {}, now_ms)],
                 BackgroundWrite(),
                 f"group {group.group_id} is empty at generation {group.generation_id}",
             )
-            self._reschedule_retention(group, now_ms)
+            self.retention.reschedule(group, now_ms)
             return
         group.protocol = group.select_protocol()
         group.transition(COMPLETING, now_ms)
         for member in group.members.values():
             if member.awaiting_join:
-                self._reply_join(member, self._join_response(group, member))
-                self._touch(group, member, now_ms)
+                self.ctx.reply_join(member, self._join_response(group, member))
+                self.ctx.touch(group, member, now_ms)
 
 
 def _rebalance_timeout(req: JoinGroupRequest) -> int:

@@ -1,15 +1,16 @@
 """Membership and liveness: who is in a group, and who has been silent too long.
 
-A mixin of :class:`kcoord.group.coordinator.GroupCoordinatorState`: it works on the
-coordinator's groups, timers and output; split out so that each file holds one part of the
-protocol. Here: validating a request's member (Kafka's validateCurrentMember), session
-timers (heartbeats, commits and joins restart them; expiry removes the member),
-GroupHeartbeat and LeaveGroup.
+A part of :class:`kcoord.group.coordinator.GroupCoordinatorState`, working on the shared
+:class:`~kcoord.group.context.CoordinatorContext`. Here: validating a request's member
+(Kafka's validateCurrentMember; plain functions, since the join, sync and offsets parts use
+them too), session expiry (heartbeats, commits and joins restart the timer with
+``CoordinatorContext.touch``; expiry removes the member), GroupHeartbeat and LeaveGroup.
+A member leaving changes the group, so this part is given the join phase it restarts.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..protocol.errors import ErrorCode
 from ..protocol.group import (
@@ -23,83 +24,89 @@ from ..protocol.group import (
     SyncGroupResponse,
     error_response,
 )
+from .context import CoordinatorContext
 from .metadata import COMPLETING, DEAD, EMPTY, PREPARING, STABLE, GroupMetadata, MemberMetadata
+from .retention import Retention
+from .timers import TimerKind
+
+if TYPE_CHECKING:  # join.py imports the checks below
+    from .join import JoinPhase
 
 E = ErrorCode
 
-# Timer key (SESSION_TIMER, group_id, member_id): a member's (or pending member's) session.
-SESSION_TIMER = "session"
+
+def member_error(group: GroupMetadata, member_id: str, group_instance_id: str | None) -> int:
+    """Kafka's validateCurrentMember: NONE, FENCED_INSTANCE_ID or UNKNOWN_MEMBER_ID."""
+    if group.is_static_member_fenced(member_id, group_instance_id):
+        return E.FENCED_INSTANCE_ID
+    member = group.members.get(member_id)
+    if member is None:
+        return E.UNKNOWN_MEMBER_ID
+    if group_instance_id is not None and member.group_instance_id != group_instance_id:
+        return E.FENCED_INSTANCE_ID
+    return E.NONE
+
+
+def generation_member(
+    groups: dict[str, GroupMetadata], group_id: str, member_id: str, group_instance_id: str | None, generation_id: int
+) -> tuple[GroupMetadata | None, int, str | None]:
+    """The checks SyncGroup and Heartbeat share: the group exists and is not being
+    deleted, the member is current (not fenced) and speaks for the current generation.
+    Returns ``(group, NONE, None)`` or ``(None, error, message)``."""
+    group = groups.get(group_id)
+    if group is None:
+        return None, E.UNKNOWN_MEMBER_ID, "the group does not exist"
+    if group.state == DEAD:
+        return None, E.COORDINATOR_NOT_AVAILABLE, "the group is being deleted"
+    error = member_error(group, member_id, group_instance_id)
+    if error != E.NONE:
+        return None, error, None
+    if generation_id != group.generation_id:
+        return None, E.ILLEGAL_GENERATION, f"generation {generation_id} is not the current {group.generation_id}"
+    return group, E.NONE, None
 
 
 class Membership:
-    """Member validation, sessions, heartbeats and leaving (mixed into GroupCoordinatorState)."""
+    """Heartbeats, leaving and session expiry."""
 
-    def _touch(self, group: GroupMetadata, member: MemberMetadata, now_ms: int) -> None:
-        """Restart the member's session timer (Kafka's completeAndScheduleNextHeartbeat)."""
-        self._timers.set((SESSION_TIMER, group.group_id, member.member_id), now_ms + member.session_timeout_ms)
-
-    def _member_error(
-        self, group: GroupMetadata, member_id: str, group_instance_id: str | None
-    ) -> int:
-        """Kafka's validateCurrentMember: NONE, FENCED_INSTANCE_ID or UNKNOWN_MEMBER_ID."""
-        if group.is_static_member_fenced(member_id, group_instance_id):
-            return E.FENCED_INSTANCE_ID
-        member = group.members.get(member_id)
-        if member is None:
-            return E.UNKNOWN_MEMBER_ID
-        if group_instance_id is not None and member.group_instance_id != group_instance_id:
-            return E.FENCED_INSTANCE_ID
-        return E.NONE
-
-    def _generation_member(
-        self, group_id: str, member_id: str, group_instance_id: str | None, generation_id: int
-    ) -> tuple[GroupMetadata | None, int, str | None]:
-        """The checks SyncGroup and Heartbeat share: the group exists and is not being
-        deleted, the member is current (not fenced) and speaks for the current generation.
-        Returns ``(group, NONE, None)`` or ``(None, error, message)``."""
-        group = self._groups.get(group_id)
-        if group is None:
-            return None, E.UNKNOWN_MEMBER_ID, "the group does not exist"
-        if group.state == DEAD:
-            return None, E.COORDINATOR_NOT_AVAILABLE, "the group is being deleted"
-        error = self._member_error(group, member_id, group_instance_id)
-        if error != E.NONE:
-            return None, error, None
-        if generation_id != group.generation_id:
-            return None, E.ILLEGAL_GENERATION, f"generation {generation_id} is not the current {group.generation_id}"
-        return group, E.NONE, None
+    def __init__(self, ctx: CoordinatorContext, join: JoinPhase, retention: Retention) -> None:
+        self.ctx = ctx
+        self.join = join
+        self.retention = retention
 
     # ======================================================================================
     # GroupHeartbeat / LeaveGroup / session expiry
     # ======================================================================================
 
-    def _heartbeat(self, req: GroupHeartbeatRequest, token: Any, now_ms: int) -> None:
+    def heartbeat(self, req: GroupHeartbeatRequest, token: Any, now_ms: int) -> None:
         def answer(code: int, message: str | None = None) -> None:
-            self._reply(token, GroupHeartbeatResponse(error_code=code, error_message=message))
+            self.ctx.reply(token, GroupHeartbeatResponse(error_code=code, error_message=message))
 
-        group, error, message = self._generation_member(req.group_id, req.member_id, req.group_instance_id, req.generation_id)
+        group, error, message = generation_member(
+            self.ctx.groups, req.group_id, req.member_id, req.group_instance_id, req.generation_id
+        )
         if group is None:
             answer(error, message)
             return
         if group.state == EMPTY:
             answer(E.UNKNOWN_MEMBER_ID)
             return
-        self._touch(group, group.members[req.member_id], now_ms)
+        self.ctx.touch(group, group.members[req.member_id], now_ms)
         if group.state == PREPARING:
             answer(E.REBALANCE_IN_PROGRESS, "rejoin the group")
         else:
             answer(E.NONE)
 
-    def _leave(self, req: LeaveGroupRequest, token: Any, now_ms: int) -> None:
-        group = self._groups.get(req.group_id)
+    def leave_group(self, req: LeaveGroupRequest, token: Any, now_ms: int) -> None:
+        group = self.ctx.groups.get(req.group_id)
         if group is not None and group.state == DEAD:
-            self._reply(token, error_response(req, E.COORDINATOR_NOT_AVAILABLE, "the group is being deleted"))
+            self.ctx.reply(token, error_response(req, E.COORDINATOR_NOT_AVAILABLE, "the group is being deleted"))
             return
         results = []
         for leaving in req.members:
             code = E.UNKNOWN_MEMBER_ID if group is None else self._leave_one(group, leaving, now_ms)
             results.append(LeaveGroupMemberResponse(leaving.member_id, leaving.group_instance_id, code))
-        self._reply(token, LeaveGroupResponse(members=results))
+        self.ctx.reply(token, LeaveGroupResponse(members=results))
 
     def _leave_one(self, group: GroupMetadata, leaving: LeaveGroupMember, now_ms: int) -> int:
         member_id, instance = leaving.member_id, leaving.group_instance_id
@@ -110,17 +117,17 @@ class Membership:
                 return E.UNKNOWN_MEMBER_ID
         elif member_id in group.pending_members and instance is None:
             del group.pending_members[member_id]
-            self._timers.cancel((SESSION_TIMER, group.group_id, member_id))
+            self.ctx.timers.cancel((TimerKind.SESSION, group.group_id, member_id))
             self._after_pending_member_gone(group, now_ms)
             return E.NONE
         else:
-            error = self._member_error(group, member_id, instance)
+            error = member_error(group, member_id, instance)
             if error != E.NONE:
                 return error
         self._remove_member_and_update_group(group, group.members[member_id], now_ms)
         return E.NONE
 
-    def _on_session_expired(self, group: GroupMetadata, member_id: str, now_ms: int) -> None:
+    def on_session_expired(self, group: GroupMetadata, member_id: str, now_ms: int) -> None:
         if member_id in group.pending_members:
             del group.pending_members[member_id]
             self._after_pending_member_gone(group, now_ms)
@@ -131,23 +138,23 @@ class Membership:
         if member.awaiting_join or member.awaiting_sync:
             # Blocked in a long-poll we have not answered: alive by definition. The timer
             # restarts when the answer goes out; re-arm in case that path is missed.
-            self._touch(group, member, now_ms)
+            self.ctx.touch(group, member, now_ms)
             return
-        self.stats.members_expired += 1
+        self.ctx.stats.members_expired += 1
         self._remove_member_and_update_group(group, member, now_ms)
 
     def _after_pending_member_gone(self, group: GroupMetadata, now_ms: int) -> None:
-        self._try_complete_join(group, now_ms)
-        self._reschedule_retention(group, now_ms)
+        self.join.try_complete_join(group, now_ms)
+        self.retention.reschedule(group, now_ms)
 
     def _remove_member_and_update_group(self, group: GroupMetadata, member: MemberMetadata, now_ms: int) -> None:
         if member.awaiting_join:
-            self._reply_join(member, JoinGroupResponse(error_code=E.UNKNOWN_MEMBER_ID, member_id=member.member_id))
+            self.ctx.reply_join(member, JoinGroupResponse(error_code=E.UNKNOWN_MEMBER_ID, member_id=member.member_id))
         if member.awaiting_sync:
-            self._reply_sync(member, SyncGroupResponse(error_code=E.UNKNOWN_MEMBER_ID))
+            self.ctx.reply_sync(member, SyncGroupResponse(error_code=E.UNKNOWN_MEMBER_ID))
         group.remove(member.member_id)
-        self._timers.cancel((SESSION_TIMER, group.group_id, member.member_id))
+        self.ctx.timers.cancel((TimerKind.SESSION, group.group_id, member.member_id))
         if group.state in (STABLE, COMPLETING):
-            self._prepare_rebalance(group, now_ms)
+            self.join.prepare_rebalance(group, now_ms)
         elif group.state == PREPARING:
-            self._try_complete_join(group, now_ms)
+            self.join.try_complete_join(group, now_ms)

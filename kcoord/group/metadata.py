@@ -2,8 +2,8 @@
 
 These are plain records with the bookkeeping rules that do not depend on time or I/O
 (legal state transitions, static-member index, protocol selection). The rules that do
-(rebalancing, timeouts, persistence) live in :mod:`kcoord.group.coordinator`, which is the
-only writer of these objects.
+(rebalancing, timeouts, persistence) live in :mod:`kcoord.group.coordinator` and its parts,
+the only writers of these objects.
 """
 
 from __future__ import annotations

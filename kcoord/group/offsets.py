@@ -1,9 +1,9 @@
 """OffsetCommit and OffsetFetch: a group's committed offsets.
 
-A mixin of :class:`kcoord.group.coordinator.GroupCoordinatorState`: it works on the
-coordinator's groups, timers and output; split out so that each file holds one part of the
-protocol. A commit is acknowledged only once its records are persisted; until then its
-partitions count as pending (retention leaves them alone, DeleteGroups tombstones them).
+A part of :class:`kcoord.group.coordinator.GroupCoordinatorState`, working on the shared
+:class:`~kcoord.group.context.CoordinatorContext`. A commit is acknowledged only once its
+records are persisted; until then its partitions count as pending (retention leaves them
+alone, DeleteGroups tombstones them).
 """
 
 from __future__ import annotations
@@ -20,27 +20,36 @@ from ..protocol.group import (
     OffsetFetchResponse,
     error_response,
 )
+from .context import CoordinatorContext
+from .membership import member_error
 from .metadata import COMPLETING, DEAD, CommittedOffset
-from .persistence import CommitWrite, commit_error_for_append
+from .persistence import CommitWrite, Persistence, commit_error_for_append
 from .records import OffsetKey, OffsetValue, offset_record
+from .retention import Retention
 
 E = ErrorCode
 
 
 class OffsetStore:
-    """Offset commits and fetches (mixed into GroupCoordinatorState)."""
+    """Offset commits and fetches. Commits change what retention expires, hence the
+    retention part it is given."""
 
-    def _commit(self, req: OffsetCommitRequest, token: Any, now_ms: int) -> None:
+    def __init__(self, ctx: CoordinatorContext, persistence: Persistence, retention: Retention) -> None:
+        self.ctx = ctx
+        self.persistence = persistence
+        self.retention = retention
+
+    def commit(self, req: OffsetCommitRequest, token: Any, now_ms: int) -> None:
         def fail(code: int, message: str | None = None) -> None:
-            self._reply(token, error_response(req, code, message))
+            self.ctx.reply(token, error_response(req, code, message))
 
-        group = self._groups.get(req.group_id)
+        group = self.ctx.groups.get(req.group_id)
         simple = req.generation_id < 0 and not req.member_id and req.group_instance_id is None
         if group is None:
             if req.generation_id >= 0:
                 fail(E.ILLEGAL_GENERATION, "the group does not exist (any generation is stale)")
                 return
-            group = self._create_group(req.group_id, now_ms)
+            group = self.retention.new_group(req.group_id, now_ms)
         if group.state == DEAD:
             fail(E.COORDINATOR_NOT_AVAILABLE, "the group is being deleted")
             return
@@ -55,7 +64,7 @@ class OffsetStore:
                 )
                 return
         else:
-            error = self._member_error(group, req.member_id, req.group_instance_id)
+            error = member_error(group, req.member_id, req.group_instance_id)
             if error != E.NONE:
                 fail(error)
                 return
@@ -65,9 +74,9 @@ class OffsetStore:
             if group.state == COMPLETING:
                 fail(E.REBALANCE_IN_PROGRESS, "the group is completing a rebalance; commit after SyncGroup")
                 return
-            self._touch(group, group.members[req.member_id], now_ms)
+            self.ctx.touch(group, group.members[req.member_id], now_ms)
 
-        limit = self.config.offset_metadata_max_bytes
+        limit = self.ctx.config.offset_metadata_max_bytes
         expire = now_ms + req.retention_time_ms if req.retention_time_ms >= 0 else None
         codes: dict[str, dict[int, int]] = {}
         accepted: dict[tuple[str, int], CommittedOffset] = {}
@@ -81,7 +90,7 @@ class OffsetStore:
                 codes[topic][partition] = E.NONE
                 accepted[(topic, partition)] = CommittedOffset(p.offset, metadata, p.leader_epoch, now_ms, expire)
         if not accepted:
-            self._reply(token, OffsetCommitResponse(topics=codes))
+            self.ctx.reply(token, OffsetCommitResponse(topics=codes))
             return
         records = [
             offset_record(
@@ -92,10 +101,10 @@ class OffsetStore:
         ]
         for tp in accepted:
             group.pending_offset_commits[tp] += 1
-        self._persist(records, CommitWrite(token, group.group_id, accepted, codes), f"offset commit of group {group.group_id}")
+        self.persistence.persist(records, CommitWrite(token, group.group_id, accepted, codes), f"offset commit of group {group.group_id}")
 
-    def _fetch(self, req: OffsetFetchRequest, token: Any, now_ms: int) -> None:
-        group = self._groups.get(req.group_id)
+    def fetch(self, req: OffsetFetchRequest, token: Any, now_ms: int) -> None:
+        group = self.ctx.groups.get(req.group_id)
         offsets: dict[tuple[str, int], CommittedOffset] = {}
         if group is not None and group.state != DEAD:
             offsets = group.offsets
@@ -113,10 +122,10 @@ class OffsetStore:
                         if o is None
                         else OffsetFetchPartition(o.offset, o.metadata, o.leader_epoch)
                     )
-        self._reply(token, OffsetFetchResponse(offsets=out))
+        self.ctx.reply(token, OffsetFetchResponse(offsets=out))
 
-    def _complete_commit(self, pending: CommitWrite, code: int, now_ms: int) -> None:
-        group = self._groups.get(pending.group_id)
+    def complete_commit(self, pending: CommitWrite, code: int, now_ms: int) -> None:
+        group = self.ctx.groups.get(pending.group_id)
         if group is not None:
             for tp, committed in pending.accepted.items():
                 group.pending_offset_commits[tp] -= 1
@@ -124,9 +133,9 @@ class OffsetStore:
                     del group.pending_offset_commits[tp]
                 if code == E.NONE:
                     group.offsets[tp] = committed
-            self._reschedule_retention(group, now_ms)
+            self.retention.reschedule(group, now_ms)
         codes = pending.codes
         if code != E.NONE:
             mapped = commit_error_for_append(code)
             codes = {t: {p: (mapped if c == E.NONE else c) for p, c in parts.items()} for t, parts in codes.items()}
-        self._reply(pending.token, OffsetCommitResponse(topics=codes))
+        self.ctx.reply(pending.token, OffsetCommitResponse(topics=codes))

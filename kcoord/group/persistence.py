@@ -3,19 +3,21 @@
 * The writes it waits on (:class:`CommitWrite`, :class:`SyncWrite`...), each describing what
   to do when its AppendRecords action is acknowledged or fails, and Kafka's mapping of a failed
   append to the error a client should hear.
-* The :class:`Persistence` mixin of :class:`kcoord.group.coordinator.GroupCoordinatorState`:
-  emitting AppendRecords actions, dispatching their outcomes (in emission order) to the part of
-  the protocol that waits on them, encoding a group's metadata record, and rebuilding groups
-  from a replay of the partition.
+* :class:`Persistence`, the part of :class:`kcoord.group.coordinator.GroupCoordinatorState`
+  that owns the writes in flight: it emits AppendRecords actions, releases their outcomes in
+  emission order (the coordinator hands each to the part that waits on it), encodes a
+  group's metadata record, and rebuilds groups from a replay of the partition.
 """
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any, Iterable
 
 from ..protocol.errors import ErrorCode
 from .actions import AppendRecords
+from .context import CoordinatorContext
 from .metadata import EMPTY, STABLE, CommittedOffset, GroupMetadata, MemberMetadata
 from .records import (
     GroupKey,
@@ -146,28 +148,52 @@ def replay(
 
 
 class Persistence:
-    """AppendRecords actions, their outcomes, group records and replay (mixed into
-    GroupCoordinatorState)."""
+    """The AppendRecords in flight, in emission order, and the group record format."""
 
-    def _persist(self, records: list[Record], pending: PendingWrite, reason: str) -> int:
+    def __init__(self, ctx: CoordinatorContext) -> None:
+        self.ctx = ctx
+        self._next_persist_id = 1
+        self._inflight: OrderedDict[int, InflightWrite] = OrderedDict()
+
+    def persist(self, records: list[Record], pending: PendingWrite, reason: str) -> int:
         pid = self._next_persist_id
         self._next_persist_id += 1
         self._inflight[pid] = InflightWrite(pending)
-        self._out.append(AppendRecords(pid, records, reason))
+        self.ctx.emit(AppendRecords(pid, records, reason))
         return pid
 
-    def _complete_write(self, persist_id: int, pending: PendingWrite, code: int, now_ms: int) -> None:
-        """Apply the outcome of AppendRecords ``persist_id`` (called in emission order)."""
-        if isinstance(pending, CommitWrite):
-            self._complete_commit(pending, code, now_ms)
-        elif isinstance(pending, SyncWrite):
-            self._complete_sync_write(persist_id, pending, code, now_ms)
-        elif isinstance(pending, StaticJoinWrite):
-            self._complete_static_join(pending, code)
-        elif isinstance(pending, DeleteWrite):
-            self._complete_delete(pending, code, now_ms)
+    def __contains__(self, persist_id: int) -> bool:
+        return persist_id in self._inflight
 
-    def _group_record(self, group: GroupMetadata, assignments: dict[str, bytes], now_ms: int) -> Record:
+    def pending_ids(self) -> list[int]:
+        return list(self._inflight)
+
+    def settle(self, persist_id: int, error_code: int) -> list[tuple[int, PendingWrite, int]]:
+        """Record the outcome of AppendRecords ``persist_id`` and release, in emission order,
+        every write whose outcome is known and has no unsettled write before it: applying
+        outcomes in order keeps memory equal to what a replay of the log rebuilds. Unknown
+        ids release nothing."""
+        entry = self._inflight.get(persist_id)
+        if entry is None:
+            return []
+        entry.outcome = int(error_code)
+        done: list[tuple[int, PendingWrite, int]] = []
+        while self._inflight:
+            first_id, first = next(iter(self._inflight.items()))
+            if first.outcome is None:
+                break
+            del self._inflight[first_id]
+            done.append((first_id, first.pending, first.outcome))
+        return done
+
+    def abandon(self) -> list[PendingWrite]:
+        """Forget every write in flight (the partition is given up); returns them so their
+        waiters can be answered."""
+        pending = [entry.pending for entry in self._inflight.values()]
+        self._inflight.clear()
+        return pending
+
+    def group_record(self, group: GroupMetadata, assignments: dict[str, bytes], now_ms: int) -> Record:
         group.has_persisted_metadata = True
         members = [
             MemberValue(
@@ -192,7 +218,7 @@ class Persistence:
         )
         return group_record(GroupKey(group.group_id), value)
 
-    def _restore_group(self, group: GroupMetadata, gv: GroupValue, now_ms: int) -> None:
+    def restore_group(self, group: GroupMetadata, gv: GroupValue, now_ms: int) -> None:
         group.generation_id = gv.generation_id
         group.protocol_type = gv.protocol_type
         group.has_persisted_metadata = True
@@ -215,6 +241,6 @@ class Persistence:
                 assignment=mv.assignment,
             )
             group.add(member)
-            self._touch(group, member, now_ms)
+            self.ctx.touch(group, member, now_ms)
         group.protocol_type = gv.protocol_type
         group.leader = gv.leader if gv.leader in group.members else next(iter(group.members))

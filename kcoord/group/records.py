@@ -33,6 +33,14 @@ from ..protocol.errors import DecodeError, ErrorCode
 
 OFFSETS_TOPIC = "__consumer_offsets"
 
+# segment.bytes of __consumer_offsets: 16 MiB, not Kafka's 100 MiB. The cleaner never
+# touches the active segment, so a coordinator's load replays the live keys plus up to about
+# one segment of history; kcoord replays ~75k records/s per core (benchmarks/group_load.py),
+# so 16 MiB (~160k commits of ~100 bytes) bounds that to ~2 s where 100 MiB would be ~13 s.
+# The price is more files: the cleaner rewrites segments in place and never merges them, so
+# each rolled segment stays a file (possibly empty).
+OFFSETS_SEGMENT_BYTES = 16 * 2**20
+
 OFFSET_KEY_VERSION = 1
 GROUP_KEY_VERSION = 2
 COORDINATOR_KEY_VERSION = 3

@@ -1,24 +1,35 @@
 """Retention: expiring the offsets of Empty groups, and removing groups left with nothing.
 
-A mixin of :class:`kcoord.group.coordinator.GroupCoordinatorState`: it works on the
-coordinator's groups, timers and output; split out so that each file holds one part of the
-protocol. Each Empty group has one retention timer at its earliest expiry; the sweep writes
-tombstones nobody waits for (their failures are ignored, as in Kafka).
+A part of :class:`kcoord.group.coordinator.GroupCoordinatorState`, working on the shared
+:class:`~kcoord.group.context.CoordinatorContext`. Each Empty group has one retention timer
+at its earliest expiry; the sweep writes tombstones nobody waits for (their failures are
+ignored, as in Kafka). Groups are born here too (:meth:`Retention.new_group`), so that a
+group created by a request that then fails is still swept.
 """
 
 from __future__ import annotations
 
+from .context import CoordinatorContext
 from .metadata import EMPTY, CommittedOffset, GroupMetadata
-from .persistence import BackgroundWrite
+from .persistence import BackgroundWrite, Persistence
 from .records import GroupKey, OffsetKey, Record, group_record, offset_record
-
-
-# Timer key (RETENTION_TIMER, group_id): a group's next offset expiry or removal check.
-RETENTION_TIMER = "retention"
+from .timers import TimerKind
 
 
 class Retention:
-    """Offset expiry and removal of empty groups (mixed into GroupCoordinatorState)."""
+    """Offset expiry and removal of empty groups."""
+
+    def __init__(self, ctx: CoordinatorContext, persistence: Persistence) -> None:
+        self.ctx = ctx
+        self.persistence = persistence
+
+    def new_group(self, group_id: str, now_ms: int) -> GroupMetadata:
+        """Create and register a group for a request that names an unknown one."""
+        group = GroupMetadata(group_id, state_timestamp_ms=now_ms)
+        self.ctx.groups[group_id] = group
+        # A group created by a request that then fails must not linger forever.
+        self.reschedule(group, now_ms)
+        return group
 
     def _offset_expiry(self, group: GroupMetadata, committed: CommittedOffset) -> int:
         if committed.expire_timestamp_ms is not None:
@@ -30,25 +41,28 @@ class Retention:
             base = group.state_timestamp_ms
         else:
             base = committed.commit_timestamp_ms
-        return base + self.config.offsets_retention_ms
+        return base + self.ctx.config.offsets_retention_ms
 
-    def _reschedule_retention(self, group: GroupMetadata, now_ms: int) -> None:
-        key = (RETENTION_TIMER, group.group_id)
-        if group.state != EMPTY or self._groups.get(group.group_id) is not group:
-            self._timers.cancel(key)
+    def reschedule(self, group: GroupMetadata, now_ms: int) -> None:
+        """Arm the group's retention timer at its next expiry (only Empty groups have one)."""
+        ctx = self.ctx
+        key = (TimerKind.RETENTION, group.group_id)
+        if group.state != EMPTY or ctx.groups.get(group.group_id) is not group:
+            ctx.timers.cancel(key)
             return
         deadlines = [
             self._offset_expiry(group, o) for tp, o in group.offsets.items() if tp not in group.pending_offset_commits
         ]
         if group.is_removable():
             since = group.state_timestamp_ms if group.state_timestamp_ms is not None else now_ms
-            deadlines.append(since + self.config.offsets_retention_check_interval_ms)
+            deadlines.append(since + ctx.config.offsets_retention_check_interval_ms)
         if deadlines:
-            self._timers.set(key, min(deadlines))
+            ctx.timers.set(key, min(deadlines))
         else:
-            self._timers.cancel(key)
+            ctx.timers.cancel(key)
 
-    def _on_retention(self, group: GroupMetadata, now_ms: int) -> None:
+    def on_retention(self, group: GroupMetadata, now_ms: int) -> None:
+        ctx = self.ctx
         if group.state != EMPTY:
             return
         expired = sorted(
@@ -59,13 +73,13 @@ class Retention:
         records: list[Record] = [offset_record(OffsetKey(group.group_id, t, p), None) for t, p in expired]
         for tp in expired:
             del group.offsets[tp]
-        self.stats.offsets_expired += len(expired)
+        ctx.stats.offsets_expired += len(expired)
         since = group.state_timestamp_ms if group.state_timestamp_ms is not None else now_ms
-        if group.is_removable() and since + self.config.offsets_retention_check_interval_ms <= now_ms:
-            del self._groups[group.group_id]
+        if group.is_removable() and since + ctx.config.offsets_retention_check_interval_ms <= now_ms:
+            del ctx.groups[group.group_id]
             if group.has_persisted_metadata:
                 records.append(group_record(GroupKey(group.group_id), None))
         else:
-            self._reschedule_retention(group, now_ms)
+            self.reschedule(group, now_ms)
         if records:
-            self._persist(records, BackgroundWrite(), f"retention of group {group.group_id}")
+            self.persistence.persist(records, BackgroundWrite(), f"retention of group {group.group_id}")

@@ -10,7 +10,20 @@ from __future__ import annotations
 
 import heapq
 import itertools
+from enum import Enum
 from typing import Hashable
+
+
+class TimerKind(str, Enum):
+    """What a coordinator timer key ``(kind, group_id, ...)`` is for; one place, so the
+    parts that arm a timer and the dispatcher that fires it agree on the names."""
+
+    # (SESSION, group_id, member_id): a member's (or pending member's) session.
+    SESSION = "session"
+    # (JOIN, group_id): the end of a group's join phase.
+    JOIN = "join"
+    # (RETENTION, group_id): a group's next offset expiry or removal check.
+    RETENTION = "retention"
 
 
 class Timers:

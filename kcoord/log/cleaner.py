@@ -12,7 +12,9 @@ One pass of :func:`clean` over a :class:`~kcoord.log.Log`, Kafka's LogCleaner ru
   cleanable segment keeping a record when no later record of its key exists below the
   cleanable end. A tombstone (null value) that is the last of its key is kept until its
   timestamp is older than ``delete.retention.ms``, so consumers that are reading see it;
-  then it goes too. Records without a key are kept (a compacted topic refuses new ones).
+  then it goes too -- except the log's last record, so that every offset below the log end
+  still reads a batch at or after it (an idle roll can leave the active segment empty).
+  Records without a key are kept (a compacted topic refuses new ones).
 - Offsets never change. A batch that loses records is rebuilt as one batch per run of kept
   records, each with its first record's base offset (so every batch stays contiguous inside,
   as every reader expects, and the log has gaps between batches instead). A segment may
@@ -141,6 +143,9 @@ def clean(log: "Log", now_ms: int, high_watermark: int | None = None, *, force: 
 
     # 2. rewrite each cleanable segment with what survives
     horizon = now_ms - cfg.delete_retention_ms
+    # The log's last record stays even as an expired tombstone: a read below the log end
+    # must find a batch, and a segment rolled while idle leaves the active one empty.
+    last_record = log.log_end_offset - 1
     for seg in segs:
         parts: list[bytes] = []
         headers = []
@@ -151,7 +156,7 @@ def clean(log: "Log", now_ms: int, high_watermark: int | None = None, *, force: 
             result.bytes_read += len(raw)
             n = len(d.values)
             result.records_read += n
-            keep = _survivors(d, last, horizon, result)
+            keep = _survivors(d, last, horizon, result, last_record)
             if len(keep) == n:
                 pieces = [raw]
             else:
@@ -180,8 +185,8 @@ def decode_header(batch: bytes):
     return read_header(batch)
 
 
-def _survivors(d: DecodedBatch, last: dict, horizon: int, result: CleanResult) -> list[int]:
-    """Positions of the records of ``d`` that stay."""
+def _survivors(d: DecodedBatch, last: dict, horizon: int, result: CleanResult, last_record: int) -> list[int]:
+    """Positions of the records of ``d`` that stay (the log's ``last_record`` always does)."""
     h = d.header
     base = h.base_offset
     n = len(d.values)
@@ -202,7 +207,7 @@ def _survivors(d: DecodedBatch, last: dict, horizon: int, result: CleanResult) -
         if newest > off:
             result.records_removed += 1
             continue
-        if values[i] is None:
+        if values[i] is None and off != last_record:
             ts = stamps[i] if stamps is not None else h.first_timestamp
             if ts < horizon:
                 result.records_removed += 1

@@ -172,6 +172,11 @@ class Log(BaseLog):
         # A recovery point past the LEO (recovery cut fsynced data, or a crash inside
         # truncate_fully_and_start_at) would let later segments skip their CRC scan.
         self._set_recovery_point(self.log_end_offset)
+        if len(self._segments) > 1 and self._segments[1].base_offset <= self._log_start:
+            # The log start offset was persisted above whole segments that an I/O error or
+            # a crash kept from being deleted (DeleteRecords, a follower learning its
+            # leader's): finish that, or they would count in the size and stay forever.
+            self._delete_old_segments(self._now, None, False)
         if report.clean_shutdown:
             fs.unlink(marker)  # from now on a crash must be noticed
         fs.fsync_dir(self.directory)

@@ -112,6 +112,10 @@ METADATA_REFRESH = frozenset(
         ErrorCode.REPLICA_NOT_AVAILABLE,
         ErrorCode.NOT_COORDINATOR,
         ErrorCode.COORDINATOR_NOT_AVAILABLE,
+        # The replica's log went offline (KIP-112): the controller moves leadership away,
+        # so ask it again rather than retry the same replica (Kafka's KafkaStorageException
+        # is an InvalidMetadataException too).
+        ErrorCode.KAFKA_STORAGE_ERROR,
     }
 )
 

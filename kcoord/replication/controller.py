@@ -863,7 +863,12 @@ class ControllerState:
     def partition_counts(self) -> dict[str, int]:
         under = sum(1 for p in self.partitions.values() if p.leader != NO_LEADER and len(p.isr) < len(p.replicas))
         offline = sum(1 for p in self.partitions.values() if p.leader == NO_LEADER)
-        return {"partitions": len(self.partitions), "under_replicated_partitions": under, "offline_partitions": offline}
+        return {
+            "partitions": len(self.partitions),
+            "under_replicated_partitions": under,
+            "offline_partitions": offline,
+            "offline_log_replicas": len(self.offline_logs),  # KIP-112: logs an I/O error took offline
+        }
 
     def metrics_snapshot(self) -> dict[str, float]:
         snap: dict[str, Any] = self.metrics.snapshot()

@@ -12,8 +12,10 @@ partition count. Pure rules for the controller core, which persists and announce
 * **Create partitions** only grows a topic; new partitions continue the creation's
   round-robin placement (``topic_plan.spread_replicas``).
 
-``__consumer_offsets`` refuses what would lose group state: retention and cleanup changes
-(its records are the committed offsets) and new partitions (groups hash to partitions).
+``__consumer_offsets`` refuses what would lose group state: retention changes and any
+cleanup.policy but ``compact`` (its records are the committed offsets; a cluster deployed
+before it was compacted may switch to compact) and new partitions (groups hash to
+partitions).
 """
 
 from __future__ import annotations
@@ -47,8 +49,9 @@ class AlterOp(IntEnum):
 
 
 # Keys of the internal offsets topic that decide what of it is kept: changing them could
-# delete committed offsets and group metadata.
+# delete committed offsets and group metadata. cleanup.policy may only be set to compact.
 PROTECTED_INTERNAL_KEYS = frozenset({"retention.ms", "retention.bytes", "cleanup.policy"})
+INTERNAL_CLEANUP_POLICY = "compact"
 
 
 def builtin_defaults() -> dict[str, str]:
@@ -101,10 +104,11 @@ def apply_alter_ops(topic: TopicState, ops: list[AlterConfigOp], cluster_default
         seen.add(op.name)
         if op.name not in TOPIC_CONFIG_KEYS:
             raise KafkaError(ErrorCode.INVALID_CONFIG, f"unknown topic config {op.name!r}; known keys: {sorted(TOPIC_CONFIG_KEYS)}")
-        if topic.internal and op.name in PROTECTED_INTERNAL_KEYS:
+        compacting = op.name == "cleanup.policy" and op.op == AlterOp.SET and str(op.value).strip().lower() == INTERNAL_CLEANUP_POLICY
+        if topic.internal and op.name in PROTECTED_INTERNAL_KEYS and not compacting:
             raise KafkaError(
                 ErrorCode.POLICY_VIOLATION,
-                f"{op.name!r} of internal topic {topic.name!r} cannot be changed: its records are the groups' committed offsets",
+                f"{op.name!r} of internal topic {topic.name!r} cannot be changed (except cleanup.policy=compact): its records are the groups' committed offsets",
             )
         if op.op == AlterOp.SET:
             if op.value is None:

@@ -90,3 +90,51 @@ def test_the_core_imports_no_ray() -> None:
         for path in _modules(folder):
             bad = {m for m in _imports(_tree(path)) if m.split(".")[0] in ("ray", "actors", "cluster")}
             assert not bad, f"{path.relative_to(REPO)} (core) imports {sorted(bad)}"
+
+
+def _own_attributes(cls: ast.ClassDef) -> set[str]:
+    """Names a class defines: its methods and class attributes, and whatever its methods
+    assign on ``self``."""
+    out: set[str] = set()
+    for node in cls.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            out.add(node.name)
+        elif isinstance(node, ast.Assign):
+            out.update(t.id for t in node.targets if isinstance(t, ast.Name))
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            out.add(node.target.id)
+    for node in ast.walk(cls):
+        if isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+            for target in node.targets if isinstance(node, ast.Assign) else [node.target]:
+                out.update(
+                    sub.attr
+                    for sub in ast.walk(target)
+                    if isinstance(sub, ast.Attribute) and isinstance(sub.value, ast.Name) and sub.value.id == "self"
+                )
+    return out
+
+
+def test_core_state_machines_share_state_explicitly_not_through_mixins() -> None:
+    """Issue #15: a part of a state machine gets what it shares with the others through its
+    constructor (ReplicaState, CoordinatorContext), so every ``self.x`` a class reads is
+    defined by that class or a base class of the same package, never by a sibling mixin's
+    ``__init__``. (Classes with bases from elsewhere, e.g. enums, are not checked.)"""
+    for folder in ("kcoord/group", "kcoord/replication"):
+        classes = {
+            node.name: node
+            for path in _modules(folder)
+            for node in ast.walk(_tree(path))
+            if isinstance(node, ast.ClassDef)
+        }
+        for name, cls in classes.items():
+            bases = [ast.unparse(b) for b in cls.bases]
+            if any(b not in classes for b in bases):
+                continue
+            defined = _own_attributes(cls).union(*(_own_attributes(classes[b]) for b in bases))
+            read = {
+                n.attr
+                for n in ast.walk(cls)
+                if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id == "self"
+            }
+            foreign = sorted(a for a in read - defined if not a.startswith("__"))
+            assert not foreign, f"{folder}: {name} reads self.{', self.'.join(foreign)} that only another class defines"

@@ -75,6 +75,9 @@ def test_internal_errors_are_the_public_classes():
     assert isinstance(OffsetOutOfRange(5, 0, 3), kcoord.OffsetOutOfRangeError)
     storage = LogStorageError("disk gone", errno=5)
     assert isinstance(storage, kcoord.KafkaStorageError) and storage.errno == 5 and storage.retriable
+    # as in Kafka (KafkaStorageException is an InvalidMetadataException): the leader's log
+    # went offline and the controller moves leadership, so clients ask who leads now
+    assert storage.needs_metadata_refresh
     corrupt = CorruptRecordError("bad crc")
     assert isinstance(corrupt, kcoord.CorruptRecordError) and corrupt.code == ErrorCode.CORRUPT_MESSAGE
     assert pickle.loads(pickle.dumps(corrupt)).message == "bad crc"

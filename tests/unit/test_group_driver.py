@@ -32,9 +32,10 @@ class Leader:
     through the clock (never inline), like any transport; parked requests (long polls,
     acks=all produces) are answered when the replica core says so."""
 
-    def __init__(self, clock: ManualClock) -> None:
+    def __init__(self, clock: ManualClock, log: Any = None) -> None:
         self.clock = clock
-        self.replica = Replica(OFFSETS_TOPIC, 0, 0, MemoryLog(LogConfig(flush_messages=1)), now_ms=clock.now)
+        log = MemoryLog(LogConfig(flush_messages=1)) if log is None else log
+        self.replica = Replica(OFFSETS_TOPIC, 0, 0, log, now_ms=clock.now)
         self._tokens = itertools.count()
         self._pending: dict[int, Callable] = {}
         self.handle(LeaderAndIsrRequest(1, OFFSETS_TOPIC, 0, leader=0, leader_epoch=1, partition_epoch=1, isr=[0], replicas=[0]))
@@ -176,3 +177,15 @@ def test_an_append_with_an_unknown_outcome_moves_to_a_new_epoch():
     assert got[0].topics["t"][0] == ErrorCode.NONE
     (h,) = [h for _, h in records.iter_headers(leader.produced[-1].records)]
     assert (h.producer_epoch, h.base_sequence) == (epoch + 1, 0)
+
+
+def test_a_refused_fence_bids_a_higher_epoch_even_when_the_log_shows_none():
+    """The leader's producer state may hold an epoch no batch of the log shows any more; a
+    fence refused at epoch e is retried at e + 1 rather than at e forever."""
+    clock = ManualClock(1_000_000)
+    leader = Leader(clock)
+    leader.refuse = lambda req: ErrorCode.INVALID_PRODUCER_EPOCH if next(records.iter_headers(req.records))[1].producer_epoch < 3 else None
+    d = driver_on(leader, clock)
+    clock.run_until(clock.now + 2_000)
+    assert d.loaded and d.producer_epoch == 3
+    assert [next(records.iter_headers(req.records))[1].producer_epoch for req in leader.produced] == [0, 1, 2, 3]

@@ -214,3 +214,19 @@ def test_power_loss_at_every_io_call_of_a_cleaning_pass_leaves_the_old_or_the_ne
         clean(again, T0 + 1000, force=True)
         assert records(again) == new, k
         again.close()
+
+
+def test_the_last_record_stays_when_the_active_segment_is_empty(tmp_path):
+    """A segment rolled while idle leaves the active segment empty; were the cleaner to
+    remove the expired tombstones at the end of the log, a read between the last surviving
+    batch and the log end would find nothing (it raised IndexError)."""
+    log = compact_log(tmp_path, delete_retention_ms=10, segment_ms=1_000)
+    log.append(R.build_batch([(b"a", b"1")], timestamp_ms=T0), leader_epoch=0, now_ms=T0)
+    log.append(R.build_batch([(b"b", None), (b"c", None), (b"d", None)], timestamp_ms=T0), leader_epoch=0, now_ms=T0)
+    log.checkpoint_high_watermark(log.log_end_offset)
+    assert log.maybe_roll(T0 + 5_000) and log.segments[-1].size_bytes == 0
+    result = clean(log, T0 + 5_000)
+    assert result.tombstones_removed == 2  # b and c go, d is the log's last record
+    assert [(r.offset, r.key, r.value) for r in records(log)] == [(0, b"a", b"1"), (3, b"d", None)]
+    for offset in range(1, log.log_end_offset):
+        assert R.read_header(log.read(offset, 1 << 20)).base_offset == 3

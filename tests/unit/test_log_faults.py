@@ -125,6 +125,13 @@ CASES = {
     "full truncation": Case("unlink", "*.log", lambda log: log.truncate_fully_and_start_at(100), floor=0, start_may_move=True),
     "producer snapshot at close": Case("write", "*.producer-snapshot.tmp", lambda log: log.close()),
     "read": Case("read", "*.log", lambda log: log.read(0, 1 << 20)),
+    "index write at a roll": Case("write", "*.index", roll),
+    "index fsync when a rolled segment is synced": Case("fsync", "*.index", lambda log: log.maybe_flush(NOW), setup=roll),
+    "roll by segment.ms": Case("open", "*.log", lambda log: log.maybe_roll(NOW + 60_000), config={"segment_ms": 1000}),
+    "log start offset checkpoint": Case("write", "*/log-start-offset-checkpoint.tmp", lambda log: log.advance_log_start_offset(6),
+                                        start_may_move=True),
+    "segment delete below a new log start": Case("unlink", "*.log", lambda log: log.advance_log_start_offset(log.segments[1].base_offset),
+                                                 setup=roll, start_may_move=True, config={"segment_bytes": 400}),
 }
 
 

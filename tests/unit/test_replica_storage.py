@@ -11,9 +11,11 @@ from __future__ import annotations
 import errno
 import random
 
+import pytest
+
 from replication_helpers import batch, call, lai, leader_and_isr, produce, replies
 
-from kcoord.log import Log, LogConfig
+from kcoord.log import Log, LogConfig, LogStorageError
 from kcoord.protocol.controller import HeartbeatRequest
 from kcoord.protocol.errors import ErrorCode
 from kcoord.protocol.replication import FetchRequest, ProduceRequest
@@ -73,3 +75,95 @@ def test_a_follower_whose_append_fails_stops_fetching_and_says_so():
     actions = follower.on_fetch_response(req, data, 5)
     assert actions == [] and follower.role == OFFLINE and follower.follower_state is None
     assert follower.tick(10_000) == []
+
+
+# -- every write a replica makes on its own takes it OFFLINE, and its heartbeat says so ----
+
+
+def keyed(i: int) -> bytes:
+    from kcoord.records import build_batch
+
+    return build_batch([(b"k%d" % (i % 3), b"v" * 60)], timestamp_ms=0)
+
+
+def sole_leader(disk: SimDisk, log_config: LogConfig, **cfg) -> Replica:
+    """The only replica of its partition, leading: acks=1 appends move its HW at once."""
+    log = Log("/m/broker-0/t-0", log_config, now_ms=0, fs=disk)
+    r = Replica(TOPIC, 0, 0, log, ReplicationConfig(**cfg), 0, incarnation="i1")
+    leader_and_isr(r, lai(0, 1, (0,), replicas=(0,)))
+    return r
+
+
+def fill_segments(r: Replica, count: int, now: int = 0) -> None:
+    for i in range(count):
+        answer = call(r, ProduceRequest(TOPIC, 0, keyed(i), acks=1), now)[0]
+        assert answer.error_code == ErrorCode.NONE, answer
+
+
+UPKEEP_CASES = {
+    # (the failing operation and path, the log config, replication config, how time moves)
+    "segment.ms roll": ("open", "*.log", LogConfig(segment_ms=1000), {"log_retention_check_interval_ms": 500}),
+    "retention delete": ("unlink", "*.log", LogConfig(segment_bytes=400, retention_bytes=500), {"log_retention_check_interval_ms": 500}),
+    "flush.ms fsync": ("fsync", "*.log", LogConfig(flush_ms=100), {}),
+    # (the cleaned segments come out empty here: their temporary files are created and
+    # fsynced but never written to)
+    "cleaner rewrite": ("open", "*.cleaned.tmp", LogConfig(segment_bytes=400, cleanup_policy="compact", min_cleanable_dirty_ratio=0.0),
+                        {"log_cleaner_backoff_ms": 500}),
+    "cleaner fsync": ("fsync", "*.cleaned.tmp", LogConfig(segment_bytes=400, cleanup_policy="compact", min_cleanable_dirty_ratio=0.0),
+                      {"log_cleaner_backoff_ms": 500}),
+    "cleaner rename": ("replace", "*.cleaned.tmp", LogConfig(segment_bytes=400, cleanup_policy="compact", min_cleanable_dirty_ratio=0.0),
+                       {"log_cleaner_backoff_ms": 500}),
+}
+
+
+@pytest.mark.parametrize("name", list(UPKEEP_CASES))
+@pytest.mark.parametrize("err", [errno.ENOSPC, errno.EIO], ids=["ENOSPC", "EIO"])
+def test_an_io_error_in_the_replicas_own_upkeep_takes_it_offline(name, err):
+    op, pattern, log_config, cfg = UPKEEP_CASES[name]
+    disk = SimDisk(random.Random(5))
+    r = sole_leader(disk, log_config, **cfg)
+    fill_segments(r, 20)
+    leo = r.log.log_end_offset
+    rule = disk.fail(op, pattern, err)
+    now = 0
+    while r.role is LEADER and now < 120_000:  # the replica's own timers, nothing else
+        now = max(now + 1, r.next_deadline() or now + 1)
+        r.tick(now)
+    assert rule.fired == 1, f"{name}: the fault was never hit"
+    assert r.role is OFFLINE and r.log.offline and r.next_deadline() is None
+    assert r.log.offline_error.errno == err and str(disk.rules) == "[]"
+    beat = call(r, HeartbeatRequest(), now)[0]
+    assert beat.error_code == ErrorCode.KAFKA_STORAGE_ERROR and beat.role == "offline"
+    assert "broker 0 failed" in beat.error_message and "failed: [Errno" in beat.error_message
+    assert (beat.log_start_offset, beat.log_end_offset) == (-1, -1), "an offline log reports no offsets"
+    produced = call(r, ProduceRequest(TOPIC, 0, keyed(99), acks=1), now)[0]
+    assert produced.error_code == ErrorCode.KAFKA_STORAGE_ERROR
+    r.close(now)
+    again = Log("/m/broker-0/t-0", log_config, now_ms=now, fs=disk)  # the restart's reopen
+    assert again.log_end_offset == leo, "nothing acknowledged is lost"
+
+
+def test_a_producer_snapshot_failing_at_a_roll_fails_the_produce_and_the_replica():
+    disk = SimDisk(random.Random(6))
+    r = sole_leader(disk, LogConfig(segment_bytes=400))
+    fill_segments(r, 3)
+    disk.fail("write", "*.producer-snapshot.tmp", errno.ENOSPC)
+    answers = [call(r, ProduceRequest(TOPIC, 0, keyed(i), acks=1), 1)[0] for i in range(10)]
+    failed = [a for a in answers if a.error_code != ErrorCode.NONE]
+    assert failed and all(a.error_code == ErrorCode.KAFKA_STORAGE_ERROR for a in failed)
+    assert r.role is OFFLINE
+    assert call(r, HeartbeatRequest(), 2)[0].error_code == ErrorCode.KAFKA_STORAGE_ERROR
+
+
+def test_a_log_that_failed_outside_the_core_is_never_reported_healthy():
+    """The actor shell reads the log itself (read_log, for tests and tools): an EIO there
+    takes the log offline without the core seeing it. The next heartbeat must say so."""
+    disk = SimDisk(random.Random(7))
+    r = sole_leader(disk, LogConfig())
+    fill_segments(r, 3)
+    disk.fail("read", "*.log", errno.EIO)
+    with pytest.raises(LogStorageError):
+        r.log.read(0, 1 << 20)
+    beat = call(r, HeartbeatRequest(), 1)[0]
+    assert beat.error_code == ErrorCode.KAFKA_STORAGE_ERROR and beat.role == "offline"
+    assert r.role is OFFLINE and r.next_deadline() is None

@@ -173,6 +173,8 @@ def test_internal_topic_refuses_changes_that_would_lose_group_state():
         assert actions == []
     resp, _ = alter(h, SET("max.message.bytes", "4096"), topic="__consumer_offsets")
     assert resp.error_code == 0
+    resp, _ = alter(h, SET("cleanup.policy", "compact"), topic="__consumer_offsets")  # an older cluster's upgrade
+    assert resp.error_code == 0 and h.core.topics["__consumer_offsets"].config["cleanup.policy"] == "compact"
     d = {e.name: e for e in resp.configs}
     assert d["retention.ms"].read_only and not d["max.message.bytes"].read_only
     resp, actions = h.core.create_partitions(CreatePartitionsRequest(topic="__consumer_offsets", count=3), 0)
