@@ -24,9 +24,12 @@ from kcoord.protocol import names
 from kcoord.protocol.codec import Message
 from kcoord.protocol.controller import (
     AlterPartitionRequest,
+    CreatePartitionsRequest,
     CreateTopicsRequest,
     DeleteTopicsRequest,
     DescribeClusterRequest,
+    DescribeConfigsRequest,
+    IncrementalAlterConfigsRequest,
     InitProducerIdRequest,
     MetadataRequest,
 )
@@ -262,6 +265,15 @@ class FailoverCoordinator:
 
     async def describe_cluster(self, data: bytes) -> bytes:
         return await self._serve(data, DescribeClusterRequest)
+
+    async def describe_configs(self, data: bytes) -> bytes:
+        return await self._serve(data, DescribeConfigsRequest)
+
+    async def alter_configs(self, data: bytes) -> bytes:
+        return await self._serve(data, IncrementalAlterConfigsRequest)
+
+    async def create_partitions(self, data: bytes) -> bytes:
+        return await self._serve(data, CreatePartitionsRequest)
 
     async def rebalance_leaders(self) -> int:
         """Move leadership back to preferred replicas now (admin/testing)."""

@@ -28,6 +28,7 @@ from kcoord.protocol.codec import Message
 from kcoord.protocol.controller import HeartbeatRequest, LeaderAndIsrRequest
 from kcoord.protocol.errors import DecodeError
 from kcoord.protocol.replication import (
+    DeleteRecordsRequest,
     FetchRequest,
     ListOffsetsRequest,
     OffsetsForLeaderEpochRequest,
@@ -158,6 +159,9 @@ class ReplicaActor:
 
     async def offsets_for_leader_epoch(self, data: bytes) -> bytes:
         return await self._serve(data, OffsetsForLeaderEpochRequest)
+
+    async def delete_records(self, data: bytes) -> bytes:
+        return await self._serve(data, DeleteRecordsRequest)
 
     async def leader_and_isr(self, data: bytes) -> bytes:
         return await self._serve(data, LeaderAndIsrRequest)

@@ -29,6 +29,8 @@ _LAZY = {
     "ClusterClient": "kcoord.client.cluster",
     "Admin": "kcoord.client.admin",
     "NewTopic": "kcoord.client.admin",
+    "NewPartitions": "kcoord.client.admin",
+    "ConfigResource": "kcoord.client.admin",
     "AIOProducer": "kcoord.client.aio",
     "AIOConsumer": "kcoord.client.aio",
     "Producer": "kcoord.client.producer",

@@ -1,4 +1,4 @@
-"""``kcoord topics create|list|describe|delete``."""
+"""``kcoord topics create|list|describe|delete|describe-config|alter-config|add-partitions|delete-records``."""
 
 from __future__ import annotations
 
@@ -16,13 +16,17 @@ pass_env = click.make_pass_decorator(Env)
 
 @click.group("topics", no_args_is_help=True)
 def topics() -> None:
-    """Create, list, describe and delete topics.
+    """Create, list, describe, change and delete topics.
 
     \b
     Examples:
       kcoord topics create events --partitions 6 --replication-factor 3
       kcoord topics list
       kcoord topics describe events
+      kcoord topics describe-config events
+      kcoord topics alter-config events --set retention.ms=3600000 --delete segment.bytes
+      kcoord topics add-partitions events --count 12
+      kcoord topics delete-records events --partition 0 --offset 1000
       kcoord topics delete events
     """
 
@@ -130,6 +134,122 @@ def delete(env: Env, topic: str, if_exists: bool) -> None:
             return
         raise
     env.out.print(f"deleted topic {topic!r}")
+
+
+@topics.command("describe-config")
+@click.argument("topic")
+@click.option("--overrides", is_flag=True, help="Only the keys set on the topic itself.")
+@click.option("--json", "as_json", is_flag=True, help="Print {key: {value, source, is_default, read_only}} as JSON.")
+@pass_env
+def describe_config(env: Env, topic: str, overrides: bool, as_json: bool) -> None:
+    """Show every config key of a topic, its value and where the value comes from.
+
+    SOURCE is Kafka's: DYNAMIC_TOPIC_CONFIG (set on the topic, by create -c or
+    alter-config), STATIC_BROKER_CONFIG (the cluster's default topic config, given at
+    deploy) or DEFAULT_CONFIG (kcoord's built-in default).
+
+    \b
+    Examples:
+      kcoord topics describe-config events
+      kcoord topics describe-config events --overrides --json
+    """
+    configs = env.admin().describe_topic_config(topic)
+    if overrides:
+        configs = {k: v for k, v in configs.items() if not v["is_default"]}
+    if as_json:
+        click.echo(json.dumps(configs, indent=2, sort_keys=True), file=env.stdout)
+        return
+    table = Table(title=f"topic {topic!r} config", title_justify="left")
+    for col in ("key", "value", "source"):
+        table.add_column(col)
+    for key, entry in sorted(configs.items()):
+        source = entry["source"] + (" (read-only)" if entry["read_only"] else "")
+        table.add_row(key, "" if entry["value"] is None else str(entry["value"]), source)
+    env.out.print(table)
+
+
+@topics.command("alter-config")
+@click.argument("topic")
+@click.option("--set", "set_", multiple=True, metavar="KEY=VALUE", help="Give a key a new value (repeatable).")
+@click.option("--delete", "delete_", multiple=True, metavar="KEY", help="Put a key back to its default (repeatable).")
+@click.option("--validate-only", is_flag=True, help="Check the change and show the result without applying it.")
+@pass_env
+def alter_config(env: Env, topic: str, set_: tuple[str, ...], delete_: tuple[str, ...], validate_only: bool) -> None:
+    """Change some config keys of a topic; the others keep their values.
+
+    The new config is checked like a creation config (unknown keys and bad values are
+    refused, naming the key), stored by the controller and applied by the running replicas
+    without a restart before the command returns. Retention of the internal
+    __consumer_offsets topic cannot be changed, nor its cleanup.policy but to compact.
+
+    \b
+    Examples:
+      kcoord topics alter-config events --set retention.ms=3600000
+      kcoord topics alter-config events --set min.insync.replicas=2 --delete segment.bytes
+      kcoord topics alter-config events --set max.message.bytes=1048576 --validate-only
+      kcoord topics alter-config __consumer_offsets --set cleanup.policy=compact
+    """
+    props = parse_properties(set_, what="--set")
+    if not props and not delete_:
+        raise click.UsageError("give at least one --set KEY=VALUE or --delete KEY")
+    both = sorted(set(props) & set(delete_))
+    if both:
+        raise click.UsageError(f"{', '.join(both)}: named by both --set and --delete")
+    configs = env.admin().alter_topic_config(topic, set=props, delete=list(delete_), validate_only=validate_only)
+    verb = "would set" if validate_only else "set"
+    changed = [f"{k}={configs[k]['value']}" for k in props] + [f"{k} back to its default ({configs[k]['value']})" for k in delete_]
+    env.out.print(f"topic {topic!r}: {verb} {', '.join(changed)}")
+
+
+@topics.command("add-partitions")
+@click.argument("topic")
+@click.option("--count", type=int, required=True, help="The new total number of partitions (more than now).")
+@click.option("--validate-only", is_flag=True, help="Check the change without applying it.")
+@pass_env
+def add_partitions(env: Env, topic: str, count: int, validate_only: bool) -> None:
+    """Grow a topic to --count partitions and wait until the new ones have leaders.
+
+    The count can only grow. New partitions are placed on the brokers as creation places
+    them; producers and consumers see them after their next metadata refresh. Keys that
+    hashed to one partition may hash to another from then on, as in Kafka.
+
+    \b
+    Examples:
+      kcoord topics add-partitions events --count 12
+      kcoord topics add-partitions events --count 12 --validate-only
+    """
+    from ..client.admin import NewPartitions
+
+    with env.err.status(f"adding partitions to {topic!r}..."):
+        result = env.admin().create_partitions({topic: NewPartitions(count)}, validate_only=validate_only)
+    if validate_only:
+        env.out.print(f"topic {topic!r} could grow to {result[topic]['num_partitions']} partitions")
+        return
+    env.out.print(f"topic {topic!r} now has {len(result[topic]['partitions'])} partitions")
+
+
+@topics.command("delete-records")
+@click.argument("topic")
+@click.option("-p", "--partition", "partitions", type=int, multiple=True, required=True, help="Partition (repeatable).")
+@click.option("--offset", type=int, required=True, help="Delete the records before this offset; -1 means the high watermark (all).")
+@pass_env
+def delete_records(env: Env, topic: str, partitions: tuple[int, ...], offset: int) -> None:
+    """Delete the records of partitions before --offset (Kafka's DeleteRecords).
+
+    The leader moves the partition's log start offset there; consumers positioned below
+    it get OFFSET_OUT_OF_RANGE and reset by their auto_offset_reset. The offset may not be
+    above the high watermark.
+
+    \b
+    Examples:
+      kcoord topics delete-records events --partition 0 --offset 1000
+      kcoord topics delete-records events -p 0 -p 1 --offset -1
+    """
+    from ..client.types import TopicPartition
+
+    result = env.admin().delete_records({TopicPartition(topic, p): offset for p in partitions})
+    for tp, info in sorted(result.items()):
+        env.out.print(f"{tp.topic}-{tp.partition}: records before {info['low_watermark']} deleted (low watermark {info['low_watermark']})")
 
 
 COMMANDS = [topics]

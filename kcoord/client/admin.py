@@ -1,10 +1,13 @@
 """Admin: topics, offsets, groups and cluster state (kafka-python's KafkaAdminClient).
 
 kafka-python's names: ``create_topics([NewTopic(...)], validate_only=...)``,
-``delete_topics``, ``list_consumer_group_offsets``, ``alter_consumer_group_offsets``,
-``describe_cluster``, ``list_topics``, ``close()`` (and ``with Admin(cluster) as admin``);
-kcoord's own, one topic or group at a time: ``create_topic``, ``delete_topic``,
-``describe_topic``, ``list_offsets``, ``describe_group``, ``reset_offsets``...
+``delete_topics``, ``create_partitions({topic: NewPartitions(n)})``,
+``describe_configs([ConfigResource("topic", name)])``, ``alter_configs`` (incremental),
+``delete_records({TopicPartition: offset})``, ``list_consumer_group_offsets``,
+``alter_consumer_group_offsets``, ``describe_cluster``, ``list_topics``, ``close()`` (and
+``with Admin(cluster) as admin``); kcoord's own, one topic or group at a time:
+``create_topic``, ``delete_topic``, ``describe_topic``, ``describe_topic_config``,
+``alter_topic_config``, ``list_offsets``, ``describe_group``, ``reset_offsets``...
 
 Errors are raised as :class:`KafkaError` subclasses with Kafka's code and a message that
 names the problem (InvalidTopicError, TopicAlreadyExistsError,
@@ -17,19 +20,28 @@ import time
 from typing import Any, Iterable, Mapping, NamedTuple
 
 from ..protocol.controller import (
+    AlterConfigOp,
+    ConfigEntry,
+    CreatePartitionsRequest,
+    CreatePartitionsResponse,
     CreateTopicsRequest,
     CreateTopicsResponse,
     DeleteTopicsRequest,
     DeleteTopicsResponse,
     DescribeClusterRequest,
     DescribeClusterResponse,
+    DescribeConfigsRequest,
+    DescribeConfigsResponse,
+    IncrementalAlterConfigsRequest,
+    IncrementalAlterConfigsResponse,
     MetadataRequest,
     MetadataResponse,
 )
 from ..calls import get_probing
 from ..protocol.errors import ErrorCode, KafkaError, raise_for_error
-from ..protocol.replication import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
+from ..protocol.replication import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, DeleteRecordsRequest, DeleteRecordsResponse
 from .cluster import ClusterClient
+from ..replication.topic_configs import AlterOp, ConfigSource
 from ..replication.topic_plan import default_replication_factor, plan_topic
 from .coordinator.commits import commit_offsets_outside_group, normalize_offsets
 from .coordinator.coordinators import GroupCoordinators
@@ -50,8 +62,55 @@ class NewTopic(NamedTuple):
     topic_configs: Mapping[str, Any] | None = None
 
 
+class NewPartitions(NamedTuple):
+    """The partition count a topic should grow to, for :meth:`Admin.create_partitions`
+    (kafka-python's NewPartitions). ``new_assignments`` lists the brokers of each new
+    partition (the first leads); None places them as topic creation does."""
+
+    total_count: int
+    new_assignments: list[list[int]] | None = None
+
+
+class ConfigResource(NamedTuple):
+    """A config resource (kafka-python's ConfigResource). kcoord has topic configs only:
+    ``resource_type`` is "topic" (or kafka-python's ConfigResourceType.TOPIC, or 2).
+    ``configs``: for :meth:`Admin.alter_configs` ``{key: value}`` (None deletes the key,
+    back to its default); for :meth:`Admin.describe_configs` the keys to describe (None:
+    all)."""
+
+    resource_type: Any
+    name: str
+    configs: Any = None
+
+
 def _config_strings(config: Mapping[str, Any] | None) -> dict[str, str]:
-    return {str(k): (str(v).lower() if isinstance(v, bool) else str(v)) for k, v in (config or {}).items()}
+    return {str(k): _config_string(v) for k, v in (config or {}).items()}
+
+
+def _config_string(value: Any) -> str:
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def _topic_resource(resource: Any) -> ConfigResource:
+    if isinstance(resource, str):
+        return ConfigResource("topic", resource)
+    res = ConfigResource(*resource)
+    kind = getattr(res.resource_type, "name", res.resource_type)
+    if not (str(kind).lower() == "topic" or kind == 2):
+        raise KafkaError(ErrorCode.INVALID_REQUEST, f"kcoord has topic configs only, not {res.resource_type!r} configs ({res.name!r})")
+    return res
+
+
+def _described(entries: list[ConfigEntry]) -> dict[str, dict]:
+    return {
+        e.name: {
+            "value": e.value,
+            "source": ConfigSource(e.source).name if e.source in ConfigSource._value2member_map_ else str(e.source),
+            "is_default": e.source != ConfigSource.DYNAMIC_TOPIC_CONFIG,
+            "read_only": e.read_only,
+        }
+        for e in entries
+    }
 
 
 class Admin:
@@ -188,6 +247,120 @@ class Admin:
         response = self.cluster.call_controller("delete_topic", DeleteTopicsRequest(name=name), DeleteTopicsResponse, timeout_ms=timeout_ms)
         raise_for_error(response.error_code, response.error_message or "")
         self.cluster.invalidate(name)
+
+    # -- changing topics ---------------------------------------------------------------------
+    def create_partitions(
+        self, topic_partitions: Mapping[str, NewPartitions | int], timeout_ms: int | None = None, validate_only: bool = False
+    ) -> dict[str, dict]:
+        """Grow each topic to ``NewPartitions(total_count)`` partitions (kafka-python's
+        ``create_partitions``; a plain int is the total count too). The count only grows
+        (INVALID_PARTITIONS otherwise); new partitions are placed as creation places them
+        and have leaders when this returns. Producers and consumers see them after their
+        next metadata refresh. Returns ``{topic: describe_topic(topic)}`` (with
+        ``validate_only``: ``{topic: {"num_partitions"}}``, nothing changed)."""
+        self._check_open()
+        timeout = 120_000 if timeout_ms is None else timeout_ms
+        out: dict[str, dict] = {}
+        for topic, spec in topic_partitions.items():
+            if not isinstance(spec, NewPartitions):
+                spec = NewPartitions(spec) if isinstance(spec, int) and not isinstance(spec, bool) else NewPartitions(*spec)
+            if not isinstance(spec.total_count, int) or isinstance(spec.total_count, bool):
+                raise KafkaError(ErrorCode.INVALID_PARTITIONS, f"total_count must be an integer, got {spec.total_count!r}")
+            assignment = [[int(b) for b in reps] for reps in spec.new_assignments] if spec.new_assignments is not None else None
+            request = CreatePartitionsRequest(topic=topic, count=spec.total_count, assignment=assignment, validate_only=validate_only)
+            response = self.cluster.call_controller("create_partitions", request, CreatePartitionsResponse, timeout_ms=timeout)
+            raise_for_error(response.error_code, response.error_message or "")
+            if validate_only:
+                assert response.topic is not None
+                out[topic] = {"num_partitions": len(response.topic.partitions)}
+                continue
+            self.cluster.invalidate(topic)
+            self.wait_for_leaders(topic, timeout_ms=timeout)
+            out[topic] = self.describe_topic(topic)
+        return out
+
+    def describe_topic_config(self, topic: str, keys: Iterable[str] | None = None) -> dict[str, dict]:
+        """``{key: {"value", "source", "is_default", "read_only"}}`` for every topic config
+        key (or ``keys``): ``source`` is Kafka's DYNAMIC_TOPIC_CONFIG (set on the topic),
+        STATIC_BROKER_CONFIG (the cluster's default topic config) or DEFAULT_CONFIG."""
+        self._check_open()
+        request = DescribeConfigsRequest(topic=topic, keys=None if keys is None else [str(k) for k in keys])
+        response = self.cluster.call_controller("describe_configs", request, DescribeConfigsResponse)
+        raise_for_error(response.error_code, response.error_message or "")
+        return _described(response.configs)
+
+    def describe_configs(self, config_resources: Iterable[Any], include_synonyms: bool = False) -> dict[str, dict[str, dict]]:
+        """kafka-python's ``describe_configs`` for topic resources (``ConfigResource("topic",
+        name)`` or a topic name): ``{topic: describe_topic_config(topic)}``.
+        ``include_synonyms`` is accepted and ignored (kcoord has no config synonyms)."""
+        out: dict[str, dict[str, dict]] = {}
+        for resource in config_resources:
+            res = _topic_resource(resource)
+            keys = None if res.configs is None else list(res.configs)
+            out[res.name] = self.describe_topic_config(res.name, keys)
+        return out
+
+    def alter_topic_config(
+        self, topic: str, set: Mapping[str, Any] | None = None, delete: Iterable[str] = (), validate_only: bool = False
+    ) -> dict[str, dict]:
+        """Change some of a topic's config keys (Kafka's IncrementalAlterConfigs): ``set``
+        gives keys new values, ``delete`` puts keys back to their default; other keys stay
+        as they are. Validated like a creation config (INVALID_CONFIG naming the key),
+        persisted by the controller, then applied by every live replica without a restart
+        before this returns. Returns :meth:`describe_topic_config` after the change."""
+        self._check_open()
+        ops = [AlterConfigOp(name=str(k), op=AlterOp.SET, value=None if v is None else _config_string(v)) for k, v in (set or {}).items()]
+        ops += [AlterConfigOp(name=str(k), op=AlterOp.DELETE) for k in delete]
+        request = IncrementalAlterConfigsRequest(topic=topic, ops=ops, validate_only=validate_only)
+        response = self.cluster.call_controller("alter_configs", request, IncrementalAlterConfigsResponse)
+        raise_for_error(response.error_code, response.error_message or "")
+        self.cluster.invalidate(topic)
+        return _described(response.configs)
+
+    def alter_configs(self, config_resources: Iterable[Any], validate_only: bool = False) -> dict[str, dict[str, dict]]:
+        """kafka-python's ``alter_configs`` with *incremental* semantics (as Kafka's
+        IncrementalAlterConfigs): each ``ConfigResource("topic", name, {key: value})`` sets
+        those keys, a value of None deletes the key (back to its default), and keys not named
+        keep their value -- unlike Kafka's legacy AlterConfigs, which replaced the whole set.
+        Returns ``{topic: describe_topic_config(topic)}`` after the change."""
+        out: dict[str, dict[str, dict]] = {}
+        for resource in config_resources:
+            res = _topic_resource(resource)
+            changes = dict(res.configs or {})
+            out[res.name] = self.alter_topic_config(
+                res.name,
+                set={k: v for k, v in changes.items() if v is not None},
+                delete=[k for k, v in changes.items() if v is None],
+                validate_only=validate_only,
+            )
+        return out
+
+    def delete_records(self, records_to_delete: Mapping[Any, int], timeout_ms: int | None = None) -> dict[TopicPartition, dict]:
+        """Kafka's DeleteRecords (kafka-python's ``delete_records``): for each
+        ``{TopicPartition: offset}`` the partition leader makes ``offset`` the log start
+        offset (-1: the high watermark); records below it are no longer readable and
+        consumers positioned there get OFFSET_OUT_OF_RANGE (then auto_offset_reset). An
+        offset above the high watermark is OFFSET_OUT_OF_RANGE. Returns ``{TopicPartition:
+        {"low_watermark": the leader's new log start offset}}``; followers follow with
+        their next fetch."""
+        self._check_open()
+        out: dict[TopicPartition, dict] = {}
+        for tp, offset in records_to_delete.items():
+            tp = TopicPartition(*tp)
+            if not isinstance(offset, int) or isinstance(offset, bool):
+                raise ValueError(f"offset for {tp.topic}-{tp.partition} must be an integer (-1: the high watermark), got {offset!r}")
+            self.cluster.partition_metadata(tp.topic, tp.partition, refresh=True)  # UNKNOWN_TOPIC_OR_PARTITION at once
+            response = self.cluster.call_leader(
+                tp.topic,
+                tp.partition,
+                "delete_records",
+                lambda epoch, tp=tp, offset=offset: DeleteRecordsRequest(tp.topic, tp.partition, offset, current_leader_epoch=epoch),
+                DeleteRecordsResponse,
+                timeout_ms=timeout_ms,
+            )
+            raise_for_error(response.error_code, response.error_message or f"DeleteRecords on {tp.topic}-{tp.partition} failed")
+            out[tp] = {"low_watermark": response.low_watermark}
+        return out
 
     def list_topics(self, internal: bool = False) -> list[str]:
         self._check_open()

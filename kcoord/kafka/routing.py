@@ -30,6 +30,8 @@ from ..protocol.controller import (
     DeleteTopicsResponse,
     DescribeClusterRequest,
     DescribeClusterResponse,
+    DescribeConfigsRequest,
+    DescribeConfigsResponse,
     InitProducerIdRequest,
     InitProducerIdResponse,
     MetadataRequest,
@@ -234,6 +236,9 @@ class Backend:
         resp = await self._controller("delete_topic", req, DeleteTopicsResponse, timeout=60.0)
         self.invalidate(req.name)
         return resp
+
+    async def describe_configs(self, req: DescribeConfigsRequest) -> DescribeConfigsResponse:
+        return await self._controller("describe_configs", req, DescribeConfigsResponse)
 
     async def init_producer_id(self, req: InitProducerIdRequest) -> InitProducerIdResponse:
         return await self._controller("init_producer_id", req, InitProducerIdResponse)

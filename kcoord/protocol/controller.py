@@ -1,6 +1,7 @@
 """Messages between the FailoverCoordinator (the controller), replicas and clients:
 Metadata, LeaderAndIsr, AlterPartition, Heartbeat, and the admin calls the controller
-serves (CreateTopics, DeleteTopics, InitProducerId, DescribeCluster)."""
+serves (CreateTopics, DeleteTopics, InitProducerId, DescribeCluster, DescribeConfigs,
+IncrementalAlterConfigs, CreatePartitions)."""
 
 from __future__ import annotations
 
@@ -233,3 +234,94 @@ class DescribeClusterResponse(Message):
     group_coordinators: int = 0
     # Failover/ISR metrics snapshot (names documented in kcoord.replication.metrics).
     metrics: dict[str, float] = field(default_factory=dict)
+
+
+@register
+class ConfigEntry(Message):
+    """One topic config key as DescribeConfigs reports it: its effective value and where
+    that comes from (``source``: Kafka's ConfigSource numbers, see
+    kcoord.replication.topic_configs.ConfigSource)."""
+
+    API_KEY: ClassVar[int] = 1032
+    name: str
+    value: str | None = None
+    source: int = 5  # DEFAULT_CONFIG
+    read_only: bool = False
+
+
+@register
+class DescribeConfigsRequest(Message):
+    """One topic's config; ``keys`` None means every topic config key."""
+
+    API_KEY: ClassVar[int] = 32
+    VERSION: ClassVar[int] = 1
+    topic: str
+    keys: list[str] | None = None
+
+
+@register
+class DescribeConfigsResponse(Message):
+    API_KEY: ClassVar[int] = 32
+    VERSION: ClassVar[int] = 1
+    IS_RESPONSE: ClassVar[bool] = True
+    error_code: int = 0
+    error_message: str | None = None
+    topic: str = ""
+    configs: list[ConfigEntry] = field(default_factory=list)
+
+
+@register
+class AlterConfigOp(Message):
+    """One key of an IncrementalAlterConfigs: ``op`` is Kafka's OpType (0 SET, 1 DELETE
+    back to the default; 2 APPEND and 3 SUBTRACT are refused)."""
+
+    API_KEY: ClassVar[int] = 1044
+    name: str
+    op: int = 0
+    value: str | None = None
+
+
+@register
+class IncrementalAlterConfigsRequest(Message):
+    """Change some keys of a topic's config, leaving the others as they are (KIP-339)."""
+
+    API_KEY: ClassVar[int] = 44
+    VERSION: ClassVar[int] = 1
+    topic: str
+    ops: list[AlterConfigOp] = field(default_factory=list)
+    validate_only: bool = False
+
+
+@register
+class IncrementalAlterConfigsResponse(Message):
+    """The topic's config after the change (what DescribeConfigs would answer)."""
+
+    API_KEY: ClassVar[int] = 44
+    VERSION: ClassVar[int] = 1
+    IS_RESPONSE: ClassVar[bool] = True
+    error_code: int = 0
+    error_message: str | None = None
+    configs: list[ConfigEntry] = field(default_factory=list)
+
+
+@register
+class CreatePartitionsRequest(Message):
+    """Grow ``topic`` to ``count`` partitions; ``assignment`` lists the brokers of each new
+    partition (None: placed as topic creation places them)."""
+
+    API_KEY: ClassVar[int] = 37
+    VERSION: ClassVar[int] = 1
+    topic: str
+    count: int
+    assignment: list[list[int]] | None = None
+    validate_only: bool = False
+
+
+@register
+class CreatePartitionsResponse(Message):
+    API_KEY: ClassVar[int] = 37
+    VERSION: ClassVar[int] = 1
+    IS_RESPONSE: ClassVar[bool] = True
+    error_code: int = 0
+    error_message: str | None = None
+    topic: TopicMetadata | None = None

@@ -130,3 +130,27 @@ class OffsetsForLeaderEpochResponse(Message):
     # it ends (the start of the next epoch, or the leader's LEO for its current epoch).
     leader_epoch: int = -1
     end_offset: int = -1
+
+
+@register
+class DeleteRecordsRequest(Message):
+    """Client -> partition leader: make ``offset`` the log start offset (Kafka's
+    DeleteRecords). -1 means the high watermark."""
+
+    API_KEY: ClassVar[int] = 21
+    VERSION: ClassVar[int] = 1
+    topic: str
+    partition: int
+    offset: int
+    current_leader_epoch: int = -1
+
+
+@register
+class DeleteRecordsResponse(Message):
+    API_KEY: ClassVar[int] = 21
+    VERSION: ClassVar[int] = 1
+    IS_RESPONSE: ClassVar[bool] = True
+    error_code: int = 0
+    error_message: str | None = None
+    low_watermark: int = -1  # the leader's log start offset after the deletion
+    leader_epoch: int = -1

@@ -13,20 +13,26 @@ Replicas are identified by :class:`ReplicaId` (topic, partition, broker).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ..protocol.controller import (
     AlterPartitionRequest,
     AlterPartitionResponse,
+    CreatePartitionsRequest,
+    CreatePartitionsResponse,
     CreateTopicsRequest,
     CreateTopicsResponse,
     DeleteTopicsRequest,
     DeleteTopicsResponse,
+    DescribeConfigsRequest,
+    DescribeConfigsResponse,
     HeartbeatRequest,
     HeartbeatResponse,
     InitProducerIdRequest,
     InitProducerIdResponse,
+    IncrementalAlterConfigsRequest,
+    IncrementalAlterConfigsResponse,
     LeaderAndIsrRequest,
     LeaderAndIsrResponse,
     MetadataRequest,
@@ -61,6 +67,7 @@ from .metadata import (
     topic_key,
     topic_metadata,
 )
+from .topic_configs import apply_alter_ops, describe_config, plan_new_partitions
 from .topic_plan import LOG_KEYS, TOPIC_CONFIG_KEYS, plan_topic
 
 __all__ = [
@@ -177,11 +184,11 @@ class ControllerState:
         for key, value in stored.items():
             if key.startswith("partition/"):
                 p = PartitionState.decode(value)
-                if p.topic in self.topics:
+                if p.topic in self.topics and p.partition < self.topics[p.topic].num_partitions:
                     self.partitions[(p.topic, p.partition)] = p
                 else:
-                    # Left by a topic creation (partitions are written before the topic)
-                    # or deletion (the topic goes first) that did not finish.
+                    # Left by a topic creation or create_partitions (partitions are written
+                    # before the topic) or deletion (the topic goes first) that did not finish.
                     actions.append(Persist(key, None))
         for name in sorted(self.topics):
             topic = self.topics[name]
@@ -256,12 +263,19 @@ class ControllerState:
     # ------------------------------------------------------------------------------------
     def handle(self, request: Any, token: Any, now_ms: int) -> list[ControllerAction]:
         """Any request the controller serves (Metadata, CreateTopics, DeleteTopics,
-        AlterPartition, InitProducerId). Returns the actions it decided, ending with the
+        AlterPartition, InitProducerId, DescribeConfigs, IncrementalAlterConfigs,
+        CreatePartitions). Returns the actions it decided, ending with the
         :class:`Reply` for ``token`` (after the Persists it depends on). The typed methods
         below are the same, for tests."""
         if isinstance(request, MetadataRequest):
             return [Reply(token, self.metadata(request))]
-        if isinstance(request, CreateTopicsRequest):
+        if isinstance(request, DescribeConfigsRequest):
+            return [Reply(token, self.describe_configs(request))]
+        if isinstance(request, IncrementalAlterConfigsRequest):
+            response, actions = self.alter_configs(request, now_ms)
+        elif isinstance(request, CreatePartitionsRequest):
+            response, actions = self.create_partitions(request, now_ms)
+        elif isinstance(request, CreateTopicsRequest):
             response, actions = self.create_topic(request, now_ms)
         elif isinstance(request, DeleteTopicsRequest):
             response, actions = self.delete_topic(request, now_ms)
@@ -301,15 +315,20 @@ class ControllerState:
             topic, parts = plan_topic(req, self.cluster.brokers, self.topics, self.config.default_topic_config, now_ms)
         except KafkaError as exc:
             return CreateTopicsResponse(int(exc.code), exc.message), []
+        actions = self._add_partitions(topic, parts, now_ms)
+        return CreateTopicsResponse(topic=topic_metadata(topic, parts, config=self._effective_config(topic))), actions
+
+    def _add_partitions(self, topic: TopicState, parts: list[PartitionState], now_ms: int) -> list[ControllerAction]:
+        """New partitions of a topic being created or grown: persisted, then the topic
+        record last -- it is what makes them exist on reload, so a change cut short by a
+        store failure leaves no half topic (start() drops them) -- then their replicas are
+        created and told their roles."""
         self.topics[topic.name] = topic
         actions: list[ControllerAction] = []
         for p in parts:
             self.partitions[(p.topic, p.partition)] = p
             actions.append(Persist(partition_key(p.topic, p.partition), p.encode()))
-        # The topic record last: it is what makes the partitions exist on reload, so a
-        # creation cut short by a store failure leaves no half topic (start() drops them).
         actions.append(Persist(topic_key(topic.name), topic.encode()))
-        config = self._effective_config(topic)
         for p in parts:
             for b in p.replicas:
                 rid = ReplicaId(p.topic, p.partition, b)
@@ -317,7 +336,7 @@ class ControllerState:
                 actions += self._ensure_replica(rid, now_ms)
         for p in parts:
             actions += self._send_state(p, p.replicas)
-        return CreateTopicsResponse(topic=topic_metadata(topic, parts, config=config)), actions
+        return actions
 
     def delete_topic(self, req: DeleteTopicsRequest, now_ms: int) -> tuple[DeleteTopicsResponse, list[ControllerAction]]:
         topic = self.topics.get(req.name)
@@ -346,6 +365,60 @@ class ControllerState:
         del self.topics[req.name]
         actions.insert(0, Persist(topic_key(req.name), None))
         return DeleteTopicsResponse(), actions
+
+    # ------------------------------------------------------------------------------------
+    # topic changes after creation (rules in topic_configs.py)
+    # ------------------------------------------------------------------------------------
+    def describe_configs(self, req: DescribeConfigsRequest) -> DescribeConfigsResponse:
+        topic = self.topics.get(req.topic)
+        if topic is None:
+            return DescribeConfigsResponse(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic {req.topic!r} does not exist", topic=req.topic)
+        try:
+            configs = describe_config(topic, self.config.default_topic_config, req.keys)
+        except KafkaError as exc:
+            return DescribeConfigsResponse(int(exc.code), exc.message, topic=req.topic)
+        return DescribeConfigsResponse(topic=req.topic, configs=configs)
+
+    def alter_configs(self, req: IncrementalAlterConfigsRequest, now_ms: int) -> tuple[IncrementalAlterConfigsResponse, list[ControllerAction]]:
+        """Persist the topic's new config, then tell every live replica (a LeaderAndIsr at
+        the partition's current epochs carries it; replicas apply it without a restart,
+        and replicas created or recovered later get it as they always get the config)."""
+        topic = self.topics.get(req.topic)
+        if topic is None:
+            return IncrementalAlterConfigsResponse(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic {req.topic!r} does not exist"), []
+        try:
+            config = apply_alter_ops(topic, req.ops, self.config.default_topic_config)
+        except KafkaError as exc:
+            return IncrementalAlterConfigsResponse(int(exc.code), exc.message), []
+        after = replace(topic, config=config)
+        described = describe_config(after, self.config.default_topic_config)
+        if req.validate_only or config == topic.config:
+            return IncrementalAlterConfigsResponse(configs=described), []
+        self.topics[req.topic] = after
+        actions: list[ControllerAction] = [Persist(topic_key(after.name), after.encode())]
+        for i in range(after.num_partitions):
+            p = self.partitions[(after.name, i)]
+            alive = self._alive(p)
+            actions += self._send_state(p, [b for b in p.replicas if alive(b)])
+        return IncrementalAlterConfigsResponse(configs=described), actions
+
+    def create_partitions(self, req: CreatePartitionsRequest, now_ms: int) -> tuple[CreatePartitionsResponse, list[ControllerAction]]:
+        """Like a topic's creation, for the new partitions only (_add_partitions)."""
+        topic = self.topics.get(req.topic)
+        if topic is None:
+            return CreatePartitionsResponse(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic {req.topic!r} does not exist"), []
+        assert self.cluster is not None
+        try:
+            parts = plan_new_partitions(topic, req.count, self.cluster.brokers, req.assignment)
+        except KafkaError as exc:
+            return CreatePartitionsResponse(int(exc.code), exc.message), []
+        grown = replace(topic, num_partitions=req.count)
+        old = [self.partitions[(topic.name, i)] for i in range(topic.num_partitions)]
+        config = self._effective_config(topic)
+        if req.validate_only:
+            return CreatePartitionsResponse(topic=topic_metadata(grown, old + parts, config=config)), []
+        actions = self._add_partitions(grown, parts, now_ms)
+        return CreatePartitionsResponse(topic=topic_metadata(grown, old + parts, config=config)), actions
 
     def init_producer_id(self, req: InitProducerIdRequest) -> tuple[InitProducerIdResponse, list[ControllerAction]]:
         assert self.cluster is not None

@@ -33,13 +33,19 @@ from ..protocol.codec import Message
 from ..protocol.controller import (
     AlterPartitionRequest,
     AlterPartitionResponse,
+    CreatePartitionsRequest,
+    CreatePartitionsResponse,
     CreateTopicsRequest,
     CreateTopicsResponse,
     DeleteTopicsRequest,
     DeleteTopicsResponse,
     DescribeClusterRequest,
     DescribeClusterResponse,
+    DescribeConfigsRequest,
+    DescribeConfigsResponse,
     HeartbeatResponse,
+    IncrementalAlterConfigsRequest,
+    IncrementalAlterConfigsResponse,
     InitProducerIdRequest,
     InitProducerIdResponse,
     LeaderAndIsrResponse,
@@ -63,6 +69,9 @@ RESPONSE_FOR: dict[type[Message], type[Message]] = {
     AlterPartitionRequest: AlterPartitionResponse,
     InitProducerIdRequest: InitProducerIdResponse,
     DescribeClusterRequest: DescribeClusterResponse,
+    DescribeConfigsRequest: DescribeConfigsResponse,
+    IncrementalAlterConfigsRequest: IncrementalAlterConfigsResponse,
+    CreatePartitionsRequest: CreatePartitionsResponse,
 }
 """The requests a controller serves, and the response type each gets."""
 
@@ -216,8 +225,9 @@ class ControllerDriver:
     def _perform(self, actions: list, replies: dict | None = None) -> bool:
         """Run ``actions`` in order. Returns False if a store write failed (the driver
         resigned and the rest was not run). A Reply answers its token through ``replies``
-        (token -> (reply function, whether it waits)): at once, or -- for a topic creation
-        or deletion -- once every LeaderAndIsr and DeleteReplica of the batch has finished."""
+        (token -> (reply function, whether it waits)): at once, or -- for a topic creation,
+        deletion, config change or new partitions -- once every LeaderAndIsr and
+        DeleteReplica of the batch has finished."""
         core = self.core
         gen = self.generation
         pending = [1]
@@ -380,7 +390,9 @@ class ControllerDriver:
             return
         self._tokens += 1
         token = self._tokens
-        waits = isinstance(request, (CreateTopicsRequest, DeleteTopicsRequest))
+        # Topic changes are answered once every replica heard of them (a new config is in
+        # force, new partitions have their leaders told) -- or failed to answer.
+        waits = isinstance(request, (CreateTopicsRequest, DeleteTopicsRequest, IncrementalAlterConfigsRequest, CreatePartitionsRequest))
         replies = {token: (reply, waits)}
         try:
             actions = core.handle(request, token, self._clock.now_ms())

@@ -20,6 +20,8 @@ from ..protocol.errors import ErrorCode, KafkaError
 from ..protocol.replication import (
     EARLIEST_TIMESTAMP,
     LATEST_TIMESTAMP,
+    DeleteRecordsRequest,
+    DeleteRecordsResponse,
     FetchRequest,
     FetchResponse,
     ListOffsetsRequest,
@@ -32,6 +34,7 @@ from ..protocol.replication import (
 from .actions import SendAlterPartition
 from .config import LOG_APPEND_TIME
 from .isr import IsrState
+from .metadata import INTERNAL_OFFSETS_TOPIC
 from .state import ReplicaState
 
 # Answers that say the controller could not tell whether it applied a change (its
@@ -418,6 +421,30 @@ class Leader:
     # ------------------------------------------------------------------------------------
     # queries
     # ------------------------------------------------------------------------------------
+    def delete_records(self, req: DeleteRecordsRequest, token: Any, now_ms: int) -> None:
+        self.state.reply(token, self._delete_records(req))
+
+    def _delete_records(self, req: DeleteRecordsRequest) -> DeleteRecordsResponse:
+        """Kafka's DeleteRecords: move the log start offset up to ``req.offset`` (-1: the HW),
+        never above the HW -- what consumers cannot see yet may still be cut by a failover.
+        Followers follow from the log start offset in their fetch answers (as for
+        retention). Answers the leader's new log start offset (the low watermark)."""
+        st = self.state
+        err = self._epoch_error(req.current_leader_epoch)
+        if err is None and (req.topic != st.topic or req.partition != st.partition):
+            err = (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"this replica holds {st.name}")
+        if err is None and st.topic == INTERNAL_OFFSETS_TOPIC:
+            err = (ErrorCode.POLICY_VIOLATION, f"records of internal topic {st.topic!r} are the groups' committed offsets and cannot be deleted")
+        if err is None and self.hw_is_stale():
+            err = (ErrorCode.OFFSET_NOT_AVAILABLE, f"leader {st.broker} of {st.name} has not caught its high watermark up yet; retry")
+        offset = st.hw if req.offset == -1 else req.offset
+        if err is None and not 0 <= offset <= st.hw:
+            err = (ErrorCode.OFFSET_OUT_OF_RANGE, f"cannot delete records of {st.name} before offset {req.offset}: it must be in [0, {st.hw}] (the high watermark), or -1 for the high watermark")
+        if err is not None:
+            return DeleteRecordsResponse(err[0], err[1], leader_epoch=st.leader_epoch)
+        st.log.advance_log_start_offset(offset)
+        return DeleteRecordsResponse(low_watermark=st.log.log_start_offset, leader_epoch=st.leader_epoch)
+
     def list_offsets(self, req: ListOffsetsRequest, token: Any, now_ms: int) -> None:
         self.state.reply(token, self._list_offsets(req))
 

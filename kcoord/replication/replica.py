@@ -29,10 +29,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..log.config import LogConfig
 from ..protocol.codec import Message
 from ..protocol.controller import HeartbeatRequest, HeartbeatResponse, LeaderAndIsrRequest, LeaderAndIsrResponse
-from ..protocol.errors import ErrorCode
+from ..protocol.errors import ErrorCode, KafkaError
 from ..protocol.replication import (
+    DeleteRecordsRequest,
+    DeleteRecordsResponse,
     FetchRequest,
     FetchResponse,
     ListOffsetsRequest,
@@ -61,6 +64,7 @@ RESPONSE_FOR: dict[type[Message], type[Message]] = {
     OffsetsForLeaderEpochRequest: OffsetsForLeaderEpochResponse,
     LeaderAndIsrRequest: LeaderAndIsrResponse,
     HeartbeatRequest: HeartbeatResponse,
+    DeleteRecordsRequest: DeleteRecordsResponse,
 }
 """The requests a replica serves, and the response type each gets."""
 
@@ -174,6 +178,8 @@ class Replica:
                 self.leading.fetch(request, token, now_ms)
             elif isinstance(request, ListOffsetsRequest):
                 self.leading.list_offsets(request, token, now_ms)
+            elif isinstance(request, DeleteRecordsRequest):
+                self.leading.delete_records(request, token, now_ms)
             else:
                 self.leading.offsets_for_leader_epoch(request, token, now_ms)
         except BaseException as exc:
@@ -230,6 +236,18 @@ class Replica:
         self._next_retention_ms = min(self._next_retention_ms, now_ms + config.log_retention_check_interval_ms)
         self._next_clean_ms = min(self._next_clean_ms, now_ms + config.log_cleaner_backoff_ms)
 
+    def _apply_topic_config(self, config: dict[str, str], now_ms: int) -> None:
+        """The topic config every LeaderAndIsr carries: a change (alter_configs) takes
+        effect here, on the running replica. The controller validated it; a config this
+        replica cannot parse leaves the one it runs with."""
+        try:
+            log_config = LogConfig.from_topic_config(config)
+            replication = ReplicationConfig.from_topic_config(config)
+        except KafkaError:
+            return
+        if log_config != self.state.log.config or replication != self.state.config:
+            self.update_config(log_config, replication, now_ms)
+
     @entry_point
     def on_fetch_response(self, request: FetchRequest, response: FetchResponse | None, now_ms: int) -> None:
         """The leader's answer to our Fetch; None means it could not be reached."""
@@ -272,7 +290,7 @@ class Replica:
             return LeaderAndIsrResponse(ErrorCode.FENCED_LEADER_EPOCH, f"leader epoch {req.leader_epoch} < current {st.leader_epoch}")
         st.controller_epoch = req.controller_epoch
         if req.config is not None:
-            st.config = ReplicationConfig.from_topic_config(req.config)
+            self._apply_topic_config(req.config, now_ms)
         if req.leader_epoch == st.leader_epoch:
             if req.leader != st.leader:
                 return LeaderAndIsrResponse(

@@ -34,6 +34,8 @@ TOPIC_CONFIG_KEYS = (REPLICATION_KEYS - BROKER_KEYS) | LOG_KEYS
 #: Replicas per partition when a topic is created without a replication factor, as far as
 #: there are brokers (Kafka's default.replication.factor is 1; replicated by default here).
 DEFAULT_REPLICATION_FACTOR = 3
+#: The most partitions a topic may have (creation and create_partitions).
+MAX_PARTITIONS = 10_000
 
 
 def default_replication_factor(brokers: int, preferred: int = DEFAULT_REPLICATION_FACTOR) -> int:
@@ -60,8 +62,8 @@ def plan_topic(
         raise KafkaError(ErrorCode.TOPIC_ALREADY_EXISTS, f"topic {req.name!r} already exists")
     if req.partitions < 1:
         raise KafkaError(ErrorCode.INVALID_PARTITIONS, f"a topic needs at least 1 partition, got {req.partitions}")
-    if req.partitions > 10_000:
-        raise KafkaError(ErrorCode.INVALID_PARTITIONS, f"{req.partitions} partitions is more than the limit of 10000")
+    if req.partitions > MAX_PARTITIONS:
+        raise KafkaError(ErrorCode.INVALID_PARTITIONS, f"{req.partitions} partitions is more than the limit of {MAX_PARTITIONS}")
     if req.replication_factor < 1:
         raise KafkaError(ErrorCode.INVALID_REPLICATION_FACTOR, f"replication factor must be >= 1, got {req.replication_factor}")
     if req.replication_factor > len(brokers):
@@ -69,29 +71,11 @@ def plan_topic(
             ErrorCode.INVALID_REPLICATION_FACTOR,
             f"replication factor {req.replication_factor} is larger than the {len(brokers)} available brokers",
         )
-    config = {str(k): str(v) for k, v in (req.config or {}).items()}
-    unknown = sorted(set(config) - TOPIC_CONFIG_KEYS)
-    if unknown:
-        raise KafkaError(ErrorCode.INVALID_CONFIG, f"unknown topic config {unknown}; known keys: {sorted(TOPIC_CONFIG_KEYS)}")
-    merged = dict(default_config)
-    merged.update(config)
-    rcfg = ReplicationConfig.from_topic_config(merged)
-    if rcfg.min_insync_replicas > req.replication_factor:
-        raise KafkaError(
-            ErrorCode.INVALID_CONFIG,
-            f"min.insync.replicas={rcfg.min_insync_replicas} exceeds replication factor {req.replication_factor}: acks=all writes could never succeed",
-        )
-    from ..log import LogConfig  # parse to validate values (clear INVALID_CONFIG errors)
-
-    LogConfig.from_topic_config({k: v for k, v in merged.items() if k in LOG_KEYS})
+    config = validate_topic_config(req.config or {}, default_config, req.replication_factor)
     if req.assignment:
         assignment = check_assignment(req, brokers)
     else:
-        n = len(brokers)
-        start = zlib.crc32(req.name.encode()) % n
-        assignment = {
-            i: [brokers[(start + i + j) % n] for j in range(req.replication_factor)] for i in range(req.partitions)
-        }
+        assignment = spread_replicas(req.name, brokers, req.replication_factor, range(req.partitions))
     topic = TopicState(req.name, req.partitions, req.replication_factor, config, req.name == INTERNAL_OFFSETS_TOPIC, now_ms)
     parts = [
         PartitionState(req.name, i, list(assignment[i]), leader=assignment[i][0], leader_epoch=0, partition_epoch=0, isr=list(assignment[i]))
@@ -99,13 +83,51 @@ def plan_topic(
     ]
     return topic, parts
 
+
+def validate_topic_config(config: Mapping[str, object], default_config: Mapping[str, str], replication_factor: int) -> dict[str, str]:
+    """Check a topic's own config (creation, alter_configs) on top of the cluster's default
+    topic config; return it with string values. Raises INVALID_CONFIG naming the key: an
+    unknown key, a bad value, or min.insync.replicas above the replication factor."""
+    config = {str(k): str(v) for k, v in config.items()}
+    unknown = sorted(set(config) - TOPIC_CONFIG_KEYS)
+    if unknown:
+        raise KafkaError(ErrorCode.INVALID_CONFIG, f"unknown topic config {unknown}; known keys: {sorted(TOPIC_CONFIG_KEYS)}")
+    merged = dict(default_config)
+    merged.update(config)
+    rcfg = ReplicationConfig.from_topic_config(merged)
+    if rcfg.min_insync_replicas > replication_factor:
+        raise KafkaError(
+            ErrorCode.INVALID_CONFIG,
+            f"min.insync.replicas={rcfg.min_insync_replicas} exceeds replication factor {replication_factor}: acks=all writes could never succeed",
+        )
+    from ..log import LogConfig  # parse to validate values (clear INVALID_CONFIG errors)
+
+    LogConfig.from_topic_config({k: v for k, v in merged.items() if k in LOG_KEYS})
+    return config
+
+
+def spread_replicas(name: str, brokers: list[int], replication_factor: int, partitions: range) -> dict[int, list[int]]:
+    """The default assignment: partition i's replicas are consecutive brokers starting at
+    an offset fixed by the topic's name, so partitions added later (create_partitions)
+    continue the same round-robin as those made at creation."""
+    n = len(brokers)
+    start = zlib.crc32(name.encode()) % n
+    return {i: [brokers[(start + i + j) % n] for j in range(replication_factor)] for i in partitions}
+
+
 def check_assignment(req: CreateTopicsRequest, brokers: list[int]) -> dict[int, list[int]]:
     assert req.assignment is not None
     if sorted(req.assignment) != list(range(req.partitions)):
         raise KafkaError(ErrorCode.INVALID_REPLICA_ASSIGNMENT, f"assignment must name partitions 0..{req.partitions - 1}")
     for part, reps in req.assignment.items():
-        if len(reps) != req.replication_factor or len(set(reps)) != len(reps):
-            raise KafkaError(ErrorCode.INVALID_REPLICA_ASSIGNMENT, f"partition {part}: {reps} must be {req.replication_factor} distinct brokers")
-        if any(b not in brokers for b in reps):
-            raise KafkaError(ErrorCode.INVALID_REPLICA_ASSIGNMENT, f"partition {part}: {reps} names brokers outside {brokers}")
+        check_replicas(part, reps, req.replication_factor, brokers)
     return req.assignment
+
+
+def check_replicas(partition: int, replicas: list[int], replication_factor: int, brokers: list[int]) -> None:
+    """One partition of an explicit assignment (creation, create_partitions):
+    ``replication_factor`` distinct brokers of the cluster, else INVALID_REPLICA_ASSIGNMENT."""
+    if len(replicas) != replication_factor or len(set(replicas)) != len(replicas):
+        raise KafkaError(ErrorCode.INVALID_REPLICA_ASSIGNMENT, f"partition {partition}: {replicas} must be {replication_factor} distinct brokers")
+    if any(b not in brokers for b in replicas):
+        raise KafkaError(ErrorCode.INVALID_REPLICA_ASSIGNMENT, f"partition {partition}: {replicas} names brokers outside {brokers}")

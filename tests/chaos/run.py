@@ -324,21 +324,6 @@ def read_replica(cluster, topic: str, partition: int, broker: int):
     return digest.hexdigest(), out, epochs
 
 
-def write_calm(cluster, n: int, per_batch: int) -> None:
-    """``n`` keyed records into ``CALM`` in acks=all batches of ``per_batch`` records, one
-    batch per partition per call (so the batch boundaries are exactly that)."""
-    import kcoord
-    from tests.chaos.clients import PAD
-
-    parts = len(cluster.partitions_for(CALM))
-    chunk = per_batch * parts
-    with kcoord.Producer(cluster, acks="all") as p:
-        for lo in range(0, n, chunk):
-            idx = range(lo, min(n, lo + chunk))
-            p.send_batch(CALM, values=[b"calm:%d" % i + PAD for i in idx], keys=[b"k%d" % (i % 97) for i in idx],
-                         partitions=[(i - lo) // per_batch % parts for i in idx], timeout=120)
-
-
 def records_per_batch(cluster, topic: str) -> float:
     """Mean records per batch in the leaders' logs of ``topic``."""
     import ray
@@ -416,8 +401,6 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--min-kills", type=int, default=-1, help="fail below this many kills (default: 0.625 per second: 100 in 160 s)")
     ap.add_argument("--no-faults", action="store_true", help="a control run: the same workload with no nemesis")
     ap.add_argument("--no-baseline", action="store_true", help="skip the undisturbed catch-up measurement (saves ~20 s)")
-    ap.add_argument("--calm-batch-records", type=int, default=12,
-                    help="records per batch of the undisturbed baseline topic (the chaos producers' batches hold about 11 at the default rate)")
     ap.add_argument("--stall-threshold", type=float, default=60.0)
     ap.add_argument("--heal-timeout", type=float, default=180.0)
     args = ap.parse_args(argv)
@@ -459,11 +442,13 @@ def main(argv: list[str] | None = None) -> int:
         clients = Clients(args, rc.address, name, out)
         final["baseline"] = {}
         if not args.no_baseline:
-            # The same shape as the data the chaos producers write (keyed ~90-byte values,
-            # about --calm-batch-records per batch): a reader's rate is per batch as much as
-            # per record, so batches of thousands would make any small-batch topic look slow.
-            baseline_records = int(min(180_000, max(60_000, args.rate * args.seconds / 2)))
-            write_calm(cluster, baseline_records, args.calm_batch_records)
+            baseline_records = int(min(400_000, max(200_000, args.rate * args.seconds)))
+            from tests.chaos.clients import PAD
+
+            with kcoord.Producer(cluster, acks="all", linger_ms=5) as p:
+                for i in range(baseline_records):
+                    p.send(CALM, value=b"calm:%d" % i + PAD, key=b"k%d" % (i % 97))
+                p.flush(timeout=300)
             final["baseline"] = run_reader(clients, CALM, "", timeout=600)
             final["baseline"]["records_per_batch"] = records_per_batch(cluster, CALM)
             log(f"undisturbed catch-up: {final['baseline']}")

@@ -78,6 +78,24 @@ def test_topics_create_list_describe_delete(head):
     assert "does not exist; nothing to do" in ok(head, "topics", "delete", "clicks", "--if-exists").stdout
 
 
+def test_topics_describe_config_alter_config_add_partitions_delete_records(head):
+    ok(head, "topics", "create", "changing", "-p", "1", "-r", "3", "-c", "retention.ms=60000")
+    shown = json.loads(ok(head, "topics", "describe-config", "changing", "--json").stdout)
+    assert shown["retention.ms"]["source"] == "DYNAMIC_TOPIC_CONFIG" and shown["segment.bytes"]["source"] == "DEFAULT_CONFIG"
+    assert "retention.ms" in ok(head, "topics", "describe-config", "changing").stdout
+    out = ok(head, "topics", "alter-config", "changing", "--set", "segment.bytes=4096", "--delete", "retention.ms").stdout
+    assert "segment.bytes=4096" in out and "retention.ms back to its default" in out
+    overrides = json.loads(ok(head, "topics", "describe-config", "changing", "--overrides", "--json").stdout)
+    assert {k: v["value"] for k, v in overrides.items()} == {"segment.bytes": "4096"}
+    fails(head, "topics", "alter-config", "changing", "--set", "no.such=1", expect="no.such")
+    assert "now has 3 partitions" in ok(head, "topics", "add-partitions", "changing", "--count", "3").stdout
+    fails(head, "topics", "add-partitions", "changing", "--count", "2", expect="INVALID_PARTITIONS")
+    ok(head, "produce", "changing", "--partition", "2", input="a\nb\nc\n")
+    assert "low watermark 2" in ok(head, "topics", "delete-records", "changing", "-p", "2", "--offset", "2").stdout
+    fails(head, "topics", "delete-records", "changing", "-p", "2", "--offset", "9", expect="OFFSET_OUT_OF_RANGE")
+    ok(head, "topics", "delete", "changing")
+
+
 def test_produce_and_consume(head):
     ok(head, "topics", "create", "lines", "-p", "2", "-r", "3")
     lines = "".join(f"user{i % 3}:event-{i}\n" for i in range(30))

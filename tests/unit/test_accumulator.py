@@ -149,3 +149,28 @@ def test_merged_batch_covers_its_parts_in_order():
     m.producer_id, m.producer_epoch, m.base_sequence = 3, 0, 10
     h = records.read_header(m.build())
     assert (h.base_sequence, h.record_count, h.last_sequence) == (10, 4, 13)
+
+
+def test_fresh_metadata_gives_partitions_added_since_their_own_queues():
+    """create_partitions: a producer that knew the topic with 1 partition learns of 3."""
+    from kcoord.client.producer.accumulator import RecordAccumulator
+    from kcoord.protocol.controller import PartitionMetadata, TopicMetadata
+
+    class Metadata:  # the one ClusterClient call the accumulator makes for this
+        count = 1
+
+        def topic(self, name, refresh=False):
+            return TopicMetadata(name, partitions=[PartitionMetadata(i, leader=0) for i in range(self.count)])
+
+    cluster = Metadata()
+    ra = RecordAccumulator(cluster, batch_size=1024, max_request_size=4096, buffer_memory=1 << 20, max_block_ms=10,
+                           partitioner="default", wake=lambda: None, metrics={})
+    t = ra.topic("t")
+    assert (t.num_partitions, t.all_partitions) == (1, [0])
+    cluster.count = 3
+    assert ra.refresh_topic("t") is t
+    assert (t.num_partitions, t.all_partitions, t.available) == (3, [0, 1, 2], [0, 1, 2])
+    assert [q.partition for q in t.partitions] == [0, 1, 2]
+    cluster.count = 2  # a topic never shrinks; stale metadata changes nothing
+    ra.refresh_topic("t")
+    assert t.num_partitions == 3

@@ -26,6 +26,7 @@ def test_the_commands_of_the_issue_exist():
     assert set(COMMANDS) >= {
         ("up",), ("down",), ("status",), ("produce",), ("consume",), ("demo",), ("bench",), ("dashboard",),
         ("topics",), ("topics", "create"), ("topics", "list"), ("topics", "describe"), ("topics", "delete"),
+        ("topics", "describe-config"), ("topics", "alter-config"), ("topics", "add-partitions"), ("topics", "delete-records"),
         ("groups",), ("groups", "list"), ("groups", "describe"), ("groups", "reset-offsets"),
     }
 
@@ -53,6 +54,11 @@ def test_every_command_has_help_with_examples(path):
         (["groups", "reset-offsets", "g", "--topic", "t", "--to", "sometime"], "expected earliest, latest or PARTITION=OFFSET"),
         (["consume", "t", "--group", "g", "--partition", "0"], "cannot be combined"),
         (["produce", "t", "--key-separator", ""], "must not be empty"),
+        (["topics", "alter-config", "t"], "at least one --set KEY=VALUE or --delete KEY"),
+        (["topics", "alter-config", "t", "--set", "retention.ms"], "expected KEY=VALUE"),
+        (["topics", "alter-config", "t", "--set", "retention.ms=1", "--delete", "retention.ms"], "named by both --set and --delete"),
+        (["topics", "add-partitions", "t"], "--count"),
+        (["topics", "delete-records", "t", "--offset", "5"], "--partition"),
     ],
 )
 def test_usage_errors_are_one_line(capsys, args, fragment):

@@ -144,12 +144,26 @@ class RecordAccumulator:
         t.round_robin = random.randrange(n)
         return t
 
-    def set_available(self, topic: str, available: list[int]) -> None:
-        """The partitions of ``topic`` that have a leader now (fresh metadata)."""
-        t = self.topics.get(topic)
-        if t is not None:
-            with self.lock:
-                t.available = available
+    def update_metadata(self, md: TopicMetadata) -> None:
+        """Fresh metadata of a topic: which partitions have a leader now, and partitions
+        added since (create_partitions; a topic never shrinks) get queues of their own."""
+        t = self.topics.get(md.name)
+        if t is None:
+            return
+        with self.lock:
+            n = len(md.partitions)
+            if n > t.num_partitions:
+                t.partitions += [PartitionQueue(md.name, i) for i in range(t.num_partitions, n)]
+                t.all_partitions = list(range(n))
+                t.num_partitions = n
+            t.available = [p.partition for p in md.partitions if p.leader >= 0]
+
+    def refresh_topic(self, topic: str) -> TopicQueue:
+        """``topic``'s queues after a metadata refresh (send() to a partition this producer
+        has not seen yet, as kafka-python waits on metadata for it)."""
+        t = self.topic(topic)
+        self.update_metadata(self.cluster.topic(topic, refresh=True))
+        return t
 
     def partition_for(self, t: TopicQueue, key: bytes | None) -> int:
         p = self.partitioner

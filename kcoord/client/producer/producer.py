@@ -310,6 +310,8 @@ class Producer:
                 timestamp_ms = now_ms()
             elif type(timestamp_ms) is not int or timestamp_ms < 0:
                 raise TypeError(f"timestamp_ms must be a non-negative int (ms since the epoch), got {timestamp_ms!r}")
+            if partition is not None and type(partition) is int and partition >= t.num_partitions:
+                t = acc.refresh_topic(topic)  # added since this producer looked (create_partitions)?
             if partition is not None and (type(partition) is not int or not 0 <= partition < t.num_partitions):
                 raise KafkaError(
                     ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,

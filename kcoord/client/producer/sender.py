@@ -312,7 +312,7 @@ class Sender:
         self._refreshing[topic] = fut
         try:
             md = await self.cluster.atopic(topic, refresh=True)
-            self.accumulator.set_available(topic, [pm.partition for pm in md.partitions if pm.leader >= 0])
+            self.accumulator.update_metadata(md)
         except Exception as exc:  # the controller may be restarting: retry on the next error
             logger.debug("metadata refresh of %s failed: %r", topic, exc)
         finally:

@@ -16,6 +16,7 @@ from kafka.protocol.producer import InitProducerIdResponse
 
 from ...group.placement import coordinator_for
 from ...protocol.controller import CreateTopicsRequest, DeleteTopicsRequest, InitProducerIdRequest
+from ...protocol.controller import DescribeConfigsRequest as ControllerDescribeConfigs
 from ...protocol.errors import ErrorCode
 from ...replication.topic_plan import default_replication_factor
 from ._base import OFFSETS_TOPIC, ListenerContext
@@ -238,16 +239,10 @@ def delete_topics_error(req: Any, version: int, code: int, message: str | None) 
 
 RESOURCE_TOPIC = 2
 RESOURCE_BROKER = 4
-SOURCE_TOPIC = 1  # DYNAMIC_TOPIC_CONFIG
 SOURCE_DEFAULT = 5  # DEFAULT_CONFIG
-# Defaults kcoord applies when a topic does not set them (see kcoord.log.config and
-# kcoord.replication.config); reported as DEFAULT_CONFIG.
-TOPIC_DEFAULTS = {
-    "cleanup.policy": "delete",
-    "min.insync.replicas": "1",
-    "message.timestamp.type": "CreateTime",
-    "compression.type": "producer",
-}
+# Kafka topic keys kcoord has no setting for, described as Kafka's defaults so that tools
+# listing them find them (a kcoord topic keeps the producer's compression).
+LISTENER_ONLY_DEFAULTS = {"compression.type": "producer"}
 
 
 async def describe_configs(ctx: ListenerContext, conn: Any, req: Any, version: int) -> Any:
@@ -257,15 +252,18 @@ async def describe_configs(ctx: ListenerContext, conn: Any, req: Any, version: i
     for res in req.resources:
         keys = None if res.configuration_keys is None else set(res.configuration_keys)
         if res.resource_type == RESOURCE_TOPIC:
-            t = await ctx.backend.topic(res.resource_name, refresh=True)
-            if t is None:
-                results.append(R.DescribeConfigsResult(error_code=E.UNKNOWN_TOPIC_OR_PARTITION, error_message=f"topic {res.resource_name!r} does not exist", resource_type=res.resource_type, resource_name=res.resource_name, configs=[]))
+            # The controller's DescribeConfigs (value and Kafka's config source per key),
+            # as Admin.describe_configs gets it.
+            answer = await ctx.backend.describe_configs(ControllerDescribeConfigs(topic=res.resource_name))
+            if answer.error_code:
+                results.append(R.DescribeConfigsResult(error_code=answer.error_code, error_message=answer.error_message, resource_type=res.resource_type, resource_name=res.resource_name, configs=[]))
                 continue
-            merged = {k: (v, SOURCE_DEFAULT) for k, v in TOPIC_DEFAULTS.items()}
-            merged.update({k: (str(v), SOURCE_TOPIC) for k, v in (t.config or {}).items()})
+            entries = {e.name: (e.value, e.source, e.read_only) for e in answer.configs}
+            for k, v in LISTENER_ONLY_DEFAULTS.items():
+                entries.setdefault(k, (v, SOURCE_DEFAULT, True))
             configs = [
-                C(name=k, value=v, read_only=False, config_source=src, is_default=src == SOURCE_DEFAULT, is_sensitive=False, synonyms=[], config_type=0, documentation=None)
-                for k, (v, src) in sorted(merged.items())
+                C(name=k, value=v, read_only=ro, config_source=src, is_default=src == SOURCE_DEFAULT, is_sensitive=False, synonyms=[], config_type=0, documentation=None)
+                for k, (v, src, ro) in sorted(entries.items())
                 if keys is None or k in keys
             ]
             results.append(R.DescribeConfigsResult(error_code=0, error_message=None, resource_type=res.resource_type, resource_name=res.resource_name, configs=configs))
