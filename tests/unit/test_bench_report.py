@@ -4,9 +4,8 @@ benchmark scripts produce."""
 
 from __future__ import annotations
 
-import re
-
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
