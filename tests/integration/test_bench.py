@@ -18,8 +18,9 @@ pytestmark = [pytest.mark.ray, pytest.mark.slow]
 REPO = Path(__file__).resolve().parents[2]
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 PLOTS = ("throughput.png", "latency.png", "failover.png", "rebalance.png", "spark.png")
-# Twelve benchmarks, eleven of them each starting its own local Ray (most of the time is
-# starting Ray and actor processes; group_load needs no Ray and takes a few seconds): 318 s
+# Thirteen benchmarks, eleven of them each starting its own local Ray (most of the time is
+# starting Ray and actor processes; group_load and log_cleaner need no Ray and take a few
+# seconds each): 318 s
 # in a full-suite run on the 2-core machine before group_load, so the bound is 420 s.
 # A busy machine slows it several times: KCOORD_BENCH_QUICK_LIMIT_S raises the bound there.
 WALL_LIMIT_S = float(os.environ.get("KCOORD_BENCH_QUICK_LIMIT_S", "420"))
