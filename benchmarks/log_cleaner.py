@@ -24,7 +24,6 @@ cleans. Prints JSON (and writes it to ``--out``).
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import shutil
@@ -34,6 +33,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from kcoord.bench import script
 from kcoord.log import Log, LogConfig
 from kcoord.log.cleaner import clean
 from kcoord.records import build_batch_columns, decode_batch, iter_headers
@@ -156,15 +156,9 @@ def main(argv: list[str]) -> dict:
         "clean_vs_read_decode": round(med["clean"] / med["read_decode"], 3),
         "last_pass": rounds[-1]["clean_result"],
         "python": platform.python_version(),
-        "platform": platform.platform(),
-        "cpus": os.cpu_count(),
-        "load_average": list(os.getloadavg()),
-        "seconds": round(time.perf_counter() - started, 1),
+        "context": script.context(),
     }
-    text = json.dumps(report, indent=2)
-    print(text)
-    if args.out:
-        args.out.write_text(text + "\n")
+    script.emit(report, args.out, started)
     return report
 
 

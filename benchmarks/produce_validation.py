@@ -23,13 +23,13 @@ checks that every replica actor's process ran that hook. Prints JSON (and writes
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import statistics
 import tempfile
 import time
 
+from kcoord.bench import script
 from kcoord.kafka.batches import build_kafka_batch
 from kcoord.log import Log, LogConfig
 from kcoord.records import build_batch_columns, codec_id
@@ -138,11 +138,7 @@ def main(argv: list[str] | None = None) -> dict:
         shutil.rmtree(tmp, ignore_errors=True)
     report = {"benchmark": "produce_validation", "repeats": repeats, "target_bytes_per_run": target, "results": results,
               "goal": "slowdown <= 0.10"}
-    text = json.dumps(report, indent=2)
-    print(text)
-    if args.out:
-        with open(args.out, "w") as f:
-            f.write(text)
+    script.emit(report, args.out)
     return report
 
 
@@ -214,14 +210,10 @@ def end_to_end(args) -> dict:
         "validation_on_records_per_s": [round(x) for x in on],
         "validation_off_records_per_s": [round(x) for x in off],
         "slowdown": round(1 - on_rps / off_rps, 3),
-        "load_average": list(os.getloadavg()),
+        "context": script.context(),
         "goal": "slowdown <= 0.10",
     }
-    text = json.dumps(report, indent=2)
-    print(text)
-    if args.out:
-        with open(args.out, "w") as f:
-            f.write(text)
+    script.emit(report, args.out)
     return report
 
 
