@@ -526,7 +526,12 @@ def main(argv: list[str] | None = None) -> int:
         final["catchup"]["records_per_batch"] = records_per_batch(cluster, TOPIC)
         base, after = final["baseline"].get("rate", 0.0), final["catchup"].get("rate", 0.0)
         final["catchup_ratio"] = round(after / base, 3) if base else None
-        log(f"catch-up after the run: {final['catchup']} ({final['catchup_ratio']}x the undisturbed rate)")
+        # A reader's cost is per batch as much as per record, and the chaos producers' batch
+        # size follows the machine's load: the same ratio in batches/s.
+        rpb_base, rpb_after = final["baseline"].get("records_per_batch"), final["catchup"].get("records_per_batch")
+        final["catchup_ratio_batches"] = round((after / rpb_after) / (base / rpb_base), 3) if base and rpb_base and rpb_after else None
+        log(f"catch-up after the run: {final['catchup']} ({final['catchup_ratio']}x the undisturbed rate in records/s, "
+            f"{final['catchup_ratio_batches']}x in batches/s)")
         final["client_crashes"] = clients.crashed()
         final["timings"] = timings
         (out / "final.json").write_text(json.dumps(final, indent=1))
@@ -570,6 +575,7 @@ def main(argv: list[str] | None = None) -> int:
         "catchup_rate": round(final.get("catchup", {}).get("rate", 0.0)),
         "baseline_rate": round(final.get("baseline", {}).get("rate", 0.0)),
         "catchup_ratio": final.get("catchup_ratio"),
+        "catchup_ratio_batches": final.get("catchup_ratio_batches"),
         "timings": {k: round(v, 1) for k, v in timings.items()},
         "history": str(out),
     }
