@@ -31,7 +31,7 @@ from ..calls import ActorGoneError, HandleCache, call_probing, get_probing
 from ..protocol import names
 from ..protocol.codec import Message
 from ..protocol.controller import MetadataRequest, MetadataResponse, PartitionMetadata, TopicMetadata
-from ..protocol.errors import METADATA_REFRESH, ErrorCode, KafkaError, raise_for_error
+from ..protocol.errors import METADATA_REFRESH, RETRIABLE, ErrorCode, KafkaError, raise_for_error
 from ..protocol.replication import ListOffsetsRequest, ListOffsetsResponse
 from .errors import ClusterNotFoundError
 from .types import TopicPartition
@@ -240,11 +240,13 @@ class ClusterClient:
         response_type: type[R],
         timeout_ms: int | None = None,
     ) -> R:
-        """Send ``make_request(leader_epoch)`` to the partition leader; on a stale-metadata
-        error, a dead or restarting leader, or no answer within ``attempt_timeout_s``,
-        refresh metadata (and look the actor up again) and retry until the deadline
-        (``timeout_ms``, default ``request_timeout_ms``). Returns the last response (which
-        may carry a non-retriable error)."""
+        """Send ``make_request(leader_epoch)`` to the partition leader; on a retriable error
+        (a stale-metadata one, or "try again" such as OFFSET_NOT_AVAILABLE from a new leader
+        whose HW has not caught up yet), a dead or restarting leader, or no answer within
+        ``attempt_timeout_s``, refresh metadata (and look the actor up again) and retry
+        until the deadline (``timeout_ms``, default ``request_timeout_ms``). Returns the
+        last response (which may carry a non-retriable error). For requests that are safe
+        to repeat only (reads, DeleteRecords); produce has its own retry rules."""
         deadline = time.monotonic() + (timeout_ms or self.request_timeout_ms) / 1000
         refresh = False
         last_error = "no attempt"
@@ -260,7 +262,7 @@ class ClusterClient:
                 raw = get_probing(getattr(handle, method).remote(make_request(p.leader_epoch).encode()), handle, attempt)
                 response = response_type.decode(raw)
                 code = getattr(response, "error_code", 0)
-                if code in METADATA_REFRESH:
+                if code in METADATA_REFRESH or code in RETRIABLE:
                     last_error = f"{ErrorCode(code).name}: {getattr(response, 'error_message', '')}"
                 else:
                     return response
