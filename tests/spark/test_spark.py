@@ -9,9 +9,9 @@ import uuid
 
 import pytest
 
+from ray_data_support import check_write_retried_once_and_read_back
 from waiting import wait_until
 from kcoord.cluster.groups import configure_group_coordinators
-from kcoord import ray_data as krd
 from kcoord import spark as ks
 from kcoord.client.admin import Admin
 from kcoord.client.consumer import Consumer
@@ -241,38 +241,8 @@ def test_read_returns_every_acknowledged_row_once_while_a_leader_is_killed(spark
 
 def test_ray_data_round_trip(spark, kcluster, ray_session, tmp_path):
     """Ray Data next to a running Spark session (whose executors must leave Ray a CPU)."""
-    import ray
-
     topic = new_topic(kcluster, "raydata", partitions=3)
-    n = 6000
-    items = [{"key": f"k{i % 300}", "value": f"v{i}".encode(), "hdr": [{"key": "n", "value": str(i).encode()}]} for i in range(n)]
-    ds = ray.data.from_items(items, override_num_blocks=3)
-    # The first attempt of every block fails after producing; Ray retries it. Ray tasks do
-    # not see their attempt number, so a file marks that the first attempt happened.
-    marker = str(tmp_path / "fail")
-
-    def fail_first_attempt(index: int) -> None:
-        import os
-
-        if not os.path.exists(f"{marker}.{index}"):
-            open(f"{marker}.{index}", "w").close()
-            raise KafkaError(ErrorCode.REQUEST_TIMED_OUT, f"injected failure: block {index} (first attempt) after it produced")
-
-    result = krd.write(ds, kcluster, topic, key_col="key", value_col="value", headers_col="hdr", on_block_written=fail_first_attempt)
-    assert result.records == n and result.duplicate_batches > 0 and sorted(result.tasks) == [0, 1, 2]
-    assert sum(Admin(kcluster).list_offsets(topic, "latest").values()) == n
-
-    back = krd.read(kcluster, topic, min_partitions=4)
-    table = back.to_arrow_refs()
-    import pyarrow as pa
-
-    t = pa.concat_tables(ray.get(table))
-    assert t.schema == krd.ARROW_SCHEMA
-    assert t.num_rows == n
-    rows = t.select(["key", "value", "partition", "headers"]).to_pylist()
-    assert sorted(r["value"] for r in rows) == sorted(x["value"] for x in items)
-    assert all(r["partition"] == partition_for_key(r["key"], 3) for r in rows)
-    assert all(r["headers"] == [{"key": "n", "value": r["value"][1:]}] for r in rows)
+    check_write_retried_once_and_read_back(kcluster, topic, 6000, 300, tmp_path)
 
 
 def test_clear_errors(spark, kcluster):
