@@ -26,7 +26,6 @@ Prints JSON (and writes it to ``--out``). Ratios: uncompacted / compacted load t
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import statistics
@@ -35,6 +34,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from kcoord.bench import script
 from kcoord.group import GroupConfig, GroupCoordinatorState
 from kcoord.group.driver import CoordinatorTimeouts
 from kcoord.group.loading import take_in, well_formed
@@ -207,10 +207,7 @@ def main(argv: list[str] | None = None) -> dict:
         "target": "the compacted load replays about the live keys plus the active segment, not the history",
         "target_met": compacted["records"] <= len(last) * 2 + int(segment_bytes / bytes_per_record),
     }
-    text = json.dumps(report, indent=2)
-    print(text)
-    if args.out:
-        args.out.write_text(text + "\n")
+    script.emit(report, args.out)
     return report
 
 
