@@ -184,6 +184,12 @@ class BaseLog(ABC):
         directory can be reopened; must not raise."""
 
     @property
+    def storage_generation(self) -> int:
+        """How many times an I/O error has taken this log's storage offline, as its storage
+        remembers it (0 for storage that cannot lose unsynced writes to an I/O error)."""
+        return 0
+
+    @property
     def offline(self) -> bool:
         """An I/O error took the log offline: every operation raises :attr:`offline_error`."""
         return self._offline is not None

@@ -24,6 +24,8 @@ RECOVERY_POINT = "recovery-point-checkpoint"
 LOG_START_CHECKPOINT = "log-start-offset-checkpoint"
 CLEANER_CHECKPOINT = "cleaner-offset-checkpoint"
 CLEAN_SHUTDOWN = ".kcoord-clean-shutdown"
+# How many times an I/O error took this log offline (see FileLog.storage_generation).
+LOST_PAGES = ".kcoord-lost-pages"
 PRODUCER_SNAPSHOT_SUFFIX = ".producer-snapshot"
 TMP_SUFFIX = ".tmp"
 _VERSION = 0

@@ -46,6 +46,7 @@ from .base import AppendInfo, BaseLog, _BufferLike, storage_operation
 from .checkpoint import (
     CLEAN_SHUTDOWN,
     CLEANER_CHECKPOINT,
+    LOST_PAGES,
     LOG_START_CHECKPOINT,
     EPOCH_CHECKPOINT,
     HW_CHECKPOINT,
@@ -108,9 +109,12 @@ class Log(BaseLog):
             self._lock = DirectoryLock(self.directory, wait_s=lock_wait_s, fs=fs)
         except OSError as exc:
             raise LogStorageError(f"{self._where()}: open failed: {exc}", exc.errno) from exc
+        self._storage_generation = 0
         try:
             self._open()
         except BaseException as exc:
+            if isinstance(exc, OSError):
+                self._record_lost_pages()  # recovery's fsync of a crashed process's tail failed
             self._release_storage()
             if isinstance(exc, OSError):
                 raise LogStorageError(f"{self._where()}: open failed: {exc}", exc.errno) from exc
@@ -138,6 +142,7 @@ class Log(BaseLog):
         self._pending: Sequence[BatchHeader] = ()
         self._unsynced: list[Segment] = []  # rolled but not yet fsynced
         report = RecoveryReport()
+        self._storage_generation = self._read_lost_pages()
         marker = self.directory / CLEAN_SHUTDOWN
         report.clean_shutdown = fs.exists(marker)
         self.recovery_report = report
@@ -227,6 +232,47 @@ class Log(BaseLog):
         for epoch, start in transitions:
             cache.assign(epoch, start)
         return cache
+
+    # -- storage generation -------------------------------------------------------------
+
+    @property
+    def storage_generation(self) -> int:
+        """How many times an I/O error took this log offline, as recorded in its directory.
+
+        A failed fsync may make the kernel drop the dirty pages it could not write (Linux
+        does), so the page cache no longer holds every byte this log's processes wrote. A
+        replica restarted on the same machine would otherwise count as having kept them
+        (a process crash loses nothing of the page cache) and could be trusted to lead with
+        a tail that is gone. The replica adds this number to the storage lineage it
+        reports, so the controller sees changed storage after such an error even when it
+        never saw the log go offline (it was down, or the process died first)."""
+        return self._storage_generation
+
+    def _read_lost_pages(self) -> int:
+        try:
+            return int(self._fs.read_file(self.directory / LOST_PAGES).decode().strip() or 0)
+        except (OSError, ValueError):
+            return 0
+
+    def _record_lost_pages(self) -> None:
+        """Count one more I/O error in the directory; must not raise. Written without an
+        fsync: it only has to outlive the process (a power loss changes the machine's
+        lineage anyway), and the failing disk may refuse an fsync."""
+        generation = max(self._storage_generation, self._read_lost_pages()) + 1
+        try:
+            fd = self._fs.open(self.directory / LOST_PAGES, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            try:
+                self._fs.write(fd, str(generation).encode())
+            finally:
+                self._fs.close(fd)
+        except OSError:
+            return  # the controller still learns it from KAFKA_STORAGE_ERROR if it asks in time
+        self._storage_generation = generation
+
+    def _go_offline(self, exc: OSError, what: str) -> LogStorageError:
+        if self._offline is None:
+            self._record_lost_pages()
+        return super()._go_offline(exc, what)
 
     def _read_offset_checkpoint(self, name: str, what: str, default: int) -> int:
         try:

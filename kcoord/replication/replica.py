@@ -90,7 +90,9 @@ class Replica:
             config=config or ReplicationConfig(),
             node_id=node_id,
             incarnation=incarnation,
-            storage=storage,
+            # the machine's page cache, and how often an I/O error may have emptied part
+            # of it for this log (Log.storage_generation)
+            storage=f"{storage}~{log.storage_generation}" if storage and log.storage_generation else storage,
             hw=hw,
             may_have_lost_data=log.config.flush_messages != 1
             and (

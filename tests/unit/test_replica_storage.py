@@ -167,3 +167,29 @@ def test_a_log_that_failed_outside_the_core_is_never_reported_healthy():
     beat = call(r, HeartbeatRequest(), 1)[0]
     assert beat.error_code == ErrorCode.KAFKA_STORAGE_ERROR and beat.role == "offline"
     assert r.role is OFFLINE and r.next_deadline() is None
+
+
+def test_a_failed_fsync_changes_the_storage_lineage_a_restarted_replica_reports():
+    """Sim seed 114477: a failed fsync dropped a leader's unsynced pages while the
+    controller was down; restarted on the same machine it reported the same lineage, was
+    trusted from the ELR without those records and overwrote a committed offset."""
+    disk = SimDisk(random.Random(3), fsync_error_drops=True)
+    directory = "/m/broker-0/t-0"
+    log = Log(directory, LogConfig(), now_ms=0, fs=disk)
+    first = Replica(TOPIC, 0, 0, log, ReplicationConfig(), 0, incarnation="i1", storage="m#0")
+    assert first.state.storage == "m#0" and log.storage_generation == 0
+    log.append(batch(3), leader_epoch=0)
+    disk.fail("fsync", f"{directory}/*", errno.EIO)
+    with pytest.raises(LogStorageError):
+        log.flush()
+    assert log.offline and log.storage_generation == 1
+    disk.kill(under=directory)  # the process dies; the page cache (minus what EIO dropped) stays
+    disk.clear_faults()
+    reopened = Log(directory, LogConfig(), now_ms=0, fs=disk)
+    second = Replica(TOPIC, 0, 0, reopened, ReplicationConfig(), 0, incarnation="i2", storage="m#0")
+    assert reopened.storage_generation == 1
+    assert second.state.storage == "m#0~1", "same machine, but an I/O error may have emptied part of its page cache"
+    reopened.close()
+    # a clean restart afterwards keeps the (new) lineage: nothing more was lost
+    third = Replica(TOPIC, 0, 0, Log(directory, LogConfig(), now_ms=0, fs=disk), ReplicationConfig(), 0, incarnation="i3", storage="m#0")
+    assert third.state.storage == "m#0~1"
