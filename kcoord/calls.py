@@ -132,7 +132,10 @@ async def call_probing(
             pass
         if probing:
             probed += 1
-            state = actor_state(handle)
+            # A blocking GCS query: off the event loop, which under load would otherwise
+            # stall every other call waiting on it (the controller probes the replicas it
+            # heartbeats, and a stalled controller sees more replicas as silent).
+            state = await loop.run_in_executor(None, actor_state, handle)
             if state in GONE:
                 fut.cancel()
                 raise ActorGoneError(state)
