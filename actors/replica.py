@@ -37,6 +37,13 @@ from kcoord.protocol.replication import (
 from kcoord.replication.config import ReplicationConfig
 from kcoord.replication.replica import RESPONSE_FOR, Replica
 from kcoord.replication.replica_driver import ReplicaDriver
+from kcoord.records import warm_up_codecs
+
+# Import the record codecs now, at process start, not inside the first produce or fetch
+# that needs one: an import runs on the actor's event loop, and a first burst of Kafka
+# batches on a new topic made every new leader import aiokafka at once on a busy machine,
+# long enough to miss the controller's heartbeats.
+warm_up_codecs()
 
 from .metrics import ReplicaMetricsExporter
 from .runtime import AsyncioClock, RayTransport, wall_ms

@@ -572,6 +572,15 @@ def validate_produce_batch(
         raise _invalid(h, f"records share timestamp {h.first_timestamp}, but the header's max is {h.max_timestamp}")
 
 
+def warm_up_codecs() -> None:
+    """Import the Kafka v2 record codecs that are otherwise imported on first use (clients
+    that never see a Kafka batch skip their cost). Servers call this at start: a lazy
+    import inside the first request runs on the event loop that also answers heartbeats."""
+    from aiokafka.record._crecords.default_records import DefaultRecordBatch  # noqa: F401
+
+    from .kafka.batches import build_kafka_batch, decode_kafka_batch  # noqa: F401
+
+
 def _validate_kafka_payload(buf: bytes | bytearray | memoryview, h: BatchHeader, require_keys: bool) -> None:
     """The v2 records decode (aiokafka's Cython codec) to the header's count, contiguous
     offset deltas from 0, timestamps that reach the header's max, keys where required."""
