@@ -30,6 +30,11 @@ LOCAL_RAY_ENV = {
     # Per-task event reporting costs ~30% of a small actor call; kcoord does not need it.
     "RAY_task_events_report_interval_ms": "0",
     "RAY_AUTH_MODE": "disabled",
+    # Ray runs worker processes at nice 15 so that drivers stay responsive. kcoord's
+    # replicas, controller and listener are servers: at nice 15 any busy client process
+    # on the node takes the CPU from them, acknowledgements wait, and on a small machine
+    # they miss heartbeats. They run at the clients' priority.
+    "RAY_worker_niceness": "0",
 }
 
 

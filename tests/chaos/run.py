@@ -42,6 +42,7 @@ REPO = Path(__file__).resolve().parents[2]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
+from kcoord.cluster.local import LOCAL_RAY_ENV  # noqa: E402
 from tests.chaos import checker  # noqa: E402
 from tests.chaos.history import History  # noqa: E402
 from tests.chaos.nemesis import Nemesis, schedule  # noqa: E402
@@ -54,13 +55,8 @@ OFFSETS = "__consumer_offsets"
 PARTITIONS = 3
 EXIT_RAY_STARTUP = 75
 
-# Same knobs as kcoord.cluster.local.LOCAL_RAY_ENV: many small actors on a small machine.
-RAY_ENV = {
-    "RAY_worker_maximum_startup_concurrency": "8",
-    "RAY_task_events_report_interval_ms": "0",
-    "RAY_AUTH_MODE": "disabled",
-    "RAY_USAGE_STATS_ENABLED": "0",
-}
+# kcoord's own Ray settings for many small actors on a small machine, without usage stats.
+RAY_ENV = {**LOCAL_RAY_ENV, "RAY_USAGE_STATS_ENABLED": "0"}
 CONTROLLER_CONFIG = {
     "heartbeat_interval_ms": 100,
     "follower_heartbeat_interval_ms": 300,

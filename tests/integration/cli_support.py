@@ -21,18 +21,15 @@ import threading
 import time
 from pathlib import Path
 
+from kcoord.cluster.local import LOCAL_RAY_ENV
+
 VENV_BIN = Path(sys.executable).parent
 KCOORD = str(VENV_BIN / "kcoord")
 RAY = str(VENV_BIN / "ray")
 REPO = Path(__file__).resolve().parents[2]
 
-# Same knobs as kcoord.cluster.local.LOCAL_RAY_ENV: many small actors on a small machine.
-RAY_ENV = {
-    "RAY_worker_maximum_startup_concurrency": "8",
-    "RAY_task_events_report_interval_ms": "0",
-    "RAY_AUTH_MODE": "disabled",
-    "RAY_USAGE_STATS_ENABLED": "0",
-}
+# kcoord's own Ray settings for many small actors on a small machine, without usage stats.
+RAY_ENV = {**LOCAL_RAY_ENV, "RAY_USAGE_STATS_ENABLED": "0"}
 
 
 def free_port() -> int:

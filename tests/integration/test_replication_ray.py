@@ -151,3 +151,13 @@ def test_bad_input_gets_kafka_errors_and_actor_stays_healthy(kcluster, topic_nam
     assert ray.get(leader.describe.remote())["log_end_offset"] == 0
     resp = produce_raw(leader, topic_name, good)
     assert resp.error_code == 0 and resp.base_offset == 0
+
+
+def test_replicas_run_at_the_clients_priority_not_rays_worker_niceness(kcluster, topic_name):
+    """Ray starts workers at nice 15; a busy client (librdkafka polling with five requests
+    in flight) then took the CPU from the replicas until they missed heartbeats. The Ray
+    that kcoord starts runs them at nice 0 (LOCAL_RAY_ENV)."""
+    Admin(kcluster).create_topic(topic_name, partitions=1, replication_factor=1)
+    _, leader = leader_of(kcluster, topic_name)
+    pid = ray.get(leader.describe.remote())["pid"]
+    assert os.getpriority(os.PRIO_PROCESS, pid) == os.getpriority(os.PRIO_PROCESS, 0) == 0
