@@ -325,11 +325,14 @@ class Leader:
     # ------------------------------------------------------------------------------------
     def maybe_advance_hw(self, now_ms: int) -> None:
         st = self.state
-        if st.log.config.flush_messages != 1 and len(self.isr.maximal_isr()) < st.config.min_insync_replicas:
+        if st.log.config.flush_messages != 1 and len(self.isr.isr) < st.config.min_insync_replicas:
             # KIP-966: below min.insync.replicas the HW stands still on topics that do not
             # fsync every append. Their election falls back to the ELR (who left the ISR
             # while it was too small), which holds everything below the HW only if the HW
             # did not move without them; a consumer must not read what a failover undoes.
+            # The committed ISR counts, not the maximal one: a member whose addition the
+            # controller has not confirmed is in neither its ISR nor its ELR, so an
+            # election there could not pick it (sim seed 131426).
             return
         candidate = self.isr.high_watermark_candidate(st.log.log_end_offset)
         if candidate <= st.hw:

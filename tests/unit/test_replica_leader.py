@@ -277,6 +277,28 @@ def test_hw_stands_still_below_min_isr_on_page_cache_topics():
     assert replies(acts)["c"].records == b""
 
 
+def test_a_pending_isr_expansion_does_not_open_the_min_isr_gate():
+    """Sim seed 131426: a leader alone in its committed ISR (page-cache topic, min.insync
+    .replicas 2) proposed adding a caught-up follower and counted it at once (the maximal
+    ISR, KIP-497): the HW moved while the controller, which never got the proposal, still
+    had ISR [leader] and an ELR without those records, and elected from that ELR; readers
+    had read offsets that the new leader then reused. The gate counts the committed ISR."""
+    from kcoord.log import LogConfig, MemoryLog
+
+    r = make_replica(0, ReplicationConfig(min_insync_replicas=2), log=MemoryLog(LogConfig(flush_messages=None)))
+    leader_and_isr(r, lai(0, 1, (0,), replicas=(0, 1), partition_epoch=3), 0)
+    produce(r, batch(4), "p", now=0, acks=1)
+    acts = follower_fetch(r, 1, 4, "f", 1, epoch=1)
+    assert of_type(acts, SendAlterPartition), "the caught-up follower is proposed for the ISR"
+    assert r.leading.isr.maximal_isr() == [0, 1]
+    follower_fetch(r, 1, 4, "f1", 2, epoch=1)  # the follower asks again, the proposal unanswered
+    r.tick(2)
+    assert r.hw == 0, "not before the controller has the follower in the ISR"
+    leader_and_isr(r, lai(0, 1, (0, 1), replicas=(0, 1), partition_epoch=4), 2)
+    follower_fetch(r, 1, 4, "f2", 3, epoch=1)
+    assert r.hw == 4
+
+
 def test_hw_moves_with_the_isr_alone_when_every_append_is_fsynced():
     from kcoord.log import LogConfig, MemoryLog
 
