@@ -35,7 +35,7 @@ import shutil
 import signal
 import threading
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, Callable
 
@@ -70,14 +70,19 @@ def schedule(
     node_loss_every: float = 80.0,
     node_down_s: tuple[float, float] = (8.0, 25.0),
     weights: dict[str, float] | None = None,
+    overtime: float = 0.0,
 ) -> list[Fault]:
-    """The faults of a run of ``seconds``, in time order, drawn from ``seed`` alone."""
+    """The faults of a run of ``seconds``, in time order, drawn from ``seed`` alone.
+
+    ``overtime`` (a fraction of ``seconds``) draws a reserve of faults past the end that
+    :meth:`Nemesis.run` injects only while the run has fewer kills than it promised (a slow
+    machine, where more targets are still restarting when their fault fires)."""
     rng = random.Random(seed)
     weights = weights or WEIGHTS
     kinds = sorted(weights)
     out: list[Fault] = []
     t = rng.uniform(0.5, 2.0)
-    while t < seconds:
+    while t < seconds * (1.0 + overtime):
         kind = rng.choices(kinds, [weights[k] for k in kinds])[0]
         pick = rng.random()
         how = rng.choice(["SIGKILL", "ray.kill"]) if kind.startswith("kill-") else ""
@@ -189,29 +194,31 @@ class Nemesis:
         raise ValueError(fault.kind)
 
     # -- faults ---------------------------------------------------------------------------
-    def inject(self, fault: Fault) -> None:
+    def inject(self, fault: Fault) -> bool:
+        """Inject one fault; False if it was skipped (its target down, restarting, paused)."""
         try:
             if fault.kind == "node-loss":
-                self._start_node_loss(fault)
-            elif fault.kind == "kill-member":
+                return self._start_node_loss(fault)
+            if fault.kind == "kill-member":
                 who = self.kill_member(fault.pick)
                 self._record(fault, who is not None, member=who)
-            elif fault.kind.startswith("kill-"):
-                self._kill(fault)
-            elif fault.kind.startswith("pause-"):
-                self._pause(fault)
-            else:
-                raise ValueError(fault.kind)
+                return who is not None
+            if fault.kind.startswith("kill-"):
+                return self._kill(fault)
+            if fault.kind.startswith("pause-"):
+                return self._pause(fault)
+            raise ValueError(fault.kind)
         except Exception as exc:  # noqa: BLE001 - target down, restarting, paused: skip it
             self._record(fault, False, error=f"{type(exc).__name__}: {exc}"[:200])
+            return False
         finally:
             self.cluster.invalidate()
 
-    def _kill(self, fault: Fault) -> None:
+    def _kill(self, fault: Fault) -> bool:
         found = self._handle_and_pid(fault)
         if found is None:
             self._record(fault, False, error="no target")
-            return
+            return False
         handle, pid, detail = found
         with self._lock:
             paused = pid in self._paused
@@ -222,17 +229,18 @@ class Nemesis:
             self._ray().kill(handle, no_restart=False)
             how = "ray.kill"
         self._record(fault, True, pid=pid, how=how, **detail)
+        return True
 
-    def _pause(self, fault: Fault) -> None:
+    def _pause(self, fault: Fault) -> bool:
         found = self._handle_and_pid(fault)
         if found is None:
             self._record(fault, False, error="no target")
-            return
+            return False
         _, pid, detail = found
         with self._lock:
             if pid in self._paused:
                 self._record(fault, False, error="already paused", pid=pid)
-                return
+                return False
             os.kill(pid, signal.SIGSTOP)
             self._paused[pid] = fault.kind
         timer = threading.Timer(fault.duration, self._resume, args=(pid,))
@@ -240,6 +248,7 @@ class Nemesis:
         timer.start()
         self._timers.append(timer)
         self._record(fault, True, pid=pid, seconds=fault.duration, **detail)
+        return True
 
     def _resume(self, pid: int) -> None:
         with self._lock:
@@ -270,17 +279,17 @@ class Nemesis:
                 out[node] = broker
         return out
 
-    def _start_node_loss(self, fault: Fault) -> None:
+    def _start_node_loss(self, fault: Fault) -> bool:
         """Remove a worker node, in the main thread: nothing else is injected from the last
         check that the node is a safe victim (see :meth:`_victims`) until it is gone."""
         if self._node_down.is_set():
             self._record(fault, False, error="a node is still out")
-            return
+            return False
         victims = self._victims()
         workers = sorted((n for n in self.rc.worker_nodes if n.node_id in victims), key=lambda n: n.node_id)
         if not workers:
             self._record(fault, False, error="no worker node whose loss every partition survives")
-            return
+            return False
         node = workers[min(len(workers) - 1, int(fault.pick * len(workers)))]
         broker = victims[node.node_id]
         # the broker's replica processes, to make sure they are gone before its disk goes
@@ -294,7 +303,7 @@ class Nemesis:
                         pass
         if self._victims().get(node.node_id) != broker:  # checked again right before the loss
             self._record(fault, False, error="the node's loss is no longer safe")
-            return
+            return False
         self._node_down.set()
         self.rc.remove_node(node, allow_graceful=False)
         gone = time.monotonic() + 15
@@ -309,6 +318,7 @@ class Nemesis:
         self._record(fault, True, node=node.node_id[:12], broker=broker, down_s=fault.duration, replica_pids=len(pids))
         with self._lock:
             self._return_due = (time.monotonic() + fault.duration, fault)
+        return True
 
     def _return_node_if_due(self, now: float | None = None) -> None:
         """Main thread only."""
@@ -342,21 +352,36 @@ class Nemesis:
         self.log(f"nemesis +{time.time() - self.t0:6.1f}s node-return        ok      node={node.node_id[:12]}")
 
     # -- the run --------------------------------------------------------------------------
-    def run(self, faults: list[Fault], seconds: float) -> None:
+    def run(self, faults: list[Fault], seconds: float, min_kills: int = 0) -> int:
+        """Inject ``faults`` on their schedule; returns the number of kills that landed.
+
+        A kill whose target is restarting or unreachable (often from the previous fault) is
+        tried once more a second later with another target (Jepsen's nemesis likewise picks
+        among the nodes it can reach). Faults planned past ``seconds`` (the schedule's
+        overtime) are injected only while fewer than ``min_kills`` kills have landed."""
         self.t0 = time.time()
         start = time.monotonic()
         lag = 0.0  # time spent waiting for full ISRs before node losses shifts the rest
+        kills = 0
+        end = seconds
         for fault in faults:
-            if fault.at >= seconds:
+            if fault.at >= seconds and kills >= min_kills:
                 break
             if self._wait_until(start + lag + fault.at):
                 break
+            end = max(end, fault.at)
             if fault.kind == "node-loss" and not self._node_down.is_set():
                 t = time.monotonic()
                 self._quiesce(timeout=30.0)
                 lag += time.monotonic() - t
-            self.inject(fault)
-        self._wait_until(start + lag + seconds)
+            ok = self.inject(fault)
+            if not ok and fault.kind.startswith("kill-") and fault.kind != "kill-member":
+                if self._stop.wait(1.0):
+                    break
+                ok = self.inject(replace(fault, pick=(fault.pick + 0.5) % 1.0))
+            kills += ok and fault.kind.startswith("kill-")
+        self._wait_until(start + lag + end)
+        return kills
 
     def _quiesce(self, timeout: float) -> None:
         """Inject nothing until some worker node can be lost safely (:meth:`_victims`), at

@@ -11,7 +11,8 @@ clients in their own processes, a nemesis from one seed, then the checker.
 3. Producer and group-member processes (:mod:`tests.chaos.clients`) append their histories
    while the nemesis (:mod:`tests.chaos.nemesis`) injects its schedule and an observer
    thread records every replica's view of itself and the group's state.
-4. After ``--seconds`` the faults end; the producers stop; the run waits for the cluster
+4. After ``--seconds`` the faults end (later if fewer than ``--min-kills`` kills have
+   landed: the schedule holds a reserve of 30% more); the producers stop; the run waits for the cluster
    to heal (every ISR full, every replica caught up) and the group to commit everything;
    it reads every replica's log (replicas must agree byte for byte), reads the topic
    again with a fresh consumer (the catch-up rate after the run) and writes ``final.json``
@@ -54,6 +55,9 @@ GROUP = "chaos-group"
 OFFSETS = "__consumer_offsets"
 PARTITIONS = 3
 EXIT_RAY_STARTUP = 75
+# faults drawn past --seconds, injected only while fewer than --min-kills kills have landed
+# (a slower machine skips more kills whose targets are still restarting)
+OVERTIME = 0.3
 
 # kcoord's own Ray settings for many small actors on a small machine, without usage stats.
 RAY_ENV = {**LOCAL_RAY_ENV, "RAY_USAGE_STATS_ENABLED": "0"}
@@ -404,8 +408,11 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out or tempfile.mkdtemp(prefix="kcoord-chaos-"))
     out.mkdir(parents=True, exist_ok=True)
     data_dir = tempfile.mkdtemp(prefix="kcoord-chaos-data-")
-    plan = [] if args.no_faults else schedule(args.seed, args.seconds, mean_interval=args.mean_interval, node_loss_every=args.node_loss_every)
-    log(f"seed {args.seed}, {args.seconds:.0f} s, {len(plan)} faults planned; history in {out}")
+    plan = [] if args.no_faults else schedule(args.seed, args.seconds, mean_interval=args.mean_interval,
+                                              node_loss_every=args.node_loss_every, overtime=OVERTIME)
+    reserve = sum(f.at >= args.seconds for f in plan)
+    log(f"seed {args.seed}, {args.seconds:.0f} s, {len(plan) - reserve} faults planned (+{reserve} in reserve "
+        f"while fewer than {min_kills} kills have landed); history in {out}")
     (out / "plan.json").write_text(json.dumps([f.__dict__ for f in plan]))
 
     import ray
@@ -465,7 +472,7 @@ def main(argv: list[str] | None = None) -> int:
         timings["clients_start_s"] = time.monotonic() - T0 - timings["setup_s"] - timings["baseline_s"]
         t_chaos = time.monotonic()
         log("nemesis starts")
-        nemesis.run(plan, args.seconds)
+        nemesis.run(plan, args.seconds, min_kills=min_kills)
         log("nemesis stops: resuming paused processes, returning lost nodes")
         nemesis.stop()
         timings["chaos_s"] = time.monotonic() - t_chaos

@@ -280,3 +280,41 @@ def test_the_schedule_is_a_function_of_the_seed():
     assert all(f.duration > 2.0 for f in a if f.kind.startswith("pause-"))  # longer than the session timeout
     kills = sum(f.kind.startswith("kill-") for f in schedule(1, 160))
     assert kills >= 110, kills  # the CI run's budget: >= 100 kills even if a few find no target
+
+
+def test_the_schedules_reserve_extends_it_without_changing_the_planned_part():
+    base = schedule(11, 160)
+    longer = schedule(11, 160, overtime=0.3)
+    assert [f for f in longer if f.at < 160 and f.kind != "node-loss"] == [f for f in base if f.kind != "node-loss"]
+    reserve = [f for f in longer if f.at >= 160]
+    assert reserve and all(f.kind != "node-loss" for f in reserve) and max(f.at for f in reserve) < 160 * 1.3
+    assert sum(f.kind.startswith("kill-") for f in reserve) >= 25, reserve
+
+
+def test_the_nemesis_retries_a_skipped_kill_and_uses_the_reserve_only_when_short_of_kills():
+    import threading
+
+    from chaos.nemesis import Fault, Nemesis
+
+    class Scripted(Nemesis):
+        """The schedule logic alone: a kill whose pick is below 0.5 finds its target restarting."""
+
+        def __init__(self):
+            self.injected: list[Fault] = []
+            self._stop = threading.Event()
+            self._lock = threading.Lock()
+            self._return_due = None
+
+        def inject(self, fault):
+            self.injected.append(fault)
+            return fault.pick >= 0.5
+
+    plan = [Fault(0.0, "kill-leader", 0.2), Fault(0.01, "pause-leader", 0.9, duration=3),
+            Fault(0.05, "kill-follower", 0.7), Fault(0.06, "kill-controller", 0.8)]
+    n = Scripted()
+    assert n.run(plan, seconds=0.04, min_kills=2) == 2  # the reserve was needed for the 2nd kill, not a 3rd
+    assert [(f.kind, f.pick) for f in n.injected] == [("kill-leader", 0.2), ("kill-leader", 0.7), ("pause-leader", 0.9),
+                                                      ("kill-follower", 0.7)]
+    n = Scripted()
+    assert n.run(plan, seconds=0.04, min_kills=1) == 1  # enough kills: the reserve stays unused
+    assert [f.kind for f in n.injected] == ["kill-leader", "kill-leader", "pause-leader"]
