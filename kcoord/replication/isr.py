@@ -14,6 +14,13 @@ Rules (Kafka's, with time-based lag as in modern Kafka):
   smaller than the one the controller would elect from (KIP-497). A proposal whose answer
   is lost may have been applied, so its additions keep counting until the truth arrives.
 * HW = min LEO over that ISR, and it never moves backwards.
+* After the confirmed ISR changes, a member's LEO counts for the HW again only once it has
+  fetched since the change. A shrink (or an expansion that lets the HW pass
+  min.insync.replicas) would otherwise advance the HW with what a member reported before
+  the change -- possibly by a process that lost its unflushed log since and restarted
+  empty, which the leader cannot know before that process fetches (sim seed 1637: the HW
+  rose to 22 over ISR [1, 0] while only the leader held those records). Kafka's KIP-903
+  closes the same hole for ISR expansion with broker epochs.
 """
 
 from __future__ import annotations
@@ -33,8 +40,12 @@ class FollowerProgress:
     leader_leo_at_last_fetch: int = UNKNOWN
     last_caught_up_ms: int = UNKNOWN
     incarnation: str = ""  # the follower process these figures come from
+    # The confirmed ISR changed since this follower last fetched: its LEO does not count
+    # for the HW until it fetches again (see the module's rules).
+    reconfirm: bool = False
 
     def on_fetch(self, fetch_offset: int, leader_leo: int, now_ms: int, incarnation: str = "") -> None:
+        self.reconfirm = False
         if incarnation and incarnation != self.incarnation:
             # Another process of that follower: what we knew of the old one says nothing.
             self.last_fetch_ms = self.leader_leo_at_last_fetch = self.last_caught_up_ms = UNKNOWN
@@ -114,6 +125,11 @@ class IsrState:
         for b in self.isr:
             if b not in isr and b in self.followers:
                 self.followers[b] = FollowerProgress(b)
+        if set(isr) != set(self.isr):
+            for b in isr:
+                p = self.followers.get(b)
+                if p is not None:
+                    p.reconfirm = True
         self.isr = list(isr)
 
     def update_from_controller(self, isr: list[int], replicas: list[int], partition_epoch: int, now_ms: int) -> None:
@@ -140,13 +156,14 @@ class IsrState:
         self.replicas = list(replicas)
 
     def high_watermark_candidate(self, leader_leo: int) -> int:
-        """min LEO over the maximal ISR; UNKNOWN if an ISR member has not reported."""
+        """min LEO over the maximal ISR; UNKNOWN if an ISR member has not reported (since
+        the last ISR change)."""
         hw = leader_leo
         for b in self.maximal_isr():
             if b == self.broker:
                 continue
             p = self.followers.get(b)
-            if p is None or p.log_end_offset < 0:
+            if p is None or p.log_end_offset < 0 or p.reconfirm:
                 return UNKNOWN
             hw = min(hw, p.log_end_offset)
         return hw

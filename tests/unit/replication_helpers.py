@@ -39,8 +39,9 @@ def produce(replica: Replica, data: bytes, token, now: int, acks: int = -1, time
     return replica.produce(ProduceRequest(TOPIC, 0, data, acks=acks, timeout_ms=timeout_ms, current_leader_epoch=epoch), token, now)
 
 
-def follower_fetch(leader: Replica, broker: int, offset: int, token, now: int, epoch: int, max_wait_ms: int = 0):
-    req = FetchRequest(TOPIC, 0, offset, max_wait_ms=max_wait_ms, replica_id=broker, current_leader_epoch=epoch)
+def follower_fetch(leader: Replica, broker: int, offset: int, token, now: int, epoch: int, max_wait_ms: int = 0, incarnation: str = ""):
+    req = FetchRequest(TOPIC, 0, offset, max_wait_ms=max_wait_ms, replica_id=broker, current_leader_epoch=epoch,
+                       replica_incarnation=incarnation)
     return leader.fetch(req, token, now)
 
 

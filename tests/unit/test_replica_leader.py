@@ -88,9 +88,29 @@ def test_isr_shrinks_after_lag_time_and_hw_uses_old_isr_until_confirmed():
     assert alter.request.new_isr == [0, 1] and alter.request.partition_epoch == 1
     assert r.hw == 0, "until the controller confirms, follower 2 still counts"
     acts = r.on_alter_partition_response(alter.request, AlterPartitionResponse(leader=0, leader_epoch=1, partition_epoch=2, isr=[0, 1]), 1002)
-    assert r.isr == [0, 1] and r.hw == 2
+    assert r.isr == [0, 1] and r.metrics["isr_shrinks"] == 1
+    # follower 1's parked fetch is answered at once; its LEO counts again when it refetches
+    assert r.hw == 0 and set(replies(acts)) == {"f1"}
+    acts = follower_fetch(r, 1, 2, "f1b", 1003, epoch=1, max_wait_ms=5000)
+    assert r.hw == 2
     assert replies(acts)["p"].error_code == 0
-    assert r.metrics["isr_shrinks"] == 1
+
+
+def test_an_isr_change_does_not_advance_the_hw_on_progress_reported_before_it():
+    """Sim seed 1637: follower 1 reports offset 2 and loses power (its page cache with it);
+    follower 2 lags. When the controller drops 2, the leader must not count 1's old report:
+    the HW would reach 2 with the records on the leader alone, while the restarted follower 1
+    (empty) is still in the ISR until the controller hears of its restart."""
+    r = leader(replica_lag_time_max_ms=1000, min_insync_replicas=2)
+    produce(r, batch(2), "p", 0, timeout_ms=5000)
+    follower_fetch(r, 1, 2, "f1", 10, epoch=1, max_wait_ms=5000)
+    acts = r.tick(1001)
+    (alter,) = of_type(acts, SendAlterPartition)
+    acts = r.on_alter_partition_response(alter.request, AlterPartitionResponse(leader=0, leader_epoch=1, partition_epoch=2, isr=[0, 1]), 1002)
+    assert r.hw == 0 and "p" not in replies(acts)
+    # the restarted follower 1 fetches from an empty log: the HW stays, nothing is acked
+    acts = follower_fetch(r, 1, 0, "f1-new", 1003, epoch=1, max_wait_ms=5000, incarnation="b")
+    assert r.hw == 0 and "p" not in replies(acts)
 
 
 def test_isr_expands_when_follower_reaches_hw():
