@@ -90,3 +90,16 @@ def pytest_runtest_call(item):
 def topic_name(request) -> str:
     base = "".join(c if c.isalnum() else "-" for c in request.node.name)[:40]
     return f"{base}-{uuid.uuid4().hex[:6]}"
+
+
+# Tests that need no Ray first: once the session's Ray and kcoord cluster are up, their
+# idle actors (heartbeats, long polls) take a share of the 2 CPUs from every later test.
+_NO_RAY_FIRST = ("tests/unit/", "tests/sim/")
+
+
+def pytest_collection_modifyitems(session, config, items):
+    def without_ray(item) -> bool:
+        path = str(item.path.relative_to(config.rootpath)) if item.path.is_relative_to(config.rootpath) else str(item.path)
+        return path.startswith(_NO_RAY_FIRST)
+
+    items.sort(key=lambda item: 0 if without_ray(item) else 1)  # stable: file order otherwise
