@@ -56,8 +56,56 @@ def kcluster(ray_session, tmp_path_factory):
         address=None,
         controller_config=TEST_CONTROLLER_CONFIG,
     )
+    _SHARED["kcluster"] = client
     yield client
+    _SHARED.pop("kcluster", None)
     teardown(name, delete_data=True, address=None, data_dir=str(data_dir))
+
+
+# The shared cluster once some test started it, and the topics that existed when each
+# module began: a module's own topics (its module-scoped fixtures' too) are deleted when the
+# module is done, so later modules do not pay for their idle replicas.
+_SHARED: dict = {}
+_MODULE_TOPICS: dict[str, set[str] | None] = {}
+
+
+def _topics(cluster) -> set[str]:
+    from kcoord.client.admin import Admin
+
+    return set(Admin(cluster).list_topics())
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_setup(item):
+    module = item.nodeid.split("::")[0]
+    if module not in _MODULE_TOPICS:
+        cluster = _SHARED.get("kcluster")
+        try:
+            _MODULE_TOPICS[module] = _topics(cluster) if cluster is not None else None
+        except Exception:  # noqa: BLE001 - no baseline (asked again at the next test)
+            pass
+    yield
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_teardown(item, nextitem):
+    yield  # the module's fixtures are finalized in here when nextitem is in another module
+    module = item.nodeid.split("::")[0]
+    cluster = _SHARED.get("kcluster")
+    if nextitem is None or nextitem.nodeid.split("::")[0] == module or cluster is None or module not in _MODULE_TOPICS:
+        return
+    before = _MODULE_TOPICS[module]
+    from kcoord.client.admin import Admin
+
+    try:
+        admin = Admin(cluster)
+        for topic in sorted(_topics(cluster) - (before or set())):
+            if not topic.startswith("__"):
+                admin.delete_topic(topic)
+    except Exception as exc:  # noqa: BLE001 - cleanup must not turn a pass into an error
+        import warnings
+
+        warnings.warn(f"could not delete the topics of {module}: {exc!r}")
 
 
 @pytest.hookimpl(hookwrapper=True)

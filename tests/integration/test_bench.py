@@ -1,6 +1,12 @@
-"""``kcoord bench --quick`` end to end, as a user runs it: every benchmark runs (each with
-its own local Ray), results.json holds the machine, the commit and every benchmark's
-results, and the plots are PNG files. It must stay quick enough to run in the suite."""
+"""``kcoord bench --quick`` end to end, as a user runs it: the benchmarks run (each with its
+own local Ray), results.json holds the machine, the commit and every benchmark's results,
+and the plots are PNG files.
+
+The suite runs every benchmark but the two that start a second heavy system: ``spark`` (a
+RayDP session, 80 s) and ``kafka_wire`` (librdkafka clients through the listener, 50 s).
+Their code paths are tested in tests/spark, tests/kafka and the demo; ``make bench`` and
+``kcoord bench --quick`` run them. The suite's 35-minute budget on a 2-core machine is
+why; the selection goes through ``--only``, the way a user picks benchmarks."""
 
 from __future__ import annotations
 
@@ -17,13 +23,13 @@ pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
 REPO = Path(__file__).resolve().parents[2]
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
-PLOTS = ("throughput.png", "latency.png", "failover.png", "rebalance.png", "spark.png")
-# Thirteen benchmarks, eleven of them each starting its own local Ray (most of the time is
-# starting Ray and actor processes; group_load and log_cleaner need no Ray and take a few
-# seconds each): 318 s
-# in a full-suite run on the 2-core machine before group_load, so the bound is 420 s.
+PLOTS = ("throughput.png", "latency.png", "failover.png", "rebalance.png")
+NOT_IN_THE_SUITE = {"spark", "kafka_wire"}
+# Eleven benchmarks, nine of them each starting its own local Ray (most of the time is
+# starting Ray and actor processes; group_load, log_append, log_cleaner and
+# produce_validation need no Ray): about 175 s in a full-suite run on the 2-core machine.
 # A busy machine slows it several times: KCOORD_BENCH_QUICK_LIMIT_S raises the bound there.
-WALL_LIMIT_S = float(os.environ.get("KCOORD_BENCH_QUICK_LIMIT_S", "420"))
+WALL_LIMIT_S = float(os.environ.get("KCOORD_BENCH_QUICK_LIMIT_S", "360"))
 
 
 def test_kcoord_bench_quick_writes_results_json_and_plots(tmp_path):
@@ -31,8 +37,11 @@ def test_kcoord_bench_quick_writes_results_json_and_plots(tmp_path):
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH", "")) if p)
     start = time.monotonic()
+    expected = {p.stem for p in (REPO / "benchmarks").glob("*.py") if not p.name.startswith("_")} - NOT_IN_THE_SUITE
+    assert len(expected) >= 11, expected
+    only = [arg for name in sorted(expected) for arg in ("--only", name)]
     proc = subprocess.run(
-        [sys.executable, "-m", "kcoord.cli", "bench", "--quick", "--out", str(out)],
+        [sys.executable, "-m", "kcoord.cli", "bench", "--quick", "--out", str(out), *only],
         env=env, cwd=REPO, capture_output=True, text=True, timeout=1800,
     )
     took = time.monotonic() - start
@@ -47,7 +56,6 @@ def test_kcoord_bench_quick_writes_results_json_and_plots(tmp_path):
     assert m["git"]["commit"] == head and isinstance(m["git"]["dirty"], bool)
     assert doc["suite"]["quick"] is True and doc["suite"]["seconds"] > 0 and doc["suite"]["started_at"]
 
-    expected = {p.stem for p in (REPO / "benchmarks").glob("*.py") if not p.name.startswith("_")}
     assert set(doc["benchmarks"]) == expected
     assert doc["failures"] == [], {n: doc["benchmarks"][n]["error"] for n in doc["failures"]}
     for name, entry in doc["benchmarks"].items():
@@ -59,6 +67,7 @@ def test_kcoord_bench_quick_writes_results_json_and_plots(tmp_path):
     for file in PLOTS:
         data = (out / file).read_bytes()
         assert data[:8] == PNG_MAGIC and len(data) > 1000, file
-    assert sorted(doc["plots"].values()) == sorted(PLOTS)
+    assert sorted(v for v in doc["plots"].values() if v.endswith(".png")) == sorted(PLOTS)
+    assert doc["plots"]["spark"] == "skipped: no results"  # its benchmark did not run
 
     assert took < WALL_LIMIT_S, f"kcoord bench --quick took {took:.0f} s (limit {WALL_LIMIT_S} s)"
