@@ -309,12 +309,12 @@ def test_the_nemesis_retries_a_skipped_kill_and_uses_the_reserve_only_when_short
             self.injected.append(fault)
             return fault.pick >= 0.5
 
-    plan = [Fault(0.0, "kill-leader", 0.2), Fault(0.01, "pause-leader", 0.9, duration=3),
-            Fault(0.05, "kill-follower", 0.7), Fault(0.06, "kill-controller", 0.8)]
+    plan = [Fault(0.0, "kill-leader", 0.2), Fault(1.1, "pause-leader", 0.9, duration=3),
+            Fault(1.6, "kill-follower", 0.7), Fault(1.65, "kill-controller", 0.8)]
     n = Scripted()
-    assert n.run(plan, seconds=0.04, min_kills=2) == 2  # the reserve was needed for the 2nd kill, not a 3rd
+    assert n.run(plan, seconds=1.5, min_kills=2) == 2  # the reserve was needed for the 2nd kill, not a 3rd
     assert [(f.kind, f.pick) for f in n.injected] == [("kill-leader", 0.2), ("kill-leader", 0.7), ("pause-leader", 0.9),
                                                       ("kill-follower", 0.7)]
     n = Scripted()
-    assert n.run(plan, seconds=0.04, min_kills=1) == 1  # enough kills: the reserve stays unused
+    assert n.run(plan, seconds=1.5, min_kills=1) == 1  # enough kills: the reserve stays unused
     assert [f.kind for f in n.injected] == ["kill-leader", "kill-leader", "pause-leader"]
