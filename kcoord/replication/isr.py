@@ -117,7 +117,7 @@ class IsrState:
         except ValueError:
             return len(self.replicas) + broker
 
-    def adopt_isr(self, isr: list[int]) -> None:
+    def adopt_isr(self, isr: list[int]) -> bool:
         """Take ``isr`` as the confirmed ISR. A follower that leaves it forgets its progress:
         it may have left because it crashed, and what it reported before the crash (a log
         end it may no longer have) must not bring it back into the ISR; only a fetch made
@@ -125,17 +125,20 @@ class IsrState:
         for b in self.isr:
             if b not in isr and b in self.followers:
                 self.followers[b] = FollowerProgress(b)
-        if set(isr) != set(self.isr):
+        changed = set(isr) != set(self.isr)
+        if changed:
             for b in isr:
                 p = self.followers.get(b)
                 if p is not None:
                     p.reconfirm = True
         self.isr = list(isr)
+        return changed
 
-    def update_from_controller(self, isr: list[int], replicas: list[int], partition_epoch: int, now_ms: int) -> None:
+    def update_from_controller(self, isr: list[int], replicas: list[int], partition_epoch: int, now_ms: int) -> bool:
         """A LeaderAndIsr at our epoch with a newer partition epoch (e.g. the controller
-        removed a dead follower): adopt it and drop any proposal built on the old view."""
-        self.adopt_isr(isr)
+        removed a dead follower): adopt it and drop any proposal built on the old view.
+        Returns whether the ISR changed."""
+        changed = self.adopt_isr(isr)
         self.partition_epoch = partition_epoch
         # A proposal still in flight was built on the older partition epoch, so the
         # controller can no longer apply it (it checks the partition epoch): this ISR is
@@ -154,6 +157,7 @@ class IsrState:
             if b not in replicas:
                 del self.followers[b]
         self.replicas = list(replicas)
+        return changed
 
     def high_watermark_candidate(self, leader_leo: int) -> int:
         """min LEO over the maximal ISR; UNKNOWN if an ISR member has not reported (since

@@ -309,13 +309,15 @@ class Leader:
             file_hint=spans or None,
         )
 
-    def _wake_fetchers(self, now_ms: int, *, followers: bool) -> None:
+    def _wake_fetchers(self, now_ms: int, *, followers: bool, force: bool = False) -> None:
+        """Answer the parked fetches of followers (or of consumers) that can be answered
+        now; ``force``: all of them, with whatever there is."""
         if not self.fetch_waiters:
             return
         for token, w in list(self.fetch_waiters.items()):
             if w.from_follower != followers:
                 continue
-            response = self._read_for(w, force=False)
+            response = self._read_for(w, force=force)
             if response is not None:
                 del self.fetch_waiters[token]
                 self.state.reply(token, response)
@@ -407,11 +409,14 @@ class Leader:
             isr.isr_shrinks += 1
         st.isr = list(response.isr)
         st.partition_epoch = response.partition_epoch
-        isr.adopt_isr(response.isr)
+        changed = isr.adopt_isr(response.isr)
         isr.unconfirmed = []  # the controller's whole ISR as of now: nothing left to guess
         isr.partition_epoch = response.partition_epoch
-        if old != new:
-            self._release_follower_fetches()
+        if changed:
+            # their LEOs count for the HW again only after a new fetch (see isr.py); a
+            # parked fetch would hold the HW until its wait ends, and proves nothing about
+            # the follower's process today (it may have lost power since sending it)
+            self._wake_fetchers(now_ms, followers=True, force=True)
         self.maybe_advance_hw(now_ms)
         if response.error_code == ErrorCode.NONE:
             self.maybe_propose_isr(now_ms)
@@ -420,23 +425,9 @@ class Leader:
         """A LeaderAndIsr at our epoch with a newer partition epoch (the controller changed
         the ISR or the replicas): adopt it and drop any proposal built on the old view."""
         st = self.state
-        before = set(self.isr.isr)
-        self.isr.update_from_controller(st.isr, st.replicas, st.partition_epoch, now_ms)
-        if set(st.isr) != before:
-            self._release_follower_fetches()
+        if self.isr.update_from_controller(st.isr, st.replicas, st.partition_epoch, now_ms):
+            self._wake_fetchers(now_ms, followers=True, force=True)  # as in on_alter_partition_response
         self.maybe_advance_hw(now_ms)
-
-    def _release_follower_fetches(self) -> None:
-        """Answer the followers' parked fetches now: after an ISR change their LEOs count
-        for the HW only once they fetch again (see isr.py), and a parked fetch would hold
-        the HW until its wait ends. A parked fetch proves nothing about the follower's
-        process today: it may have lost power since sending it."""
-        for token, w in list(self.fetch_waiters.items()):
-            if w.from_follower:
-                response = self._read_for(w, force=True)
-                if response is not None:
-                    del self.fetch_waiters[token]
-                    self.state.reply(token, response)
 
     # ------------------------------------------------------------------------------------
     # queries
