@@ -94,18 +94,23 @@ def pytest_runtest_teardown(item, nextitem):
     cluster = _SHARED.get("kcluster")
     if nextitem is None or nextitem.nodeid.split("::")[0] == module or cluster is None or module not in _MODULE_TOPICS:
         return
-    before = _MODULE_TOPICS[module]
+    _delete_topics_since(cluster, _MODULE_TOPICS[module] or set(), f"the topics of {module}")
+
+
+def _delete_topics_since(cluster, before: set[str], what: str) -> None:
+    """Delete the topics created since ``before`` (never the internal ones). Failures only
+    warn: cleanup must not turn a pass into an error."""
     from kcoord.client.admin import Admin
 
     try:
         admin = Admin(cluster)
-        for topic in sorted(_topics(cluster) - (before or set())):
+        for topic in sorted(_topics(cluster) - before):
             if not topic.startswith("__"):
                 admin.delete_topic(topic)
-    except Exception as exc:  # noqa: BLE001 - cleanup must not turn a pass into an error
+    except Exception as exc:  # noqa: BLE001
         import warnings
 
-        warnings.warn(f"could not delete the topics of {module}: {exc!r}")
+        warnings.warn(f"could not delete {what}: {exc!r}")
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -120,18 +125,9 @@ def pytest_runtest_call(item):
     if cluster is None:
         yield
         return
-    from kcoord.client.admin import Admin
-
-    admin = Admin(cluster)
-    before = set(admin.list_topics())
+    before = _topics(cluster)
     yield
-    try:
-        for topic in sorted(set(admin.list_topics()) - before):
-            admin.delete_topic(topic)
-    except Exception as exc:  # noqa: BLE001 - cleanup must not turn a pass into an error
-        import warnings
-
-        warnings.warn(f"could not delete the test's topics: {exc!r}")
+    _delete_topics_since(cluster, before, "the test's topics")
 
 
 @pytest.fixture
