@@ -11,10 +11,12 @@ Exit status 1 when any seed violates an invariant.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import logging
 import os
 import sys
 import time
+from pathlib import Path
 
 from .simulation import KINDS, MODES, run_seed
 
@@ -38,6 +40,33 @@ def quiet_logs(verbose: int = 0) -> None:
     """The drivers log what an operator would want to see; in a simulated run that is
     noise (``--verbose`` traces the run instead)."""
     logging.getLogger("kcoord").setLevel(logging.WARNING if verbose >= 2 else logging.CRITICAL)
+
+
+# Modules that drive a run from outside: they choose seeds and print, and cannot change what
+# a seed does, so editing them does not start a new version of the simulated code.
+_DRIVERS = ("tests.sim.run", "tests.sim.test_simulation")
+
+
+def simulated_modules() -> dict[str, Path]:
+    """Module name -> source file of everything a run executes: the kcoord cores and the
+    simulation harness, as loaded after a short seed ran."""
+    run_seed(0, None, None, 10, 0, None)
+    return {
+        name: Path(module.__file__)
+        for name, module in sorted(sys.modules.items())
+        if name.startswith(("kcoord", "tests.sim")) and name not in _DRIVERS and getattr(module, "__file__", None)
+    }
+
+
+def code_digest() -> str:
+    """A short hash of the sources of :func:`simulated_modules`, so that the seeds of a long
+    run split over several sessions and commits can be shown to have run one version of the
+    code."""
+    modules = simulated_modules()
+    h = hashlib.sha256()
+    for name, path in modules.items():
+        h.update(name.encode() + b"\0" + path.read_bytes())
+    return f"{h.hexdigest()[:12]} over {len(modules)} modules"
 
 
 def _one(args: tuple) -> tuple[int, bool, str, float]:
@@ -89,6 +118,7 @@ def main(argv: list[str] | None = None) -> int:
         print(result.report() if not result.ok else result.summary())
         return 0 if result.ok else 1
     seeds = parse_seeds(args.seeds)
+    print(f"code {code_digest()}", flush=True)
     started = time.perf_counter()
     failed = []
 

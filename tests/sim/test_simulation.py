@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from .run import parse_seeds, run_many
+from .run import code_digest, parse_seeds, run_many, simulated_modules
 from .simulation import SimConfig, Simulation, run_seed
 
 DEFAULT_SEEDS = 1000
@@ -148,3 +148,11 @@ def test_planted_coordinator_load_bug_is_caught(monkeypatch: pytest.MonkeyPatch)
     monkeypatch.setattr(driver.GroupCoordinatorDriver, "_on_load_fetch", finish_at_hw)
     results = [run_seed(s, kind="groups") for s in (39, 78, 93)]
     assert sum(any(v.invariant == "6" for v in r.violations) for r in results) >= 2
+
+
+def test_the_code_digest_covers_the_cores_and_the_harness_but_not_the_seed_runner() -> None:
+    modules = simulated_modules()
+    for core in ("kcoord.replication.leader", "kcoord.replication.controller_driver", "kcoord.group.driver", "kcoord.log.log", "tests.sim.checks"):
+        assert core in modules, core
+    assert "tests.sim.run" not in modules and "tests.sim.test_simulation" not in modules
+    assert code_digest() == code_digest()
