@@ -21,6 +21,7 @@ from typing import Any
 
 import ray
 
+from kcoord import channel
 from kcoord.log import Log, LogConfig
 from kcoord.log.hints import read_hinted
 from kcoord.protocol import names
@@ -97,6 +98,8 @@ class ReplicaActor:
             storage=storage_lineage(self.node_id),
         )
         self.driver: ReplicaDriver | None = None
+        self._channel: asyncio.Future | None = None  # -> ChannelServer | None (kcoord.channel)
+        self._direct: channel.DirectCalls | None = None  # our calls to other replicas' channels
         self._exporter = ReplicaMetricsExporter(cluster, topic, partition, broker)
         # Start the timer now rather than on the first request (after a restart).
         ray.get_runtime_context().current_actor.ready.remote()
@@ -118,10 +121,11 @@ class ReplicaActor:
     def _ensure_started(self) -> ReplicaDriver:
         if self.driver is None:
             loop = asyncio.get_running_loop()
+            self._direct = channel.DirectCalls(self.node_id) if channel.enabled() else None
             self.driver = ReplicaDriver(
                 self.replica,
                 cluster=self.cluster,
-                transport=RayTransport(self.namespace, loop),
+                transport=RayTransport(self.namespace, loop, direct=self._direct),
                 clock=AsyncioClock(loop),
                 read_hint=read_hinted,
                 trace=lambda message: self._log("%s", message),
@@ -167,6 +171,29 @@ class ReplicaActor:
     async def offsets_for_leader_epoch(self, data: bytes) -> bytes:
         return await self._serve(data, OffsetsForLeaderEpochRequest)
 
+    async def channel(self) -> list[str] | None:
+        """This process's endpoint for direct calls from its own node (``kcoord.channel``:
+        produce, fetch, list_offsets, offsets_for_leader_epoch), or None when channels are
+        off. Started on first use, once."""
+        if self._channel is None:
+            self._channel = asyncio.ensure_future(self._start_channel())
+        server = await asyncio.shield(self._channel)
+        return server.endpoint.to_wire() if server is not None else None
+
+    async def _start_channel(self) -> channel.ChannelServer | None:
+        if not channel.enabled():
+            return None
+        server = channel.ChannelServer(self._direct_call, self.node_id)
+        try:
+            await server.start()
+        except OSError:
+            self._log("no direct-call channel (calls go through Ray):\n%s", traceback.format_exc(), level=logging.WARNING)
+            return None
+        return server
+
+    async def _direct_call(self, method: str, data: bytes) -> bytes:
+        return await getattr(self, method)(data)
+
     async def delete_records(self, data: bytes) -> bytes:
         return await self._serve(data, DeleteRecordsRequest)
 
@@ -209,6 +236,9 @@ class ReplicaActor:
             "metrics": dict(r.metrics),
             "parked_fetches": r.parked_fetches(),
             "hinted_fetches": driver.hinted_fetches,
+            # Direct calls (kcoord.channel): answered by this process, and made by it.
+            "direct_calls_served": self._channel.result().served if self._channel is not None and self._channel.done() and self._channel.result() is not None else 0,
+            "direct_calls_made": self._direct.calls if self._direct is not None else 0,
             "pending_requests": driver.pending_requests,
         }
 
@@ -222,6 +252,8 @@ class ReplicaActor:
     async def delete(self) -> bool:
         """Stop serving and remove this replica's data (topic deletion)."""
         driver = self._ensure_started()
+        if self._channel is not None and self._channel.done() and self._channel.result() is not None:
+            self._channel.result().close()
         try:
             driver.close()
         finally:

@@ -10,7 +10,8 @@ from __future__ import annotations
 import asyncio
 from typing import Any, Callable
 
-from kcoord.calls import DEAD, TIMEOUT, CallFailed, Handles
+from kcoord import channel
+from kcoord.calls import DEAD, ERROR, TIMEOUT, CallFailed, Handles
 from kcoord.protocol.codec import Message
 from kcoord.protocol.errors import DecodeError
 from kcoord.records import now_ms as wall_ms
@@ -38,12 +39,21 @@ class AsyncioClock:
 
 class RayTransport:
     """Calls to named actors of one namespace, each as an asyncio task whose outcome is
-    handed to the caller's callback on the event loop."""
+    handed to the caller's callback on the event loop. Data-path calls to a replica on
+    this node (``kcoord.channel.METHODS``) go over its direct-call channel when it serves
+    one; everything else, and every call the channel cannot carry, goes through Ray."""
 
-    def __init__(self, namespace: str, loop: asyncio.AbstractEventLoop | None = None, handles: Handles | None = None) -> None:
+    def __init__(
+        self,
+        namespace: str,
+        loop: asyncio.AbstractEventLoop | None = None,
+        handles: Handles | None = None,
+        direct: channel.DirectCalls | None = None,
+    ) -> None:
         self.handles = handles or Handles(namespace)
         self._loop = loop
         self._tasks: set[asyncio.Task] = set()
+        self.direct = direct
 
     def call(
         self,
@@ -64,13 +74,18 @@ class RayTransport:
     async def _call(self, target, method, request, response_type, timeout_ms, on_done, probe_after_ms) -> None:
         response = None
         try:
-            raw = await self.handles.call(
-                target,
-                method,
-                request.encode(),
-                timeout=timeout_ms / 1000,
-                probe_after=None if probe_after_ms is None else probe_after_ms / 1000,
-            )
+            payload = request.encode()
+            raw = None
+            if self.direct is not None and method in channel.METHODS:
+                raw = await self._direct(target, method, payload, timeout_ms)
+            if raw is None:
+                raw = await self.handles.call(
+                    target,
+                    method,
+                    payload,
+                    timeout=timeout_ms / 1000,
+                    probe_after=None if probe_after_ms is None else probe_after_ms / 1000,
+                )
             response = response_type.decode(raw)
             outcome = Outcome.OK
         except CallFailed as exc:
@@ -78,6 +93,20 @@ class RayTransport:
         except DecodeError:
             outcome = Outcome.ERROR
         on_done(response, outcome)
+
+    async def _direct(self, target: str, method: str, payload: bytes, timeout_ms: int) -> bytes | None:
+        """The call over ``target``'s channel; None to send it through Ray instead. A
+        connection that broke after the request went out is the process dying: the Ray
+        call that follows (a fetch or an offsets query, both reads) finds out how."""
+        handle = self.handles.get_handle(target)
+        try:
+            return await self.direct.call(target, handle, method, payload, timeout_ms / 1000)
+        except channel.ChannelUnavailable:
+            return None
+        except asyncio.TimeoutError:
+            raise CallFailed(TIMEOUT, f"{target}.{method} did not answer within {timeout_ms / 1000} s") from None
+        except channel.RemoteError as exc:
+            raise CallFailed(ERROR, f"{target}.{method} raised: {exc}") from None
 
     def close(self) -> None:
         for task in list(self._tasks):

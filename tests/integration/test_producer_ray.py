@@ -14,7 +14,7 @@ import pytest
 import ray
 
 import kcoord
-from kcoord import records
+from kcoord import channel, records
 from kcoord.client.admin import Admin
 from kcoord.client.producer import Producer
 from kcoord.client.producer import sender as producer_sender
@@ -312,19 +312,25 @@ def test_a_write_that_died_half_way_is_completed_by_its_retry(kcluster, make_top
 
 def test_idempotent_retry_after_a_lost_response_keeps_one_copy(kcluster, make_topic, monkeypatch):
     topic = make_topic()
-    real_call = producer_sender.call_probing
+    real_ray_call = producer_sender.call_probing
+    real_direct_call = channel.DirectCalls.call
     lose = [1]
 
-    async def lossy_call(ref, *args, **kwargs):
-        answer = await real_call(ref, *args, **kwargs)
-        if lose[0]:
-            lose[0] -= 1
-            raise asyncio.TimeoutError()  # the leader appended, but its answer is "lost"
-        return answer
+    def lossy(real):
+        async def call(*args, **kwargs):
+            answer = await real(*args, **kwargs)
+            if lose[0] and answer is not None:
+                lose[0] -= 1
+                raise asyncio.TimeoutError()  # the leader appended, but its answer is "lost"
+            return answer
+
+        return call
 
     with Producer(kcluster) as p:
         first = p.send(topic, b"before").get(30)
-        monkeypatch.setattr(producer_sender, "call_probing", lossy_call)  # the batch is re-sent
+        # The batch is re-sent, whichever way it went (Ray or the direct-call channel).
+        monkeypatch.setattr(producer_sender, "call_probing", lossy(real_ray_call))
+        monkeypatch.setattr(channel.DirectCalls, "call", lossy(real_direct_call))
         futs = [p.send(topic, b"r%d" % i) for i in range(10)]
         p.flush(30)
         metas = [f.get() for f in futs]
@@ -416,6 +422,29 @@ def test_delivery_timeout_fails_the_batch_and_the_producer_recovers(kcluster, ma
     values = [r.value for r in read_all(kcluster, topic)]
     assert values[0] == b"first" and values[-1] == b"after" and values.count(b"after") == 1
     assert set(values) <= {b"first", b"expires", b"after"}  # an expired batch may still have landed
+
+
+def test_produce_and_replication_go_over_direct_channels_and_survive_a_leader_kill(kcluster, make_topic):
+    """On one node, the producer's requests and the followers' fetches use the replicas'
+    channels (kcoord.channel); a leader killed under them loses and duplicates nothing."""
+    if not channel.enabled():
+        pytest.skip("direct-call channels need Linux (abstract Unix sockets)")
+    topic = make_topic(rf=3)
+    md = kcluster.partition_metadata(topic, 0, refresh=True)
+    with Producer(kcluster, linger_ms=0) as p:
+        first = [p.send(topic, b"a-%03d" % i).get(30).offset for i in range(20)]
+        assert first == list(range(20))
+        assert p._sender.direct is not None and p._sender.direct.calls >= 20
+        views = {b: ray.get(kcluster.replica(topic, 0, b).describe.remote(), timeout=30) for b in md.replicas}
+        assert views[md.leader]["direct_calls_served"] >= 20
+        followers = [v for b, v in views.items() if b != md.leader]
+        assert all(v["direct_calls_made"] > 0 for v in followers), "followers fetch over the channel"
+        ray.kill(kcluster.replica(topic, 0, md.leader, fresh=True), no_restart=False)
+        after = [p.send(topic, b"b-%03d" % i) for i in range(20)]
+        p.flush(120)
+        assert all(f.get(0).offset >= 20 for f in after)
+    values = [r.value for r in read_all(kcluster, topic)]
+    assert values == [b"a-%03d" % i for i in range(20)] + [b"b-%03d" % i for i in range(20)]
 
 
 @ray.remote(num_cpus=0)

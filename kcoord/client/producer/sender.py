@@ -18,6 +18,7 @@ import time
 
 from ray.exceptions import RayActorError
 
+from ... import channel
 from ...calls import ActorGoneError, call_probing
 from ...protocol.errors import DecodeError, ErrorCode, KafkaError
 from ...protocol.replication import ProduceRequest, ProduceResponse
@@ -96,6 +97,9 @@ class Sender:
         self._in_flight = 0  # requests in flight (under the accumulator's lock)
         self._abort = False
         self._refreshing: dict[str, asyncio.Future] = {}
+        # Produce requests to a leader on this node go over its direct-call channel (see
+        # kcoord.channel); set up on the sender's loop.
+        self.direct: channel.DirectCalls | None = None
         self._last_refresh: dict[str, float] = {}
         self._started = threading.Event()
         self.thread = threading.Thread(target=self._run, name="kcoord-producer-sender", daemon=True)
@@ -129,6 +133,11 @@ class Sender:
         event = wakeup.event = asyncio.Event()
         acc = self.accumulator
         tasks: set[asyncio.Task] = set()
+        if channel.enabled():
+            try:
+                self.direct = channel.DirectCalls(channel.current_node_id())
+            except Exception:  # not connected to Ray the usual way: Ray calls only
+                self.direct = None
         self._started.set()
         while True:
             now = _monotonic()
@@ -156,6 +165,8 @@ class Sender:
             task.cancel()
         if tasks:
             await asyncio.gather(*tasks, return_exceptions=True)
+        if self.direct is not None:
+            self.direct.client.close()
 
     async def _send(self, ps: PartitionQueue, batch: ProducerBatch) -> None:
         try:
@@ -234,10 +245,16 @@ class Sender:
                     logger.debug("acks=0 produce to %s-%d: %r", topic, p, exc)
                 return
             try:
-                # Probing: a leader that was killed is known to Ray's GCS within ~30 ms,
-                # while the call itself would only fail 1-2 s later.
-                raw = await call_probing(handle.produce.remote(request), handle, wait_s, probe_every=0.1)
-            except (RayActorError, ActorGoneError) as exc:
+                raw = None
+                if self.direct is not None:
+                    # A broken connection after the request went out is the leader's
+                    # process dying: handled below as a dead leader (ChannelUnavailable).
+                    raw = await self.direct.call(name, handle, "produce", request, wait_s)
+                if raw is None:
+                    # Probing: a leader that was killed is known to Ray's GCS within ~30 ms,
+                    # while the call itself would only fail 1-2 s later.
+                    raw = await call_probing(handle.produce.remote(request), handle, wait_s, probe_every=0.1)
+            except (RayActorError, ActorGoneError, channel.ChannelUnavailable) as exc:
                 stats.request_errors.add(exc)
                 self.cluster.forget(name)
                 last_error = f"leader {name} unavailable ({type(exc).__name__})"

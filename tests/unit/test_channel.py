@@ -1,0 +1,172 @@
+"""The direct-call channel (kcoord.channel) between two asyncio loops, without Ray: answers
+in any order, errors, a server that goes away, refused endpoints, bad frames."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+
+import pytest
+
+from kcoord import channel
+from kcoord.channel import HEADER, ChannelClient, ChannelServer, ChannelUnavailable, DirectCalls, Endpoint, RemoteError
+
+pytestmark = pytest.mark.skipif(not channel.enabled(), reason="channels need Linux abstract sockets")
+
+
+def run(coro):
+    return asyncio.run(asyncio.wait_for(coro, 10))
+
+
+class Echo:
+    """A dispatch whose 'fetch' parks until released and whose 'produce' answers at once."""
+
+    def __init__(self) -> None:
+        self.release = asyncio.Event()
+        self.seen: list[tuple[str, bytes]] = []
+
+    async def __call__(self, method: str, payload: bytes) -> bytes:
+        self.seen.append((method, payload))
+        if method == "fetch":
+            await self.release.wait()
+        if payload == b"boom":
+            raise ValueError("no such offset")
+        return method.encode() + b":" + payload
+
+
+def test_answers_come_back_in_any_order_on_one_connection() -> None:
+    async def main():
+        echo = Echo()
+        server = ChannelServer(echo, "node-a")
+        ep = await server.start()
+        client = ChannelClient()
+        parked = asyncio.ensure_future(client.call(ep, "fetch", b"f1", timeout=5))
+        await asyncio.sleep(0)
+        assert await client.call(ep, "produce", b"p1", timeout=5) == b"produce:p1"
+        assert not parked.done()  # a parked fetch does not hold up the produce behind it
+        echo.release.set()
+        assert await parked == b"fetch:f1"
+        big = bytes(range(256)) * 40_000  # 10 MB: frames larger than any socket buffer
+        assert await client.call(ep, "produce", big, timeout=5) == b"produce:" + big
+        assert len(client._connections) == 1 and server.served == 3
+        client.close()
+        server.close()
+
+    run(main())
+
+
+def test_a_method_that_raises_is_a_remote_error_and_the_connection_stays_up() -> None:
+    async def main():
+        server = ChannelServer(Echo(), "n")
+        ep = await server.start()
+        client = ChannelClient()
+        with pytest.raises(RemoteError, match="ValueError: no such offset"):
+            await client.call(ep, "produce", b"boom", timeout=5)
+        assert await client.call(ep, "produce", b"ok", timeout=5) == b"produce:ok"
+        client.close()
+        server.close()
+
+    run(main())
+
+
+def test_a_timeout_leaves_the_connection_usable() -> None:
+    async def main():
+        echo = Echo()
+        server = ChannelServer(echo, "n")
+        ep = await server.start()
+        client = ChannelClient()
+        with pytest.raises(asyncio.TimeoutError):
+            await client.call(ep, "fetch", b"slow", timeout=0.05)
+        echo.release.set()  # its late answer must be dropped, not given to the next call
+        assert await client.call(ep, "produce", b"next", timeout=5) == b"produce:next"
+        client.close()
+        server.close()
+
+    run(main())
+
+
+def test_a_server_that_goes_away_fails_calls_in_flight_as_sent_and_new_ones_as_not_sent() -> None:
+    async def main():
+        server = ChannelServer(Echo(), "n")
+        ep = await server.start()
+        client = ChannelClient()
+        parked = asyncio.ensure_future(client.call(ep, "fetch", b"f", timeout=5))
+        await asyncio.sleep(0.05)
+        server.close()  # cancels the parked fetch: its connection closes with no answer
+        with pytest.raises(ChannelUnavailable) as exc:
+            await parked
+        assert exc.value.sent
+        with pytest.raises(ChannelUnavailable) as exc:
+            await client.call(ep, "produce", b"p", timeout=5)
+        assert not exc.value.sent  # refused: the request never left
+        client.close()
+
+    run(main())
+
+
+def test_a_bad_frame_closes_that_connection_only() -> None:
+    async def main():
+        server = ChannelServer(Echo(), "n")
+        ep = await server.start()
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.connect(ep.address)
+        sock.sendall(HEADER.pack(10, 1, 200) + b"x" * 10)  # method 200 does not exist
+        await asyncio.sleep(0.1)
+        sock.setblocking(False)
+        assert await asyncio.get_running_loop().sock_recv(sock, 10) == b""  # closed by the server
+        sock.close()
+        assert server.rejected == 1
+        client = ChannelClient()
+        assert await client.call(ep, "produce", b"fine", timeout=5) == b"produce:fine"
+        client.close()
+        server.close()
+
+    run(main())
+
+
+class FakeHandle:
+    """What DirectCalls needs of a Ray actor handle: ``channel.remote()`` to await."""
+
+    def __init__(self, endpoint: Endpoint | None) -> None:
+        self.endpoint = endpoint
+        self.asked = 0
+        handle = self
+
+        class _Method:
+            def remote(self):
+                handle.asked += 1
+                fut = asyncio.get_running_loop().create_future()
+                fut.set_result(handle.endpoint.to_wire() if handle.endpoint else None)
+                return fut
+
+        self.channel = _Method()
+
+
+def test_direct_calls_use_only_same_node_endpoints_and_give_up_on_one_refused_twice() -> None:
+    async def main():
+        server = ChannelServer(Echo(), "node-a")
+        ep = await server.start()
+        direct = DirectCalls("node-a")
+        here = FakeHandle(ep)
+        assert await direct.call("r0", here, "produce", b"x", 5) == b"produce:x"
+        assert await direct.call("r0", here, "produce", b"y", 5) == b"produce:y"
+        assert here.asked == 1  # the endpoint is asked once and kept
+        elsewhere = FakeHandle(Endpoint("node-b", ep.address))
+        assert await direct.call("r1", elsewhere, "produce", b"x", 5) is None  # another node: use Ray
+        assert await direct.call("r2", FakeHandle(None), "produce", b"x", 5) is None  # no channel
+
+        server.close()
+        await asyncio.sleep(0.05)
+        stale = FakeHandle(ep)
+        assert await direct.call("r3", stale, "produce", b"x", 5) is None  # refused: send through Ray
+        assert await direct.call("r3", stale, "produce", b"x", 5) is None  # same endpoint again: Ray only
+        assert await direct.call("r3", stale, "produce", b"x", 5) is None
+        assert stale.asked == 2
+        restarted = ChannelServer(Echo(), "node-a")  # the actor came back: a new endpoint
+        stale.endpoint = await restarted.start()
+        direct.forget("r3")
+        assert await direct.call("r3", stale, "produce", b"z", 5) == b"produce:z"
+        direct.client.close()
+        restarted.close()
+
+    run(main())
