@@ -158,6 +158,7 @@ class _Connection:
         self.pending: dict[int, asyncio.Future] = {}
         self.next_id = 0
         self.broken: BaseException | None = None
+        self.on_broken: Callable[[], None] = lambda: None
         self.task = asyncio.ensure_future(self._read())
 
     async def _read(self) -> None:
@@ -178,6 +179,7 @@ class _Connection:
 
     def _break(self, error: BaseException) -> None:
         self.broken = error
+        self.on_broken()
         for fut in self.pending.values():
             if not fut.done():
                 fut.set_exception(error)
@@ -203,21 +205,23 @@ class ChannelClient:
         self._connections: dict[Endpoint, _Connection] = {}
         self._connecting: dict[Endpoint, asyncio.Future] = {}
 
-    async def call(self, endpoint: Endpoint, method: str, payload: bytes, timeout: float | None = None) -> bytes:
-        """``method(payload)`` in the process at ``endpoint``: its answer, or
-        :class:`ChannelUnavailable`, :class:`RemoteError`, ``asyncio.TimeoutError``."""
+    async def submit(self, endpoint: Endpoint, method: str, payload: bytes) -> asyncio.Future:
+        """Send ``method(payload)`` to the process at ``endpoint`` (connecting first if
+        needed); returns the future of its answer once the request is written, so that
+        requests submitted one after another arrive in that order. Raises
+        :class:`ChannelUnavailable` (``sent`` False) when the endpoint cannot be reached."""
         code = _METHOD_CODE[method]
         conn = await self._connection(endpoint)
         if conn.broken is not None:
             self._connections.pop(endpoint, None)
             raise ChannelUnavailable(str(conn.broken), sent=False)
-        fut = conn.send(code, payload)
-        try:
-            return await asyncio.wait_for(fut, timeout) if timeout is not None else await fut
-        except ChannelUnavailable:
-            if self._connections.get(endpoint) is conn:
-                del self._connections[endpoint]
-            raise
+        return conn.send(code, payload)
+
+    async def call(self, endpoint: Endpoint, method: str, payload: bytes, timeout: float | None = None) -> bytes:
+        """``method(payload)`` in the process at ``endpoint``: its answer, or
+        :class:`ChannelUnavailable`, :class:`RemoteError`, ``asyncio.TimeoutError``."""
+        fut = await self.submit(endpoint, method, payload)
+        return await asyncio.wait_for(fut, timeout) if timeout is not None else await fut
 
     async def _connection(self, endpoint: Endpoint) -> _Connection:
         conn = self._connections.get(endpoint)
@@ -234,6 +238,7 @@ class ChannelClient:
             except OSError as exc:
                 raise ChannelUnavailable(f"cannot connect: {exc!r}", sent=False) from None
             conn = self._connections[endpoint] = _Connection(reader, writer)
+            conn.on_broken = lambda: self._connections.pop(endpoint, None) if self._connections.get(endpoint) is conn else None
             fut.set_result(conn)
             return conn
         except BaseException as exc:
@@ -287,26 +292,39 @@ class DirectCalls:
     def forget(self, name: str) -> None:
         self._endpoints.pop(name, None)
 
-    async def call(self, name: str, handle: Any, method: str, payload: bytes, timeout: float | None) -> bytes | None:
-        """The answer over the channel, or None when ``name`` has no channel we can use
-        or its endpoint refused the connection (nothing was sent: the caller calls through
-        Ray). Raises ``asyncio.TimeoutError`` (no answer in time), :class:`RemoteError`,
-        and :class:`ChannelUnavailable` with ``sent`` True (the connection broke after the
-        request went out: the actor's process probably died)."""
+    async def submit(self, name: str, handle: Any, method: str, payload: bytes) -> asyncio.Future | None:
+        """Send the call over ``name``'s channel and return the future of its answer (see
+        :meth:`ChannelClient.submit`), or None when ``name`` has no channel we can use or
+        its endpoint refused the connection: nothing was sent, the caller calls through
+        Ray. The future fails with ``ChannelUnavailable`` (``sent`` True) if the connection
+        breaks first (the actor's process probably died) or with :class:`RemoteError`."""
         ep = await self.endpoint(name, handle)
         if ep is None:
             return None
         self.calls += 1
         try:
-            return await self.client.call(ep, method, payload, timeout)
-        except ChannelUnavailable as exc:
+            fut = await self.client.submit(ep, method, payload)
+        except ChannelUnavailable:
             self.fallbacks += 1
             if self._endpoints.get(name) == ep:
                 del self._endpoints[name]
-            if not exc.sent:
-                self._refused[name] = ep
-                return None
-            raise
+            self._refused[name] = ep
+            return None
+
+        def forget_if_broken(f: asyncio.Future) -> None:
+            if not f.cancelled() and isinstance(f.exception(), ChannelUnavailable) and self._endpoints.get(name) == ep:
+                del self._endpoints[name]
+
+        fut.add_done_callback(forget_if_broken)
+        return fut
+
+    async def call(self, name: str, handle: Any, method: str, payload: bytes, timeout: float | None) -> bytes | None:
+        """:meth:`submit` and wait up to ``timeout`` for the answer (``asyncio.TimeoutError``);
+        None when the call must go through Ray."""
+        fut = await self.submit(name, handle, method, payload)
+        if fut is None:
+            return None
+        return await asyncio.wait_for(fut, timeout) if timeout is not None else await fut
 
 
 def current_node_id() -> str:

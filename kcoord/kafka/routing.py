@@ -20,6 +20,7 @@ import logging
 import time
 from typing import Any, Awaitable
 
+from .. import channel
 from ..calls import TIMEOUT, CallFailed, Handles
 from ..protocol import names
 from ..protocol.codec import Message
@@ -71,6 +72,9 @@ class Backend:
         self._topics: dict[str, tuple[float, TopicMetadata]] = {}
         self._cluster_info: tuple[float, DescribeClusterResponse] | None = None
         self._placement: tuple[float, dict[int, str]] | None = None
+        # Produce and fetch to a leader on this node go over its direct-call channel
+        # (kcoord.channel); made on the listener's loop at the first replica call.
+        self._direct: channel.DirectCalls | None | bool = None if node_id and channel.enabled() else False
 
     # -- plumbing -------------------------------------------------------------------------
     def _handle(self, name: str) -> Any:
@@ -174,13 +178,22 @@ class Backend:
             return _ready(response_type(int(epoch_or_error), f"{req.topic}-{req.partition}: no leader known"))
         name = names.replica(self.cluster, req.topic, req.partition, leader)
         try:
-            ref = getattr(self._handle(name), method).remote(req.encode())
+            handle = self._handle(name)
         except ValueError:
             self.invalidate(req.topic)
             return _ready(response_type(ErrorCode.NOT_LEADER_OR_FOLLOWER, f"no replica actor {name}"))
+        payload = req.encode()
+        ref = None
+        if self._direct is None:
+            self._direct = channel.DirectCalls(self.node_id)
+        if self._direct and method in channel.METHODS:
+            ref = await self._direct.submit(name, handle, method, payload)
+        if ref is None:
+            ref = getattr(handle, method).remote(payload)
         return self._replica_answer(ref, name, leader, req, response_type, timeout)
 
     async def _replica_answer(self, ref: Any, name: str, leader: int, req: Any, response_type: type, timeout: float) -> Any:
+        """The answer to ``ref`` (a Ray call or a channel call's future) as a response."""
         from ray.exceptions import RayActorError, RayTaskError
 
         started = time.perf_counter()
@@ -189,7 +202,7 @@ class Backend:
             resp = response_type.decode(raw)
             CALL_STATS[req.__class__.__name__] = CALL_STATS.get(req.__class__.__name__, 0.0) + (time.perf_counter() - started) * 1000
             CALL_STATS[req.__class__.__name__ + "_n"] = CALL_STATS.get(req.__class__.__name__ + "_n", 0) + 1
-        except (RayActorError, RayTaskError) as exc:
+        except (RayActorError, RayTaskError, channel.ChannelUnavailable, channel.RemoteError) as exc:
             self._handles.pop(name, None)
             self.invalidate(req.topic)
             return response_type(ErrorCode.NOT_LEADER_OR_FOLLOWER, f"leader {leader} of {req.topic}-{req.partition} is gone ({type(exc).__name__})")
