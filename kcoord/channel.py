@@ -28,10 +28,12 @@ status:u8`` then the method's bytes (status 0) or a UTF-8 error text (status 1).
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import logging
 import os
 import struct
 import sys
+import threading
 import uuid
 from dataclasses import dataclass
 from typing import Any, Awaitable, Callable
@@ -325,6 +327,68 @@ class DirectCalls:
         if fut is None:
             return None
         return await asyncio.wait_for(fut, timeout) if timeout is not None else await fut
+
+
+_UNKNOWN = object()
+
+
+class ThreadedDirectCalls:
+    """:class:`DirectCalls` for synchronous callers (the consumer): one per process, on an
+    event loop of its own in a daemon thread. :meth:`submit` never blocks: a name whose
+    endpoint is not known yet gets None (the caller uses Ray this time) and the endpoint
+    is looked up in the background for the next call."""
+
+    _shared: ThreadedDirectCalls | None = None
+    _shared_lock = threading.Lock()
+
+    def __init__(self, node_id: str) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.direct = DirectCalls(node_id)
+        self._looking_up: set[str] = set()
+        self.thread = threading.Thread(target=self.loop.run_forever, name="kcoord-channel", daemon=True)
+        self.thread.start()
+
+    @classmethod
+    def shared(cls) -> ThreadedDirectCalls | None:
+        """This process's instance; None where channels are off or Ray's node is unknown."""
+        if not enabled():
+            return None
+        with cls._shared_lock:
+            if cls._shared is None:
+                try:
+                    node_id = current_node_id()
+                except Exception:
+                    return None
+                if not node_id:
+                    return None
+                cls._shared = cls(node_id)
+            return cls._shared
+
+    def submit(self, name: str, handle: Any, method: str, payload: bytes) -> concurrent.futures.Future | None:
+        """The future of ``method(payload)`` over ``name``'s channel, or None (use Ray).
+        The future fails with :class:`ChannelUnavailable` -- ``sent`` False when the
+        endpoint refused (send it through Ray at once) -- or :class:`RemoteError`."""
+        ep = self.direct._endpoints.get(name, _UNKNOWN)  # a dict read: safe from this thread
+        if ep is _UNKNOWN:
+            if name not in self._looking_up:
+                self._looking_up.add(name)
+                asyncio.run_coroutine_threadsafe(self._look_up(name, handle), self.loop)
+            return None
+        if ep is None:
+            return None
+        return asyncio.run_coroutine_threadsafe(self._call(name, handle, method, payload), self.loop)
+
+    async def _look_up(self, name: str, handle: Any) -> None:
+        try:
+            await self.direct.endpoint(name, handle)
+        finally:
+            self._looking_up.discard(name)
+
+    async def _call(self, name: str, handle: Any, method: str, payload: bytes) -> bytes:
+        fut = await self.direct.submit(name, handle, method, payload)
+        if fut is None:
+            raise ChannelUnavailable(f"{name}: no channel to use", sent=False)
+        return await fut
 
 
 def current_node_id() -> str:

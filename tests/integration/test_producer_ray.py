@@ -16,6 +16,7 @@ import ray
 import kcoord
 from kcoord import channel, records
 from kcoord.client.admin import Admin
+from kcoord.client.consumer import Consumer
 from kcoord.client.producer import Producer
 from kcoord.client.producer import sender as producer_sender
 from kcoord.client.producer.partitioner import partition_for_key
@@ -445,6 +446,18 @@ def test_produce_and_replication_go_over_direct_channels_and_survive_a_leader_ki
         assert all(f.get(0).offset >= 20 for f in after)
     values = [r.value for r in read_all(kcluster, topic)]
     assert values == [b"a-%03d" % i for i in range(20)] + [b"b-%03d" % i for i in range(20)]
+    # The consumer's fetches too, once it has learned the (new) leader's endpoint.
+    shared = channel.ThreadedDirectCalls.shared()
+    before = shared.direct.calls
+    consumer = Consumer(cluster=kcluster, fetch_max_wait_ms=50)
+    consumer.assign([TopicPartition(topic, 0)])
+    consumer.seek(TopicPartition(topic, 0), 0)
+    got: list[bytes] = []
+    wait_until(lambda: got.extend(r.value for r in consumer.poll(timeout_ms=100).get(TopicPartition(topic, 0), [])) or len(got) >= 40, timeout=60, what="40 records consumed")
+    for _ in range(5):
+        consumer.poll(timeout_ms=60)  # long polls of an idle partition, over the channel now
+    consumer.close()
+    assert got == values and shared.direct.calls > before
 
 
 @ray.remote(num_cpus=0)

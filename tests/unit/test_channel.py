@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import socket
+import time
 
 import pytest
 
@@ -170,3 +171,27 @@ def test_direct_calls_use_only_same_node_endpoints_and_give_up_on_one_refused_tw
         restarted.close()
 
     run(main())
+
+
+def test_threaded_direct_calls_use_ray_until_the_endpoint_is_known_then_the_channel() -> None:
+    from kcoord.channel import ThreadedDirectCalls
+
+    threaded = ThreadedDirectCalls("node-a")
+    server = ChannelServer(Echo(), "node-a")
+    ep = asyncio.run_coroutine_threadsafe(server.start(), threaded.loop).result(5)
+    handle = FakeHandle(ep)
+    assert threaded.submit("r0", handle, "produce", b"x") is None  # unknown yet: this call goes through Ray
+    deadline = time.monotonic() + 5
+    while (fut := threaded.submit("r0", handle, "produce", b"y")) is None:
+        assert time.monotonic() < deadline, "endpoint never looked up"
+    assert fut.result(5) == b"produce:y" and handle.asked == 1
+
+    async def shut_down():
+        threaded.direct.client.close()
+        server.close()
+        await asyncio.sleep(0.05)  # let the connections' tasks see the close and end
+
+    asyncio.run_coroutine_threadsafe(shut_down(), threaded.loop).result(5)
+    threaded.loop.call_soon_threadsafe(threaded.loop.stop)
+    threaded.thread.join(5)
+    threaded.loop.close()

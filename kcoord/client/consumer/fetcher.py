@@ -26,6 +26,7 @@ fresh metadata; a late answer to an abandoned fetch is ignored.
 
 from __future__ import annotations
 
+import concurrent.futures
 import logging
 import time
 from typing import Any, NamedTuple
@@ -33,6 +34,7 @@ from typing import Any, NamedTuple
 import ray
 from ray.exceptions import RayActorError
 
+from ... import channel
 from ... import records as _records
 from ...calls import GONE, actor_state
 from ...log.hints import read_hinted
@@ -58,6 +60,9 @@ METADATA_CHECK_S = 1.0
 # long poll: a healthy leader answers a fetch well within a second of fetch_max_wait_ms,
 # even on a loaded machine).
 FETCH_GRACE_MS = 5000
+# With fetches in flight over Ray and over direct channels at once, how often take_ready()
+# looks at Ray while it waits on the channels.
+MIXED_WAIT_SLICE_S = 0.002
 # Forced metadata refreshes (a gone or moved leader) closer together than this are one.
 MIN_FORCED_S = 0.005
 
@@ -88,7 +93,7 @@ def fetched_records(response: FetchResponse, fetch_offset: int) -> tuple[bytes |
 class SentFetch(NamedTuple):
     """A Fetch on its way to a partition leader."""
 
-    ref: Any
+    ref: Any  # a Ray ObjectRef, or a concurrent Future of a direct call (kcoord.channel)
     handle: Any
     actor: str
     leader: int
@@ -100,12 +105,15 @@ class SentFetch(NamedTuple):
 class LeaderFetches:
     """Sends Fetch requests to partition leaders for one process (see the module doc)."""
 
-    def __init__(self, cluster: ClusterClient, *, max_bytes: int, min_bytes: int, max_wait_ms: int) -> None:
+    def __init__(self, cluster: ClusterClient, *, max_bytes: int, min_bytes: int, max_wait_ms: int, direct: bool = False) -> None:
+        """``direct``: send fetches to a leader on this node over its direct-call channel
+        when its endpoint is known (``SentFetch.ref`` is then a concurrent Future)."""
         self.cluster = cluster
         self.max_bytes = max_bytes
         self.min_bytes = min_bytes
         self.max_wait_ms = max_wait_ms
         self.node_id = local_node_id()
+        self.direct = channel.ThreadedDirectCalls.shared() if direct and self.node_id else None
 
     def send(self, topic: str, partition: int, pm: PartitionMetadata, offset: int, *, hinted: bool = True) -> SentFetch:
         """Fetch from ``offset`` at the leader ``pm`` names; KafkaError if its actor cannot
@@ -122,7 +130,11 @@ class LeaderFetches:
             current_leader_epoch=pm.leader_epoch,
             node_id=self.node_id if hinted else "",
         )
-        return SentFetch(handle.fetch.remote(request.encode()), handle, name, pm.leader, pm.leader_epoch, offset, _monotonic())
+        payload = request.encode()
+        ref = self.direct.submit(name, handle, "fetch", payload) if self.direct is not None else None
+        if ref is None:
+            ref = handle.fetch.remote(payload)
+        return SentFetch(ref, handle, name, pm.leader, pm.leader_epoch, offset, _monotonic())
 
 
 class Fetcher:
@@ -145,7 +157,7 @@ class Fetcher:
         self.subscriptions = subscriptions
         self.stats = stats  # fetch latency and failed fetches (the consumer's metrics())
         self._leaders = LeaderFetches(
-            cluster, max_bytes=max_partition_fetch_bytes, min_bytes=fetch_min_bytes, max_wait_ms=fetch_max_wait_ms
+            cluster, max_bytes=max_partition_fetch_bytes, min_bytes=fetch_min_bytes, max_wait_ms=fetch_max_wait_ms, direct=True
         )
         self._backoff_s = retry_backoff_ms / 1000
         # A fetch in flight is checked (GCS probe, metadata) once overdue, and given up at
@@ -267,17 +279,31 @@ class Fetcher:
     def take_ready(self, timeout: float) -> bool:
         """Wait up to ``timeout`` s for fetch answers and take in all that are ready."""
         owner = self._in_flight()
-        refs = list(owner)
-        if not refs:
+        if not owner:
             return False
-        if timeout > 0:
+        futures = [f for f in owner if isinstance(f, concurrent.futures.Future)]
+        refs = [r for r in owner if not isinstance(r, concurrent.futures.Future)]
+        if futures and refs and timeout > 0:
+            # Fetches over both Ray and direct channels: wait on the channels in short
+            # slices, checking Ray in between (rare: leaders on this node and on others).
+            deadline = _monotonic() + timeout
+            while True:
+                done, _ = concurrent.futures.wait(futures, timeout=min(MIXED_WAIT_SLICE_S, max(0.0, deadline - _monotonic())), return_when=concurrent.futures.FIRST_COMPLETED)
+                if done or ray.wait(refs, num_returns=1, timeout=0)[0] or _monotonic() >= deadline:
+                    break
+        elif futures and timeout > 0:
+            done, _ = concurrent.futures.wait(futures, timeout=timeout, return_when=concurrent.futures.FIRST_COMPLETED)
+            if not done:
+                return False
+        elif refs and timeout > 0:
             ready, _ = ray.wait(refs, num_returns=1, timeout=timeout)
             if not ready:
                 return False
-        if len(refs) > 1 or timeout <= 0:
-            ready, _ = ray.wait(refs, num_returns=len(refs), timeout=0)
-            if not ready:
-                return False
+        ready = [f for f in futures if f.done()]
+        if refs:
+            ready += ray.wait(refs, num_returns=len(refs), timeout=0)[0]
+        if not ready:
+            return False
         for ref in ready:
             st = owner[ref]
             if st.in_flight is ref:
@@ -295,7 +321,16 @@ class Fetcher:
         st.in_flight_handle = None
         stats = self.stats
         try:
-            raw = ray.get(ref)
+            raw = ref.result() if isinstance(ref, concurrent.futures.Future) else ray.get(ref)
+        except channel.ChannelUnavailable as exc:
+            if not exc.sent:
+                return  # the channel refused before anything was sent: the next fetch goes through Ray
+            stats.request_errors.add(exc)
+            self.cluster.forget(st.in_flight_actor)
+            logger.info("leader %s of %s unavailable (%s); refreshing metadata", st.in_flight_actor, st.tp, exc)
+            self._refresh(st.tp.topic, force=True)
+            st.backoff_until = now + self._backoff_s
+            return
         except RayActorError as exc:
             stats.request_errors.add(exc)
             self.cluster.forget(st.in_flight_actor)

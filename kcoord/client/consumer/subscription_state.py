@@ -35,7 +35,7 @@ class AssignedPartition:
     generation: int = 0  # bumped by seek/reset: answers to older fetches are dropped
     fetch_offset: int = -1  # where the next fetch starts (ahead of position: prefetch)
     decode_from: int = -1  # buffered records below this are skipped (after a seek)
-    in_flight: Any = None  # ObjectRef of the fetch in flight
+    in_flight: Any = None  # the fetch in flight: an ObjectRef, or a concurrent Future (kcoord.channel)
     in_flight_generation: int = -1
     in_flight_since: float = 0.0
     in_flight_actor: str = ""
