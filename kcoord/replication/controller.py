@@ -519,7 +519,11 @@ class ControllerState:
             # The leader restarted while no controller watched: its leadership state is
             # gone; fail it over (it may be elected again, at a new epoch).
             event = RESTARTED
-        if event == RESTARTED or (new_process and event in (OK, RECOVERED)):
+        # A process no controller has recorded (its trust was never stored) that answers
+        # behind the partition's epoch restarted after that epoch began, unseen: it may be
+        # the member that led or followed in it, now without its unflushed tail (seed 28240).
+        unseen_restart = bool(not known and status.incarnation and p is not None and status.leader_epoch < p.leader_epoch)
+        if event == RESTARTED or (new_process and event in (OK, RECOVERED)) or unseen_restart:
             # A known process came back as a new one: it may have lost its unflushed tail,
             # unless it kept its storage (the same page cache: a process crash, not a
             # machine's).

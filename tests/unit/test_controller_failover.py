@@ -375,6 +375,34 @@ def test_restarted_eligible_replica_is_not_trusted():
     assert (p.leader, p.isr) == (1, [1])
 
 
+def test_a_leader_restarted_before_any_controller_recorded_it_is_not_trusted_to_lead_again():
+    """Seed 28240: the controller crashed before it had heard from the leader of a
+    page-cache topic; meanwhile the leader's machine lost power and its replica restarted
+    empty. The next controller's first contact with it was that new process: it took the
+    new storage lineage as the known one, so the leader's FENCED_LEADER_EPOCH answer did
+    not make it suspect, it was elected again, and the followers truncated to its empty log."""
+    h = Harness()
+    h.create(config=LOSSY)
+    for b in (1, 2):  # the first controller recorded the followers, not the leader
+        h.beat(b, incarnation=f"a{b}", storage=f"node{b}/boot1")
+    h2 = h.restart()
+    # The restarted leader: a process nobody recorded, not told of the current epoch.
+    actions = h2.beat(0, incarnation="b0", storage="node0/boot2", role="none", leader_epoch=-1, log_end_offset=0)
+    told = next(a for a in actions if isinstance(a, SendLeaderAndIsr) and a.replica.broker == 0)
+    h2.beat(1, incarnation="a1", storage="node1/boot1", log_end_offset=42)
+    h2.beat(2, incarnation="a2", storage="node2/boot1", log_end_offset=42)
+    # It answers that it will not resume the epoch (it restarted): elect again.
+    lai = LeaderAndIsrResponse(error_code=ErrorCode.FENCED_LEADER_EPOCH, storage="node0/boot2")
+    h2.apply(h2.core.on_leader_and_isr_result(told.replica, told.request, lai, h2.now))
+    assert h2.stored().leader in (1, 2), "a follower that kept every record leads, not the emptied leader"
+    # A process seen for the first time that is up to date did not restart: not suspect.
+    h = Harness()
+    h.create(config=LOSSY)
+    h3 = h.restart()
+    h3.beat(0, incarnation="a0", storage="node0/boot1")
+    assert ReplicaId(TOPIC, 0, 0) not in h3.core._suspect
+
+
 def test_restarted_controller_does_not_trust_the_elr():
     """Seed 89: an ELR member crashed and restarted while the controller was down; the new
     controller, seeing it answer, elected it from the persisted ELR although it had lost
