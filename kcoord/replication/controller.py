@@ -519,10 +519,20 @@ class ControllerState:
             # The leader restarted while no controller watched: its leadership state is
             # gone; fail it over (it may be elected again, at a new epoch).
             event = RESTARTED
-        # A process no controller has recorded (its trust was never stored) that answers
-        # behind the partition's epoch restarted after that epoch began, unseen: it may be
-        # the member that led or followed in it, now without its unflushed tail (seed 28240).
-        unseen_restart = bool(not known and status.incarnation and p is not None and status.leader_epoch < p.leader_epoch)
+        # The designated leader answers as a process no controller has recorded (its trust
+        # was never stored) that does not lead the current epoch: it restarted after it was
+        # made leader, unseen, and will refuse that epoch (FENCED_LEADER_EPOCH). Its storage
+        # lineage from before the restart is unknown, which counts as changed, exactly as if
+        # the refusal had come first; adopting the new lineage here as the known one made the
+        # refusal look like a clean restart and an emptied leader was elected again (seed
+        # 28240). Followers restarted unseen are the leader's to judge (KIP-903 incarnations).
+        unseen_restart = bool(
+            not known
+            and status.incarnation
+            and p is not None
+            and p.leader == replica.broker
+            and (status.leader_epoch < p.leader_epoch or status.role != "leader")
+        )
         if event == RESTARTED or (new_process and event in (OK, RECOVERED)) or unseen_restart:
             # A known process came back as a new one: it may have lost its unflushed tail,
             # unless it kept its storage (the same page cache: a process crash, not a
