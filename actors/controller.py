@@ -19,6 +19,7 @@ from typing import Any, Callable
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
+from kcoord import channel
 from kcoord.calls import CallFailed, Handles, actor_state
 from kcoord.protocol import names
 from kcoord.protocol.codec import Message
@@ -188,7 +189,10 @@ class FailoverCoordinator:
     def _driver(self) -> ControllerDriver:
         if self.driver is None:
             loop = asyncio.get_running_loop()
-            transport = RayTransport(self.namespace, loop)
+            # Heartbeats to replicas on this node go over their direct-call channels
+            # (kcoord.channel): the controller's steady load on an idle cluster.
+            direct = channel.DirectCalls(ray.get_runtime_context().get_node_id()) if channel.enabled() else None
+            transport = RayTransport(self.namespace, loop, direct=direct, direct_methods=("heartbeat",))
             self.driver = ControllerDriver(
                 self.cluster,
                 self.brokers,

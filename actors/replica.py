@@ -173,8 +173,8 @@ class ReplicaActor:
 
     async def channel(self) -> list[str] | None:
         """This process's endpoint for direct calls from its own node (``kcoord.channel``:
-        produce, fetch, list_offsets, offsets_for_leader_epoch), or None when channels are
-        off. Started on first use, once."""
+        produce, fetch, list_offsets, offsets_for_leader_epoch, heartbeat), or None when
+        channels are off. Started on first use, once."""
         if self._channel is None:
             self._channel = asyncio.ensure_future(self._start_channel())
         server = await asyncio.shield(self._channel)

@@ -49,11 +49,15 @@ class RayTransport:
         loop: asyncio.AbstractEventLoop | None = None,
         handles: Handles | None = None,
         direct: channel.DirectCalls | None = None,
+        direct_methods: tuple[str, ...] = ("fetch", "offsets_for_leader_epoch"),
     ) -> None:
+        """``direct_methods``: which calls go over a replica's channel (when ``direct`` is
+        given): a follower's fetches, or the controller's heartbeats."""
         self.handles = handles or Handles(namespace)
         self._loop = loop
         self._tasks: set[asyncio.Task] = set()
         self.direct = direct
+        self.direct_methods = frozenset(direct_methods) & frozenset(channel.METHODS)
 
     def call(
         self,
@@ -76,7 +80,7 @@ class RayTransport:
         try:
             payload = request.encode()
             raw = None
-            if self.direct is not None and method in channel.METHODS:
+            if self.direct is not None and method in self.direct_methods:
                 raw = await self._direct(target, method, payload, timeout_ms)
             if raw is None:
                 raw = await self.handles.call(
@@ -97,7 +101,8 @@ class RayTransport:
     async def _direct(self, target: str, method: str, payload: bytes, timeout_ms: int) -> bytes | None:
         """The call over ``target``'s channel; None to send it through Ray instead. A
         connection that broke after the request went out is the process dying: the Ray
-        call that follows (a fetch or an offsets query, both reads) finds out how."""
+        call that follows (a fetch, an offsets query or a heartbeat: none changes the
+        replica) finds out how, with Ray's verdict (dead, restarting) as before."""
         handle = self.handles.get_handle(target)
         try:
             return await self.direct.call(target, handle, method, payload, timeout_ms / 1000)

@@ -28,7 +28,8 @@ Memory: RSS and USS (psutil, memory only this process holds) of every idle repli
 median; baseline: a bare Ray actor (no kcoord code) measured in the same run. The memory
 bound for 24 GiB is (24 GiB - what Ray and the controller hold with no partitions) / (3 x
 replica USS). The CPU bound extrapolates the idle CPU per partition (a line through the
-steps) to half the cores. Prints JSON.
+steps) to half the cores; that slope is also given as a ratio to three bare Ray actors
+idling in the same run (an RF=3 partition is three processes). Prints JSON.
 
     python benchmarks/capacity.py [--quick] [--out FILE] [--step N] [--max-partitions N]
 """
@@ -187,11 +188,15 @@ def main() -> None:
         controller_pid = ray.get(cluster.controller.pid.remote(), timeout=60)
         kinds = {os.getpid(): "driver", controller_pid: "controller"}
         baseline_cpu = idle_cpu(idle_s)
-        baseline_idle = sum(baseline_cpu.values())
+        bare_cpu = sum(baseline_cpu.get(pid, 0.0) for pid in bare_pids)
+        # The bare actors are killed before the steps: the line through the steps starts
+        # from the cluster without them.
+        baseline_idle = sum(baseline_cpu.values()) - bare_cpu
         results["baseline"] = {
             "bare_actor": process_memory(bare_pids),
+            "idle_cpu_three_bare_actors": round(bare_cpu, 4),
             "idle_cpu_cores_no_partitions": round(baseline_idle, 3),
-            "idle_cpu_by_process_no_partitions": by_kind(baseline_cpu, kinds),
+            "idle_cpu_by_process_no_partitions": by_kind(baseline_cpu, {**kinds, **{pid: "bare_actors" for pid in bare_pids}}),
             "tree_memory_no_partitions_mib": mib(tree_memory()),
         }
         base_memory = tree_memory()
@@ -297,6 +302,9 @@ def bounds(steps: list[dict], baseline: dict, base_memory: dict, cores: int) -> 
     slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / var if var else 0.0
     intercept = my - slope * mx
     out["idle_cpu_per_partition_cores"] = round(slope, 4)
+    # Issue 17's idle goal: an RF=3 partition (three replica processes and its share of the
+    # controller) at most 1.25x three bare Ray actors idling in the same run.
+    out["idle_cpu_per_partition_vs_three_bare_actors"] = ratio(slope, baseline.get("idle_cpu_three_bare_actors"))
     limit = CPU_LIMIT_FRACTION * cores
     out["cpu_bound_partitions"] = int((limit - intercept) / slope) if slope > 0 else None
     out["cpu_bound_note"] = f"partitions at which idle CPU reaches {limit:.1f} of {cores} cores (line through the steps)"

@@ -17,7 +17,9 @@ connection broke may or may not have run, exactly as a Ray call to an actor that
 
 The socket lives in Linux's abstract namespace, named after the actor's incarnation: it
 disappears with its process, and a restarted actor has a new name, so a stale endpoint is
-refused, never answered by the wrong process. ``KCOORD_DIRECT_CALLS=0`` in a process's
+refused, never answered by the wrong process. The controller's heartbeats to replicas on
+its node use channels too: on an idle cluster they are most of what the controller and the
+leaders do. ``KCOORD_DIRECT_CALLS=0`` in a process's
 environment makes it neither serve nor use channels (calls go through Ray only).
 
 Frames (big-endian): request ``length:u32 id:u32 method:u8`` then ``length`` bytes of
@@ -40,7 +42,7 @@ from typing import Any, Awaitable, Callable
 
 logger = logging.getLogger("kcoord.channel")
 
-METHODS = ("produce", "fetch", "list_offsets", "offsets_for_leader_epoch")
+METHODS = ("produce", "fetch", "list_offsets", "offsets_for_leader_epoch", "heartbeat")
 _METHOD_CODE = {name: i for i, name in enumerate(METHODS)}
 HEADER = struct.Struct(">IIB")
 MAX_FRAME = 1 << 30  # a fetch answer is bounded by its max_bytes; this only guards garbage

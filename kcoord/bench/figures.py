@@ -268,6 +268,8 @@ class CapacityFigures:
     idle_cpu_per_partition_cores: float | None
     stop_reason: str
     steps: list[dict]
+    idle_cpu_three_bare_actors: float | None = None  # baseline of the same run
+    idle_cpu_per_partition_vs_three_bare_actors: float | None = None
 
 
 def capacity(doc: dict) -> CapacityFigures | None:
@@ -285,4 +287,6 @@ def capacity(doc: dict) -> CapacityFigures | None:
         idle_cpu_per_partition_cores=r.get("idle_cpu_per_partition_cores"),
         stop_reason=r.get("stop_reason", ""),
         steps=list(r.get("steps", [])),
+        idle_cpu_three_bare_actors=_get(r, "baseline", "idle_cpu_three_bare_actors"),
+        idle_cpu_per_partition_vs_three_bare_actors=r.get("idle_cpu_per_partition_vs_three_bare_actors"),
     )

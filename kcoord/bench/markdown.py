@@ -180,7 +180,9 @@ def capacity_section(doc: dict) -> str:
         ("idle ReplicaActor memory (median)", f"RSS {num(c.replica_rss_mib, 0)} MiB, USS {num(c.replica_uss_mib, 0)} MiB"),
         ("baseline: bare Ray actor", f"RSS {num(c.bare_actor_rss_mib, 0)} MiB, USS {num(c.bare_actor_uss_mib, 0)} MiB"),
         ("largest healthy step (RF=3 partitions on one node)", f"{c.max_healthy_partitions} ({c.stop_reason})"),
-        ("idle CPU per partition", num(c.idle_cpu_per_partition_cores, 4, " cores")),
+        ("idle CPU per partition", num(c.idle_cpu_per_partition_cores, 4, " cores")
+         + (f" ({num(c.idle_cpu_per_partition_vs_three_bare_actors, 2, 'x')} of three bare Ray actors idling, {num(c.idle_cpu_three_bare_actors, 4, ' cores')})"
+            if c.idle_cpu_per_partition_vs_three_bare_actors is not None else "")),
         ("CPU bound (idle CPU reaches half the cores)", f"~{c.cpu_bound_partitions} partitions" if c.cpu_bound_partitions else "–"),
         ("memory bound for 24 GiB (by USS)", f"~{c.memory_bound_partitions_24gib} partitions" if c.memory_bound_partitions_24gib else "–"),
     ]
