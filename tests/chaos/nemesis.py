@@ -29,6 +29,7 @@ Kinds (weights in ``WEIGHTS``):
 
 from __future__ import annotations
 
+import heapq
 import os
 import random
 import shutil
@@ -50,6 +51,12 @@ WEIGHTS = {
     "pause-controller": 0.8,
     "pause-coordinator": 0.4,
 }
+
+
+# A node loss that finds no safe victim is planned again this much later, until one node
+# loss has landed (at most this many times past the planned end).
+NODE_LOSS_RETRY_S = 10.0
+NODE_LOSS_RETRIES = 3
 
 
 @dataclass(frozen=True)
@@ -359,18 +366,24 @@ class Nemesis:
         tried once more a second later with another target (Jepsen's nemesis likewise picks
         among the nodes it can reach). Faults planned past ``seconds`` (the schedule's
         overtime), or due after ``seconds`` of wall time, are injected only while fewer
-        than ``min_kills`` kills have landed."""
+        than ``min_kills`` kills have landed. A node loss that finds no node it can take
+        safely is planned again ``NODE_LOSS_RETRY_S`` later, until one node loss landed."""
         self.t0 = time.time()
         start = time.monotonic()
         lag = 0.0  # time spent waiting for full ISRs before node losses shifts the rest
         kills = 0
+        node_losses = 0
         end = seconds
-        for fault in faults:
+        plan = [(f.at, i, f) for i, f in enumerate(faults)]
+        heapq.heapify(plan)
+        order = len(plan)
+        while plan:
+            _, _, fault = heapq.heappop(plan)
             # The schedule slips when injecting takes long (timeouts, retries): the run
             # still ends ``seconds`` after it began (node-loss waits aside) once enough
             # kills have landed.
             over = fault.at >= seconds or time.monotonic() - start - lag >= seconds
-            if over and kills >= min_kills:
+            if over and kills >= min_kills and not (fault.kind == "node-loss" and not node_losses):
                 break
             if self._wait_until(start + lag + fault.at):
                 break
@@ -384,7 +397,13 @@ class Nemesis:
                 if self._stop.wait(1.0):
                     break
                 ok = self.inject(replace(fault, pick=(fault.pick + 0.5) % 1.0))
+            if not ok and fault.kind == "node-loss" and not node_losses and fault.at < seconds + NODE_LOSS_RETRY_S * NODE_LOSS_RETRIES:
+                # No node could be lost safely (an ISR still catching up): until one node
+                # loss has landed, plan this one again a little later.
+                heapq.heappush(plan, (fault.at + NODE_LOSS_RETRY_S, order, replace(fault, at=fault.at + NODE_LOSS_RETRY_S)))
+                order += 1
             kills += ok and fault.kind.startswith("kill-")
+            node_losses += ok and fault.kind == "node-loss"
         self._wait_until(start + lag + end)
         return kills
 

@@ -318,3 +318,35 @@ def test_the_nemesis_retries_a_skipped_kill_and_uses_the_reserve_only_when_short
     n = Scripted()
     assert n.run(plan, seconds=1.5, min_kills=1) == 1  # enough kills: the reserve stays unused
     assert [f.kind for f in n.injected] == ["kill-leader", "kill-leader", "pause-leader"]
+
+
+def test_the_nemesis_plans_a_skipped_node_loss_again_until_one_lands(monkeypatch):
+    import threading
+
+    from chaos import nemesis
+    from chaos.nemesis import Fault, Nemesis
+
+    monkeypatch.setattr(nemesis, "NODE_LOSS_RETRY_S", 0.2)
+
+    class Scripted(Nemesis):
+        """The schedule logic alone: the first two node losses find no safe victim."""
+
+        def __init__(self):
+            self.injected: list[Fault] = []
+            self._stop = threading.Event()
+            self._lock = threading.Lock()
+            self._return_due = None
+            self._node_down = threading.Event()
+
+        def _quiesce(self, timeout):
+            pass
+
+        def inject(self, fault):
+            self.injected.append(fault)
+            return fault.kind != "node-loss" or sum(f.kind == "node-loss" for f in self.injected) > 2
+
+    plan = [Fault(0.0, "node-loss", 0.5, duration=1), Fault(0.1, "kill-leader", 0.7), Fault(0.5, "node-loss", 0.5, duration=1)]
+    n = Scripted()
+    n.run(plan, seconds=0.6, min_kills=1)
+    losses = [round(f.at, 1) for f in n.injected if f.kind == "node-loss"]
+    assert losses == [0.0, 0.2, 0.4, 0.5], "planned again until one landed, and the second one as planned"
