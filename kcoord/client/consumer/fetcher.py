@@ -7,10 +7,11 @@ answered with hints (see :mod:`kcoord.log.hints`). The consumer's :class:`Fetche
 range reads of Spark and Ray Data tasks (:class:`kcoord.spark.tasks.RangeReader`) use it.
 
 :class:`Fetcher` is the consumer's fetch pipeline: one long-poll Fetch in flight per
-assigned partition. A fetch is a Ray actor call; Ray moves its answer into this process
-while the user is busy elsewhere, and the next fetch of a partition goes out as soon as the
-previous answer is taken in, so the next chunk is usually already here when ``poll()``
-needs it. Errors back off, refresh metadata, reset the position (OFFSET_OUT_OF_RANGE) or
+assigned partition. A fetch is a Ray actor call, or, to a leader on this node whose
+endpoint is known, a direct call over its channel (:mod:`kcoord.channel`, answered on the
+process's channel thread); either way the answer arrives while the user is busy elsewhere,
+and the next fetch of a partition goes out as soon as the previous answer is taken in, so
+the next chunk is usually already here when ``poll()`` needs it. Errors back off, refresh metadata, reset the position (OFFSET_OUT_OF_RANGE) or
 surface from the next poll().
 
 A fetch that is not answered in time is given up, whatever the reason: the leader holds a
