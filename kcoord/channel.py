@@ -341,6 +341,7 @@ class ThreadedDirectCalls:
     is looked up in the background for the next call."""
 
     _shared: ThreadedDirectCalls | None = None
+    _shared_pid = 0  # a forked child inherits _shared but not its thread: it makes its own
     _shared_lock = threading.Lock()
 
     def __init__(self, node_id: str) -> None:
@@ -356,14 +357,14 @@ class ThreadedDirectCalls:
         if not enabled():
             return None
         with cls._shared_lock:
-            if cls._shared is None:
+            if cls._shared is None or cls._shared_pid != os.getpid():
                 try:
                     node_id = current_node_id()
                 except Exception:
                     return None
                 if not node_id:
                     return None
-                cls._shared = cls(node_id)
+                cls._shared, cls._shared_pid = cls(node_id), os.getpid()
             return cls._shared
 
     def submit(self, name: str, handle: Any, method: str, payload: bytes) -> concurrent.futures.Future | None:

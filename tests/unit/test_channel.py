@@ -195,3 +195,28 @@ def test_threaded_direct_calls_use_ray_until_the_endpoint_is_known_then_the_chan
     threaded.loop.call_soon_threadsafe(threaded.loop.stop)
     threaded.thread.join(5)
     threaded.loop.close()
+
+
+def test_a_forked_child_gets_its_own_channel_thread(monkeypatch):
+    """A child forked after the parent's consumer started inherits the shared instance but
+    not its thread: it must not schedule calls on a loop nobody runs (they would hang)."""
+    import os
+
+    from kcoord.channel import ThreadedDirectCalls
+
+    monkeypatch.setattr(channel, "current_node_id", lambda: "node-a")
+    monkeypatch.setattr(ThreadedDirectCalls, "_shared", None)
+    parent = ThreadedDirectCalls.shared()
+    assert parent is not None and ThreadedDirectCalls.shared() is parent
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: a new instance whose thread runs
+        child = ThreadedDirectCalls.shared()
+        ok = child is not parent and child.thread.is_alive()
+        os.write(write, b"1" if ok else b"0")
+        os._exit(0)
+    os.waitpid(pid, 0)
+    assert os.read(read, 1) == b"1"
+    parent.loop.call_soon_threadsafe(parent.loop.stop)
+    parent.thread.join(5)
+    parent.loop.close()
