@@ -291,48 +291,16 @@ def test_the_schedules_reserve_extends_it_without_changing_the_planned_part():
     assert sum(f.kind.startswith("kill-") for f in reserve) >= 25, reserve
 
 
-def test_the_nemesis_retries_a_skipped_kill_and_uses_the_reserve_only_when_short_of_kills():
+def scripted_nemesis(succeeds):
+    """A Nemesis with its schedule logic alone: ``succeeds(fault, injected_so_far)`` says
+    whether an injection lands; nothing touches Ray."""
     import threading
 
-    from chaos.nemesis import Fault, Nemesis
+    from chaos.nemesis import Nemesis
 
     class Scripted(Nemesis):
-        """The schedule logic alone: a kill whose pick is below 0.5 finds its target restarting."""
-
         def __init__(self):
-            self.injected: list[Fault] = []
-            self._stop = threading.Event()
-            self._lock = threading.Lock()
-            self._return_due = None
-
-        def inject(self, fault):
-            self.injected.append(fault)
-            return fault.pick >= 0.5
-
-    plan = [Fault(0.0, "kill-leader", 0.2), Fault(1.1, "pause-leader", 0.9, duration=3),
-            Fault(1.6, "kill-follower", 0.7), Fault(1.65, "kill-controller", 0.8)]
-    n = Scripted()
-    assert n.run(plan, seconds=1.5, min_kills=2) == 2  # the reserve was needed for the 2nd kill, not a 3rd
-    assert [(f.kind, f.pick) for f in n.injected] == [("kill-leader", 0.2), ("kill-leader", 0.7), ("pause-leader", 0.9),
-                                                      ("kill-follower", 0.7)]
-    n = Scripted()
-    assert n.run(plan, seconds=1.5, min_kills=1) == 1  # enough kills: the reserve stays unused
-    assert [f.kind for f in n.injected] == ["kill-leader", "kill-leader", "pause-leader"]
-
-
-def test_the_nemesis_plans_a_skipped_node_loss_again_until_one_lands(monkeypatch):
-    import threading
-
-    from chaos import nemesis
-    from chaos.nemesis import Fault, Nemesis
-
-    monkeypatch.setattr(nemesis, "NODE_LOSS_RETRY_S", 0.2)
-
-    class Scripted(Nemesis):
-        """The schedule logic alone: the first two node losses find no safe victim."""
-
-        def __init__(self):
-            self.injected: list[Fault] = []
+            self.injected = []
             self._stop = threading.Event()
             self._lock = threading.Lock()
             self._return_due = None
@@ -343,10 +311,39 @@ def test_the_nemesis_plans_a_skipped_node_loss_again_until_one_lands(monkeypatch
 
         def inject(self, fault):
             self.injected.append(fault)
-            return fault.kind != "node-loss" or sum(f.kind == "node-loss" for f in self.injected) > 2
+            return succeeds(fault, self.injected)
+
+    return Scripted()
+
+
+def test_the_nemesis_retries_a_skipped_kill_and_uses_the_reserve_only_when_short_of_kills():
+    from chaos.nemesis import Fault
+
+    def restarting_below_half(fault, _injected):  # a kill whose pick is below 0.5 finds its target restarting
+        return fault.pick >= 0.5
+
+    plan = [Fault(0.0, "kill-leader", 0.2), Fault(1.1, "pause-leader", 0.9, duration=3),
+            Fault(1.6, "kill-follower", 0.7), Fault(1.65, "kill-controller", 0.8)]
+    n = scripted_nemesis(restarting_below_half)
+    assert n.run(plan, seconds=1.5, min_kills=2) == 2  # the reserve was needed for the 2nd kill, not a 3rd
+    assert [(f.kind, f.pick) for f in n.injected] == [("kill-leader", 0.2), ("kill-leader", 0.7), ("pause-leader", 0.9),
+                                                      ("kill-follower", 0.7)]
+    n = scripted_nemesis(restarting_below_half)
+    assert n.run(plan, seconds=1.5, min_kills=1) == 1  # enough kills: the reserve stays unused
+    assert [f.kind for f in n.injected] == ["kill-leader", "kill-leader", "pause-leader"]
+
+
+def test_the_nemesis_plans_a_skipped_node_loss_again_until_one_lands(monkeypatch):
+    from chaos import nemesis
+    from chaos.nemesis import Fault
+
+    monkeypatch.setattr(nemesis, "NODE_LOSS_RETRY_S", 0.2)
+
+    def first_two_node_losses_find_no_victim(fault, injected):
+        return fault.kind != "node-loss" or sum(f.kind == "node-loss" for f in injected) > 2
 
     plan = [Fault(0.0, "node-loss", 0.5, duration=1), Fault(0.1, "kill-leader", 0.7), Fault(0.5, "node-loss", 0.5, duration=1)]
-    n = Scripted()
+    n = scripted_nemesis(first_two_node_losses_find_no_victim)
     n.run(plan, seconds=0.6, min_kills=1)
     losses = [round(f.at, 1) for f in n.injected if f.kind == "node-loss"]
     assert losses == [0.0, 0.2, 0.4, 0.5], "planned again until one landed, and the second one as planned"
