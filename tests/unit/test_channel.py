@@ -4,6 +4,7 @@ in any order, errors, a server that goes away, refused endpoints, bad frames."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import socket
 import time
 
@@ -17,6 +18,28 @@ pytestmark = pytest.mark.skipif(not channel.enabled(), reason="channels need Lin
 
 def run(coro):
     return asyncio.run(asyncio.wait_for(coro, 10))
+
+
+async def until(condition, what: str, timeout: float = 5.0) -> None:
+    """Yield to the loop until ``condition()`` holds, at most ``timeout`` seconds."""
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not condition():
+        assert asyncio.get_running_loop().time() < deadline, f"timed out waiting for {what}"
+        await asyncio.sleep(0.001)
+
+
+@contextlib.asynccontextmanager
+async def serving(echo=None):
+    """A server on ``echo`` (an Echo by default) and a client, both closed at the end."""
+    echo = echo or Echo()
+    server = ChannelServer(echo, "node-a")
+    ep = await server.start()
+    client = ChannelClient()
+    try:
+        yield echo, server, ep, client
+    finally:
+        client.close()
+        server.close()
 
 
 class Echo:
@@ -37,90 +60,69 @@ class Echo:
 
 def test_answers_come_back_in_any_order_on_one_connection() -> None:
     async def main():
-        echo = Echo()
-        server = ChannelServer(echo, "node-a")
-        ep = await server.start()
-        client = ChannelClient()
-        parked = asyncio.ensure_future(client.call(ep, "fetch", b"f1", timeout=5))
-        await asyncio.sleep(0)
-        assert await client.call(ep, "produce", b"p1", timeout=5) == b"produce:p1"
-        assert not parked.done()  # a parked fetch does not hold up the produce behind it
-        echo.release.set()
-        assert await parked == b"fetch:f1"
-        big = bytes(range(256)) * 40_000  # 10 MB: frames larger than any socket buffer
-        assert await client.call(ep, "produce", big, timeout=5) == b"produce:" + big
-        assert len(client._connections) == 1 and server.served == 3
-        client.close()
-        server.close()
+        async with serving() as (echo, server, ep, client):
+            parked = asyncio.ensure_future(client.call(ep, "fetch", b"f1", timeout=5))
+            await until(lambda: echo.seen, "the fetch to arrive")
+            assert await client.call(ep, "produce", b"p1", timeout=5) == b"produce:p1"
+            assert not parked.done()  # a parked fetch does not hold up the produce behind it
+            echo.release.set()
+            assert await parked == b"fetch:f1"
+            big = bytes(range(256)) * 40_000  # 10 MB: frames larger than any socket buffer
+            assert await client.call(ep, "produce", big, timeout=5) == b"produce:" + big
+            assert len(client._connections) == 1 and server.served == 3
 
     run(main())
 
 
 def test_a_method_that_raises_is_a_remote_error_and_the_connection_stays_up() -> None:
     async def main():
-        server = ChannelServer(Echo(), "n")
-        ep = await server.start()
-        client = ChannelClient()
-        with pytest.raises(RemoteError, match="ValueError: no such offset"):
-            await client.call(ep, "produce", b"boom", timeout=5)
-        assert await client.call(ep, "produce", b"ok", timeout=5) == b"produce:ok"
-        client.close()
-        server.close()
+        async with serving() as (_, _, ep, client):
+            with pytest.raises(RemoteError, match="ValueError: no such offset"):
+                await client.call(ep, "produce", b"boom", timeout=5)
+            assert await client.call(ep, "produce", b"ok", timeout=5) == b"produce:ok"
 
     run(main())
 
 
 def test_a_timeout_leaves_the_connection_usable() -> None:
     async def main():
-        echo = Echo()
-        server = ChannelServer(echo, "n")
-        ep = await server.start()
-        client = ChannelClient()
-        with pytest.raises(asyncio.TimeoutError):
-            await client.call(ep, "fetch", b"slow", timeout=0.05)
-        echo.release.set()  # its late answer must be dropped, not given to the next call
-        assert await client.call(ep, "produce", b"next", timeout=5) == b"produce:next"
-        client.close()
-        server.close()
+        async with serving() as (echo, _, ep, client):
+            with pytest.raises(asyncio.TimeoutError):
+                await client.call(ep, "fetch", b"slow", timeout=0.05)
+            echo.release.set()  # its late answer must be dropped, not given to the next call
+            assert await client.call(ep, "produce", b"next", timeout=5) == b"produce:next"
 
     run(main())
 
 
 def test_a_server_that_goes_away_fails_calls_in_flight_as_sent_and_new_ones_as_not_sent() -> None:
     async def main():
-        server = ChannelServer(Echo(), "n")
-        ep = await server.start()
-        client = ChannelClient()
-        parked = asyncio.ensure_future(client.call(ep, "fetch", b"f", timeout=5))
-        await asyncio.sleep(0.05)
-        server.close()  # cancels the parked fetch: its connection closes with no answer
-        with pytest.raises(ChannelUnavailable) as exc:
-            await parked
-        assert exc.value.sent
-        with pytest.raises(ChannelUnavailable) as exc:
-            await client.call(ep, "produce", b"p", timeout=5)
-        assert not exc.value.sent  # refused: the request never left
-        client.close()
+        async with serving() as (echo, server, ep, client):
+            parked = asyncio.ensure_future(client.call(ep, "fetch", b"f", timeout=5))
+            await until(lambda: echo.seen, "the fetch to arrive")
+            server.close()  # cancels the parked fetch: its connection closes with no answer
+            with pytest.raises(ChannelUnavailable) as exc:
+                await parked
+            assert exc.value.sent
+            with pytest.raises(ChannelUnavailable) as exc:
+                await client.call(ep, "produce", b"p", timeout=5)
+            assert not exc.value.sent  # refused: the request never left
 
     run(main())
 
 
 def test_a_bad_frame_closes_that_connection_only() -> None:
     async def main():
-        server = ChannelServer(Echo(), "n")
-        ep = await server.start()
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        sock.connect(ep.address)
-        sock.sendall(HEADER.pack(10, 1, 200) + b"x" * 10)  # method 200 does not exist
-        await asyncio.sleep(0.1)
-        sock.setblocking(False)
-        assert await asyncio.get_running_loop().sock_recv(sock, 10) == b""  # closed by the server
-        sock.close()
-        assert server.rejected == 1
-        client = ChannelClient()
-        assert await client.call(ep, "produce", b"fine", timeout=5) == b"produce:fine"
-        client.close()
-        server.close()
+        async with serving() as (_, server, ep, client):
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            sock.connect(ep.address)
+            sock.sendall(HEADER.pack(10, 1, 200) + b"x" * 10)  # method 200 does not exist
+            sock.setblocking(False)
+            closed = await asyncio.wait_for(asyncio.get_running_loop().sock_recv(sock, 10), 5)
+            assert closed == b""  # closed by the server
+            sock.close()
+            assert server.rejected == 1
+            assert await client.call(ep, "produce", b"fine", timeout=5) == b"produce:fine"
 
     run(main())
 
@@ -156,8 +158,8 @@ def test_direct_calls_use_only_same_node_endpoints_and_give_up_on_one_refused_tw
         assert await direct.call("r1", elsewhere, "produce", b"x", 5) is None  # another node: use Ray
         assert await direct.call("r2", FakeHandle(None), "produce", b"x", 5) is None  # no channel
 
-        server.close()
-        await asyncio.sleep(0.05)
+        server.close()  # the socket name is released; the client's connection sees the close
+        await until(lambda: ep not in direct.client._connections, "the client to drop its connection")
         stale = FakeHandle(ep)
         assert await direct.call("r3", stale, "produce", b"x", 5) is None  # refused: send through Ray
         assert await direct.call("r3", stale, "produce", b"x", 5) is None  # same endpoint again: Ray only
@@ -187,9 +189,11 @@ def test_threaded_direct_calls_use_ray_until_the_endpoint_is_known_then_the_chan
     assert fut.result(5) == b"produce:y" and handle.asked == 1
 
     async def shut_down():
+        tasks = [c.task for c in threaded.direct.client._connections.values()]
         threaded.direct.client.close()
         server.close()
-        await asyncio.sleep(0.05)  # let the connections' tasks see the close and end
+        await asyncio.gather(*tasks, return_exceptions=True)
+        await until(lambda: not server._writers, "the server's connections to end")
 
     asyncio.run_coroutine_threadsafe(shut_down(), threaded.loop).result(5)
     threaded.loop.call_soon_threadsafe(threaded.loop.stop)
