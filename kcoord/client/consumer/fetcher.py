@@ -323,16 +323,10 @@ class Fetcher:
         stats = self.stats
         try:
             raw = ref.result() if isinstance(ref, concurrent.futures.Future) else ray.get(ref)
-        except channel.ChannelUnavailable as exc:
-            if not exc.sent:
+        except (RayActorError, channel.ChannelUnavailable) as exc:
+            if isinstance(exc, channel.ChannelUnavailable) and not exc.sent:
                 return  # the channel refused before anything was sent: the next fetch goes through Ray
-            stats.request_errors.add(exc)
-            self.cluster.forget(st.in_flight_actor)
-            logger.info("leader %s of %s unavailable (%s); refreshing metadata", st.in_flight_actor, st.tp, exc)
-            self._refresh(st.tp.topic, force=True)
-            st.backoff_until = now + self._backoff_s
-            return
-        except RayActorError as exc:
+            # The leader's process is gone (Ray says so, or its channel broke mid-call).
             stats.request_errors.add(exc)
             self.cluster.forget(st.in_flight_actor)
             logger.info("leader %s of %s unavailable (%s); refreshing metadata", st.in_flight_actor, st.tp, type(exc).__name__)
