@@ -20,8 +20,8 @@ Faults, by kind (weights per scenario):
 
 The failure model for topics that do not fsync every append (``pagecache``, ``flushms``):
 their promise is replication, which survives losing one copy's page cache, so at most one
-replica of such a partition is *damaged* at a time (it lost unsynced data and has not yet
-caught up with what was committed). Only power loss and fsync failures damage; the
+replica of such a partition is *damaged* at a time (it lost unsynced data and does not yet
+hold everything committed, nor everything a leader still counts it for). Only power loss and fsync failures damage; the
 scheduler does not inject one that would damage a second replica of a partition.
 """
 

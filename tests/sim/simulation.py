@@ -387,11 +387,18 @@ class Simulation:
                 return  # the failed fsync has not happened yet, or its damage not surfaced
             del self.damage_pending[key]
         # everything committed so far: the highest HW reached with the promise, and any
-        # live replica's HW now
-        frontier = max(
-            [self.history.parts[proc.tp].strong_hw]
-            + [p.replica.hw for p in self.replica_list if p.tp == proc.tp and p.up and p.replica is not None and p.replica.role != OFFLINE]
-        )
+        # live replica's HW now; and everything a leader still counts this replica for.
+        # A leader keeps the position the lost incarnation last fetched from until the new
+        # one fetches (as Kafka does between a broker's restart and its first fetch), and
+        # may advance its HW on that stale count; the replica is whole only once it holds
+        # what it is counted for (seed 34993).
+        live = [p for p in self.replica_list if p.tp == proc.tp and p.up and p.replica is not None and p.replica.role != OFFLINE]
+        frontier = max([self.history.parts[proc.tp].strong_hw] + [p.replica.hw for p in live])
+        for p in live:
+            state = p.replica.leader_state
+            counted = state.followers.get(proc.broker) if state is not None else None
+            if counted is not None:
+                frontier = max(frontier, counted.log_end_offset)
         if proc.replica.log.log_end_offset >= frontier:
             self.damaged.discard(key)
             self.trace(f"{proc.name} caught up again (LEO {proc.replica.log.log_end_offset} >= HW {frontier}): no longer damaged")
