@@ -190,8 +190,13 @@ class FailoverCoordinator:
         if self.driver is None:
             loop = asyncio.get_running_loop()
             # Heartbeats to replicas on this node go over their direct-call channels
-            # (kcoord.channel): the controller's steady load on an idle cluster.
-            direct = channel.DirectCalls(ray.get_runtime_context().get_node_id()) if channel.enabled() else None
+            # (kcoord.channel): the controller's steady load on an idle cluster. Such a
+            # connection breaking is the quickest news of a replica's death: beat it now.
+            direct = (
+                channel.DirectCalls(ray.get_runtime_context().get_node_id(), on_lost=self._replica_unreachable)
+                if channel.enabled()
+                else None
+            )
             transport = RayTransport(self.namespace, loop, direct=direct, direct_methods=("heartbeat",))
             self.driver = ControllerDriver(
                 self.cluster,
@@ -209,6 +214,10 @@ class FailoverCoordinator:
             )
             self.driver.start()
         return self.driver
+
+    def _replica_unreachable(self, name: str) -> None:
+        if self.driver is not None:
+            self.driver.on_replica_unreachable(name)
 
     async def _booted(self) -> ControllerDriver:
         driver = self._driver()

@@ -163,6 +163,7 @@ class _Connection:
         self.next_id = 0
         self.broken: BaseException | None = None
         self.on_broken: Callable[[], None] = lambda: None
+        self.on_lost: Callable[[], None] = lambda: None  # the peer went away (not our close)
         self.task = asyncio.ensure_future(self._read())
 
     async def _read(self) -> None:
@@ -177,6 +178,7 @@ class _Connection:
                     else:
                         fut.set_exception(RemoteError(body.decode("utf-8", "replace")))
         except (asyncio.IncompleteReadError, ConnectionError, OSError) as exc:
+            self.on_lost()
             self._break(ChannelUnavailable(f"connection lost: {exc!r}", sent=True))
         except asyncio.CancelledError:
             self._break(ChannelUnavailable("channel closed", sent=True))
@@ -205,9 +207,12 @@ class ChannelClient:
     """Direct calls from one event loop, one connection per endpoint (multiplexed: answers
     come back in any order)."""
 
-    def __init__(self) -> None:
+    def __init__(self, on_lost: Callable[[Endpoint], None] | None = None) -> None:
+        """``on_lost(endpoint)``: called when a connection breaks from the other end (its
+        process exited or was killed), whether or not a call was waiting on it."""
         self._connections: dict[Endpoint, _Connection] = {}
         self._connecting: dict[Endpoint, asyncio.Future] = {}
+        self._on_lost = on_lost
 
     async def submit(self, endpoint: Endpoint, method: str, payload: bytes) -> asyncio.Future:
         """Send ``method(payload)`` to the process at ``endpoint`` (connecting first if
@@ -243,6 +248,8 @@ class ChannelClient:
                 raise ChannelUnavailable(f"cannot connect: {exc!r}", sent=False) from None
             conn = self._connections[endpoint] = _Connection(reader, writer)
             conn.on_broken = lambda: self._connections.pop(endpoint, None) if self._connections.get(endpoint) is conn else None
+            if self._on_lost is not None:
+                conn.on_lost = lambda: self._lost(endpoint)
             fut.set_result(conn)
             return conn
         except BaseException as exc:
@@ -251,6 +258,12 @@ class ChannelClient:
             raise
         finally:
             del self._connecting[endpoint]
+
+    def _lost(self, endpoint: Endpoint) -> None:
+        try:
+            self._on_lost(endpoint)
+        except Exception:
+            logger.warning("on_lost(%s) failed", endpoint, exc_info=True)
 
     def close(self) -> None:
         for conn in self._connections.values():
@@ -267,9 +280,18 @@ class DirectCalls:
     Client driver on another machine) is remembered as such: :meth:`call` returns None and
     the caller calls through Ray."""
 
-    def __init__(self, node_id: str, client: ChannelClient | None = None, lookup_timeout: float = 2.0) -> None:
+    def __init__(
+        self,
+        node_id: str,
+        client: ChannelClient | None = None,
+        lookup_timeout: float = 2.0,
+        on_lost: Callable[[str], None] | None = None,
+    ) -> None:
+        """``on_lost(name)``: the connection to actor ``name``'s process broke from its end
+        -- the quickest sign that the process died (see :class:`ChannelClient`)."""
         self.node_id = node_id
-        self.client = client or ChannelClient()
+        self.on_lost = on_lost
+        self.client = client or ChannelClient(on_lost=self._lost if on_lost is not None else None)
         self.lookup_timeout = lookup_timeout
         self._endpoints: dict[str, Endpoint | None] = {}
         self._refused: dict[str, Endpoint] = {}
@@ -295,6 +317,13 @@ class DirectCalls:
 
     def forget(self, name: str) -> None:
         self._endpoints.pop(name, None)
+
+    def _lost(self, endpoint: Endpoint) -> None:
+        # the names now, before the failed calls forget their endpoint; the callbacks once
+        # those calls have failed
+        loop = asyncio.get_running_loop()
+        for name in [n for n, ep in self._endpoints.items() if ep == endpoint]:
+            loop.call_soon(self.on_lost, name)
 
     async def submit(self, name: str, handle: Any, method: str, payload: bytes) -> asyncio.Future | None:
         """Send the call over ``name``'s channel and return the future of its answer (see

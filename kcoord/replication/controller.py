@@ -89,11 +89,14 @@ __all__ = [
 @dataclass
 class ControllerConfig:
     # How often partition leaders are heartbeaten: their loss stops writes, so it bounds
-    # failover time. Followers (and replicas of offline partitions' ex-leaders) are beaten
-    # every follower_heartbeat_interval_ms instead -- each beat is a Ray call on both ends,
-    # and idle CPU per replica is dominated by such calls. Capped at a third of the session
-    # timeout so that a follower still gets several chances before it is failed.
-    heartbeat_interval_ms: int = 200
+    # failover time where nothing faster tells (the shell beats a replica at once when its
+    # direct-call connection breaks, which is how a process on the controller's node dies;
+    # elsewhere Ray's answer to the next beat tells). Followers (and replicas of offline
+    # partitions' ex-leaders) are beaten every follower_heartbeat_interval_ms instead --
+    # each beat costs CPU on both ends, the largest share of an idle partition's cost.
+    # Capped at a third of the session timeout so that a follower still gets several
+    # chances before it is failed.
+    heartbeat_interval_ms: int = 1000
     follower_heartbeat_interval_ms: int = 1000
     session_timeout_ms: int = 3000
     # A heartbeat unanswered this long makes the shell ask Ray's GCS whether the actor is
@@ -809,6 +812,13 @@ class ControllerState:
             return base
         slow = min(self.config.follower_heartbeat_interval_ms, self.config.session_timeout_ms // 3)
         return max(base, slow)
+
+    def on_replica_unreachable(self, replica: ReplicaId, now_ms: int) -> list[ControllerAction]:
+        """A hint from the shell that ``replica`` may be gone (its connection broke): beat
+        it now rather than at its next interval. Only the heartbeat's outcome decides."""
+        if not self.detector.expedite(replica):
+            return []
+        return self.tick(now_ms)
 
     def tick(self, now_ms: int) -> list[ControllerAction]:
         actions: list[ControllerAction] = []

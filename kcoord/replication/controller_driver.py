@@ -283,6 +283,16 @@ class ControllerDriver:
             self._perform(actions)
             self._rearm()
 
+    def on_replica_unreachable(self, name: str) -> None:
+        """The shell's hint that the replica actor ``name`` may be gone (its direct-call
+        connection broke): heartbeat it now instead of at its next interval."""
+        core = self.core
+        if core is None or not self.booted or self.closed:
+            return
+        rid = next((r for r in core.detector.members() if self._replica_name(r) == name), None)
+        if rid is not None:
+            self._run(core, self.generation, core.on_replica_unreachable(rid, self._clock.now_ms()))
+
     def _create_replica(self, core: ControllerState, action: CreateReplica) -> None:
         rid = action.replica
         now = self._clock.now_ms()

@@ -95,6 +95,15 @@ class FailureDetector:
             h.in_flight = True
             h.last_sent_ms = now_ms
 
+    def expedite(self, member: Hashable) -> bool:
+        """Make ``member``'s next heartbeat due now (a hint that it may be gone, such as
+        a broken connection); False if one is in flight already or it is not watched."""
+        h = self._health.get(member)
+        if h is None or h.in_flight:
+            return False
+        h.last_sent_ms = -1
+        return True
+
     def on_ok(self, member: Hashable, now_ms: int, incarnation: str | None = None) -> str | None:
         """A heartbeat answered. Returns OK, RECOVERED or RESTARTED (None if unknown member)."""
         h = self._health.get(member)

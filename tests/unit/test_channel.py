@@ -175,6 +175,39 @@ def test_direct_calls_use_only_same_node_endpoints_and_give_up_on_one_refused_tw
     run(main())
 
 
+def test_a_connection_broken_from_the_far_end_names_its_actor_once_and_our_own_close_does_not() -> None:
+    """The controller beats a replica at once when this fires: with a call in flight (the
+    failed call must not hide the name) and with none."""
+
+    async def main():
+        lost: list[str] = []
+        direct = DirectCalls("node-a", on_lost=lost.append)
+        busy, idle = ChannelServer(Echo(), "node-a"), ChannelServer(Echo(), "node-a")
+        busy_ep, idle_ep = await busy.start(), await idle.start()
+        assert await direct.call("idle", FakeHandle(idle_ep), "produce", b"x", 5) == b"produce:x"
+        parked = asyncio.ensure_future(direct.call("busy", FakeHandle(busy_ep), "fetch", b"f", 5))
+        await until(lambda: busy.served == 0 and busy_ep in direct.client._connections, "the fetch to go out")
+        busy.close()
+        with pytest.raises(ChannelUnavailable):
+            await parked
+        await until(lambda: lost == ["busy"], "the busy actor to be reported lost")
+        idle.close()
+        await until(lambda: lost == ["busy", "idle"], "the idle actor to be reported lost")
+
+        again = ChannelServer(Echo(), "node-a")
+        ep = await again.start()
+        assert await direct.call("again", FakeHandle(ep), "produce", b"x", 5) == b"produce:x"
+        conn = direct.client._connections[ep]
+        direct.client.close()  # our own close: not a lost peer
+        await until(lambda: conn.task.done() and conn.broken is not None, "the connection to close")
+        again.close()
+        for _ in range(2):  # a loss reported by the closed task would have run by now (call_soon)
+            await asyncio.sleep(0)
+        assert lost == ["busy", "idle"]
+
+    run(main())
+
+
 def test_threaded_direct_calls_use_ray_until_the_endpoint_is_known_then_the_channel() -> None:
     from kcoord.channel import ThreadedDirectCalls
 

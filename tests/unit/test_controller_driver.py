@@ -69,6 +69,7 @@ class Replicas:
         self.clock = clock
         self.told: list[LeaderAndIsrRequest] = []
         self.dead: set[int] = set()
+        self.calls: list[tuple[int, str, str]] = []  # (time, target, method)
 
     def ensure(self, replica, config, node, replace_if_stuck):
         return CREATED
@@ -77,6 +78,7 @@ class Replicas:
         self.clock.call_at(self.clock.now + 1, done)
 
     def call(self, target, method, request, response_type, timeout_ms, on_done, *, probe_after_ms=None):
+        self.calls.append((self.clock.now, target, method))
         broker = int(target.rsplit("/", 1)[1])
         if broker in self.dead:
             self.clock.call_at(self.clock.now + 1, lambda: on_done(None, Outcome.DEAD))
@@ -90,8 +92,8 @@ class Replicas:
             self.clock.call_at(self.clock.now + 1, lambda: on_done(status, Outcome.OK))
 
 
-def make_driver(store: Store, clock: ManualClock, replicas: Replicas) -> ControllerDriver:
-    config = ControllerConfig(heartbeat_interval_ms=100, session_timeout_ms=1000, replica_startup_grace_ms=0, auto_leader_rebalance=False)
+def make_driver(store: Store, clock: ManualClock, replicas: Replicas, **kw) -> ControllerDriver:
+    config = ControllerConfig(**{**dict(heartbeat_interval_ms=100, session_timeout_ms=1000, replica_startup_grace_ms=0, auto_leader_rebalance=False), **kw})
     d = ControllerDriver(CLUSTER, [0, 1, 2], store=store, transport=replicas, clock=clock, replicas=replicas, config=config, boot_retry_ms=50)
     d.start()
     return d
@@ -170,3 +172,26 @@ def test_requests_wait_for_the_boot_and_a_failed_store_read_is_retried():
     clock.run_until(clock.now + 500)
     assert d.booted and out and out[0].error_code == 0
     assert names.controller(CLUSTER) == "c/controller"
+
+
+def test_a_replica_whose_connection_broke_is_heartbeaten_at_once_and_its_death_fails_over():
+    """Heartbeats are seconds apart; the shell's hint (a broken direct-call connection)
+    makes the next one go out now, so a dead leader is replaced in milliseconds."""
+    clock, store = ManualClock(), Store()
+    replicas = Replicas(clock)
+    d = make_driver(store, clock, replicas, heartbeat_interval_ms=5_000, follower_heartbeat_interval_ms=5_000, session_timeout_ms=20_000)
+    serve(d, clock, CreateTopicsRequest(name="t", partitions=1, replication_factor=3, assignment={0: [0, 1, 2]}))
+    clock.run_until(clock.now + 1_000)  # the first heartbeats are answered; the next are 5 s away
+    leader = names.replica(CLUSTER, "t", 0, 0)
+    replicas.dead.add(0)
+    replicas.calls.clear()
+    hinted_at = clock.now
+    d.on_replica_unreachable("c/replica/nope/0/0")  # not a replica it watches: nothing
+    d.on_replica_unreachable(leader)
+    d.on_replica_unreachable(leader)  # one heartbeat in flight is enough
+    clock.run_until(clock.now + 50)
+    beats = [t for t, target, method in replicas.calls if method == "heartbeat"]
+    assert [target for _, target, method in replicas.calls if method == "heartbeat"] == [leader]
+    assert beats[0] <= hinted_at + d.min_wake_gap_ms
+    p = stored(store)
+    assert p.leader in (1, 2) and p.leader_epoch == 1, "the dead leader was replaced at once"
