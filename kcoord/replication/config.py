@@ -44,7 +44,11 @@ class ReplicationConfig:
     unclean_leader_election: bool = False  # unclean.leader.election.enable
     replica_lag_time_max_ms: int = 10_000  # replica.lag.time.max.ms
     replica_fetch_max_bytes: int = 16 << 20  # replica.fetch.max.bytes
-    replica_fetch_wait_max_ms: int = 500  # replica.fetch.wait.max.ms
+    # replica.fetch.wait.max.ms. Kafka's 500 ms suits one fetch per broker pair for all
+    # partitions; here every follower is its own process, so each idle partition pays for
+    # its followers' wake-ups. An append answers a parked fetch at once whatever the wait;
+    # only a follower's copy of the HW after the last write of a burst is older.
+    replica_fetch_wait_max_ms: int = 2000
     replica_fetch_min_bytes: int = 1  # replica.fetch.min.bytes
     replica_fetch_backoff_ms: int = 50  # replica.fetch.backoff.ms
     hw_checkpoint_interval_ms: int = 1000  # replica.high.watermark.checkpoint.interval.ms
