@@ -237,3 +237,29 @@ def test_coordinator_killed_mid_election_leaves_exactly_one_leader(kcluster, top
     assert final.leader_epoch > md.leader_epoch
     assert committed_values(kcluster, topic_name)[:10] == [b"v%d" % i for i in range(10)]
     assert produce(kcluster, topic_name, [b"after"]).error_code == 0
+
+
+@pytest.mark.skipif(not __import__("kcoord.channel").channel.enabled(), reason="needs direct-call channels")
+def test_a_killed_leader_is_replaced_long_before_its_next_heartbeat(ray_session, tmp_path):
+    """Leaders are beaten seconds apart; the controller hears of a dead process on its node
+    sooner, from its direct-call connection breaking, and beats it at once."""
+    import time
+    import uuid
+
+    from kcoord.cluster.deploy import deploy, teardown
+
+    name = f"hb-{uuid.uuid4().hex[:6]}"
+    slow = {"heartbeat_interval_ms": 30_000, "follower_heartbeat_interval_ms": 30_000, "session_timeout_ms": 90_000, "auto_leader_rebalance": False}
+    cluster = deploy(name, brokers=3, data_dir=str(tmp_path), group_coordinators=0, address=None, controller_config=slow)
+    try:
+        Admin(cluster).create_topic("t", partitions=1, replication_factor=3)
+        md = wait_until(lambda: single_leader(cluster, "t"), timeout=60, what="a leader")
+        # the first heartbeats went out at creation, over the leader's channel
+        wait_until(lambda: describe(cluster, "t", md.leader)["direct_calls_served"] >= 1, timeout=30, what="a heartbeat over the channel")
+        os.kill(describe(cluster, "t", md.leader)["pid"], signal.SIGKILL)
+        killed = time.monotonic()
+        wait_until(lambda: cluster.partition_metadata("t", 0, refresh=True).leader_epoch > md.leader_epoch, timeout=60, what="a new leader epoch")
+        took = time.monotonic() - killed
+        assert took < 10, f"the dead leader was replaced after {took:.1f} s: at its next heartbeat, not at once"
+    finally:
+        teardown(name, delete_data=True, address=None, data_dir=str(tmp_path))
