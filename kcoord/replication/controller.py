@@ -454,11 +454,7 @@ class ControllerState:
         if p.leader not in new_isr or any(b not in p.replicas for b in new_isr):
             return answer(ErrorCode.INVALID_REQUEST, f"ISR {req.new_isr} must contain the leader and only replicas of {p.replicas}"), []
         added = [b for b in new_isr if b not in p.isr]
-        ineligible = [
-            b
-            for b in added
-            if not self.detector.is_alive(ReplicaId(p.topic, p.partition, b)) or self._stale_process(ReplicaId(p.topic, p.partition, b), req)
-        ]
+        ineligible = [b for b in added if not self._may_join(ReplicaId(p.topic, p.partition, b), req)]
         if ineligible:
             # Refused, but a copy of this very request may still arrive (Ray retries a call,
             # the network repeats it) once the replica is live, and be applied while the
@@ -621,6 +617,14 @@ class ControllerState:
         if behind or (status.leader_epoch == p.leader_epoch and status.role != expected_role):
             return self._send_state(p, [replica.broker])
         return []
+
+    def _may_join(self, replica: ReplicaId, req: AlterPartitionRequest) -> bool:
+        """Whether ``replica`` may join the ISR on the leader's word (KIP-903): it is alive,
+        it has answered this controller -- a controller that just started knows only the
+        process a predecessor recorded, which may have died since (with its disk, if its
+        broker moved to another node; sim seed 43725) -- and the leader judged it from
+        that same process."""
+        return self.detector.is_alive(replica) and replica in self._last_status and not self._stale_process(replica, req)
 
     def _stale_process(self, replica: ReplicaId, req: AlterPartitionRequest) -> bool:
         """Whether the leader judged ``replica`` caught up from fetches of a process that is

@@ -254,3 +254,23 @@ def test_alter_partition_refuses_a_member_judged_from_a_process_that_restarted()
     assert h.stored().isr == [0, 1]
     resp, _ = h.alter([0, 1, 2], incarnations={2: "new"})
     assert resp.error_code == 0 and h.stored().isr == [0, 1, 2]
+
+
+def test_a_controller_that_just_started_lets_no_replica_join_the_isr_before_hearing_it():
+    """Seed 43725 (KIP-903): the leader proposed follower 2 on the progress of a process
+    that then lost power; the proposal reached a controller that had just started, which
+    knew only the incarnation its predecessor stored -- the one the leader named -- and
+    took it. The restarted follower, on another node, held nothing."""
+    h = Harness()
+    h.create()
+    h.beat(2, incarnation="before")
+    h.alter([0, 1])  # 2 falls behind and leaves the ISR
+    h = h.restart()  # the new controller has heard nobody yet
+    resp, _ = h.alter([0, 1, 2], incarnations={1: "i0", 2: "before"})
+    assert resp.error_code == ErrorCode.INELIGIBLE_REPLICA and "2" in resp.error_message
+    assert h.stored().isr == [0, 1]
+    h.beat(2, incarnation="after")  # the process it hears is another one: still refused
+    resp, _ = h.alter([0, 1, 2], incarnations={2: "before"})
+    assert resp.error_code == ErrorCode.INELIGIBLE_REPLICA and h.stored().isr == [0, 1]
+    resp, _ = h.alter([0, 1, 2], incarnations={2: "after"})  # judged from the process it heard
+    assert resp.error_code == 0 and h.stored().isr == [0, 1, 2]
