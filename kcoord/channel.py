@@ -101,6 +101,7 @@ class ChannelServer:
         self._writers: set[asyncio.StreamWriter] = set()
         self.served = 0
         self.rejected = 0
+        self._closed = False
 
     async def start(self) -> Endpoint:
         self._server = await asyncio.start_unix_server(self._connection, path=self.endpoint.address)
@@ -109,6 +110,7 @@ class ChannelServer:
     def close(self) -> None:
         """Stop listening and drop every connection (callers see their calls in flight
         fail, as if this process had died)."""
+        self._closed = True
         if self._server is not None:
             self._server.close()
         for task in list(self._tasks):
@@ -117,6 +119,9 @@ class ChannelServer:
             writer.close()
 
     async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        if self._closed:  # accepted just before close(), its handler runs only now
+            writer.close()
+            return
         self._writers.add(writer)
         try:
             while True:

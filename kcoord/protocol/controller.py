@@ -60,7 +60,12 @@ class MetadataResponse(Message):
 @register
 class LeaderAndIsrRequest(Message):
     """Controller -> replica: your role at ``leader_epoch``. ``leader`` equal to the
-    receiver's broker id means BecomeLeader, anything else BecomeFollower."""
+    receiver's broker id means BecomeLeader, anything else BecomeFollower.
+
+    ``incarnation``: the replica process the controller last heard from ("" if none).
+    Ray hands a call made to an actor that is restarting to its next process, which may
+    hold less than the one the controller meant (a lost page cache, another node's empty
+    disk); that process refuses with STALE_BROKER_EPOCH (KIP-380's broker epoch)."""
 
     API_KEY: ClassVar[int] = 4
     VERSION: ClassVar[int] = 1
@@ -73,6 +78,7 @@ class LeaderAndIsrRequest(Message):
     isr: list[int]
     replicas: list[int]
     config: dict[str, str] | None = None
+    incarnation: str = ""
 
 
 @register

@@ -61,6 +61,7 @@ class ErrorCode(IntEnum):
     FENCED_LEADER_EPOCH = 74
     UNKNOWN_LEADER_EPOCH = 75
     UNSUPPORTED_COMPRESSION_TYPE = 76
+    STALE_BROKER_EPOCH = 77
     OFFSET_NOT_AVAILABLE = 78
     MEMBER_ID_REQUIRED = 79
     PREFERRED_LEADER_NOT_AVAILABLE = 80
@@ -237,6 +238,7 @@ _CLASS_NAMES = {
     ErrorCode.FENCED_LEADER_EPOCH: "FencedLeaderEpochError",
     ErrorCode.UNKNOWN_LEADER_EPOCH: "UnknownLeaderEpochError",
     ErrorCode.UNSUPPORTED_COMPRESSION_TYPE: "UnsupportedCompressionTypeError",
+    ErrorCode.STALE_BROKER_EPOCH: "StaleBrokerEpochError",
     ErrorCode.OFFSET_NOT_AVAILABLE: "OffsetNotAvailableError",
     ErrorCode.MEMBER_ID_REQUIRED: "MemberIdRequiredError",
     ErrorCode.PREFERRED_LEADER_NOT_AVAILABLE: "PreferredLeaderNotAvailableError",

@@ -583,6 +583,13 @@ class ControllerState:
         if p is None or response is None:
             return []
         is_current_leader = replica.broker == request.leader == p.leader and request.leader_epoch == p.leader_epoch
+        if response.error_code == ErrorCode.STALE_BROKER_EPOCH:
+            # Another process than the one we addressed (Ray delivered the call to the
+            # actor's next process): beat it now. Its answer names the new incarnation and
+            # storage, and the restart rules of on_heartbeat take it from there (a leader is
+            # failed over, a follower is sent its role again, addressed to it).
+            self.detector.expedite(replica)
+            return []
         if response.error_code == ErrorCode.FENCED_LEADER_EPOCH and is_current_leader:
             # The designated leader restarted and will not resume this epoch: elect again
             # (possibly the same replica) with a new epoch. Having restarted, it may have
@@ -799,6 +806,7 @@ class ControllerState:
                     isr=list(p.isr),
                     replicas=list(p.replicas),
                     config=config,
+                    incarnation=self._incarnation.get(ReplicaId(p.topic, p.partition, b), ""),
                 ),
             )
             for b in ordered

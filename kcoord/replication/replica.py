@@ -288,6 +288,12 @@ class Replica:
             return LeaderAndIsrResponse(
                 ErrorCode.STALE_CONTROLLER_EPOCH, f"controller epoch {req.controller_epoch} < {st.controller_epoch} already seen"
             )
+        if req.incarnation and st.incarnation and req.incarnation != st.incarnation:
+            return LeaderAndIsrResponse(
+                ErrorCode.STALE_BROKER_EPOCH,
+                f"addressed to process {req.incarnation}; this is {st.incarnation}, started since",
+                storage=st.storage,
+            )
         if req.leader_epoch < st.leader_epoch:
             return LeaderAndIsrResponse(ErrorCode.FENCED_LEADER_EPOCH, f"leader epoch {req.leader_epoch} < current {st.leader_epoch}")
         st.controller_epoch = req.controller_epoch

@@ -182,11 +182,12 @@ def test_a_connection_broken_from_the_far_end_names_its_actor_once_and_our_own_c
     async def main():
         lost: list[str] = []
         direct = DirectCalls("node-a", on_lost=lost.append)
-        busy, idle = ChannelServer(Echo(), "node-a"), ChannelServer(Echo(), "node-a")
+        echo = Echo()
+        busy, idle = ChannelServer(echo, "node-a"), ChannelServer(Echo(), "node-a")
         busy_ep, idle_ep = await busy.start(), await idle.start()
         assert await direct.call("idle", FakeHandle(idle_ep), "produce", b"x", 5) == b"produce:x"
         parked = asyncio.ensure_future(direct.call("busy", FakeHandle(busy_ep), "fetch", b"f", 5))
-        await until(lambda: busy.served == 0 and busy_ep in direct.client._connections, "the fetch to go out")
+        await until(lambda: echo.seen, "the fetch to arrive")
         busy.close()
         with pytest.raises(ChannelUnavailable):
             await parked

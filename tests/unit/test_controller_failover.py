@@ -494,3 +494,23 @@ def test_eligible_replica_restarted_after_a_reboot_is_not_trusted():
     h.beat(2, incarnation="b2", storage="node2/boot2")
     h.dead(0)
     assert h.stored().leader == NO_LEADER
+
+
+def test_a_role_is_addressed_to_the_process_last_heard_and_a_refusal_by_another_is_checked_at_once():
+    """Seed 68272 (KIP-380): LeaderAndIsr names the replica process the controller last
+    heard from; a newer process refuses it (STALE_BROKER_EPOCH), the controller beats that
+    replica at once and, hearing the new process, sends it its role addressed to it."""
+    h = Harness(config(follower_heartbeat_interval_ms=900))
+    h.create()
+    for b, inc in ((0, "p1"), (1, "q1"), (2, "r1")):
+        h.beat(b, incarnation=inc)
+    actions = h.dead(0)  # broker 0 fails: 1 leads, 1 and 2 are told
+    told = {a.replica.broker: a.request for a in actions if isinstance(a, SendLeaderAndIsr)}
+    assert {b: r.incarnation for b, r in told.items()} == {1: "q1", 2: "r1"}
+    h.now += 10
+    assert not any(isinstance(a, SendHeartbeat) and a.replica.broker == 2 for a in h.core.tick(h.now))
+    refused = LeaderAndIsrResponse(ErrorCode.STALE_BROKER_EPOCH, "addressed to process r1; this is r2")
+    assert h.apply(h.core.on_leader_and_isr_result(ReplicaId(TOPIC, 0, 2), told[2], refused, h.now)) == []
+    assert any(isinstance(a, SendHeartbeat) and a.replica.broker == 2 for a in h.core.tick(h.now)), "beaten at once"
+    again = [a for a in h.beat(2, incarnation="r2") if isinstance(a, SendLeaderAndIsr)]
+    assert [(a.request.incarnation, a.request.leader) for a in again if a.replica.broker == 2] == [("r2", 1)]

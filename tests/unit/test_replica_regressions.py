@@ -370,3 +370,24 @@ def test_follower_of_an_unclean_leader_sharing_no_epoch_truncates_everything_it_
     for now in range(2, 12):
         serve_pending(follower, leader, now)
     assert follower.log.read(0, 1 << 20) == leader.log.read(0, 1 << 20), "the follower ends up with the leader's log"
+
+
+def test_a_role_addressed_to_the_previous_process_is_refused():
+    """Seed 68272 (KIP-380): the controller made broker 0 leader at epoch 3 just after its
+    machine lost power; Ray delivered the call to the next process, on another node with an
+    empty disk, which led epoch 3, and a follower truncated 69 committed records to match.
+    The controller names the process it means; another one refuses and changes nothing."""
+    from kcoord.log import LogConfig, MemoryLog
+    from kcoord.replication.replica import Replica
+
+    fresh = Replica("t", 0, 0, MemoryLog(LogConfig(flush_messages=1)), ReplicationConfig(), 0, incarnation="p2")
+    meant_for_p1 = dataclasses.replace(lai(0, 3, (0, 1, 2)), incarnation="p1")
+    response, actions = leader_and_isr(fresh, meant_for_p1, 0)
+    assert response.error_code == ErrorCode.STALE_BROKER_EPOCH and "p1" in response.error_message
+    assert actions == [] and fresh.role == "none" and fresh.leader_epoch < 3
+    response, _ = leader_and_isr(fresh, dataclasses.replace(lai(0, 4, (0, 1, 2)), incarnation="p2"), 0)
+    assert response.error_code == 0 and fresh.role == "leader" and fresh.leader_epoch == 4
+    # a controller that never heard any process of it names none: accepted, as before
+    other = Replica("t", 0, 1, MemoryLog(LogConfig(flush_messages=1)), ReplicationConfig(), 0, incarnation="q1")
+    response, _ = leader_and_isr(other, lai(0, 4, (0, 1, 2)), 0)
+    assert response.error_code == 0 and other.role == "follower"
