@@ -178,6 +178,7 @@ class FailoverCoordinator:
         # the one in the store, which holds re-bindings made since.
         self.binding = {int(b): str(n) for b, n in (placement or {}).items()}
         self.driver: ControllerDriver | None = None
+        self._direct: channel.DirectCalls | None = None
         self._exporter = ControllerMetricsExporter(cluster)
         self._last_export = 0.0
         self._logged: dict[tuple[str, int], tuple] = {}
@@ -197,6 +198,7 @@ class FailoverCoordinator:
                 if channel.enabled()
                 else None
             )
+            self._direct = direct
             transport = RayTransport(self.namespace, loop, direct=direct, direct_methods=("heartbeat",))
             self.driver = ControllerDriver(
                 self.cluster,
@@ -307,3 +309,12 @@ class FailoverCoordinator:
 
     async def pid(self) -> int:
         return os.getpid()
+
+    async def direct_calls(self) -> dict:
+        """Heartbeats over direct-call channels: calls made, calls sent through Ray instead,
+        and the replicas whose process this controller holds a connection to (a death
+        there is noticed at once, without waiting for the next heartbeat)."""
+        d = self._direct
+        if d is None:
+            return {"enabled": False, "calls": 0, "fallbacks": 0, "connected": []}
+        return {"enabled": True, "calls": d.calls, "fallbacks": d.fallbacks, "connected": d.connected()}

@@ -323,6 +323,12 @@ class DirectCalls:
     def forget(self, name: str) -> None:
         self._endpoints.pop(name, None)
 
+    def connected(self) -> list[str]:
+        """Names whose process this side holds an open connection to: the ones whose death
+        ``on_lost`` would report."""
+        live = self.client._connections
+        return sorted(n for n, ep in self._endpoints.items() if ep is not None and ep in live and live[ep].broken is None)
+
     def _lost(self, endpoint: Endpoint) -> None:
         # the names now, before the failed calls forget their endpoint; the callbacks once
         # those calls have failed

@@ -254,8 +254,11 @@ def test_a_killed_leader_is_replaced_long_before_its_next_heartbeat(ray_session,
     try:
         Admin(cluster).create_topic("t", partitions=1, replication_factor=3)
         md = wait_until(lambda: single_leader(cluster, "t"), timeout=60, what="a leader")
-        # the first heartbeats went out at creation, over the leader's channel
-        wait_until(lambda: describe(cluster, "t", md.leader)["direct_calls_served"] >= 1, timeout=30, what="a heartbeat over the channel")
+        # The first heartbeats went out at creation; one that found the channel not yet
+        # known went through Ray. Wait until the controller holds a connection to the leader
+        # (a heartbeat due meanwhile makes one), the hint's precondition.
+        leader_name = cluster.replica_name("t", 0, md.leader)
+        wait_until(lambda: leader_name in ray.get(cluster.controller.direct_calls.remote(), timeout=30)["connected"], timeout=60, what="a heartbeat connection to the leader")
         os.kill(describe(cluster, "t", md.leader)["pid"], signal.SIGKILL)
         killed = time.monotonic()
         wait_until(lambda: cluster.partition_metadata("t", 0, refresh=True).leader_epoch > md.leader_epoch, timeout=60, what="a new leader epoch")

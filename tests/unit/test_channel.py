@@ -188,12 +188,14 @@ def test_a_connection_broken_from_the_far_end_names_its_actor_once_and_our_own_c
         assert await direct.call("idle", FakeHandle(idle_ep), "produce", b"x", 5) == b"produce:x"
         parked = asyncio.ensure_future(direct.call("busy", FakeHandle(busy_ep), "fetch", b"f", 5))
         await until(lambda: echo.seen, "the fetch to arrive")
+        assert direct.connected() == ["busy", "idle"]
         busy.close()
         with pytest.raises(ChannelUnavailable):
             await parked
         await until(lambda: lost == ["busy"], "the busy actor to be reported lost")
         idle.close()
         await until(lambda: lost == ["busy", "idle"], "the idle actor to be reported lost")
+        assert direct.connected() == []
 
         again = ChannelServer(Echo(), "node-a")
         ep = await again.start()
