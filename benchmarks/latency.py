@@ -154,6 +154,7 @@ def main() -> None:
     parser = script.parser(__doc__)
     parser.add_argument("--seconds", type=float, default=None, help="length of each load phase (default 10, 1.5 with --quick)")
     parser.add_argument("--loads", default="1000,10000,50000", help="offered loads, records/s")
+    parser.add_argument("--linger-ms", type=int, default=LINGER_MS, help=f"the producer's linger_ms (default {LINGER_MS})")
     args = parser.parse_args()
     started = time.perf_counter()
     seconds = args.seconds or (1.5 if args.quick else 10.0)
@@ -173,7 +174,7 @@ def main() -> None:
         "min_insync_replicas": 2,
         "partitions": partitions,
         "value_bytes": VALUE,
-        "linger_ms": LINGER_MS,
+        "linger_ms": args.linger_ms,
         "seconds_per_load": seconds,
         "context": script.context(),
     }
@@ -184,7 +185,7 @@ def main() -> None:
         queue = Queue(actor_options={"num_cpus": 0})
         queue_reader = ray.remote(QueueReader).options(num_cpus=0).remote(queue)
         ray.get([reader.ready.remote(), queue_reader.ready.remote()])
-        producer = Producer(cluster, acks="all", linger_ms=LINGER_MS)
+        producer = Producer(cluster, acks="all", linger_ms=args.linger_ms)
         results["setup_seconds"] = round(time.perf_counter() - started, 1)
         phase = 0
         try:
