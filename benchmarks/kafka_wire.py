@@ -21,7 +21,7 @@ same consumer timed only after librdkafka has fetched every record into its loca
 (the Python client's own cost, no broker on the timed path); ``kcoord_consume``:
 kcoord.Consumer reading what kcoord wrote (both consumers are timed from their first record
 on, after connecting). ``e2e``: produce at 10k/s for a few seconds with a consumer calling
-``poll()``; latency = receive time - send time in the value; ``acked_*``: send time to the
+``poll()`` in another process; latency = receive time - send time in the value; ``acked_*``: send time to the
 producer's delivery report (every 10th record).
 The produce and consume cases share two topics (confluent's and kcoord's, each written by
 both of its cases); the e2e cases run after those are deleted, on a third.
@@ -182,31 +182,44 @@ def kcoord_consume(cluster, topic: str, starts: dict[int, int], n: int) -> float
         c.close()
 
 
-def e2e(bootstrap: str, topic: str, partitions: int, per_s: int, seconds: float, in_flight: int = 5) -> dict:
-    import threading
-
-    from confluent_kafka import Consumer, Producer, TopicPartition
+def _e2e_reader(bootstrap: str, topic: str, partitions: int, total: int, seconds: float, ready, out) -> None:
+    """The e2e consumer, in a process of its own (as latency.py's consumer): in the
+    producer's process its per-record poll() would share one GIL with the paced send loop."""
+    from confluent_kafka import Consumer, TopicPartition
 
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"e2e-{uuid.uuid4().hex[:6]}", "enable.auto.commit": False, "fetch.wait.max.ms": 100})
     c.assign([TopicPartition(topic, p, -1) for p in range(partitions)])  # OFFSET_END
-    c.consume(1, 2.0)
+    c.consume(1, 2.0)  # connected, end offsets resolved: the producer may start
+    ready.set()
     lat: list[float] = []
+    deadline = time.time() + seconds + 60
+    while len(lat) < total and time.time() < deadline:
+        # poll(), not consume(1000, t): librdkafka's consume() waits until it has all 1000
+        # messages or t passed, which at 10k records/s holds each record ~50 ms
+        m = c.poll(0.2)
+        if m is not None and not m.error() and len(m.value()) == VALUE:  # not the warm-up record
+            lat.append(time.time() - struct.unpack_from(">d", m.value())[0])
+    c.close()
+    out.send(lat)
+
+
+def e2e(bootstrap: str, topic: str, partitions: int, per_s: int, seconds: float, in_flight: int = 5) -> dict:
+    import multiprocessing
+
+    from confluent_kafka import Producer
+
     total = int(per_s * seconds)
-    done = threading.Event()
-
-    def consume():
-        deadline = time.time() + seconds + 60
-        while len(lat) < total and time.time() < deadline:
-            # poll(), not consume(1000, t): librdkafka's consume() waits until it has all
-            # 1000 messages or t passed, which at 10k records/s holds each record ~50 ms
-            m = c.poll(0.2)
-            if m is not None and not m.error():
-                lat.append(time.time() - struct.unpack_from(">d", m.value())[0])
-        done.set()
-
-    reader = threading.Thread(target=consume)
+    ctx = multiprocessing.get_context("spawn")
+    ready = ctx.Event()
+    receive, send = ctx.Pipe(duplex=False)
+    reader = ctx.Process(target=_e2e_reader, args=(bootstrap, topic, partitions, total, seconds, ready, send), daemon=True)
     reader.start()
+    if not ready.wait(60):
+        reader.kill()
+        raise RuntimeError("the e2e consumer did not connect within 60 s")
     p = Producer({"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True, "linger.ms": 5, "max.in.flight.requests.per.connection": in_flight})
+    p.produce(topic, b"warm-up")
+    p.flush(60)  # connection, metadata and producer id outside the timing, as in the produce cases
     pad = b"x" * (VALUE - 8)
     acked: list[float] = []  # send -> delivery report, every 10th record
 
@@ -223,8 +236,8 @@ def e2e(bootstrap: str, topic: str, partitions: int, per_s: int, seconds: float,
         p.produce(topic, struct.pack(">d", time.time()) + pad, on_delivery=on_delivery if i % 10 == 0 else None)
         p.poll(0)
     p.flush(60)
-    reader.join(120)
-    c.close()
+    lat = receive.recv() if receive.poll(seconds + 120) else []
+    reader.join(30)
     lat.sort()
     acked.sort()
     if not lat:
