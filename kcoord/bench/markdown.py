@@ -56,15 +56,20 @@ def run_section(doc: dict) -> str:
     kind = "**quick run** (`kcoord bench --quick`: small sizes, few repeats)" if suite.get("quick") else "full run (`kcoord bench`)"
     rows = [
         ("run", kind),
-        ("when", f"{suite.get('started_at', '?')} ({num(suite.get('seconds'), 0, ' s')} in total)"),
+        ("when (the last `kcoord bench` call)", f"{suite.get('started_at', '?')} ({num(suite.get('seconds'), 0, ' s')} in total)"),
         ("machine", f"{m.get('cores', '?')} cores ({m.get('physical_cores') or '?'} physical), {m.get('memory_gib', '?')} GiB, {m.get('cpu_model', '?')}"),
         ("os", m.get("os", "?")),
         ("python", f"{m.get('python', '?')}; {versions}"),
-        ("commit", f"`{(git.get('commit') or '?')[:12]}`{' (dirty work tree)' if git.get('dirty') else ''} on {git.get('branch') or '?'}"),
+        ("commit (the last call)", f"`{(git.get('commit') or '?')[:12]}`{' (dirty work tree)' if git.get('dirty') else ''} on {git.get('branch') or '?'}"),
         ("load average at start", ", ".join(str(x) for x in m.get("load_average", [])) or "?"),
     ]
-    per = [(name, e.get("status"), num(e.get("seconds"), 0, " s"), e.get("error") or "") for name, e in sorted(doc.get("benchmarks", {}).items())]
-    return "### The run\n\n" + table(("", "value"), rows) + "\n\n" + table(("benchmark", "status", "time", "error"), per)
+    # ``kcoord bench --only`` merges into an earlier run: say when, and on which commit,
+    # each benchmark ran
+    per = [
+        (name, e.get("status"), e.get("started_at") or "?", f"`{(e.get('commit') or '?')[:12]}`", num(e.get("seconds"), 0, " s"), e.get("error") or "")
+        for name, e in sorted(doc.get("benchmarks", {}).items())
+    ]
+    return "### The run\n\n" + table(("", "value"), rows) + "\n\n" + table(("benchmark", "status", "started", "commit", "time", "error"), per)
 
 
 def targets_section(doc: dict) -> str:

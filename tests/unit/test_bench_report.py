@@ -197,6 +197,16 @@ def test_markdown_renders_every_table_from_results():
         assert fragment in text, fragment
 
 
+def test_markdown_names_the_start_and_commit_of_each_benchmark_of_a_merged_run():
+    # `kcoord bench --only` merges a rerun into an earlier results.json: the run's header
+    # is the last call's, so each benchmark's own start and commit must show
+    doc = make_doc(sample_results())
+    doc["benchmarks"]["latency"].update(started_at="2026-01-02T09:00:00+00:00", commit="b" * 40)
+    text = markdown.render(doc)
+    assert "| latency | ok | 2026-01-02T09:00:00+00:00 | `bbbbbbbbbbbb` |" in text
+    assert "| client | ok | 2026-01-01T00:00:00+00:00 |" in text
+
+
 def test_markdown_says_what_was_not_measured_and_why():
     text = markdown.render(make_doc({}, failed={"latency": "timed out after 600 s"}))
     assert "not measured (latency failed or did not run)" in text and "timed out after 600 s" in text
