@@ -2,8 +2,10 @@
 
 For every kill (alternating ``ray.kill`` and SIGKILL of the actor process) it measures:
 
-* ``client_ms``: kill -> first acknowledgement of a record *sent after* the kill (what a
-  producing application observes; includes detection, election, metadata refresh, retry);
+* ``client_ms``: kill -> first acknowledgement of a record sent after the killed process
+  was gone (what a producing application observes; includes detection, election, metadata
+  refresh, retry). ``ray.kill`` returns before the process exits, and the old leader may
+  still acknowledge what is sent meanwhile; those acknowledgements do not count;
 * ``metadata_ms``: kill -> the controller's metadata names a new leader;
 * the controller's own figure (failure detected -> new leader accepted LeaderAndIsr).
 
@@ -46,6 +48,21 @@ class Restartable:
 
     def pid(self) -> int:
         return os.getpid()
+
+
+def _gone(pid: int) -> bool:
+    """The process has exited (a zombie waiting for its parent counts as exited)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
+    except FileNotFoundError:
+        return True
+    except OSError:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        return False
 
 
 def ray_restart_samples(count: int) -> list[float]:
@@ -122,7 +139,7 @@ def main() -> None:
 
         loader = threading.Thread(target=load, daemon=True)
         loader.start()
-        client_ms, metadata_ms = [], []
+        client_ms, metadata_ms, kinds = [], [], []
         for i in range(kills):
             # let the previous victim rejoin the ISR so every kill starts from a full ISR
             deadline = time.monotonic() + 60
@@ -137,6 +154,10 @@ def main() -> None:
                 os.kill(pid, signal.SIGKILL)
             else:
                 ray.kill(handle, no_restart=False)
+            gone_by = t0 + 30
+            while not _gone(pid) and time.monotonic() < gone_by:
+                stop.wait(0.001)
+            t_gone = time.monotonic()
             new_meta = None
             while time.monotonic() - t0 < 60:
                 m = client.partition_metadata(TOPIC, 0, refresh=True)
@@ -147,7 +168,7 @@ def main() -> None:
             first = None
             while time.monotonic() - t0 < 60 and first is None:
                 with lock:
-                    after = [a for s, a, _, _ in acked if s > t0]
+                    after = [a for s, a, _, _ in acked if s > t_gone]
                 first = min(after) - t0 if after else None
                 if first is None:
                     stop.wait(0.005)
@@ -156,6 +177,7 @@ def main() -> None:
                 metadata_ms.append(new_meta * 1000)
             if first is not None:
                 client_ms.append(first * 1000)
+                kinds.append(how)
         stop.set()
         loader.join()
         producer.flush(timeout=120)
@@ -181,6 +203,7 @@ def main() -> None:
                 "acked_records": len(acked),
                 "lost": lost,
                 "samples_ms": [round(x) for x in client_ms],
+                "samples_kill": kinds,
                 "baseline_ray_restart_ms": {**summary(baseline, 0), "samples_ms": [round(x) for x in baseline]},
                 "ratios_vs_ray_restart": {
                     "client_p50": ratio(pct(client_ms, 0.5), pct(baseline, 0.5)),
