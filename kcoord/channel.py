@@ -40,6 +40,8 @@ import uuid
 from dataclasses import dataclass
 from typing import Any, Awaitable, Callable
 
+from kcoord.calls import call_probing
+
 logger = logging.getLogger("kcoord.channel")
 
 METHODS = ("produce", "fetch", "list_offsets", "offsets_for_leader_epoch", "heartbeat")
@@ -276,11 +278,15 @@ class ChannelClient:
         self._connections.clear()
 
 
+LOOKUP_PROBE_S = 0.1  # how often an unanswered endpoint lookup asks the GCS about the actor
+
+
 class DirectCalls:
     """Calls to named replica actors over channels where possible, for one event loop.
 
-    The endpoint is asked of the actor once (a Ray call, bounded by ``lookup_timeout``)
-    and kept until a call finds it unreachable. An actor on another node, one that serves
+    The endpoint is asked of the actor once (a Ray call, bounded by ``lookup_timeout``,
+    and given up within ``LOOKUP_PROBE_S`` when Ray's GCS reports the actor restarting or
+    dead) and kept until a call finds it unreachable. An actor on another node, one that serves
     no channel, or one whose endpoint is refused twice in a row from here (say, a Ray
     Client driver on another machine) is remembered as such: :meth:`call` returns None and
     the caller calls through Ray."""
@@ -312,7 +318,10 @@ class DirectCalls:
             self._endpoints[name] = None
             return None
         try:
-            ep = Endpoint.from_wire(await asyncio.wait_for(method.remote(), self.lookup_timeout))
+            # Probing: right after a leader was killed its name is looked up again, and Ray
+            # holds a call to a restarting actor until the new process is up (a second or
+            # more); the caller's own call through Ray finds the death out at once.
+            ep = Endpoint.from_wire(await call_probing(method.remote(), handle, self.lookup_timeout, probe_every=LOOKUP_PROBE_S))
         except Exception:
             return None  # dead, restarting or slow: this call goes through Ray, which will tell
         if ep is not None and (ep.node_id != self.node_id or self._refused.get(name) == ep):

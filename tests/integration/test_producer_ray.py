@@ -460,6 +460,51 @@ def test_produce_and_replication_go_over_direct_channels_and_survive_a_leader_ki
     assert got == values and shared.direct.calls > before
 
 
+@ray.remote(num_cpus=0, max_restarts=-1)
+class SlowToRestart:
+    """An actor whose restarted process takes a minute to start: Ray reports it RESTARTING
+    all that time and holds every call made to it."""
+
+    def __init__(self, marker: str) -> None:
+        if os.path.exists(marker):
+            threading.Event().wait(60)  # the fault modelled: a restart that takes long
+        open(marker, "w").close()
+
+    def channel(self) -> None:
+        return None
+
+
+def test_a_channel_lookup_of_a_restarting_actor_gives_up_within_a_probe(ray_session, tmp_path):
+    """Right after a leader was killed, the producer looks its name up again. Ray answers a
+    call to a restarting actor only after about a second (ActorUnavailableError), and the
+    lookup used to wait for that answer, holding the producer's retry (a 2 s failover
+    outlier in benchmarks/failover.py). It now asks the GCS every 0.1 s and gives up."""
+    from kcoord.calls import actor_state
+
+    actor = SlowToRestart.remote(str(tmp_path / "started"))
+    assert ray.get(actor.channel.remote(), timeout=60) is None
+    ray.kill(actor, no_restart=False)
+    try:
+        wait_until(lambda: actor_state(actor) == "RESTARTING", timeout=30, what="the actor restarting")
+        started = time.monotonic()
+        with pytest.raises(ray.exceptions.RayError):
+            ray.get(actor.channel.remote(), timeout=30)
+        ray_answer_s = time.monotonic() - started  # the baseline: Ray's own answer, same load
+        direct = channel.DirectCalls("this-node", lookup_timeout=30.0)
+
+        async def look_up() -> tuple[object, float]:
+            started = time.monotonic()
+            ep = await direct.endpoint("slow", actor)
+            return ep, time.monotonic() - started
+
+        ep, took = asyncio.run(look_up())
+        assert ep is None
+        assert took < max(0.5, ray_answer_s / 2), f"lookup gave up after {took:.2f} s; Ray itself answered after {ray_answer_s:.2f} s"
+        assert "slow" not in direct._endpoints, "not remembered: asked again once the actor is back"
+    finally:
+        ray.kill(actor, no_restart=True)
+
+
 @ray.remote(num_cpus=0)
 def produce_in_task(cluster, topic: str, n: int) -> list[int]:
     with Producer(cluster) as p:
