@@ -37,6 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import ray  # noqa: E402
 
+from kcoord.bench.process_tree import running  # noqa: E402
 from kcoord.bench.stats import percentile as pct  # noqa: E402
 from kcoord.bench.stats import ratio, summary  # noqa: E402
 
@@ -48,21 +49,6 @@ class Restartable:
 
     def pid(self) -> int:
         return os.getpid()
-
-
-def _gone(pid: int) -> bool:
-    """The process has exited (a zombie waiting for its parent counts as exited)."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
-    except FileNotFoundError:
-        return True
-    except OSError:
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return True
-        return False
 
 
 def ray_restart_samples(count: int) -> list[float]:
@@ -155,7 +141,7 @@ def main() -> None:
             else:
                 ray.kill(handle, no_restart=False)
             gone_by = t0 + 30
-            while not _gone(pid) and time.monotonic() < gone_by:
+            while running(pid) and time.monotonic() < gone_by:
                 stop.wait(0.001)
             t_gone = time.monotonic()
             new_meta = None

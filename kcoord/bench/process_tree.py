@@ -23,3 +23,11 @@ def tree_cpu() -> dict[int, float]:
         except psutil.Error:  # exited meanwhile
             pass
     return out
+
+
+def running(pid: int) -> bool:
+    """The process exists and has not exited (a zombie waiting for its parent has)."""
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False

@@ -40,6 +40,8 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, Callable
 
+from kcoord.bench.process_tree import running
+
 WEIGHTS = {
     "kill-leader": 5.0,
     "kill-follower": 3.5,
@@ -103,15 +105,6 @@ def schedule(
             out.append(Fault(round(t, 3), "node-loss", rng.random(), "", round(rng.uniform(*node_down_s), 2)))
             t += node_loss_every * rng.uniform(0.8, 1.2)
     return sorted(out, key=lambda f: f.at)
-
-
-def _running(pid: int) -> bool:
-    import psutil
-
-    try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return False
 
 
 class Nemesis:
@@ -314,7 +307,7 @@ class Nemesis:
         self._node_down.set()
         self.rc.remove_node(node, allow_graceful=False)
         gone = time.monotonic() + 15
-        while any(_running(p) for p in pids) and time.monotonic() < gone:
+        while any(running(p) for p in pids) and time.monotonic() < gone:
             time.sleep(0.2)
         for p in pids:
             try:

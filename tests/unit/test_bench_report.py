@@ -5,6 +5,7 @@ benchmark scripts produce."""
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -13,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from kcoord.bench import figures, machine, markdown, results, runner, stats, targets
+from waiting import wait_until
 
 REPO = Path(__file__).resolve().parents[2]
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -319,3 +321,13 @@ def test_kcoord_bench_fails_with_one_line_when_a_benchmark_fails(tmp_path, monke
     errors = [line for line in err.splitlines() if line.startswith("error: ")]
     assert errors == [f"error: 1 benchmark(s) failed: beta (first: exit code 1: beta: no cluster); details in {tmp_path / 'out' / 'results.json'} and {tmp_path / 'out' / 'logs'}/"]
     assert "Traceback" not in err and results.load(tmp_path / "out" / "results.json")["failures"] == ["beta"]
+
+
+def test_a_process_counts_as_running_until_it_exits_even_before_it_is_reaped():
+    from kcoord.bench.process_tree import running
+
+    assert running(os.getpid())
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    wait_until(lambda: not running(child.pid), timeout=30, what="the child exited (a zombie until reaped)")
+    assert child.poll() == 0  # reaped only now: it was a zombie while running() said False
+    assert not running(child.pid)
