@@ -319,8 +319,8 @@ class DirectCalls:
             return None
         try:
             # Probing: right after a leader was killed its name is looked up again, and Ray
-            # holds a call to a restarting actor until the new process is up (a second or
-            # more); the caller's own call through Ray finds the death out at once.
+            # answers a call to a restarting actor only after 1-2 s; the caller's own call
+            # through Ray probes the same way and finds the restart out within a probe.
             ep = Endpoint.from_wire(await call_probing(method.remote(), handle, self.lookup_timeout, probe_every=LOOKUP_PROBE_S))
         except Exception:
             return None  # dead, restarting or slow: this call goes through Ray, which will tell
