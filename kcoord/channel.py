@@ -239,6 +239,11 @@ class ChannelClient:
         fut = await self.submit(endpoint, method, payload)
         return await asyncio.wait_for(fut, timeout) if timeout is not None else await fut
 
+    async def connect(self, endpoint: Endpoint) -> None:
+        """Open the connection to ``endpoint`` now, not at the first call (see
+        :class:`DirectCalls`); :class:`ChannelUnavailable` when it is refused."""
+        await self._connection(endpoint)
+
     async def _connection(self, endpoint: Endpoint) -> _Connection:
         conn = self._connections.get(endpoint)
         if conn is not None and conn.broken is None:
@@ -279,6 +284,8 @@ class ChannelClient:
 
 
 LOOKUP_PROBE_S = 0.1  # how often an unanswered endpoint lookup asks the GCS about the actor
+LOOKUP_RETRY_S = (0.2, 0.5, 1.0, 2.0, 4.0, 8.0)  # waits before a watcher's next lookup after one failed
+_FAILED = object()
 
 
 class DirectCalls:
@@ -299,19 +306,31 @@ class DirectCalls:
         on_lost: Callable[[str], None] | None = None,
     ) -> None:
         """``on_lost(name)``: the connection to actor ``name``'s process broke from its end
-        -- the quickest sign that the process died (see :class:`ChannelClient`)."""
+        -- the quickest sign that the process died (see :class:`ChannelClient`). With it,
+        an actor whose endpoint lookup failed is looked up again in the background
+        (``LOOKUP_RETRY_S``) and connected to as soon as it answers."""
         self.node_id = node_id
         self.on_lost = on_lost
         self.client = client or ChannelClient(on_lost=self._lost if on_lost is not None else None)
         self.lookup_timeout = lookup_timeout
         self._endpoints: dict[str, Endpoint | None] = {}
         self._refused: dict[str, Endpoint] = {}
+        self._watching: dict[str, asyncio.Task] = {}
         self.calls = 0
         self.fallbacks = 0
 
     async def endpoint(self, name: str, handle: Any) -> Endpoint | None:
         if name in self._endpoints:
             return self._endpoints[name]
+        ep = await self._look_up(name, handle)
+        if ep is _FAILED:
+            self._watch(name, handle)
+            return None
+        return ep
+
+    async def _look_up(self, name: str, handle: Any) -> Endpoint | None | object:
+        """Ask the actor for its endpoint and remember the answer; ``_FAILED`` (nothing
+        remembered) when it did not answer."""
         try:
             method = handle.channel
         except AttributeError:  # an actor class without channels
@@ -323,11 +342,42 @@ class DirectCalls:
             # through Ray probes the same way and finds the restart out within a probe.
             ep = Endpoint.from_wire(await call_probing(method.remote(), handle, self.lookup_timeout, probe_every=LOOKUP_PROBE_S))
         except Exception:
-            return None  # dead, restarting or slow: this call goes through Ray, which will tell
+            return _FAILED  # dead, restarting or slow: this call goes through Ray, which will tell
         if ep is not None and (ep.node_id != self.node_id or self._refused.get(name) == ep):
             ep = None
         self._endpoints[name] = ep
         return ep
+
+    def _watch(self, name: str, handle: Any) -> None:
+        """Where deaths are watched (``on_lost`` given), a lookup that failed -- the actor
+        still starting, or restarting -- is tried again in the background and the endpoint
+        found is connected at once: the connection is what reports the next death, and the
+        next call may be a heartbeat many seconds away."""
+        if self.on_lost is None or name in self._watching:
+            return
+        task = asyncio.get_running_loop().create_task(self._connect_when_found(name, handle))
+        self._watching[name] = task
+        task.add_done_callback(lambda _t: self._watching.pop(name, None))
+
+    async def _connect_when_found(self, name: str, handle: Any) -> None:
+        for wait in LOOKUP_RETRY_S:
+            await asyncio.sleep(wait)
+            ep = self._endpoints[name] if name in self._endpoints else await self._look_up(name, handle)
+            if ep is _FAILED:
+                continue
+            if isinstance(ep, Endpoint):
+                try:
+                    await self.client.connect(ep)
+                except ChannelUnavailable:
+                    self._refuse(name, ep)
+            return
+
+    def _refuse(self, name: str, ep: Endpoint) -> None:
+        """``ep`` refused a connection: the next call asks the actor again, and a name whose
+        same endpoint is refused twice goes through Ray from then on."""
+        if self._endpoints.get(name) == ep:
+            del self._endpoints[name]
+        self._refused[name] = ep
 
     def forget(self, name: str) -> None:
         self._endpoints.pop(name, None)
@@ -359,9 +409,7 @@ class DirectCalls:
             fut = await self.client.submit(ep, method, payload)
         except ChannelUnavailable:
             self.fallbacks += 1
-            if self._endpoints.get(name) == ep:
-                del self._endpoints[name]
-            self._refused[name] = ep
+            self._refuse(name, ep)
             return None
 
         def forget_if_broken(f: asyncio.Future) -> None:

@@ -254,9 +254,9 @@ def test_a_killed_leader_is_replaced_long_before_its_next_heartbeat(ray_session,
     try:
         Admin(cluster).create_topic("t", partitions=1, replication_factor=3)
         md = wait_until(lambda: single_leader(cluster, "t"), timeout=60, what="a leader")
-        # The first heartbeats went out at creation; one that found the channel not yet
-        # known went through Ray. Wait until the controller holds a connection to the leader
-        # (a heartbeat due meanwhile makes one), the hint's precondition.
+        # The first heartbeats went out at creation, through Ray where the replica's channel
+        # did not answer yet; the controller then connects on its own once it does. Wait
+        # for that connection to the leader, the hint's precondition.
         leader_name = cluster.replica_name("t", 0, md.leader)
         wait_until(lambda: leader_name in ray.get(cluster.controller.direct_calls.remote(), timeout=30)["connected"], timeout=60, what="a heartbeat connection to the leader")
         os.kill(describe(cluster, "t", md.leader)["pid"], signal.SIGKILL)

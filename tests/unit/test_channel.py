@@ -211,6 +211,54 @@ def test_a_connection_broken_from_the_far_end_names_its_actor_once_and_our_own_c
     run(main())
 
 
+class StartingHandle(FakeHandle):
+    """An actor whose first ``failures`` endpoint lookups fail, as one still starting."""
+
+    def __init__(self, endpoint: Endpoint | None, failures: int) -> None:
+        super().__init__(endpoint)
+        handle = self
+
+        class _Method:
+            def remote(self):
+                handle.asked += 1
+                fut = asyncio.get_running_loop().create_future()
+                if handle.asked <= failures:
+                    fut.set_exception(RuntimeError("the actor is not ready"))
+                else:
+                    fut.set_result(handle.endpoint.to_wire() if handle.endpoint else None)
+                return fut
+
+        self.channel = _Method()
+
+
+def test_a_watcher_connects_to_an_actor_whose_lookup_failed_without_waiting_for_its_next_call() -> None:
+    """The controller's heartbeats may be seconds apart; the death of a replica it holds no
+    connection to is noticed only at the next one. So a failed lookup is retried in the
+    background where deaths are watched, and nowhere else."""
+
+    async def main():
+        server = ChannelServer(Echo(), "node-a")
+        ep = await server.start()
+        watcher = DirectCalls("node-a", on_lost=lambda name: None)
+        starting = StartingHandle(ep, failures=2)
+        assert await watcher.call("r0", starting, "heartbeat", b"x", 5) is None  # through Ray this time
+        assert watcher.connected() == []
+        await until(lambda: watcher.connected() == ["r0"], "the watcher to connect on its own")
+        assert starting.asked == 3  # one call, then retries until the actor answered
+        assert await watcher.call("r0", starting, "heartbeat", b"y", 5) == b"heartbeat:y"
+        assert starting.asked == 3
+
+        plain = DirectCalls("node-a")
+        other = StartingHandle(ep, failures=1)
+        assert await plain.call("r0", other, "fetch", b"x", 5) is None
+        assert not plain._watching  # no retry scheduled: its next call looks up again
+        assert other.asked == 1 and plain.connected() == []
+        watcher.client.close()
+        server.close()
+
+    run(main())
+
+
 def test_threaded_direct_calls_use_ray_until_the_endpoint_is_known_then_the_channel() -> None:
     from kcoord.channel import ThreadedDirectCalls
 
