@@ -15,6 +15,7 @@ import asyncio
 import logging
 import threading
 import time
+from typing import Awaitable, Callable
 
 from ray.exceptions import RayActorError
 
@@ -32,6 +33,32 @@ from .idempotence import ProducerIdentity
 logger = logging.getLogger("kcoord.producer")
 
 _monotonic = time.monotonic
+REFRESH_FIRST_WAIT_S = 0.01  # between the first two refreshes while waiting for a new leader; doubles
+
+
+async def wait_for_newer_leader(
+    refresh: Callable[[], Awaitable[None]], leader_epoch: Callable[[], int], epoch: int, backoff_s: float, deadline: float
+) -> bool:
+    """Refresh metadata until it names a leader newer than ``epoch`` (``leader_epoch()``
+    reads it after each refresh, -1 when there is no leader), for at most ``backoff_s`` and
+    never past ``deadline``; True once it does.
+
+    Why not one refresh then a whole backoff, as Kafka's producer does: the controller elects
+    within tens of milliseconds of hearing of a death, and a retry that sat out the rest of
+    a 100 ms backoff after the new leader was known was half of a failover. The refreshes
+    come 10, 20, 40 ms ... apart: a handful of metadata calls per backoff, and only while a
+    partition's leader is gone."""
+    end = min(deadline, _monotonic() + backoff_s)
+    wait = REFRESH_FIRST_WAIT_S
+    while True:
+        await refresh()
+        if leader_epoch() > epoch:
+            return True
+        now = _monotonic()
+        if now >= end:
+            return False
+        await asyncio.sleep(min(wait, end - now))
+        wait *= 2
 
 
 class Wakeup:
@@ -307,12 +334,15 @@ class Sender:
         return md.partitions[partition]
 
     async def _refresh_or_backoff(self, topic: str, partition: int, epoch: int, deadline: float) -> None:
-        """Refresh metadata; back off only if it does not name a newer leader yet (retrying
-        at once against a freshly elected leader is what keeps failover short)."""
-        await self._refresh(topic, force=True)
-        md = self._leader(topic, partition)
-        if md is None or md.leader < 0 or md.leader_epoch <= epoch:
-            await self._backoff(deadline)
+        """Refresh metadata until it names a newer leader, at most one backoff long
+        (:func:`wait_for_newer_leader`): retrying at once against a freshly elected leader
+        is what keeps failover short."""
+
+        def leader_epoch() -> int:
+            md = self._leader(topic, partition)
+            return -1 if md is None or md.leader < 0 else md.leader_epoch
+
+        await wait_for_newer_leader(lambda: self._refresh(topic, force=True), leader_epoch, epoch, self._backoff_s, deadline)
 
     async def _backoff(self, deadline: float) -> None:
         await asyncio.sleep(max(0.0, min(self._backoff_s, deadline - _monotonic())))
