@@ -103,8 +103,9 @@ class Producer:
 
     Other settings: ``acks`` 0 (futures resolve with offset -1 once sent), 1 or "all";
     ``linger_ms`` how long a non-full batch waits for more records; ``retries`` /
-    ``retry_backoff_ms`` for retriable errors (metadata is refreshed on leadership errors
-    and dead leaders), all bounded by ``delivery_timeout_ms`` after which the batch fails
+    ``retry_backoff_ms`` for retriable errors (on leadership errors and dead leaders the
+    metadata is refreshed every 10-20 ms during the backoff, and the retry goes out as soon
+    as it names a new leader), all bounded by ``delivery_timeout_ms`` after which the batch fails
     with KafkaError(REQUEST_TIMED_OUT); ``request_timeout_ms`` per attempt;
     ``compression_type`` None or "gzip" (plus "lz4"/"zstd" when installed); ``partitioner``
     None (murmur2 / sticky), "round_robin" or a callable; ``buffer_memory`` bytes of
