@@ -35,6 +35,10 @@ def fetch_raw(handle, topic, offset, epoch=-1, replica_id=-1, max_wait_ms=0) -> 
 def test_acks_all_rf3_bytes_identical_on_every_replica(kcluster, topic_name):
     admin = Admin(kcluster)
     admin.create_topic(topic_name, partitions=1, replication_factor=3, config={"min.insync.replicas": 2})
+    # This test is about the bytes, not the first seconds of a partition: on a loaded
+    # machine the ISR can be short right after creation (NOT_ENOUGH_REPLICAS, retriable;
+    # the Producer retries it, this raw call does not), so start from a full ISR.
+    wait_until(lambda: len(kcluster.partition_metadata(topic_name, 0, refresh=True).isr) == 3, what="a full ISR")
     p, leader = leader_of(kcluster, topic_name)
     acked = []
     for i in range(20):
