@@ -13,7 +13,7 @@ Replicas are identified by :class:`ReplicaId` (topic, partition, broker).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import Any
 
 from ..protocol.controller import (
@@ -51,8 +51,9 @@ from .controller_actions import (
     SendHeartbeat,
     SendLeaderAndIsr,
 )
+from .controller_config import ControllerConfig
 from .controller_metrics import ControllerMetrics
-from .election import elect_leader, preferred_leader_move, shrink_isr_without
+from .election import elect_leader, imbalanced_brokers, preferred_leader_move, shrink_isr_without
 from .failure_detector import OK, RECOVERED, RESTARTED, FailureDetector
 from .placement import PLACEMENT_KEY, BrokerBinding, decode_binding
 from .metadata import (
@@ -63,12 +64,12 @@ from .metadata import (
     TopicState,
     cluster_key,
     partition_key,
-    replica_key,
     topic_key,
     topic_metadata,
 )
 from .topic_configs import apply_alter_ops, describe_config, plan_new_partitions
 from .topic_plan import LOG_KEYS, TOPIC_CONFIG_KEYS, plan_topic
+from .trust import TrustLedger
 
 __all__ = [
     "ControllerAction",
@@ -86,41 +87,6 @@ __all__ = [
 ]
 
 
-@dataclass
-class ControllerConfig:
-    # How often partition leaders are heartbeaten: their loss stops writes, so it bounds
-    # failover time where nothing faster tells (the shell beats a replica at once when its
-    # direct-call connection breaks, which is how a process on the controller's node dies;
-    # elsewhere Ray's answer to the next beat tells). Followers (and replicas of offline
-    # partitions' ex-leaders) are beaten every follower_heartbeat_interval_ms instead --
-    # each beat costs CPU on both ends, the largest share of an idle partition's cost.
-    # Capped at a third of the session timeout so that a follower still gets several
-    # chances before it is failed.
-    heartbeat_interval_ms: int = 1000
-    follower_heartbeat_interval_ms: int = 1000
-    session_timeout_ms: int = 3000
-    # A heartbeat unanswered this long makes the shell ask Ray's GCS whether the actor is
-    # gone; a slow but live replica is not failed until session_timeout_ms.
-    liveness_probe_ms: int = 50
-    ensure_replica_interval_ms: int = 1000
-    # A new replica actor may take seconds to start on a busy node; not a failure.
-    replica_startup_grace_ms: int = 30_000
-    # A failed replica that Ray still reports RESTARTING this long after the failure is
-    # replaced by a new actor (same name, same log directory) instead of waited for.
-    restart_stuck_ms: int = 30_000
-    auto_leader_rebalance: bool = True
-    leader_rebalance_interval_ms: int = 5000
-    # Like Kafka's leader.imbalance.per.broker.percentage: the periodic check moves a
-    # broker's preferred partitions back only when more than this share of them is led
-    # elsewhere (the admin rebalance always moves every one it can).
-    leader_imbalance_per_broker_percentage: int = 10
-    # Topic config every topic starts from (a topic's own config overrides it).
-    default_topic_config: dict[str, str] = field(default_factory=dict)
-    # Cluster-wide broker configs (replication.config.BROKER_KEYS: retention check interval,
-    # the cleaner's settings), delivered to every replica with its topic's config.
-    broker_config: dict[str, str] = field(default_factory=dict)
-
-
 class ControllerState:
     def __init__(self, name: str, config: ControllerConfig | None = None, binding: dict[int, str] | None = None) -> None:
         """``binding``: the deploy-time broker -> node binding ({} on one node); a binding
@@ -136,20 +102,8 @@ class ControllerState:
         self._failover_started: dict[tuple[str, int], int] = {}
         self._next_ensure: dict[ReplicaId, int] = {}
         self._last_status: dict[ReplicaId, HeartbeatResponse] = {}
-        # Replicas of topics without per-append fsync that restarted and may have lost their
-        # unflushed tail; trusted again once back in the ISR (or elected as the best left).
-        self._suspect: set[ReplicaId] = set()
-        # ELR members and the process (incarnation) this controller saw when they joined the
-        # ELR: only that same process is known to hold every acknowledged record. A restarted
-        # controller has seen none of them, so it trusts no ELR member (see _trusted).
-        self._elr_witness: dict[ReplicaId, str] = {}
-        # The incarnation last seen per replica. With the two above it is persisted (as
-        # ReplicaTrust) so that a restarted controller still knows who restarted meanwhile.
-        self._incarnation: dict[ReplicaId, str] = {}
-        # The storage lineage last reported per replica (HeartbeatResponse.storage), also
-        # persisted: a restart that keeps it did not lose the unflushed tail.
-        self._storage: dict[ReplicaId, str] = {}
-        self._stored_trust: dict[ReplicaId, ReplicaTrust] = {}
+        # Who restarted, on which storage, and whom a lossy topic may elect (trust.py).
+        self.trust = TrustLedger()
         self._next_rebalance_ms = 0
         # Replicas whose log reported an I/O error, with the reason (until they answer
         # healthy again, i.e. after a restart).
@@ -204,7 +158,7 @@ class ControllerState:
                 topic, partition, broker = key[len("replica/") :].rsplit("/", 2)
                 rid = ReplicaId(topic, int(partition), int(broker))
                 if (rid.topic, rid.partition) in self.partitions:
-                    self._load_trust(rid, ReplicaTrust.decode(value))
+                    self.trust.load(rid, ReplicaTrust.decode(value))
         self._next_rebalance_ms = now_ms + self.config.leader_rebalance_interval_ms
         for p in self._sorted_partitions():
             topic = self.topics[p.topic]
@@ -356,13 +310,10 @@ class ControllerState:
                 self.detector.remove(rid)
                 self._next_ensure.pop(rid, None)
                 self._last_status.pop(rid, None)
-                self._suspect.discard(rid)
-                self._elr_witness.pop(rid, None)
-                self._incarnation.pop(rid, None)
-                self._storage.pop(rid, None)
                 self.offline_logs.pop(rid, None)
-                if self._stored_trust.pop(rid, None) is not None:
-                    actions.append(Persist(replica_key(rid.topic, rid.partition, rid.broker), None))
+                forgotten = self.trust.forget(rid)
+                if forgotten is not None:
+                    actions.append(forgotten)
                 actions.append(DeleteReplica(rid))
             self._failover_started.pop((req.name, i), None)
         del self.topics[req.name]
@@ -471,9 +422,9 @@ class ControllerState:
             self.metrics.isr_shrinks += 1
         self._set_isr(p, sorted(new_isr, key=p.replicas.index))
         for b in added:
-            self._suspect.discard(ReplicaId(p.topic, p.partition, b))  # caught up with the leader
+            self.trust.suspect.discard(ReplicaId(p.topic, p.partition, b))  # caught up with the leader
         p.partition_epoch += 1
-        return answer(ErrorCode.NONE), [Persist(partition_key(p.topic, p.partition), p.encode()), *self._sync_trust(p)]
+        return answer(ErrorCode.NONE), [Persist(partition_key(p.topic, p.partition), p.encode()), *self.trust.persist(p)]
 
     # ------------------------------------------------------------------------------------
     # replica liveness
@@ -492,8 +443,7 @@ class ControllerState:
             self.offline_logs[replica] = status.error_message or "log offline"
             # A failed fsync may have dropped its unflushed pages: the page cache no longer
             # vouches for the tail, so whatever process comes next counts as a new storage.
-            self._storage.pop(replica, None)
-            self._elr_witness.pop(replica, None)
+            self.trust.storage_lost(replica)
             dead = True
             status = None
         elif status is not None:
@@ -508,7 +458,7 @@ class ControllerState:
         previous = self._last_status.get(replica)
         self._last_status[replica] = status
         event = self.detector.on_ok(replica, now_ms, status.incarnation or None)
-        known = previous.incarnation if previous is not None else self._incarnation.get(replica)
+        known = previous.incarnation if previous is not None else self.trust.incarnation.get(replica)
         p = self.partitions.get((replica.topic, replica.partition))
         actions: list[ControllerAction] = []
         # A process other than the one last seen (by us, or by a previous controller whose
@@ -536,14 +486,11 @@ class ControllerState:
             # A known process came back as a new one: it may have lost its unflushed tail,
             # unless it kept its storage (the same page cache: a process crash, not a
             # machine's).
-            if p is not None and self._lossy(p) and self._storage_changed(replica, status.storage):
-                self._suspect.add(replica)
-        if status.incarnation:
-            self._incarnation[replica] = status.incarnation
-        if status.storage:
-            self._storage[replica] = status.storage
+            if p is not None and self._lossy(p) and self.trust.storage_changed(replica, status.storage):
+                self.trust.suspect.add(replica)
+        self.trust.seen(replica, status)
         if p is not None:
-            actions += self._sync_trust(p)  # stored before anything acts on it
+            actions += self.trust.persist(p)  # stored before anything acts on it
         if event == RESTARTED:
             # It died and came back between two beats: fail it, then take it back.
             self.detector.on_dead(replica, now_ms)
@@ -555,7 +502,7 @@ class ControllerState:
         else:
             actions += self._verify(replica, status, now_ms)
         if p is not None:
-            actions += self._sync_trust(p)
+            actions += self.trust.persist(p)
         return actions
 
     def on_replica_dead(self, replica: ReplicaId, now_ms: int) -> list[ControllerAction]:
@@ -594,11 +541,11 @@ class ControllerState:
             # The designated leader restarted and will not resume this epoch: elect again
             # (possibly the same replica) with a new epoch. Having restarted, it may have
             # lost its unflushed tail: others that did not restart lead first if they can.
-            if self._lossy(p) and self._storage_changed(replica, response.storage):
-                self._suspect.add(replica)
-            actions = self._sync_trust(p)
+            if self._lossy(p) and self.trust.storage_changed(replica, response.storage):
+                self.trust.suspect.add(replica)
+            actions = self.trust.persist(p)
             actions += self._elect(p, now_ms, failed_leader=False)
-            return actions + self._sync_trust(p)
+            return actions + self.trust.persist(p)
         if response.error_code != ErrorCode.NONE:
             return []
         started = self._failover_started.get(key)
@@ -631,20 +578,7 @@ class ControllerState:
         process a predecessor recorded, which may have died since (with its disk, if its
         broker moved to another node; sim seed 43725) -- and the leader judged it from
         that same process."""
-        return self.detector.is_alive(replica) and replica in self._last_status and not self._stale_process(replica, req)
-
-    def _stale_process(self, replica: ReplicaId, req: AlterPartitionRequest) -> bool:
-        """Whether the leader judged ``replica`` caught up from fetches of a process that is
-        no longer the one running (KIP-903): that process's log may be gone."""
-        seen = req.incarnations.get(replica.broker)
-        known = self._incarnation.get(replica)
-        return bool(seen and known and seen != known)
-
-    def _storage_changed(self, replica: ReplicaId, storage: str) -> bool:
-        """Whether a restarted replica may have lost writes it had not flushed: yes unless
-        it reports the storage lineage it had before (unknown counts as changed)."""
-        known = self._storage.get(replica)
-        return not (storage and known and storage == known)
+        return self.detector.is_alive(replica) and replica in self._last_status and not self.trust.stale_process(replica, req.incarnations.get(replica.broker))
 
     def _alive(self, p: PartitionState):
         return lambda b: self.detector.is_alive(ReplicaId(p.topic, p.partition, b))
@@ -688,7 +622,7 @@ class ControllerState:
             if rid.topic == p.topic and rid.partition == p.partition
         }
         was_online = p.leader != NO_LEADER
-        trusted = self._trusted(p) if self._lossy(p) else None
+        trusted = self.trust.trusted(p, self._last_status) if self._lossy(p) else None
         result = elect_leader(p, self._alive(p), rcfg.unclean_leader_election, leos, trusted)
         if result.offline and not was_online:
             return []  # still nobody to elect; nothing changes
@@ -698,7 +632,7 @@ class ControllerState:
         else:
             self._set_isr(p, result.isr)
         if not result.offline:
-            self._suspect.discard(ReplicaId(p.topic, p.partition, result.leader))  # its log is the truth now
+            self.trust.suspect.discard(ReplicaId(p.topic, p.partition, result.leader))  # its log is the truth now
         p.leader_epoch += 1
         p.partition_epoch += 1
         if result.unclean:
@@ -714,28 +648,6 @@ class ControllerState:
         alive = self._alive(p)
         return actions + self._send_state(p, [b for b in p.replicas if alive(b)])
 
-    def _load_trust(self, rid: ReplicaId, trust: ReplicaTrust) -> None:
-        self._stored_trust[rid] = trust
-        if trust.incarnation:
-            self._incarnation[rid] = trust.incarnation
-        if trust.suspect:
-            self._suspect.add(rid)
-        if trust.elr_witness:
-            self._elr_witness[rid] = trust.elr_witness
-        if trust.storage:
-            self._storage[rid] = trust.storage
-
-    def _sync_trust(self, p: PartitionState) -> list[ControllerAction]:
-        """Persist what changed in what we know of ``p``'s replicas' processes."""
-        actions: list[ControllerAction] = []
-        for b in p.replicas:
-            rid = ReplicaId(p.topic, p.partition, b)
-            trust = ReplicaTrust(self._incarnation.get(rid, ""), rid in self._suspect, self._elr_witness.get(rid, ""), self._storage.get(rid, ""))
-            if trust != self._stored_trust.get(rid, ReplicaTrust()):
-                self._stored_trust[rid] = trust
-                actions.append(Persist(replica_key(p.topic, p.partition, b), trust.encode()))
-        return actions
-
     def _lossy(self, p: PartitionState) -> bool:
         """Whether a crash can lose acknowledged data of ``p``'s replicas: their appends are
         not each fsynced (flush.messages != 1), so durability comes from replication alone."""
@@ -743,26 +655,6 @@ class ControllerState:
 
         cfg = self._effective_config(self.topics[p.topic])
         return LogConfig.from_topic_config({k: v for k, v in cfg.items() if k in LOG_KEYS}).flush_messages != 1
-
-    def _trusted(self, p: PartitionState):
-        """Which ISR / ELR members of a lossy topic may lead while they are alive: not known
-        to have restarted since, and for ELR members, still the very process seen leaving."""
-
-        def trusted(b: int) -> bool:
-            rid = ReplicaId(p.topic, p.partition, b)
-            if rid in self._suspect:
-                return False
-            if rid not in self._last_status:
-                # It has not answered this controller: it may have restarted (and lost its
-                # tail) since the incarnation a previous controller recorded.
-                return False
-            if b in p.isr:
-                return True
-            status = self._last_status.get(rid)
-            witness = self._elr_witness.get(rid)
-            return witness is not None and status is not None and _lineage(status) == witness
-
-        return trusted
 
     def _set_isr(self, p: PartitionState, isr: list[int]) -> None:
         """Change the ISR; for lossy topics keep the ELR: who leaves while the ISR is below
@@ -779,14 +671,7 @@ class ControllerState:
             p.elr = []
         else:
             p.elr = [b for b in p.replicas if b not in p.isr and (b in p.elr or b in old)]
-        for b in p.replicas:
-            rid = ReplicaId(p.topic, p.partition, b)
-            if b not in p.elr:
-                self._elr_witness.pop(rid, None)
-            elif b not in before:
-                status = self._last_status.get(rid)
-                if status is not None and _lineage(status) and rid not in self._suspect:
-                    self._elr_witness[rid] = _lineage(status)
+        self.trust.witness_elr(p, before, self._last_status)
 
     def _send_state(self, p: PartitionState, brokers: list[int]) -> list[ControllerAction]:
         """LeaderAndIsr for ``brokers``, the leader first so followers find it ready."""
@@ -806,7 +691,7 @@ class ControllerState:
                     isr=list(p.isr),
                     replicas=list(p.replicas),
                     config=config,
-                    incarnation=self._incarnation.get(ReplicaId(p.topic, p.partition, b), ""),
+                    incarnation=self.trust.incarnation.get(ReplicaId(p.topic, p.partition, b), ""),
                 ),
             )
             for b in ordered
@@ -838,7 +723,7 @@ class ControllerState:
             actions += self._on_failed(rid, now_ms)
             p = self.partitions.get((rid.topic, rid.partition))
             if p is not None:
-                actions += self._sync_trust(p)
+                actions += self.trust.persist(p)
         for rid in self.detector.due(now_ms):
             actions.append(SendHeartbeat(rid, HeartbeatRequest(controller_epoch=self.controller_epoch)))
         for rid, at in list(self._next_ensure.items()):
@@ -853,24 +738,11 @@ class ControllerState:
             actions += self.rebalance_leaders(now_ms, imbalanced_only=True)
         return actions
 
-    def _imbalanced_brokers(self) -> set[int]:
-        """Brokers that lead too few of the partitions they are preferred for: more than
-        leader_imbalance_per_broker_percentage of them are led by another broker."""
-        preferred: dict[int, int] = {}
-        elsewhere: dict[int, int] = {}
-        for p in self.partitions.values():
-            b = p.preferred_leader
-            preferred[b] = preferred.get(b, 0) + 1
-            if p.leader != b:
-                elsewhere[b] = elsewhere.get(b, 0) + 1
-        limit = self.config.leader_imbalance_per_broker_percentage
-        return {b for b, n in elsewhere.items() if n * 100 > limit * preferred[b]}
-
     def rebalance_leaders(self, now_ms: int, imbalanced_only: bool = False) -> list[ControllerAction]:
         """Move leadership back to preferred replicas that are healthy and in sync (for the
         periodic check, only on brokers over the imbalance threshold)."""
         actions: list[ControllerAction] = []
-        brokers = self._imbalanced_brokers() if imbalanced_only else None
+        brokers = imbalanced_brokers(self.partitions.values(), self.config.leader_imbalance_per_broker_percentage) if imbalanced_only else None
         for p in self._sorted_partitions():
             if brokers is not None and p.preferred_leader not in brokers:
                 continue
@@ -912,9 +784,3 @@ class ControllerState:
         snap["controller_epoch"] = self.controller_epoch
         return snap
 
-
-def _lineage(status: HeartbeatResponse) -> str:
-    """What an ELR member must still be to be trusted with every acknowledged record: the
-    same storage lineage (a process restart keeps the page cache), or, where a replica does
-    not report one, the same process."""
-    return f"storage:{status.storage}" if status.storage else status.incarnation

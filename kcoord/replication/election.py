@@ -12,13 +12,14 @@
   holds every acknowledged record) is alive; with every candidate back but suspect, the
   longest log wins. Durable topics never use the ELR.
 * A live leader is never replaced except to restore the preferred leader when it is in
-  the ISR (controlled move).
+  the ISR (controlled move); the periodic check moves only the partitions of brokers that
+  lead less than their share (``imbalanced_brokers``).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Mapping
+from typing import Callable, Iterable, Mapping
 
 from .metadata import NO_LEADER, PartitionState
 
@@ -88,6 +89,20 @@ def preferred_leader_move(p: PartitionState, alive: Callable[[int], bool]) -> in
     if preferred in p.isr and alive(preferred):
         return preferred
     return None
+
+
+def imbalanced_brokers(partitions: Iterable[PartitionState], percentage: int) -> set[int]:
+    """Brokers that lead too few of the partitions they are preferred for: more than
+    ``percentage`` of them are led by another broker (Kafka's
+    leader.imbalance.per.broker.percentage)."""
+    preferred: dict[int, int] = {}
+    elsewhere: dict[int, int] = {}
+    for p in partitions:
+        b = p.preferred_leader
+        preferred[b] = preferred.get(b, 0) + 1
+        if p.leader != b:
+            elsewhere[b] = elsewhere.get(b, 0) + 1
+    return {b for b, n in elsewhere.items() if n * 100 > percentage * preferred[b]}
 
 
 def shrink_isr_without(p: PartitionState, broker: int) -> list[int] | None:

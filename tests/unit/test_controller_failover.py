@@ -400,7 +400,7 @@ def test_a_leader_restarted_before_any_controller_recorded_it_is_not_trusted_to_
     h.create(config=LOSSY)
     h3 = h.restart()
     h3.beat(0, incarnation="a0", storage="node0/boot1")
-    assert ReplicaId(TOPIC, 0, 0) not in h3.core._suspect
+    assert ReplicaId(TOPIC, 0, 0) not in h3.core.trust.suspect
 
 
 def test_restarted_controller_does_not_trust_the_elr():

@@ -1,0 +1,92 @@
+"""The controller's trust ledger and leader-balance rule, on their own (no controller)."""
+
+from __future__ import annotations
+
+from kcoord.protocol.controller import HeartbeatResponse
+from kcoord.replication.controller_actions import Persist, ReplicaId
+from kcoord.replication.election import imbalanced_brokers
+from kcoord.replication.metadata import PartitionState, ReplicaTrust, replica_key
+from kcoord.replication.trust import TrustLedger, lineage
+
+T = "t"
+
+
+def rid(b: int) -> ReplicaId:
+    return ReplicaId(T, 0, b)
+
+
+def status(incarnation: str, storage: str = "") -> HeartbeatResponse:
+    return HeartbeatResponse(topic=T, partition=0, incarnation=incarnation, storage=storage)
+
+
+def test_only_what_changed_is_persisted_and_a_reloaded_ledger_persists_nothing():
+    p = PartitionState(T, 0, [0, 1, 2], leader=0, isr=[0, 1, 2])
+    ledger = TrustLedger()
+    assert ledger.persist(p) == []  # nothing known yet: nothing to store
+    ledger.seen(rid(1), status("inc-1", "disk-a"))
+    ledger.suspect.add(rid(2))
+    actions = ledger.persist(p)
+    assert [a.key for a in actions] == [replica_key(T, 0, 1), replica_key(T, 0, 2)]
+    assert ReplicaTrust.decode(actions[0].value) == ReplicaTrust("inc-1", False, "", "disk-a")
+    assert ReplicaTrust.decode(actions[1].value).suspect
+    assert ledger.persist(p) == []  # stored already
+
+    reloaded = TrustLedger()
+    for a in actions:
+        b = int(a.key.rsplit("/", 1)[1])
+        reloaded.load(rid(b), ReplicaTrust.decode(a.value))
+    assert reloaded.persist(p) == []
+    assert rid(2) in reloaded.suspect and reloaded.incarnation[rid(1)] == "inc-1"
+    assert reloaded.forget(rid(1)) == Persist(replica_key(T, 0, 1), None)
+    assert reloaded.forget(rid(0)) is None  # never stored: nothing to delete
+    assert rid(1) not in reloaded.incarnation and rid(1) not in reloaded.storage
+
+
+def test_storage_changes_unless_the_same_lineage_is_reported():
+    ledger = TrustLedger()
+    assert ledger.storage_changed(rid(0), "disk-a")  # unknown counts as changed
+    ledger.seen(rid(0), status("inc-1", "disk-a"))
+    assert not ledger.storage_changed(rid(0), "disk-a")
+    assert ledger.storage_changed(rid(0), "disk-b")
+    assert ledger.storage_changed(rid(0), "")
+    ledger.storage_lost(rid(0))  # a failed fsync: the page cache vouches for nothing
+    assert ledger.storage_changed(rid(0), "disk-a")
+
+
+def test_a_leader_judging_another_process_is_stale():
+    ledger = TrustLedger()
+    assert not ledger.stale_process(rid(1), "inc-1")  # no process known yet
+    ledger.seen(rid(1), status("inc-1"))
+    assert not ledger.stale_process(rid(1), "inc-1")
+    assert not ledger.stale_process(rid(1), None)
+    assert ledger.stale_process(rid(1), "inc-0")
+
+
+def test_who_may_lead_a_lossy_partition():
+    p = PartitionState(T, 0, [0, 1, 2], leader=0, isr=[0], elr=[])
+    ledger = TrustLedger()
+    last = {rid(0): status("inc-0", "disk-a"), rid(1): status("inc-1", "disk-b")}
+    # 1 joins the ELR as the process on disk-b; 2 never answered this controller
+    p.elr = [1, 2]
+    ledger.witness_elr(p, [], last)
+    assert ledger.elr_witness == {rid(1): lineage(last[rid(1)])}
+    trusted = ledger.trusted(p, last)
+    assert trusted(0)  # in the ISR, answered, not suspect
+    assert trusted(1)  # the ELR member, still on the storage it had when it joined
+    assert not trusted(2)  # never answered this controller
+    last[rid(1)] = status("inc-1b", "disk-c")  # restarted on other storage
+    assert not ledger.trusted(p, last)(1)
+    ledger.suspect.add(rid(0))
+    assert not ledger.trusted(p, last)(0)
+    p.elr = []
+    ledger.witness_elr(p, [1, 2], last)
+    assert ledger.elr_witness == {}
+
+
+def test_brokers_leading_too_few_of_their_preferred_partitions():
+    parts = [PartitionState(T, i, [i % 3, (i + 1) % 3, (i + 2) % 3], leader=i % 3) for i in range(6)]
+    assert imbalanced_brokers(parts, 10) == set()
+    parts[0].leader = 1  # broker 0 leads 1 of its 2 preferred partitions: 50%
+    assert imbalanced_brokers(parts, 10) == {0}
+    assert imbalanced_brokers(parts, 50) == set()  # at the threshold, not over it
+    assert imbalanced_brokers(parts, 0) == {0}
