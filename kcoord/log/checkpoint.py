@@ -141,3 +141,27 @@ def read_producer_snapshot(fs: FileSystem, path: Path) -> dict[int, dict[str, An
         return producers
     except Exception as exc:  # any garbage: the caller rebuilds from the log instead
         raise CheckpointError(f"{path.name}: unreadable ({exc})") from None
+
+
+def read_lost_pages(fs: FileSystem, directory: Path) -> int:
+    """The storage generation recorded in ``directory`` (:data:`LOST_PAGES`; 0 when none or
+    unreadable)."""
+    try:
+        return int(fs.read_file(directory / LOST_PAGES).decode().strip() or 0)
+    except (OSError, ValueError):
+        return 0
+
+
+def write_lost_pages(fs: FileSystem, directory: Path, generation: int) -> bool:
+    """Record the storage generation; never raises (False when the write failed). Written
+    without an fsync: it only has to outlive the process (a power loss changes the
+    machine's lineage anyway), and the failing disk may refuse an fsync."""
+    try:
+        fd = fs.open(directory / LOST_PAGES, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            fs.write(fd, str(generation).encode())
+        finally:
+            fs.close(fd)
+    except OSError:
+        return False
+    return True

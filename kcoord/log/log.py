@@ -20,9 +20,8 @@ base offset or, if higher, the checkpointed one (records below it are gone for r
 while their segment is still on disk). After compaction a segment may have gaps between
 batches (offsets never change); readers skip them like Kafka's.
 
-Producer state is derived from batch headers; to avoid reading the whole log on every
-open or truncation it is snapshotted at each segment roll and on close, and rebuilt
-from the newest snapshot not past the LEO plus the headers after it.
+Producer state is derived from batch headers and snapshotted at each segment roll and on
+close (``producer_snapshots.py``).
 
 Rolling a segment does not fsync it on the produce path (that could stall an append for
 the time it takes to write back a whole segment): the sealed segment is fsynced by the
@@ -35,7 +34,6 @@ simulation passes its simulated disk), and an I/O error takes the log offline (`
 
 from __future__ import annotations
 
-import os
 from bisect import bisect_right
 from collections import OrderedDict
 from pathlib import Path
@@ -46,23 +44,20 @@ from .base import AppendInfo, BaseLog, _BufferLike, storage_operation
 from .checkpoint import (
     CLEAN_SHUTDOWN,
     CLEANER_CHECKPOINT,
-    LOST_PAGES,
     LOG_START_CHECKPOINT,
     EPOCH_CHECKPOINT,
     HW_CHECKPOINT,
-    PRODUCER_SNAPSHOT_SUFFIX,
     RECOVERY_POINT,
     TMP_SUFFIX,
     CheckpointError,
-    producer_snapshot_path,
-    write_synced,
     read_epochs,
+    read_lost_pages,
     read_offset,
-    read_producer_snapshot,
     write_atomic,
     write_epochs,
+    write_lost_pages,
     write_offset,
-    write_producer_snapshot,
+    write_synced,
 )
 from .cleaner import CleanResult, clean as _clean_pass
 from .config import LogConfig
@@ -71,12 +66,11 @@ from .errors import LogStorageError
 from .fs import OS_FILE_SYSTEM, FileSystem
 from .index import OffsetIndex
 from .lock import DirectoryLock
-from .producer_state import ProducerStateManager
+from .producer_snapshots import ProducerSnapshots
 from .recovery import RecoveryReport, load_segments
 from .rolling import must_roll, plan_runs
-from .segment import Segment, SegmentInfo, parse_base_offset
+from .segment import Segment, SegmentInfo
 
-KEEP_PRODUCER_SNAPSHOTS = 3
 MAX_OPEN_READERS = 64  # file handles kept open for reading older segments
 
 __all__ = ["Log", "SegmentInfo", "AppendInfo"]
@@ -104,6 +98,7 @@ class Log(BaseLog):
         self._file_hints = fs.supports_file_hints
         self._segments: list[Segment] = []
         self._readers: OrderedDict[int, Segment] = OrderedDict()
+        self._snapshots = ProducerSnapshots(fs, self.directory)
         try:
             self._make_directory()
             self._lock = DirectoryLock(self.directory, wait_s=lock_wait_s, fs=fs)
@@ -142,7 +137,7 @@ class Log(BaseLog):
         self._pending: Sequence[BatchHeader] = ()
         self._unsynced: list[Segment] = []  # rolled but not yet fsynced
         report = RecoveryReport()
-        self._storage_generation = self._read_lost_pages()
+        self._storage_generation = read_lost_pages(fs, self.directory)
         marker = self.directory / CLEAN_SHUTDOWN
         report.clean_shutdown = fs.exists(marker)
         self.recovery_report = report
@@ -248,26 +243,12 @@ class Log(BaseLog):
         never saw the log go offline (it was down, or the process died first)."""
         return self._storage_generation
 
-    def _read_lost_pages(self) -> int:
-        try:
-            return int(self._fs.read_file(self.directory / LOST_PAGES).decode().strip() or 0)
-        except (OSError, ValueError):
-            return 0
-
     def _record_lost_pages(self) -> None:
-        """Count one more I/O error in the directory; must not raise. Written without an
-        fsync: it only has to outlive the process (a power loss changes the machine's
-        lineage anyway), and the failing disk may refuse an fsync."""
-        generation = max(self._storage_generation, self._read_lost_pages()) + 1
-        try:
-            fd = self._fs.open(self.directory / LOST_PAGES, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-            try:
-                self._fs.write(fd, str(generation).encode())
-            finally:
-                self._fs.close(fd)
-        except OSError:
-            return  # the controller still learns it from KAFKA_STORAGE_ERROR if it asks in time
-        self._storage_generation = generation
+        """Count one more I/O error in the directory; must not raise."""
+        generation = max(self._storage_generation, read_lost_pages(self._fs, self.directory)) + 1
+        if write_lost_pages(self._fs, self.directory, generation):
+            self._storage_generation = generation
+        # else: the controller still learns it from KAFKA_STORAGE_ERROR if it asks in time
 
     def _go_offline(self, exc: OSError, what: str) -> LogStorageError:
         if self._offline is None:
@@ -287,45 +268,10 @@ class Log(BaseLog):
             write_offset(self._fs, self.directory / RECOVERY_POINT, offset)
             self._recovery_point = offset
 
-    def _snapshot_offsets(self) -> list[int]:
-        offsets = []
-        for name in self._fs.listdir(self.directory):
-            off = parse_base_offset(name, PRODUCER_SNAPSHOT_SUFFIX)
-            if off is not None:
-                offsets.append(off)
-        return sorted(offsets)
-
     def _load_producer_state(self) -> None:
-        """Newest usable snapshot at or below the LEO, then the headers after it.
-
-        Snapshots past the LEO (their batches were truncated or lost) are deleted durably
-        before anything new is appended: one that came back after a crash would describe
-        the old batches at offsets the new ones reuse.
-        """
-        leo, start = self.log_end_offset, self.log_start_offset
-        state = self.producer_state
-        fs = self._fs
-        removed = False
-        try:
-            for off in reversed(self._snapshot_offsets()):
-                path = producer_snapshot_path(self.directory, off)
-                if off > leo or off < start:
-                    fs.unlink(path)  # describes batches that are gone
-                    removed = True
-                    continue
-                try:
-                    state.load(read_producer_snapshot(fs, path))
-                except (CheckpointError, KeyError, TypeError, ValueError) as exc:
-                    self.recovery_report.notes.append(f"producer snapshot {off} ignored: {exc}")
-                    fs.unlink(path)
-                    removed = True
-                    continue
-                state.replay(self._iter_headers(off))
-                return
-            state.rebuild(self._iter_headers(start))
-        finally:
-            if removed:
-                fs.fsync_dir(self.directory)
+        self._snapshots.restore(
+            self.producer_state, self.log_start_offset, self.log_end_offset, self._iter_headers, self.recovery_report.notes
+        )
 
     # -- basic facts ----------------------------------------------------------------------
 
@@ -437,36 +383,14 @@ class Log(BaseLog):
         old.index.sync()
         self._unsynced.append(old)
         base = old.next_offset
-        self._write_producer_snapshot(base, self._pending, sync_dir=False)
+        self._snapshots.write(base, self.producer_state, self._pending, sync_dir=False)
         seg = Segment.create(self.directory, base, self.config.index_interval_bytes, now_ms, self._fs)
         self._segments.append(seg)  # before anything else can fail: an offline log closes it
         self._bases.append(base)
         self._fs.fsync_dir(self.directory)  # the snapshot's rename and the new segment's files
-        self._prune_producer_snapshots()
+        self._snapshots.prune(self.log_start_offset)
         self._remember_reader(old)
         return seg
-
-    def _write_producer_snapshot(
-        self, offset: int, pending: Sequence[BatchHeader] = (), *, sync_dir: bool = True
-    ) -> None:
-        state = self.producer_state
-        if pending:  # batches already written by this append but not yet in the state
-            state = ProducerStateManager()
-            state.load(self.producer_state.snapshot())
-            state.replay(pending)
-        path = producer_snapshot_path(self.directory, offset)
-        write_producer_snapshot(self._fs, path, state.snapshot(), sync_dir=sync_dir)
-
-    def _prune_producer_snapshots(self) -> None:
-        offsets = self._snapshot_offsets()
-        start = self.log_start_offset
-        keep = [o for o in offsets if o >= start][-KEEP_PRODUCER_SNAPSHOTS:]
-        for off in offsets:
-            if off not in keep:
-                try:
-                    self._fs.unlink(producer_snapshot_path(self.directory, off))
-                except FileNotFoundError:
-                    pass
 
     def _remember_reader(self, seg: Segment) -> None:
         """Keep file handles of recently read older segments open, up to a limit."""
@@ -585,8 +509,7 @@ class Log(BaseLog):
         # Recovery must not take the new segment after the old ones for a cleaner's gap.
         self._set_recovery_point(min(offset, self._segments[0].base_offset))
         self.epoch_cache.clear()
-        for off in self._snapshot_offsets():
-            fs.unlink(producer_snapshot_path(self.directory, off))
+        self._snapshots.delete_all()
         fs.fsync_dir(self.directory)
         old = self._segments
         for seg in old:
@@ -660,7 +583,7 @@ class Log(BaseLog):
             self._set_log_start(max(self._log_start, self._segments[0].base_offset))
             self.epoch_cache.truncate_from_start(self.log_start_offset)
             self._high_watermark = max(self._high_watermark, self.log_start_offset)
-            self._prune_producer_snapshots()
+            self._snapshots.prune(self.log_start_offset)
         return deleted
 
     @storage_operation
@@ -796,8 +719,8 @@ class Log(BaseLog):
                 self._sync_sealed()
                 self._segments[-1].flush(fsync_index=True)
                 self._set_recovery_point(self.log_end_offset)
-                self._write_producer_snapshot(self.log_end_offset)
-                self._prune_producer_snapshots()
+                self._snapshots.write(self.log_end_offset, self.producer_state)
+                self._snapshots.prune(self.log_start_offset)
                 write_atomic(self._fs, self.directory / CLEAN_SHUTDOWN, b"")
         except OSError as exc:
             raise self._go_offline(exc, "close") from exc
