@@ -83,13 +83,15 @@ class RayTransport:
             if self.direct is not None and method in self.direct_methods:
                 raw = await self._direct(target, method, payload, timeout_ms)
             if raw is None:
-                raw = await self.handles.call(
-                    target,
-                    method,
-                    payload,
-                    timeout=timeout_ms / 1000,
-                    probe_after=None if probe_after_ms is None else probe_after_ms / 1000,
-                )
+                probe_after, probes = None if probe_after_ms is None else probe_after_ms / 1000, 1
+                suspect = self.direct is not None and self.direct.is_suspect(target)
+                if suspect:
+                    # Its channel broke or refused us: probably dead. Ask the GCS now and
+                    # often instead of after probe_after_ms (issue 17: failover time).
+                    probe_after, probes = channel.SUSPECT_PROBE_S, channel.SUSPECT_PROBES
+                raw = await self.handles.call(target, method, payload, timeout=timeout_ms / 1000, probe_after=probe_after, probes=probes)
+                if suspect:
+                    self.direct.clear_suspect(target)  # it answered
             response = response_type.decode(raw)
             outcome = Outcome.OK
         except CallFailed as exc:

@@ -163,18 +163,25 @@ class Handles(HandleCache):
             raise CallFailed(DEAD, f"no actor named {name!r}") from None
 
     async def call(
-        self, name: str, method: str, *args: Any, timeout: float | None = None, probe_after: float | None = None
+        self,
+        name: str,
+        method: str,
+        *args: Any,
+        timeout: float | None = None,
+        probe_after: float | None = None,
+        probes: int = 1,
     ) -> Any:
         """Call ``name.method(*args)``. With ``probe_after``, a call still unanswered after
-        that many seconds makes us ask the GCS (once) whether the actor is gone (dead or
-        restarting): if so the call fails as DEAD at once instead of 1-2 s later."""
+        that many seconds makes us ask the GCS whether the actor is gone (dead or
+        restarting), ``probes`` times that far apart: if so the call fails as DEAD at once
+        instead of 1-2 s later."""
         from ray.exceptions import RayActorError, RayTaskError
 
         try:
             handle = self.get_handle(name)
             ref = getattr(handle, method).remote(*args)
             if probe_after is not None and (timeout is None or probe_after < timeout):
-                return await call_probing(ref, handle, timeout, probe_after, probes=1)
+                return await call_probing(ref, handle, timeout, probe_after, probes=probes)
             if timeout is None:
                 return await ref
             return await asyncio.wait_for(ref, timeout)

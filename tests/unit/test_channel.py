@@ -211,6 +211,56 @@ def test_a_connection_broken_from_the_far_end_names_its_actor_once_and_our_own_c
     run(main())
 
 
+def test_a_channel_that_broke_or_refused_makes_its_actor_a_suspect_until_it_answers() -> None:
+    """A suspect's next call through Ray asks the GCS at once and often (actors/runtime.py):
+    the quickest way to learn a death on this node. Whatever answers clears it."""
+
+    async def main():
+        lost: list[str] = []
+        direct = DirectCalls("node-a", on_lost=lost.append)
+        echo = Echo()
+        server = ChannelServer(echo, "node-a")
+        handle = FakeHandle(await server.start())
+        assert await direct.call("r0", handle, "produce", b"x", 5) == b"produce:x"
+        assert not direct.is_suspect("r0")
+
+        parked = asyncio.ensure_future(direct.call("r0", handle, "fetch", b"f", 5))
+        await until(lambda: echo.seen[-1][0] == "fetch", "the fetch to arrive")
+        server.close()  # its process dies with a call in flight
+        with pytest.raises(ChannelUnavailable):
+            await parked
+        assert direct.is_suspect("r0")
+        await until(lambda: lost == ["r0"], "the loss to be reported")
+
+        restarted = ChannelServer(Echo(), "node-a")  # Ray restarted it: a new endpoint
+        handle.endpoint = await restarted.start()
+        assert await direct.call("r0", handle, "produce", b"y", 5) == b"produce:y"
+        assert not direct.is_suspect("r0")  # it answered
+
+        idle = ChannelServer(Echo(), "node-a")
+        idle_handle = FakeHandle(await idle.start())
+        assert await direct.call("r1", idle_handle, "produce", b"x", 5) == b"produce:x"
+        idle.close()  # dies with nothing in flight: the broken connection alone tells
+        await until(lambda: direct.is_suspect("r1"), "r1 to become a suspect")
+
+        plain = DirectCalls("node-a")  # no watcher: a refused endpoint tells
+        refusing = ChannelServer(Echo(), "node-a")
+        refusing_handle = FakeHandle(await refusing.start())
+        assert await plain.call("r2", refusing_handle, "produce", b"x", 5) == b"produce:x"
+        refusing.close()
+        await until(lambda: refusing_handle.endpoint not in plain.client._connections, "the connection to drop")
+        assert not plain.is_suspect("r2")
+        assert await plain.call("r2", refusing_handle, "produce", b"x", 5) is None  # refused: through Ray
+        assert plain.is_suspect("r2")
+        plain.clear_suspect("r2")  # answered through Ray
+        assert not plain.is_suspect("r2")
+        for d in (direct, plain):
+            d.client.close()
+        restarted.close()
+
+    run(main())
+
+
 class StartingHandle(FakeHandle):
     """An actor whose first ``failures`` endpoint lookups fail, as one still starting."""
 
