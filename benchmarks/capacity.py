@@ -29,8 +29,10 @@ median; baseline: a bare Ray actor (no kcoord code) measured in the same run. Th
 bound for 24 GiB is (24 GiB - what Ray and the controller hold with no partitions) / (3 x
 replica USS). The CPU bound extrapolates the idle CPU per partition (a line through the
 steps) to half the cores; that slope is also given as a ratio to three bare Ray actors
-idling in the same run (an RF=3 partition is three processes; the median of three idle
-windows, since one actor idles at a few mCPU). Prints JSON.
+idling in the same run (an RF=3 partition is three processes). A bare actor idles at a few
+mCPU, a few 10 ms clock ticks per window, plus Ray's own reports every few seconds: so the
+baseline idles BARE_ACTORS of them (3 with ``--quick``) for BASELINE_WINDOWS windows, takes
+the median window and scales it to three. Prints JSON.
 
     python benchmarks/capacity.py [--quick] [--out FILE] [--step N] [--max-partitions N]
 """
@@ -53,6 +55,7 @@ from kcoord.bench.stats import median, ratio  # noqa: E402
 
 RF = 3
 BASELINE_WINDOWS = 3  # idle windows for the bare-actor baseline (median)
+BARE_ACTORS = 24  # bare actors idled for the baseline, reported per three
 GIB = 2**30
 TARGET_MEMORY = 24 * GIB
 CPU_LIMIT_FRACTION = 0.5  # of the machine's cores, for an idle cluster
@@ -185,23 +188,28 @@ def main() -> None:
         admin = Admin(cluster)
         budget_start = time.perf_counter()
         results["setup_seconds"] = round(budget_start - started, 1)
-        bare = [ray.remote(BareActor).options(num_cpus=0).remote() for _ in range(3)]
+        n_bare = 3 if args.quick else BARE_ACTORS
+        bare = [ray.remote(BareActor).options(num_cpus=0).remote() for _ in range(n_bare)]
         bare_pids = ray.get([b.pid.remote() for b in bare])
         controller_pid = ray.get(cluster.controller.pid.remote(), timeout=60)
         kinds = {os.getpid(): "driver", controller_pid: "controller"}
-        # A bare actor idles at a few mCPU, which one short window measures poorly: the
-        # median of BASELINE_WINDOWS windows (the ratio below divides by it).
+        # A bare actor idles at a few mCPU, which one short window of three measures poorly
+        # (10 ms ticks; 3 actors for 5 s read 8-28 mCPU from one run to the next): many
+        # actors, the median of BASELINE_WINDOWS windows, scaled to three (the ratio below
+        # divides by it).
         windows = [idle_cpu(idle_s) for _ in range(BASELINE_WINDOWS)]
         bare_sums = [sum(w.get(pid, 0.0) for pid in bare_pids) for w in windows]
-        bare_cpu = median(bare_sums)
+        bare_all = median(bare_sums)
+        bare_cpu = bare_all * 3 / n_bare
         baseline_cpu = windows[bare_sums.index(sorted(bare_sums)[len(bare_sums) // 2])]
         # The bare actors are killed before the steps: the line through the steps starts
         # from the cluster without them.
-        baseline_idle = sum(baseline_cpu.values()) - bare_cpu
+        baseline_idle = sum(baseline_cpu.values()) - bare_all
         results["baseline"] = {
             "bare_actor": process_memory(bare_pids),
+            "bare_actors_idled": n_bare,
             "idle_cpu_three_bare_actors": round(bare_cpu, 4),
-            "idle_cpu_three_bare_actors_windows": [round(x, 4) for x in bare_sums],
+            "idle_cpu_three_bare_actors_windows": [round(x * 3 / n_bare, 4) for x in bare_sums],
             "idle_cpu_cores_no_partitions": round(baseline_idle, 3),
             "idle_cpu_by_process_no_partitions": by_kind(baseline_cpu, {**kinds, **{pid: "bare_actors" for pid in bare_pids}}),
             "tree_memory_no_partitions_mib": mib(tree_memory()),
