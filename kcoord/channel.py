@@ -434,7 +434,8 @@ class DirectCalls:
         def forget_if_broken(f: asyncio.Future) -> None:
             if f.cancelled():
                 return
-            if isinstance(f.exception(), ChannelUnavailable):
+            exc = f.exception()
+            if isinstance(exc, ChannelUnavailable):
                 self._suspects.add(name)
                 if self._endpoints.get(name) == ep:
                     del self._endpoints[name]

@@ -163,7 +163,7 @@ class Log(BaseLog):
         self.epoch_cache = self._load_epoch_cache(transitions)
         self._checkpointed_hw = self._read_offset_checkpoint(HW_CHECKPOINT, "high watermark", self.log_start_offset)
         self._high_watermark = self._clamp_high_watermark(self._checkpointed_hw)
-        self._load_producer_state()
+        self._restore_producer_state()
         if self._recovery_point < self.log_end_offset:
             # What recovery kept may still be only in the page cache of a crashed process.
             for seg in self._segments:
@@ -268,7 +268,9 @@ class Log(BaseLog):
             write_offset(self._fs, self.directory / RECOVERY_POINT, offset)
             self._recovery_point = offset
 
-    def _load_producer_state(self) -> None:
+    def _restore_producer_state(self) -> None:
+        """From the newest snapshot not past the LEO and the headers after it (on open and
+        after a truncation)."""
         self._snapshots.restore(
             self.producer_state, self.log_start_offset, self.log_end_offset, self._iter_headers, self.recovery_report.notes
         )
@@ -488,9 +490,6 @@ class Log(BaseLog):
         self._readers.pop(seg.base_offset, None)
         if seg in self._unsynced:
             self._unsynced.remove(seg)
-
-    def _restore_producer_state(self) -> None:
-        self._load_producer_state()
 
     @storage_operation
     def truncate_fully_and_start_at(self, offset: int) -> None:
