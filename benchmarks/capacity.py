@@ -32,7 +32,10 @@ steps) to half the cores; that slope is also given as a ratio to three bare Ray 
 idling in the same run (an RF=3 partition is three processes). A bare actor idles at a few
 mCPU, a few 10 ms clock ticks per window, plus Ray's own reports every few seconds: so the
 baseline idles BARE_ACTORS of them (3 with ``--quick``) for BASELINE_WINDOWS windows, takes
-the median window and scales it to three. Prints JSON.
+the median window and scales it to three. The same line per kind of process (leaders,
+followers, controller, Ray's daemons, the rest) says where a partition's idle cost goes;
+``idle_cpu_replica_processes_vs_three_bare_actors`` is its three replica processes alone
+against the three bare actors. Prints JSON.
 
     python benchmarks/capacity.py [--quick] [--out FILE] [--step N] [--max-partitions N]
 """
@@ -290,6 +293,14 @@ def main() -> None:
     script.emit(results, args.out, started)
 
 
+def _line(xs: list[float], ys: list[float]) -> tuple[float, float]:
+    """Least-squares slope and intercept of ``ys`` over ``xs``."""
+    mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
+    var = sum((x - mx) ** 2 for x in xs)
+    slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / var if var else 0.0
+    return slope, my - slope * mx
+
+
 def bounds(steps: list[dict], baseline: dict, base_memory: dict, cores: int) -> dict:
     """The largest healthy step, memory per replica, and the two extrapolated bounds."""
     healthy = [s for s in steps if s["healthy"]]
@@ -312,14 +323,23 @@ def bounds(steps: list[dict], baseline: dict, base_memory: dict, cores: int) -> 
     # no-partition baseline as the first point
     xs = [0] + [s["partitions"] for s in steps]
     ys = [baseline["idle_cpu_cores_no_partitions"]] + [s["idle_cpu_cores"] for s in steps]
-    mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
-    var = sum((x - mx) ** 2 for x in xs)
-    slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / var if var else 0.0
-    intercept = my - slope * mx
+    slope, intercept = _line(xs, ys)
     out["idle_cpu_per_partition_cores"] = round(slope, 4)
     # Issue 17's idle goal: an RF=3 partition (three replica processes and its share of the
     # controller) at most 1.25x three bare Ray actors idling in the same run.
-    out["idle_cpu_per_partition_vs_three_bare_actors"] = ratio(slope, baseline.get("idle_cpu_three_bare_actors"))
+    bare3 = baseline.get("idle_cpu_three_bare_actors")
+    out["idle_cpu_per_partition_vs_three_bare_actors"] = ratio(slope, bare3)
+    # Where a partition's idle cost goes: the same line per kind of process (its replica
+    # processes, its share of the controller, of Ray's daemons and of the rest).
+    kinds = sorted({k for s in steps for k in s["idle_cpu_by_process"]})
+    no_partitions = baseline.get("idle_cpu_by_process_no_partitions", {})
+    per_kind = {}
+    for kind in kinds:
+        kys = [0.0 if kind in ("leaders", "followers") else no_partitions.get(kind, 0.0)] + [s["idle_cpu_by_process"].get(kind, 0.0) for s in steps]
+        per_kind[kind] = round(_line(xs, kys)[0], 4)
+    out["idle_cpu_per_partition_by_process"] = per_kind
+    replicas = per_kind.get("leaders", 0.0) + per_kind.get("followers", 0.0)
+    out["idle_cpu_replica_processes_vs_three_bare_actors"] = ratio(replicas, bare3)
     limit = CPU_LIMIT_FRACTION * cores
     out["cpu_bound_partitions"] = int((limit - intercept) / slope) if slope > 0 else None
     out["cpu_bound_note"] = f"partitions at which idle CPU reaches {limit:.1f} of {cores} cores (line through the steps)"

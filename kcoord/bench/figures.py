@@ -270,6 +270,8 @@ class CapacityFigures:
     steps: list[dict]
     idle_cpu_three_bare_actors: float | None = None  # baseline of the same run
     idle_cpu_per_partition_vs_three_bare_actors: float | None = None
+    idle_cpu_per_partition_by_process: dict[str, float] | None = None  # where it goes
+    idle_cpu_replica_processes_vs_three_bare_actors: float | None = None
 
 
 def capacity(doc: dict) -> CapacityFigures | None:
@@ -289,4 +291,6 @@ def capacity(doc: dict) -> CapacityFigures | None:
         steps=list(r.get("steps", [])),
         idle_cpu_three_bare_actors=_get(r, "baseline", "idle_cpu_three_bare_actors"),
         idle_cpu_per_partition_vs_three_bare_actors=r.get("idle_cpu_per_partition_vs_three_bare_actors"),
+        idle_cpu_per_partition_by_process=r.get("idle_cpu_per_partition_by_process"),
+        idle_cpu_replica_processes_vs_three_bare_actors=r.get("idle_cpu_replica_processes_vs_three_bare_actors"),
     )

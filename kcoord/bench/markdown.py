@@ -188,6 +188,12 @@ def capacity_section(doc: dict) -> str:
         ("idle CPU per partition", num(c.idle_cpu_per_partition_cores, 4, " cores")
          + (f" ({num(c.idle_cpu_per_partition_vs_three_bare_actors, 2, 'x')} of three bare Ray actors idling, {num(c.idle_cpu_three_bare_actors, 4, ' cores')})"
             if c.idle_cpu_per_partition_vs_three_bare_actors is not None else "")),
+        *(
+            [("of which, per kind of process", ", ".join(f"{k} {v * 1000:.1f} mCPU" for k, v in c.idle_cpu_per_partition_by_process.items() if abs(v) >= 0.00005)
+              + (f"; the three replica processes alone {num(c.idle_cpu_replica_processes_vs_three_bare_actors, 2, 'x')} of three bare actors"
+                 if c.idle_cpu_replica_processes_vs_three_bare_actors is not None else ""))]
+            if c.idle_cpu_per_partition_by_process else []
+        ),
         ("CPU bound (idle CPU reaches half the cores)", f"~{c.cpu_bound_partitions} partitions" if c.cpu_bound_partitions else "–"),
         ("memory bound for 24 GiB (by USS)", f"~{c.memory_bound_partitions_24gib} partitions" if c.memory_bound_partitions_24gib else "–"),
     ]

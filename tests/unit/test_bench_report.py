@@ -60,6 +60,8 @@ def sample_results() -> dict[str, dict]:
         "capacity": {"benchmark": "capacity", "max_healthy_partitions": 8, "stop_reason": "reached --max-partitions 8",
                      "replica_memory": {"rss_mib": 120.0, "uss_mib": 60.0}, "baseline": {"bare_actor": {"rss_mib": 90.0, "uss_mib": 40.0}},
                      "memory_bound_partitions_24gib": 130, "cpu_bound_partitions": 40, "idle_cpu_per_partition_cores": 0.02,
+                     "idle_cpu_per_partition_by_process": {"leaders": 0.006, "followers": 0.011, "controller": 0.002, "driver": 0.0},
+                     "idle_cpu_replica_processes_vs_three_bare_actors": 1.21,
                      "steps": [{"partitions": 4, "replicas": 12, "seconds_to_full_isr": 3.0, "idle_cpu_cores": 0.1, "controller_rtt_ms": 5,
                                 "under_replicated": 0, "healthy": True, "problems": []}]},
     }
@@ -172,6 +174,10 @@ def test_figures_read_every_benchmark_layout():
     assert [r.members for r in figures.rebalance(doc)] == [1, 2, 4, 8, 16] and figures.rebalance(doc)[0].leave_ms is None
     assert [(r.case, r.ratio) for r in figures.spark(doc)] == [("write", 1.5), ("read", 2.0)]
     assert figures.capacity(doc).cpu_bound_partitions == 40
+    # where a partition's idle cost goes, per kind of process (nothing printed for 0)
+    section = markdown.capacity_section(doc)
+    assert "leaders 6.0 mCPU, followers 11.0 mCPU, controller 2.0 mCPU; the three replica processes alone 1.21x" in section
+    assert "driver" not in section.split("of which, per kind of process")[1].split("\n")[0]
     assert figures.produce(make_doc({})) is None and figures.latency(make_doc({})) is None
 
 
