@@ -201,8 +201,9 @@ def kcat_consume(bootstrap: str, topic: str, n: int) -> float | None:
     """kcat reading the first ``n`` records of a topic through the listener: a consumer with
     no Python per record, so what the listener's fetch path serves rather than the Python
     client's per-message cost. kcat prints a newline per record; timed, like the other
-    consume cases, from the first record to the ``n``-th (connecting and metadata
-    before). None without kcat."""
+    consume cases, from its first output to the ``n``-th line (connecting and metadata
+    before; kcat's stdout buffer holds back the first few thousand lines, ~2% of the
+    default 300k). None without kcat."""
     import shutil
     import subprocess
 
