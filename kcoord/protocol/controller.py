@@ -160,6 +160,12 @@ class HeartbeatResponse(Message):
     # changes only when they may be gone, so a process that restarted with the same storage
     # lost nothing it had written (writes are os.write calls, which SIGKILL does not undo).
     storage: str = ""
+    # Leader only: the followers it has heard from in this leadership, each as
+    # (ms since its latest fetch arrived (0 while one is parked), that fetch's offset,
+    # incarnation, storage, partition epoch) -- the status a heartbeat of its own would
+    # give. A follower's fetches are its heartbeat: the controller beats it directly only
+    # when no leader vouches for it.
+    followers_heard: dict[int, tuple[int, int, str, str, int]] = field(default_factory=dict)
 
 
 @register

@@ -65,6 +65,11 @@ class FetchRequest(Message):
     # A follower's process (its incarnation): the leader's view of a follower is only as
     # good as the process it came from (KIP-903's broker epoch, per replica).
     replica_incarnation: str = ""
+    # ... its storage lineage and partition epoch: with the two above, what the leader
+    # vouches for in its heartbeat answer so the controller need not beat a fetching
+    # follower itself (HeartbeatResponse.followers_heard).
+    replica_storage: str = ""
+    replica_partition_epoch: int = -1
 
 
 @register

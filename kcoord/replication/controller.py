@@ -97,7 +97,12 @@ class ControllerState:
         self.cluster: ClusterState | None = None
         self.topics: dict[str, TopicState] = {}
         self.partitions: dict[tuple[str, int], PartitionState] = {}
-        self.detector = FailureDetector(self.config.heartbeat_interval_ms, self.config.session_timeout_ms, self._heartbeat_interval)
+        self.detector = FailureDetector(
+            self.config.heartbeat_interval_ms,
+            self.config.session_timeout_ms,
+            self._heartbeat_interval,
+            align_ms=self.config.heartbeat_interval_ms // 4,
+        )
         self.metrics = ControllerMetrics()
         self._failover_started: dict[tuple[str, int], int] = {}
         self._next_ensure: dict[ReplicaId, int] = {}
@@ -455,9 +460,58 @@ class ControllerState:
         if status is None:
             self.detector.on_no_answer(replica, now_ms)
             return []
+        event = self.detector.on_ok(replica, now_ms, status.incarnation or None)
+        actions = self._on_status(replica, status, now_ms, event)
+        if status.followers_heard and self.config.leader_vouches:
+            actions += self._on_vouches(replica, status, now_ms)
+        return actions
+
+    def _on_vouches(self, leader: ReplicaId, status: HeartbeatResponse, now_ms: int) -> list[ControllerAction]:
+        """The current leader's word on the followers fetching from it: each it heard
+        from lately counts as that follower answering a heartbeat with the status its
+        fetch carried (same checks: restarts, storage, stale epochs); one it has not heard
+        from lately is beaten by us at once."""
+        p = self.partitions.get((leader.topic, leader.partition))
+        if (
+            p is None
+            or p.leader != leader.broker
+            or status.role != "leader"
+            or status.leader_epoch != p.leader_epoch
+            or not self.detector.is_alive(leader)
+        ):
+            return []
+        actions: list[ControllerAction] = []
+        for b, (ago, leo, incarnation, storage, partition_epoch) in sorted(status.followers_heard.items()):
+            rid = ReplicaId(p.topic, p.partition, b)
+            if b == p.leader or b not in p.replicas or rid not in self.detector:
+                continue
+            if ago > self.config.vouch_max_age_ms:
+                self.detector.expedite(rid)
+                continue
+            event = self.detector.vouch(rid, now_ms - ago, now_ms, incarnation or None)
+            if event is None:
+                continue
+            self.offline_logs.pop(rid, None)
+            heard = HeartbeatResponse(
+                topic=p.topic,
+                partition=p.partition,
+                broker=b,
+                role="follower",
+                leader=p.leader,
+                leader_epoch=status.leader_epoch,
+                partition_epoch=partition_epoch,
+                log_end_offset=leo,
+                incarnation=incarnation,
+                storage=storage,
+            )
+            actions += self._on_status(rid, heard, now_ms, event)
+        return actions
+
+    def _on_status(self, replica: ReplicaId, status: HeartbeatResponse, now_ms: int, event: str | None) -> list[ControllerAction]:
+        """What a live replica's status tells (answered to a heartbeat, or vouched for by
+        its leader): a restart, a changed storage, state to resend."""
         previous = self._last_status.get(replica)
         self._last_status[replica] = status
-        event = self.detector.on_ok(replica, now_ms, status.incarnation or None)
         known = previous.incarnation if previous is not None else self.trust.incarnation.get(replica)
         p = self.partitions.get((replica.topic, replica.partition))
         actions: list[ControllerAction] = []

@@ -19,6 +19,14 @@ class ControllerConfig:
     heartbeat_interval_ms: int = 1000
     follower_heartbeat_interval_ms: int = 1000
     session_timeout_ms: int = 3000
+    # A follower that fetches is vouched for by its leader's heartbeat answer (a fetch is
+    # as good a sign of life as a heartbeat answer, and carries the same status) and is
+    # not beaten itself: an idle partition costs one heartbeat per interval, not three.
+    # The leader's word counts when it heard from the follower at most vouch_max_age_ms
+    # ago (a fetch parked at the leader counts as now); an older one makes the controller
+    # beat the follower at once.
+    leader_vouches: bool = True
+    vouch_max_age_ms: int = 500
     # A heartbeat unanswered this long makes the shell ask Ray's GCS whether the actor is
     # gone; a slow but live replica is not failed until session_timeout_ms.
     liveness_probe_ms: int = 50

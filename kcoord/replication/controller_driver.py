@@ -116,7 +116,7 @@ class ControllerDriver:
         alive_nodes: Callable[[], list[str]] | None = None,
         call_timeout_ms: int = 60_000,
         boot_retry_ms: int = 200,
-        idle_wake_ms: int = 100,
+        idle_wake_ms: int = 1000,
         min_wake_gap_ms: int = 5,
         on_persist: Callable[[str, bytes | None], None] | None = None,
         after_tick: Callable[[int], None] | None = None,

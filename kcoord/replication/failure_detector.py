@@ -10,6 +10,11 @@ Members need not all be watched equally often: ``interval_of`` gives a member's 
 heartbeat interval (the controller beats partition leaders often, since their loss stops
 writes, and followers less often, since Ray's death notices and the leader's own ISR
 tracking already cover them). Every interval must stay below the session timeout.
+
+A member may also be *vouched for* by another that heard from it (a partition leader for
+the followers fetching from it, :meth:`vouch`): that counts as an answer given when it was
+heard, and defers the member's own heartbeat by its interval -- so a follower that keeps
+fetching is never beaten itself, and is beaten again as soon as nobody vouches for it.
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ class _Health:
     failed: bool = False
     failed_at_ms: int = -1
     incarnation: str | None = None
+    vouched_ms: int = -1  # when another member last vouched for it (controller time)
 
 
 class FailureDetector:
@@ -38,13 +44,18 @@ class FailureDetector:
         heartbeat_interval_ms: int,
         session_timeout_ms: int,
         interval_of: Callable[[Hashable], int] | None = None,
+        align_ms: int = 0,
     ) -> None:
+        """``align_ms``: a member due within that much of another is beaten with it, so
+        members added at different times fall into shared rounds -- one wake-up per round
+        instead of one per member (an idle controller's cost is its wake-ups)."""
         if session_timeout_ms <= heartbeat_interval_ms:
             raise ValueError(
                 f"session timeout ({session_timeout_ms} ms) must exceed the heartbeat interval ({heartbeat_interval_ms} ms)"
             )
         self.interval_ms = heartbeat_interval_ms
         self.timeout_ms = session_timeout_ms
+        self.align_ms = max(0, align_ms)
         self._interval_of = interval_of
         self._health: dict[Hashable, _Health] = {}
 
@@ -82,12 +93,20 @@ class FailureDetector:
 
     # -- heartbeat bookkeeping ------------------------------------------------------------
     def due(self, now_ms: int) -> list[Hashable]:
-        """Members to send a heartbeat to now (at most one in flight each)."""
+        """Members to send a heartbeat to now (at most one in flight each): those whose
+        interval has passed and, when one has, those within ``align_ms`` of theirs."""
         out = []
+        early = []
         for m, h in self._health.items():
-            if not h.in_flight and (h.last_sent_ms < 0 or now_ms - h.last_sent_ms >= self._interval(m)):
+            if h.in_flight:
+                continue
+            last = max(h.last_sent_ms, h.vouched_ms)
+            wait = self._interval(m) - (now_ms - last) if last >= 0 else 0
+            if wait <= 0:
                 out.append(m)
-        return out
+            elif wait <= self.align_ms and h.last_sent_ms >= h.vouched_ms:
+                early.append(m)  # (not one vouched for since its last beat: let it be)
+        return out + early if out else out
 
     def on_sent(self, member: Hashable, now_ms: int) -> None:
         h = self._health.get(member)
@@ -102,6 +121,7 @@ class FailureDetector:
         if h is None or h.in_flight:
             return False
         h.last_sent_ms = -1
+        h.vouched_ms = -1
         return True
 
     def on_ok(self, member: Hashable, now_ms: int, incarnation: str | None = None) -> str | None:
@@ -111,6 +131,32 @@ class FailureDetector:
             return None
         h.in_flight = False
         h.last_ok_ms = now_ms
+        previous = h.incarnation
+        if incarnation is not None:
+            h.incarnation = incarnation
+        if h.failed:
+            h.failed = False
+            h.failed_at_ms = -1
+            return RECOVERED
+        if previous is not None and incarnation is not None and incarnation != previous:
+            return RESTARTED
+        return OK
+
+    def vouch(self, member: Hashable, heard_ms: int, now_ms: int, incarnation: str | None = None) -> str | None:
+        """Another member heard from ``member`` at ``heard_ms`` (a leader, a follower's
+        fetch): like an answer given then, without touching a heartbeat in flight. Its own
+        heartbeat waits another interval. Returns what :meth:`on_ok` would, or None when
+        this says nothing newer than what is known: an answer or a failure seen after
+        ``heard_ms`` (a process that died after that fetch is not brought back by it)."""
+        h = self._health.get(member)
+        if h is None:
+            return None
+        if h.failed and heard_ms <= h.failed_at_ms:
+            return None
+        h.vouched_ms = now_ms
+        if heard_ms <= h.last_ok_ms:
+            return None
+        h.last_ok_ms = heard_ms
         previous = h.incarnation
         if incarnation is not None:
             h.incarnation = incarnation
@@ -157,7 +203,8 @@ class FailureDetector:
             if not h.failed:
                 candidates.append(h.last_ok_ms + self.timeout_ms + 1)
             if not h.in_flight:
-                candidates.append(h.last_sent_ms + self._interval(m) if h.last_sent_ms >= 0 else now_ms)
+                last = max(h.last_sent_ms, h.vouched_ms)
+                candidates.append(last + self._interval(m) if last >= 0 else now_ms)
             for c in candidates:
                 deadline = c if deadline is None else min(deadline, c)
         return deadline

@@ -92,6 +92,8 @@ class Follower:
             current_leader_epoch=self.epoch,
             node_id=st.node_id,
             replica_incarnation=st.incarnation,
+            replica_storage=st.storage,
+            replica_partition_epoch=st.partition_epoch,
         )
         self.in_flight = request
         st.emit(SendFetch(self.leader, request))

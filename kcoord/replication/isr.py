@@ -40,12 +40,19 @@ class FollowerProgress:
     leader_leo_at_last_fetch: int = UNKNOWN
     last_caught_up_ms: int = UNKNOWN
     incarnation: str = ""  # the follower process these figures come from
+    # What its latest fetch said of it, for the leader to vouch with (Leader.heard).
+    storage: str = ""
+    partition_epoch: int = UNKNOWN
     # The confirmed ISR changed since this follower last fetched: its LEO does not count
     # for the HW until it fetches again (see the module's rules).
     reconfirm: bool = False
 
-    def on_fetch(self, fetch_offset: int, leader_leo: int, now_ms: int, incarnation: str = "") -> None:
+    def on_fetch(
+        self, fetch_offset: int, leader_leo: int, now_ms: int, incarnation: str = "", storage: str = "", partition_epoch: int = UNKNOWN
+    ) -> None:
         self.reconfirm = False
+        self.storage = storage
+        self.partition_epoch = partition_epoch
         if incarnation and incarnation != self.incarnation:
             # Another process of that follower: what we knew of the old one says nothing.
             self.last_fetch_ms = self.leader_leo_at_last_fetch = self.last_caught_up_ms = UNKNOWN

@@ -254,7 +254,9 @@ class Leader:
         if from_follower:
             progress = self.isr.followers.get(req.replica_id)
             if progress is not None:
-                progress.on_fetch(req.fetch_offset, leo, now_ms, req.replica_incarnation)
+                progress.on_fetch(
+                    req.fetch_offset, leo, now_ms, req.replica_incarnation, req.replica_storage, req.replica_partition_epoch
+                )
             self.maybe_advance_hw(now_ms)
             self.maybe_propose_isr(now_ms)
         waiter = FetchWaiter(token, req, now_ms + max(0, req.max_wait_ms), from_follower)
@@ -563,6 +565,22 @@ class Leader:
             for b in batches:
                 st.reply(b.token, ProduceResponse(code, message, leader_epoch=st.leader_epoch))
         self.parked.clear()
+
+    def heard(self, now_ms: int) -> dict[int, tuple[int, int, str, str, int]]:
+        """What this leader can vouch for each follower that fetched in its leadership
+        (HeartbeatResponse.followers_heard): how long ago its latest fetch arrived -- 0
+        while a fetch of that process is parked here, since a follower in a long poll
+        is as alive as one answering a heartbeat -- and what that fetch said of it."""
+        parked = {
+            (w.request.replica_id, w.request.replica_incarnation) for w in self.fetch_waiters.values() if w.from_follower
+        }
+        out: dict[int, tuple[int, int, str, str, int]] = {}
+        for b, p in self.isr.followers.items():
+            if p.last_fetch_ms < 0:
+                continue
+            ago = 0 if (b, p.incarnation) in parked else max(0, now_ms - p.last_fetch_ms)
+            out[b] = (ago, p.log_end_offset, p.incarnation, p.storage, p.partition_epoch)
+        return out
 
     def parked_fetches(self) -> dict[str, int]:
         """Long-poll fetches waiting for data, by kind (for operators and tests)."""

@@ -171,7 +171,7 @@ class Replica:
             if isinstance(request, LeaderAndIsrRequest):
                 st.reply(token, self._leader_and_isr(request, now_ms))
             elif isinstance(request, HeartbeatRequest):
-                st.reply(token, self.status())
+                st.reply(token, self.status(now_ms))
             elif self.leading is None:
                 st.reply(token, self._not_leader(request))
             elif isinstance(request, ProduceRequest):
@@ -385,7 +385,9 @@ class Replica:
     # ------------------------------------------------------------------------------------
     # status
     # ------------------------------------------------------------------------------------
-    def status(self) -> HeartbeatResponse:
+    def status(self, now_ms: int | None = None) -> HeartbeatResponse:
+        """The replica's own view; a leader asked with ``now_ms`` (a heartbeat) also
+        vouches for the followers fetching from it."""
         st = self.state
         offline = st.role == OFFLINE
         log = st.log
@@ -406,6 +408,7 @@ class Replica:
             follower_leo={b: p.log_end_offset for b, p in self.leading.isr.followers.items()} if self.leading else {},
             incarnation=st.incarnation,
             storage=st.storage,
+            followers_heard=self.leading.heard(now_ms) if self.leading is not None and now_ms is not None else {},
         )
 
     # ------------------------------------------------------------------------------------

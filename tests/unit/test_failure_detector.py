@@ -145,3 +145,77 @@ def test_a_member_interval_is_capped_below_the_session_timeout():
     fd.add("r", 0)
     beat(fd, "r", 0, 0)
     assert fd.due(TIMEOUT - 1) == ["r"], "beaten before the session timeout runs out"
+
+
+# -- vouching: another member heard from it ----------------------------------------------
+
+
+def test_a_vouched_member_is_not_beaten_until_vouches_stop():
+    fd = detector("f")
+    assert beat(fd, "f", 0, 5) == OK
+    # a leader vouches for it every interval: its own heartbeat never comes due
+    for now in range(100, 4000, INTERVAL):
+        assert fd.vouch("f", now, now, "a") == OK
+        assert fd.due(now + INTERVAL - 1) == []
+        assert fd.check(now) == [] and fd.is_alive("f")
+    # the vouches stop at 3900: beaten again one interval later
+    assert fd.due(3900 + INTERVAL - 1) == [] and fd.due(3900 + INTERVAL) == ["f"]
+    assert fd.next_deadline(3900) == 3900 + INTERVAL
+
+
+def test_a_vouch_keeps_a_member_alive_from_when_it_was_heard():
+    fd = detector("f")
+    beat(fd, "f", 0, 0)
+    assert fd.vouch("f", heard_ms=2500, now_ms=2600, incarnation="a") == OK
+    assert fd.check(2500 + TIMEOUT) == [] and fd.check(2500 + TIMEOUT + 1) == ["f"], "the session counts from the fetch, not the report"
+
+
+def test_a_vouch_older_than_an_answer_or_a_failure_says_nothing():
+    fd = detector("f")
+    beat(fd, "f", 0, 500)
+    assert fd.vouch("f", heard_ms=400, now_ms=600, incarnation="old") is None, "the answer at 500 is fresher"
+    assert fd.due(600 + INTERVAL - 1) == [], "still, someone heard from it: its own beat waits"
+    assert fd.on_dead("f", 1000)
+    # a fetch from before the death does not bring the process back, nor defer a beat
+    assert fd.vouch("f", heard_ms=900, now_ms=1100, incarnation="a") is None
+    assert not fd.is_alive("f") and fd.due(1100) == ["f"]
+    # a fetch after it: the replica is back (a new process)
+    assert fd.vouch("f", heard_ms=1200, now_ms=1250, incarnation="b") == RECOVERED and fd.is_alive("f")
+
+
+def test_a_vouch_from_a_new_process_is_a_restart_and_does_not_touch_a_beat_in_flight():
+    fd = detector("f")
+    beat(fd, "f", 0, 5, incarnation="a")
+    fd.on_sent("f", 200)
+    assert fd.vouch("f", 300, 300, "b") == RESTARTED
+    assert fd.due(10_000) == [], "the heartbeat sent at 200 is still in flight"
+    assert fd.on_ok("f", 320, "b") == OK
+
+
+def test_expedite_overrides_a_vouch():
+    fd = detector("f")
+    beat(fd, "f", 0, 0)
+    fd.vouch("f", 100, 100, "a")
+    assert fd.due(150) == []
+    assert fd.expedite("f") and fd.due(150) == ["f"]
+
+
+def test_members_due_close_together_are_beaten_in_one_round():
+    fd = FailureDetector(INTERVAL, TIMEOUT, align_ms=50)
+    for i, m in enumerate("abcd"):
+        fd.add(m, 0)
+        fd.on_sent(m, i * 30)  # added and first beaten at 0, 30, 60, 90
+        fd.on_ok(m, i * 30 + 1, "x")
+    assert fd.due(199) == [], "nobody's interval has passed: nobody is pulled forward"
+    assert fd.due(200) == ["a", "b"], "b is due within 50 ms of a; c (60 ms) is not"
+    for m in "ab":
+        beat(fd, m, 200, 201)
+    assert fd.next_deadline(201) == 260
+    assert fd.due(260) == ["c", "d"]
+    for m in "cd":
+        beat(fd, m, 260, 261)
+    # two rounds per interval from now on instead of four
+    assert fd.due(400) == ["a", "b"]
+    for m in "ab":
+        beat(fd, m, 400, 401)
+    assert fd.next_deadline(401) == 460

@@ -348,3 +348,37 @@ def test_isr_proposal_names_the_processes_it_judged():
     assert alters, "follower 2 caught up: the leader proposes it"
     assert alters[-1].request.new_isr == [0, 1, 2]
     assert alters[-1].request.incarnations == {1: "f1"}, "only processes the leader has heard from"
+
+
+def test_a_leader_vouches_for_the_followers_fetching_from_it():
+    from kcoord.protocol.controller import HeartbeatRequest
+    from kcoord.protocol.replication import FetchRequest
+
+    r = leader()
+    assert r.status(0).followers_heard == {}, "nobody fetched yet: nothing to vouch for"
+    req = FetchRequest("t", 0, 0, max_wait_ms=500, replica_id=1, current_leader_epoch=1,
+                       replica_incarnation="f1", replica_storage="boot/node", replica_partition_epoch=1)
+    assert "f" not in replies(r.fetch(req, "f", 100))  # parked
+    follower_fetch(r, 2, 0, "g", 100, epoch=1, incarnation="f2")  # answered at once
+    heartbeat = replies(r.handle(HeartbeatRequest(controller_epoch=1), "hb", 400))["hb"]
+    assert heartbeat.followers_heard == {
+        1: (0, 0, "f1", "boot/node", 1),  # parked: as alive as an answer now
+        2: (300, 0, "f2", "", -1),  # answered at 100, not back since
+    }
+    r.tick(600)  # the parked fetch expires and is answered: no longer parked
+    assert r.status(700).followers_heard[1][0] == 600
+    assert r.status().followers_heard == {}, "only a heartbeat (with a time) carries vouches"
+    # a new process of follower 1: the old one's parked fetch proves nothing of it
+    follower_fetch(r, 1, 0, "h", 800, epoch=1, max_wait_ms=500, incarnation="f1b")
+    assert r.status(900).followers_heard[1][:3] == (0, 0, "f1b")
+
+
+def test_a_follower_fetch_carries_its_storage_and_partition_epoch():
+    from kcoord.replication.actions import SendFetch
+
+    f = make_replica(1)
+    f.state.storage = "boot/node"
+    _, acts = leader_and_isr(f, lai(0, 1, (0, 1, 2), partition_epoch=4), 0)
+    fetches = of_type(acts, SendFetch) or of_type(f.tick(1), SendFetch)
+    req = fetches[0].request
+    assert (req.replica_storage, req.replica_partition_epoch) == ("boot/node", 4)
