@@ -35,7 +35,12 @@ baseline idles BARE_ACTORS of them (3 with ``--quick``) for BASELINE_WINDOWS win
 the median window and scales it to three. The same line per kind of process (leaders,
 followers, controller, Ray's daemons, the rest) says where a partition's idle cost goes;
 ``idle_cpu_replica_processes_vs_three_bare_actors`` is its three replica processes alone
-against the three bare actors. Prints JSON.
+against the three bare actors. Two like-for-like ratios: the partition's own processes
+(replicas and its share of the controller) against the bare actors' own
+(``idle_cpu_partition_processes_vs_three_bare_actors``), and the whole tree's line against
+what the bare actors cost the whole tree, measured by idling the tree with and without them
+(``..._whole_tree``: Ray's dashboard agent and workers spend ~0.4 mCPU on every actor
+process, kcoord's or not). Prints JSON.
 
     python benchmarks/capacity.py [--quick] [--out FILE] [--step N] [--max-partitions N]
 """
@@ -53,7 +58,7 @@ import psutil  # noqa: E402
 import ray  # noqa: E402
 
 from kcoord.bench import script  # noqa: E402
-from kcoord.bench.process_tree import tree, tree_cpu  # noqa: E402
+from kcoord.bench.process_tree import running, tree, tree_cpu  # noqa: E402
 from kcoord.bench.stats import median, ratio  # noqa: E402
 
 RF = 3
@@ -204,22 +209,32 @@ def main() -> None:
         bare_sums = [sum(w.get(pid, 0.0) for pid in bare_pids) for w in windows]
         bare_all = median(bare_sums)
         bare_cpu = bare_all * 3 / n_bare
-        baseline_cpu = windows[bare_sums.index(sorted(bare_sums)[len(bare_sums) // 2])]
-        # The bare actors are killed before the steps: the line through the steps starts
-        # from the cluster without them.
-        baseline_idle = sum(baseline_cpu.values()) - bare_all
+        bare_memory = process_memory(bare_pids)
+        tree_with_bare = median([sum(w.values()) for w in windows])
+        # The line through the steps starts from the cluster without the bare actors: kill
+        # them and measure it. The difference is what the bare actors cost the whole tree
+        # -- their own processes and what Ray's daemons and agents spend on them -- the
+        # like-for-like baseline for a partition's slope, which counts the whole tree too.
+        for b in bare:
+            ray.kill(b)
+        deadline = time.monotonic() + 60
+        while any(running(pid) for pid in bare_pids) and time.monotonic() < deadline:
+            time.sleep(0.1)  # polling the processes' exit, with a deadline
+        base_memory = tree_memory()
+        without = [idle_cpu(idle_s) for _ in range(BASELINE_WINDOWS)]
+        totals = [sum(w.values()) for w in without]
+        baseline_cpu = without[totals.index(sorted(totals)[len(totals) // 2])]
+        baseline_idle = median(totals)
         results["baseline"] = {
-            "bare_actor": process_memory(bare_pids),
+            "bare_actor": bare_memory,
             "bare_actors_idled": n_bare,
             "idle_cpu_three_bare_actors": round(bare_cpu, 4),
             "idle_cpu_three_bare_actors_windows": [round(x * 3 / n_bare, 4) for x in bare_sums],
+            "idle_cpu_three_bare_actors_whole_tree": round((tree_with_bare - baseline_idle) * 3 / n_bare, 4),
             "idle_cpu_cores_no_partitions": round(baseline_idle, 3),
-            "idle_cpu_by_process_no_partitions": by_kind(baseline_cpu, {**kinds, **{pid: "bare_actors" for pid in bare_pids}}),
-            "tree_memory_no_partitions_mib": mib(tree_memory()),
+            "idle_cpu_by_process_no_partitions": by_kind(baseline_cpu, kinds),
+            "tree_memory_no_partitions_mib": mib(base_memory),
         }
-        base_memory = tree_memory()
-        for b in bare:
-            ray.kill(b)
 
         topics: list[str] = []
         steps: list[dict] = []
@@ -340,6 +355,13 @@ def bounds(steps: list[dict], baseline: dict, base_memory: dict, cores: int) -> 
     out["idle_cpu_per_partition_by_process"] = per_kind
     replicas = per_kind.get("leaders", 0.0) + per_kind.get("followers", 0.0)
     out["idle_cpu_replica_processes_vs_three_bare_actors"] = ratio(replicas, bare3)
+    # Like for like, two ways: a partition's own processes (its replicas and its share of
+    # the controller) against the bare actors' own processes; and the whole tree's line
+    # against what the bare actors cost the whole tree (Ray's agents spend on every actor
+    # process, kcoord's or not).
+    out["idle_cpu_partition_processes_vs_three_bare_actors"] = ratio(replicas + per_kind.get("controller", 0.0), bare3)
+    whole = baseline.get("idle_cpu_three_bare_actors_whole_tree")
+    out["idle_cpu_per_partition_vs_three_bare_actors_whole_tree"] = ratio(slope, whole) if whole and whole > 0 else None
     limit = CPU_LIMIT_FRACTION * cores
     out["cpu_bound_partitions"] = int((limit - intercept) / slope) if slope > 0 else None
     out["cpu_bound_note"] = f"partitions at which idle CPU reaches {limit:.1f} of {cores} cores (line through the steps)"

@@ -272,6 +272,10 @@ class CapacityFigures:
     idle_cpu_per_partition_vs_three_bare_actors: float | None = None
     idle_cpu_per_partition_by_process: dict[str, float] | None = None  # where it goes
     idle_cpu_replica_processes_vs_three_bare_actors: float | None = None
+    # like for like: own processes against own processes; whole tree against whole tree
+    idle_cpu_partition_processes_vs_three_bare_actors: float | None = None
+    idle_cpu_three_bare_actors_whole_tree: float | None = None
+    idle_cpu_per_partition_vs_three_bare_actors_whole_tree: float | None = None
 
 
 def capacity(doc: dict) -> CapacityFigures | None:
@@ -293,4 +297,7 @@ def capacity(doc: dict) -> CapacityFigures | None:
         idle_cpu_per_partition_vs_three_bare_actors=r.get("idle_cpu_per_partition_vs_three_bare_actors"),
         idle_cpu_per_partition_by_process=r.get("idle_cpu_per_partition_by_process"),
         idle_cpu_replica_processes_vs_three_bare_actors=r.get("idle_cpu_replica_processes_vs_three_bare_actors"),
+        idle_cpu_partition_processes_vs_three_bare_actors=r.get("idle_cpu_partition_processes_vs_three_bare_actors"),
+        idle_cpu_three_bare_actors_whole_tree=_get(r, "baseline", "idle_cpu_three_bare_actors_whole_tree"),
+        idle_cpu_per_partition_vs_three_bare_actors_whole_tree=r.get("idle_cpu_per_partition_vs_three_bare_actors_whole_tree"),
     )

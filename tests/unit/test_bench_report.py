@@ -58,10 +58,12 @@ def sample_results() -> dict[str, dict]:
                                                   "ray_data_from_spark": {"rows_per_s": 200_000}, "ray_data_to_spark": {"rows_per_s": 450_000}},
                   "ratios": {"write_vs_from_spark": 1.5, "read_vs_to_spark": 2.0, "write_vs_from_spark_cpu": 1.1, "read_vs_to_spark_cpu": 1.3}},
         "capacity": {"benchmark": "capacity", "max_healthy_partitions": 8, "stop_reason": "reached --max-partitions 8",
-                     "replica_memory": {"rss_mib": 120.0, "uss_mib": 60.0}, "baseline": {"bare_actor": {"rss_mib": 90.0, "uss_mib": 40.0}},
+                     "replica_memory": {"rss_mib": 120.0, "uss_mib": 60.0}, "baseline": {"bare_actor": {"rss_mib": 90.0, "uss_mib": 40.0}, "idle_cpu_three_bare_actors_whole_tree": 0.0179},
                      "memory_bound_partitions_24gib": 130, "cpu_bound_partitions": 40, "idle_cpu_per_partition_cores": 0.02,
                      "idle_cpu_per_partition_by_process": {"leaders": 0.006, "followers": 0.011, "controller": 0.002, "driver": 0.0},
                      "idle_cpu_replica_processes_vs_three_bare_actors": 1.21,
+                     "idle_cpu_partition_processes_vs_three_bare_actors": 1.3,
+                     "idle_cpu_per_partition_vs_three_bare_actors_whole_tree": 1.12,
                      "steps": [{"partitions": 4, "replicas": 12, "seconds_to_full_isr": 3.0, "idle_cpu_cores": 0.1, "controller_rtt_ms": 5,
                                 "under_replicated": 0, "healthy": True, "problems": []}]},
     }
@@ -178,6 +180,8 @@ def test_figures_read_every_benchmark_layout():
     section = markdown.capacity_section(doc)
     assert "leaders 6.0 mCPU, followers 11.0 mCPU, controller 2.0 mCPU; the three replica processes alone 1.21x" in section
     assert "driver" not in section.split("of which, per kind of process")[1].split("\n")[0]
+    # like for like: own processes against own, whole tree against whole tree
+    assert "own processes (replicas, controller share) 1.30x of the bare actors' own; the whole tree's line 1.12x of what three bare actors cost the whole tree (0.0179 cores)" in section
     assert figures.produce(make_doc({})) is None and figures.latency(make_doc({})) is None
 
 
