@@ -3,7 +3,9 @@ process, because ``ray.cluster_utils.Cluster`` must own the driver's Ray connect
 
 A 3-node Ray cluster (head + 2 workers) with 3 brokers: every broker is bound to its own
 node, so the 3 replicas of each partition run on 3 distinct nodes. A worker node is then
-removed while a producer writes with acks=all: every partition that node led fails over,
+removed while a producer writes with acks=all (after one follower on a worker node is
+killed and must be found dead without heartbeats of its own, through its leader's
+vouches stopping): every partition that node led fails over,
 the lost broker waits for a node (no other node may take it without holding two replicas of
 one partition), the partitions run under-replicated, and nothing acknowledged is lost.
 Adding a node back re-binds the broker there, recreates its replicas, and they catch up and
@@ -179,6 +181,26 @@ def scenario(rc: Cluster, workers: list) -> dict:
             assert len(set(by_broker.values())) == 3, f"partition {p}: replicas share a node {by_broker}"
             assert by_broker == binding, f"partition {p}: {by_broker} != binding {binding}"
         log(f"replicas on distinct nodes: {binding}; controller epoch {admin.describe_cluster()['controller_epoch']}")
+
+        # 1b. an idle follower on another node than the controller is killed: the controller
+        # does not beat it while its leader vouches for it, so its death shows when its
+        # parked fetch ends and the leader no longer vouches (~2 s with the default 2 s
+        # fetch wait); it leaves the ISR, is recreated and rejoins.
+        p0 = 0
+        md0 = cluster.partition_metadata(TOPIC, p0, refresh=True)
+        controller_node = ray.get(cluster.controller.__ray_call__.remote(lambda self: ray.get_runtime_context().get_node_id()), timeout=30)
+        # on another node than the controller: no connection of its own tells the controller
+        follower = next(b for b in (0, 1, 2) if b != md0.leader and binding[b] not in (head_node, controller_node))
+        failed_before = admin.describe_cluster()["metrics"]["replicas_failed"]
+        t_kill = time.monotonic()
+        ray.kill(cluster.replica(TOPIC, p0, follower, fresh=True), no_restart=True)
+        wait_until(lambda: admin.describe_cluster()["metrics"]["replicas_failed"] > failed_before, timeout=30,
+                   interval=0.05, what=f"the killed follower {follower} of partition {p0} to be failed")
+        timings["dead_follower_detected_s"] = time.monotonic() - t_kill
+        wait_until(lambda: len(cluster.partition_metadata(TOPIC, p0, refresh=True).isr) == 3, timeout=120,
+                   what="the recreated follower to rejoin the ISR")
+        log(f"killed follower {follower} of partition {p0}: failed after {timings['dead_follower_detected_s']:.1f} s, back in the ISR")
+        assert timings["dead_follower_detected_s"] < 10, timings
 
         # 2. remove a worker node that leads partitions, while a producer writes
         writer = Writer(cluster).start()
