@@ -35,12 +35,15 @@ baseline idles BARE_ACTORS of them (3 with ``--quick``) for BASELINE_WINDOWS win
 the median window and scales it to three. The same line per kind of process (leaders,
 followers, controller, Ray's daemons, the rest) says where a partition's idle cost goes;
 ``idle_cpu_replica_processes_vs_three_bare_actors`` is its three replica processes alone
-against the three bare actors. Two like-for-like ratios: the partition's own processes
-(replicas and its share of the controller) against the bare actors' own
-(``idle_cpu_partition_processes_vs_three_bare_actors``), and the whole tree's line against
-what the bare actors cost the whole tree, measured by idling the tree with and without them
-(``..._whole_tree``: Ray's dashboard agent and workers spend ~0.4 mCPU on every actor
-process, kcoord's or not). Prints JSON.
+against the three bare actors. The bare actors stay alive through the steps and are
+measured in every step's window (left out of the step's idle CPU), so
+``..._same_windows`` compares the partitions with bare actors under the same load (the
+start-of-run baseline read 9.5-15.8 mCPU per three from one run to the next; during the
+steps of one run, 7-15), and ``idle_cpu_partition_processes_vs_three_bare_actors`` the
+partition's own processes (replicas, its share of the controller) with theirs. The whole
+tree's line against what the bare actors cost the whole tree (idled with and without them
+before the steps: Ray's agents spend on every actor process, kcoord's or not) is
+``..._whole_tree``. Prints JSON.
 
     python benchmarks/capacity.py [--quick] [--out FILE] [--step N] [--max-partitions N]
 """
@@ -58,7 +61,7 @@ import psutil  # noqa: E402
 import ray  # noqa: E402
 
 from kcoord.bench import script  # noqa: E402
-from kcoord.bench.process_tree import running, tree, tree_cpu  # noqa: E402
+from kcoord.bench.process_tree import tree, tree_cpu  # noqa: E402
 from kcoord.bench.stats import median, ratio  # noqa: E402
 
 RF = 3
@@ -197,36 +200,30 @@ def main() -> None:
         budget_start = time.perf_counter()
         results["setup_seconds"] = round(budget_start - started, 1)
         n_bare = 3 if args.quick else BARE_ACTORS
-        bare = [ray.remote(BareActor).options(num_cpus=0).remote() for _ in range(n_bare)]
-        bare_pids = ray.get([b.pid.remote() for b in bare])
         controller_pid = ray.get(cluster.controller.pid.remote(), timeout=60)
         kinds = {os.getpid(): "driver", controller_pid: "controller"}
-        # A bare actor idles at a few mCPU, which one short window of three measures poorly
-        # (10 ms ticks; 3 actors for 5 s read 8-28 mCPU from one run to the next): many
-        # actors, the median of BASELINE_WINDOWS windows, scaled to three (the ratio below
-        # divides by it).
-        windows = [idle_cpu(idle_s) for _ in range(BASELINE_WINDOWS)]
-        bare_sums = [sum(w.get(pid, 0.0) for pid in bare_pids) for w in windows]
-        bare_all = median(bare_sums)
-        bare_cpu = bare_all * 3 / n_bare
-        bare_memory = process_memory(bare_pids)
-        tree_with_bare = median([sum(w.values()) for w in windows])
-        # The line through the steps starts from the cluster without the bare actors: kill
-        # them and measure it. The difference is what the bare actors cost the whole tree
-        # -- their own processes and what Ray's daemons and agents spend on them -- the
-        # like-for-like baseline for a partition's slope, which counts the whole tree too.
-        for b in bare:
-            ray.kill(b)
-        deadline = time.monotonic() + 60
-        while any(running(pid) for pid in bare_pids) and time.monotonic() < deadline:
-            time.sleep(0.1)  # polling the processes' exit, with a deadline
+        # The line through the steps starts from the cluster alone (no partitions, no bare
+        # actors): the median of BASELINE_WINDOWS windows.
         base_memory = tree_memory()
         without = [idle_cpu(idle_s) for _ in range(BASELINE_WINDOWS)]
         totals = [sum(w.values()) for w in without]
         baseline_cpu = without[totals.index(sorted(totals)[len(totals) // 2])]
         baseline_idle = median(totals)
+        # The bare actors. One short window of three measures a few mCPU poorly (10 ms
+        # ticks; 3 actors for 5 s read 8-28 mCPU from one run to the next): many actors,
+        # the median window, scaled to three. With them the whole tree costs more than
+        # their own processes (Ray's agents spend on every actor process): the difference
+        # is the like-for-like baseline for the slope, which counts the whole tree.
+        bare = [ray.remote(BareActor).options(num_cpus=0).remote() for _ in range(n_bare)]
+        bare_pids = ray.get([b.pid.remote() for b in bare])
+        kinds.update({pid: "bare_actors" for pid in bare_pids})
+        windows = [idle_cpu(idle_s) for _ in range(BASELINE_WINDOWS)]
+        bare_sums = [sum(w.get(pid, 0.0) for pid in bare_pids) for w in windows]
+        bare_all = median(bare_sums)
+        bare_cpu = bare_all * 3 / n_bare
+        tree_with_bare = median([sum(w.values()) for w in windows])
         results["baseline"] = {
-            "bare_actor": bare_memory,
+            "bare_actor": process_memory(bare_pids),
             "bare_actors_idled": n_bare,
             "idle_cpu_three_bare_actors": round(bare_cpu, 4),
             "idle_cpu_three_bare_actors_windows": [round(x * 3 / n_bare, 4) for x in bare_sums],
@@ -235,6 +232,9 @@ def main() -> None:
             "idle_cpu_by_process_no_partitions": by_kind(baseline_cpu, kinds),
             "tree_memory_no_partitions_mib": mib(base_memory),
         }
+        # The bare actors stay through the steps and are measured in every step's window,
+        # so the ratio is also given against bare actors under the same load as the
+        # partitions. They are left out of each step's idle CPU (they are not kcoord's).
 
         topics: list[str] = []
         steps: list[dict] = []
@@ -262,6 +262,7 @@ def main() -> None:
             ready_s = time.perf_counter() - t0
             before, _ = controller_state(admin)  # counters at the start of the idle window
             per_pid = idle_cpu(idle_s)
+            bare_now = sum(per_pid.pop(pid, 0.0) for pid in bare_pids)
             cpu = sum(per_pid.values())
             metrics, rtt_ms = controller_state(admin)
             health = ray.get(cluster.controller.replica_health.remote(), timeout=60)
@@ -273,6 +274,7 @@ def main() -> None:
                 "seconds_to_full_isr": round(ready_s, 1),
                 "idle_cpu_cores": round(cpu, 3),
                 "idle_cpu_by_process": by_kind(per_pid, {**kinds, **{i["pid"]: "leaders" if i["role"] == "leader" else "followers" for i in infos}}),
+                "idle_cpu_three_bare_actors": round(bare_now * 3 / n_bare, 4),  # in this same window
                 "controller_rtt_ms": round(rtt_ms, 1),
                 "replicas_alive": sum(health.values()),
                 "replicas_failed_while_idle": metrics["replicas_failed"] - before["replicas_failed"],
@@ -359,9 +361,14 @@ def bounds(steps: list[dict], baseline: dict, base_memory: dict, cores: int) -> 
     # the controller) against the bare actors' own processes; and the whole tree's line
     # against what the bare actors cost the whole tree (Ray's agents spend on every actor
     # process, kcoord's or not).
-    out["idle_cpu_partition_processes_vs_three_bare_actors"] = ratio(replicas + per_kind.get("controller", 0.0), bare3)
     whole = baseline.get("idle_cpu_three_bare_actors_whole_tree")
     out["idle_cpu_per_partition_vs_three_bare_actors_whole_tree"] = ratio(slope, whole) if whole and whole > 0 else None
+    # ... and against the bare actors measured in the steps' own windows (same load)
+    during = [s["idle_cpu_three_bare_actors"] for s in steps if s.get("idle_cpu_three_bare_actors") is not None]
+    same = median(during) if during else None
+    out["idle_cpu_three_bare_actors_same_windows"] = round(same, 4) if same is not None else None
+    out["idle_cpu_per_partition_vs_three_bare_actors_same_windows"] = ratio(slope, same)
+    out["idle_cpu_partition_processes_vs_three_bare_actors"] = ratio(replicas + per_kind.get("controller", 0.0), same if same else bare3)
     limit = CPU_LIMIT_FRACTION * cores
     out["cpu_bound_partitions"] = int((limit - intercept) / slope) if slope > 0 else None
     out["cpu_bound_note"] = f"partitions at which idle CPU reaches {limit:.1f} of {cores} cores (line through the steps)"

@@ -276,6 +276,8 @@ class CapacityFigures:
     idle_cpu_partition_processes_vs_three_bare_actors: float | None = None
     idle_cpu_three_bare_actors_whole_tree: float | None = None
     idle_cpu_per_partition_vs_three_bare_actors_whole_tree: float | None = None
+    idle_cpu_three_bare_actors_same_windows: float | None = None  # measured in the steps' windows
+    idle_cpu_per_partition_vs_three_bare_actors_same_windows: float | None = None
 
 
 def capacity(doc: dict) -> CapacityFigures | None:
@@ -300,4 +302,6 @@ def capacity(doc: dict) -> CapacityFigures | None:
         idle_cpu_partition_processes_vs_three_bare_actors=r.get("idle_cpu_partition_processes_vs_three_bare_actors"),
         idle_cpu_three_bare_actors_whole_tree=_get(r, "baseline", "idle_cpu_three_bare_actors_whole_tree"),
         idle_cpu_per_partition_vs_three_bare_actors_whole_tree=r.get("idle_cpu_per_partition_vs_three_bare_actors_whole_tree"),
+        idle_cpu_three_bare_actors_same_windows=r.get("idle_cpu_three_bare_actors_same_windows"),
+        idle_cpu_per_partition_vs_three_bare_actors_same_windows=r.get("idle_cpu_per_partition_vs_three_bare_actors_same_windows"),
     )

@@ -195,7 +195,9 @@ def capacity_section(doc: dict) -> str:
             if c.idle_cpu_per_partition_by_process else []
         ),
         *(
-            [("like for like", f"the partition's own processes (replicas, controller share) {num(c.idle_cpu_partition_processes_vs_three_bare_actors, 2, 'x')} of the bare actors' own"
+            [("like for like", (f"{num(c.idle_cpu_per_partition_vs_three_bare_actors_same_windows, 2, 'x')} of three bare actors measured in the same windows as the steps ({num(c.idle_cpu_three_bare_actors_same_windows, 4, ' cores')}); "
+                                if c.idle_cpu_per_partition_vs_three_bare_actors_same_windows is not None else "")
+              + f"the partition's own processes (replicas, controller share) {num(c.idle_cpu_partition_processes_vs_three_bare_actors, 2, 'x')} of the bare actors' own"
               + (f"; the whole tree's line {num(c.idle_cpu_per_partition_vs_three_bare_actors_whole_tree, 2, 'x')} of what three bare actors cost the whole tree ({num(c.idle_cpu_three_bare_actors_whole_tree, 4, ' cores')})"
                  if c.idle_cpu_per_partition_vs_three_bare_actors_whole_tree is not None else ""))]
             if c.idle_cpu_partition_processes_vs_three_bare_actors is not None else []

@@ -64,6 +64,8 @@ def sample_results() -> dict[str, dict]:
                      "idle_cpu_replica_processes_vs_three_bare_actors": 1.21,
                      "idle_cpu_partition_processes_vs_three_bare_actors": 1.3,
                      "idle_cpu_per_partition_vs_three_bare_actors_whole_tree": 1.12,
+                     "idle_cpu_three_bare_actors_same_windows": 0.0155,
+                     "idle_cpu_per_partition_vs_three_bare_actors_same_windows": 1.29,
                      "steps": [{"partitions": 4, "replicas": 12, "seconds_to_full_isr": 3.0, "idle_cpu_cores": 0.1, "controller_rtt_ms": 5,
                                 "under_replicated": 0, "healthy": True, "problems": []}]},
     }
@@ -181,7 +183,7 @@ def test_figures_read_every_benchmark_layout():
     assert "leaders 6.0 mCPU, followers 11.0 mCPU, controller 2.0 mCPU; the three replica processes alone 1.21x" in section
     assert "driver" not in section.split("of which, per kind of process")[1].split("\n")[0]
     # like for like: own processes against own, whole tree against whole tree
-    assert "own processes (replicas, controller share) 1.30x of the bare actors' own; the whole tree's line 1.12x of what three bare actors cost the whole tree (0.0179 cores)" in section
+    assert "1.29x of three bare actors measured in the same windows as the steps (0.0155 cores); the partition's own processes (replicas, controller share) 1.30x of the bare actors' own; the whole tree's line 1.12x of what three bare actors cost the whole tree (0.0179 cores)" in section
     assert figures.produce(make_doc({})) is None and figures.latency(make_doc({})) is None
 
 
