@@ -186,11 +186,14 @@ def scenario(rc: Cluster, workers: list) -> dict:
         # does not beat it while its leader vouches for it, so its death shows when its
         # parked fetch ends and the leader no longer vouches (~2 s with the default 2 s
         # fetch wait); it leaves the ISR, is recreated and rejoins.
-        p0 = 0
-        md0 = cluster.partition_metadata(TOPIC, p0, refresh=True)
         controller_node = ray.get(cluster.controller.__ray_call__.remote(lambda self: ray.get_runtime_context().get_node_id()), timeout=30)
         # on another node than the controller: no connection of its own tells the controller
-        follower = next(b for b in (0, 1, 2) if b != md0.leader and binding[b] not in (head_node, controller_node))
+        p0, follower = next(
+            (p, b)
+            for p in range(PARTITIONS)
+            for b in (0, 1, 2)
+            if b != cluster.partition_metadata(TOPIC, p, refresh=True).leader and binding[b] != controller_node
+        )
         failed_before = admin.describe_cluster()["metrics"]["replicas_failed"]
         t_kill = time.monotonic()
         ray.kill(cluster.replica(TOPIC, p0, follower, fresh=True), no_restart=True)

@@ -243,7 +243,12 @@ def test_reads_through_a_leader_failover(kcluster, make_topic):
     c = Consumer(topic, cluster=kcluster, auto_offset_reset="earliest", fetch_max_wait_ms=200)
     got = [r.value for r in drain(c, 200)]
     md = kcluster.partition_metadata(topic, 0, refresh=True)
-    ray.kill(kcluster.replica(topic, 0, md.leader, fresh=True), no_restart=False)
+    handle = kcluster.replica(topic, 0, md.leader, fresh=True)
+    before = ray.get(handle.describe.remote())["incarnation"]
+    ray.kill(handle, no_restart=False)
+    # ray.kill returns before the process is gone: wait until it was (Ray restarts it as a
+    # new process), or the next writes could all reach the old leader first
+    wait_until(lambda: ray.get(handle.describe.remote(), timeout=30)["incarnation"] != before, timeout=60, what="the leader to be killed and restarted")
     p.send_batch(topic, values=[b"b-%04d" % i for i in range(500)])  # retries until the new leader takes them
     got += [r.value for r in drain(c, 1000 - len(got), timeout=120)]
     assert got == [b"a-%04d" % i for i in range(500)] + [b"b-%04d" % i for i in range(500)]
