@@ -130,7 +130,13 @@ class FailureDetector:
         if h is None:
             return None
         h.in_flight = False
-        h.last_ok_ms = now_ms
+        return self._heard(h, now_ms, incarnation)
+
+    @staticmethod
+    def _heard(h: _Health, at_ms: int, incarnation: str | None) -> str:
+        """The member was alive at ``at_ms`` as ``incarnation``: OK, RECOVERED (it was
+        failed) or RESTARTED (another process than the one last heard)."""
+        h.last_ok_ms = at_ms
         previous = h.incarnation
         if incarnation is not None:
             h.incarnation = incarnation
@@ -156,17 +162,7 @@ class FailureDetector:
         h.vouched_ms = now_ms
         if heard_ms <= h.last_ok_ms:
             return None
-        h.last_ok_ms = heard_ms
-        previous = h.incarnation
-        if incarnation is not None:
-            h.incarnation = incarnation
-        if h.failed:
-            h.failed = False
-            h.failed_at_ms = -1
-            return RECOVERED
-        if previous is not None and incarnation is not None and incarnation != previous:
-            return RESTARTED
-        return OK
+        return self._heard(h, heard_ms, incarnation)
 
     def on_no_answer(self, member: Hashable, now_ms: int) -> None:
         """A heartbeat timed out: not a failure by itself (only the session timeout is)."""
