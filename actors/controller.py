@@ -42,7 +42,7 @@ from kcoord.replication.metastore import FileStore, MemoryStore
 
 from .metrics import ControllerMetricsExporter
 from .replica import ReplicaActor
-from .runtime import AsyncioClock, RayTransport, ray_alive_nodes
+from .runtime import AsyncioClock, RayTransport, ray_nodes
 
 logger = logging.getLogger("kcoord.controller")
 
@@ -64,19 +64,28 @@ def make_store(spec: str, cluster: str) -> Any:
 
 
 class RayNodes:
-    """Ids of the alive Ray nodes, asked of the GCS at most every ``ttl_s``."""
+    """Ids of the alive Ray nodes and the host of every node (dead ones included), asked
+    of the GCS at most every ``ttl_s``."""
 
     def __init__(self, ttl_s: float = _NODES_TTL_S) -> None:
         self.ttl_s = ttl_s
         self._at = -1e9
         self._nodes: list[str] = []
+        self._hosts: dict[str, str] = {}
 
-    def __call__(self) -> list[str]:
+    def _refresh(self) -> None:
         now = time.monotonic()
         if now - self._at > self.ttl_s:
-            self._nodes = ray_alive_nodes()
+            self._nodes, self._hosts = ray_nodes()
             self._at = now
+
+    def __call__(self) -> list[str]:
+        self._refresh()
         return self._nodes
+
+    def hosts(self) -> dict[str, str]:
+        self._refresh()
+        return self._hosts
 
 
 class RayReplicaHost:
@@ -200,6 +209,7 @@ class FailoverCoordinator:
             )
             self._direct = direct
             transport = RayTransport(self.namespace, loop, direct=direct, direct_methods=("heartbeat",))
+            nodes = RayNodes()
             self.driver = ControllerDriver(
                 self.cluster,
                 self.brokers,
@@ -210,7 +220,8 @@ class FailoverCoordinator:
                 config=self.config,
                 group_coordinators=self.group_coordinators,
                 binding=self.binding,
-                alive_nodes=RayNodes(),
+                alive_nodes=nodes,
+                node_hosts=nodes.hosts,
                 on_persist=self._on_persist,
                 after_tick=self._export_metrics,
             )

@@ -122,6 +122,15 @@ class RayTransport:
 
 def ray_alive_nodes() -> list[str]:
     """Ids of the alive nodes of the connected Ray cluster."""
+    return ray_nodes()[0]
+
+
+def ray_nodes() -> tuple[list[str], dict[str, str]]:
+    """(ids of the alive nodes, {node id: host address} of every node the GCS still lists,
+    dead ones included) of the connected Ray cluster."""
     import ray
 
-    return [n["NodeID"] for n in ray.nodes() if n.get("Alive")]
+    nodes = ray.nodes()
+    alive = [n["NodeID"] for n in nodes if n.get("Alive")]
+    hosts = {n["NodeID"]: n["NodeManagerAddress"] for n in nodes if n.get("NodeManagerAddress")}
+    return alive, hosts

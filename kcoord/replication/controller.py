@@ -14,7 +14,7 @@ Replicas are identified by :class:`ReplicaId` (topic, partition, broker).
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any
+from typing import Any, Mapping
 
 from ..protocol.controller import (
     AlterPartitionRequest,
@@ -196,10 +196,13 @@ class ControllerState:
     # ------------------------------------------------------------------------------------
     # placement
     # ------------------------------------------------------------------------------------
-    def on_nodes(self, alive: list[str]) -> None:
-        """Which nodes are alive now (the driver asks its runtime before each tick when
-        brokers are bound to nodes)."""
+    def on_nodes(self, alive: list[str], hosts: Mapping[str, str] | None = None) -> None:
+        """Which nodes are alive now, and the host of each node the runtime knows, dead ones
+        included (the driver asks its runtime before each tick when brokers are bound to
+        nodes)."""
         self.placement.alive = set(alive)
+        if hosts:
+            self.placement.hosts.update(hosts)
 
     def _ensure_replica(self, rid: ReplicaId, now_ms: int) -> list[ControllerAction]:
         """CreateReplica for ``rid`` where its broker's binding says, re-binding the broker

@@ -114,6 +114,7 @@ class ControllerDriver:
         group_coordinators: int = 0,
         binding: dict[int, str] | None = None,
         alive_nodes: Callable[[], list[str]] | None = None,
+        node_hosts: Callable[[], dict[str, str]] | None = None,
         call_timeout_ms: int = 60_000,
         boot_retry_ms: int = 200,
         idle_wake_ms: int = 1000,
@@ -131,6 +132,7 @@ class ControllerDriver:
         self._clock = clock
         self._replicas = replicas
         self._alive_nodes = alive_nodes
+        self._node_hosts = node_hosts
         self.call_timeout_ms = call_timeout_ms
         self.boot_retry_ms = boot_retry_ms
         self.min_wake_gap_ms = min_wake_gap_ms
@@ -215,7 +217,7 @@ class ControllerDriver:
     def _tell_nodes(self, core: ControllerState, force: bool = False) -> None:
         if self._alive_nodes is not None and (core.placement.bound or force):
             try:
-                core.on_nodes(self._alive_nodes())
+                core.on_nodes(self._alive_nodes(), self._node_hosts() if self._node_hosts is not None else None)
             except Exception:
                 logger.warning("could not list the cluster's nodes:\n%s", traceback.format_exc())
 

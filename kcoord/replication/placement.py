@@ -16,10 +16,14 @@ The policy, which the controller core applies (so the simulation covers it):
   least loaded. If no such node exists the broker waits, its partitions run with the
   replicas they have left (under-replicated, still writable while the ISR is at least
   ``min.insync.replicas``), exactly like a dead Kafka broker.
-* A broker is only re-bound once no partition depends on its disk: while it is still in
-  an ISR (the last copy of acknowledged records: a partition whose ISR had only it, or an
-  offline one) or an ELR, its replicas elsewhere would start empty and could be elected
-  with nothing, so it waits for its own node, as a Kafka broker's partitions wait for it.
+* A broker is only re-bound to another machine once no partition depends on its disk:
+  while it is still in an ISR (the last copy of acknowledged records: a partition whose
+  ISR had only it, or an offline one) or an ELR, its replicas elsewhere would start empty
+  and could be elected with nothing, so it waits for its own machine, as a Kafka broker's
+  partitions wait for it. Ray never gives a node its id back: a machine that returns (a
+  raylet restarted after a reboot or a crash) is a *new* node on the same host, with the
+  same disk. So "its own machine" is any alive node on the host of the node it lost
+  (Ray's ``NodeManagerAddress``); waiting for the lost node id itself would wait forever.
 * Adding a node gives the waiting broker a home: it is re-bound there, its replicas are
   recreated, catch up from the leaders and rejoin the ISR, restoring full replication.
 * A re-binding is persisted in the metadata store (an ordered Persist action of the
@@ -137,6 +141,9 @@ class BrokerBinding:
     alive: set[str] | None = None  # None: not told yet (the driver supplies it)
     waiting: set[int] = field(default_factory=set)
     rebinds: int = 0
+    # node -> host of every node the driver ever reported (dead ones included: the host of
+    # a lost node is what tells its machine's return apart from another machine)
+    hosts: dict[str, str] = field(default_factory=dict)
 
     @property
     def bound(self) -> bool:
@@ -145,18 +152,17 @@ class BrokerBinding:
     def decide(self, broker: int, assignments: Iterable[Iterable[int]], movable: bool = True) -> Placement:
         """Where a replica of ``broker`` goes now; re-binds it (the caller persists
         :meth:`encode`) when its node is gone and another may take it. ``movable`` False:
-        the broker's node holds the only copy of something (it is still in an ISR or ELR),
-        so it waits for that node instead -- replicas recreated elsewhere start empty."""
+        the broker's machine holds the only copy of something (it is still in an ISR or
+        ELR), so it waits for a node on that machine's host -- replicas recreated on another
+        machine start empty."""
         if not self.binding:
             return Placement(None)
         current = self.binding.get(broker)
         alive = self.alive
         if alive is None or current in alive:
             return Placement(current)  # nothing known to the contrary: keep the binding
-        if not movable:
-            self.waiting.add(broker)
-            return Placement(None, wait=True)
-        node = choose_node(broker, self.binding, alive, peers_of(assignments))
+        candidates = alive if movable else self.same_host(current, alive)
+        node = choose_node(broker, self.binding, candidates, peers_of(assignments)) if candidates else None
         if node is None:
             self.waiting.add(broker)
             return Placement(None, wait=True)
@@ -164,6 +170,13 @@ class BrokerBinding:
         self.binding[broker] = node
         self.rebinds += 1
         return Placement(node, rebound_from=current)
+
+    def same_host(self, node: str | None, alive: Iterable[str]) -> set[str]:
+        """The alive nodes on ``node``'s host (none when its host was never reported)."""
+        host = self.hosts.get(node) if node is not None else None
+        if not host:
+            return set()
+        return {n for n in alive if self.hosts.get(n) == host}
 
     def encode(self) -> bytes:
         return encode_binding(self.binding)

@@ -11,6 +11,12 @@ one partition), the partitions run under-replicated, and nothing acknowledged is
 Adding a node back re-binds the broker there, recreates its replicas, and they catch up and
 rejoin the ISR: full replication again, still on 3 distinct nodes.
 
+An RF=1 topic on the lost broker is offline meanwhile: its only copy is on that machine's
+disk, so the broker may not move to another machine. Ray gives a returning machine a new
+node id; the node added back runs on the same host (one machine here), so it counts as the
+machine returning: the broker moves there, reopens its disk and the topic is back with
+every acknowledged record.
+
 Prints one JSON line with the timings; exits non-zero (with the reason) on failure.
 """
 
@@ -38,6 +44,7 @@ from waiting import wait_until  # noqa: E402
 
 TOPIC = "spread"
 PARTITIONS = 3
+SOLO = "solo"  # RF=1, on the broker of the node that is removed
 CONTROLLER_CONFIG = {
     "heartbeat_interval_ms": 100,
     "session_timeout_ms": 2000,
@@ -112,15 +119,15 @@ def replica_nodes(cluster, topic: str, partitions: int, brokers: list[int]) -> d
     return out
 
 
-def read_all(cluster, admin) -> dict[tuple[int, int], bytes]:
+def read_all(cluster, admin, topic: str = TOPIC) -> dict[tuple[int, int], bytes]:
     import kcoord
 
-    ends = admin.list_offsets(TOPIC, "latest")
-    consumer = kcoord.Consumer(TOPIC, cluster=cluster, auto_offset_reset="earliest", enable_auto_commit=False)
+    ends = admin.list_offsets(topic, "latest")
+    consumer = kcoord.Consumer(topic, cluster=cluster, auto_offset_reset="earliest", enable_auto_commit=False)
     out: dict[tuple[int, int], bytes] = {}
     try:
         deadline = time.monotonic() + 120
-        while any(consumer.position(kcoord.TopicPartition(TOPIC, p)) < end for p, end in ends.items()):
+        while any(consumer.position(kcoord.TopicPartition(topic, p)) < end for p, end in ends.items()):
             assert time.monotonic() < deadline, "reading the topic back took too long"
             for recs in consumer.poll(timeout_ms=500).values():
                 for r in recs:
@@ -173,6 +180,14 @@ def scenario(rc: Cluster, workers: list) -> dict:
         binding = {int(b): v["node"] for b, v in placement["brokers"].items()}
         assert sorted(binding) == [0, 1, 2] and len(set(binding.values())) == 3, placement
         admin.create_topic(TOPIC, partitions=PARTITIONS, replication_factor=3, config={"min.insync.replicas": 2})
+        victim = workers[0]
+        victim_broker = next(b for b, n in binding.items() if n == victim.node_id)
+        assert binding[victim_broker] != head_node
+        admin.create_topic(SOLO, partitions=1, replication_factor=1, assignment={0: [victim_broker]})
+        with kcoord.Producer(cluster, acks="all") as solo_producer:
+            solo_futures = [solo_producer.send(SOLO, value=b"solo-%03d" % i) for i in range(100)]
+            solo_producer.flush(timeout=60)
+        solo_acked = {f.get(timeout=10).offset: b"solo-%03d" % i for i, f in enumerate(solo_futures)}
         timings["deploy_and_create_s"] = time.monotonic() - t
 
         # 1. the replicas of each partition sit on 3 distinct nodes, each on its broker's node
@@ -208,9 +223,6 @@ def scenario(rc: Cluster, workers: list) -> dict:
         # 2. remove a worker node that leads partitions, while a producer writes
         writer = Writer(cluster).start()
         wait_until(lambda: len(writer.acked) >= 200, timeout=120, what="the first acknowledged writes")
-        victim = workers[0]
-        victim_broker = next(b for b, n in binding.items() if n == victim.node_id)
-        assert binding[victim_broker] != head_node
         led = [p for p in range(PARTITIONS) if cluster.partition_metadata(TOPIC, p, refresh=True).leader == victim_broker]
         assert led, "the victim node leads no partition"
         before = len(writer.acked)
@@ -235,11 +247,12 @@ def scenario(rc: Cluster, workers: list) -> dict:
         wait_until(lambda: len(writer.acked) >= before + 300, timeout=120, what="writes to continue after the failover")
         timings["writes_resumed_s"] = time.monotonic() - t_remove
 
-        # 3. the lost broker waits for a node; every partition runs under-replicated
+        # 3. the lost broker waits for a node; every partition runs under-replicated, but
+        # the RF=1 topic, whose only copy is on the lost machine, is offline
         def degraded() -> bool:
             pl = ray.get(cluster.controller.placement.remote(), timeout=10)
             metrics = admin.describe_cluster()["metrics"]
-            return pl["waiting"] == [victim_broker] and metrics["under_replicated_partitions"] == PARTITIONS and metrics["offline_partitions"] == 0
+            return pl["waiting"] == [victim_broker] and metrics["under_replicated_partitions"] == PARTITIONS and metrics["offline_partitions"] == 1
 
         wait_until(degraded, timeout=120, what="the lost broker to wait and the partitions to run with ISR 2")
         show_status(victim_broker)
@@ -258,6 +271,8 @@ def scenario(rc: Cluster, workers: list) -> dict:
         def restored() -> bool:
             pl = ray.get(cluster.controller.placement.remote(), timeout=10)
             if pl["brokers"][victim_broker]["node"] != fresh.node_id or pl["waiting"]:
+                return False
+            if cluster.partition_metadata(SOLO, 0, refresh=True).leader != victim_broker:
                 return False
             return all(len(cluster.partition_metadata(TOPIC, p, refresh=True).isr) == 3 for p in range(PARTITIONS))
 
@@ -280,9 +295,13 @@ def scenario(rc: Cluster, workers: list) -> dict:
 
         wait_until(caught_up, timeout=60, what="the recreated replicas to catch up")
         assert check_no_loss(cluster, admin, writer) == checked
+        # the RF=1 topic came back from its machine's disk, every record of it
+        solo = {o: v for (_, o), v in read_all(cluster, admin, SOLO).items()}
+        assert solo == solo_acked, f"RF=1 topic after its node returned: {len(solo)} of {len(solo_acked)} records"
         metrics = admin.describe_cluster()["metrics"]
         assert metrics["under_replicated_partitions"] == 0 and metrics["offline_partitions"] == 0, metrics
-        log(f"full replication restored {timings['restore_s']:.1f} s after adding node {fresh.node_id[:8]}")
+        log(f"full replication restored {timings['restore_s']:.1f} s after adding node {fresh.node_id[:8]}; "
+            f"RF=1 topic back with its {len(solo)} records")
         return {"ok": True, "acked": checked, "victim_broker": victim_broker, "led": led, **timings}
     finally:
         teardown("mn", delete_data=True, address=None, data_dir=data_dir)

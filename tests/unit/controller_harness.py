@@ -39,9 +39,10 @@ class Harness:
     store: MemoryStore = field(default_factory=MemoryStore)
     sent: list = field(default_factory=list)
     now: int = 0
+    binding: dict = field(default_factory=dict)  # broker -> node ({}: brokers stay logical)
 
     def __post_init__(self) -> None:
-        self.core = ControllerState("c", self.cfg)
+        self.core = ControllerState("c", self.cfg, binding=self.binding)
         self.apply(self.core.start(dict(self.store.data), BROKERS, 0, self.now))
 
     def apply(self, actions: list) -> list:
@@ -70,7 +71,7 @@ class Harness:
 
     def restart(self) -> "Harness":
         """A new controller on the same store (the old one's memory is gone)."""
-        return Harness(self.cfg, self.store, now=self.now)
+        return Harness(self.cfg, self.store, now=self.now, binding=self.binding)
 
     def create(self, name: str = TOPIC, partitions: int = 1, rf: int = 3, **kw) -> list:
         """Partition i gets replicas [i, i+1, ...] (mod brokers) unless told otherwise."""

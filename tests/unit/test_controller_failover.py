@@ -514,3 +514,35 @@ def test_a_role_is_addressed_to_the_process_last_heard_and_a_refusal_by_another_
     assert any(isinstance(a, SendHeartbeat) and a.replica.broker == 2 for a in h.core.tick(h.now)), "beaten at once"
     again = [a for a in h.beat(2, incarnation="r2") if isinstance(a, SendLeaderAndIsr)]
     assert [(a.request.incarnation, a.request.leader) for a in again if a.replica.broker == 2] == [("r2", 1)]
+
+
+def test_an_offline_partitions_last_isr_member_is_recreated_when_its_machine_returns_as_a_new_node():
+    """The broker of an offline partition's only ISR member lost its node. The controller
+    waits for that machine (its disk holds the only copy), and when a node appears on the
+    same host -- Ray gives a returning machine a new node id -- recreates the replica there
+    (persisting the re-binding first); a node on another host does not count."""
+    from kcoord.replication.controller import CreateReplica
+    from kcoord.replication.placement import PLACEMENT_KEY, decode_binding
+
+    h = Harness(binding={0: "n0", 1: "n1", 2: "n2"})
+    hosts = {"n0": "h0", "n1": "h1", "n2": "h2"}
+    h.core.on_nodes(["n0", "n1", "n2"], hosts)
+    h.create()
+    h.dead(0)
+    h.dead(2)
+    assert (h.partition().leader, h.partition().isr) == (1, [1])
+    h.core.on_nodes(["n0", "n2"], hosts)  # n1 is lost with broker 1's replica
+    h.dead(1)
+    assert (h.partition().leader, h.partition().isr) == (NO_LEADER, [1])
+    rid = ReplicaId(TOPIC, 0, 1)
+
+    def creates_after(ms: int) -> list:
+        h.now += ms
+        return [a for a in h.apply(h.core.tick(h.now)) if isinstance(a, CreateReplica) and a.replica == rid]
+
+    h.core.on_nodes(["n0", "n2", "spare"], {**hosts, "spare": "h9"})
+    assert creates_after(5_000) == []  # a spare node on another host would start it empty
+    h.core.on_nodes(["n0", "n2", "spare", "n1b"], {**hosts, "spare": "h9", "n1b": "h1"})
+    (create,) = creates_after(5_000)
+    assert create.node == "n1b"
+    assert decode_binding(h.store.get(PLACEMENT_KEY))[1] == "n1b"

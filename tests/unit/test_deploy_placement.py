@@ -101,3 +101,36 @@ def test_a_broker_whose_node_holds_the_only_copy_waits_for_it():
     d = placement.decide(0, [[0], [1]], movable=False)
     assert d.wait and placement.binding[0] == "a" and placement.rebinds == 0
     assert placement.decide(0, [[0], [1]], movable=True).node == "spare"
+
+
+def test_a_broker_holding_the_only_copy_follows_its_machine_to_a_new_node_id():
+    """The chaos run of seed 622365 (CI): a node lost while its broker was a partition's
+    last ISR member came back -- as Ray does -- under a new node id on the same host, and the
+    broker waited for the old id forever: the partition stayed offline. A node on the lost
+    node's host is its machine back, with its disk; a node on another host is not."""
+    hosts = {"a": "10.0.0.1", "b": "10.0.0.2", "c": "10.0.0.3", "other": "10.0.0.9"}
+    placement = BrokerBinding({0: "a", 1: "b", 2: "c"}, alive={"a", "c", "other"}, hosts=dict(hosts))
+    assignments = [[0, 1, 2]]
+    assert placement.decide(1, assignments, movable=False).wait  # another host: still waits
+    assert placement.describe()["waiting"] == [1]
+    placement.hosts["b2"] = "10.0.0.2"  # the machine's raylet is back
+    placement.alive = {"a", "c", "other", "b2"}
+    d = placement.decide(1, assignments, movable=False)
+    assert (d.node, d.wait, d.rebound_from) == ("b2", False, "b")
+    assert placement.binding[1] == "b2" and placement.describe()["waiting"] == [] and placement.rebinds == 1
+
+
+def test_a_broker_holding_the_only_copy_never_joins_a_peer_on_its_host():
+    """On one host (several raylets on one machine, as in the tests) every node shares the
+    disk, but the peer rule still holds: no node hosting a broker that shares a partition."""
+    placement = BrokerBinding({0: "a", 1: "b", 2: "c"}, alive={"a", "c"}, hosts={n: "127.0.0.1" for n in "abc"})
+    assert placement.decide(1, [[0, 1, 2]], movable=False).wait
+    placement.alive = {"a", "c", "d"}
+    placement.hosts["d"] = "127.0.0.1"
+    assert placement.decide(1, [[0, 1, 2]], movable=False).node == "d"
+
+
+def test_a_broker_holding_the_only_copy_waits_when_its_host_is_unknown():
+    placement = BrokerBinding({0: "a", 1: "b"}, alive={"a", "d"}, hosts={"a": "h1", "d": "h2"})
+    assert placement.decide(1, [[0, 1]], movable=False).wait
+    assert placement.decide(1, [[0, 1]], movable=True).node == "d"
