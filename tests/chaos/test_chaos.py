@@ -30,7 +30,7 @@ REPO = Path(__file__).resolve().parents[2]
 DURATION = float(os.environ.get("KCOORD_CHAOS_SECONDS", "160"))
 
 
-def _run(out: Path) -> tuple[int, str]:
+def _run(out: Path) -> tuple[int, str, str]:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([str(REPO)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
     proc = subprocess.Popen(
@@ -44,9 +44,11 @@ def _run(out: Path) -> tuple[int, str]:
         text=True,
     )
     stdout: list[str] = []
+    stderr: list[str] = []
 
     def relay_stderr() -> None:  # progress and every fault, as it happens (visible with -s)
         for line in proc.stderr:
+            stderr.append(line)
             sys.stderr.write(line)
 
     t = threading.Thread(target=relay_stderr, daemon=True)
@@ -60,16 +62,17 @@ def _run(out: Path) -> tuple[int, str]:
         if proc.poll() is None:
             proc.kill()
     t.join(timeout=10)
-    return code, "".join(stdout)
+    return code, "".join(stdout), "".join(stderr)
 
 
 def test_chaos_run_checked_by_the_history_checker(tmp_path):
     for attempt in range(2):
-        code, stdout = _run(tmp_path / f"history-{attempt}")
+        code, stdout, stderr = _run(tmp_path / f"history-{attempt}")
         if code != EXIT_RAY_STARTUP:
             break
     summaries = [json.loads(line) for line in stdout.splitlines() if line.startswith('{"ok"')]
-    assert summaries, f"the chaos run printed no summary (exit {code}):\n{stdout[-5000:]}"
+    # without a summary the run itself failed: its traceback is at the end of stderr
+    assert summaries, f"the chaos run printed no summary (exit {code}):\n{stdout[-3000:]}\n--- stderr ---\n{stderr[-6000:]}"
     s = summaries[-1]
     print(
         f"\nchaos seed={s['seed']} nemesis={s['seconds']:.0f}s wall={s['wall_s']}s kills={s['kills']} pauses={s['pauses']} "
