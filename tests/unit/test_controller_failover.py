@@ -546,3 +546,39 @@ def test_an_offline_partitions_last_isr_member_is_recreated_when_its_machine_ret
     (create,) = creates_after(5_000)
     assert create.node == "n1b"
     assert decode_binding(h.store.get(PLACEMENT_KEY))[1] == "n1b"
+
+
+def test_sole_isr_member_back_on_its_machine_with_an_emptied_disk_does_not_lead():
+    """The chaos run of seed 622365: broker 1's node was lost (the nemesis deletes its data
+    directory with it, as a lost machine takes its disk), 0 and 2 were killed, the controller
+    restarted: ISR [1], ELR [0, 2] untrusted, offline until broker 1 returns. It returns on a
+    new node of its host -- but empty. A new process on new storage is suspect, so it does not
+    lead on the ISR's word: with every candidate back, the longest log (an ELR member holding
+    every acknowledged record) leads."""
+    from kcoord.replication.controller import CreateReplica
+
+    hosts = {"n0": "h0", "n1": "h1", "n2": "h2"}
+    h = Harness(binding={0: "n0", 1: "n1", 2: "n2"})
+    h.core.on_nodes(["n0", "n1", "n2"], hosts)
+    h.create(config=LOSSY)
+    for b in BROKERS:
+        h.beat(b, incarnation=f"a{b}", log_end_offset=100)
+    h.alter([0])  # ELR [1, 2]
+    h.dead(0)  # 1 leads from the ELR; ISR [1], ELR [0, 2]
+    h.dead(2)
+    h.dead(1)
+    assert (h.stored().leader, h.stored().isr, h.stored().elr) == (NO_LEADER, [1], [0, 2])
+    h2 = h.restart()
+    h2.core.on_nodes(["n0", "n2", "n1b"], {**hosts, "n1b": "h1"})
+    h2.beat(0, incarnation="c0", log_end_offset=100)
+    h2.beat(2, incarnation="c2", log_end_offset=100)
+    assert h2.stored().leader == NO_LEADER, "this controller never saw them leave: no trust"
+    h2.now += 5_000
+    creates = [a for a in h2.apply(h2.core.tick(h2.now)) if isinstance(a, CreateReplica) and a.replica.broker == 1]
+    assert [c.node for c in creates] == ["n1b"]
+    h2.beat(0, incarnation="c0", log_end_offset=100)  # alive all along
+    h2.beat(2, incarnation="c2", log_end_offset=100)
+    assert h2.stored().leader == NO_LEADER
+    h2.beat(1, incarnation="b1", storage="n1b/boot1", log_end_offset=0)
+    p = h2.stored()
+    assert p.leader == 0 and p.isr == [0], (p.leader, p.isr)
