@@ -516,34 +516,44 @@ def test_a_role_is_addressed_to_the_process_last_heard_and_a_refusal_by_another_
     assert [(a.request.incarnation, a.request.leader) for a in again if a.replica.broker == 2] == [("r2", 1)]
 
 
+NODES = {"n0": "h0", "n1": "h1", "n2": "h2"}  # node -> host, broker b on node nb
+
+
+def bound_harness() -> Harness:
+    """Brokers bound to nodes n0-n2, each on its own host."""
+    h = Harness(binding={0: "n0", 1: "n1", 2: "n2"})
+    h.core.on_nodes(list(NODES), NODES)
+    return h
+
+
+def creates_after(h: Harness, ms: int, broker: int) -> list:
+    """The CreateReplica actions for ``broker``'s replica of partition 0 in a tick ``ms`` later."""
+    from kcoord.replication.controller import CreateReplica
+
+    h.now += ms
+    rid = ReplicaId(TOPIC, 0, broker)
+    return [a for a in h.apply(h.core.tick(h.now)) if isinstance(a, CreateReplica) and a.replica == rid]
+
+
 def test_an_offline_partitions_last_isr_member_is_recreated_when_its_machine_returns_as_a_new_node():
     """The broker of an offline partition's only ISR member lost its node. The controller
     waits for that machine (its disk holds the only copy), and when a node appears on the
     same host -- Ray gives a returning machine a new node id -- recreates the replica there
     (persisting the re-binding first); a node on another host does not count."""
-    from kcoord.replication.controller import CreateReplica
     from kcoord.replication.placement import PLACEMENT_KEY, decode_binding
 
-    h = Harness(binding={0: "n0", 1: "n1", 2: "n2"})
-    hosts = {"n0": "h0", "n1": "h1", "n2": "h2"}
-    h.core.on_nodes(["n0", "n1", "n2"], hosts)
+    h = bound_harness()
     h.create()
     h.dead(0)
     h.dead(2)
     assert (h.partition().leader, h.partition().isr) == (1, [1])
-    h.core.on_nodes(["n0", "n2"], hosts)  # n1 is lost with broker 1's replica
+    h.core.on_nodes(["n0", "n2"], NODES)  # n1 is lost with broker 1's replica
     h.dead(1)
     assert (h.partition().leader, h.partition().isr) == (NO_LEADER, [1])
-    rid = ReplicaId(TOPIC, 0, 1)
-
-    def creates_after(ms: int) -> list:
-        h.now += ms
-        return [a for a in h.apply(h.core.tick(h.now)) if isinstance(a, CreateReplica) and a.replica == rid]
-
-    h.core.on_nodes(["n0", "n2", "spare"], {**hosts, "spare": "h9"})
-    assert creates_after(5_000) == []  # a spare node on another host would start it empty
-    h.core.on_nodes(["n0", "n2", "spare", "n1b"], {**hosts, "spare": "h9", "n1b": "h1"})
-    (create,) = creates_after(5_000)
+    h.core.on_nodes(["n0", "n2", "spare"], {**NODES, "spare": "h9"})
+    assert creates_after(h, 5_000, broker=1) == []  # a spare node on another host would start it empty
+    h.core.on_nodes(["n0", "n2", "spare", "n1b"], {**NODES, "spare": "h9", "n1b": "h1"})
+    (create,) = creates_after(h, 5_000, broker=1)
     assert create.node == "n1b"
     assert decode_binding(h.store.get(PLACEMENT_KEY))[1] == "n1b"
 
@@ -555,11 +565,7 @@ def test_sole_isr_member_back_on_its_machine_with_an_emptied_disk_does_not_lead(
     new node of its host -- but empty. A new process on new storage is suspect, so it does not
     lead on the ISR's word: with every candidate back, the longest log (an ELR member holding
     every acknowledged record) leads."""
-    from kcoord.replication.controller import CreateReplica
-
-    hosts = {"n0": "h0", "n1": "h1", "n2": "h2"}
-    h = Harness(binding={0: "n0", 1: "n1", 2: "n2"})
-    h.core.on_nodes(["n0", "n1", "n2"], hosts)
+    h = bound_harness()
     h.create(config=LOSSY)
     for b in BROKERS:
         h.beat(b, incarnation=f"a{b}", log_end_offset=100)
@@ -569,13 +575,11 @@ def test_sole_isr_member_back_on_its_machine_with_an_emptied_disk_does_not_lead(
     h.dead(1)
     assert (h.stored().leader, h.stored().isr, h.stored().elr) == (NO_LEADER, [1], [0, 2])
     h2 = h.restart()
-    h2.core.on_nodes(["n0", "n2", "n1b"], {**hosts, "n1b": "h1"})
+    h2.core.on_nodes(["n0", "n2", "n1b"], {**NODES, "n1b": "h1"})
     h2.beat(0, incarnation="c0", log_end_offset=100)
     h2.beat(2, incarnation="c2", log_end_offset=100)
     assert h2.stored().leader == NO_LEADER, "this controller never saw them leave: no trust"
-    h2.now += 5_000
-    creates = [a for a in h2.apply(h2.core.tick(h2.now)) if isinstance(a, CreateReplica) and a.replica.broker == 1]
-    assert [c.node for c in creates] == ["n1b"]
+    assert [c.node for c in creates_after(h2, 5_000, broker=1)] == ["n1b"]
     h2.beat(0, incarnation="c0", log_end_offset=100)  # alive all along
     h2.beat(2, incarnation="c2", log_end_offset=100)
     assert h2.stored().leader == NO_LEADER
