@@ -184,6 +184,11 @@ class BaseLog(ABC):
         directory can be reopened; must not raise."""
 
     @property
+    def directory_id(self) -> str:
+        """Which directory holds this log ("" for storage without one: a memory log)."""
+        return ""
+
+    @property
     def storage_generation(self) -> int:
         """How many times an I/O error has taken this log's storage offline, as its storage
         remembers it (0 for storage that cannot lose unsynced writes to an I/O error)."""

@@ -26,6 +26,10 @@ CLEANER_CHECKPOINT = "cleaner-offset-checkpoint"
 CLEAN_SHUTDOWN = ".kcoord-clean-shutdown"
 # How many times an I/O error took this log offline (see FileLog.storage_generation).
 LOST_PAGES = ".kcoord-lost-pages"
+# Which directory this is: written once, when the log is first opened in it (KIP-858's
+# directory id, per replica). A log that reports another id than before is a new directory
+# -- its disk was wiped or replaced -- however it got there.
+DIRECTORY_ID = "directory.id"
 PRODUCER_SNAPSHOT_SUFFIX = ".producer-snapshot"
 TMP_SUFFIX = ".tmp"
 _VERSION = 0
@@ -165,3 +169,22 @@ def write_lost_pages(fs: FileSystem, directory: Path, generation: int) -> bool:
     except OSError:
         return False
     return True
+
+
+def read_directory_id(fs: FileSystem, directory: Path) -> str:
+    """The id recorded in ``directory`` ("" when there is none). A read error is an OSError
+    (the disk failed); a file that does not hold an id raises :class:`CheckpointError`."""
+    try:
+        raw = fs.read_file(directory / DIRECTORY_ID)
+    except FileNotFoundError:
+        return ""
+    text = raw.decode("ascii", "replace").strip()
+    if not text or not text.isprintable() or len(text) > 128:
+        raise CheckpointError(f"{directory / DIRECTORY_ID} does not hold a directory id: {raw[:64]!r}")
+    return text
+
+
+def write_directory_id(fs: FileSystem, directory: Path, directory_id: str) -> None:
+    """Record ``directory_id`` durably (file and name fsynced) before anything else is
+    written: an id lost in a crash would make a directory that holds data look new."""
+    write_atomic(fs, directory / DIRECTORY_ID, directory_id.encode("ascii") + b"\n")

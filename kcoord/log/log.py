@@ -34,10 +34,12 @@ simulation passes its simulated disk), and an I/O error takes the log offline (`
 
 from __future__ import annotations
 
+import logging
+import uuid
 from bisect import bisect_right
 from collections import OrderedDict
 from pathlib import Path
-from typing import Iterator, Sequence
+from typing import Callable, Iterator, Sequence
 
 from ..records import BatchHeader
 from .base import AppendInfo, BaseLog, _BufferLike, storage_operation
@@ -52,8 +54,10 @@ from .checkpoint import (
     CheckpointError,
     read_epochs,
     read_lost_pages,
+    read_directory_id,
     read_offset,
     write_atomic,
+    write_directory_id,
     write_epochs,
     write_lost_pages,
     write_offset,
@@ -71,6 +75,8 @@ from .recovery import RecoveryReport, load_segments
 from .rolling import must_roll, plan_runs
 from .segment import Segment, SegmentInfo
 
+logger = logging.getLogger("kcoord.log")
+
 MAX_OPEN_READERS = 64  # file handles kept open for reading older segments
 
 __all__ = ["Log", "SegmentInfo", "AppendInfo"]
@@ -87,11 +93,13 @@ class Log(BaseLog):
         now_ms: int | None = None,
         lock_wait_s: float = 0.0,
         fs: FileSystem | None = None,
+        new_directory_id: Callable[[], str] | None = None,
     ) -> None:
         """``lock_wait_s``: how long to wait for another process's lock on ``directory`` to
         go away (a predecessor still exiting) before failing with KAFKA_STORAGE_ERROR.
-        ``fs``: the file system (None = the real one). An I/O error while opening raises
-        :class:`LogStorageError`."""
+        ``fs``: the file system (None = the real one). ``new_directory_id()``: the id to give
+        a directory that has none yet (None = a random UUID; the simulation passes
+        deterministic ones). An I/O error while opening raises :class:`LogStorageError`."""
         super().__init__(config if config is not None else LogConfig(), now_ms)
         self.directory = Path(directory)
         self._fs = fs = OS_FILE_SYSTEM if fs is None else fs
@@ -105,6 +113,8 @@ class Log(BaseLog):
         except OSError as exc:
             raise LogStorageError(f"{self._where()}: open failed: {exc}", exc.errno) from exc
         self._storage_generation = 0
+        self._new_directory_id = new_directory_id or (lambda: uuid.uuid4().hex)
+        self._directory_id = ""
         try:
             self._open()
         except BaseException as exc:
@@ -137,6 +147,7 @@ class Log(BaseLog):
         self._pending: Sequence[BatchHeader] = ()
         self._unsynced: list[Segment] = []  # rolled but not yet fsynced
         report = RecoveryReport()
+        self._directory_id = self._load_directory_id()
         self._storage_generation = read_lost_pages(fs, self.directory)
         marker = self.directory / CLEAN_SHUTDOWN
         report.clean_shutdown = fs.exists(marker)
@@ -227,6 +238,29 @@ class Log(BaseLog):
         for epoch, start in transitions:
             cache.assign(epoch, start)
         return cache
+
+    # -- directory identity -------------------------------------------------------------
+
+    @property
+    def directory_id(self) -> str:
+        """This directory's id, given when a log was first opened in it (KIP-858's idea,
+        per replica). The replica reports it; the controller remembers it, and a replica
+        that comes back with another id has lost its disk, whatever its log now says."""
+        return self._directory_id
+
+    def _load_directory_id(self) -> str:
+        try:
+            known = read_directory_id(self._fs, self.directory)
+        except CheckpointError as exc:
+            # Unreadable: this directory cannot show it is the one it was, so it counts as a
+            # new one (the controller then treats it as having lost its disk).
+            logger.warning("%s: %s; giving the directory a new id", self._where(), exc)
+            known = ""
+        if known:
+            return known
+        new = self._new_directory_id()
+        write_directory_id(self._fs, self.directory, new)
+        return new
 
     # -- storage generation -------------------------------------------------------------
 

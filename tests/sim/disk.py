@@ -276,6 +276,22 @@ class SimDisk:
         for p in [p for p in self._locks if inside(p)]:
             del self._locks[p]
 
+    def wipe(self, path) -> None:
+        """The directory ``path`` and everything under it are gone for good, synced or not
+        (the disk holding them was replaced, or an operator deleted them); a process using
+        them must be dead already (its descriptors and locks there are dropped)."""
+        p = _norm(path)
+        self.kill(under=p)
+        try:
+            d, name = self._parent(p)
+        except OSError:
+            return
+        d.entries.pop(name, None)
+        d.durable.pop(name, None)
+        # a pending directory operation must not bring the name back at a power loss
+        self._journal = [op for op in self._journal if not any(pd is d and pname == name for pd, pname, _ in op)]
+        self.used = sum(len(self._file(f).data) for f in self.files())
+
     # -- inspection (tests) ---------------------------------------------------------------
 
     def files(self, under: str = "/") -> list[str]:

@@ -137,7 +137,13 @@ class ReplicaProcess(Process):
         now = sim.kernel.now
         config = self.spec.config()
         try:
-            log = Log(self.directory(machine), LogConfig.from_topic_config(config), now_ms=now, fs=machine.disk)
+            log = Log(
+                self.directory(machine),
+                LogConfig.from_topic_config(config),
+                now_ms=now,
+                fs=machine.disk,
+                new_directory_id=lambda: f"dir-{self.incarnation_id}",  # deterministic: replay by seed
+            )
         except Exception as exc:
             if not is_storage_error(exc):
                 raise

@@ -240,7 +240,7 @@ def test_the_log_on_simdisk_is_deterministic():
 
     def run() -> tuple:
         disk = SimDisk(random.Random(7), torn=0.5)
-        log = Log("/n/t", LogConfig(segment_bytes=500, index_interval_bytes=64), now_ms=NOW, fs=disk)
+        log = Log("/n/t", LogConfig(segment_bytes=500, index_interval_bytes=64), now_ms=NOW, fs=disk, new_directory_id=lambda: "d1")
         fill(log, 10, epoch=1)
         log.flush()
         fill(log, 5, epoch=2)
@@ -264,3 +264,32 @@ def test_a_log_left_open_by_a_dead_process_reopens_after_kill():
     assert_consistent(again)
     with pytest.raises(LogStorageError):  # the dead process's log object is offline now
         fill(log, 1)
+
+
+def test_a_new_directory_id_survives_a_power_loss_right_after_the_open():
+    """Written and fsynced (file and name) before anything else: a crash never makes a
+    directory that holds data look new."""
+    disk = SimDisk(random.Random(3), torn=0.5)
+    log = Log("/n/t", LogConfig(), now_ms=NOW, fs=disk, new_directory_id=lambda: "first")
+    fill(log, 3, epoch=1)
+    disk.power_loss()
+    again = Log("/n/t", LogConfig(), now_ms=NOW, fs=disk, new_directory_id=lambda: "second")
+    assert again.directory_id == "first"
+
+
+def test_simdisk_wipe_is_for_good():
+    """The simulation's ``wipe`` fault: a directory gone with its disk stays gone through a
+    power loss (no pending directory operation brings it back), and a log opened there
+    starts empty under a new directory id."""
+    disk = SimDisk(random.Random(5), torn=1.0)
+    log = Log("/m/b/t-0", LogConfig(), now_ms=NOW, fs=disk, new_directory_id=lambda: "old")
+    fill(log, 4, epoch=1)
+    log.flush()
+    disk.makedirs("/m/b/t-0/unsynced")
+    disk.kill(under="/m/b/t-0")
+    disk.wipe("/m/b/t-0")
+    assert not disk.exists("/m/b/t-0") and disk.used == 0
+    disk.power_loss()
+    assert not disk.exists("/m/b/t-0")
+    again = Log("/m/b/t-0", LogConfig(), now_ms=NOW, fs=disk, new_directory_id=lambda: "new")
+    assert (again.directory_id, again.log_end_offset) == ("new", 0)

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from kcoord.log import Log
-from kcoord.log.checkpoint import EPOCH_CHECKPOINT, HW_CHECKPOINT
+from kcoord.log.checkpoint import DIRECTORY_ID, EPOCH_CHECKPOINT, HW_CHECKPOINT
 from kcoord.log.fs import OsFileSystem
 from kcoord.log.segment import Segment
 from kcoord.protocol.errors import ErrorCode, KafkaError
@@ -379,3 +379,24 @@ def test_opening_waits_for_a_lock_holder_that_goes_away(tmp_path):
     finally:
         holder.kill()
         holder.wait()
+
+
+def test_the_directory_id_is_kept_across_reopens_and_new_for_a_wiped_directory(where):
+    """The id a replica reports so the controller can tell its directory from a wiped one:
+    the same directory keeps it, an emptied one (and one whose id file is garbage) gets
+    another."""
+    log = where.open()
+    first = log.directory_id
+    assert first and where.exists(DIRECTORY_ID)
+    fill(log, 2)
+    log.close()
+    same = where.open()
+    assert same.directory_id == first
+    same.close()
+    for name in where.names():
+        where.unlink(name)
+    again = where.open()
+    assert again.directory_id not in ("", first)
+    again.close()
+    where.write_text(DIRECTORY_ID, "\x00\x01 not an id")
+    assert where.open().directory_id not in ("", first, again.directory_id)
