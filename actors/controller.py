@@ -313,6 +313,16 @@ class FailoverCoordinator:
         driver = await self._booted()
         return {names.replica(self.cluster, r.topic, r.partition, r.broker): alive for r, alive in driver.replica_health().items()}
 
+    async def replica_directories(self) -> dict[str, dict]:
+        """{replica name: {"directory_id", "replaced"}}: the log directory each replica last
+        reported, and whether it came back in a new one (a wiped disk) and is not in sync
+        since -- such a replica does not lead (Kafka's log directory ids, KIP-858)."""
+        driver = await self._booted()
+        return {
+            names.replica(self.cluster, r.topic, r.partition, r.broker): {"directory_id": d, "replaced": replaced}
+            for r, (d, replaced) in driver.replica_directories().items()
+        }
+
     async def placement(self) -> dict:
         """The broker -> node binding, which nodes are alive, and brokers waiting for one."""
         driver = await self._booted()

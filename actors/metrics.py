@@ -24,6 +24,7 @@ class ControllerMetricsExporter:
                 ("under_replicated_partitions", "Partitions whose ISR is smaller than their replica set"),
                 ("offline_partitions", "Partitions without a leader"),
                 ("offline_log_replicas", "Replicas whose log an I/O error took offline (until restarted)"),
+                ("replaced_directory_replicas", "Replicas back with a wiped disk, not yet in sync (they do not lead)"),
                 ("controller_epoch", "Current controller epoch"),
             )
         }
@@ -38,6 +39,7 @@ class ControllerMetricsExporter:
                 ("isr_expands", "ISR expansions applied by the controller"),
                 ("replicas_recreated", "Replica actors recreated after dying"),
                 ("replicas_replaced_stuck", "Replica actors replaced after a Ray restart that hung"),
+                ("directories_replaced", "Replicas seen back with another log directory (a wiped disk)"),
             )
         }
         self._failover = Histogram(

@@ -232,6 +232,7 @@ class ReplicaActor:
             "pid": os.getpid(),
             "node_id": self.node_id,
             "directory": str(self.directory),
+            "directory_id": log.directory_id,
             "size_bytes": 0 if offline else log.size_bytes,
             "metrics": dict(r.metrics),
             "parked_fetches": r.parked_fetches(),

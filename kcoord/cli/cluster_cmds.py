@@ -148,6 +148,7 @@ def _status_tables(snap: dict[str, Any], internal: bool) -> list[Any]:
     under = int(metrics.get("under_replicated_partitions", 0))
     offline = int(metrics.get("offline_partitions", 0))
     offline_logs = int(metrics.get("offline_log_replicas", 0))
+    wiped = int(metrics.get("replaced_directory_replicas", 0))
     overview.add_row("controller epoch", str(cluster["controller_epoch"]))
     overview.add_row("brokers", f"{len(cluster['brokers'])}" + (" (bound to nodes)" if bound else " (logical, one Ray node)"))
     overview.add_row("Ray nodes alive", str(alive_nodes))
@@ -155,6 +156,10 @@ def _status_tables(snap: dict[str, Any], internal: bool) -> list[Any]:
     overview.add_row("under-replicated", f"[{'yellow' if under else 'green'}]{under}[/]")
     overview.add_row("offline", f"[{'red' if offline else 'green'}]{offline}[/]")
     overview.add_row("offline logs", f"[{'red' if offline_logs else 'green'}]{offline_logs}[/]" + (" (I/O errors; restart those replicas)" if offline_logs else ""))
+    overview.add_row(
+        "wiped disks",
+        f"[{'yellow' if wiped else 'green'}]{wiped}[/]" + (" (replicas back with an empty log directory; they lead once in sync again)" if wiped else ""),
+    )
     overview.add_row("failovers", f"{int(metrics.get('failovers_total', 0))} (last {metrics.get('failover_ms_last', -1):.0f} ms)" if metrics.get("failovers_total") else "0")
 
     coord = Table(title="coordinators", title_justify="left")

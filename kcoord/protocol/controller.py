@@ -79,6 +79,9 @@ class LeaderAndIsrRequest(Message):
     replicas: list[int]
     config: dict[str, str] | None = None
     incarnation: str = ""
+    # The log directory the controller last heard the receiver report ("" if none): asked
+    # to lead from another directory -- its disk was wiped since -- a replica refuses.
+    directory_id: str = ""
 
 
 @register
@@ -92,6 +95,8 @@ class LeaderAndIsrResponse(Message):
     # designated leader refuses with FENCED_LEADER_EPOCH, and this says whether it kept
     # its page cache.
     storage: str = ""
+    # ... and its log directory's id (HeartbeatResponse.directory_id).
+    directory_id: str = ""
 
 
 @register
@@ -160,12 +165,15 @@ class HeartbeatResponse(Message):
     # changes only when they may be gone, so a process that restarted with the same storage
     # lost nothing it had written (writes are os.write calls, which SIGKILL does not undo).
     storage: str = ""
+    # Which directory its log is in (Log.directory_id): another id than before means its
+    # disk was wiped or replaced -- it holds nothing it held, whatever its log says.
+    directory_id: str = ""
     # Leader only: the followers it has heard from in this leadership, each as
     # (ms since its latest fetch arrived (0 while one is parked), that fetch's offset,
-    # incarnation, storage, partition epoch) -- the status a heartbeat of its own would
+    # incarnation, storage, partition epoch, directory id) -- the status a heartbeat of its own would
     # give. A follower's fetches are its heartbeat: the controller beats it directly only
     # when no leader vouches for it.
-    followers_heard: dict[int, tuple[int, int, str, str, int]] = field(default_factory=dict)
+    followers_heard: dict[int, tuple[int, int, str, str, int, str]] = field(default_factory=dict)
 
 
 @register

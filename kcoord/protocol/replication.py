@@ -70,6 +70,7 @@ class FetchRequest(Message):
     # follower itself (HeartbeatResponse.followers_heard).
     replica_storage: str = ""
     replica_partition_epoch: int = -1
+    replica_directory_id: str = ""
 
 
 @register

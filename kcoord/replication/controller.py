@@ -360,6 +360,14 @@ class ControllerState:
         actions: list[ControllerAction] = [Persist(topic_key(after.name), after.encode())]
         for i in range(after.num_partitions):
             p = self.partitions[(after.name, i)]
+            if p.leader == NO_LEADER:
+                # The new config may make a leader electable (unclean.leader.election.enable
+                # set to recover a partition whose every in-sync copy is gone); the election
+                # announces the config with the new state.
+                elected = self._elect(p, now_ms, failed_leader=False)
+                if elected:
+                    actions += elected
+                    continue
             alive = self._alive(p)
             actions += self._send_state(p, [b for b in p.replicas if alive(b)])
         return IncrementalAlterConfigsResponse(configs=described), actions
@@ -430,7 +438,7 @@ class ControllerState:
             self.metrics.isr_shrinks += 1
         self._set_isr(p, sorted(new_isr, key=p.replicas.index))
         for b in added:
-            self.trust.suspect.discard(ReplicaId(p.topic, p.partition, b))  # caught up with the leader
+            self.trust.in_sync(ReplicaId(p.topic, p.partition, b))  # caught up with the leader
         p.partition_epoch += 1
         return answer(ErrorCode.NONE), [Persist(partition_key(p.topic, p.partition), p.encode()), *self.trust.persist(p)]
 
@@ -484,7 +492,7 @@ class ControllerState:
         ):
             return []
         actions: list[ControllerAction] = []
-        for b, (ago, leo, incarnation, storage, partition_epoch) in sorted(status.followers_heard.items()):
+        for b, (ago, leo, incarnation, storage, partition_epoch, directory_id) in sorted(status.followers_heard.items()):
             rid = ReplicaId(p.topic, p.partition, b)
             if b == p.leader or b not in p.replicas or rid not in self.detector:
                 continue
@@ -506,6 +514,7 @@ class ControllerState:
                 log_end_offset=leo,
                 incarnation=incarnation,
                 storage=storage,
+                directory_id=directory_id,
             )
             actions += self._on_status(rid, heard, now_ms, event)
         return actions
@@ -545,6 +554,7 @@ class ControllerState:
             # machine's).
             if p is not None and self._lossy(p) and self.trust.storage_changed(replica, status.storage):
                 self.trust.suspect.add(replica)
+        self._saw_directory(replica, status.directory_id)
         self.trust.seen(replica, status)
         if p is not None:
             actions += self.trust.persist(p)  # stored before anything acts on it
@@ -600,6 +610,7 @@ class ControllerState:
             # lost its unflushed tail: others that did not restart lead first if they can.
             if self._lossy(p) and self.trust.storage_changed(replica, response.storage):
                 self.trust.suspect.add(replica)
+            self._saw_directory(replica, response.directory_id)
             actions = self.trust.persist(p)
             actions += self._elect(p, now_ms, failed_leader=False)
             return actions + self.trust.persist(p)
@@ -629,6 +640,13 @@ class ControllerState:
             return self._send_state(p, [replica.broker])
         return []
 
+    def _saw_directory(self, replica: ReplicaId, directory_id: str) -> None:
+        """``replica`` reports its log directory; one other than recorded means its disk was
+        wiped or replaced: it holds nothing of what it held, and must not lead on the
+        strength of its ISR or ELR membership (trust.py)."""
+        if self.trust.directory_seen(replica, directory_id):
+            self.metrics.directories_replaced += 1
+
     def _may_join(self, replica: ReplicaId, req: AlterPartitionRequest) -> bool:
         """Whether ``replica`` may join the ISR on the leader's word (KIP-903): it is alive,
         it has answered this controller -- a controller that just started knows only the
@@ -639,6 +657,9 @@ class ControllerState:
 
     def _alive(self, p: PartitionState):
         return lambda b: self.detector.is_alive(ReplicaId(p.topic, p.partition, b))
+
+    def _holds_data(self, p: PartitionState):
+        return lambda b: self.trust.holds_data(ReplicaId(p.topic, p.partition, b))
 
     def _on_failed(self, replica: ReplicaId, now_ms: int) -> list[ControllerAction]:
         self.metrics.replicas_failed += 1
@@ -680,7 +701,7 @@ class ControllerState:
         }
         was_online = p.leader != NO_LEADER
         trusted = self.trust.trusted(p, self._last_status) if self._lossy(p) else None
-        result = elect_leader(p, self._alive(p), rcfg.unclean_leader_election, leos, trusted)
+        result = elect_leader(p, self._alive(p), rcfg.unclean_leader_election, leos, trusted, self._holds_data(p))
         if result.offline and not was_online:
             return []  # still nobody to elect; nothing changes
         p.leader = result.leader
@@ -689,7 +710,7 @@ class ControllerState:
         else:
             self._set_isr(p, result.isr)
         if not result.offline:
-            self.trust.suspect.discard(ReplicaId(p.topic, p.partition, result.leader))  # its log is the truth now
+            self.trust.in_sync(ReplicaId(p.topic, p.partition, result.leader))  # its log is the truth now
         p.leader_epoch += 1
         p.partition_epoch += 1
         if result.unclean:
@@ -701,7 +722,7 @@ class ControllerState:
         else:
             self.metrics.failovers_total += 1
             self._failover_started.setdefault(key, now_ms)
-        actions: list[ControllerAction] = [Persist(partition_key(p.topic, p.partition), p.encode())]
+        actions: list[ControllerAction] = [Persist(partition_key(p.topic, p.partition), p.encode()), *self.trust.persist(p)]
         alive = self._alive(p)
         return actions + self._send_state(p, [b for b in p.replicas if alive(b)])
 
@@ -749,6 +770,7 @@ class ControllerState:
                     replicas=list(p.replicas),
                     config=config,
                     incarnation=self.trust.incarnation.get(ReplicaId(p.topic, p.partition, b), ""),
+                    directory_id=self.trust.directory.get(ReplicaId(p.topic, p.partition, b), ""),
                 ),
             )
             for b in ordered
@@ -803,7 +825,8 @@ class ControllerState:
         for p in self._sorted_partitions():
             if brokers is not None and p.preferred_leader not in brokers:
                 continue
-            target = preferred_leader_move(p, self._alive(p))
+            alive, holds_data = self._alive(p), self._holds_data(p)
+            target = preferred_leader_move(p, lambda b: alive(b) and holds_data(b))
             if target is None:
                 continue
             self.metrics.preferred_leader_elections += 1
@@ -833,6 +856,8 @@ class ControllerState:
             "under_replicated_partitions": under,
             "offline_partitions": offline,
             "offline_log_replicas": len(self.offline_logs),  # KIP-112: logs an I/O error took offline
+            # back with another log directory (a wiped disk) and not yet in sync again
+            "replaced_directory_replicas": len(self.trust.replaced),
         }
 
     def metrics_snapshot(self) -> dict[str, float]:

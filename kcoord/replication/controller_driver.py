@@ -458,6 +458,15 @@ class ControllerDriver:
         core = self.core
         return {} if core is None else {r: core.detector.is_alive(r) for r in core.detector.members()}
 
+    def replica_directories(self) -> dict[ReplicaId, tuple[str, bool]]:
+        """Per replica: the log directory id last reported, and whether it replaced the one
+        before (a wiped disk) and the replica is not in sync since."""
+        core = self.core
+        if core is None:
+            return {}
+        trust = core.trust
+        return {r: (d, r in trust.replaced) for r, d in trust.directory.items()}
+
     def placement(self) -> dict[str, Any]:
         core = self.core
         return {} if core is None else core.placement.describe()

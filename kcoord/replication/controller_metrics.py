@@ -19,6 +19,7 @@ class ControllerMetrics:
     replicas_recovered: int = 0
     replicas_recreated: int = 0
     replicas_replaced_stuck: int = 0  # killed and recreated after a Ray restart that hung
+    directories_replaced: int = 0  # replicas seen back with another log directory (wiped disk)
     failover_ms: deque = field(default_factory=lambda: deque(maxlen=1000))  # detect -> new leader accepts
 
     def snapshot(self) -> dict[str, float]:
@@ -40,6 +41,7 @@ class ControllerMetrics:
             "replicas_recovered": self.replicas_recovered,
             "replicas_recreated": self.replicas_recreated,
             "replicas_replaced_stuck": self.replicas_replaced_stuck,
+            "directories_replaced": self.directories_replaced,
             "failover_ms_p50": pct(0.5),
             "failover_ms_p99": pct(0.99),
             "failover_ms_max": float(durations[-1]) if durations else -1.0,

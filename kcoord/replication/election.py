@@ -11,6 +11,9 @@
   leader replica* (ELR: it left the ISR while the ISR was below min.insync.replicas, so it
   holds every acknowledged record) is alive; with every candidate back but suspect, the
   longest log wins. Durable topics never use the ELR.
+* A replica whose log directory was replaced (wiped disk; ``holds_data`` false) holds
+  nothing of what it held as an ISR or ELR member: it is no candidate, and is not waited
+  for. With nobody else the partition stays offline, unless unclean election is allowed.
 * A live leader is never replaced except to restore the preferred leader when it is in
   the ISR (controlled move); the periodic check moves only the partitions of brokers that
   lead less than their share (``imbalanced_brokers``).
@@ -41,35 +44,42 @@ def elect_leader(
     unclean_allowed: bool = False,
     log_end_offsets: Mapping[int, int] | None = None,
     trusted: Callable[[int], bool] | None = None,
+    holds_data: Callable[[int], bool] | None = None,
 ) -> Election:
     """``trusted`` is given for topics whose appends are not fsynced, where a restarted
     replica may have lost its unflushed tail: it says which ISR and ELR members are known
     not to have restarted since they last held every acknowledged record. Only those lead
     while any is alive; if every ISR and ELR member is back but none is trusted, the longest
-    log leads (under at most one damaged replica it holds what the others hold)."""
+    log leads (under at most one damaged replica it holds what the others hold).
+    ``holds_data(b)`` is false for a replica whose directory was replaced since it joined
+    the ISR or ELR (None: all hold theirs)."""
+    if holds_data is None:
+        holds_data = lambda b: True  # noqa: E731
+    isr = [b for b in p.isr if holds_data(b)]
+    elr = [b for b in p.elr if holds_data(b)]
     if trusted is None:
         trusted = lambda b: True  # noqa: E731
         lossy = False
     else:
         lossy = True
-    leaders = [b for b in p.replicas if b in p.isr and alive(b) and trusted(b)]
+    leaders = [b for b in p.replicas if b in isr and alive(b) and trusted(b)]
     if leaders:
         # Trust decides who may lead; every live ISR member stays in sync (the leader's HW
         # follows each one's real fetch offset, so an untrusted one cannot inflate it).
-        live_isr = [b for b in p.replicas if b in p.isr and alive(b)]
+        live_isr = [b for b in p.replicas if b in isr and alive(b)]
         return Election(leaders[0], live_isr)
     if lossy:
-        live_elr = [b for b in p.replicas if b in p.elr and alive(b) and trusted(b)]
+        live_elr = [b for b in p.replicas if b in elr and alive(b) and trusted(b)]
         if live_elr:
             return Election(live_elr[0], [live_elr[0]])
-        candidates = [b for b in p.replicas if b in p.isr or b in p.elr]
+        candidates = [b for b in p.replicas if b in isr or b in elr]
         leos = log_end_offsets or {}
         # Every candidate must be back *and* have told us its log end: comparing against an
         # unknown log end could elect an empty log over a full one.
         if candidates and all(alive(b) and b in leos for b in candidates):
             best = max(candidates, key=lambda b: (leos.get(b, -1), -p.replicas.index(b)))
             return Election(best, [best])
-    if unclean_allowed and not any(alive(b) for b in (*p.isr, *p.elr)):
+    if unclean_allowed and not any(alive(b) for b in (*isr, *elr)):
         # Unclean means no replica known to hold every acknowledged record is alive; while
         # one is (just not trusted or heard from yet), wait for it instead.
         live = [b for b in p.replicas if alive(b)]

@@ -94,6 +94,7 @@ class Follower:
             replica_incarnation=st.incarnation,
             replica_storage=st.storage,
             replica_partition_epoch=st.partition_epoch,
+            replica_directory_id=st.log.directory_id,
         )
         self.in_flight = request
         st.emit(SendFetch(self.leader, request))

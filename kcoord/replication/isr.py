@@ -43,15 +43,24 @@ class FollowerProgress:
     # What its latest fetch said of it, for the leader to vouch with (Leader.heard).
     storage: str = ""
     partition_epoch: int = UNKNOWN
+    directory_id: str = ""
     # The confirmed ISR changed since this follower last fetched: its LEO does not count
     # for the HW until it fetches again (see the module's rules).
     reconfirm: bool = False
 
     def on_fetch(
-        self, fetch_offset: int, leader_leo: int, now_ms: int, incarnation: str = "", storage: str = "", partition_epoch: int = UNKNOWN
+        self,
+        fetch_offset: int,
+        leader_leo: int,
+        now_ms: int,
+        incarnation: str = "",
+        storage: str = "",
+        partition_epoch: int = UNKNOWN,
+        directory_id: str = "",
     ) -> None:
         self.reconfirm = False
         self.storage = storage
+        self.directory_id = directory_id
         self.partition_epoch = partition_epoch
         if incarnation and incarnation != self.incarnation:
             # Another process of that follower: what we knew of the old one says nothing.

@@ -255,7 +255,13 @@ class Leader:
             progress = self.isr.followers.get(req.replica_id)
             if progress is not None:
                 progress.on_fetch(
-                    req.fetch_offset, leo, now_ms, req.replica_incarnation, req.replica_storage, req.replica_partition_epoch
+                    req.fetch_offset,
+                    leo,
+                    now_ms,
+                    req.replica_incarnation,
+                    req.replica_storage,
+                    req.replica_partition_epoch,
+                    req.replica_directory_id,
                 )
             self.maybe_advance_hw(now_ms)
             self.maybe_propose_isr(now_ms)
@@ -566,7 +572,7 @@ class Leader:
                 st.reply(b.token, ProduceResponse(code, message, leader_epoch=st.leader_epoch))
         self.parked.clear()
 
-    def heard(self, now_ms: int) -> dict[int, tuple[int, int, str, str, int]]:
+    def heard(self, now_ms: int) -> dict[int, tuple[int, int, str, str, int, str]]:
         """What this leader can vouch for each follower that fetched in its leadership
         (HeartbeatResponse.followers_heard): how long ago its latest fetch arrived -- 0
         while a fetch of that process is parked here, since a follower in a long poll
@@ -574,12 +580,12 @@ class Leader:
         parked = {
             (w.request.replica_id, w.request.replica_incarnation) for w in self.fetch_waiters.values() if w.from_follower
         }
-        out: dict[int, tuple[int, int, str, str, int]] = {}
+        out: dict[int, tuple[int, int, str, str, int, str]] = {}
         for b, p in self.isr.followers.items():
             if p.last_fetch_ms < 0:
                 continue
             ago = 0 if (b, p.incarnation) in parked else max(0, now_ms - p.last_fetch_ms)
-            out[b] = (ago, p.log_end_offset, p.incarnation, p.storage, p.partition_epoch)
+            out[b] = (ago, p.log_end_offset, p.incarnation, p.storage, p.partition_epoch, p.directory_id)
         return out
 
     def parked_fetches(self) -> dict[str, int]:

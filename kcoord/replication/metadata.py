@@ -158,6 +158,10 @@ class ReplicaTrust:
     # The storage lineage it last reported (HeartbeatResponse.storage): a restart that
     # keeps it lost nothing, so it does not make the replica suspect.
     storage: str = ""
+    # The log directory id it last reported, and whether it came back with another one
+    # (its disk was wiped or replaced) and has not caught up into the ISR since.
+    directory: str = ""
+    replaced: bool = False
 
     def encode(self) -> bytes:
         return msgpack.packb(asdict(self), use_bin_type=True)

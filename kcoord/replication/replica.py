@@ -293,9 +293,22 @@ class Replica:
                 ErrorCode.STALE_BROKER_EPOCH,
                 f"addressed to process {req.incarnation}; this is {st.incarnation}, started since",
                 storage=st.storage,
+                directory_id=st.log.directory_id,
             )
         if req.leader_epoch < st.leader_epoch:
             return LeaderAndIsrResponse(ErrorCode.FENCED_LEADER_EPOCH, f"leader epoch {req.leader_epoch} < current {st.leader_epoch}")
+        if req.leader == st.broker and req.directory_id and req.directory_id != st.log.directory_id:
+            # Asked to lead on the strength of a log this directory never held (the disk was
+            # wiped or replaced since the controller last heard from this replica): followers
+            # would truncate to it. Refuse; the answer names this directory, and the
+            # controller elects knowing it.
+            return LeaderAndIsrResponse(
+                ErrorCode.FENCED_LEADER_EPOCH,
+                f"broker {st.broker} is asked to lead from log directory {req.directory_id}, "
+                f"but its log is in a new directory {st.log.directory_id} (its disk was wiped or replaced)",
+                storage=st.storage,
+                directory_id=st.log.directory_id,
+            )
         st.controller_epoch = req.controller_epoch
         if req.config is not None:
             self._apply_topic_config(req.config, now_ms)
@@ -319,6 +332,7 @@ class Replica:
                 f"broker {st.broker} restarted and cannot resume leading epoch {req.leader_epoch} "
                 f"(its log already has epoch {st.log.epoch_cache.latest_epoch}); elect with a new epoch",
                 storage=st.storage,
+                directory_id=st.log.directory_id,
             )
         if req.leader == st.broker and st.may_have_lost_data:
             # Restarted, possibly without its unflushed tail, and asked to lead by a controller
@@ -332,6 +346,7 @@ class Replica:
                 f"broker {st.broker} restarted and may have lost unflushed records; "
                 f"not resuming leadership at epoch {req.leader_epoch} before the controller re-elects",
                 storage=st.storage,
+                directory_id=st.log.directory_id,
             )
         self._step_down(ErrorCode.NOT_LEADER_OR_FOLLOWER, f"{st.name}: leadership changed (epoch {req.leader_epoch}, leader {req.leader})")
         st.leader_epoch = req.leader_epoch
@@ -408,6 +423,7 @@ class Replica:
             follower_leo={b: p.log_end_offset for b, p in self.leading.isr.followers.items()} if self.leading else {},
             incarnation=st.incarnation,
             storage=st.storage,
+            directory_id=st.log.directory_id,
             followers_heard=self.leading.heard(now_ms) if self.leading is not None and now_ms is not None else {},
         )
 

@@ -1,5 +1,11 @@
 """Whom the controller trusts with every acknowledged record of a lossy topic.
 
+Whatever the topic, a replica that comes back with another log directory id than the one
+last seen (its disk was wiped, or replaced under the same machine) holds none of what it
+held: it is *replaced* until it catches up into the ISR again, and never leads before
+that except by an unclean election (KIP-858's directory ids and KIP-966's unclean
+recovery, per replica).
+
 A topic whose appends are not each fsynced (``flush.messages`` != 1) is durable through
 replication alone: a replica process that restarted may have lost its unflushed tail
 unless it kept its storage (the same page cache: a process crash, not a machine's). The
@@ -36,6 +42,10 @@ class TrustLedger:
         # The storage lineage last reported per replica (HeartbeatResponse.storage): a
         # restart that keeps it did not lose the unflushed tail.
         self.storage: dict[ReplicaId, str] = {}
+        # The log directory id last reported per replica, and the replicas that came back
+        # with another one since (their disk was wiped): they hold none of what they held.
+        self.directory: dict[ReplicaId, str] = {}
+        self.replaced: set[ReplicaId] = set()
         self._stored: dict[ReplicaId, ReplicaTrust] = {}
 
     def load(self, rid: ReplicaId, trust: ReplicaTrust) -> None:
@@ -49,13 +59,24 @@ class TrustLedger:
             self.elr_witness[rid] = trust.elr_witness
         if trust.storage:
             self.storage[rid] = trust.storage
+        if trust.directory:
+            self.directory[rid] = trust.directory
+        if trust.replaced:
+            self.replaced.add(rid)
 
     def persist(self, p: PartitionState) -> list[Persist]:
         """Persist what changed in what we know of ``p``'s replicas' processes."""
         actions: list[Persist] = []
         for b in p.replicas:
             rid = ReplicaId(p.topic, p.partition, b)
-            trust = ReplicaTrust(self.incarnation.get(rid, ""), rid in self.suspect, self.elr_witness.get(rid, ""), self.storage.get(rid, ""))
+            trust = ReplicaTrust(
+                self.incarnation.get(rid, ""),
+                rid in self.suspect,
+                self.elr_witness.get(rid, ""),
+                self.storage.get(rid, ""),
+                self.directory.get(rid, ""),
+                rid in self.replaced,
+            )
             if trust != self._stored.get(rid, ReplicaTrust()):
                 self._stored[rid] = trust
                 actions.append(Persist(replica_key(p.topic, p.partition, b), trust.encode()))
@@ -68,6 +89,8 @@ class TrustLedger:
         self.elr_witness.pop(rid, None)
         self.incarnation.pop(rid, None)
         self.storage.pop(rid, None)
+        self.directory.pop(rid, None)
+        self.replaced.discard(rid)
         if self._stored.pop(rid, None) is not None:
             return Persist(replica_key(rid.topic, rid.partition, rid.broker), None)
         return None
@@ -79,11 +102,37 @@ class TrustLedger:
         self.elr_witness.pop(rid, None)
 
     def seen(self, rid: ReplicaId, status: HeartbeatResponse) -> None:
-        """``rid`` answered as this process, on this storage."""
+        """``rid`` answered as this process, on this storage, from this directory."""
         if status.incarnation:
             self.incarnation[rid] = status.incarnation
         if status.storage:
             self.storage[rid] = status.storage
+        self.directory_seen(rid, status.directory_id)
+
+    def directory_seen(self, rid: ReplicaId, directory_id: str) -> bool:
+        """``rid`` reports its log in ``directory_id``; True when that is another directory
+        than the one recorded: its disk was wiped or replaced, so it is *replaced* (holds
+        nothing it held, is no ELR member's witness) until it is back in the ISR. The first
+        id ever seen is simply recorded."""
+        if not directory_id:
+            return False
+        known = self.directory.get(rid)
+        self.directory[rid] = directory_id
+        if not known or known == directory_id:
+            return False
+        self.replaced.add(rid)
+        self.elr_witness.pop(rid, None)
+        return True
+
+    def holds_data(self, rid: ReplicaId) -> bool:
+        """Whether ``rid`` may still hold what it held as an ISR or ELR member: not if its
+        directory was replaced since."""
+        return rid not in self.replaced
+
+    def in_sync(self, rid: ReplicaId) -> None:
+        """``rid`` caught up with a leader (joined the ISR) or leads: its log is whole again."""
+        self.suspect.discard(rid)
+        self.replaced.discard(rid)
 
     def storage_changed(self, rid: ReplicaId, storage: str) -> bool:
         """Whether a restarted replica may have lost writes it had not flushed: yes unless
@@ -126,7 +175,7 @@ class TrustLedger:
                 self.elr_witness.pop(rid, None)
             elif b not in elr_before:
                 status = last_status.get(rid)
-                if status is not None and lineage(status) and rid not in self.suspect:
+                if status is not None and lineage(status) and rid not in self.suspect and rid not in self.replaced:
                     self.elr_witness[rid] = lineage(status)
 
 

@@ -266,3 +266,45 @@ def test_a_killed_leader_is_replaced_long_before_its_next_heartbeat(ray_session,
         assert took < 10, f"the dead leader was replaced after {took:.1f} s: at its next heartbeat, not at once"
     finally:
         teardown(name, delete_data=True, address=None, data_dir=str(tmp_path))
+
+
+def test_a_single_replica_back_from_a_wiped_disk_stays_offline_until_unclean_election(kcluster, topic_name):
+    """RF=1, acks=all: the replica's disk is replaced (its directory moved away) and its
+    process killed; Ray restarts it on an empty directory. Electing it would restart the
+    partition at offset 0 under consumers that committed past its records. It stays offline,
+    the controller says why, and an operator who accepts the loss sets
+    unclean.leader.election.enable to bring it back."""
+    admin = Admin(kcluster)
+    admin.create_topic(topic_name, partitions=1, replication_factor=1)
+    assert produce(kcluster, topic_name, [b"a", b"b", b"c"]).error_code == 0
+    broker = kcluster.partition_metadata(topic_name, 0, refresh=True).leader
+    name = kcluster.replica_name(topic_name, 0, broker)
+    before = describe(kcluster, topic_name, broker)
+    controller = kcluster.controller
+
+    def recorded():
+        return ray.get(controller.replica_directories.remote(), timeout=30).get(name)
+
+    wait_until(lambda: (recorded() or {}).get("directory_id") == before["directory_id"], timeout=30, what="the controller to record the directory")
+    metrics = admin.describe_cluster()["metrics"]
+    directory = Path(before["directory"])
+    directory.rename(directory.with_name(directory.name + ".lost"))
+    os.kill(before["pid"], signal.SIGKILL)
+
+    wait_until(lambda: (recorded() or {}).get("replaced"), timeout=60, what="the controller to see the new directory")
+    kcluster.forget(name)
+    back = wait_until(lambda: (i := describe(kcluster, topic_name, broker))["incarnation"] != before["incarnation"] and i, timeout=30, what="the restarted replica")
+    assert back["directory_id"] != before["directory_id"] and back["log_end_offset"] == 0 and back["role"] != "leader"
+    assert kcluster.partition_metadata(topic_name, 0, refresh=True).leader < 0
+    after = admin.describe_cluster()["metrics"]
+    assert after["directories_replaced"] == metrics["directories_replaced"] + 1
+    assert after["replaced_directory_replicas"] >= 1 and after["offline_partitions"] >= 1
+    assert after["unclean_elections"] == metrics["unclean_elections"]
+
+    admin.alter_topic_config(topic_name, set={"unclean.leader.election.enable": "true"})
+    online = wait_until(lambda: single_leader(kcluster, topic_name), timeout=60, what="the unclean election")
+    assert online.leader == broker
+    assert admin.describe_cluster()["metrics"]["unclean_elections"] == metrics["unclean_elections"] + 1
+    assert not recorded()["replaced"], "it leads: its log is the truth now"
+    assert produce(kcluster, topic_name, [b"after"]).error_code == 0
+    assert committed_values(kcluster, topic_name) == [b"after"]

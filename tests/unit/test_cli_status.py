@@ -44,3 +44,15 @@ def test_status_counts_offline_logs():
     assert "(offline replicas 0)" in text
     snap["cluster"]["metrics"]["offline_log_replicas"] = 0
     assert "restart those replicas" not in render(snap)
+
+
+def test_status_counts_replicas_back_from_a_wiped_disk():
+    snap = {
+        "cluster": {"cluster": "c", "controller_epoch": 3, "brokers": [0, 1, 2],
+                    "metrics": {"partitions": 1, "offline_partitions": 1, "replaced_directory_replicas": 1}},
+        "coordinators": {"controller": {"name": "c/controller", "epoch": 3}, "groups": []},
+        "topics": {"t": {"internal": False, "partitions": [part()]}},
+    }
+    assert "wiped disks" in render(snap) and "1 (replicas back with an empty log directory" in render(snap)
+    snap["cluster"]["metrics"]["replaced_directory_replicas"] = 0
+    assert "empty log directory" not in render(snap)

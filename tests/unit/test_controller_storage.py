@@ -97,7 +97,7 @@ def test_every_replica_offline_leaves_the_partition_offline_until_they_are_back(
     for b in (0, 1, 2):
         offline_beat(h, b)
     assert h.stored().leader == -1 and metadata(h).offline_replicas == [0, 1, 2]
-    assert h.core.partition_counts() == {"partitions": 1, "under_replicated_partitions": 0, "offline_partitions": 1, "offline_log_replicas": 3}
+    assert h.core.partition_counts() == {"partitions": 1, "under_replicated_partitions": 0, "offline_partitions": 1, "offline_log_replicas": 3, "replaced_directory_replicas": 0}
     assert h.core.metrics.unclean_elections == 0
     h.now += 1000
     for b in (0, 1, 2):  # restarted on repaired disks (suspect: the failed fsync may have dropped pages)

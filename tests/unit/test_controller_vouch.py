@@ -16,13 +16,13 @@ def beaten(actions) -> list[int]:
 
 def leader_beat(h: Harness, heard: dict, incarnation: str = "i0") -> list:
     """The leader (broker 0) answers a heartbeat, vouching for ``heard``:
-    {broker: (ms ago, LEO, incarnation, storage, partition epoch)}."""
+    {broker: (ms ago, LEO, incarnation, storage, partition epoch, directory id)}."""
     return h.beat(0, incarnation=incarnation, followers_heard=heard)
 
 
 def fetching(h: Harness, ago: int = 0, incarnation: str = "i0", partition_epoch: int | None = None) -> dict:
     pe = h.partition().partition_epoch if partition_epoch is None else partition_epoch
-    return {b: (ago, 10, incarnation, "", pe) for b in (1, 2)}
+    return {b: (ago, 10, incarnation, "", pe, "") for b in (1, 2)}
 
 
 def test_followers_a_leader_vouches_for_are_not_beaten_and_stay_alive():
@@ -51,7 +51,7 @@ def test_a_follower_the_leader_has_not_heard_from_lately_is_beaten_at_once():
     h.create()
     h.now = 200
     heard = fetching(h)
-    heard[2] = (501, 10, "i0", "", h.partition().partition_epoch)
+    heard[2] = (501, 10, "i0", "", h.partition().partition_epoch, "")
     leader_beat(h, heard)
     assert beaten(h.core.tick(201)) == [2]
     assert h.core.detector.is_alive(ReplicaId(TOPIC, 0, 2)), "not failed on the leader's word: the beat decides"
@@ -63,7 +63,7 @@ def test_a_vouch_from_a_new_process_is_a_restart():
     h.beat(1, incarnation="first")
     h.now = 100  # heard after that answer (an older word says nothing new)
     heard = fetching(h, incarnation="first")
-    heard[1] = (0, 0, "second", "", h.partition().partition_epoch)
+    heard[1] = (0, 0, "second", "", h.partition().partition_epoch, "")
     actions = leader_beat(h, heard)
     assert h.stored().isr == [0, 2], "its memory is gone: out of the ISR until it catches up"
     assert 1 in lai_targets(actions), "told who leads, to catch up"
@@ -87,10 +87,10 @@ def test_a_vouched_follower_brings_an_offline_partition_back_as_a_direct_answer_
     h.dead(2)
     assert not h.core.detector.is_alive(ReplicaId(TOPIC, 0, 2))
     # a fetch from before the death proves nothing
-    leader_beat(h, {2: (50, 10, "i0", "", h.partition().partition_epoch)})
+    leader_beat(h, {2: (50, 10, "i0", "", h.partition().partition_epoch, "")})
     assert not h.core.detector.is_alive(ReplicaId(TOPIC, 0, 2))
     h.now = 300
-    actions = leader_beat(h, {2: (0, 10, "i1", "", h.partition().partition_epoch)})
+    actions = leader_beat(h, {2: (0, 10, "i1", "", h.partition().partition_epoch, "")})
     assert h.core.detector.is_alive(ReplicaId(TOPIC, 0, 2)) and 2 in lai_targets(actions)
 
 
@@ -103,7 +103,7 @@ def test_only_the_current_leader_vouches():
     h.now = 200
     # the deposed leader still answers as a leader of the old epoch, vouching for 2
     stale = HeartbeatResponse(topic=TOPIC, partition=0, broker=0, role="leader", leader=0, leader_epoch=0,
-                              partition_epoch=0, incarnation="i0", followers_heard={2: (0, 10, "other", "", 0)})
+                              partition_epoch=0, incarnation="i0", followers_heard={2: (0, 10, "other", "", 0, "")})
     h.core.on_heartbeat_sent(ReplicaId(TOPIC, 0, 0), h.now)
     h.apply(h.core.on_heartbeat(ReplicaId(TOPIC, 0, 0), stale, h.now))
     assert h.core.metrics_snapshot()["replicas_failed"] == 1, "its word about 2 ('other' process) was not taken"

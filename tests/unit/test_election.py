@@ -142,3 +142,27 @@ def test_no_unclean_election_while_an_isr_member_is_alive_but_not_yet_heard():
     assert e.leader == 1 and not e.unclean, "once they answered, the longest log of the ISR leads"
     e = elect_leader(lossy_part(isr=(0,), elr=()), alive(1, 2), unclean_allowed=True, log_end_offsets={1: 3, 2: 5})
     assert e.unclean and e.leader == 2, "no ISR member alive: unclean picks the longest live log"
+
+
+# -- replicas whose log directory was replaced (a wiped disk) -----------------------------
+
+
+def test_an_isr_member_with_a_replaced_directory_is_no_candidate_of_any_topic():
+    wiped = lambda b: b != 0  # noqa: E731 - broker 0 came back from a wiped disk
+    assert elect_leader(part(isr=(0,)), alive(0, 1, 2), holds_data=wiped).offline, "durable topic"
+    e = elect_leader(part(isr=(0, 1)), alive(0, 1), holds_data=wiped)
+    assert (e.leader, e.isr) == (1, [1]), "it leaves the ISR with the election"
+    lossy = lossy_part(isr=(0,), elr=())
+    assert elect_leader(lossy, alive(0), log_end_offsets={0: 0}, trusted=lambda b: False, holds_data=wiped).offline, (
+        "the last-resort longest log is no resort when its candidate holds nothing"
+    )
+
+
+def test_unclean_election_does_not_wait_for_a_replaced_isr_member():
+    """Its data is gone: waiting for it recovers nothing; the longest live log loses least."""
+    p = part(isr=(0,))
+    e = elect_leader(p, alive(0, 1, 2), unclean_allowed=True, log_end_offsets={0: 0, 1: 40, 2: 70}, holds_data=lambda b: b != 0)
+    assert (e.leader, e.unclean) == (2, True)
+    assert elect_leader(p, alive(0, 1, 2), unclean_allowed=True, log_end_offsets={0: 0, 1: 40, 2: 70}).leader == 0, (
+        "without the verdict the ISR member leads (the classic rule)"
+    )

@@ -357,13 +357,14 @@ def test_a_leader_vouches_for_the_followers_fetching_from_it():
     r = leader()
     assert r.status(0).followers_heard == {}, "nobody fetched yet: nothing to vouch for"
     req = FetchRequest("t", 0, 0, max_wait_ms=500, replica_id=1, current_leader_epoch=1,
-                       replica_incarnation="f1", replica_storage="boot/node", replica_partition_epoch=1)
+                       replica_incarnation="f1", replica_storage="boot/node", replica_partition_epoch=1,
+                       replica_directory_id="dir-f1")
     assert "f" not in replies(r.fetch(req, "f", 100))  # parked
     follower_fetch(r, 2, 0, "g", 100, epoch=1, incarnation="f2")  # answered at once
     heartbeat = replies(r.handle(HeartbeatRequest(controller_epoch=1), "hb", 400))["hb"]
     assert heartbeat.followers_heard == {
-        1: (0, 0, "f1", "boot/node", 1),  # parked: as alive as an answer now
-        2: (300, 0, "f2", "", -1),  # answered at 100, not back since
+        1: (0, 0, "f1", "boot/node", 1, "dir-f1"),  # parked: as alive as an answer now
+        2: (300, 0, "f2", "", -1, ""),  # answered at 100, not back since
     }
     r.tick(600)  # the parked fetch expires and is answered: no longer parked
     assert r.status(700).followers_heard[1][0] == 600

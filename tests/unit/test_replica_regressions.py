@@ -391,3 +391,20 @@ def test_a_role_addressed_to_the_previous_process_is_refused():
     other = Replica("t", 0, 1, MemoryLog(LogConfig(flush_messages=1)), ReplicationConfig(), 0, incarnation="q1")
     response, _ = leader_and_isr(other, lai(0, 4, (0, 1, 2)), 0)
     assert response.error_code == 0 and other.role == "follower"
+
+
+def test_a_replica_asked_to_lead_from_a_directory_it_no_longer_has_refuses(tmp_path):
+    """The controller names the log directory it last heard a replica report. A replica
+    whose directory was wiped since (a new id) refuses to lead on that record -- its followers
+    would truncate to its empty log -- and its answer names the directory it has; followers
+    are not checked (they catch up), and a matching or unknown directory leads."""
+    from dataclasses import replace
+
+    from kcoord.log import Log, LogConfig
+
+    r = make_replica(0, log=Log(tmp_path / "t-0", LogConfig(flush_messages=1), now_ms=0, new_directory_id=lambda: "new"))
+    resp, actions = leader_and_isr(r, replace(lai(0, 4, (0, 1)), directory_id="old"), 0)
+    assert (resp.error_code, resp.directory_id, r.role) == (ErrorCode.FENCED_LEADER_EPOCH, "new", "none") and actions == []
+    assert leader_and_isr(r, replace(lai(1, 4, (1, 0)), directory_id="old"), 1)[0].error_code == 0 and r.role == "follower"
+    assert leader_and_isr(r, replace(lai(0, 5, (0, 1)), directory_id="new"), 2)[0].error_code == 0 and r.role == "leader"
+    assert leader_and_isr(r, lai(0, 6, (0, 1)), 3)[0].error_code == 0, "the controller has no record: nothing to check"
