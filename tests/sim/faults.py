@@ -17,12 +17,17 @@ Faults, by kind (weights per scenario):
 * ``store``: for a while the metadata store refuses or times out on writes.
 * ``rebalance``: an admin asks for preferred-leader elections.
 * ``member``: a group member leaves (and rejoins later) or dies silently.
+* ``wipe``: a replica's log directory is gone with its disk (replaced, or deleted by an
+  operator) and its process dies; it comes back on an empty directory on the same machine
+  and boot, where its storage lineage alone cannot tell (only its directory id can).
 
 The failure model for topics that do not fsync every append (``pagecache``, ``flushms``):
 their promise is replication, which survives losing one copy's page cache, so at most one
 replica of such a partition is *damaged* at a time (it lost unsynced data and does not yet
-hold everything committed, nor everything a leader still counts it for). Only power loss and fsync failures damage; the
-scheduler does not inject one that would damage a second replica of a partition.
+hold everything committed, nor everything a leader still counts it for). Only power loss,
+fsync failures and wipes damage; the scheduler does not inject one that would damage a
+second replica of a partition. Wipes hit only such topics: losing a disk is losing a copy,
+which fsync does not protect against (RF 1 topics are always fsync).
 """
 
 from __future__ import annotations
@@ -214,6 +219,23 @@ class Nemesis:
             sim.mark_damaged(proc, pending=(rule, proc.incarnation))
         sim.trace(f"STORAGE FAULT: {op} on {directory} fails with {errno.errorcode[err]}")
         sim.kernel.after(rng.choice([300, 1500, 4000]), sim.repair_storage, proc, machine, rule)
+        return True
+
+    def _wipe(self) -> bool:
+        sim = self.sim
+        procs = [p for p in sim.replica_list if p.machine is not None and p.spec.lossy and not p.paused and sim.may_damage(p)]
+        proc = self._pick(procs)
+        if proc is None:
+            return False
+        machine = proc.machine
+        was_up = proc.up
+        proc.crash("disk replaced")
+        directory = proc.directory(machine)
+        machine.disk.wipe(directory)
+        sim.mark_damaged(proc)
+        sim.trace(f"DISK REPLACED: {directory} on {machine.id} is gone")
+        if was_up and not sim.scenario.bound:
+            sim.restart_later(proc, self._downtime())
         return True
 
     def _store(self) -> bool:

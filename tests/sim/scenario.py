@@ -13,10 +13,15 @@ names one scenario. Scenarios mix:
   scenarios -- consumer-group members over 1-2 group coordinators whose
   ``__consumer_offsets`` partitions are replicated like any topic;
 * faults: their kinds, weights and pace, message loss, delay, duplication, store failures.
+
+Kinds added later (``wipe``) are drawn from a side generator seeded by the kernel's state,
+so that the main sequence -- and every seed where the new kind weighs nothing -- replays as
+it did before they existed.
 """
 
 from __future__ import annotations
 
+import random
 from dataclasses import dataclass, field
 
 MODES = ("fsync", "pagecache", "flushms")
@@ -35,6 +40,7 @@ FAULT_KINDS = (
     "store",
     "rebalance",
     "member",
+    "wipe",
 )
 
 
@@ -125,6 +131,8 @@ class Scenario:
             "rebalance": rng.choice([0, 1]),
             "member": rng.choice([1, 2]) if kind == "groups" else 0,
         }
+        side = _side_rng(rng)
+        weights["wipe"] = side.choice([0, 0, 0, 1, 2])
         return cls(
             kind=kind,
             brokers=brokers,
@@ -158,3 +166,10 @@ class Scenario:
             f"drop={self.drop_rate} dup={self.duplicate_rate} delay<={self.max_delay_ms}ms "
             f"fault_gap={self.fault_gap_ms} faults[{w}]"
         )
+
+
+def _side_rng(rng: random.Random) -> random.Random:
+    """A generator for draws added after seeds were recorded: seeded from ``rng``'s state
+    (a string seed is hashed with SHA-512, the same on every run), never drawing from it."""
+    state = rng.getstate()[1]
+    return random.Random(f"side:{state[0]}:{state[1]}:{state[2]}")

@@ -142,6 +142,19 @@ def test_planted_alter_partition_mismatch_is_caught(monkeypatch: pytest.MonkeyPa
     assert sum(any(v.invariant == "kip497" for v in r.violations) for r in results) >= 2
 
 
+def test_planted_wiped_disk_leader_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The hole directory ids close, put back: a replica back from a wiped disk counts as
+    holding what it held. Its storage lineage is unchanged (same machine, same boot), so it
+    is trusted on its ISR or ELR membership and leads with an empty log; the simulation's
+    ``wipe`` fault exposes it as acknowledged records lost (seeds found with the hole
+    planted: 4 of 2,000, none with the fix)."""
+    from kcoord.replication.trust import TrustLedger
+
+    monkeypatch.setattr(TrustLedger, "holds_data", lambda self, rid: True)
+    results = [run_seed(s) for s in (1115, 1226, 1722, 1844)]
+    assert sum(any(v.invariant == "1" for v in r.violations) for r in results) >= 2
+
+
 def test_planted_coordinator_load_bug_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
     """The group-coordinator load bug of issue 12, put back: a coordinator that starts
     serving once it has read up to the HW (even when the log goes further) loses commits,
