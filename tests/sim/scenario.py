@@ -15,8 +15,8 @@ names one scenario. Scenarios mix:
 * faults: their kinds, weights and pace, message loss, delay, duplication, store failures.
 
 Kinds added later (``wipe``) are drawn from a side generator seeded by the kernel's state,
-so that the main sequence -- and every seed where the new kind weighs nothing -- replays as
-it did before they existed.
+so that the main sequence is unchanged: a seed draws the scenario it drew before they
+existed, and where they weigh nothing the nemesis picks faults as it did.
 """
 
 from __future__ import annotations
