@@ -26,8 +26,10 @@ their promise is replication, which survives losing one copy's page cache, so at
 replica of such a partition is *damaged* at a time (it lost unsynced data and does not yet
 hold everything committed, nor everything a leader still counts it for). Only power loss,
 fsync failures and wipes damage; the scheduler does not inject one that would damage a
-second replica of a partition. Wipes hit only such topics: losing a disk is losing a copy,
-which fsync does not protect against (RF 1 topics are always fsync).
+second replica of a partition. Wipes hit only such topics with ``min.insync.replicas`` >= 2:
+losing a disk is losing a copy, which fsync does not protect against (RF 1 topics are always
+fsync), and with 1 the ISR may shrink to the wiped replica alone -- the partition then
+waits for an operator's unclean election, as in Kafka, which the simulation does not play.
 """
 
 from __future__ import annotations
@@ -223,7 +225,11 @@ class Nemesis:
 
     def _wipe(self) -> bool:
         sim = self.sim
-        procs = [p for p in sim.replica_list if p.machine is not None and p.spec.lossy and not p.paused and sim.may_damage(p)]
+        procs = [
+            p
+            for p in sim.replica_list
+            if p.machine is not None and p.spec.lossy and p.spec.min_insync >= 2 and not p.paused and sim.may_damage(p)
+        ]
         proc = self._pick(procs)
         if proc is None:
             return False
