@@ -102,12 +102,12 @@ class TrustLedger:
         self.elr_witness.pop(rid, None)
 
     def seen(self, rid: ReplicaId, status: HeartbeatResponse) -> None:
-        """``rid`` answered as this process, on this storage, from this directory."""
+        """``rid`` answered as this process, on this storage (its directory goes through
+        :meth:`directory_seen` first, which says whether it changed)."""
         if status.incarnation:
             self.incarnation[rid] = status.incarnation
         if status.storage:
             self.storage[rid] = status.storage
-        self.directory_seen(rid, status.directory_id)
 
     def directory_seen(self, rid: ReplicaId, directory_id: str) -> bool:
         """``rid`` reports its log in ``directory_id``; True when that is another directory

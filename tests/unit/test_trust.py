@@ -83,6 +83,25 @@ def test_who_may_lead_a_lossy_partition():
     assert ledger.elr_witness == {}
 
 
+def test_a_directory_other_than_recorded_makes_a_replica_replaced_until_in_sync():
+    p = PartitionState(T, 0, [0, 1, 2], leader=0, isr=[0], elr=[1, 2])
+    ledger = TrustLedger()
+    assert not ledger.directory_seen(rid(1), "d1"), "the first id seen is simply recorded"
+    assert not ledger.directory_seen(rid(1), "") and not ledger.directory_seen(rid(1), "d1")
+    ledger.elr_witness[rid(1)] = "storage:node1"
+    assert ledger.directory_seen(rid(1), "d1-new")
+    assert not ledger.holds_data(rid(1)) and rid(1) not in ledger.elr_witness, "no witness of anything"
+    assert not ledger.directory_seen(rid(1), "d1-new"), "reported once, counted once"
+    (stored,) = ledger.persist(p)
+    assert ReplicaTrust.decode(stored.value) == ReplicaTrust("", False, "", "", "d1-new", True)
+    reloaded = TrustLedger()
+    reloaded.load(rid(1), ReplicaTrust.decode(stored.value))
+    assert not reloaded.holds_data(rid(1)) and reloaded.persist(p) == []
+    reloaded.in_sync(rid(1))
+    assert reloaded.holds_data(rid(1)) and not ReplicaTrust.decode(reloaded.persist(p)[0].value).replaced
+    assert reloaded.directory[rid(1)] == "d1-new", "the new directory is the one to hold it to from now on"
+
+
 def test_brokers_leading_too_few_of_their_preferred_partitions():
     parts = [PartitionState(T, i, [i % 3, (i + 1) % 3, (i + 2) % 3], leader=i % 3) for i in range(6)]
     assert imbalanced_brokers(parts, 10) == set()
