@@ -714,6 +714,7 @@ class ControllerState:
         p.leader_epoch += 1
         p.partition_epoch += 1
         if result.unclean:
+            p.last_unclean_epoch = p.leader_epoch
             self.metrics.unclean_elections += 1
         if result.offline:
             if failed_leader:

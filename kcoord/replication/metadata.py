@@ -50,6 +50,10 @@ class PartitionState:
     # replicas that left the ISR while it fell below min.insync.replicas. No acks=all write
     # can succeed until the ISR is back there, so each holds every acknowledged record.
     elr: list[int] = field(default_factory=list)
+    # The latest leader epoch that began with an unclean election (-1: none): from it on the
+    # log may lack acknowledged records (KIP-704 keeps the same fact as the partition's
+    # leader recovery state). Operators and the simulation's checker read it.
+    last_unclean_epoch: int = -1
 
     @property
     def preferred_leader(self) -> int:

@@ -328,9 +328,12 @@ class History:
                 before is not None
                 and p.leader >= 0
                 and p.leader_epoch > before.leader_epoch
-                and p.leader != before.leader
-                and p.leader not in before.isr
-                and p.leader not in before.elr
+                and (
+                    (p.leader != before.leader and p.leader not in before.isr and p.leader not in before.elr)
+                    # the controller's own record: an ISR member whose directory was wiped
+                    # (a new directory id) is elected only uncleanly
+                    or p.last_unclean_epoch == p.leader_epoch
+                )
             ):
                 part.unclean_at.append(now)
                 part.unclean_epoch = max(part.unclean_epoch, p.leader_epoch)

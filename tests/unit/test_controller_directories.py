@@ -54,6 +54,7 @@ def test_a_single_replica_back_with_a_wiped_disk_stays_offline_until_unclean_ele
     p = h2.stored()
     assert (p.leader, p.isr) == (0, [0]) and lai_targets(actions) == [0]
     assert h2.core.metrics_snapshot()["unclean_elections"] == 1
+    assert p.last_unclean_epoch == p.leader_epoch, "the store says this epoch began unclean"
     assert h2.core.partition_counts()["replaced_directory_replicas"] == 0 and not stored_trust(h2, 0).replaced
 
 
