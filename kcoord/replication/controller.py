@@ -102,6 +102,8 @@ class ControllerState:
             self.config.session_timeout_ms,
             self._heartbeat_interval,
             align_ms=self.config.heartbeat_interval_ms // 4,
+            # vouches come with the leaders' rounds, every heartbeat_interval_ms
+            vouch_grace_ms=self.config.heartbeat_interval_ms // 2,
         )
         self.metrics = ControllerMetrics()
         self._failover_started: dict[tuple[str, int], int] = {}

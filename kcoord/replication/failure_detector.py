@@ -13,8 +13,12 @@ tracking already cover them). Every interval must stay below the session timeout
 
 A member may also be *vouched for* by another that heard from it (a partition leader for
 the followers fetching from it, :meth:`vouch`): that counts as an answer given when it was
-heard, and defers the member's own heartbeat by its interval -- so a follower that keeps
-fetching is never beaten itself, and is beaten again as soon as nobody vouches for it.
+heard, and defers the member's own heartbeat by its interval plus ``vouch_grace_ms`` -- so
+a follower that keeps fetching is never beaten itself, and is beaten again as soon as nobody
+vouches for it. The grace is there because the vouches come with the voucher's own
+heartbeat rounds, which run a little late (a timer fires after its time, the answer takes a
+round trip): without it, every round that ran a few milliseconds later than the one before
+found the vouched members due and beat them too.
 """
 
 from __future__ import annotations
@@ -36,6 +40,9 @@ class _Health:
     failed_at_ms: int = -1
     incarnation: str | None = None
     vouched_ms: int = -1  # when another member last vouched for it (controller time)
+    # The process Ray reported dead (the incarnation last heard when it did), until the
+    # member answers a heartbeat itself: a voucher's word for that process is stale.
+    dead_incarnation: str | None = None
 
 
 class FailureDetector:
@@ -45,10 +52,13 @@ class FailureDetector:
         session_timeout_ms: int,
         interval_of: Callable[[Hashable], int] | None = None,
         align_ms: int = 0,
+        vouch_grace_ms: int = 0,
     ) -> None:
         """``align_ms``: a member due within that much of another is beaten with it, so
         members added at different times fall into shared rounds -- one wake-up per round
-        instead of one per member (an idle controller's cost is its wake-ups)."""
+        instead of one per member (an idle controller's cost is its wake-ups).
+        ``vouch_grace_ms``: how much later than its interval a member vouched for since its
+        last beat comes due (see the module docstring); never past its session."""
         if session_timeout_ms <= heartbeat_interval_ms:
             raise ValueError(
                 f"session timeout ({session_timeout_ms} ms) must exceed the heartbeat interval ({heartbeat_interval_ms} ms)"
@@ -56,6 +66,7 @@ class FailureDetector:
         self.interval_ms = heartbeat_interval_ms
         self.timeout_ms = session_timeout_ms
         self.align_ms = max(0, align_ms)
+        self.vouch_grace_ms = max(0, vouch_grace_ms)
         self._interval_of = interval_of
         self._health: dict[Hashable, _Health] = {}
 
@@ -100,13 +111,25 @@ class FailureDetector:
         for m, h in self._health.items():
             if h.in_flight:
                 continue
-            last = max(h.last_sent_ms, h.vouched_ms)
-            wait = self._interval(m) - (now_ms - last) if last >= 0 else 0
+            at = self._next_beat_ms(m, h)
+            wait = at - now_ms if at is not None else 0
             if wait <= 0:
                 out.append(m)
             elif wait <= self.align_ms and h.last_sent_ms >= h.vouched_ms:
                 early.append(m)  # (not one vouched for since its last beat: let it be)
         return out + early if out else out
+
+    def _next_beat_ms(self, member: Hashable, h: _Health) -> int | None:
+        """When ``member``'s own heartbeat is due (None: now, it was never beaten)."""
+        last = max(h.last_sent_ms, h.vouched_ms)
+        if last < 0:
+            return None
+        at = last + self._interval(member)
+        if h.vouched_ms >= 0 and h.vouched_ms >= h.last_sent_ms and self.vouch_grace_ms:
+            # vouched for since its last beat: the next vouch may come a little late; but
+            # a beat must still have time to be answered within the session
+            at = min(at + self.vouch_grace_ms, max(at, h.last_ok_ms + self.timeout_ms - self._interval(member)))
+        return at
 
     def on_sent(self, member: Hashable, now_ms: int) -> None:
         h = self._health.get(member)
@@ -130,6 +153,7 @@ class FailureDetector:
         if h is None:
             return None
         h.in_flight = False
+        h.dead_incarnation = None
         return self._heard(h, now_ms, incarnation)
 
     @staticmethod
@@ -153,11 +177,17 @@ class FailureDetector:
         fetch): like an answer given then, without touching a heartbeat in flight. Its own
         heartbeat waits another interval. Returns what :meth:`on_ok` would, or None when
         this says nothing newer than what is known: an answer or a failure seen after
-        ``heard_ms`` (a process that died after that fetch is not brought back by it)."""
+        ``heard_ms`` (a process that died after that fetch is not brought back by it), or
+        news of the very process Ray reported dead."""
         h = self._health.get(member)
         if h is None:
             return None
         if h.failed and heard_ms <= h.failed_at_ms:
+            return None
+        if incarnation is not None and incarnation == h.dead_incarnation:
+            # A process Ray reported dead cannot be alive again, whatever a voucher says: a
+            # leader still holding a fetch that process sent before it died (delayed in
+            # the network, or parked) reports it as heard just now (sim seed 1829).
             return None
         h.vouched_ms = now_ms
         if heard_ms <= h.last_ok_ms:
@@ -176,6 +206,7 @@ class FailureDetector:
         if h is None:
             return False
         h.in_flight = False
+        h.dead_incarnation = h.incarnation
         if h.failed:
             return False
         h.failed = True
@@ -199,8 +230,8 @@ class FailureDetector:
             if not h.failed:
                 candidates.append(h.last_ok_ms + self.timeout_ms + 1)
             if not h.in_flight:
-                last = max(h.last_sent_ms, h.vouched_ms)
-                candidates.append(last + self._interval(m) if last >= 0 else now_ms)
+                at = self._next_beat_ms(m, h)
+                candidates.append(at if at is not None else now_ms)
             for c in candidates:
                 deadline = c if deadline is None else min(deadline, c)
         return deadline

@@ -219,3 +219,37 @@ def test_members_due_close_together_are_beaten_in_one_round():
     for m in "ab":
         beat(fd, m, 400, 401)
     assert fd.next_deadline(401) == 460
+
+
+def test_a_vouched_member_comes_due_a_grace_after_its_interval_and_within_its_session():
+    fd = FailureDetector(INTERVAL, TIMEOUT, vouch_grace_ms=100)
+    fd.add("f", 0)
+    beat(fd, "f", 0, 5)
+    fd.vouch("f", 1000, 1000, "a")
+    assert fd.due(1000 + INTERVAL + 99) == [] and fd.due(1000 + INTERVAL + 100) == ["f"]
+    assert fd.next_deadline(1000) == 1000 + INTERVAL + 100
+    beat(fd, "f", 1300, 1301)
+    assert fd.due(1300 + INTERVAL) == ["f"], "beaten since the vouch: no grace"
+    # a grace that would leave a beat no time to be answered within the session is cut
+    fd = FailureDetector(1000, 3000, vouch_grace_ms=5000)
+    fd.add("f", 0)
+    beat(fd, "f", 0, 0)
+    fd.vouch("f", heard_ms=100, now_ms=900, incarnation="a")
+    assert fd.next_deadline(900) == 100 + 3000 - 1000
+
+
+def test_a_vouch_for_the_process_ray_reported_dead_says_nothing():
+    """A leader may hold a fetch the dead process sent before it died (delayed in the
+    network, or parked) and report it as heard just now; the process cannot be alive."""
+    fd = detector("f")
+    beat(fd, "f", 0, 5, incarnation="a")
+    assert fd.on_dead("f", 1000)
+    assert fd.vouch("f", heard_ms=1200, now_ms=1200, incarnation="a") is None
+    assert not fd.is_alive("f") and fd.due(1200) == ["f"], "still beaten: Ray's answer decides"
+    assert fd.vouch("f", heard_ms=1300, now_ms=1300, incarnation="b") == RECOVERED, "its next process is news"
+    # a late DEAD (a call that reached the old process) names the live one; its own answer
+    # to a heartbeat clears that
+    fd.on_dead("f", 2000)
+    assert fd.vouch("f", heard_ms=2050, now_ms=2050, incarnation="b") is None
+    assert fd.on_ok("f", 2100, "b") == RECOVERED
+    assert fd.vouch("f", heard_ms=2200, now_ms=2200, incarnation="b") == OK
