@@ -520,8 +520,15 @@ class Leader:
                     kept.append(w)
             self.produce_waiters = kept
         if self.fetch_waiters:
+            # When one follower's fetch is due, the others' due within a quarter of their
+            # wait are answered with it (early and empty, as a fetch may always be): an idle
+            # leader's followers then fetch in step, and it wakes once per round for all of
+            # them instead of once per follower (an idle partition's cost is its wake-ups).
+            followers_due = any(w.from_follower and w.deadline_ms <= now_ms for w in self.fetch_waiters.values())
             for token, w in list(self.fetch_waiters.items()):
-                if w.deadline_ms <= now_ms:
+                if w.deadline_ms <= now_ms or (
+                    followers_due and w.from_follower and w.deadline_ms - now_ms <= w.request.max_wait_ms // 4
+                ):
                     del self.fetch_waiters[token]
                     response = self._read_for(w, force=True)
                     assert response is not None

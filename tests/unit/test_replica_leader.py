@@ -167,6 +167,29 @@ def test_follower_long_poll_is_woken_by_append_and_expires_empty():
     assert resp.error_code == 0 and resp.records == b""
 
 
+def test_parked_follower_fetches_due_close_together_are_answered_in_one_wake_up():
+    """An idle leader answers its followers' expiring fetches together (the ones due within
+    a quarter of their wait), so that the followers fetch in step and the leader wakes once
+    per round; consumers' fetches wait their full time."""
+    r = leader()
+    follower_fetch(r, 1, 0, "f1", 0, epoch=1, max_wait_ms=2000)
+    follower_fetch(r, 2, 0, "f2", 117, epoch=1, max_wait_ms=2000)  # 117 ms out of step
+    consumer_fetch(r, 0, "c", 100, max_wait_ms=2000)
+    assert r.next_deadline() == 2000
+    answered = replies(r.tick(2000))
+    assert set(answered) == {"f1", "f2"} and all(a.error_code == 0 and a.records == b"" for a in answered.values())
+    assert r.parked_fetches() == {"followers": 0, "consumers": 1}
+    assert "c" in replies(r.tick(2100)), "the consumer's fetch is answered at its own time"
+    # in step from now on: both park again at once and expire in the same wake-up
+    follower_fetch(r, 1, 0, "g1", 2001, epoch=1, max_wait_ms=2000)
+    follower_fetch(r, 2, 0, "g2", 2002, epoch=1, max_wait_ms=2000)
+    assert r.next_deadline() == 4001 and set(replies(r.tick(4001))) == {"g1", "g2"}
+    # a fetch due later than a quarter of its wait stays parked
+    follower_fetch(r, 1, 0, "h1", 5000, epoch=1, max_wait_ms=2000)
+    follower_fetch(r, 2, 0, "h2", 5600, epoch=1, max_wait_ms=2000)
+    assert set(replies(r.tick(7000))) == {"h1"} and set(replies(r.tick(7600))) == {"h2"}
+
+
 def test_epoch_fencing_on_fetch_and_produce():
     r = leader(epoch=5)
     assert replies(follower_fetch(r, 1, 0, "a", 0, epoch=4))["a"].error_code == ErrorCode.FENCED_LEADER_EPOCH
