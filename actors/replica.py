@@ -129,7 +129,7 @@ class ReplicaActor:
                 clock=AsyncioClock(loop),
                 read_hint=read_hinted,
                 trace=lambda message: self._log("%s", message),
-                after_tick=self._export_metrics,
+                after_step=self._export_metrics,
             )
             self.driver.start()
         return self.driver
