@@ -707,6 +707,7 @@ class ControllerState:
         if result.offline and not was_online:
             return []  # still nobody to elect; nothing changes
         p.leader = result.leader
+        self.detector.invalidate()  # leaders and followers may be beaten at different intervals
         if result.unclean:
             p.isr, p.elr = list(result.isr), []
         else:
@@ -834,6 +835,7 @@ class ControllerState:
                 continue
             self.metrics.preferred_leader_elections += 1
             p.leader = target
+            self.detector.invalidate()
             p.leader_epoch += 1
             p.partition_epoch += 1
             actions.append(Persist(partition_key(p.topic, p.partition), p.encode()))

@@ -26,6 +26,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Hashable
 
+_NOW = -(2**62)  # a deadline that is due whenever asked (a member never beaten)
+
 OK = "ok"
 RECOVERED = "recovered"  # was failed, answers again
 RESTARTED = "restarted"  # answers with a new incarnation without having been seen failed
@@ -69,6 +71,10 @@ class FailureDetector:
         self.vouch_grace_ms = max(0, vouch_grace_ms)
         self._interval_of = interval_of
         self._health: dict[Hashable, _Health] = {}
+        # A lower bound of next_deadline (None: unknown), kept up to date member by member:
+        # a controller hears one answer at a time, and a scan of every member per answer
+        # made an idle controller's cost grow with the square of its replicas.
+        self._earliest: int | None = None
 
     def _interval(self, member: Hashable) -> int:
         if self._interval_of is None:
@@ -81,6 +87,7 @@ class FailureDetector:
         plus a full session timeout to answer its first heartbeat."""
         if member not in self._health:
             self._health[member] = _Health(last_ok_ms=now_ms + grace_ms)
+            self._lower(member)
 
     def remove(self, member: Hashable) -> None:
         self._health.pop(member, None)
@@ -106,6 +113,7 @@ class FailureDetector:
     def due(self, now_ms: int) -> list[Hashable]:
         """Members to send a heartbeat to now (at most one in flight each): those whose
         interval has passed and, when one has, those within ``align_ms`` of theirs."""
+        self._earliest = None  # made exact again at the next next_deadline()
         out = []
         early = []
         for m, h in self._health.items():
@@ -145,6 +153,7 @@ class FailureDetector:
             return False
         h.last_sent_ms = -1
         h.vouched_ms = -1
+        self._lower(member)
         return True
 
     def on_ok(self, member: Hashable, now_ms: int, incarnation: str | None = None) -> str | None:
@@ -154,7 +163,9 @@ class FailureDetector:
             return None
         h.in_flight = False
         h.dead_incarnation = None
-        return self._heard(h, now_ms, incarnation)
+        event = self._heard(h, now_ms, incarnation)
+        self._lower(member)
+        return event
 
     @staticmethod
     def _heard(h: _Health, at_ms: int, incarnation: str | None) -> str:
@@ -192,13 +203,16 @@ class FailureDetector:
         h.vouched_ms = now_ms
         if heard_ms <= h.last_ok_ms:
             return None
-        return self._heard(h, heard_ms, incarnation)
+        event = self._heard(h, heard_ms, incarnation)
+        self._lower(member)
+        return event
 
     def on_no_answer(self, member: Hashable, now_ms: int) -> None:
         """A heartbeat timed out: not a failure by itself (only the session timeout is)."""
         h = self._health.get(member)
         if h is not None:
             h.in_flight = False
+            self._lower(member)
 
     def on_dead(self, member: Hashable, now_ms: int) -> bool:
         """Ray says the actor is dead or restarting. Returns True if newly failed."""
@@ -207,6 +221,7 @@ class FailureDetector:
             return False
         h.in_flight = False
         h.dead_incarnation = h.incarnation
+        self._lower(member)
         if h.failed:
             return False
         h.failed = True
@@ -224,14 +239,38 @@ class FailureDetector:
         return newly
 
     def next_deadline(self, now_ms: int) -> int | None:
-        deadline = None
-        for m, h in self._health.items():
-            candidates = []
-            if not h.failed:
-                candidates.append(h.last_ok_ms + self.timeout_ms + 1)
-            if not h.in_flight:
-                at = self._next_beat_ms(m, h)
-                candidates.append(at if at is not None else now_ms)
-            for c in candidates:
-                deadline = c if deadline is None else min(deadline, c)
-        return deadline
+        """When the next beat or session timeout is due. It may be earlier than that
+        (never later): between rounds it is kept as a bound, lowered member by member as
+        answers arrive, and a wake-up that finds nothing due makes it exact again."""
+        if self._earliest is None or self._earliest <= now_ms:
+            earliest = None
+            for m, h in self._health.items():
+                at = self._deadline_of(m, h)
+                if at is not None and (earliest is None or at < earliest):
+                    earliest = at
+            self._earliest = earliest
+        if self._earliest is None:
+            return None
+        return now_ms if self._earliest == _NOW else self._earliest
+
+    def invalidate(self) -> None:
+        """Something the detector cannot see changed members' intervals (a new leader):
+        the next :meth:`next_deadline` looks at every member again."""
+        self._earliest = None
+
+    def _deadline_of(self, member: Hashable, h: _Health) -> int | None:
+        """``member``'s own next deadline (``_NOW``: a first beat, due at once)."""
+        earliest = None if h.failed else h.last_ok_ms + self.timeout_ms + 1
+        if not h.in_flight:
+            at = self._next_beat_ms(member, h)
+            at = _NOW if at is None else at
+            earliest = at if earliest is None else min(earliest, at)
+        return earliest
+
+    def _lower(self, member: Hashable) -> None:
+        """``member`` changed: the bound may have to come down to its deadline."""
+        if self._earliest is None:
+            return
+        at = self._deadline_of(member, self._health[member])
+        if at is not None and at < self._earliest:
+            self._earliest = at

@@ -253,3 +253,71 @@ def test_a_vouch_for_the_process_ray_reported_dead_says_nothing():
     assert fd.vouch("f", heard_ms=2050, now_ms=2050, incarnation="b") is None
     assert fd.on_ok("f", 2100, "b") == RECOVERED
     assert fd.vouch("f", heard_ms=2200, now_ms=2200, incarnation="b") == OK
+
+
+def _exact_next_deadline(fd: FailureDetector, now: int) -> int | None:
+    """The next deadline by a scan of every member (what next_deadline bounds)."""
+    best = None
+    for m, h in fd._health.items():
+        at = fd._deadline_of(m, h)
+        if at is not None:
+            at = now if at < -(2**61) else at
+            best = at if best is None else min(best, at)
+    return best
+
+
+def test_next_deadline_is_never_later_than_any_members_and_exact_after_a_round():
+    import random
+
+    rnd = random.Random(17)
+    fd = FailureDetector(INTERVAL, TIMEOUT, align_ms=50, vouch_grace_ms=100)
+    members = [f"m{i}" for i in range(12)]
+    now = 0
+    for step in range(4000):
+        now += rnd.choice((0, 1, 5, 20, 60))
+        m = rnd.choice(members)
+        op = rnd.random()
+        if op < 0.1:
+            fd.add(m, now)
+        elif m not in fd:
+            continue
+        elif op < 0.35:
+            fd.on_sent(m, now)
+        elif op < 0.6:
+            fd.on_ok(m, now, rnd.choice("ab"))
+        elif op < 0.75:
+            fd.vouch(m, now - rnd.choice((0, 30, 600)), now, rnd.choice("ab"))
+        elif op < 0.8:
+            fd.on_no_answer(m, now)
+        elif op < 0.83:
+            fd.on_dead(m, now)
+        elif op < 0.86:
+            fd.expedite(m)
+        elif op < 0.88:
+            fd.remove(m)
+        elif op < 0.95:
+            fd.check(now)
+        else:
+            fd.due(now)
+            exact, bound = _exact_next_deadline(fd, now), fd.next_deadline(now)
+            assert (bound is None and exact is None) or max(bound, now) == max(exact, now), f"exact after a round (step {step})"
+        # (a deadline already past means "due now", whichever past time it names)
+        exact, bound = _exact_next_deadline(fd, now), fd.next_deadline(now)
+        assert (bound is None) == (exact is None), f"step {step}"
+        assert bound is None or max(bound, now) <= max(exact, now), f"step {step}: {bound} later than {exact}"
+
+
+def test_an_answer_costs_the_detector_one_member_not_all():
+    fd = FailureDetector(1000, 3000)
+    for i in range(2000):
+        fd.add(i, 0)
+    for i in range(2000):
+        fd.on_sent(i, 0)
+    fd.next_deadline(1)
+    looked: list = []
+    original = fd._deadline_of
+    fd._deadline_of = lambda m, h: looked.append(m) or original(m, h)
+    for i in range(100):
+        fd.on_ok(i, 5)
+        assert fd.next_deadline(5) == 1000
+    assert len(looked) == 100, "one member per answer, not a scan of 2,000"
