@@ -278,6 +278,10 @@ class CapacityFigures:
     idle_cpu_per_partition_vs_three_bare_actors_whole_tree: float | None = None
     idle_cpu_three_bare_actors_same_windows: float | None = None  # measured in the steps' windows
     idle_cpu_per_partition_vs_three_bare_actors_same_windows: float | None = None
+    # issue 17's idle goal: an idle partition's processes against three bare actors within
+    # each step's window (median over the healthy steps, and every step's)
+    idle_cpu_partition_vs_three_bare_actors_in_window: float | None = None
+    idle_cpu_partition_vs_three_bare_actors_per_window: list[float] | None = None
 
 
 def capacity(doc: dict) -> CapacityFigures | None:
@@ -304,4 +308,6 @@ def capacity(doc: dict) -> CapacityFigures | None:
         idle_cpu_per_partition_vs_three_bare_actors_whole_tree=r.get("idle_cpu_per_partition_vs_three_bare_actors_whole_tree"),
         idle_cpu_three_bare_actors_same_windows=r.get("idle_cpu_three_bare_actors_same_windows"),
         idle_cpu_per_partition_vs_three_bare_actors_same_windows=r.get("idle_cpu_per_partition_vs_three_bare_actors_same_windows"),
+        idle_cpu_partition_vs_three_bare_actors_in_window=r.get("idle_cpu_partition_vs_three_bare_actors_in_window"),
+        idle_cpu_partition_vs_three_bare_actors_per_window=r.get("idle_cpu_partition_vs_three_bare_actors_per_window"),
     )

@@ -202,6 +202,14 @@ def capacity_section(doc: dict) -> str:
                  if c.idle_cpu_per_partition_vs_three_bare_actors_whole_tree is not None else ""))]
             if c.idle_cpu_partition_processes_vs_three_bare_actors is not None else []
         ),
+        *(
+            [("idle partition vs three bare actors, window by window (issue 17: at most 1.25x)",
+              f"{num(c.idle_cpu_partition_vs_three_bare_actors_in_window, 2, 'x')} (median of {len(c.idle_cpu_partition_vs_three_bare_actors_per_window or [])} steps"
+              + (f", {min(c.idle_cpu_partition_vs_three_bare_actors_per_window):.2f}-{max(c.idle_cpu_partition_vs_three_bare_actors_per_window):.2f}"
+                 if c.idle_cpu_partition_vs_three_bare_actors_per_window else "")
+              + "): the replicas' CPU in each step's window and the controller's line, against the bare actors in that window")]
+            if c.idle_cpu_partition_vs_three_bare_actors_in_window is not None else []
+        ),
         ("CPU bound (idle CPU reaches half the cores)", f"~{c.cpu_bound_partitions} partitions" if c.cpu_bound_partitions else "–"),
         ("memory bound for 24 GiB (by USS)", f"~{c.memory_bound_partitions_24gib} partitions" if c.memory_bound_partitions_24gib else "–"),
     ]

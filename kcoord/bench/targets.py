@@ -71,6 +71,11 @@ def _rebalance_16(doc: dict) -> float | None:
     return row.join_ms if row else None
 
 
+def _idle_partition(doc: dict) -> float | None:
+    c = figures.capacity(doc)
+    return c.idle_cpu_partition_vs_three_bare_actors_in_window if c else None
+
+
 TARGETS: tuple[Target, ...] = (
     Target("send_batch_records_per_s", "send_batch() throughput", 1_000_000, "records/s", True, _send_batch),
     Target("send_batch_vs_raw_actor", "send_batch() / raw-actor ceiling", 0.30, "x", True, _send_batch_ratio),
@@ -79,6 +84,7 @@ TARGETS: tuple[Target, ...] = (
     Target("failover_p50_ms", "failover p50 (kill -> next acked write)", 500, "ms", False, _failover("p50")),
     Target("failover_p99_ms", "failover p99", 2000, "ms", False, _failover("p99")),
     Target("rebalance_16_members_ms", "16-member rebalance (join -> Stable)", 1000, "ms", False, _rebalance_16),
+    Target("idle_partition_vs_three_bare_actors", "idle RF=3 partition / three bare Ray actors (same window)", 1.25, "x", False, _idle_partition),
 )
 
 
