@@ -30,6 +30,8 @@ second replica of a partition. Wipes hit only such topics with ``min.insync.repl
 losing a disk is losing a copy, which fsync does not protect against (RF 1 topics are always
 fsync), and with 1 the ISR may shrink to the wiped replica alone -- the partition then
 waits for an operator's unclean election, as in Kafka, which the simulation does not play.
+A wiped replica stays damaged until it is back in the ISR, not only caught up: the
+controller trusts a replica on another directory again only then.
 """
 
 from __future__ import annotations
@@ -238,7 +240,7 @@ class Nemesis:
         proc.crash("disk replaced")
         directory = proc.directory(machine)
         machine.disk.wipe(directory)
-        sim.mark_damaged(proc)
+        sim.mark_damaged(proc, until_in_isr=True)
         sim.trace(f"DISK REPLACED: {directory} on {machine.id} is gone")
         if was_up and not sim.scenario.bound:
             sim.restart_later(proc, self._downtime())

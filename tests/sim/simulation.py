@@ -191,6 +191,9 @@ class Simulation:
         self.phase = "faults"
         self.damaged: set[tuple[str, int, int]] = set()
         self.damage_pending: dict[tuple[str, int, int], tuple] = {}
+        # Wiped replicas: whole again only once back in the stored ISR, since the controller
+        # trusts a replica back on another directory only then (seed 6383).
+        self.damaged_until_in_isr: set[tuple[str, int, int]] = set()
         self._restart_gen: dict[str, int] = {}
         self._quiet_state: tuple | None = None
 
@@ -362,14 +365,18 @@ class Simulation:
             return True
         return any(b != proc.broker for b in (*p.isr, *p.elr))
 
-    def mark_damaged(self, proc: ReplicaProcess, pending: tuple | None = None) -> None:
+    def mark_damaged(self, proc: ReplicaProcess, pending: tuple | None = None, until_in_isr: bool = False) -> None:
         """``pending``: (fault rule, incarnation) of a failed fsync still to come: the
         damage is not over before the rule fired and the process restarted (or the rule
-        was removed unfired)."""
+        was removed unfired). ``until_in_isr``: a wiped replica, whole again only once it
+        is back in the ISR, where the controller trusts it again: caught up but outside
+        the ISR it is still no candidate to lead, so the copy it holds does not count."""
         key = (proc.topic, proc.partition, proc.broker)
         self.damaged.add(key)
         if pending is not None:
             self.damage_pending[key] = pending
+        if until_in_isr:
+            self.damaged_until_in_isr.add(key)
         self.trace(f"{proc.name} is damaged (may have lost unsynced records)")
 
     def is_damaged(self, proc: ReplicaProcess) -> bool:
@@ -399,8 +406,13 @@ class Simulation:
             counted = state.followers.get(proc.broker) if state is not None else None
             if counted is not None:
                 frontier = max(frontier, counted.log_end_offset)
+        if key in self.damaged_until_in_isr:
+            stored = self.stored_partition(proc.topic, proc.partition)
+            if stored is None or proc.broker not in stored.isr:
+                return
         if proc.replica.log.log_end_offset >= frontier:
             self.damaged.discard(key)
+            self.damaged_until_in_isr.discard(key)
             self.trace(f"{proc.name} caught up again (LEO {proc.replica.log.log_end_offset} >= HW {frontier}): no longer damaged")
 
     # -- heal and quiesce -------------------------------------------------------------------
