@@ -618,11 +618,20 @@ class ControllerState:
             return actions + self.trust.persist(p)
         if response.error_code != ErrorCode.NONE:
             return []
+        # A replica that took its role names its log directory. Recorded when none is yet:
+        # a new leader may answer nothing else before this controller fails, and the next
+        # one tells that leader's disk from a wiped one only by the directory recorded (sim
+        # seed 8536). A changed one waits for a heartbeat or a vouch, which a late answer
+        # from a previous process cannot undo.
+        actions: list[ControllerAction] = []
+        if response.directory_id and not self.trust.directory.get(replica):
+            self._saw_directory(replica, response.directory_id)
+            actions += self.trust.persist(p)
         started = self._failover_started.get(key)
         if started is not None and replica.broker == request.leader == p.leader and request.leader_epoch == p.leader_epoch:
             del self._failover_started[key]
             self.metrics.failover_ms.append(now_ms - started)
-        return []
+        return actions
 
     def _verify(self, replica: ReplicaId, status: HeartbeatResponse, now_ms: int) -> list[ControllerAction]:
         """Re-send the replica its role if its view is behind ours (missed message, restart)."""

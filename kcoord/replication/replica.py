@@ -27,6 +27,8 @@ on a reopened log) is the only way back.
 
 from __future__ import annotations
 
+import dataclasses
+
 from typing import Any
 
 from ..log.config import LogConfig
@@ -169,7 +171,7 @@ class Replica:
             return
         try:
             if isinstance(request, LeaderAndIsrRequest):
-                st.reply(token, self._leader_and_isr(request, now_ms))
+                st.reply(token, self._answer_leader_and_isr(request, now_ms))
             elif isinstance(request, HeartbeatRequest):
                 st.reply(token, self.status(now_ms))
             elif self.leading is None:
@@ -280,6 +282,16 @@ class Replica:
     # ------------------------------------------------------------------------------------
     # controller -> replica
     # ------------------------------------------------------------------------------------
+    def _answer_leader_and_isr(self, req: LeaderAndIsrRequest, now_ms: int) -> LeaderAndIsrResponse:
+        """Every answer names this replica's log directory and storage lineage: a controller
+        may hear nothing else from a leader it just elected before it fails, and the next
+        one can only tell that leader's disk from a wiped one by the directory it recorded
+        (sim seed 8536)."""
+        response = self._leader_and_isr(req, now_ms)
+        if response.directory_id or self.state.role == OFFLINE:
+            return response
+        return dataclasses.replace(response, storage=self.state.storage, directory_id=self.state.log.directory_id)
+
     def _leader_and_isr(self, req: LeaderAndIsrRequest, now_ms: int) -> LeaderAndIsrResponse:
         st = self.state
         if req.topic != st.topic or req.partition != st.partition:

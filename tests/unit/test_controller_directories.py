@@ -144,3 +144,32 @@ def test_a_designated_leader_refusing_from_a_new_directory_is_not_re_elected():
     h.apply(h.core.on_leader_and_isr_result(ReplicaId(TOPIC, 0, 0), lai.request, refusal, h.now) or [])
     p = h.stored()
     assert p.leader == 1 and 0 not in p.isr, (p.leader, p.isr)
+
+
+def test_a_leader_heard_only_through_its_leader_and_isr_answer_is_known_by_its_directory():
+    """Sim seed 8536: the controller elected broker 2, whose heartbeat answers were lost; the
+    only word it had from it was the answer to its LeaderAndIsr. It failed; the next
+    controller, knowing no directory for 2, re-sent it the leadership, and a process on a
+    wiped disk took it with an empty log (a reader saw the HW go back). The answer names the
+    directory, which is recorded (and persisted) when none is known."""
+    h = Harness()
+    h.create()
+    h.now = 100
+    h.dead(0)
+    p = h.partition()
+    leader = p.leader
+    lai = next(a.request for a in h.sent if isinstance(a, SendLeaderAndIsr) and a.replica.broker == leader and a.request.leader == leader)
+    assert lai.directory_id == "", "nothing known of its directory yet"
+    h.apply(h.core.on_leader_and_isr_result(ReplicaId(TOPIC, 0, leader), lai, LeaderAndIsrResponse(directory_id=f"d{leader}", storage="m"), h.now))
+    assert stored_trust(h, leader).directory == f"d{leader}"
+    # the next controller, shrinking the ISR as a follower dies, addresses the new state to
+    # the leader in that directory (which a process on a wiped disk refuses to lead from)
+    h2 = h.restart()
+    follower = next(b for b in h2.partition().isr if b != leader)
+    h2.dead(follower)
+    resent = [a.request for a in h2.sent if isinstance(a, SendLeaderAndIsr) and a.replica.broker == leader and a.request.leader == leader]
+    assert resent and all(r.directory_id == f"d{leader}" for r in resent)
+    # a later answer from another directory is not taken from a LeaderAndIsr answer (a late
+    # answer of a previous process could undo it); heartbeats and vouches tell
+    h2.apply(h2.core.on_leader_and_isr_result(ReplicaId(TOPIC, 0, leader), resent[0], LeaderAndIsrResponse(directory_id="other"), h2.now))
+    assert stored_trust(h2, leader).directory == f"d{leader}"

@@ -406,3 +406,16 @@ def test_a_follower_fetch_carries_its_storage_and_partition_epoch():
     fetches = of_type(acts, SendFetch) or of_type(f.tick(1), SendFetch)
     req = fetches[0].request
     assert (req.replica_storage, req.replica_partition_epoch) == ("boot/node", 4)
+
+
+def test_a_leader_and_isr_answer_names_the_log_directory_and_storage(tmp_path):
+    """The controller may hear nothing else from a leader it elected (sim seed 8536)."""
+    from kcoord.log import Log, LogConfig
+    from kcoord.replication.replica import Replica
+
+    r = Replica(TOPIC, 0, 0, Log(tmp_path, LogConfig(flush_messages=1)), ReplicationConfig(), 0, storage="boot/node")
+    resp, _ = leader_and_isr(r, lai(0, 1, [0, 1, 2]), 0)
+    assert resp.error_code == 0 and resp.directory_id == r.log.directory_id and resp.directory_id
+    assert resp.storage == "boot/node"
+    again, _ = leader_and_isr(r, lai(0, 1, [0, 1, 2]), 1)  # the same epoch again: still named
+    assert again.error_code == 0 and again.directory_id == r.log.directory_id
