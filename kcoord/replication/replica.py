@@ -283,12 +283,13 @@ class Replica:
     # controller -> replica
     # ------------------------------------------------------------------------------------
     def _answer_leader_and_isr(self, req: LeaderAndIsrRequest, now_ms: int) -> LeaderAndIsrResponse:
-        """Every answer names this replica's log directory and storage lineage: a controller
-        may hear nothing else from a leader it just elected before it fails, and the next
-        one can only tell that leader's disk from a wiped one by the directory it recorded
-        (sim seed 8536)."""
+        """Every answer names this replica's log directory and storage lineage: a refusal
+        says which log the controller is dealing with, and a controller may hear nothing
+        else from a leader it just elected before it fails, while the next one can only
+        tell that leader's disk from a wiped one by the directory it recorded (sim seed
+        8536)."""
         response = self._leader_and_isr(req, now_ms)
-        if response.directory_id or self.state.role == OFFLINE:
+        if self.state.role == OFFLINE:
             return response
         return dataclasses.replace(response, storage=self.state.storage, directory_id=self.state.log.directory_id)
 
@@ -304,8 +305,6 @@ class Replica:
             return LeaderAndIsrResponse(
                 ErrorCode.STALE_BROKER_EPOCH,
                 f"addressed to process {req.incarnation}; this is {st.incarnation}, started since",
-                storage=st.storage,
-                directory_id=st.log.directory_id,
             )
         if req.leader_epoch < st.leader_epoch:
             return LeaderAndIsrResponse(ErrorCode.FENCED_LEADER_EPOCH, f"leader epoch {req.leader_epoch} < current {st.leader_epoch}")
@@ -318,8 +317,6 @@ class Replica:
                 ErrorCode.FENCED_LEADER_EPOCH,
                 f"broker {st.broker} is asked to lead from log directory {req.directory_id}, "
                 f"but its log is in a new directory {st.log.directory_id} (its disk was wiped or replaced)",
-                storage=st.storage,
-                directory_id=st.log.directory_id,
             )
         st.controller_epoch = req.controller_epoch
         if req.config is not None:
@@ -343,8 +340,6 @@ class Replica:
                 ErrorCode.FENCED_LEADER_EPOCH,
                 f"broker {st.broker} restarted and cannot resume leading epoch {req.leader_epoch} "
                 f"(its log already has epoch {st.log.epoch_cache.latest_epoch}); elect with a new epoch",
-                storage=st.storage,
-                directory_id=st.log.directory_id,
             )
         if req.leader == st.broker and st.may_have_lost_data:
             # Restarted, possibly without its unflushed tail, and asked to lead by a controller
@@ -357,8 +352,6 @@ class Replica:
                 ErrorCode.FENCED_LEADER_EPOCH,
                 f"broker {st.broker} restarted and may have lost unflushed records; "
                 f"not resuming leadership at epoch {req.leader_epoch} before the controller re-elects",
-                storage=st.storage,
-                directory_id=st.log.directory_id,
             )
         self._step_down(ErrorCode.NOT_LEADER_OR_FOLLOWER, f"{st.name}: leadership changed (epoch {req.leader_epoch}, leader {req.leader})")
         st.leader_epoch = req.leader_epoch

@@ -32,13 +32,17 @@ def test_partition_row_names_the_offline_replicas():
     assert partition_row("t", {k: v for k, v in part(isr=[0, 1, 2]).items() if k != "offline_replicas"})[-1] == "[green]ok[/]"
 
 
-def test_status_counts_offline_logs():
-    snap = {
-        "cluster": {"cluster": "c", "controller_epoch": 3, "brokers": [0, 1, 2],
-                    "metrics": {"partitions": 1, "under_replicated_partitions": 1, "offline_log_replicas": 1}},
+def snapshot(**metrics) -> dict:
+    """A one-partition cluster's status snapshot with these controller metrics."""
+    return {
+        "cluster": {"cluster": "c", "controller_epoch": 3, "brokers": [0, 1, 2], "metrics": {"partitions": 1, **metrics}},
         "coordinators": {"controller": {"name": "c/controller", "epoch": 3}, "groups": []},
         "topics": {"t": {"internal": False, "partitions": [part()]}},
     }
+
+
+def test_status_counts_offline_logs():
+    snap = snapshot(under_replicated_partitions=1, offline_log_replicas=1)
     text = render(snap)
     assert "offline logs" in text and "1 (I/O errors; restart those replicas)" in text
     assert "(offline replicas 0)" in text
@@ -47,12 +51,7 @@ def test_status_counts_offline_logs():
 
 
 def test_status_counts_replicas_back_from_a_wiped_disk():
-    snap = {
-        "cluster": {"cluster": "c", "controller_epoch": 3, "brokers": [0, 1, 2],
-                    "metrics": {"partitions": 1, "offline_partitions": 1, "replaced_directory_replicas": 1}},
-        "coordinators": {"controller": {"name": "c/controller", "epoch": 3}, "groups": []},
-        "topics": {"t": {"internal": False, "partitions": [part()]}},
-    }
+    snap = snapshot(offline_partitions=1, replaced_directory_replicas=1)
     assert "wiped disks" in render(snap) and "1 (replicas back with an empty log directory" in render(snap)
     snap["cluster"]["metrics"]["replaced_directory_replicas"] = 0
     assert "empty log directory" not in render(snap)
