@@ -566,7 +566,14 @@ class ControllerState:
             actions += self._on_failed(replica, now_ms)
             self.detector.on_ok(replica, now_ms, status.incarnation or None)
             event = RECOVERED
-        if event == RECOVERED:
+        if p is not None and p.leader == replica.broker and not self.trust.holds_data(replica):
+            # The designated leader is back on another directory (a wiped disk) and was not
+            # elected since: it holds nothing of the epoch it is to lead, and must not be
+            # told that epoch again. A controller that recorded the new directory but not
+            # the failover it decided (the partition's store write failed and it reloaded)
+            # meets it here, as a process it already knows (sim seed 18876).
+            actions += self._elect(p, now_ms, failed_leader=True)
+        elif event == RECOVERED:
             actions += self._on_recovered(replica, now_ms)
         else:
             actions += self._verify(replica, status, now_ms)

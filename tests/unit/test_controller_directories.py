@@ -173,3 +173,33 @@ def test_a_leader_heard_only_through_its_leader_and_isr_answer_is_known_by_its_d
     # answer of a previous process could undo it); heartbeats and vouches tell
     h2.apply(h2.core.on_leader_and_isr_result(ReplicaId(TOPIC, 0, leader), resent[0], LeaderAndIsrResponse(directory_id="other"), h2.now))
     assert stored_trust(h2, leader).directory == f"d{leader}"
+
+
+def test_a_leader_back_on_a_wiped_disk_is_failed_over_even_after_the_failover_was_lost():
+    """Sim seed 18876: the leader came back on an empty directory; the controller recorded
+    the new process and directory (persisted first) and elected another leader, but the
+    partition's store write failed and it reloaded. The reloaded controller knew the new
+    process already, saw no restart, and re-sent the leader its epoch: the empty log led it
+    and a reader saw the HW go back. A replaced designated leader is failed over whenever it
+    answers."""
+    h = Harness()
+    h.create()
+    seen(h)
+    assert h.stored().leader == 0
+    h.now = 100
+    before = dict(h.store.data)
+    sent = len(h.sent)
+    h.beat(0, incarnation="b0", directory_id="d0-new", log_end_offset=0)
+    persists = [a for a in h.sent[sent:] if type(a).__name__ == "Persist"]
+    assert persists[0].key == replica_key(TOPIC, 0, 0), "the trust record goes first"
+    assert h.stored().leader != 0, "this controller failed it over"
+    # only that first write reached the store: the election's did not
+    h.store.data = before
+    h.store.put(persists[0].key, persists[0].value)
+    h2 = h.restart()
+    assert h2.stored().leader == 0 and stored_trust(h2, 0).replaced
+    for b in (1, 2):
+        h2.beat(b, incarnation=f"a{b}", directory_id=f"d{b}", log_end_offset=100)
+    h2.beat(0, incarnation="b0", directory_id="d0-new", log_end_offset=0, role="none", leader_epoch=-1, partition_epoch=-1)
+    assert h2.stored().leader not in (0, NO_LEADER), "another in-sync replica leads; the empty one does not"
+    assert not any(isinstance(a, SendLeaderAndIsr) and a.replica.broker == 0 and a.request.leader == 0 for a in h2.sent)
