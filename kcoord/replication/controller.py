@@ -556,7 +556,7 @@ class ControllerState:
             # machine's).
             if p is not None and self._lossy(p) and self.trust.storage_changed(replica, status.storage):
                 self.trust.suspect.add(replica)
-        self._saw_directory(replica, status.directory_id)
+        directory_changed = self._saw_directory(replica, status.directory_id)
         self.trust.seen(replica, status)
         if p is not None:
             actions += self.trust.persist(p)  # stored before anything acts on it
@@ -573,6 +573,14 @@ class ControllerState:
             # the failover it decided (the partition's store write failed and it reloaded)
             # meets it here, as a process it already knows (sim seed 18876).
             actions += self._elect(p, now_ms, failed_leader=True)
+        elif directory_changed and p is not None and (dropped := self._drop_from_isr(p, replica.broker)):
+            # A follower back on another directory while still in the ISR (it came back
+            # while no controller watched, or before its failure was noticed): it holds
+            # nothing it held, so it leaves the ISR now (KIP-858), and the leader's
+            # ordinary expansion -- which trusts it again -- takes it back once it has
+            # caught up. Kept in the ISR it could never be trusted again, and a partition
+            # whose other members were then lost stayed offline for good (sim seed 23499).
+            actions += dropped
         elif event == RECOVERED:
             actions += self._on_recovered(replica, now_ms)
         else:
@@ -658,12 +666,14 @@ class ControllerState:
             return self._send_state(p, [replica.broker])
         return []
 
-    def _saw_directory(self, replica: ReplicaId, directory_id: str) -> None:
+    def _saw_directory(self, replica: ReplicaId, directory_id: str) -> bool:
         """``replica`` reports its log directory; one other than recorded means its disk was
         wiped or replaced: it holds nothing of what it held, and must not lead on the
-        strength of its ISR or ELR membership (trust.py)."""
+        strength of its ISR or ELR membership (trust.py). True when it changed."""
         if self.trust.directory_seen(replica, directory_id):
             self.metrics.directories_replaced += 1
+            return True
+        return False
 
     def _may_join(self, replica: ReplicaId, req: AlterPartitionRequest) -> bool:
         """Whether ``replica`` may join the ISR on the leader's word (KIP-903): it is alive,
@@ -687,7 +697,12 @@ class ControllerState:
             return []
         if p.leader == replica.broker:
             return self._elect(p, now_ms, failed_leader=True)
-        new_isr = shrink_isr_without(p, replica.broker)
+        return self._drop_from_isr(p, replica.broker)
+
+    def _drop_from_isr(self, p: PartitionState, broker: int) -> list[ControllerAction]:
+        """Take follower ``broker`` out of ``p``'s ISR and tell the live replicas; nothing
+        when the ISR cannot shrink (see :func:`shrink_isr_without`)."""
+        new_isr = shrink_isr_without(p, broker)
         if new_isr is None:
             return []
         self.metrics.isr_shrinks += 1

@@ -35,7 +35,7 @@ from kcoord.group import GroupConfig
 from kcoord.group.records import OFFSETS_TOPIC
 from kcoord.protocol.controller import CreateTopicsRequest
 from kcoord.replication.controller import ControllerConfig
-from kcoord.replication.metadata import PartitionState, partition_key
+from kcoord.replication.metadata import PartitionState, ReplicaTrust, partition_key, replica_key
 from kcoord.replication.placement import PLACEMENT_KEY, decode_binding
 from kcoord.replication.roles import LEADER, OFFLINE
 
@@ -407,8 +407,20 @@ class Simulation:
             if counted is not None:
                 frontier = max(frontier, counted.log_end_offset)
         if key in self.damaged_until_in_isr:
+            # Whole only where the controller trusts it again: back in the ISR, and recorded
+            # (in the store) on the directory it now has, not as replaced. In the ISR alone
+            # is not enough: it may be there still from before its wipe, with a controller
+            # yet to learn of it (seed 23499).
             stored = self.stored_partition(proc.topic, proc.partition)
-            if stored is None or proc.broker not in stored.isr:
+            raw = self.store.get(replica_key(proc.topic, proc.partition, proc.broker))
+            trust = None if raw is None else ReplicaTrust.decode(raw)
+            if (
+                stored is None
+                or proc.broker not in stored.isr
+                or trust is None
+                or trust.replaced
+                or trust.directory != proc.replica.log.directory_id
+            ):
                 return
         if proc.replica.log.log_end_offset >= frontier:
             self.damaged.discard(key)

@@ -203,3 +203,37 @@ def test_a_leader_back_on_a_wiped_disk_is_failed_over_even_after_the_failover_wa
     h2.beat(0, incarnation="b0", directory_id="d0-new", log_end_offset=0, role="none", leader_epoch=-1, partition_epoch=-1)
     assert h2.stored().leader not in (0, NO_LEADER), "another in-sync replica leads; the empty one does not"
     assert not any(isinstance(a, SendLeaderAndIsr) and a.replica.broker == 0 and a.request.leader == 0 for a in h2.sent)
+
+
+def test_a_follower_back_wiped_while_no_controller_watched_leaves_the_isr_and_rejoins_trusted():
+    """Sim seed 23499: follower 2's disk was wiped and its process restarted while no
+    controller ran; the next controller heard it on a new directory while the ISR still
+    named it. It stayed in the ISR, never trusted (no expansion could re-admit a member),
+    and when the leader's disk went too the partition stayed offline for good although 2
+    had caught up. It leaves the ISR at once, and the leader's expansion trusts it again."""
+    h = Harness()
+    h.create()
+    seen(h)
+    assert h.stored().isr == [0, 1, 2]
+    h2 = h.restart()
+    h2.beat(0, incarnation="a0", directory_id="d0")
+    h2.beat(1, incarnation="a1", directory_id="d1")
+    h2.beat(2, incarnation="b2", directory_id="d2-new", log_end_offset=0, role="follower")
+    p = h2.stored()
+    assert p.leader == 0 and p.isr == [0, 1], "a member holding none of what it held is no ISR member"
+    assert stored_trust(h2, 2).replaced
+    assert 0 in lai_targets(h2.sent), "the leader is told, so that it can take 2 back"
+    resp, _ = h2.alter([0, 1, 2], incarnations={2: "b2"})  # it caught up from the leader
+    assert resp.error_code == 0 and h2.stored().isr == [0, 1, 2]
+    assert not stored_trust(h2, 2).replaced, "back in the ISR: trusted again"
+
+
+def test_a_follower_restarted_unseen_on_its_own_directory_stays_in_the_isr():
+    """The contrast: a new process on the directory it had is the leader's to judge."""
+    h = Harness()
+    h.create()
+    seen(h)
+    h2 = h.restart()
+    h2.beat(0, incarnation="a0", directory_id="d0")
+    h2.beat(2, incarnation="b2", directory_id="d2", role="follower")
+    assert h2.stored().isr == [0, 1, 2]
