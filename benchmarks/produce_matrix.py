@@ -23,6 +23,17 @@ Cases (each a fresh Producer, 100-byte values, no keys, ``linger_ms=5``, 1 MiB b
 Each repeat measures the baselines and then every case, so load from elsewhere hits them
 alike; figures are medians over repeats. MB/s counts the values' bytes. Prints JSON.
 
+Each case writes into a topic of its own, created before it is timed and deleted after,
+and the page cache is written back (``os.sync()``, untimed) before every run: no run pays for
+the data of another. A repeat writes ~2.7 GB, and kept around that data slowed whatever came
+later, twice over. Past ``vm.dirty_background_ratio`` the kernel's writeback competed for the
+two cores (acks=all RF=3 ``send_batch`` four times into one topic: 1.58, 1.56, 1.33, 0.92M
+records/s as dirty pages grew to 2 GB; 1.54-1.59M with a sync before each). And on a VM whose
+memory the host backs on first touch, page cache that is kept makes every later write land on
+fresh pages: with a sync before each, a topic per call but none deleted ran 1.72, 1.61, 1.38,
+0.66M/s, system time 55 -> 276 ticks per call, ``copy_folio_from_iter_atomic`` from 2% to 20%
+of all samples (``perf``); deleted after each call, 1.61-1.68M/s over five calls.
+
     python benchmarks/produce_matrix.py [--quick] [--out FILE] [--repeats R]
 """
 
@@ -118,14 +129,23 @@ def run_queue(values: list[bytes]) -> float:
         q.shutdown()
 
 
-def run_case(cluster, topic: str, acks: str, api: str, values: list[bytes]) -> float:
-    """One case with a fresh Producer; metadata and producer id are fetched before timing."""
+def settle_page_cache() -> None:
+    """Write back what earlier runs left dirty, so that no run pays for another's data."""
+    os.sync()
+
+
+def run_case(cluster, admin, topic: str, rf: int, partitions: int, acks: str, api: str, values: list[bytes]) -> float:
+    """One case with a fresh Producer into a fresh ``topic`` (deleted afterwards); metadata
+    and producer id are fetched and the page cache settled before timing."""
     from kcoord.client.producer import Producer
 
+    admin.create_topic(topic, partitions=partitions, replication_factor=rf, config={"min.insync.replicas": min(rf, 2)})
+    admin.wait_for_leaders(topic)
     p = Producer(cluster, acks=acks, linger_ms=5)
     try:
         p.send(topic, values[0]).get(60)
         p.flush(timeout=60)
+        settle_page_cache()
         start = time.perf_counter()
         if api == "send":
             send = p.send
@@ -140,6 +160,7 @@ def run_case(cluster, topic: str, acks: str, api: str, values: list[bytes]) -> f
         return time.perf_counter() - start
     finally:
         p.close()
+        admin.delete_topic(topic)
 
 
 def main() -> None:
@@ -173,8 +194,6 @@ def main() -> None:
     }
     with kcoord.local_cluster(brokers=3, group_coordinators=0) as cluster:
         admin = Admin(cluster)
-        for rf in RFS:
-            admin.create_topic(f"rf{rf}", partitions=partitions, replication_factor=rf, config={"min.insync.replicas": min(rf, 2)})
         results["setup_seconds"] = round(time.perf_counter() - started, 1)
         sinks = [ray.remote(RawSink).options(num_cpus=0).remote() for _ in range(partitions)]
         ray.get([s.ping.remote() for s in sinks])
@@ -184,11 +203,14 @@ def main() -> None:
         raw_runs: list[float] = []
         queue_runs: list[float] = []
         runs: dict[tuple[str, int, str], list[float]] = {(a, rf, api): [] for a in ACKS for rf in RFS for api in APIS}
-        for _ in range(repeats):
+        for repeat in range(repeats):
+            settle_page_cache()
             raw_runs.append(run_raw(sinks, batches))
+            settle_page_cache()
             queue_runs.append(run_queue(values))
             for (acks, rf, api), secs in runs.items():
-                secs.append(run_case(cluster, f"rf{rf}", acks, api, values[:n_send] if api == "send" else values))
+                topic = f"rf{rf}-acks{acks}-{api}-{repeat}"
+                secs.append(run_case(cluster, admin, topic, rf, partitions, acks, api, values[:n_send] if api == "send" else values))
             print(f"repeat {len(raw_runs)}/{repeats} done", file=sys.stderr, flush=True)
 
         baselines = {"raw_actor": summarize(n_batch, raw_runs), "queue_put_batch": summarize(n_batch, queue_runs)}
