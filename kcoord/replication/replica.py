@@ -28,7 +28,6 @@ on a reopened log) is the only way back.
 from __future__ import annotations
 
 import dataclasses
-
 from typing import Any
 
 from ..log.config import LogConfig
