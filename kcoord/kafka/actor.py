@@ -8,6 +8,7 @@ listener of their node from there) and serves until killed.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from typing import Any
 
@@ -39,13 +40,29 @@ class KafkaListener:
         self.node_id = ray.get_runtime_context().get_node_id()
         self._server: KafkaServer | None = None
         self._address = ""
+        self._binding: asyncio.Future[str] | None = None
         # Bind now, not on the first call: after a Ray restart nobody may call us.
         ray.get_runtime_context().current_actor.start.remote()
 
     async def start(self) -> str:
-        """Bind and serve (idempotent); returns the advertised bootstrap ``host:port``."""
+        """Bind and serve; returns the advertised bootstrap ``host:port``.
+
+        Safe to call concurrently (the constructor calls it, and so do deployers): one bind
+        runs and every caller gets its outcome. A failed bind leaves nothing bound, so the
+        next call tries again."""
         if self._server is not None:
             return self._address
+        if self._binding is None:
+            self._binding = asyncio.ensure_future(self._bind())
+        binding = self._binding
+        try:
+            return await asyncio.shield(binding)
+        except BaseException:
+            if binding.done() and self._binding is binding:
+                self._binding = None  # failed: the next caller binds afresh
+            raise
+
+    async def _bind(self) -> str:
         backend = routing.Backend(self.cluster, self.namespace, node_id=self.node_id)
         info = await backend.describe_cluster()
         brokers = sorted(info.brokers) or [0]
@@ -76,11 +93,14 @@ class KafkaListener:
             # the old ports are taken now: take free ones
             server = KafkaServer(server.apis, self.bind_host, {b: 0 for b in brokers}, max_frame_bytes=max_frame)
             ports = await server.start()
-        ctx.ports = dict(ports)
+        try:
+            ctx.ports = dict(ports)
+            routing.record_listener(self.cluster, self.node_id, self.advertised_host, ports)
+        except BaseException:
+            await server.close()
+            raise
         self._server = server
-        first = ports[min(ports)]
-        self._address = f"{self.advertised_host}:{first}"
-        routing.record_listener(self.cluster, self.node_id, self.advertised_host, ports)
+        self._address = f"{self.advertised_host}:{ports[min(ports)]}"
         logger.info("[kafka] cluster %r: listening on %s ports %s (broker -> port), advertised as %s", self.cluster, self.bind_host, ports, self.advertised_host)
         return self._address
 

@@ -140,3 +140,83 @@ def test_ray_start_kcoord_up_drivers_and_down(head, tmp_path):
     # nothing left to stop: a clear error, not a traceback
     again = run_kcoord(head, "--name", NAME, "down")
     assert again.returncode == 1 and again.stderr.strip().startswith("error: no kcoord cluster named")
+
+
+KAFKA_NAME = "kafkadefault"
+KAFKA_PORTS = (9092, 9093, 9094)
+
+KAFKA_ROUND_TRIP = """
+import json, sys, time
+from kafka import KafkaConsumer, KafkaProducer
+servers, topic, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
+p = KafkaProducer(bootstrap_servers=servers, acks="all", request_timeout_ms=30000)
+sent = [p.send(topic, b"kafka-%d" % i).get(timeout=60) for i in range(n)]
+p.close()
+c = KafkaConsumer(topic, bootstrap_servers=servers, group_id="kafka-readers", auto_offset_reset="earliest",
+                  enable_auto_commit=False, consumer_timeout_ms=2000)
+seen = []
+deadline = time.monotonic() + 90
+while time.monotonic() < deadline and len(seen) < n:
+    for rec in c.poll(timeout_ms=500).values():
+        seen += [r.value.decode() for r in rec]
+c.commit()
+c.close()
+print(json.dumps({"sent": len(sent), "seen": seen}))
+"""
+
+
+def ports_taken(host: str, ports: tuple[int, ...]) -> list[int]:
+    import socket
+
+    taken = []
+    for port in ports:
+        with socket.socket() as s:
+            try:
+                s.bind((host, port))
+            except OSError:
+                taken.append(port)
+    return taken
+
+
+def kafka_round_trip(head: RayHead, servers: str, topic: str, n: int) -> list[str]:
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-c", KAFKA_ROUND_TRIP, servers, topic, str(n)], env=head.env, capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out["sent"] == n
+    return out["seen"]
+
+
+def test_kcoord_up_with_the_default_kafka_listener_serves_kafka_clients(head, tmp_path):
+    """The README's Operations path exactly: `kcoord up` with no Kafka options puts a listener
+    on the node's address at 9092 (one port per broker: 9092-9094), Kafka clients produce and
+    consume through it, and `kcoord down` / `kcoord up` binds the same ports again."""
+    taken = ports_taken("0.0.0.0", KAFKA_PORTS)
+    if taken:
+        pytest.skip(f"ports {taken} are taken on this machine; the default listener needs 9092-9094 free")
+    data_dir = tmp_path / "data"
+    up_args = ("--name", KAFKA_NAME, "up", "--brokers", "3", "--group-coordinators", "1", "--data-dir", str(data_dir))
+    try:
+        up = run_kcoord(head, *up_args, check=True)
+        status = json.loads(run_kcoord(head, "--name", KAFKA_NAME, "status", "--json", check=True).stdout)
+        servers = status["bootstrap_servers"]
+        host, port = servers.rsplit(":", 1)
+        assert port == "9092" and f"bootstrap servers {servers}" in up.stdout
+        assert ports_taken(host, KAFKA_PORTS) == list(KAFKA_PORTS)  # one port per broker
+        seen = kafka_round_trip(head, servers, "wire", 50)
+        assert sorted(seen) == sorted(f"kafka-{i}" for i in range(50))
+
+        run_kcoord(head, "--name", KAFKA_NAME, "down", check=True)
+        assert ports_taken(host, KAFKA_PORTS) == []  # every listener port released
+
+        again = run_kcoord(head, *up_args, check=True)
+        assert f"bootstrap servers {servers}" in again.stdout
+        seen = kafka_round_trip(head, servers, "wire", 10)
+        # the first 50 records survived the restart; the group resumed after them
+        assert sorted(seen) == sorted(f"kafka-{i}" for i in range(10))
+        status = json.loads(run_kcoord(head, "--name", KAFKA_NAME, "status", "--json", check=True).stdout)
+        assert status["topics"]["wire"]["partitions"][0]["high_watermark"] == 60
+    finally:
+        run_kcoord(head, "--name", KAFKA_NAME, "down", "--delete-data")
