@@ -344,9 +344,10 @@ class ControllerState:
         return DescribeConfigsResponse(topic=req.topic, configs=configs)
 
     def alter_configs(self, req: IncrementalAlterConfigsRequest, now_ms: int) -> tuple[IncrementalAlterConfigsResponse, list[ControllerAction]]:
-        """Persist the topic's new config, then tell every live replica (a LeaderAndIsr at
-        the partition's current epochs carries it; replicas apply it without a restart,
-        and replicas created or recovered later get it as they always get the config)."""
+        """Persist the topic's new config (after any ELR it voids is cleared), then tell
+        every live replica (a LeaderAndIsr at the partition's current epochs carries it;
+        replicas apply it without a restart, and replicas created or recovered later get it
+        as they always get the config)."""
         topic = self.topics.get(req.topic)
         if topic is None:
             return IncrementalAlterConfigsResponse(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic {req.topic!r} does not exist"), []
@@ -358,8 +359,18 @@ class ControllerState:
         described = describe_config(after, self.config.default_topic_config)
         if req.validate_only or config == topic.config:
             return IncrementalAlterConfigsResponse(configs=described), []
+        actions: list[ControllerAction] = []
+        if self._elr_basis(after) != self._elr_basis(topic):
+            # An ELR holds every acknowledged record only under the min ISR and durability
+            # it was formed under (the leader's HW stood still below that min ISR): clear it
+            # (KIP-966's ClearElrRecord; recomputed, it could name replicas missing records
+            # committed under a lower min ISR). Written before the topic record, so that no
+            # reload finds the new config next to an old ELR; a cleared ELR is safe under
+            # either config.
+            for i in range(after.num_partitions):
+                actions += self._clear_elr(self.partitions[(after.name, i)])
         self.topics[req.topic] = after
-        actions: list[ControllerAction] = [Persist(topic_key(after.name), after.encode())]
+        actions.append(Persist(topic_key(after.name), after.encode()))
         for i in range(after.num_partitions):
             p = self.partitions[(after.name, i)]
             if p.leader == NO_LEADER:
@@ -764,10 +775,25 @@ class ControllerState:
     def _lossy(self, p: PartitionState) -> bool:
         """Whether a crash can lose acknowledged data of ``p``'s replicas: their appends are
         not each fsynced (flush.messages != 1), so durability comes from replication alone."""
+        return self._elr_basis(self.topics[p.topic])[1]
+
+    def _elr_basis(self, topic: TopicState) -> tuple[int, bool]:
+        """What an ELR of ``topic`` was formed under: its min.insync.replicas, and whether
+        it is lossy (only lossy topics keep an ELR)."""
         from ..log import LogConfig
 
-        cfg = self._effective_config(self.topics[p.topic])
-        return LogConfig.from_topic_config({k: v for k, v in cfg.items() if k in LOG_KEYS}).flush_messages != 1
+        cfg = self._effective_config(topic)
+        lossy = LogConfig.from_topic_config({k: v for k, v in cfg.items() if k in LOG_KEYS}).flush_messages != 1
+        return ReplicationConfig.from_topic_config(cfg).min_insync_replicas, lossy
+
+    def _clear_elr(self, p: PartitionState) -> list[ControllerAction]:
+        """Empty ``p``'s ELR (a partition change: new partition epoch), persisted."""
+        if not p.elr:
+            return []
+        before, p.elr = p.elr, []
+        self.trust.witness_elr(p, before, self._last_status)
+        p.partition_epoch += 1
+        return [Persist(partition_key(p.topic, p.partition), p.encode()), *self.trust.persist(p)]
 
     def _set_isr(self, p: PartitionState, isr: list[int]) -> None:
         """Change the ISR; for lossy topics keep the ELR: who leaves while the ISR is below
