@@ -493,8 +493,9 @@ class ControllerState:
     def _on_vouches(self, leader: ReplicaId, status: HeartbeatResponse, now_ms: int) -> list[ControllerAction]:
         """The current leader's word on the followers fetching from it: each it heard
         from lately counts as that follower answering a heartbeat with the status its
-        fetch carried (same checks: restarts, storage, stale epochs); one it has not heard
-        from lately is beaten by us at once."""
+        fetch carried (same checks: storage, directory, stale epochs) -- if it names the
+        process that last answered us itself; another process, or one it has not heard
+        from lately, is beaten by us at once (failure_detector.py)."""
         p = self.partitions.get((leader.topic, leader.partition))
         if (
             p is None

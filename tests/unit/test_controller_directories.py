@@ -120,8 +120,9 @@ def test_a_follower_back_wiped_is_trusted_again_once_it_rejoins_the_isr():
     assert h.core.partition_counts()["replaced_directory_replicas"] == 0 and not stored_trust(h, 2).replaced
 
 
-def test_a_wiped_follower_the_leader_vouches_for_is_seen_as_replaced():
-    """The leader's word carries the directory its follower fetches from."""
+def test_a_wiped_follower_the_leader_vouches_for_is_beaten_and_seen_as_replaced():
+    """The leader's word for a new process (on a new directory) gets it beaten at once; its
+    own answer carries the directory, and makes it replaced."""
     h = Harness()
     h.create()
     seen(h)
@@ -129,6 +130,9 @@ def test_a_wiped_follower_the_leader_vouches_for_is_seen_as_replaced():
     pe = h.partition().partition_epoch
     heard = {1: (0, 100, "a1", "", pe, "d1"), 2: (0, 0, "b2", "", pe, "d2-new")}
     h.beat(0, incarnation="a0", directory_id="d0", followers_heard=heard)
+    assert not h.core.trust.replaced, "a vouch makes no other process current"
+    assert 2 in [a.replica.broker for a in h.core.tick(h.now) if type(a).__name__ == "SendHeartbeat"]
+    h.beat(2, incarnation="b2", directory_id="d2-new", log_end_offset=0)
     assert h.core.trust.replaced == {ReplicaId(TOPIC, 0, 2)}
     assert h.stored().isr == [0, 1], "a new process: out of the ISR until it catches up"
 
