@@ -8,7 +8,7 @@ from __future__ import annotations
 from kcoord.protocol.controller import AlterConfigOp, IncrementalAlterConfigsRequest, LeaderAndIsrResponse
 from kcoord.protocol.errors import ErrorCode
 from kcoord.replication.controller import ReplicaId, SendLeaderAndIsr
-from kcoord.replication.metadata import NO_LEADER, ReplicaTrust, replica_key
+from kcoord.replication.metadata import NO_LEADER, PartitionState, ReplicaTrust, decode_trust, partition_key
 
 from controller_harness import BROKERS, TOPIC, Harness, lai_targets
 
@@ -29,7 +29,7 @@ def enable_unclean(h: Harness) -> list:
 
 
 def stored_trust(h: Harness, broker: int) -> ReplicaTrust:
-    return ReplicaTrust.decode(h.store.get(replica_key(TOPIC, 0, broker)))
+    return decode_trust(h.store.get(partition_key(TOPIC, 0))).get(broker, ReplicaTrust())
 
 
 def test_a_single_replica_back_with_a_wiped_disk_stays_offline_until_unclean_election_is_enabled():
@@ -195,7 +195,9 @@ def test_a_leader_back_on_a_wiped_disk_is_failed_over_even_after_the_failover_wa
     sent = len(h.sent)
     h.beat(0, incarnation="b0", directory_id="d0-new", log_end_offset=0)
     persists = [a for a in h.sent[sent:] if type(a).__name__ == "Persist"]
-    assert persists[0].key == replica_key(TOPIC, 0, 0), "the trust record goes first"
+    first = persists[0]
+    assert first.key == partition_key(TOPIC, 0) and PartitionState.decode(first.value).leader == 0
+    assert decode_trust(first.value)[0].replaced, "what it is found to be is written first"
     assert h.stored().leader != 0, "this controller failed it over"
     # only that first write reached the store: the election's did not
     h.store.data = before
