@@ -95,7 +95,7 @@ def decode_trust(data: bytes) -> "dict[int, ReplicaTrust] | None":
     trust = msgpack.unpackb(data, raw=False).get("trust")
     if trust is None:
         return None
-    return {int(b): ReplicaTrust(**fields) for b, fields in trust.items()}
+    return {int(b): ReplicaTrust(**record) for b, record in trust.items()}
 
 
 @dataclass
@@ -169,9 +169,10 @@ def replica_key(topic: str, partition: int, broker: int) -> str:
 @dataclass
 class ReplicaTrust:
     """What the controller knows about one replica's process, kept in the store (in its
-    partition's record) so that a restarted controller still knows it: the incarnation it last saw, whether that replica
-    restarted and may have lost its unflushed tail (suspect), and the incarnation it had
-    when it became an eligible leader replica (empty if none)."""
+    partition's record) so that a restarted controller still knows it: the incarnation it
+    last saw, whether that replica restarted and may have lost its unflushed tail
+    (suspect), and the incarnation it had when it became an eligible leader replica (empty
+    if none)."""
 
     incarnation: str = ""
     suspect: bool = False
