@@ -63,6 +63,7 @@ from .metadata import (
     ReplicaTrust,
     TopicState,
     cluster_key,
+    decode_trust,
     partition_key,
     topic_key,
     topic_metadata,
@@ -145,11 +146,13 @@ class ControllerState:
             if key.startswith("topic/"):
                 t = TopicState.decode(value)
                 self.topics[t.name] = t
+        trust_records: dict[tuple[str, int], dict[int, ReplicaTrust] | None] = {}
         for key, value in stored.items():
             if key.startswith("partition/"):
                 p = PartitionState.decode(value)
                 if p.topic in self.topics and p.partition < self.topics[p.topic].num_partitions:
                     self.partitions[(p.topic, p.partition)] = p
+                    trust_records[(p.topic, p.partition)] = decode_trust(value)
                 else:
                     # Left by a topic creation or create_partitions (partitions are written
                     # before the topic) or deletion (the topic goes first) that did not finish.
@@ -160,12 +163,22 @@ class ControllerState:
                 # Cannot happen through this controller (the topic record is written last);
                 # a store edited by hand. Serve what is whole rather than fail on boot.
                 del self.topics[name]
-        for key, value in stored.items():
-            if key.startswith("replica/"):
-                topic, partition, broker = key[len("replica/") :].rsplit("/", 2)
-                rid = ReplicaId(topic, int(partition), int(broker))
-                if (rid.topic, rid.partition) in self.partitions:
-                    self.trust.load(rid, ReplicaTrust.decode(value))
+        for (name, i), records in trust_records.items():
+            for b, record in (records or {}).items():
+                self.trust.load(ReplicaId(name, i, b), record)
+        # A store written before partition records carried their replicas' trust: take up
+        # the separate records, rewrite each such partition with them, then delete them.
+        legacy = sorted(key for key in stored if key.startswith("replica/"))
+        for key in legacy:
+            topic_name, partition, broker = key[len("replica/") :].rsplit("/", 2)
+            if trust_records.get((topic_name, int(partition)), {}) is None:
+                self.trust.load(ReplicaId(topic_name, int(partition), int(broker)), ReplicaTrust.decode(stored[key]))
+        for key, records in sorted(trust_records.items()):
+            if records is None:
+                actions.append(self._persist(self.partitions[key]))
+        actions += [Persist(key, None) for key in legacy]
+        for p in self._sorted_partitions():
+            actions += self._repair(p)
         self._next_rebalance_ms = now_ms + self.config.leader_rebalance_interval_ms
         for p in self._sorted_partitions():
             topic = self.topics[p.topic]
@@ -182,6 +195,35 @@ class ControllerState:
 
     def _sorted_partitions(self) -> list[PartitionState]:
         return [self.partitions[k] for k in sorted(self.partitions)]
+
+    def _repair(self, p: PartitionState) -> list[ControllerAction]:
+        """Boot: put right a state no decision leaves but a write cut short can. What a
+        replica is found to be is written before the decision it leads to; if only that
+        went through, an online partition's ISR may name a follower marked *replaced*, which
+        nothing would ever clear (it is no candidate while the ISR holds it, and an ISR
+        cannot grow by a member it has). It leaves the ISR, as the lost write said; its
+        followers are told below, its leader at its first heartbeat (_verify)."""
+        if p.leader == NO_LEADER:
+            return []  # an offline ISR is kept whole; elections pass replaced members over
+        holds_data = self._holds_data(p)
+        isr = list(p.isr)
+        for b in [b for b in p.isr if not holds_data(b)]:
+            isr = shrink_isr_without(replace(p, isr=isr), b) or isr
+        if isr == p.isr:
+            return []
+        self._set_isr(p, isr)
+        p.partition_epoch += 1
+        return [self._persist(p)]
+
+    def _persist(self, p: PartitionState) -> Persist:
+        """``p``'s record with what is known of its replicas' processes: one write, so no
+        reload finds an ISR or ELR without the trust it goes with (issue 32, finding 7)."""
+        return Persist(partition_key(p.topic, p.partition), p.encode(self.trust.records(p)))
+
+    def _persist_trust(self, p: PartitionState) -> list[ControllerAction]:
+        """``p``'s record again if what is known of its replicas changed (``p`` itself is
+        as stored when this is called)."""
+        return [self._persist(p)] if self.trust.changed(p) else []
 
     def _effective_config(self, topic: TopicState) -> dict[str, str]:
         cfg = dict(self.config.default_topic_config)
@@ -294,7 +336,7 @@ class ControllerState:
         actions: list[ControllerAction] = []
         for p in parts:
             self.partitions[(p.topic, p.partition)] = p
-            actions.append(Persist(partition_key(p.topic, p.partition), p.encode()))
+            actions.append(self._persist(p))
         actions.append(Persist(topic_key(topic.name), topic.encode()))
         for p in parts:
             for b in p.replicas:
@@ -321,9 +363,7 @@ class ControllerState:
                 self._next_ensure.pop(rid, None)
                 self._last_status.pop(rid, None)
                 self.offline_logs.pop(rid, None)
-                forgotten = self.trust.forget(rid)
-                if forgotten is not None:
-                    actions.append(forgotten)
+                self.trust.forget(rid)
                 actions.append(DeleteReplica(rid))
             self._failover_started.pop((req.name, i), None)
         del self.topics[req.name]
@@ -344,9 +384,10 @@ class ControllerState:
         return DescribeConfigsResponse(topic=req.topic, configs=configs)
 
     def alter_configs(self, req: IncrementalAlterConfigsRequest, now_ms: int) -> tuple[IncrementalAlterConfigsResponse, list[ControllerAction]]:
-        """Persist the topic's new config, then tell every live replica (a LeaderAndIsr at
-        the partition's current epochs carries it; replicas apply it without a restart,
-        and replicas created or recovered later get it as they always get the config)."""
+        """Persist the topic's new config (after any ELR it voids is cleared), then tell
+        every live replica (a LeaderAndIsr at the partition's current epochs carries it;
+        replicas apply it without a restart, and replicas created or recovered later get it
+        as they always get the config)."""
         topic = self.topics.get(req.topic)
         if topic is None:
             return IncrementalAlterConfigsResponse(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic {req.topic!r} does not exist"), []
@@ -358,8 +399,18 @@ class ControllerState:
         described = describe_config(after, self.config.default_topic_config)
         if req.validate_only or config == topic.config:
             return IncrementalAlterConfigsResponse(configs=described), []
+        actions: list[ControllerAction] = []
+        if self._elr_basis(after) != self._elr_basis(topic):
+            # An ELR holds every acknowledged record only under the min ISR and durability
+            # it was formed under (the leader's HW stood still below that min ISR): clear it
+            # (KIP-966's ClearElrRecord; recomputed, it could name replicas missing records
+            # committed under a lower min ISR). Written before the topic record, so that no
+            # reload finds the new config next to an old ELR; a cleared ELR is safe under
+            # either config.
+            for i in range(after.num_partitions):
+                actions += self._clear_elr(self.partitions[(after.name, i)])
         self.topics[req.topic] = after
-        actions: list[ControllerAction] = [Persist(topic_key(after.name), after.encode())]
+        actions.append(Persist(topic_key(after.name), after.encode()))
         for i in range(after.num_partitions):
             p = self.partitions[(after.name, i)]
             if p.leader == NO_LEADER:
@@ -431,7 +482,7 @@ class ControllerState:
             # copy stale; the leader adopts it from this answer.
             p.partition_epoch += 1
             return answer(ErrorCode.INELIGIBLE_REPLICA, f"replicas {ineligible} are not live (or restarted since the leader judged them) and cannot join the ISR"), [
-                Persist(partition_key(p.topic, p.partition), p.encode())
+                self._persist(p)
             ]
         removed = [b for b in p.isr if b not in new_isr]
         if added:
@@ -442,7 +493,7 @@ class ControllerState:
         for b in added:
             self.trust.in_sync(ReplicaId(p.topic, p.partition, b))  # caught up with the leader
         p.partition_epoch += 1
-        return answer(ErrorCode.NONE), [Persist(partition_key(p.topic, p.partition), p.encode()), *self.trust.persist(p)]
+        return answer(ErrorCode.NONE), [self._persist(p)]
 
     # ------------------------------------------------------------------------------------
     # replica liveness
@@ -482,8 +533,9 @@ class ControllerState:
     def _on_vouches(self, leader: ReplicaId, status: HeartbeatResponse, now_ms: int) -> list[ControllerAction]:
         """The current leader's word on the followers fetching from it: each it heard
         from lately counts as that follower answering a heartbeat with the status its
-        fetch carried (same checks: restarts, storage, stale epochs); one it has not heard
-        from lately is beaten by us at once."""
+        fetch carried (same checks: storage, directory, stale epochs) -- if it names the
+        process that last answered us itself; another process, or one it has not heard
+        from lately, is beaten by us at once (failure_detector.py)."""
         p = self.partitions.get((leader.topic, leader.partition))
         if (
             p is None
@@ -559,7 +611,7 @@ class ControllerState:
         directory_changed = self._saw_directory(replica, status.directory_id)
         self.trust.seen(replica, status)
         if p is not None:
-            actions += self.trust.persist(p)  # stored before anything acts on it
+            actions += self._persist_trust(p)  # stored before anything acts on it
         if event == RESTARTED:
             # It died and came back between two beats: fail it, then take it back.
             self.detector.on_dead(replica, now_ms)
@@ -586,7 +638,7 @@ class ControllerState:
         else:
             actions += self._verify(replica, status, now_ms)
         if p is not None:
-            actions += self.trust.persist(p)
+            actions += self._persist_trust(p)
         return actions
 
     def on_replica_dead(self, replica: ReplicaId, now_ms: int) -> list[ControllerAction]:
@@ -628,9 +680,9 @@ class ControllerState:
             if self._lossy(p) and self.trust.storage_changed(replica, response.storage):
                 self.trust.suspect.add(replica)
             self._saw_directory(replica, response.directory_id)
-            actions = self.trust.persist(p)
+            actions = self._persist_trust(p)
             actions += self._elect(p, now_ms, failed_leader=False)
-            return actions + self.trust.persist(p)
+            return actions + self._persist_trust(p)
         if response.error_code != ErrorCode.NONE:
             return []
         # A replica that took its role names its log directory. Recorded when none is yet:
@@ -641,7 +693,7 @@ class ControllerState:
         actions: list[ControllerAction] = []
         if response.directory_id and not self.trust.directory.get(replica):
             self._saw_directory(replica, response.directory_id)
-            actions += self.trust.persist(p)
+            actions += self._persist_trust(p)
         started = self._failover_started.get(key)
         if started is not None and replica.broker == request.leader == p.leader and request.leader_epoch == p.leader_epoch:
             del self._failover_started[key]
@@ -708,7 +760,7 @@ class ControllerState:
         self.metrics.isr_shrinks += 1
         self._set_isr(p, new_isr)
         p.partition_epoch += 1
-        actions: list[ControllerAction] = [Persist(partition_key(p.topic, p.partition), p.encode())]
+        actions: list[ControllerAction] = [self._persist(p)]
         alive = self._alive(p)
         return actions + self._send_state(p, [b for b in p.replicas if alive(b)])
 
@@ -757,17 +809,32 @@ class ControllerState:
         else:
             self.metrics.failovers_total += 1
             self._failover_started.setdefault(key, now_ms)
-        actions: list[ControllerAction] = [Persist(partition_key(p.topic, p.partition), p.encode()), *self.trust.persist(p)]
+        actions: list[ControllerAction] = [self._persist(p)]
         alive = self._alive(p)
         return actions + self._send_state(p, [b for b in p.replicas if alive(b)])
 
     def _lossy(self, p: PartitionState) -> bool:
         """Whether a crash can lose acknowledged data of ``p``'s replicas: their appends are
         not each fsynced (flush.messages != 1), so durability comes from replication alone."""
+        return self._elr_basis(self.topics[p.topic])[1]
+
+    def _elr_basis(self, topic: TopicState) -> tuple[int, bool]:
+        """What an ELR of ``topic`` was formed under: its min.insync.replicas, and whether
+        it is lossy (only lossy topics keep an ELR)."""
         from ..log import LogConfig
 
-        cfg = self._effective_config(self.topics[p.topic])
-        return LogConfig.from_topic_config({k: v for k, v in cfg.items() if k in LOG_KEYS}).flush_messages != 1
+        cfg = self._effective_config(topic)
+        lossy = LogConfig.from_topic_config({k: v for k, v in cfg.items() if k in LOG_KEYS}).flush_messages != 1
+        return ReplicationConfig.from_topic_config(cfg).min_insync_replicas, lossy
+
+    def _clear_elr(self, p: PartitionState) -> list[ControllerAction]:
+        """Empty ``p``'s ELR (a partition change: new partition epoch), persisted."""
+        if not p.elr:
+            return []
+        before, p.elr = p.elr, []
+        self.trust.witness_elr(p, before, self._last_status)
+        p.partition_epoch += 1
+        return [self._persist(p)]
 
     def _set_isr(self, p: PartitionState, isr: list[int]) -> None:
         """Change the ISR; for lossy topics keep the ELR: who leaves while the ISR is below
@@ -837,7 +904,7 @@ class ControllerState:
             actions += self._on_failed(rid, now_ms)
             p = self.partitions.get((rid.topic, rid.partition))
             if p is not None:
-                actions += self.trust.persist(p)
+                actions += self._persist_trust(p)
         for rid in self.detector.due(now_ms):
             actions.append(SendHeartbeat(rid, HeartbeatRequest(controller_epoch=self.controller_epoch)))
         for rid, at in list(self._next_ensure.items()):
@@ -869,7 +936,7 @@ class ControllerState:
             self.detector.invalidate()
             p.leader_epoch += 1
             p.partition_epoch += 1
-            actions.append(Persist(partition_key(p.topic, p.partition), p.encode()))
+            actions.append(self._persist(p))
             alive = self._alive(p)
             actions += self._send_state(p, [b for b in p.replicas if alive(b)])
         return actions

@@ -19,6 +19,12 @@ vouches for it. The grace is there because the vouches come with the voucher's o
 heartbeat rounds, which run a little late (a timer fires after its time, the answer takes a
 round trip): without it, every round that ran a few milliseconds later than the one before
 found the vouched members due and beat them too.
+
+A vouch speaks only for the process that last answered a heartbeat itself. Incarnations
+have no order (one id per process), and a voucher may still hold a fetch of a process that
+has died since (parked, or delayed in the network), so a vouch naming another process --
+a restart, or an older one -- never makes it current: the member is beaten at once instead,
+and its own answer (which Ray routes to the process running, one beat in flight) decides.
 """
 
 from __future__ import annotations
@@ -45,6 +51,7 @@ class _Health:
     # The process Ray reported dead (the incarnation last heard when it did), until the
     # member answers a heartbeat itself: a voucher's word for that process is stale.
     dead_incarnation: str | None = None
+    answered: bool = False  # has answered a heartbeat itself (vouches count only then)
 
 
 class FailureDetector:
@@ -163,6 +170,7 @@ class FailureDetector:
             return None
         h.in_flight = False
         h.dead_incarnation = None
+        h.answered = True
         event = self._heard(h, now_ms, incarnation)
         self._lower(member)
         return event
@@ -188,8 +196,9 @@ class FailureDetector:
         fetch): like an answer given then, without touching a heartbeat in flight. Its own
         heartbeat waits another interval. Returns what :meth:`on_ok` would, or None when
         this says nothing newer than what is known: an answer or a failure seen after
-        ``heard_ms`` (a process that died after that fetch is not brought back by it), or
-        news of the very process Ray reported dead."""
+        ``heard_ms`` (a process that died after that fetch is not brought back by it), news
+        of the very process Ray reported dead, or of another process than the one that last
+        answered itself (then the member is beaten at once; see the module docstring)."""
         h = self._health.get(member)
         if h is None:
             return None
@@ -199,6 +208,14 @@ class FailureDetector:
             # A process Ray reported dead cannot be alive again, whatever a voucher says: a
             # leader still holding a fetch that process sent before it died (delayed in
             # the network, or parked) reports it as heard just now (sim seed 1829).
+            return None
+        if not h.answered or (incarnation is not None and h.incarnation is not None and incarnation != h.incarnation):
+            # Not the process that answered us (or none has yet): newer or older, only its
+            # own answer can tell. A process named by nobody but a voucher once came back
+            # as current after its successor had answered, and joined the ISR holding
+            # nothing (issue 32, finding 2). News older than our last answer needs no beat.
+            if heard_ms > h.last_ok_ms:
+                self.expedite(member)
             return None
         h.vouched_ms = now_ms
         if heard_ms <= h.last_ok_ms:

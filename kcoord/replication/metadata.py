@@ -7,8 +7,8 @@ them, so that a restarted controller resumes from exactly what replicas may have
 from __future__ import annotations
 
 import re
-from dataclasses import asdict, dataclass, field
-from typing import Any
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any, Mapping
 
 import msgpack
 
@@ -75,12 +75,27 @@ class PartitionState:
             error_code=0 if self.online else ErrorCode.LEADER_NOT_AVAILABLE,
         )
 
-    def encode(self) -> bytes:
-        return msgpack.packb(asdict(self), use_bin_type=True)
+    def encode(self, trust: Mapping[int, "ReplicaTrust"] | None = None) -> bytes:
+        """The stored record: this state and what the controller knows of its replicas'
+        processes (``trust``, broker -> record), one write, so that no reload finds one
+        without the other."""
+        record = asdict(self)
+        record["trust"] = {str(b): asdict(t) for b, t in sorted((trust or {}).items())}
+        return msgpack.packb(record, use_bin_type=True)
 
     @classmethod
     def decode(cls, data: bytes) -> "PartitionState":
-        return cls(**msgpack.unpackb(data, raw=False))
+        record = msgpack.unpackb(data, raw=False)
+        return cls(**{k: v for k, v in record.items() if k in _PARTITION_FIELDS})
+
+
+def decode_trust(data: bytes) -> "dict[int, ReplicaTrust] | None":
+    """The replicas' trust records a partition record carries; None for a record written
+    before it carried them (they were then kept under :func:`replica_key`)."""
+    trust = msgpack.unpackb(data, raw=False).get("trust")
+    if trust is None:
+        return None
+    return {int(b): ReplicaTrust(**record) for b, record in trust.items()}
 
 
 @dataclass
@@ -146,15 +161,18 @@ def partition_key(topic: str, partition: int) -> str:
 
 
 def replica_key(topic: str, partition: int, broker: int) -> str:
+    """Where a replica's trust record was kept before the partition record carried it (read
+    once, when a controller boots on such a store, and deleted)."""
     return f"replica/{topic}/{partition}/{broker}"
 
 
 @dataclass
 class ReplicaTrust:
-    """What the controller knows about one replica's process, kept in the store so that a
-    restarted controller still knows it: the incarnation it last saw, whether that replica
-    restarted and may have lost its unflushed tail (suspect), and the incarnation it had
-    when it became an eligible leader replica (empty if none)."""
+    """What the controller knows about one replica's process, kept in the store (in its
+    partition's record) so that a restarted controller still knows it: the incarnation it
+    last saw, whether that replica restarted and may have lost its unflushed tail
+    (suspect), and the incarnation it had when it became an eligible leader replica (empty
+    if none)."""
 
     incarnation: str = ""
     suspect: bool = False
@@ -174,3 +192,5 @@ class ReplicaTrust:
     def decode(cls, data: bytes) -> "ReplicaTrust":
         return cls(**msgpack.unpackb(data, raw=False))
 
+
+_PARTITION_FIELDS = frozenset(f.name for f in fields(PartitionState))

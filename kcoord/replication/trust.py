@@ -17,7 +17,9 @@ process is known to hold every acknowledged record.
 All of it is persisted per replica (:class:`ReplicaTrust`, before anything acts on it) so
 that a restarted controller still knows who restarted while no controller watched. A
 controller that has not heard from a replica itself trusts it with nothing (see
-:meth:`TrustLedger.trusted`).
+:meth:`TrustLedger.trusted`). The records travel in their partition's record, one write with
+the ISR and ELR they go with (:meth:`TrustLedger.records`): written apart, a write cut short
+left an ISR member marked replaced for good (issue 32, finding 7).
 """
 
 from __future__ import annotations
@@ -25,8 +27,8 @@ from __future__ import annotations
 from typing import Callable
 
 from ..protocol.controller import HeartbeatResponse
-from .controller_actions import Persist, ReplicaId
-from .metadata import PartitionState, ReplicaTrust, replica_key
+from .controller_actions import ReplicaId
+from .metadata import PartitionState, ReplicaTrust
 
 
 class TrustLedger:
@@ -64,36 +66,44 @@ class TrustLedger:
         if trust.replaced:
             self.replaced.add(rid)
 
-    def persist(self, p: PartitionState) -> list[Persist]:
-        """Persist what changed in what we know of ``p``'s replicas' processes."""
-        actions: list[Persist] = []
+    def _record(self, rid: ReplicaId) -> ReplicaTrust:
+        return ReplicaTrust(
+            self.incarnation.get(rid, ""),
+            rid in self.suspect,
+            self.elr_witness.get(rid, ""),
+            self.storage.get(rid, ""),
+            self.directory.get(rid, ""),
+            rid in self.replaced,
+        )
+
+    def records(self, p: PartitionState) -> dict[int, ReplicaTrust]:
+        """What to store with ``p``'s record (broker -> what is known of it; replicas known
+        nothing of are left out), taken as stored from now on."""
+        out: dict[int, ReplicaTrust] = {}
         for b in p.replicas:
             rid = ReplicaId(p.topic, p.partition, b)
-            trust = ReplicaTrust(
-                self.incarnation.get(rid, ""),
-                rid in self.suspect,
-                self.elr_witness.get(rid, ""),
-                self.storage.get(rid, ""),
-                self.directory.get(rid, ""),
-                rid in self.replaced,
-            )
-            if trust != self._stored.get(rid, ReplicaTrust()):
-                self._stored[rid] = trust
-                actions.append(Persist(replica_key(p.topic, p.partition, b), trust.encode()))
-        return actions
+            trust = self._record(rid)
+            self._stored[rid] = trust
+            if trust != ReplicaTrust():
+                out[b] = trust
+        return out
 
-    def forget(self, rid: ReplicaId) -> Persist | None:
-        """Drop everything known of ``rid`` (its topic is deleted); the deletion of its
-        persisted record if there is one."""
+    def changed(self, p: PartitionState) -> bool:
+        """Whether what we know of ``p``'s replicas differs from what was last stored."""
+        return any(
+            self._record(rid) != self._stored.get(rid, ReplicaTrust())
+            for rid in (ReplicaId(p.topic, p.partition, b) for b in p.replicas)
+        )
+
+    def forget(self, rid: ReplicaId) -> None:
+        """Drop everything known of ``rid`` (its topic is deleted, and its record with it)."""
         self.suspect.discard(rid)
         self.elr_witness.pop(rid, None)
         self.incarnation.pop(rid, None)
         self.storage.pop(rid, None)
         self.directory.pop(rid, None)
         self.replaced.discard(rid)
-        if self._stored.pop(rid, None) is not None:
-            return Persist(replica_key(rid.topic, rid.partition, rid.broker), None)
-        return None
+        self._stored.pop(rid, None)
 
     def storage_lost(self, rid: ReplicaId) -> None:
         """``rid``'s fsync failed: the page cache no longer vouches for its tail, so whatever

@@ -35,7 +35,7 @@ from kcoord.group import GroupConfig
 from kcoord.group.records import OFFSETS_TOPIC
 from kcoord.protocol.controller import CreateTopicsRequest
 from kcoord.replication.controller import ControllerConfig
-from kcoord.replication.metadata import PartitionState, ReplicaTrust, partition_key, replica_key
+from kcoord.replication.metadata import PartitionState, decode_trust, partition_key
 from kcoord.replication.placement import PLACEMENT_KEY, decode_binding
 from kcoord.replication.roles import LEADER, OFFLINE
 
@@ -412,8 +412,8 @@ class Simulation:
             # is not enough: it may be there still from before its wipe, with a controller
             # yet to learn of it (seed 23499).
             stored = self.stored_partition(proc.topic, proc.partition)
-            raw = self.store.get(replica_key(proc.topic, proc.partition, proc.broker))
-            trust = None if raw is None else ReplicaTrust.decode(raw)
+            raw = self.store.get(partition_key(proc.topic, proc.partition))
+            trust = None if raw is None else (decode_trust(raw) or {}).get(proc.broker)
             if (
                 stored is None
                 or proc.broker not in stored.isr

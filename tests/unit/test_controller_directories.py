@@ -8,7 +8,7 @@ from __future__ import annotations
 from kcoord.protocol.controller import AlterConfigOp, IncrementalAlterConfigsRequest, LeaderAndIsrResponse
 from kcoord.protocol.errors import ErrorCode
 from kcoord.replication.controller import ReplicaId, SendLeaderAndIsr
-from kcoord.replication.metadata import NO_LEADER, ReplicaTrust, replica_key
+from kcoord.replication.metadata import NO_LEADER, PartitionState, ReplicaTrust, decode_trust, partition_key
 
 from controller_harness import BROKERS, TOPIC, Harness, lai_targets
 
@@ -29,7 +29,7 @@ def enable_unclean(h: Harness) -> list:
 
 
 def stored_trust(h: Harness, broker: int) -> ReplicaTrust:
-    return ReplicaTrust.decode(h.store.get(replica_key(TOPIC, 0, broker)))
+    return decode_trust(h.store.get(partition_key(TOPIC, 0))).get(broker, ReplicaTrust())
 
 
 def test_a_single_replica_back_with_a_wiped_disk_stays_offline_until_unclean_election_is_enabled():
@@ -120,8 +120,9 @@ def test_a_follower_back_wiped_is_trusted_again_once_it_rejoins_the_isr():
     assert h.core.partition_counts()["replaced_directory_replicas"] == 0 and not stored_trust(h, 2).replaced
 
 
-def test_a_wiped_follower_the_leader_vouches_for_is_seen_as_replaced():
-    """The leader's word carries the directory its follower fetches from."""
+def test_a_wiped_follower_the_leader_vouches_for_is_beaten_and_seen_as_replaced():
+    """The leader's word for a new process (on a new directory) gets it beaten at once; its
+    own answer carries the directory, and makes it replaced."""
     h = Harness()
     h.create()
     seen(h)
@@ -129,6 +130,9 @@ def test_a_wiped_follower_the_leader_vouches_for_is_seen_as_replaced():
     pe = h.partition().partition_epoch
     heard = {1: (0, 100, "a1", "", pe, "d1"), 2: (0, 0, "b2", "", pe, "d2-new")}
     h.beat(0, incarnation="a0", directory_id="d0", followers_heard=heard)
+    assert not h.core.trust.replaced, "a vouch makes no other process current"
+    assert 2 in [a.replica.broker for a in h.core.tick(h.now) if type(a).__name__ == "SendHeartbeat"]
+    h.beat(2, incarnation="b2", directory_id="d2-new", log_end_offset=0)
     assert h.core.trust.replaced == {ReplicaId(TOPIC, 0, 2)}
     assert h.stored().isr == [0, 1], "a new process: out of the ISR until it catches up"
 
@@ -191,7 +195,9 @@ def test_a_leader_back_on_a_wiped_disk_is_failed_over_even_after_the_failover_wa
     sent = len(h.sent)
     h.beat(0, incarnation="b0", directory_id="d0-new", log_end_offset=0)
     persists = [a for a in h.sent[sent:] if type(a).__name__ == "Persist"]
-    assert persists[0].key == replica_key(TOPIC, 0, 0), "the trust record goes first"
+    first = persists[0]
+    assert first.key == partition_key(TOPIC, 0) and PartitionState.decode(first.value).leader == 0
+    assert decode_trust(first.value)[0].replaced, "what it is found to be is written first"
     assert h.stored().leader != 0, "this controller failed it over"
     # only that first write reached the store: the election's did not
     h.store.data = before

@@ -83,14 +83,17 @@ def test_a_follower_the_leader_has_not_heard_from_lately_is_beaten_at_once():
     assert h.core.detector.is_alive(ReplicaId(TOPIC, 0, 2)), "not failed on the leader's word: the beat decides"
 
 
-def test_a_vouch_from_a_new_process_is_a_restart():
+def test_a_vouch_from_a_new_process_gets_it_beaten_and_its_answer_is_a_restart():
     h = Harness()
     h.create()
     h.beat(1, incarnation="first")
     h.now = 100  # heard after that answer (an older word says nothing new)
     heard = fetching(h, incarnation="first")
     heard[1] = (0, 0, "second", "", h.partition().partition_epoch, "")
-    actions = leader_beat(h, heard)
+    leader_beat(h, heard)
+    assert h.stored().isr == [0, 1, 2], "the leader's word makes no other process current"
+    assert beaten(h.core.tick(h.now)) == [1], "beaten at once: its own answer decides"
+    actions = h.beat(1, incarnation="second", log_end_offset=0)
     assert h.stored().isr == [0, 2], "its memory is gone: out of the ISR until it catches up"
     assert 1 in lai_targets(actions), "told who leads, to catch up"
     snap = h.core.metrics_snapshot()
@@ -138,9 +141,11 @@ def test_a_fetch_the_dead_process_left_parked_at_its_leader_does_not_bring_it_ba
     assert not h.core.detector.is_alive(ReplicaId(TOPIC, 0, 2)), "a process Ray reported dead stays dead"
     resp, _ = h.alter([0, 1, 2], incarnations={1: "i0", 2: "p1"})
     assert resp.error_code == ErrorCode.INELIGIBLE_REPLICA and h.stored().isr == [0, 1]
-    # its next process, heard through the leader, is alive (and catches up before joining)
+    # its next process, named by the leader, is beaten at once; its answer brings it back
     h.now = 400
     leader_beat(h, {1: (0, 10, "i0", "", h.partition().partition_epoch, ""), 2: (0, 0, "p2", "", h.partition().partition_epoch, "")})
+    assert not h.core.detector.is_alive(ReplicaId(TOPIC, 0, 2)) and 2 in beaten(h.core.tick(h.now))
+    h.beat(2, incarnation="p2", log_end_offset=0)
     assert h.core.detector.is_alive(ReplicaId(TOPIC, 0, 2))
 
 
@@ -165,3 +170,77 @@ def test_vouching_can_be_switched_off():
     h.now = 200
     leader_beat(h, fetching(h))
     assert beaten(h.core.tick(600)) == [0, 1, 2]
+
+
+def test_a_vouch_for_a_process_older_than_the_one_that_answered_does_not_bring_it_back():
+    """Review of issue 32, finding 2 (KIP-903's hole, reopened): follower 2 (out of the ISR)
+    caught up; its process p1 left a fetch parked at the leader and died; its next process p2
+    answered the controller. The leader's next answer still vouched for p1 ("heard 0 ms
+    ago"): the controller took p1 as the current process again -- Ray's death notice guards
+    only until the next process answers -- and the leader's retried proposal naming p1 was
+    accepted, so 2 joined the ISR holding nothing."""
+    h = Harness()
+    h.create()
+    h.beat(1, incarnation="i0")
+    h.beat(2, incarnation="p1")
+    h.now = 100
+    h.dead(2)
+    assert h.stored().isr == [0, 1]
+    h.now = 200
+    h.beat(2, incarnation="p2", log_end_offset=0)
+    rid = ReplicaId(TOPIC, 0, 2)
+    h.now = 300
+    pe = h.partition().partition_epoch
+    actions = leader_beat(h, {1: (0, 10, "i0", "", pe, ""), 2: (0, 10, "p1", "", pe, "")})
+    assert h.core.trust.incarnation[rid] == "p2" and h.core.detector._health[rid].incarnation == "p2"
+    assert 2 not in lai_targets(actions), "p1 is nobody to tell anything"
+    resp, _ = h.alter([0, 1, 2], incarnations={1: "i0", 2: "p1"})
+    assert resp.error_code == ErrorCode.INELIGIBLE_REPLICA and h.stored().isr == [0, 1]
+    # p2's own progress is what makes it eligible, once it has caught up
+    h.now = 400
+    leader_beat(h, {1: (0, 10, "i0", "", h.partition().partition_epoch, ""), 2: (0, 10, "p2", "", h.partition().partition_epoch, "")})
+    resp, _ = h.alter([0, 1, 2], incarnations={1: "i0", 2: "p2"})
+    assert resp.error_code == ErrorCode.NONE and h.stored().isr == [0, 1, 2]
+
+
+def test_a_vouch_names_a_process_only_the_replicas_own_answer_makes_current():
+    """Incarnations have no order (a uuid per process), so a vouch cannot tell a newer
+    process from an older one whose fetch the leader still holds: it never makes another
+    process current. That follower is beaten at once, and its own answer decides."""
+    h = Harness()
+    h.create()
+    for b in BROKERS:
+        h.beat(b, incarnation=f"a{b}")
+    rid = ReplicaId(TOPIC, 0, 2)
+    h.now = 100
+    pe = h.partition().partition_epoch
+    # a process this controller never heard of: older or newer, nobody can tell
+    leader_beat(h, {1: (0, 10, "a1", "", pe, ""), 2: (0, 10, "x2", "", pe, "")}, incarnation="a0")
+    assert h.core.trust.incarnation[rid] == "a2" and h.stored().isr == [0, 1, 2]
+    assert 2 in beaten(h.core.tick(h.now)), "beaten at once: its answer tells which process runs"
+    h.alter([0, 1], incarnations={1: "a1"})  # 2 falls behind; the leader then judges x2 caught up
+    resp, _ = h.alter([0, 1, 2], incarnations={1: "a1", 2: "x2"})
+    assert resp.error_code == ErrorCode.INELIGIBLE_REPLICA and h.stored().isr == [0, 1]
+
+
+def test_a_controller_that_just_started_takes_no_vouch_before_the_replicas_own_answer():
+    """The process a predecessor recorded may have died since, with a fetch parked at its
+    leader; a vouch for it proves nothing to a controller that has not heard the replica
+    itself, and must not make it ISR-eligible (sim seed 43725's rule, for vouches)."""
+    h = Harness()
+    h.create()
+    for b in BROKERS:
+        h.beat(b, incarnation=f"a{b}")
+    h.alter([0, 1])
+    h2 = h.restart()
+    h2.beat(0, incarnation="a0")
+    h2.beat(1, incarnation="a1")
+    h2.now = 100
+    pe = h2.partition().partition_epoch
+    leader_beat(h2, {1: (0, 10, "a1", "", pe, ""), 2: (0, 10, "a2", "", pe, "")}, incarnation="a0")
+    resp, _ = h2.alter([0, 1, 2], incarnations={1: "a1", 2: "a2"})
+    assert resp.error_code == ErrorCode.INELIGIBLE_REPLICA and h2.stored().isr == [0, 1]
+    h2.now = 200
+    h2.beat(2, incarnation="a2")  # the recorded process answers itself: it is alive
+    resp, _ = h2.alter([0, 1, 2], incarnations={1: "a1", 2: "a2"})
+    assert resp.error_code == ErrorCode.NONE and h2.stored().isr == [0, 1, 2]

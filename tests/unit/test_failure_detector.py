@@ -173,23 +173,40 @@ def test_a_vouch_keeps_a_member_alive_from_when_it_was_heard():
 def test_a_vouch_older_than_an_answer_or_a_failure_says_nothing():
     fd = detector("f")
     beat(fd, "f", 0, 500)
-    assert fd.vouch("f", heard_ms=400, now_ms=600, incarnation="old") is None, "the answer at 500 is fresher"
+    assert fd.vouch("f", heard_ms=400, now_ms=600, incarnation="a") is None, "the answer at 500 is fresher"
     assert fd.due(600 + INTERVAL - 1) == [], "still, someone heard from it: its own beat waits"
     assert fd.on_dead("f", 1000)
     # a fetch from before the death does not bring the process back, nor defer a beat
     assert fd.vouch("f", heard_ms=900, now_ms=1100, incarnation="a") is None
     assert not fd.is_alive("f") and fd.due(1100) == ["f"]
-    # a fetch after it: the replica is back (a new process)
-    assert fd.vouch("f", heard_ms=1200, now_ms=1250, incarnation="b") == RECOVERED and fd.is_alive("f")
+    # a fetch after it by the same process: it is back (its session had timed out)
+    fd = detector("f")
+    beat(fd, "f", 0, 500)
+    assert fd.check(500 + TIMEOUT + 1) == ["f"]
+    assert fd.vouch("f", heard_ms=4000, now_ms=4050, incarnation="a") == RECOVERED and fd.is_alive("f")
 
 
-def test_a_vouch_from_a_new_process_is_a_restart_and_does_not_touch_a_beat_in_flight():
+def test_a_vouch_for_another_process_makes_it_no_current_one_and_gets_the_member_beaten():
+    """Incarnations have no order: the process a voucher names may be a restart, or an
+    older one whose fetch it still holds. Only the member's own answer makes a process
+    current (issue 32, finding 2)."""
     fd = detector("f")
     beat(fd, "f", 0, 5, incarnation="a")
-    fd.on_sent("f", 200)
-    assert fd.vouch("f", 300, 300, "b") == RESTARTED
-    assert fd.due(10_000) == [], "the heartbeat sent at 200 is still in flight"
-    assert fd.on_ok("f", 320, "b") == OK
+    assert fd.vouch("f", 100, 100, "b") is None
+    assert fd.due(100) == ["f"], "beaten at once"
+    assert beat(fd, "f", 100, 120, "b") == RESTARTED, "its own answer is the restart"
+    # the older process, still named by a voucher, says nothing, and costs a beat only when
+    # it is news (heard after the last answer: a fetch still parked)
+    assert fd.vouch("f", 110, 130, "a") is None and fd.due(130) == []
+    assert fd.vouch("f", 130, 130, "a") is None and fd.due(130) == ["f"]
+    fd.on_sent("f", 130)
+    assert fd.vouch("f", 140, 140, "a") is None, "a beat in flight is not touched"
+    assert fd.on_ok("f", 150, "b") == OK
+    # nor does a vouch count before the member has answered at all (a controller that just
+    # started knows no process; one its predecessor recorded may have died since)
+    fd = detector("g")
+    assert fd.vouch("g", 10, 10, "a") is None and fd.due(10) == ["g"]
+    assert beat(fd, "g", 10, 11, "a") == OK and fd.vouch("g", 20, 20, "a") == OK
 
 
 def test_expedite_overrides_a_vouch():
@@ -246,7 +263,8 @@ def test_a_vouch_for_the_process_ray_reported_dead_says_nothing():
     assert fd.on_dead("f", 1000)
     assert fd.vouch("f", heard_ms=1200, now_ms=1200, incarnation="a") is None
     assert not fd.is_alive("f") and fd.due(1200) == ["f"], "still beaten: Ray's answer decides"
-    assert fd.vouch("f", heard_ms=1300, now_ms=1300, incarnation="b") == RECOVERED, "its next process is news"
+    assert fd.vouch("f", heard_ms=1300, now_ms=1300, incarnation="b") is None and fd.due(1300) == ["f"], "its next process answers itself"
+    assert fd.on_ok("f", 1310, "b") == RECOVERED
     # a late DEAD (a call that reached the old process) names the live one; its own answer
     # to a heartbeat clears that
     fd.on_dead("f", 2000)

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import msgpack
+
 from kcoord.protocol.controller import HeartbeatResponse
-from kcoord.replication.controller_actions import Persist, ReplicaId
+from kcoord.replication.controller_actions import ReplicaId
 from kcoord.replication.election import imbalanced_brokers
-from kcoord.replication.metadata import PartitionState, ReplicaTrust, replica_key
+from kcoord.replication.metadata import PartitionState, ReplicaTrust, decode_trust
 from kcoord.replication.trust import TrustLedger, lineage
 
 T = "t"
@@ -19,26 +21,28 @@ def status(incarnation: str, storage: str = "") -> HeartbeatResponse:
     return HeartbeatResponse(topic=T, partition=0, incarnation=incarnation, storage=storage)
 
 
-def test_only_what_changed_is_persisted_and_a_reloaded_ledger_persists_nothing():
+def test_only_what_changed_is_stored_and_a_reloaded_ledger_has_nothing_to_store():
     p = PartitionState(T, 0, [0, 1, 2], leader=0, isr=[0, 1, 2])
     ledger = TrustLedger()
-    assert ledger.persist(p) == []  # nothing known yet: nothing to store
+    assert not ledger.changed(p) and ledger.records(p) == {}  # nothing known yet: nothing to store
     ledger.seen(rid(1), status("inc-1", "disk-a"))
     ledger.suspect.add(rid(2))
-    actions = ledger.persist(p)
-    assert [a.key for a in actions] == [replica_key(T, 0, 1), replica_key(T, 0, 2)]
-    assert ReplicaTrust.decode(actions[0].value) == ReplicaTrust("inc-1", False, "", "disk-a")
-    assert ReplicaTrust.decode(actions[1].value).suspect
-    assert ledger.persist(p) == []  # stored already
+    assert ledger.changed(p)
+    records = ledger.records(p)
+    assert records == {1: ReplicaTrust("inc-1", False, "", "disk-a"), 2: ReplicaTrust(suspect=True)}
+    assert not ledger.changed(p)  # stored with p's record from now on
+    # the records travel in the partition's record, one write with its ISR and ELR
+    assert decode_trust(p.encode(records)) == records and PartitionState.decode(p.encode(records)) == p
+    assert decode_trust(p.encode()) == {}
+    legacy = {k: v for k, v in msgpack.unpackb(p.encode(records), raw=False).items() if k != "trust"}
+    assert decode_trust(msgpack.packb(legacy)) is None, "a record from before: the trust is elsewhere"
 
     reloaded = TrustLedger()
-    for a in actions:
-        b = int(a.key.rsplit("/", 1)[1])
-        reloaded.load(rid(b), ReplicaTrust.decode(a.value))
-    assert reloaded.persist(p) == []
+    for b, record in records.items():
+        reloaded.load(rid(b), record)
+    assert not reloaded.changed(p)
     assert rid(2) in reloaded.suspect and reloaded.incarnation[rid(1)] == "inc-1"
-    assert reloaded.forget(rid(1)) == Persist(replica_key(T, 0, 1), None)
-    assert reloaded.forget(rid(0)) is None  # never stored: nothing to delete
+    reloaded.forget(rid(1))
     assert rid(1) not in reloaded.incarnation and rid(1) not in reloaded.storage
 
 
@@ -92,13 +96,13 @@ def test_a_directory_other_than_recorded_makes_a_replica_replaced_until_in_sync(
     assert ledger.directory_seen(rid(1), "d1-new")
     assert not ledger.holds_data(rid(1)) and rid(1) not in ledger.elr_witness, "no witness of anything"
     assert not ledger.directory_seen(rid(1), "d1-new"), "reported once, counted once"
-    (stored,) = ledger.persist(p)
-    assert ReplicaTrust.decode(stored.value) == ReplicaTrust("", False, "", "", "d1-new", True)
+    stored = ledger.records(p)
+    assert stored == {1: ReplicaTrust("", False, "", "", "d1-new", True)}
     reloaded = TrustLedger()
-    reloaded.load(rid(1), ReplicaTrust.decode(stored.value))
-    assert not reloaded.holds_data(rid(1)) and reloaded.persist(p) == []
+    reloaded.load(rid(1), stored[1])
+    assert not reloaded.holds_data(rid(1)) and not reloaded.changed(p)
     reloaded.in_sync(rid(1))
-    assert reloaded.holds_data(rid(1)) and not ReplicaTrust.decode(reloaded.persist(p)[0].value).replaced
+    assert reloaded.holds_data(rid(1)) and reloaded.changed(p) and not reloaded.records(p)[1].replaced
     assert reloaded.directory[rid(1)] == "d1-new", "the new directory is the one to hold it to from now on"
 
 
