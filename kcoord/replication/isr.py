@@ -62,9 +62,12 @@ class FollowerProgress:
         self.storage = storage
         self.directory_id = directory_id
         self.partition_epoch = partition_epoch
-        if incarnation and incarnation != self.incarnation:
-            # Another process of that follower: what we knew of the old one says nothing.
+        if incarnation and self.incarnation and incarnation != self.incarnation:
+            # Another process than the one heard before: what we knew of it says nothing.
             self.last_fetch_ms = self.leader_leo_at_last_fetch = self.last_caught_up_ms = UNKNOWN
+        # The first process heard keeps the grace period an ISR member got at election
+        # (Kafka's new leader counts every ISR follower caught up "now").
+        if incarnation:
             self.incarnation = incarnation
         if fetch_offset >= leader_leo:
             self.last_caught_up_ms = now_ms
