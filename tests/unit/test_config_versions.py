@@ -79,17 +79,17 @@ def test_a_late_leader_and_isr_does_not_roll_the_config_back():
     """Replayed: an older LeaderAndIsr answered after alter_configs reverted min ISR 2 -> 1
     and flush.messages None -> 1."""
     r = make_replica(0, log=MemoryLog(LogConfig()))
-    old = _with_config(lai(0, 1, (0, 1, 2), partition_epoch=1), 0, min_insync_replicas="1", flush_messages="1")
-    new = _with_config(lai(0, 1, (0, 1, 2), partition_epoch=2), 1, min_insync_replicas="2")
+    old = _with_config(lai(0, 1, (0, 1, 2), partition_epoch=1), 1, min_insync_replicas="1", flush_messages="1")
+    new = _with_config(lai(0, 1, (0, 1, 2), partition_epoch=2), 2, min_insync_replicas="2")
     assert leader_and_isr(r, old)[0].error_code == 0
     assert r.config.min_insync_replicas == 1 and r.log.config.flush_messages == 1
     assert leader_and_isr(r, new)[0].error_code == 0
     assert r.config.min_insync_replicas == 2 and r.log.config.flush_messages is None
     # the old one again (a duplicate, or late), then one of an older leader epoch
     leader_and_isr(r, old)
-    leader_and_isr(r, _with_config(lai(0, 0, (0, 1, 2), partition_epoch=0), 0, min_insync_replicas="1"))
+    leader_and_isr(r, _with_config(lai(0, 0, (0, 1, 2), partition_epoch=0), 1, min_insync_replicas="1"))
     assert r.config.min_insync_replicas == 2 and r.log.config.flush_messages is None
-    assert r.config_version == 1
+    assert r.config_version == 2
 
 
 def test_a_newer_config_applies_whatever_the_epochs():

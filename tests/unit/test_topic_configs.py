@@ -266,13 +266,13 @@ def test_a_leader_and_isr_with_a_new_config_applies_it_to_the_running_replica():
     leader_and_isr(r, lai(0, 1, (0,), replicas=(0,)))
     big = batch(1, tag=b"x" * 3000)
     assert replies(produce(r, big, "p1", 10, acks=1))["p1"].error_code == 0
-    same_epoch = dataclasses.replace(lai(0, 1, (0,), replicas=(0,)), config={"max.message.bytes": "1000", "min.insync.replicas": "2", "retention.ms": "5"})
+    same_epoch = dataclasses.replace(lai(0, 1, (0,), replicas=(0,)), config={"max.message.bytes": "1000", "min.insync.replicas": "2", "retention.ms": "5"}, config_version=1)
     response, _ = leader_and_isr(r, same_epoch)
     assert response.error_code == 0, response.error_message
     assert r.log.config.max_batch_bytes == 1000 and r.log.config.retention_ms == 5 and r.config.min_insync_replicas == 2
     assert replies(produce(r, big, "p2", 20, acks=1))["p2"].error_code == ErrorCode.MESSAGE_TOO_LARGE
     # a config it cannot parse (never sent by the controller) leaves the running one
-    leader_and_isr(r, dataclasses.replace(same_epoch, config={"segment.bytes": "lots"}))
+    leader_and_isr(r, dataclasses.replace(same_epoch, config={"segment.bytes": "lots"}, config_version=2))
     assert r.log.config.max_batch_bytes == 1000
 
 
