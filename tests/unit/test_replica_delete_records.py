@@ -12,31 +12,15 @@ lose acknowledged ones.)"""
 
 from __future__ import annotations
 
-import dataclasses
-
-from replication_helpers import TOPIC, batch, call, consumer_fetch, lai, leader_and_isr, make_replica, of_type, produce, replies
+from replication_helpers import TOPIC, batch, consumer_fetch, lai, leader_and_isr, make_replica, of_type, produce, pump, replies
 
 from kcoord.log import LogConfig, MemoryLog
 from kcoord.protocol.errors import ErrorCode
-from kcoord.protocol.replication import DeleteRecordsRequest, FetchRequest
+from kcoord.protocol.replication import DeleteRecordsRequest
 from kcoord.replication.actions import SendAlterPartition
 from kcoord.replication.config import ReplicationConfig
 
 LAG = 10_000  # replica.lag.time.max.ms (the default)
-
-
-def pump(follower, leader, now: int) -> list:
-    """Answer the follower's request in flight from ``leader`` at once; returns the
-    leader's actions (a DeleteRecords completing there, an ISR proposal)."""
-    req = follower.follower_state.in_flight
-    assert req is not None
-    if isinstance(req, FetchRequest):
-        answer, actions = call(leader, dataclasses.replace(req, max_wait_ms=0), now)
-        follower.on_fetch_response(req, answer, now)
-    else:
-        answer, actions = call(leader, req, now)
-        follower.on_offsets_for_leader_epoch_response(req, answer, now)
-    return actions
 
 
 def cluster(isr=(0, 1, 2), **cfg):
