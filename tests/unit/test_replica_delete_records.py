@@ -15,6 +15,7 @@ from __future__ import annotations
 from replication_helpers import TOPIC, batch, consumer_fetch, lai, leader_and_isr, make_replica, of_type, produce, pump, replies
 
 from kcoord.log import LogConfig, MemoryLog
+from kcoord.protocol.controller import AlterPartitionResponse
 from kcoord.protocol.errors import ErrorCode
 from kcoord.protocol.replication import DeleteRecordsRequest
 from kcoord.replication.actions import SendAlterPartition
@@ -124,3 +125,21 @@ def test_a_follower_fetch_reports_its_log_start():
     delete(leader, 2, 10)
     pump(f1, leader, 11)
     assert f1.follower_state.in_flight.replica_log_start_offset == 2
+
+
+def test_a_follower_outside_the_isr_that_stops_fetching_stops_holding_it_back():
+    leader, f1, f2 = cluster()
+    leader_and_isr(leader, lai(0, 1, (0, 1), partition_epoch=2), 100)
+    (alter,) = of_type(pump(f2, leader, 200), SendAlterPartition)  # fetching: live until 200 + LAG
+    pump(f1, leader, 200)
+    # the controller does not take follower 2 back (the leader proposed it, so it counted)
+    leader.on_alter_partition_response(alter.request, AlterPartitionResponse(ErrorCode.INELIGIBLE_REPLICA, "not now"), 250)
+    assert delete(leader, 4, 300, timeout_ms=60_000) is None
+    pump(f1, leader, 301)
+    assert "del" not in replies(pump(f1, leader, 302)), "follower 2 (live) still reports 0"
+    assert of_type(leader.tick(350), SendAlterPartition) == [], "follower 2 reports an old log start"
+    assert leader.leading.next_deadline() == 200 + LAG + 1, "when follower 2 stops counting as live"
+    assert replies(leader.tick(200 + LAG)) == {}
+    done = replies(leader.tick(200 + LAG + 1))["del"]
+    assert done.error_code == 0 and done.low_watermark == 4
+    assert leader.leading.next_deadline() > 200 + LAG + 1
