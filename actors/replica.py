@@ -83,6 +83,11 @@ class ReplicaActor:
         self.started_ms = now_ms()
         # A restart can begin before the previous process of this replica has exited and
         # dropped its lock on the directory; wait for that rather than fail the restart.
+        # ``config`` is the one this actor was created with, which Ray passes again when it
+        # restarts the actor, however old: the core runs it as of unknown version (no
+        # retention or cleaning, no trust in its flush setting) until the controller's
+        # first LeaderAndIsr -- sent to every process it sees restarted, and before any
+        # role -- carries the current one (Replica.config_known).
         log = Log(self.directory, LogConfig.from_topic_config(config), now_ms=self.started_ms, lock_wait_s=_LOCK_WAIT_S)
         report = log.recovery_report
         self.node_id = ray.get_runtime_context().get_node_id()
@@ -228,6 +233,7 @@ class ReplicaActor:
             "lag": (fs.leader_log_end_offset - log.log_end_offset) if fs and fs.leader_log_end_offset >= 0 else 0,
             "epochs": [] if offline else list(log.epoch_cache.entries),
             "offline_reason": r.offline_reason,
+            "config_version": r.config_version,
             "incarnation": self.incarnation,
             "pid": os.getpid(),
             "node_id": self.node_id,

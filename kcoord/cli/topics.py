@@ -238,7 +238,8 @@ def delete_records(env: Env, topic: str, partitions: tuple[int, ...], offset: in
 
     The leader moves the partition's log start offset there; consumers positioned below
     it get OFFSET_OUT_OF_RANGE and reset by their auto_offset_reset. The offset may not be
-    above the high watermark.
+    above the high watermark. Returns once every replica that could lead the partition has
+    moved its log start too (the low watermark), so no failover brings the records back.
 
     \b
     Examples:

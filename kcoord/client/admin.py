@@ -340,10 +340,15 @@ class Admin:
         ``{TopicPartition: offset}`` the partition leader makes ``offset`` the log start
         offset (-1: the high watermark); records below it are no longer readable and
         consumers positioned there get OFFSET_OUT_OF_RANGE (then auto_offset_reset). An
-        offset above the high watermark is OFFSET_OUT_OF_RANGE. Returns ``{TopicPartition:
-        {"low_watermark": the leader's new log start offset}}``; followers follow with
-        their next fetch."""
+        offset above the high watermark is OFFSET_OUT_OF_RANGE. Each partition is answered
+        once its low watermark -- the smallest log start offset over the replicas that
+        could lead it -- has reached the offset, so no failover brings the records back;
+        until then (its followers move theirs with their next fetch) the leader holds the
+        request, and KafkaError REQUEST_TIMED_OUT comes after ``timeout_ms`` (default
+        ``request_timeout_ms``). Returns ``{TopicPartition: {"low_watermark": ...}}``."""
         self._check_open()
+        # the leader answers REQUEST_TIMED_OUT (retried) before a call attempt gives up
+        hold_ms = max(100, int(self.cluster.attempt_timeout_s * 1000) - 500)
         out: dict[TopicPartition, dict] = {}
         for tp, offset in records_to_delete.items():
             tp = TopicPartition(*tp)
@@ -354,7 +359,9 @@ class Admin:
                 tp.topic,
                 tp.partition,
                 "delete_records",
-                lambda epoch, tp=tp, offset=offset: DeleteRecordsRequest(tp.topic, tp.partition, offset, current_leader_epoch=epoch),
+                lambda epoch, tp=tp, offset=offset: DeleteRecordsRequest(
+                    tp.topic, tp.partition, offset, current_leader_epoch=epoch, timeout_ms=hold_ms
+                ),
                 DeleteRecordsResponse,
                 timeout_ms=timeout_ms,
             )

@@ -78,6 +78,9 @@ class LeaderAndIsrRequest(Message):
     isr: list[int]
     replicas: list[int]
     config: dict[str, str] | None = None
+    # The version of ``config`` (TopicState.config_version): a replica applies a config
+    # only when its version is newer than the one it runs, whatever the epochs.
+    config_version: int = -1
     incarnation: str = ""
     # The log directory the controller last heard the receiver report ("" if none): asked
     # to lead from another directory -- its disk was wiped since -- a replica refuses.

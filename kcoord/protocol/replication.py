@@ -71,6 +71,10 @@ class FetchRequest(Message):
     replica_storage: str = ""
     replica_partition_epoch: int = -1
     replica_directory_id: str = ""
+    # A follower's log start offset (Kafka's FetchRequest log_start_offset): the leader's
+    # DeleteRecords waits for it, and a follower joins the ISR only once it reports the
+    # leader's.
+    replica_log_start_offset: int = -1
 
 
 @register
@@ -141,7 +145,8 @@ class OffsetsForLeaderEpochResponse(Message):
 @register
 class DeleteRecordsRequest(Message):
     """Client -> partition leader: make ``offset`` the log start offset (Kafka's
-    DeleteRecords). -1 means the high watermark."""
+    DeleteRecords). -1 means the high watermark. Answered once the partition's low
+    watermark has reached ``offset``, or REQUEST_TIMED_OUT after ``timeout_ms``."""
 
     API_KEY: ClassVar[int] = 21
     VERSION: ClassVar[int] = 1
@@ -149,6 +154,7 @@ class DeleteRecordsRequest(Message):
     partition: int
     offset: int
     current_leader_epoch: int = -1
+    timeout_ms: int = 30_000
 
 
 @register
@@ -158,5 +164,7 @@ class DeleteRecordsResponse(Message):
     IS_RESPONSE: ClassVar[bool] = True
     error_code: int = 0
     error_message: str | None = None
-    low_watermark: int = -1  # the leader's log start offset after the deletion
+    # The partition's low watermark: the smallest log start offset over the replicas the
+    # leader waited for (Leader.low_watermark), at least the requested offset.
+    low_watermark: int = -1
     leader_epoch: int = -1

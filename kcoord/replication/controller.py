@@ -395,7 +395,7 @@ class ControllerState:
             config = apply_alter_ops(topic, req.ops, self.config.default_topic_config)
         except KafkaError as exc:
             return IncrementalAlterConfigsResponse(int(exc.code), exc.message), []
-        after = replace(topic, config=config)
+        after = replace(topic, config=config, config_version=topic.config_version + 1)
         described = describe_config(after, self.config.default_topic_config)
         if req.validate_only or config == topic.config:
             return IncrementalAlterConfigsResponse(configs=described), []
@@ -871,6 +871,7 @@ class ControllerState:
                     isr=list(p.isr),
                     replicas=list(p.replicas),
                     config=config,
+                    config_version=topic.config_version,
                     incarnation=self.trust.incarnation.get(ReplicaId(p.topic, p.partition, b), ""),
                     directory_id=self.trust.directory.get(ReplicaId(p.topic, p.partition, b), ""),
                 ),

@@ -95,6 +95,7 @@ class Follower:
             replica_storage=st.storage,
             replica_partition_epoch=st.partition_epoch,
             replica_directory_id=st.log.directory_id,
+            replica_log_start_offset=st.log.log_start_offset,
         )
         self.in_flight = request
         st.emit(SendFetch(self.leader, request))

@@ -7,7 +7,12 @@ Rules (Kafka's, with time-based lag as in modern Kafka):
   then, or from offset >= the leader's LEO at its previous fetch (it got everything that
   existed when it last asked). It falls out of the ISR when it has not been caught up for
   ``replica.lag.time.max.ms``.
-* It joins the ISR again once its LEO reaches the HW and the start of the current epoch.
+* It joins the ISR again once its LEO reaches the HW and the start of the current epoch,
+  and its log start offset (reported in its fetch) the leader's: an ISR member may be
+  elected, and must not serve records an acknowledged DeleteRecords removed.
+* The partition's low watermark, which DeleteRecords waits for, is the smallest log start
+  over the replicas that could lead without fetching from this leader first (see
+  :meth:`IsrState.low_watermark`).
 * ISR changes are only *proposed* here (AlterPartition); they take effect when the
   controller confirms. Until then the HW is computed over the *maximal* ISR (current plus
   proposed additions; a proposed removal still counts), so it is never computed over a set
@@ -44,6 +49,7 @@ class FollowerProgress:
     storage: str = ""
     partition_epoch: int = UNKNOWN
     directory_id: str = ""
+    log_start_offset: int = UNKNOWN  # as its latest fetch reported it
     # The confirmed ISR changed since this follower last fetched: its LEO does not count
     # for the HW until it fetches again (see the module's rules).
     reconfirm: bool = False
@@ -57,14 +63,19 @@ class FollowerProgress:
         storage: str = "",
         partition_epoch: int = UNKNOWN,
         directory_id: str = "",
+        log_start_offset: int = UNKNOWN,
     ) -> None:
         self.reconfirm = False
+        self.log_start_offset = log_start_offset
         self.storage = storage
         self.directory_id = directory_id
         self.partition_epoch = partition_epoch
-        if incarnation and incarnation != self.incarnation:
-            # Another process of that follower: what we knew of the old one says nothing.
+        if incarnation and self.incarnation and incarnation != self.incarnation:
+            # Another process than the one heard before: what we knew of it says nothing.
             self.last_fetch_ms = self.leader_leo_at_last_fetch = self.last_caught_up_ms = UNKNOWN
+        # The first process heard keeps the grace period an ISR member got at election
+        # (Kafka's new leader counts every ISR follower caught up "now").
+        if incarnation:
             self.incarnation = incarnation
         if fetch_offset >= leader_leo:
             self.last_caught_up_ms = now_ms
@@ -188,7 +199,9 @@ class IsrState:
             hw = min(hw, p.log_end_offset)
         return hw
 
-    def proposed_isr(self, leader_leo: int, high_watermark: int, now_ms: int, lag_max_ms: int) -> list[int] | None:
+    def proposed_isr(
+        self, leader_leo: int, high_watermark: int, now_ms: int, lag_max_ms: int, log_start_offset: int = 0
+    ) -> list[int] | None:
         """The ISR we should ask for now, or None if no change is needed."""
         current = self.isr
         wanted = [self.broker]
@@ -202,12 +215,52 @@ class IsrState:
                 lagging = p.last_caught_up_ms < 0 or now_ms - p.last_caught_up_ms > lag_max_ms
                 if not lagging:
                     wanted.append(b)
-            elif p.log_end_offset >= 0 and p.log_end_offset >= high_watermark and p.log_end_offset >= self.epoch_start_offset:
+            elif (
+                p.log_end_offset >= 0
+                and p.log_end_offset >= high_watermark
+                and p.log_end_offset >= self.epoch_start_offset
+                and p.log_start_offset >= log_start_offset
+            ):
                 wanted.append(b)
         wanted.sort(key=self._order)
         if set(wanted) == set(current):
             return None
         return wanted
+
+    # -- the low watermark (DeleteRecords) -------------------------------------------------
+    def _live(self, p: FollowerProgress, now_ms: int, lag_max_ms: int) -> bool:
+        return p.last_fetch_ms >= 0 and now_ms - p.last_fetch_ms <= lag_max_ms
+
+    def low_watermark(self, log_start_offset: int, now_ms: int, lag_max_ms: int, min_isr: int) -> int:
+        """The smallest log start offset (``log_start_offset``: the leader's) over the
+        replicas that could lead without fetching from this leader first, UNKNOWN if one
+        of them has not reported it: the maximal ISR; while the confirmed ISR is below
+        min.insync.replicas every replica, since the controller may hold any of them as
+        an eligible leader replica (KIP-966, ELR members are not told to the leader); and,
+        as Kafka's low watermark, every follower fetching lately (within
+        replica.lag.time.max.ms). A follower outside these joins the ISR only after it
+        reports the leader's log start (proposed_isr)."""
+        every = len(self.isr) < min_isr
+        isr = set(self.maximal_isr())
+        low = log_start_offset
+        for b in self.replicas:
+            if b == self.broker:
+                continue
+            p = self.followers.get(b)
+            if p is None:
+                if every or b in isr:
+                    return UNKNOWN
+                continue
+            if every or b in isr or self._live(p, now_ms, lag_max_ms):
+                if p.log_start_offset < 0:
+                    return UNKNOWN
+                low = min(low, p.log_start_offset)
+        return low
+
+    def next_liveness_change(self, now_ms: int, lag_max_ms: int) -> int | None:
+        """When the next follower fetching lately stops counting as live."""
+        ends = [p.last_fetch_ms + lag_max_ms + 1 for p in self.followers.values() if self._live(p, now_ms, lag_max_ms)]
+        return min(ends) if ends else None
 
     def next_lag_deadline(self, lag_max_ms: int) -> int | None:
         deadline = None

@@ -63,6 +63,13 @@ MAX_PARKED_PER_PRODUCER = 16
 
 
 @dataclass
+class DeleteWaiter:
+    token: Any
+    offset: int  # answered once the partition's low watermark reaches it
+    deadline_ms: int
+
+
+@dataclass
 class FetchWaiter:
     token: Any
     request: FetchRequest
@@ -86,6 +93,8 @@ class Leader:
         self.fetch_waiters: dict[Any, FetchWaiter] = {}
         # Idempotent batches that arrived ahead of their predecessors, per producer id.
         self.parked: dict[int, list[ParkedBatch]] = {}
+        self.delete_waiters: list[DeleteWaiter] = []
+        self._deletes_checked_ms = now_ms  # when the low watermark was last compared with them
 
     # ------------------------------------------------------------------------------------
     # request validation
@@ -262,9 +271,11 @@ class Leader:
                     req.replica_storage,
                     req.replica_partition_epoch,
                     req.replica_directory_id,
+                    req.replica_log_start_offset,
                 )
             self.maybe_advance_hw(now_ms)
             self.maybe_propose_isr(now_ms)
+            self._complete_deletes(now_ms)
         waiter = FetchWaiter(token, req, now_ms + max(0, req.max_wait_ms), from_follower)
         response = self._read_for(waiter, force=req.max_wait_ms <= 0)
         if response is not None:
@@ -359,7 +370,7 @@ class Leader:
         if isr.alter_request is not None or now_ms < isr.retry_alter_at_ms:
             return
         isr.retry_alter_at_ms = 0  # the backoff is over (a stale value would be a past deadline)
-        proposal = isr.proposed_isr(st.log.log_end_offset, st.hw, now_ms, st.config.replica_lag_time_max_ms)
+        proposal = isr.proposed_isr(st.log.log_end_offset, st.hw, now_ms, st.config.replica_lag_time_max_ms, st.log.log_start_offset)
         if proposal is None:
             return
         request = AlterPartitionRequest(
@@ -426,6 +437,7 @@ class Leader:
             # the follower's process today (it may have lost power since sending it)
             self._wake_fetchers(now_ms, followers=True, force=True)
         self.maybe_advance_hw(now_ms)
+        self._complete_deletes(now_ms)  # a member that left counts no more
         if response.error_code == ErrorCode.NONE:
             self.maybe_propose_isr(now_ms)
 
@@ -436,18 +448,47 @@ class Leader:
         if self.isr.update_from_controller(st.isr, st.replicas, st.partition_epoch, now_ms):
             self._wake_fetchers(now_ms, followers=True, force=True)  # as in on_alter_partition_response
         self.maybe_advance_hw(now_ms)
+        self._complete_deletes(now_ms)
 
     # ------------------------------------------------------------------------------------
     # queries
     # ------------------------------------------------------------------------------------
     def delete_records(self, req: DeleteRecordsRequest, token: Any, now_ms: int) -> None:
-        self.state.reply(token, self._delete_records(req))
-
-    def _delete_records(self, req: DeleteRecordsRequest) -> DeleteRecordsResponse:
         """Kafka's DeleteRecords: move the log start offset up to ``req.offset`` (-1: the HW),
         never above the HW -- what consumers cannot see yet may still be cut by a failover.
         Followers follow from the log start offset in their fetch answers (as for
-        retention). Answers the leader's new log start offset (the low watermark)."""
+        retention). Answered (with the low watermark) once the partition's low watermark
+        has reached the offset -- before, a failover could make the records readable again
+        (Kafka's DelayedDeleteRecords) -- or REQUEST_TIMED_OUT after ``req.timeout_ms``."""
+        refused = self._delete_records(req)
+        if refused is not None:
+            self.state.reply(token, refused)
+            return
+        offset = self.state.hw if req.offset == -1 else req.offset
+        self.delete_waiters.append(DeleteWaiter(token, offset, now_ms + max(0, req.timeout_ms)))
+        self._complete_deletes(now_ms)
+
+    def low_watermark(self, now_ms: int) -> int:
+        st = self.state
+        cfg = st.config
+        return self.isr.low_watermark(st.log.log_start_offset, now_ms, cfg.replica_lag_time_max_ms, cfg.min_insync_replicas)
+
+    def _complete_deletes(self, now_ms: int) -> None:
+        if not self.delete_waiters:
+            return
+        self._deletes_checked_ms = now_ms
+        low = self.low_watermark(now_ms)
+        st = self.state
+        waiting = []
+        for w in self.delete_waiters:
+            if low >= w.offset:
+                st.reply(w.token, DeleteRecordsResponse(low_watermark=low, leader_epoch=st.leader_epoch))
+            else:
+                waiting.append(w)
+        self.delete_waiters = waiting
+
+    def _delete_records(self, req: DeleteRecordsRequest) -> DeleteRecordsResponse | None:
+        """Validate, and move the leader's log start; a refusal, or None."""
         st = self.state
         err = self._epoch_error(req.current_leader_epoch)
         if err is None and (req.topic != st.topic or req.partition != st.partition):
@@ -462,7 +503,7 @@ class Leader:
         if err is not None:
             return DeleteRecordsResponse(err[0], err[1], leader_epoch=st.leader_epoch)
         st.log.advance_log_start_offset(offset)
-        return DeleteRecordsResponse(low_watermark=st.log.log_start_offset, leader_epoch=st.leader_epoch)
+        return None
 
     def list_offsets(self, req: ListOffsetsRequest, token: Any, now_ms: int) -> None:
         self.state.reply(token, self._list_offsets(req))
@@ -533,6 +574,19 @@ class Leader:
                     response = self._read_for(w, force=True)
                     assert response is not None
                     st.reply(token, response)
+        if self.delete_waiters:
+            self._complete_deletes(now_ms)  # a follower that stopped fetching counts no more
+            for w in [w for w in self.delete_waiters if w.deadline_ms <= now_ms]:
+                self.delete_waiters.remove(w)
+                st.reply(
+                    w.token,
+                    DeleteRecordsResponse(
+                        ErrorCode.REQUEST_TIMED_OUT,
+                        f"{st.name}: records before {w.offset} are deleted on the leader, but the low watermark "
+                        f"(the smallest log start over the replicas that could be elected) did not reach it in time",
+                        leader_epoch=st.leader_epoch,
+                    ),
+                )
         if self.parked:
             for producer_id in sorted(self.parked):
                 for b in [b for b in self.parked.get(producer_id, []) if b.deadline_ms <= now_ms]:
@@ -553,6 +607,12 @@ class Leader:
         if self.parked:
             deadlines.append(min(b.deadline_ms for bs in self.parked.values() for b in bs))
         isr = self.isr
+        if self.delete_waiters:
+            deadlines.append(min(w.deadline_ms for w in self.delete_waiters))
+            # a follower counted for fetching lately that stops fetching counts no more
+            change = isr.next_liveness_change(self._deletes_checked_ms, self.state.config.replica_lag_time_max_ms)
+            if change is not None:
+                deadlines.append(change)
         if isr.alter_request is None:
             # Only what tick() can act on: while an AlterPartition is in flight nothing can be
             # proposed, and during a backoff nothing before it ends (a past deadline here
@@ -578,6 +638,9 @@ class Leader:
             for b in batches:
                 st.reply(b.token, ProduceResponse(code, message, leader_epoch=st.leader_epoch))
         self.parked.clear()
+        for d in self.delete_waiters:
+            st.reply(d.token, DeleteRecordsResponse(code, message, leader_epoch=st.leader_epoch))
+        self.delete_waiters.clear()
 
     def heard(self, now_ms: int) -> dict[int, tuple[int, int, str, str, int, str]]:
         """What this leader can vouch for each follower that fetched in its leadership

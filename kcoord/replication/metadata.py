@@ -106,6 +106,9 @@ class TopicState:
     config: dict[str, str] = field(default_factory=dict)
     internal: bool = False
     created_ms: int = 0
+    # Bumped by every config change and stored with it; records written before versions
+    # existed load as 0.
+    config_version: int = 0
 
     def encode(self) -> bytes:
         return msgpack.packb(asdict(self), use_bin_type=True)

@@ -81,7 +81,10 @@ class Replica:
         node_id: str = "",
         incarnation: str = "",
         storage: str = "",
+        config_version: int = -1,
     ) -> None:
+        """``config_version``: the version of ``config`` and the log's config, if known
+        current (-1: a creation-time config, see :meth:`config_known`)."""
         hw = min(max(log.high_watermark, log.log_start_offset), log.log_end_offset)
         self.state = ReplicaState(
             topic=topic,
@@ -95,7 +98,11 @@ class Replica:
             # of it for this log (Log.storage_generation)
             storage=f"{storage}~{log.storage_generation}" if storage and log.storage_generation else storage,
             hw=hw,
-            may_have_lost_data=log.config.flush_messages != 1
+            config_version=config_version,
+            # A config of unknown age cannot vouch that every append was fsynced: the topic
+            # may have been altered to flush.messages unset before this process's
+            # predecessor died.
+            may_have_lost_data=(config_version < 0 or log.config.flush_messages != 1)
             and (
                 log.log_end_offset > log.log_start_offset
                 or len(log.epoch_cache) > 0
@@ -128,6 +135,7 @@ class Replica:
     partition_epoch = property(lambda self: self.state.partition_epoch)
     controller_epoch = property(lambda self: self.state.controller_epoch)
     replicas = property(lambda self: self.state.replicas)
+    config_version = property(lambda self: self.state.config_version)
     isr = property(lambda self: self.state.isr)
     metrics = property(lambda self: self.state.metrics)
 
@@ -218,6 +226,8 @@ class Replica:
         replica does both on its own log; followers learn the leader's log start offset
         from fetch answers."""
         st = self.state
+        if not self.config_known:
+            return
         cfg = st.config
         log = st.log
         if now_ms >= self._next_retention_ms:
@@ -231,6 +241,15 @@ class Replica:
             if cfg.log_cleaner_enable and log.config.compact and log.supports_compaction:
                 self.last_clean = log.clean(now_ms, st.hw)
 
+    @property
+    def config_known(self) -> bool:
+        """Whether the config it runs is one the controller sent (a process starts on the
+        one it was created with, which Ray replays on restart however old it is): until
+        then nothing that acts on it irreversibly runs -- retention, the cleaner -- and no
+        request is served, since every role comes with a LeaderAndIsr carrying the
+        current config."""
+        return self.state.config_version >= 0
+
     def update_config(self, log_config: Any, config: ReplicationConfig, now_ms: int) -> None:
         """A topic config changed (alter_configs): the log and the replication settings
         follow it from now on, without a restart."""
@@ -239,15 +258,20 @@ class Replica:
         self._next_retention_ms = min(self._next_retention_ms, now_ms + config.log_retention_check_interval_ms)
         self._next_clean_ms = min(self._next_clean_ms, now_ms + config.log_cleaner_backoff_ms)
 
-    def _apply_topic_config(self, config: dict[str, str], now_ms: int) -> None:
+    def _apply_topic_config(self, config: dict[str, str], version: int, now_ms: int) -> None:
         """The topic config every LeaderAndIsr carries: a change (alter_configs) takes
-        effect here, on the running replica. The controller validated it; a config this
-        replica cannot parse leaves the one it runs with."""
+        effect here, on the running replica, if its version is newer than the one it runs
+        -- a late or duplicated LeaderAndIsr must not roll a config back, and epochs say
+        nothing about configs. The controller validated it; a config this replica cannot
+        parse leaves the one it runs with."""
+        if version <= self.state.config_version:
+            return
         try:
             log_config = LogConfig.from_topic_config(config)
             replication = ReplicationConfig.from_topic_config(config)
         except KafkaError:
             return
+        self.state.config_version = version
         if log_config != self.state.log.config or replication != self.state.config:
             self.update_config(log_config, replication, now_ms)
 
@@ -305,6 +329,8 @@ class Replica:
                 ErrorCode.STALE_BROKER_EPOCH,
                 f"addressed to process {req.incarnation}; this is {st.incarnation}, started since",
             )
+        if req.config is not None:
+            self._apply_topic_config(req.config, req.config_version, now_ms)
         if req.leader_epoch < st.leader_epoch:
             return LeaderAndIsrResponse(ErrorCode.FENCED_LEADER_EPOCH, f"leader epoch {req.leader_epoch} < current {st.leader_epoch}")
         if req.leader == st.broker and req.directory_id and req.directory_id != st.log.directory_id:
@@ -318,8 +344,6 @@ class Replica:
                 f"but its log is in a new directory {st.log.directory_id} (its disk was wiped or replaced)",
             )
         st.controller_epoch = req.controller_epoch
-        if req.config is not None:
-            self._apply_topic_config(req.config, now_ms)
         if req.leader_epoch == st.leader_epoch:
             if req.leader != st.leader:
                 return LeaderAndIsrResponse(
@@ -445,10 +469,11 @@ class Replica:
                     deadlines.append(at)
         if self.state.hw != self._hw_checkpointed:
             deadlines.append(self._last_hw_checkpoint_ms + self.state.config.hw_checkpoint_interval_ms)
-        deadlines.append(self._next_retention_ms)
         log = self.state.log
-        if log.config.compact and log.supports_compaction and self.state.config.log_cleaner_enable:
-            deadlines.append(self._next_clean_ms)
+        if self.config_known:
+            deadlines.append(self._next_retention_ms)
+            if log.config.compact and log.supports_compaction and self.state.config.log_cleaner_enable:
+                deadlines.append(self._next_clean_ms)
         return min(deadlines) if deadlines else None
 
     def _maybe_checkpoint_hw(self, now_ms: int) -> None:

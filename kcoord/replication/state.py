@@ -47,6 +47,10 @@ class ReplicaState:
     incarnation: str = ""
     # Which page cache its unflushed writes live in (HeartbeatResponse.storage).
     storage: str = ""
+    # The version of the topic config it runs (LeaderAndIsrRequest.config_version); -1:
+    # the config it was created with, which may be stale (Ray replays an actor's
+    # constructor arguments when it restarts it), until the controller says.
+    config_version: int = -1
     role: Role = NONE
     offline_reason: str = ""
     leader: int = -1

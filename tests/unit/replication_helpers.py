@@ -13,9 +13,11 @@ from kcoord.replication.replica import Replica
 TOPIC = "t"
 
 
-def make_replica(broker: int, config: ReplicationConfig | None = None, log=None, now: int = 0) -> Replica:
+def make_replica(broker: int, config: ReplicationConfig | None = None, log=None, now: int = 0, config_version: int = 0) -> Replica:
+    """A replica whose config is known current (``config_version`` 0) unless told otherwise
+    (-1: a process Ray restarted on its creation-time config)."""
     log = log if log is not None else MemoryLog(LogConfig(flush_messages=1))
-    return Replica(TOPIC, 0, broker, log, config or ReplicationConfig(), now)
+    return Replica(TOPIC, 0, broker, log, config or ReplicationConfig(), now, config_version=config_version)
 
 
 def lai(leader: int, epoch: int, isr, replicas=(0, 1, 2), partition_epoch: int | None = None, controller_epoch: int = 1) -> LeaderAndIsrRequest:
@@ -39,9 +41,10 @@ def produce(replica: Replica, data: bytes, token, now: int, acks: int = -1, time
     return replica.produce(ProduceRequest(TOPIC, 0, data, acks=acks, timeout_ms=timeout_ms, current_leader_epoch=epoch), token, now)
 
 
-def follower_fetch(leader: Replica, broker: int, offset: int, token, now: int, epoch: int, max_wait_ms: int = 0, incarnation: str = ""):
+def follower_fetch(leader: Replica, broker: int, offset: int, token, now: int, epoch: int, max_wait_ms: int = 0, incarnation: str = "",
+                   log_start: int = 0):
     req = FetchRequest(TOPIC, 0, offset, max_wait_ms=max_wait_ms, replica_id=broker, current_leader_epoch=epoch,
-                       replica_incarnation=incarnation)
+                       replica_incarnation=incarnation, replica_log_start_offset=log_start)
     return leader.fetch(req, token, now)
 
 
@@ -95,3 +98,19 @@ def serve_pending(follower: Replica, leader: Replica, now: int):
         return follower.on_fetch_response(req, answer, now)
     answer = call(leader, req, now)[0]
     return follower.on_offsets_for_leader_epoch_response(req, answer, now)
+
+
+def pump(follower: Replica, leader: Replica, now: int) -> list:
+    """:func:`serve_pending`, returning the *leader's* actions instead (a DeleteRecords or
+    an acks=all produce completing there, an ISR proposal)."""
+    import dataclasses
+
+    req = follower.follower_state.in_flight
+    assert req is not None, "the follower has nothing in flight"
+    if isinstance(req, FetchRequest):
+        answer, actions = call(leader, dataclasses.replace(req, max_wait_ms=0), now)
+        follower.on_fetch_response(req, answer, now)
+    else:
+        answer, actions = call(leader, req, now)
+        follower.on_offsets_for_leader_epoch_response(req, answer, now)
+    return actions

@@ -183,7 +183,8 @@ def test_restarted_replica_without_fsync_refuses_its_first_leadership():
     assert resp.error_code == ErrorCode.FENCED_LEADER_EPOCH and acts == [] and restarted.role == "none"
     resp, _ = leader_and_isr(restarted, lai(0, 8, (0, 2)), 3002)
     assert resp.error_code == 0 and restarted.role == "leader", "the controller knew and chose it anyway"
-    # a brand-new replica, or one whose every append is fsynced, leads at once
+    # a brand-new replica, or one whose every append is fsynced (by a config known current:
+    # test_config_versions has one Ray restarted on its creation-time config), leads at once
     fresh = make_replica(1, log=MemoryLog(LogConfig()))
     assert leader_and_isr(fresh, lai(1, 0, (1,)), 0)[0].error_code == 0
     durable = MemoryLog(LogConfig(flush_messages=1))

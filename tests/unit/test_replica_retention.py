@@ -28,7 +28,7 @@ EXPIRED = 20_000
 def replica(broker: int, disk: SimDisk | None = None, now: int = 0, **log_cfg) -> Replica:
     cfg = LogConfig(**{"segment_bytes": 150, "retention_ms": 10_000, **log_cfg})
     log = Log(f"/m/broker-{broker}/t-0", cfg, now_ms=now, fs=disk or SimDisk(random.Random(broker)))
-    return Replica(TOPIC, 0, broker, log, ReplicationConfig(log_retention_check_interval_ms=CHECK, log_cleaner_backoff_ms=CHECK), now)
+    return Replica(TOPIC, 0, broker, log, ReplicationConfig(log_retention_check_interval_ms=CHECK, log_cleaner_backoff_ms=CHECK), now, config_version=0)
 
 
 def leader_with(n_batches: int, isr=(0, 1), **log_cfg) -> Replica:
@@ -171,7 +171,7 @@ def test_the_cleaner_runs_on_the_timer_for_compacted_topics_only():
 def test_a_log_that_does_not_compact_says_so_and_is_not_woken_for_the_cleaner():
     log = MemoryLog(LogConfig(cleanup_policy="compact"))
     assert not log.supports_compaction and log.clean(0) is None
-    r = Replica(TOPIC, 0, 0, log, ReplicationConfig(log_retention_check_interval_ms=10_000, log_cleaner_backoff_ms=10), 0)
+    r = Replica(TOPIC, 0, 0, log, ReplicationConfig(log_retention_check_interval_ms=10_000, log_cleaner_backoff_ms=10), 0, config_version=0)
     leader_and_isr(r, lai(0, 1, (0,), replicas=(0,)))
     r.tick(1)
     assert r.next_deadline() == 10_000

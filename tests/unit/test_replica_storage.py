@@ -89,7 +89,7 @@ def keyed(i: int) -> bytes:
 def sole_leader(disk: SimDisk, log_config: LogConfig, **cfg) -> Replica:
     """The only replica of its partition, leading: acks=1 appends move its HW at once."""
     log = Log("/m/broker-0/t-0", log_config, now_ms=0, fs=disk)
-    r = Replica(TOPIC, 0, 0, log, ReplicationConfig(**cfg), 0, incarnation="i1")
+    r = Replica(TOPIC, 0, 0, log, ReplicationConfig(**cfg), 0, incarnation="i1", config_version=0)
     leader_and_isr(r, lai(0, 1, (0,), replicas=(0,)))
     return r
 

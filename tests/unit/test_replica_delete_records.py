@@ -1,0 +1,145 @@
+"""DeleteRecords waits for the partition's low watermark (issue 32, finding 5).
+
+Kafka answers DeleteRecords once the smallest log start offset over the live replicas
+has passed the requested offset (its DelayedDeleteRecords), or REQUEST_TIMED_OUT. kcoord
+counts every replica that could lead without fetching from this leader first: the
+(maximal) ISR; while the ISR is below min.insync.replicas every replica, since the
+controller may hold any as an eligible leader replica (KIP-966) whose log start it never
+moved; and, as Kafka, every follower fetching lately. A follower joins the ISR only once it
+has reported the leader's log start, so no replica that could be elected later lacks an
+acknowledged deletion. (An unclean election may bring deleted records back, as it may
+lose acknowledged ones.)"""
+
+from __future__ import annotations
+
+from replication_helpers import TOPIC, batch, consumer_fetch, lai, leader_and_isr, make_replica, of_type, produce, pump, replies
+
+from kcoord.log import LogConfig, MemoryLog
+from kcoord.protocol.controller import AlterPartitionResponse
+from kcoord.protocol.errors import ErrorCode
+from kcoord.protocol.replication import DeleteRecordsRequest
+from kcoord.replication.actions import SendAlterPartition
+from kcoord.replication.config import ReplicationConfig
+
+LAG = 10_000  # replica.lag.time.max.ms (the default)
+
+
+def cluster(isr=(0, 1, 2), **cfg):
+    """Leader 0 and followers 1, 2 holding six records, all with HW 6."""
+    log = dict(flush_messages=None) if cfg.pop("lossy", False) else dict(flush_messages=1)
+    reps = [make_replica(b, ReplicationConfig(**cfg), log=MemoryLog(LogConfig(**log))) for b in (0, 1, 2)]
+    for r in reps:
+        leader_and_isr(r, lai(0, 1, isr))
+    leader, f1, f2 = reps
+    produce(leader, batch(3, tag=b"a"), "p1", 1, acks=1)
+    produce(leader, batch(3, tag=b"b"), "p2", 1, acks=1)
+    for now in range(2, 6):
+        pump(f1, leader, now)
+        pump(f2, leader, now)
+    assert leader.hw == f1.hw == f2.hw == 6
+    return leader, f1, f2
+
+
+def delete(replica, offset: int, now: int, timeout_ms: int = 5_000, token="del"):
+    actions = replica.handle(DeleteRecordsRequest(TOPIC, 0, offset, timeout_ms=timeout_ms), token, now)
+    return replies(actions).get(token)
+
+
+def test_an_answer_waits_until_every_isr_member_moved_its_log_start():
+    """Replayed: answered when only the leader had moved; a failover to a follower that had
+    not fetched since made the deleted records readable again."""
+    leader, f1, f2 = cluster()
+    assert delete(leader, 4, 10) is None, "the followers still hold [0, 4)"
+    assert leader.log.log_start_offset == 4, "the leader stops serving them at once"
+    assert "del" not in replies(pump(f1, leader, 11))  # the answer carries log start 4
+    assert f1.log.log_start_offset == 4
+    assert "del" not in replies(pump(f1, leader, 12)), "follower 2 has not moved yet"
+    # leader 0 fails now: follower 2, elected, may serve [0, 4) -- nothing was acknowledged
+    pump(f2, leader, 13)
+    done = replies(pump(f2, leader, 14))["del"]
+    assert done.error_code == 0 and done.low_watermark == 4
+    # acknowledged: whichever ISR member is elected next, [0, 4) is gone
+    leader_and_isr(f2, lai(2, 2, (2, 1)), 20)
+    answer = replies(consumer_fetch(f2, 0, "c", 21))["c"]
+    assert answer.error_code == ErrorCode.OFFSET_OUT_OF_RANGE and answer.log_start_offset == 4
+
+
+def test_a_waiting_delete_times_out_and_a_leader_stepping_down_answers_it():
+    leader, f1, f2 = cluster()
+    assert delete(leader, 3, 10, timeout_ms=500) is None
+    assert leader.next_deadline() <= 510
+    timed_out = replies(leader.tick(510))["del"]
+    assert timed_out.error_code == ErrorCode.REQUEST_TIMED_OUT and "low watermark" in timed_out.error_message
+    assert delete(leader, 4, 600, token="again") is None
+    moved = replies(leader_and_isr(leader, lai(1, 2, (1, 2)), 700)[1])
+    assert moved["again"].error_code == ErrorCode.NOT_LEADER_OR_FOLLOWER
+
+
+def test_below_min_isr_every_replica_counts_as_a_possible_eligible_leader():
+    """KIP-966: the controller keeps replicas that left a too-small ISR as eligible leaders
+    (ELR) and may elect one, with the log start it had when it left."""
+    leader, f1, f2 = cluster(lossy=True, min_insync_replicas=2)
+    leader_and_isr(leader, lai(0, 1, (0,), partition_epoch=2), 100)  # both followers dropped
+    now = 100 + LAG + 1  # and silent since: not live either
+    assert delete(leader, 4, now, timeout_ms=1000) is None
+    assert replies(leader.tick(now + 1000))["del"].error_code == ErrorCode.REQUEST_TIMED_OUT
+
+
+def test_with_the_isr_at_min_isr_a_silent_follower_outside_it_does_not_count_but_a_live_one_does():
+    leader, f1, f2 = cluster(lossy=True, min_insync_replicas=2)
+    leader_and_isr(leader, lai(0, 1, (0, 1), partition_epoch=2), 100)  # 2 dropped, silent
+    now = 100 + LAG + 1
+    pump(f1, leader, now)
+    assert delete(leader, 4, now) is None
+    pump(f1, leader, now + 1)
+    done = replies(pump(f1, leader, now + 2))["del"]
+    assert done.error_code == 0 and done.low_watermark == 4
+    # follower 2 fetching again (live, out of the ISR) holds the low watermark, as in Kafka
+    pump(f2, leader, now + 3)  # reports log start 0, learns 4
+    assert delete(leader, 5, now + 4, token="d2") is None
+    acts = pump(f1, leader, now + 5) + pump(f1, leader, now + 6)
+    assert "d2" not in replies(acts), "follower 2 still reports 4"
+    assert replies(pump(f2, leader, now + 7) + pump(f2, leader, now + 8))["d2"].low_watermark == 5
+
+
+def test_a_follower_joins_the_isr_only_once_it_reported_the_leaders_log_start():
+    """A follower that returns after an acknowledged deletion has the records still; let
+    into the ISR at once, it could be elected before its next fetch applied the log start."""
+    leader, f1, f2 = cluster()
+    leader_and_isr(leader, lai(0, 1, (0, 1), partition_epoch=2), 100)
+    pump(f1, leader, 101)
+    assert delete(leader, 4, 102) is None
+    pump(f1, leader, 103)
+    assert replies(pump(f1, leader, 104))["del"].error_code == 0
+    # follower 2 is caught up (LEO 6 = HW) but reports log start 0
+    acts = pump(f2, leader, 105)
+    assert of_type(acts, SendAlterPartition) == []
+    assert f2.log.log_start_offset == 4, "its fetch answer moved it"
+    (alter,) = of_type(pump(f2, leader, 106), SendAlterPartition)
+    assert alter.request.new_isr == [0, 1, 2]
+
+
+def test_a_follower_fetch_reports_its_log_start():
+    leader, f1, f2 = cluster()
+    assert f1.follower_state.in_flight.replica_log_start_offset == 0
+    delete(leader, 2, 10)
+    pump(f1, leader, 11)
+    assert f1.follower_state.in_flight.replica_log_start_offset == 2
+
+
+def test_a_follower_outside_the_isr_that_stops_fetching_stops_holding_it_back():
+    leader, f1, f2 = cluster()
+    leader_and_isr(leader, lai(0, 1, (0, 1), partition_epoch=2), 100)
+    (alter,) = of_type(pump(f2, leader, 200), SendAlterPartition)  # fetching: live until 200 + LAG
+    pump(f1, leader, 200)
+    # the controller does not take follower 2 back (the leader proposed it, so it counted)
+    leader.on_alter_partition_response(alter.request, AlterPartitionResponse(ErrorCode.INELIGIBLE_REPLICA, "not now"), 250)
+    assert delete(leader, 4, 300, timeout_ms=60_000) is None
+    pump(f1, leader, 301)
+    assert "del" not in replies(pump(f1, leader, 302)), "follower 2 (live) still reports 0"
+    assert of_type(leader.tick(350), SendAlterPartition) == [], "follower 2 reports an old log start"
+    assert leader.leading.next_deadline() == 200 + LAG + 1, "when follower 2 stops counting as live"
+    assert replies(leader.tick(200 + LAG)) == {}
+    done = replies(leader.tick(200 + LAG + 1))["del"]
+    assert done.error_code == 0 and done.low_watermark == 4
+    assert leader.leading.next_deadline() > 200 + LAG + 1
