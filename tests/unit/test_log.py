@@ -350,3 +350,30 @@ def test_config_bad_values_name_the_key(key, value):
     with pytest.raises(KafkaError) as err:
         LogConfig.from_topic_config({key: value})
     assert err.value.code == ErrorCode.INVALID_CONFIG and key in str(err.value)
+
+
+
+def _truncate_at_the_log_end_drops_epochs_opened_there(log) -> None:
+    fill(log, 2, epoch=1)  # offsets 0..5 in epoch 1
+    log.epoch_cache.assign(4, 6)  # leader at epoch 4 from offset 6, nothing written yet
+    assert log.truncate_to(6) is False
+    assert log.epoch_cache.entries == [(1, 0)]
+    log.epoch_cache.assign(5, 6)
+    assert log.truncate_to(100) is False  # past the log end: as at the log end
+    assert log.epoch_cache.entries == [(1, 0)] and log.log_end_offset == 6
+    assert log.truncate_to(3) is True
+    assert log.epoch_cache.entries == [(1, 0)] and log.log_end_offset == 3
+
+
+def test_truncate_at_the_log_end_still_drops_epochs_opened_there(where):
+    """An epoch this replica opened as leader at its log end without writing in it must go
+    when a follower truncates to that offset, though no record goes (Kafka's truncateTo
+    always truncates the epoch cache). truncate_to used to return early, and its caller
+    had to remember to truncate the cache itself."""
+    _truncate_at_the_log_end_drops_epochs_opened_there(where.open())
+
+
+def test_truncate_at_the_log_end_still_drops_epochs_opened_there_in_memory():
+    from kcoord.log import MemoryLog
+
+    _truncate_at_the_log_end_drops_epochs_opened_there(MemoryLog(LogConfig()))
