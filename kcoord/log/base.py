@@ -384,20 +384,26 @@ class BaseLog(ABC):
     # -- truncation ---------------------------------------------------------------------
 
     @storage_operation
-    def truncate_to(self, offset: int) -> None:
-        """Remove every batch with an offset >= ``offset`` (a batch containing it goes whole).
+    def truncate_to(self, offset: int) -> bool:
+        """Remove every batch with an offset >= ``offset`` (a batch containing it goes whole)
+        and every leader epoch starting at or after the new log end -- also when no record
+        goes (``offset`` at or past the log end): an epoch this replica opened as leader at
+        its log end, without writing in it, must not survive reconciliation with a leader
+        that never had it (Kafka's truncateTo). Returns whether any record went.
 
         Used by a follower to drop records that diverge from the new leader's log.
         """
         self._check_open()
         offset = max(offset, self.log_start_offset)  # nothing below the log start to keep
         if offset >= self.log_end_offset:
-            return
+            self.epoch_cache.truncate_from_end(self.log_end_offset)
+            return False
         new_leo = self._truncate_storage(offset)
         self.epoch_cache.truncate_from_end(new_leo)
         self._restore_producer_state()
         self._high_watermark = min(self._high_watermark, new_leo)
         self._flush_policy.flushed(self._now)  # the truncation was made durable
+        return True
 
     # -- flushing -----------------------------------------------------------------------
 
