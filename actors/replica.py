@@ -30,6 +30,7 @@ from kcoord.protocol.controller import HeartbeatRequest, LeaderAndIsrRequest
 from kcoord.protocol.errors import DecodeError
 from kcoord.protocol.replication import (
     DeleteRecordsRequest,
+    DescribeProducersRequest,
     FetchRequest,
     ListOffsetsRequest,
     OffsetsForLeaderEpochRequest,
@@ -196,6 +197,9 @@ class ReplicaActor:
 
     async def delete_records(self, data: bytes) -> bytes:
         return await self._serve(data, DeleteRecordsRequest)
+
+    async def describe_producers(self, data: bytes) -> bytes:
+        return await self._serve(data, DescribeProducersRequest)
 
     async def leader_and_isr(self, data: bytes) -> bytes:
         return await self._serve(data, LeaderAndIsrRequest)

@@ -51,7 +51,7 @@ class AppendInfo(NamedTuple):
     """What an append did: the offsets it assigned, or that it was a retried duplicate.
 
     For a duplicate nothing was written: ``base_offset``/``last_offset`` are where the
-    original batch went (-1 when that is no longer known) and ``log_append_time`` is -1.
+    original batch went and ``log_append_time`` is -1.
     ``log_append_time`` is the log's clock at the append; the produce path reports it only
     for LogAppendTime topics. (A NamedTuple: built on every append, so it must be cheap.)
     """
@@ -270,8 +270,7 @@ class BaseLog(ABC):
             verdict = state.check(h)
             if verdict.duplicate:
                 dup = verdict.duplicate_base_offset
-                last = dup + h.last_offset_delta if dup >= 0 else -1
-                return AppendInfo(dup, last, h.record_count, h.max_timestamp, len(data), True, -1)
+                return AppendInfo(dup, dup + h.last_offset_delta, h.record_count, h.max_timestamp, len(data), True, -1)
             verdict.raise_for_error()
         base = self.log_end_offset
         nbytes = len(data)

@@ -22,6 +22,8 @@ from ..protocol.replication import (
     LATEST_TIMESTAMP,
     DeleteRecordsRequest,
     DeleteRecordsResponse,
+    DescribeProducersRequest,
+    DescribeProducersResponse,
     FetchRequest,
     FetchResponse,
     ListOffsetsRequest,
@@ -30,6 +32,7 @@ from ..protocol.replication import (
     OffsetsForLeaderEpochResponse,
     ProduceRequest,
     ProduceResponse,
+    ProducerState,
 )
 from .actions import SendAlterPartition
 from .config import LOG_APPEND_TIME
@@ -193,10 +196,7 @@ class Leader:
             if self.parked and not info.duplicate:
                 self._release_parked(records.read_header(data).producer_id, now_ms)
             return
-        if info.base_offset >= 0:
-            required = info.base_offset + records.read_header(data).record_count
-        else:  # a duplicate from outside the dedup window: it is somewhere below our LEO
-            required = st.log.log_end_offset
+        required = info.last_offset + 1
         if st.hw >= required:
             st.reply(token, self._acked(response))
         else:
@@ -498,6 +498,23 @@ class Leader:
             return
         epoch, end = st.log.epoch_cache.end_offset_for(req.leader_epoch, st.log.log_end_offset)
         st.reply(token, OffsetsForLeaderEpochResponse(leader_epoch=epoch, end_offset=end))
+
+    def describe_producers(self, req: DescribeProducersRequest, token: Any, now_ms: int) -> None:
+        """Kafka's DescribeProducers: each idempotent producer's epoch and last sequence, with
+        the HW, below which they are committed."""
+        st = self.state
+        err = self._epoch_error(req.current_leader_epoch)
+        if err is not None:
+            st.reply(token, DescribeProducersResponse(err[0], err[1], leader_epoch=st.leader_epoch))
+            return
+        state = st.log.producer_state
+        wanted = state.producer_ids() if req.producer_ids is None else req.producer_ids
+        found = []
+        for pid in wanted:
+            entry = state.get(pid)
+            if entry is not None and entry.batches:
+                found.append(ProducerState(pid, entry.epoch, entry.last_seq, entry.batches[-1].last_offset))
+        st.reply(token, DescribeProducersResponse(producers=found, high_watermark=st.hw, leader_epoch=st.leader_epoch))
 
     # ------------------------------------------------------------------------------------
     # timers and stepping down

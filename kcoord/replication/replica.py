@@ -37,6 +37,8 @@ from ..protocol.errors import ErrorCode, KafkaError
 from ..protocol.replication import (
     DeleteRecordsRequest,
     DeleteRecordsResponse,
+    DescribeProducersRequest,
+    DescribeProducersResponse,
     FetchRequest,
     FetchResponse,
     ListOffsetsRequest,
@@ -66,6 +68,7 @@ RESPONSE_FOR: dict[type[Message], type[Message]] = {
     LeaderAndIsrRequest: LeaderAndIsrResponse,
     HeartbeatRequest: HeartbeatResponse,
     DeleteRecordsRequest: DeleteRecordsResponse,
+    DescribeProducersRequest: DescribeProducersResponse,
 }
 """The requests a replica serves, and the response type each gets."""
 
@@ -183,6 +186,8 @@ class Replica:
                 self.leading.list_offsets(request, token, now_ms)
             elif isinstance(request, DeleteRecordsRequest):
                 self.leading.delete_records(request, token, now_ms)
+            elif isinstance(request, DescribeProducersRequest):
+                self.leading.describe_producers(request, token, now_ms)
             else:
                 self.leading.offsets_for_leader_epoch(request, token, now_ms)
         except BaseException as exc:
