@@ -107,6 +107,11 @@ class ProducerStateManager:
     def producer_ids(self) -> list[int]:
         return sorted(self._producers)
 
+    def last_offsets(self) -> dict[int, int]:
+        """Each producer's last batch's last offset (what the cleaner keeps; Kafka's
+        lastRecordsOfActiveProducers)."""
+        return {pid: e.batches[-1].last_offset for pid, e in self._producers.items() if e.batches}
+
     def check(self, h: BatchHeader) -> ProducerCheck:
         """Decide whether the leader may append batch ``h`` (see the module docstring)."""
         if not _tracked(h):
