@@ -189,3 +189,29 @@ def test_a_refused_fence_bids_a_higher_epoch_even_when_the_log_shows_none():
     clock.run_until(clock.now + 2_000)
     assert d.loaded and d.producer_epoch == 3
     assert [next(records.iter_headers(req.records))[1].producer_epoch for req in leader.produced] == [0, 1, 2, 3]
+
+
+def test_a_client_write_to_the_offsets_topic_is_refused_and_a_restarted_coordinator_loads_unharmed():
+    """Issue 32, finding 9: any client could write into ``__consumer_offsets``, and every
+    coordinator replays what is there. A client's Produce (here: a commit record rolling
+    the group's offset back, and bytes that are no record at all) is refused at the leader;
+    the next incarnation loads the group as its coordinator left it."""
+    clock = ManualClock(1_000_000)
+    leader = Leader(clock)
+    first = driver_on(leader, clock)
+    clock.run_until(clock.now + 1_000)
+    got = []
+    first.serve(OffsetCommitRequest(group_id="g", generation_id=-1, member_id="", topics={"t": {0: OffsetCommitPartition(42)}}), got.append)
+    clock.run_until(clock.now + 1_000)
+    assert got[0].topics["t"][0] == ErrorCode.NONE
+    end = leader.replica.log.log_end_offset
+    answers = []
+    for data in (commit_batch("g", 3), records.build_batch_columns([b"\xc1garbage"], [b"\xc1"], timestamp_ms=1)):
+        leader.handle(ProduceRequest(OFFSETS_TOPIC, 0, data, acks=1), lambda resp, outcome: answers.append(resp))
+    clock.run_until(clock.now + 100)
+    assert [a.error_code for a in answers] == [ErrorCode.INVALID_TOPIC_EXCEPTION] * 2
+    assert leader.replica.log.log_end_offset == end
+    second = driver_on(leader, clock)
+    clock.run_until(clock.now + 1_000)
+    assert second.loaded
+    assert fetch_offset(second, clock, "g").offsets["t"][0].offset == 42

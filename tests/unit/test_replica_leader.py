@@ -442,3 +442,28 @@ def test_describe_producers_answers_each_producers_epoch_last_sequence_and_the_h
     # a batch behind the last five is refused as out of order (not taken for a duplicate)
     acts = produce(r, batch(2, producer_id=7, producer_epoch=1, base_sequence=0), "old", now=2)
     assert replies(acts)["old"].error_code == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
+
+
+def test_only_the_internal_request_writes_an_internal_topic():
+    """Issue 32, finding 9: a client's Produce to ``__consumer_offsets`` (or
+    ``__transaction_state``) is refused with INVALID_TOPIC_EXCEPTION; coordinators write
+    through InternalProduceRequest, which is for internal topics only."""
+    from replication_helpers import call
+
+    from kcoord.log import LogConfig, MemoryLog
+    from kcoord.protocol import names
+    from kcoord.protocol.controller import LeaderAndIsrRequest
+    from kcoord.protocol.replication import InternalProduceRequest, ProduceRequest
+    from kcoord.replication.replica import Replica
+
+    for topic in sorted(names.INTERNAL_TOPICS):
+        r = Replica(topic, 0, 0, MemoryLog(LogConfig()), now_ms=0)
+        call(r, LeaderAndIsrRequest(1, topic, 0, leader=0, leader_epoch=1, partition_epoch=1, isr=[0], replicas=[0]))
+        refused, _ = call(r, ProduceRequest(topic, 0, batch(2), acks=1))
+        assert refused.error_code == ErrorCode.INVALID_TOPIC_EXCEPTION and topic in refused.error_message
+        assert r.log.log_end_offset == 0
+        written, _ = call(r, InternalProduceRequest(topic, 0, batch(2), acks=1))
+        assert written.error_code == 0 and r.log.log_end_offset == 2
+    r = leader(isr=(0,))
+    wrong, _ = call(r, InternalProduceRequest(TOPIC, 0, batch(2), acks=1))
+    assert wrong.error_code == ErrorCode.INVALID_REQUEST and r.log.log_end_offset == 0
