@@ -32,6 +32,7 @@ from kcoord.protocol.replication import (
     DeleteRecordsRequest,
     DescribeProducersRequest,
     FetchRequest,
+    InternalProduceRequest,
     ListOffsetsRequest,
     OffsetsForLeaderEpochRequest,
     ProduceRequest,
@@ -162,6 +163,10 @@ class ReplicaActor:
     # -- client and replica APIs (msgpack bytes in, msgpack bytes out) ----------------------
     async def produce(self, data: bytes) -> bytes:
         return await self._serve(data, ProduceRequest)
+
+    async def produce_internal(self, data: bytes) -> bytes:
+        """A coordinator's append to an internal topic (InternalProduceRequest)."""
+        return await self._serve(data, InternalProduceRequest)
 
     async def fetch(self, data: bytes) -> bytes:
         return await self._serve(data, FetchRequest)

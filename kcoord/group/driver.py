@@ -40,7 +40,7 @@ from ..protocol.codec import Message
 from ..protocol.controller import MetadataRequest, MetadataResponse
 from ..protocol.errors import METADATA_REFRESH, RETRIABLE, DecodeError, ErrorCode, error_name
 from ..protocol.group import RESPONSE_FOR, FindCoordinatorRequest, error_response
-from ..protocol.replication import FetchRequest, FetchResponse, ProduceRequest, ProduceResponse
+from ..protocol.replication import FetchRequest, FetchResponse, InternalProduceRequest, ProduceResponse
 from ..runtime import Alarm, Clock, Outcome, ReplyFn, Transport
 from .actions import AppendRecords, Reply
 from .coordinator import GroupCoordinatorState
@@ -346,10 +346,10 @@ class GroupCoordinatorDriver:
             assert self.leader is not None
             broker, epoch = self.leader
             remaining = max(500, deadline - self._clock.now_ms())
-            req = ProduceRequest(OFFSETS_TOPIC, self.index, batch, acks=-1, timeout_ms=remaining, current_leader_epoch=epoch)
+            req = InternalProduceRequest(OFFSETS_TOPIC, self.index, batch, acks=-1, timeout_ms=remaining, current_leader_epoch=epoch)
             self._transport.call(
                 self._replica_name(broker),
-                "produce",
+                "produce_internal",
                 req,
                 ProduceResponse,
                 remaining + self.timeouts.call_ms,

@@ -35,6 +35,17 @@ class ProduceRequest(Message):
 
 
 @register
+class InternalProduceRequest(ProduceRequest):
+    """A coordinator's append to an internal topic (``names.INTERNAL_TOPICS``), the only way
+    to write one: a replica serves it as ``produce_internal``, which neither the client API
+    nor the Kafka listener calls, and refuses it for any other topic. It keeps mistakes and
+    stray clients out of coordinator state, not code that can call any Ray actor. Answered
+    with a ProduceResponse."""
+
+    API_KEY: ClassVar[int] = 1000
+
+
+@register
 class ProduceResponse(Message):
     API_KEY: ClassVar[int] = 0
     VERSION: ClassVar[int] = 1

@@ -17,6 +17,7 @@ from typing import Any
 from .. import records
 from ..protocol.controller import AlterPartitionRequest, AlterPartitionResponse
 from ..protocol.errors import ErrorCode, KafkaError
+from ..protocol import names
 from ..protocol.replication import (
     EARLIEST_TIMESTAMP,
     LATEST_TIMESTAMP,
@@ -26,6 +27,7 @@ from ..protocol.replication import (
     DescribeProducersResponse,
     FetchRequest,
     FetchResponse,
+    InternalProduceRequest,
     ListOffsetsRequest,
     ListOffsetsResponse,
     OffsetsForLeaderEpochRequest,
@@ -43,6 +45,16 @@ from .state import ReplicaState
 # Answers that say the controller could not tell whether it applied a change (its
 # metadata-store write failed or timed out): the same as no answer.
 UNKNOWN_OUTCOME = frozenset({ErrorCode.REQUEST_TIMED_OUT, ErrorCode.NOT_CONTROLLER, ErrorCode.UNKNOWN_SERVER_ERROR})
+
+
+def _internal_topic_error(req: ProduceRequest) -> tuple[int, str] | None:
+    """Only coordinators write internal topics, and only through InternalProduceRequest."""
+    internal = names.is_internal_topic(req.topic)
+    if internal and type(req) is not InternalProduceRequest:
+        return ErrorCode.INVALID_TOPIC_EXCEPTION, f"{req.topic!r} is an internal topic: only its coordinators write it"
+    if not internal and type(req) is InternalProduceRequest:
+        return ErrorCode.INVALID_REQUEST, f"{req.topic!r} is not an internal topic"
+    return None
 
 
 @dataclass
@@ -111,6 +123,8 @@ class Leader:
         err = self._epoch_error(req.current_leader_epoch)
         if err is None and (req.topic != st.topic or req.partition != st.partition):
             err = (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"this replica holds {st.name}")
+        if err is None:
+            err = _internal_topic_error(req)
         if err is None and req.acks not in (0, 1, -1):
             err = (ErrorCode.INVALID_REQUIRED_ACKS, f"acks must be 0, 1 or -1 (all), got {req.acks}")
         if err is None and req.acks == -1 and len(st.isr) < st.config.min_insync_replicas:

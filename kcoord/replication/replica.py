@@ -41,6 +41,7 @@ from ..protocol.replication import (
     DescribeProducersResponse,
     FetchRequest,
     FetchResponse,
+    InternalProduceRequest,
     ListOffsetsRequest,
     ListOffsetsResponse,
     OffsetsForLeaderEpochRequest,
@@ -62,6 +63,7 @@ __all__ = ["FOLLOWER", "LEADER", "NONE", "OFFLINE", "RESPONSE_FOR", "Replica", "
 
 RESPONSE_FOR: dict[type[Message], type[Message]] = {
     ProduceRequest: ProduceResponse,
+    InternalProduceRequest: ProduceResponse,
     FetchRequest: FetchResponse,
     ListOffsetsRequest: ListOffsetsResponse,
     OffsetsForLeaderEpochRequest: OffsetsForLeaderEpochResponse,

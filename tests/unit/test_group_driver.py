@@ -19,7 +19,7 @@ from kcoord.protocol import names
 from kcoord.protocol.controller import LeaderAndIsrRequest, MetadataResponse, PartitionMetadata, TopicMetadata
 from kcoord.protocol.errors import ErrorCode
 from kcoord.protocol.group import OffsetCommitPartition, OffsetCommitRequest, OffsetFetchRequest
-from kcoord.protocol.replication import ProduceRequest
+from kcoord.protocol.replication import InternalProduceRequest, ProduceRequest
 from kcoord.replication.replica import Replica
 from kcoord.runtime import Outcome
 from manual_clock import ManualClock
@@ -71,7 +71,7 @@ class Leader:
             self.clock.call_at(self.clock.now + 1, lambda: on_done(md, Outcome.OK))
             return
         assert target == names.replica(CLUSTER, OFFSETS_TOPIC, 0, 0), target
-        if method == "produce":
+        if method == "produce_internal":
             self.produced.append(request)
             code = self.refuse(request)
             if code is not None:
@@ -106,10 +106,10 @@ def test_load_waits_while_the_hw_lags_the_log_end():
     clock = ManualClock(1_000_000)
     leader = Leader(clock)
     r = leader.replica
-    leader.handle(ProduceRequest(OFFSETS_TOPIC, 0, commit_batch("g", 10), acks=1))
+    leader.handle(InternalProduceRequest(OFFSETS_TOPIC, 0, commit_batch("g", 10), acks=1))
     # broker 1 joins the ISR without having fetched: the HW stops below the next commit
     leader.handle(LeaderAndIsrRequest(1, OFFSETS_TOPIC, 0, 0, 1, 2, [0, 1], [0, 1]))
-    leader.handle(ProduceRequest(OFFSETS_TOPIC, 0, commit_batch("g", 20), acks=1))
+    leader.handle(InternalProduceRequest(OFFSETS_TOPIC, 0, commit_batch("g", 20), acks=1))
     assert (r.hw, r.log.log_end_offset) == (1, 2)
     d = driver_on(leader, clock)
     clock.run_until(clock.now + 60_000)
