@@ -273,6 +273,7 @@ class CoordinatorProcess(Process):
             transport=SimTransport(sim.net, self, identity, after=self.after),
             clock=SimClock(sim.kernel, self, after=self.after),
             timeouts=CoordinatorTimeouts(persist_ms=3_000, call_ms=sim.config.call_timeout_ms, settle_wait_ms=200),
+            incarnation=self.incarnation_id,
         )
         self.driver.start()
         sim.trace(f"{self.incarnation_id} started")
