@@ -289,6 +289,25 @@ def test_batch_with_a_wrong_crc32c_is_refused_and_the_cluster_carries_on(kcluste
     assert [r.value for r in kcoord_records(kcluster, topic, 1)] == [b"fine"]
 
 
+def test_a_kafka_client_cannot_write_the_offsets_topic(kcluster, kafka_bootstrap):
+    """Issue 32, finding 9: the listener's Produce to an internal topic is refused per
+    partition with INVALID_TOPIC_EXCEPTION (17), as Kafka refuses it; nothing is written."""
+    from kafka import KafkaProducer
+    from kafka.errors import InvalidTopicError
+
+    from kcoord.client.admin import Admin
+
+    admin = Admin(kcluster)
+    end = admin.list_offsets("__consumer_offsets", "latest", [0])[0]
+    producer = KafkaProducer(bootstrap_servers=kafka_bootstrap, acks="all", retries=0)
+    try:
+        with pytest.raises(InvalidTopicError):
+            producer.send("__consumer_offsets", key=b"k", value=b"not a record", partition=0).get(timeout=60)
+    finally:
+        producer.close(timeout=10)
+    assert admin.list_offsets("__consumer_offsets", "latest", [0])[0] == end
+
+
 def test_ray_data_write_kafka_and_read_kafka_round_trip(kcluster, kafka_bootstrap):
     import ray
 
