@@ -324,3 +324,21 @@ def test_an_older_incarnation_still_in_touch_with_the_controller_is_refused_a_ne
     clock.run_until(clock.now + 10_000)
     assert old.closed and 7 not in offsets_in_log(leader)
     assert not new.fenced and commit(new, clock, 8) == ErrorCode.NONE
+
+
+def test_an_out_of_order_answer_fails_the_commit_retriably_and_moves_to_a_new_epoch():
+    """OUT_OF_ORDER_SEQUENCE_NUMBER to a coordinator's append means its own sequence stream
+    broke: the client hears COORDINATOR_NOT_AVAILABLE (it retries), and the coordinator
+    asks the controller for the next epoch, where sequences start again at 0."""
+    clock = ManualClock(1_000_000)
+    leader = Leader(clock)
+    d = driver_on(leader, clock)
+    clock.run_until(clock.now + 1_000)
+    epoch = d.producer_epoch
+    leader.refuse = lambda req: ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
+    assert commit(d, clock, 5) == ErrorCode.COORDINATOR_NOT_AVAILABLE
+    leader.refuse = lambda req: None
+    assert commit(d, clock, 6) == ErrorCode.NONE and d.producer_epoch == epoch + 1
+    (h,) = [h for _, h in records.iter_headers(leader.produced[-1].records)]
+    assert (h.producer_epoch, h.base_sequence) == (epoch + 1, 0)
+    assert offsets_in_log(leader) == [6]
