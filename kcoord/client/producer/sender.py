@@ -323,7 +323,8 @@ class Sender:
                 if verdict == WRITTEN:
                     self._written_before(ps, batch)
                     return
-                if verdict == SEND:
+                if verdict == SEND:  # its predecessor landed meanwhile
+                    await self._backoff(deadline)
                     continue
             err = KafkaError(code, resp.error_message or "")
             stats.request_errors.add(err)
