@@ -100,6 +100,7 @@ class GroupCoordinatorActor:
                 timeouts=self.timeouts,
                 on_change=self._observe,
                 after_tick=self._export_metrics,
+                incarnation=self.incarnation,
             )
             self.driver.start()
         return self.driver

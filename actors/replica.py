@@ -30,7 +30,9 @@ from kcoord.protocol.controller import HeartbeatRequest, LeaderAndIsrRequest
 from kcoord.protocol.errors import DecodeError
 from kcoord.protocol.replication import (
     DeleteRecordsRequest,
+    DescribeProducersRequest,
     FetchRequest,
+    InternalProduceRequest,
     ListOffsetsRequest,
     OffsetsForLeaderEpochRequest,
     ProduceRequest,
@@ -167,6 +169,10 @@ class ReplicaActor:
     async def produce(self, data: bytes) -> bytes:
         return await self._serve(data, ProduceRequest)
 
+    async def produce_internal(self, data: bytes) -> bytes:
+        """A coordinator's append to an internal topic (InternalProduceRequest)."""
+        return await self._serve(data, InternalProduceRequest)
+
     async def fetch(self, data: bytes) -> bytes:
         return await self._serve(data, FetchRequest)
 
@@ -201,6 +207,9 @@ class ReplicaActor:
 
     async def delete_records(self, data: bytes) -> bytes:
         return await self._serve(data, DeleteRecordsRequest)
+
+    async def describe_producers(self, data: bytes) -> bytes:
+        return await self._serve(data, DescribeProducersRequest)
 
     async def leader_and_isr(self, data: bytes) -> bytes:
         return await self._serve(data, LeaderAndIsrRequest)

@@ -225,7 +225,8 @@ def validate_batch(buf: bytes | bytearray | memoryview, pos: int = 0, *, check_c
         raise CorruptRecordError(f"batch at byte {pos}: unknown format version {h.magic}")
     if h.batch_length < HEADER_SIZE - LENGTH_PREFIX or pos + h.size > len(buf):
         raise CorruptRecordError(f"batch at byte {pos}: length {h.batch_length} does not fit the {len(buf) - pos} bytes left")
-    if h.record_count < 1 or h.last_offset_delta != h.record_count - 1:
+    # record count 0: an emptied batch the log cleaner keeps for its producer (empty_batch)
+    if h.record_count < 0 or h.last_offset_delta < 0 or (h.record_count and h.last_offset_delta != h.record_count - 1):
         raise CorruptRecordError(f"batch at byte {pos}: record count {h.record_count} and last offset delta {h.last_offset_delta} disagree")
     if check_crc and CRC_FUNCTIONS[h.magic](memoryview(buf)[pos + CRC_START : pos + h.size]) != h.crc:
         raise CorruptRecordError(f"batch at offset {h.base_offset} (byte {pos}): CRC mismatch")
@@ -426,6 +427,8 @@ _new_record = partial(tuple.__new__, Record)
 def decode_batch(buf: bytes | bytearray | memoryview, pos: int = 0, *, check_crc: bool = True) -> DecodedBatch:
     """Decode the records of the batch at ``pos`` (consumer side only)."""
     h = validate_batch(buf, pos, check_crc=check_crc)
+    if not h.record_count:
+        return DecodedBatch(h, None, None, [], None)  # an emptied batch (empty_batch)
     if h.magic == KAFKA_FORMAT:
         from .kafka.batches import decode_kafka_batch  # compiled v2 record codec
 
@@ -625,6 +628,30 @@ def _validate_kafka_payload(buf: bytes | bytearray | memoryview, h: BatchHeader,
 
 
 # -- rewriting batches (the log cleaner) ------------------------------------------------------
+
+
+def empty_batch(h: BatchHeader, skip: int = 0) -> bytes:
+    """A batch without records standing for offsets ``[h.base_offset + skip, h.last_offset]``
+    of the batch with header ``h``: same format, leader epoch, timestamps, timestamp type and
+    producer id/epoch, base sequence that of offset ``h.base_offset + skip``. What the log
+    cleaner leaves where a producer's last batch loses its records, so that the producer's
+    epoch and last sequence survive (Kafka's empty batches, DefaultRecordBatch.writeEmptyHeader;
+    a Kafka v2 batch of this form is exactly Kafka's)."""
+    if not 0 <= skip <= h.last_offset_delta:
+        raise ValueError(f"skip {skip} outside the batch's {h.last_offset_delta + 1} offsets")
+    seq = h.base_sequence if h.base_sequence < 0 else (h.base_sequence + skip) & 0x7FFFFFFF
+    tail = _TAIL.pack(
+        h.attributes & ~COMPRESSION_MASK,
+        h.last_offset_delta - skip,
+        h.first_timestamp,
+        h.max_timestamp,
+        h.producer_id,
+        h.producer_epoch,
+        seq,
+        0,
+    )
+    crc = CRC_FUNCTIONS[h.magic](tail) & 0xFFFFFFFF
+    return _HEAD.pack(h.base_offset + skip, HEADER_SIZE - LENGTH_PREFIX, h.leader_epoch, h.magic, crc) + tail
 
 
 def rebuild_batch(d: DecodedBatch, keep: Sequence[int]) -> bytes:

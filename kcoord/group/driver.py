@@ -12,14 +12,19 @@ leader's log end: while the high watermark lags the log end (a new leader whose 
 caught up yet, a follower still fetching) it waits, answering COORDINATOR_LOAD_IN_PROGRESS.
 Stopping at a lagging HW would skip acknowledged commits and make offsets go backwards.
 
-**Fencing.** Every coordinator incarnation writes with the idempotent producer id ``i`` and
-a producer epoch one above any it finds in the partition. Before serving it appends a
-coordinator-epoch record at that epoch and replays up to it: from then on the partition
-leader refuses writes of any older incarnation (INVALID_PRODUCER_EPOCH), so a straggling
-append of a dead or paused predecessor can never land after this incarnation's commits and
-roll an offset back. A retried append reuses its sequence numbers and is deduplicated; after
-an append whose outcome stays unknown the driver moves to a new epoch, so that append can no
-longer land behind later ones either. An incarnation that finds itself fenced stops serving.
+**Fencing.** Every coordinator incarnation writes with an idempotent producer id and epoch
+it gets from the controller (InitProducerId for the owner ``__consumer_offsets-<i>``, with
+its incarnation; ``kcoord.replication.owned_producers``): the controller hands each
+incarnation a higher epoch once and persists it before answering, so an older incarnation
+-- even one cut off from Ray's control plane but still running -- never gets an epoch at or
+above a newer one's. Before serving it appends a coordinator-epoch record at that epoch and
+replays up to it: from then on the partition leader refuses writes of any older incarnation
+(INVALID_PRODUCER_EPOCH), so a straggling append of a dead or paused predecessor can never
+land after this incarnation's commits and roll an offset back. A retried append reuses its
+sequence numbers and is deduplicated; after an append whose outcome stays unknown the driver
+asks the controller for the next epoch (presenting the one it holds), so that append can no
+longer land behind later ones either; appends wait meanwhile. An incarnation that finds
+itself fenced (by the leader or the controller) stops serving.
 
 **Append pipeline.** The core's AppendRecords actions are appended in emission order, one append
 in flight, consecutive ones merged into one batch, each retried on retriable errors until
@@ -30,6 +35,7 @@ from __future__ import annotations
 
 import logging
 import traceback
+import uuid
 from collections import deque
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -37,10 +43,10 @@ from typing import Any, Callable
 from .. import records as batch_format
 from ..protocol import names
 from ..protocol.codec import Message
-from ..protocol.controller import MetadataRequest, MetadataResponse
+from ..protocol.controller import InitProducerIdRequest, InitProducerIdResponse, MetadataRequest, MetadataResponse
 from ..protocol.errors import METADATA_REFRESH, RETRIABLE, DecodeError, ErrorCode, error_name
 from ..protocol.group import RESPONSE_FOR, FindCoordinatorRequest, error_response
-from ..protocol.replication import FetchRequest, FetchResponse, ProduceRequest, ProduceResponse
+from ..protocol.replication import FetchRequest, FetchResponse, InternalProduceRequest, ProduceResponse
 from ..runtime import Alarm, Clock, Outcome, ReplyFn, Transport
 from .actions import AppendRecords, Reply
 from .coordinator import GroupCoordinatorState
@@ -50,8 +56,6 @@ from .records import OFFSETS_TOPIC, coordinator_epoch_record
 logger = logging.getLogger("kcoord.group")
 
 E = ErrorCode
-
-MAX_PRODUCER_EPOCH = 32767  # int16 in the batch header
 
 
 @dataclass
@@ -78,10 +82,14 @@ class GroupCoordinatorDriver:
         timeouts: CoordinatorTimeouts | None = None,
         on_change: Callable[[str | None], None] | None = None,
         after_tick: Callable[[int], None] | None = None,
+        incarnation: str | None = None,
     ) -> None:
         """``on_change(group_id or None)`` runs after the core handled something (the shell
-        logs state changes); ``after_tick(now_ms)`` after every timer wake-up."""
+        logs state changes); ``after_tick(now_ms)`` after every timer wake-up;
+        ``incarnation``: this process's id (None: a random one), what the controller hands
+        producer epochs to."""
         self.cluster = cluster
+        self.incarnation = incarnation or uuid.uuid4().hex
         self.core = core
         self.index = core.partition
         self._transport = transport
@@ -99,9 +107,14 @@ class GroupCoordinatorDriver:
         self.load_info: dict[str, Any] = {}
         # the partition leader as last learned: (broker, leader epoch)
         self.leader: tuple[int, int] | None = None
-        # our producer identity in the partition
+        # our producer identity in the partition, from the controller (-1: none yet; the
+        # id is the one coordinators used before the controller kept it)
+        self.owner = f"{OFFSETS_TOPIC}-{self.index}"
         self.producer_id = self.index
         self.producer_epoch = -1
+        self._epoch_ready = False  # whether appends may use producer_epoch
+        self._renewing = False
+        self._renew_attempts = 0
         self._next_sequence = 0
         # load state
         self._load_started_ms = 0
@@ -265,36 +278,71 @@ class GroupCoordinatorDriver:
         self._max_epoch_seen = max(self._max_epoch_seen, epoch)
 
     def _fence(self) -> None:
-        """Take over the partition: append a coordinator-epoch record at a producer epoch
-        above any used so far; older incarnations' appends are refused from then on."""
-        epoch = self._max_epoch_seen + 1
-        if epoch > MAX_PRODUCER_EPOCH:
-            # Out of epochs for this producer id: move to the next id reserved for us.
-            self.producer_id += self.core.num_partitions
-            epoch = 0
-        self.producer_epoch = epoch
-        self._next_sequence = 0
+        """Take over the partition: append a coordinator-epoch record at an epoch the
+        controller handed this incarnation; older incarnations' appends are refused from
+        then on."""
+        if not self._epoch_ready:
+            self._renew_epoch(self._fence)
+            return
+        epoch = self.producer_epoch
         record = coordinator_epoch_record(self.index, epoch)
         read_up_to = self._load_offset
 
-        def fenced(code: int, base_offset: int) -> None:
+        def fenced(code: int, base_offset: int, sent: tuple[int, int] | None) -> None:
             if self.closed:
                 return
             if code == E.NONE and base_offset >= read_up_to:
                 self._fence_offset = base_offset
                 self._load_step()
-            elif code in (E.INVALID_PRODUCER_EPOCH, E.NONE):
+            elif code in (E.INVALID_PRODUCER_EPOCH, E.OUT_OF_ORDER_SEQUENCE_NUMBER, E.NONE):
                 # The leader knows our producer id at this epoch or a newer one from batches
-                # the replay did not see: another incarnation fenced after it (read on to
-                # find its epoch), or they are gone from the log. An acknowledgement below
-                # what we read is the leader taking the record for a duplicate of such a
-                # batch. Either way, bid above this epoch next time.
+                # the replay did not see (written before the controller kept epochs, or a
+                # newer incarnation's: then the controller refuses us). An acknowledgement
+                # below what we read is the leader taking the record for a duplicate of such
+                # a batch. Either way ask for an epoch above this one, then fence again.
                 self._max_epoch_seen = max(self._max_epoch_seen, epoch)
+                self._epoch_ready = False
                 self._load_step()
             else:
                 self._load_failed(code, "writing the coordinator epoch")
 
         self._append([record], fenced)
+
+    def _renew_epoch(self, then: Callable[[], None]) -> None:
+        """Ask the controller for this incarnation's (next) producer epoch, presenting the
+        one it holds; retried until it answers. ``then()`` runs once granted; refused
+        (another incarnation holds the producer now), this one stops serving."""
+        if self._renewing or self.closed:
+            return
+        self._renewing = True
+        req = InitProducerIdRequest(
+            owner=self.owner,
+            incarnation=self.incarnation,
+            producer_id=self.producer_id,
+            producer_epoch=self.producer_epoch,
+            min_epoch=self._max_epoch_seen + 1,
+        )
+
+        def answered(response: InitProducerIdResponse | None, outcome: Outcome) -> None:
+            self._renewing = False
+            if self.closed:
+                return
+            if response is not None and response.error_code == E.NONE:
+                self._renew_attempts = 0
+                self.producer_id, self.producer_epoch = response.producer_id, response.producer_epoch
+                self._next_sequence = 0
+                self._epoch_ready = True
+                then()
+            elif response is not None and response.error_code == E.PRODUCER_FENCED:
+                self._fenced_out(response.error_message or "")
+            else:
+                self._renew_attempts += 1
+                code = E.REQUEST_TIMED_OUT if response is None else response.error_code
+                level = logging.INFO if self._renew_attempts < 5 else logging.WARNING
+                logger.log(level, "[coordinator %d] asking the controller for a producer epoch: %s (attempt %d)", self.index, error_name(code), self._renew_attempts)
+                self._later(self._backoff_ms(self._renew_attempts), lambda: self._renew_epoch(then))
+
+        self._transport.call(self._controller, "init_producer_id", req, InitProducerIdResponse, self.timeouts.call_ms, answered)
 
     def _finish_load(self) -> None:
         def malformed(exc: DecodeError) -> None:
@@ -323,33 +371,49 @@ class GroupCoordinatorDriver:
     # ======================================================================================
     # appends
     # ======================================================================================
-    def _append(self, records: list[tuple[bytes, bytes | None]], done: Callable[[int, int], None]) -> None:
+    def _append(self, records: list[tuple[bytes, bytes | None]], done: Callable[[int, int, tuple[int, int] | None], None]) -> None:
         """Append ``records`` as one idempotent batch with acks=all, retrying retriable
-        failures (and a moved leader) until ``persist_ms``; ``done(code, base_offset)``."""
-        batch = batch_format.build_batch_columns(
-            [v for _, v in records],
-            [k for k, _ in records],
-            timestamp_ms=self._clock.now_ms(),
-            producer_id=self.producer_id,
-            producer_epoch=self.producer_epoch,
-            base_sequence=self._next_sequence,
-        )
-        self._next_sequence += len(records)
+        failures (and a moved leader) until ``persist_ms``; ``done(code, base_offset,
+        sent)``, ``sent`` the (producer id, epoch) the batch went out with (None: never
+        sent; it waited for an epoch). The batch is built at its first send, once this
+        incarnation holds an epoch, and every retry sends the same bytes."""
         deadline = self._clock.now_ms() + self.timeouts.persist_ms
         attempts = [0]
+        built: list = []  # [batch bytes, (producer id, epoch)] once built
 
         def attempt() -> None:
             attempts[0] += 1
+            if not built and not self._epoch_ready:
+                # An epoch is being asked for (after an append with an unknown outcome).
+                if self._clock.now_ms() >= deadline:
+                    done(E.COORDINATOR_NOT_AVAILABLE, -1, None)
+                else:
+                    self._later(self._backoff_ms(attempts[0]), attempt)
+                return
+            if not built:
+                built.append(
+                    batch_format.build_batch_columns(
+                        [v for _, v in records],
+                        [k for k, _ in records],
+                        timestamp_ms=self._clock.now_ms(),
+                        producer_id=self.producer_id,
+                        producer_epoch=self.producer_epoch,
+                        base_sequence=self._next_sequence,
+                    )
+                )
+                built.append((self.producer_id, self.producer_epoch))
+                self._next_sequence += len(records)
             self._with_leader(send, retry_or_fail)
 
         def send() -> None:
             assert self.leader is not None
+            batch = built[0]
             broker, epoch = self.leader
             remaining = max(500, deadline - self._clock.now_ms())
-            req = ProduceRequest(OFFSETS_TOPIC, self.index, batch, acks=-1, timeout_ms=remaining, current_leader_epoch=epoch)
+            req = InternalProduceRequest(OFFSETS_TOPIC, self.index, batch, acks=-1, timeout_ms=remaining, current_leader_epoch=epoch)
             self._transport.call(
                 self._replica_name(broker),
-                "produce",
+                "produce_internal",
                 req,
                 ProduceResponse,
                 remaining + self.timeouts.call_ms,
@@ -363,7 +427,7 @@ class GroupCoordinatorDriver:
             if response is None:
                 retry_or_fail(E.NOT_LEADER_OR_FOLLOWER if outcome == Outcome.DEAD else E.REQUEST_TIMED_OUT)
             elif response.error_code == E.NONE:
-                done(E.NONE, response.base_offset)
+                done(E.NONE, response.base_offset, built[1])
             else:
                 retry_or_fail(response.error_code)
 
@@ -374,7 +438,7 @@ class GroupCoordinatorDriver:
                 self.leader = None
             retriable = code in RETRIABLE or code in METADATA_REFRESH
             if not retriable or self._clock.now_ms() >= deadline:
-                done(code, -1)
+                done(code, -1, built[1] if built else None)
                 return
             self._later(self._backoff_ms(attempts[0]), attempt)
 
@@ -398,18 +462,20 @@ class GroupCoordinatorDriver:
             return
         self._writing = True
 
-        def done(code: int, base_offset: int) -> None:
+        def done(code: int, base_offset: int, sent: tuple[int, int] | None) -> None:
             self._writing = False
             self.appends += 1
             self.appended_records += len(records)
             if code == E.INVALID_PRODUCER_EPOCH:
-                self._fenced_out()
+                self._fenced_out(f"the leader refused producer epoch {self.producer_epoch}")
                 return
             if code != E.NONE:
                 logger.warning("[coordinator %d] persist failed (%s): %s", self.index, error_name(code), "; ".join(p.reason for p in taken))
-                # The append may still land later: a new epoch makes sure it cannot land
-                # behind the appends that follow.
-                self._bump_epoch()
+                if sent is not None and sent == (self.producer_id, self.producer_epoch) and self._epoch_ready:
+                    # The append may still land later: a new epoch makes sure it cannot land
+                    # behind the appends that follow (they wait for it).
+                    self._epoch_ready = False
+                    self._renew_epoch(self._pump)
             now = self._clock.now_ms()
             for p in taken:
                 self._run(self.core.on_persisted, p.persist_id, code, now)
@@ -417,18 +483,10 @@ class GroupCoordinatorDriver:
 
         self._append(records, done)
 
-    def _bump_epoch(self) -> None:
-        if self.producer_epoch >= MAX_PRODUCER_EPOCH:
-            self.producer_id += self.core.num_partitions
-            self.producer_epoch = 0
-        else:
-            self.producer_epoch += 1
-        self._next_sequence = 0
-
-    def _fenced_out(self) -> None:
+    def _fenced_out(self, why: str) -> None:
         """A newer incarnation of this coordinator took the partition over: stop."""
         self.fenced = True
-        logger.warning("[coordinator %d] fenced by a newer incarnation (producer epoch > %d); no longer serving", self.index, self.producer_epoch)
+        logger.warning("[coordinator %d] fenced by a newer incarnation (%s); no longer serving", self.index, why)
         self.close(E.NOT_COORDINATOR)
 
     # ======================================================================================
@@ -502,6 +560,12 @@ class GroupCoordinatorDriver:
             self._on_change(group_id if isinstance(group_id, str) else None)
 
     # -- views ------------------------------------------------------------------------------
+    @property
+    def held_producer(self) -> tuple[int, int] | None:
+        """The (producer id, epoch) the controller handed this incarnation, while it holds
+        one to append with (None before the first grant and while asking for the next)."""
+        return (self.producer_id, self.producer_epoch) if self._epoch_ready else None
+
     @property
     def pending_requests(self) -> int:
         return len(self._waiters)

@@ -41,6 +41,10 @@ _APPEND_UNAVAILABLE = frozenset(
         E.NOT_ENOUGH_REPLICAS_AFTER_APPEND,
         E.REQUEST_TIMED_OUT,
         E.LEADER_NOT_AVAILABLE,
+        # The coordinator's own sequence stream broke (it moves to a new producer epoch):
+        # the client retries, it did nothing wrong.
+        E.OUT_OF_ORDER_SEQUENCE_NUMBER,
+        E.DUPLICATE_SEQUENCE_NUMBER,
     }
 )
 _APPEND_MOVED = frozenset({E.NOT_LEADER_OR_FOLLOWER, E.KAFKA_STORAGE_ERROR, E.FENCED_LEADER_EPOCH})

@@ -29,9 +29,10 @@ from typing import Any
 
 import msgpack
 
+from ..protocol import names
 from ..protocol.errors import DecodeError, ErrorCode
 
-OFFSETS_TOPIC = "__consumer_offsets"
+OFFSETS_TOPIC = names.OFFSETS_TOPIC
 
 # segment.bytes of __consumer_offsets: 16 MiB, not Kafka's 100 MiB. The cleaner never
 # touches the active segment, so a coordinator's load replays the live keys plus up to about

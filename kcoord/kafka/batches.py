@@ -74,6 +74,8 @@ def decode_kafka_batch(buf: Any, pos: int, h: R.BatchHeader) -> R.DecodedBatch:
 
 def kcoord_to_kafka(buf: Any, pos: int, h: R.BatchHeader) -> bytes:
     """Re-encode the kcoord (magic 1) batch at ``pos`` as a Kafka v2 batch, same offsets."""
+    if not h.record_count:  # emptied by the cleaner: the same header is a Kafka empty batch
+        return R.empty_batch(h._replace(magic=R.KAFKA_FORMAT, attributes=h.attributes & R.TIMESTAMP_TYPE_BIT))
     d = R.decode_batch(buf, pos, check_crc=False)
     compression = h.compression if h.compression in (1, 2, 3, 4) else 0
     builder = DefaultRecordBatchBuilder(2, compression, 0, h.producer_id, h.producer_epoch, h.base_sequence, _HUGE)

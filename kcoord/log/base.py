@@ -51,7 +51,7 @@ class AppendInfo(NamedTuple):
     """What an append did: the offsets it assigned, or that it was a retried duplicate.
 
     For a duplicate nothing was written: ``base_offset``/``last_offset`` are where the
-    original batch went (-1 when that is no longer known) and ``log_append_time`` is -1.
+    original batch went and ``log_append_time`` is -1.
     ``log_append_time`` is the log's clock at the append; the produce path reports it only
     for LogAppendTime topics. (A NamedTuple: built on every append, so it must be cheap.)
     """
@@ -270,8 +270,7 @@ class BaseLog(ABC):
             verdict = state.check(h)
             if verdict.duplicate:
                 dup = verdict.duplicate_base_offset
-                last = dup + h.last_offset_delta if dup >= 0 else -1
-                return AppendInfo(dup, last, h.record_count, h.max_timestamp, len(data), True, -1)
+                return AppendInfo(dup, dup + h.last_offset_delta, h.record_count, h.max_timestamp, len(data), True, -1)
             verdict.raise_for_error()
         base = self.log_end_offset
         nbytes = len(data)
@@ -384,20 +383,26 @@ class BaseLog(ABC):
     # -- truncation ---------------------------------------------------------------------
 
     @storage_operation
-    def truncate_to(self, offset: int) -> None:
-        """Remove every batch with an offset >= ``offset`` (a batch containing it goes whole).
+    def truncate_to(self, offset: int) -> bool:
+        """Remove every batch with an offset >= ``offset`` (a batch containing it goes whole)
+        and every leader epoch starting at or after the new log end -- also when no record
+        goes (``offset`` at or past the log end): an epoch this replica opened as leader at
+        its log end, without writing in it, must not survive reconciliation with a leader
+        that never had it (Kafka's truncateTo). Returns whether any record went.
 
         Used by a follower to drop records that diverge from the new leader's log.
         """
         self._check_open()
         offset = max(offset, self.log_start_offset)  # nothing below the log start to keep
         if offset >= self.log_end_offset:
-            return
+            self.epoch_cache.truncate_from_end(self.log_end_offset)
+            return False
         new_leo = self._truncate_storage(offset)
         self.epoch_cache.truncate_from_end(new_leo)
         self._restore_producer_state()
         self._high_watermark = min(self._high_watermark, new_leo)
         self._flush_policy.flushed(self._now)  # the truncation was made durable
+        return True
 
     # -- flushing -----------------------------------------------------------------------
 

@@ -109,6 +109,8 @@ def validate_leader_batch(data: bytes | bytearray | memoryview, max_batch_bytes:
             ErrorCode.MESSAGE_TOO_LARGE, f"batch of {len(data)} bytes exceeds max.message.bytes={max_batch_bytes}"
         )
     h = validate_batch(data, 0, check_crc=True)
+    if not h.record_count:
+        raise KafkaError(ErrorCode.INVALID_RECORD, "a produce batch needs at least one record")
     if h.size != len(data):
         raise KafkaError(
             ErrorCode.INVALID_RECORD,

@@ -5,6 +5,13 @@ and retries a batch with the same numbers when a response is lost. The leader mu
 answer "already have it" instead of writing it twice, and must refuse a gap (an earlier
 batch was lost, so writing this one would reorder records).
 
+Kafka's rules (ProducerStateEntry, ProducerAppendInfo): a batch is a duplicate only when its
+epoch, first and last sequence match one of the producer's last :data:`CACHED_BATCHES`
+batches, and the answer carries that batch's offsets; any other batch of the current epoch
+that does not start at the next sequence is OUT_OF_ORDER_SEQUENCE_NUMBER, whether it lies
+ahead or behind. A batch behind the cache may be another writer's under the same identity
+(an older process of a group coordinator), so it is never acknowledged unseen.
+
 The state is derived only from batch headers, so every replica rebuilds the same state from
 the same log: a follower that becomes leader deduplicates exactly like its predecessor.
 
@@ -48,8 +55,8 @@ class ProducerEntry:
 class ProducerCheck:
     """Verdict of :meth:`ProducerStateManager.check` for a batch the leader is about to write.
 
-    Exactly one of: ok, ``duplicate`` (with the original batch's base offset, or -1 when it
-    is known to be written but no longer cached), or ``error`` with a message.
+    Exactly one of: ok, ``duplicate`` (with the original batch's base offset), or
+    ``error`` with a message.
     """
 
     duplicate: bool = False
@@ -97,6 +104,14 @@ class ProducerStateManager:
     def get(self, producer_id: int) -> ProducerEntry | None:
         return self._producers.get(producer_id)
 
+    def producer_ids(self) -> list[int]:
+        return sorted(self._producers)
+
+    def last_offsets(self) -> dict[int, int]:
+        """Each producer's last batch's last offset (what the cleaner keeps; Kafka's
+        lastRecordsOfActiveProducers)."""
+        return {pid: e.batches[-1].last_offset for pid, e in self._producers.items() if e.batches}
+
     def check(self, h: BatchHeader) -> ProducerCheck:
         """Decide whether the leader may append batch ``h`` (see the module docstring)."""
         if not _tracked(h):
@@ -126,15 +141,12 @@ class ProducerStateManager:
         for b in entry.batches:
             if b.first_seq == first and b.last_seq == last:
                 return ProducerCheck(duplicate=True, duplicate_base_offset=b.base_offset)
-        if last <= entry.last_seq:
-            # Sequences advance contiguously, so anything at or below the last one written
-            # was written; it has merely left the small cache of recent batches.
-            return ProducerCheck(duplicate=True, duplicate_base_offset=-1)
         if first == entry.last_seq + 1:
             return OK
+        where = f"behind, and not one of its last {CACHED_BATCHES} batches" if first <= entry.last_seq else "after a gap"
         return ProducerCheck(
             error=ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER,
-            message=f"producer {pid} epoch {entry.epoch}: expected sequence {entry.last_seq + 1}, got {first}..{last}",
+            message=f"producer {pid} epoch {entry.epoch}: expected sequence {entry.last_seq + 1}, got {first}..{last} ({where})",
         )
 
     def update(self, h: BatchHeader) -> None:

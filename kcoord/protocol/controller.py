@@ -219,11 +219,24 @@ class DeleteTopicsResponse(Message):
 
 @register
 class InitProducerIdRequest(Message):
-    """Ask the controller for ``count`` consecutive fresh producer ids."""
+    """Ask the controller for ``count`` consecutive fresh producer ids; or, with ``owner``
+    (a group coordinator's ``__consumer_offsets-<i>``), for the producer id kept for that
+    owner at an epoch no other incarnation gets (fencing, like Kafka's InitProducerId for a
+    transactional id): an incarnation's first request (``producer_epoch`` -1) gets the next
+    epoch, a later one presents the id and epoch it holds to get the next after those, and
+    an incarnation replaced by a newer one is answered PRODUCER_FENCED. A retried request
+    of the current incarnation gets the same answer again."""
 
     API_KEY: ClassVar[int] = 22
     VERSION: ClassVar[int] = 1
     count: int = 1
+    owner: str | None = None
+    incarnation: str = ""
+    # What the incarnation holds; with producer_epoch -1 (nothing yet), producer_id is the
+    # id the owner used before the controller kept it (kept if the controller has none).
+    producer_id: int = -1
+    producer_epoch: int = -1
+    min_epoch: int = 0  # epochs below it were seen in use (written before the controller kept them)
 
 
 @register

@@ -70,6 +70,7 @@ class ErrorCode(IntEnum):
     ELIGIBLE_LEADERS_NOT_AVAILABLE = 83
     ELECTION_NOT_NEEDED = 84
     INVALID_RECORD = 87
+    PRODUCER_FENCED = 90
     INVALID_UPDATE_VERSION = 95
     INELIGIBLE_REPLICA = 107
 
@@ -247,6 +248,7 @@ _CLASS_NAMES = {
     ErrorCode.ELIGIBLE_LEADERS_NOT_AVAILABLE: "EligibleLeadersNotAvailableError",
     ErrorCode.ELECTION_NOT_NEEDED: "ElectionNotNeededError",
     ErrorCode.INVALID_RECORD: "InvalidRecordError",
+    ErrorCode.PRODUCER_FENCED: "ProducerFencedError",
     ErrorCode.INVALID_UPDATE_VERSION: "InvalidUpdateVersionError",
     ErrorCode.INELIGIBLE_REPLICA: "IneligibleReplicaError",
 }

@@ -9,6 +9,17 @@ from __future__ import annotations
 
 DEFAULT_NAMESPACE = "kcoord"
 
+# Internal topics: written only by their coordinators, through InternalProduceRequest (a
+# replica method the client API and the Kafka listener never call); a client's Produce to
+# one is refused with INVALID_TOPIC_EXCEPTION, as Kafka refuses it.
+OFFSETS_TOPIC = "__consumer_offsets"
+TRANSACTION_STATE_TOPIC = "__transaction_state"
+INTERNAL_TOPICS = frozenset({OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC})
+
+
+def is_internal_topic(topic: str) -> bool:
+    return topic in INTERNAL_TOPICS
+
 
 def controller(cluster: str) -> str:
     return f"{cluster}/controller"

@@ -1,4 +1,5 @@
-"""Messages served by a partition replica: Produce, Fetch, ListOffsets, OffsetsForLeaderEpoch.
+"""Messages served by a partition replica: Produce, Fetch, ListOffsets, OffsetsForLeaderEpoch,
+DeleteRecords, DescribeProducers.
 
 Every ReplicaActor holds exactly one partition, so unlike Kafka's multi-partition
 requests each of these names a single (topic, partition). ``records`` fields carry whole
@@ -7,6 +8,7 @@ record batches (see :mod:`kcoord.records`) as opaque bytes.
 
 from __future__ import annotations
 
+from dataclasses import field
 from typing import ClassVar
 
 from .codec import Message, register
@@ -33,6 +35,17 @@ class ProduceRequest(Message):
 
 
 @register
+class InternalProduceRequest(ProduceRequest):
+    """A coordinator's append to an internal topic (``names.INTERNAL_TOPICS``), the only way
+    to write one: a replica serves it as ``produce_internal``, which neither the client API
+    nor the Kafka listener calls, and refuses it for any other topic. It keeps mistakes and
+    stray clients out of coordinator state, not code that can call any Ray actor. Answered
+    with a ProduceResponse."""
+
+    API_KEY: ClassVar[int] = 1000
+
+
+@register
 class ProduceResponse(Message):
     API_KEY: ClassVar[int] = 0
     VERSION: ClassVar[int] = 1
@@ -43,8 +56,8 @@ class ProduceResponse(Message):
     log_append_time: int = -1
     log_start_offset: int = -1
     leader_epoch: int = -1
-    # True when an idempotent producer re-sent a batch the leader already had; base_offset
-    # is then the offset of the original append, or -1 if it fell out of the dedup window.
+    # True when an idempotent producer re-sent one of its last five batches (Kafka's
+    # dedup window); base_offset is then the offset of the original append.
     duplicate: bool = False
 
 
@@ -140,6 +153,43 @@ class OffsetsForLeaderEpochResponse(Message):
     # it ends (the start of the next epoch, or the leader's LEO for its current epoch).
     leader_epoch: int = -1
     end_offset: int = -1
+
+
+@register
+class ProducerState(Message):
+    """One idempotent producer as a partition leader knows it (DescribeProducers)."""
+
+    API_KEY: ClassVar[int] = 1061
+    producer_id: int
+    producer_epoch: int
+    last_sequence: int = -1
+    last_offset: int = -1  # where its last batch ends in the log
+
+
+@register
+class DescribeProducersRequest(Message):
+    """Kafka's DescribeProducers (KIP-664) for one partition: the leader's idempotent
+    producer state (``producer_ids``: only these; None: all)."""
+
+    API_KEY: ClassVar[int] = 61
+    VERSION: ClassVar[int] = 1
+    topic: str
+    partition: int
+    producer_ids: list[int] | None = None
+    current_leader_epoch: int = -1
+
+
+@register
+class DescribeProducersResponse(Message):
+    API_KEY: ClassVar[int] = 61
+    VERSION: ClassVar[int] = 1
+    IS_RESPONSE: ClassVar[bool] = True
+    error_code: int = 0
+    error_message: str | None = None
+    producers: list[ProducerState] = field(default_factory=list)
+    # Batches below it are committed: a producer whose last_offset is below it holds them.
+    high_watermark: int = -1
+    leader_epoch: int = -1
 
 
 @register

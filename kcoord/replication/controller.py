@@ -54,6 +54,8 @@ from .controller_actions import (
 from .controller_config import ControllerConfig
 from .controller_metrics import ControllerMetrics
 from .election import elect_leader, imbalanced_brokers, preferred_leader_move, shrink_isr_without
+from .owned_producers import OwnedProducer, grant, owned_producer_key
+from .owned_producers import PREFIX as OWNED_PRODUCER_PREFIX
 from .failure_detector import OK, RECOVERED, RESTARTED, FailureDetector
 from .placement import PLACEMENT_KEY, BrokerBinding, decode_binding
 from .metadata import (
@@ -116,6 +118,8 @@ class ControllerState:
         # Replicas whose log reported an I/O error, with the reason (until they answer
         # healthy again, i.e. after a restart).
         self.offline_logs: dict[ReplicaId, str] = {}
+        # Producer ids kept per owner (group coordinators' fencing, owned_producers.py).
+        self.owned_producers: dict[str, OwnedProducer] = {}
 
     # ------------------------------------------------------------------------------------
     # boot
@@ -179,6 +183,9 @@ class ControllerState:
         actions += [Persist(key, None) for key in legacy]
         for p in self._sorted_partitions():
             actions += self._repair(p)
+        for key, value in stored.items():
+            if key.startswith(OWNED_PRODUCER_PREFIX):
+                self.owned_producers[key[len(OWNED_PRODUCER_PREFIX) :]] = OwnedProducer.decode(value)
         self._next_rebalance_ms = now_ms + self.config.leader_rebalance_interval_ms
         for p in self._sorted_partitions():
             topic = self.topics[p.topic]
@@ -445,11 +452,32 @@ class ControllerState:
 
     def init_producer_id(self, req: InitProducerIdRequest) -> tuple[InitProducerIdResponse, list[ControllerAction]]:
         assert self.cluster is not None
+        if req.owner is not None:
+            return self._owned_producer(req)
         if req.count < 1 or req.count > 1_000_000:
             return InitProducerIdResponse(ErrorCode.INVALID_REQUEST, f"count must be in 1..1000000, got {req.count}"), []
         pid = self.cluster.next_producer_id
         self.cluster.next_producer_id += req.count
         return InitProducerIdResponse(producer_id=pid, producer_epoch=0, count=req.count), [Persist(cluster_key(), self.cluster.encode())]
+
+    def _owned_producer(self, req: InitProducerIdRequest) -> tuple[InitProducerIdResponse, list[ControllerAction]]:
+        """An owner's producer id at an epoch for one incarnation (owned_producers.py);
+        persisted before the answer."""
+        assert self.cluster is not None and req.owner is not None
+        actions: list[ControllerAction] = []
+
+        def fresh_id() -> int:
+            assert self.cluster is not None
+            pid = self.cluster.next_producer_id
+            self.cluster.next_producer_id += 1
+            actions.append(Persist(cluster_key(), self.cluster.encode()))  # never handed out twice
+            return pid
+
+        record, response = grant(self.owned_producers.get(req.owner), req, fresh_id)
+        if record is not None:
+            self.owned_producers[req.owner] = record
+            actions.append(Persist(owned_producer_key(req.owner), record.encode()))
+        return response, actions
 
     # ------------------------------------------------------------------------------------
     # AlterPartition (ISR changes proposed by leaders)

@@ -135,20 +135,14 @@ class Follower:
         self.step(now_ms)
 
     def truncate(self, offset: int) -> None:
-        """Drop everything from ``offset`` on, and every epoch starting there or later.
-
-        The epoch cache is truncated even when no record goes: an epoch this replica opened
-        as leader at its log end, without writing in it, must not survive reconciliation
-        with a leader that never had it (as Kafka's truncateFromEnd, always)."""
+        """Drop everything from ``offset`` on, and every epoch starting there or later
+        (``Log.truncate_to``)."""
         st = self.state
         log = st.log
-        offset = max(offset, log.log_start_offset)
-        if offset < log.log_end_offset:
+        before = log.log_end_offset
+        if log.truncate_to(offset):
             st.metrics["truncations"] += 1
-            st.metrics["truncated_records"] += log.log_end_offset - offset
-            log.truncate_to(offset)
-        else:
-            log.epoch_cache.truncate_from_end(offset)
+            st.metrics["truncated_records"] += before - log.log_end_offset
         st.hw = min(st.hw, log.log_end_offset)
 
     def on_fetch_response(self, request: FetchRequest, response: FetchResponse | None, now_ms: int) -> bool:

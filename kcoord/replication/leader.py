@@ -17,19 +17,24 @@ from typing import Any
 from .. import records
 from ..protocol.controller import AlterPartitionRequest, AlterPartitionResponse
 from ..protocol.errors import ErrorCode, KafkaError
+from ..protocol import names
 from ..protocol.replication import (
     EARLIEST_TIMESTAMP,
     LATEST_TIMESTAMP,
     DeleteRecordsRequest,
     DeleteRecordsResponse,
+    DescribeProducersRequest,
+    DescribeProducersResponse,
     FetchRequest,
     FetchResponse,
+    InternalProduceRequest,
     ListOffsetsRequest,
     ListOffsetsResponse,
     OffsetsForLeaderEpochRequest,
     OffsetsForLeaderEpochResponse,
     ProduceRequest,
     ProduceResponse,
+    ProducerState,
 )
 from .actions import SendAlterPartition
 from .config import LOG_APPEND_TIME
@@ -40,6 +45,16 @@ from .state import ReplicaState
 # Answers that say the controller could not tell whether it applied a change (its
 # metadata-store write failed or timed out): the same as no answer.
 UNKNOWN_OUTCOME = frozenset({ErrorCode.REQUEST_TIMED_OUT, ErrorCode.NOT_CONTROLLER, ErrorCode.UNKNOWN_SERVER_ERROR})
+
+
+def _internal_topic_error(req: ProduceRequest) -> tuple[int, str] | None:
+    """Only coordinators write internal topics, and only through InternalProduceRequest."""
+    internal = names.is_internal_topic(req.topic)
+    if internal and type(req) is not InternalProduceRequest:
+        return ErrorCode.INVALID_TOPIC_EXCEPTION, f"{req.topic!r} is an internal topic: only its coordinators write it"
+    if not internal and type(req) is InternalProduceRequest:
+        return ErrorCode.INVALID_REQUEST, f"{req.topic!r} is not an internal topic"
+    return None
 
 
 @dataclass
@@ -117,6 +132,8 @@ class Leader:
         err = self._epoch_error(req.current_leader_epoch)
         if err is None and (req.topic != st.topic or req.partition != st.partition):
             err = (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"this replica holds {st.name}")
+        if err is None:
+            err = _internal_topic_error(req)
         if err is None and req.acks not in (0, 1, -1):
             err = (ErrorCode.INVALID_REQUIRED_ACKS, f"acks must be 0, 1 or -1 (all), got {req.acks}")
         if err is None and req.acks == -1 and len(st.isr) < st.config.min_insync_replicas:
@@ -202,10 +219,7 @@ class Leader:
             if self.parked and not info.duplicate:
                 self._release_parked(records.read_header(data).producer_id, now_ms)
             return
-        if info.base_offset >= 0:
-            required = info.base_offset + records.read_header(data).record_count
-        else:  # a duplicate from outside the dedup window: it is somewhere below our LEO
-            required = st.log.log_end_offset
+        required = info.last_offset + 1
         if st.hw >= required:
             st.reply(token, self._acked(response))
         else:
@@ -539,6 +553,23 @@ class Leader:
             return
         epoch, end = st.log.epoch_cache.end_offset_for(req.leader_epoch, st.log.log_end_offset)
         st.reply(token, OffsetsForLeaderEpochResponse(leader_epoch=epoch, end_offset=end))
+
+    def describe_producers(self, req: DescribeProducersRequest, token: Any, now_ms: int) -> None:
+        """Kafka's DescribeProducers: each idempotent producer's epoch and last sequence, with
+        the HW, below which they are committed."""
+        st = self.state
+        err = self._epoch_error(req.current_leader_epoch)
+        if err is not None:
+            st.reply(token, DescribeProducersResponse(err[0], err[1], leader_epoch=st.leader_epoch))
+            return
+        state = st.log.producer_state
+        wanted = state.producer_ids() if req.producer_ids is None else req.producer_ids
+        found = []
+        for pid in wanted:
+            entry = state.get(pid)
+            if entry is not None and entry.batches:
+                found.append(ProducerState(pid, entry.epoch, entry.last_seq, entry.batches[-1].last_offset))
+        st.reply(token, DescribeProducersResponse(producers=found, high_watermark=st.hw, leader_epoch=st.leader_epoch))
 
     # ------------------------------------------------------------------------------------
     # timers and stepping down

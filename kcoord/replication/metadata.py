@@ -12,11 +12,12 @@ from typing import Any, Mapping
 
 import msgpack
 
+from ..protocol import names
 from ..protocol.controller import PartitionMetadata, TopicMetadata
 from ..protocol.errors import ErrorCode, KafkaError
 
 NO_LEADER = -1
-INTERNAL_OFFSETS_TOPIC = "__consumer_offsets"
+INTERNAL_OFFSETS_TOPIC = names.OFFSETS_TOPIC
 _LEGAL_TOPIC = re.compile(r"^[a-zA-Z0-9._-]+$")
 MAX_TOPIC_NAME = 249
 

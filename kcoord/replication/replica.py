@@ -37,8 +37,11 @@ from ..protocol.errors import ErrorCode, KafkaError
 from ..protocol.replication import (
     DeleteRecordsRequest,
     DeleteRecordsResponse,
+    DescribeProducersRequest,
+    DescribeProducersResponse,
     FetchRequest,
     FetchResponse,
+    InternalProduceRequest,
     ListOffsetsRequest,
     ListOffsetsResponse,
     OffsetsForLeaderEpochRequest,
@@ -60,12 +63,14 @@ __all__ = ["FOLLOWER", "LEADER", "NONE", "OFFLINE", "RESPONSE_FOR", "Replica", "
 
 RESPONSE_FOR: dict[type[Message], type[Message]] = {
     ProduceRequest: ProduceResponse,
+    InternalProduceRequest: ProduceResponse,
     FetchRequest: FetchResponse,
     ListOffsetsRequest: ListOffsetsResponse,
     OffsetsForLeaderEpochRequest: OffsetsForLeaderEpochResponse,
     LeaderAndIsrRequest: LeaderAndIsrResponse,
     HeartbeatRequest: HeartbeatResponse,
     DeleteRecordsRequest: DeleteRecordsResponse,
+    DescribeProducersRequest: DescribeProducersResponse,
 }
 """The requests a replica serves, and the response type each gets."""
 
@@ -191,6 +196,8 @@ class Replica:
                 self.leading.list_offsets(request, token, now_ms)
             elif isinstance(request, DeleteRecordsRequest):
                 self.leading.delete_records(request, token, now_ms)
+            elif isinstance(request, DescribeProducersRequest):
+                self.leading.describe_producers(request, token, now_ms)
             else:
                 self.leading.offsets_for_leader_epoch(request, token, now_ms)
         except BaseException as exc:

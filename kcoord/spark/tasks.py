@@ -312,6 +312,8 @@ def records_to_arrow(topic: str, partition: int, data: bytes, start: int, end: i
             continue
         if h.base_offset >= end:
             break
+        if not h.record_count:  # an emptied batch (compaction)
+            continue
         b = _records.decode_batch(data, pos, check_crc=check_crc)
         count = len(b.values)
         lo = start - h.base_offset if start > h.base_offset else 0

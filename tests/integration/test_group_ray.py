@@ -329,6 +329,41 @@ def test_coordinator_restart_keeps_offsets_and_generation(groups, topic12, group
         close_all(members)
 
 
+def test_clients_cannot_write_the_offsets_topic_and_a_restarted_coordinator_loads_unharmed(groups, group_id):
+    """Issue 32, finding 9: a kcoord Producer's send to ``__consumer_offsets`` was
+    acknowledged, and every coordinator replays what is there. The leader refuses it
+    (INVALID_TOPIC_EXCEPTION); a coordinator restarted afterwards loads the group as it was."""
+    from kcoord.client.producer import Producer
+    from kcoord.group.records import OFFSETS_TOPIC, OffsetKey, OffsetValue, offset_record
+
+    admin = Admin(groups)
+    gc = GroupCoordinators(groups)
+    index = gc.index_for(group_id)
+    commit = OffsetCommitRequest(group_id, -1, "", topics={"t-internal": {0: OffsetCommitPartition(42)}})
+    assert gc.call_group(group_id, "offset_commit", commit, OffsetCommitResponse, 30).topics["t-internal"][0] == ErrorCode.NONE
+    end = admin.list_offsets(OFFSETS_TOPIC, "latest", [index])[index]
+    rollback = offset_record(OffsetKey(group_id, "t-internal", 0), OffsetValue(3, commit_timestamp_ms=1))
+    with Producer(groups) as producer:
+        for key, value in (rollback, (b"\xc1", b"\xc1 not a record")):
+            with pytest.raises(KafkaError) as err:
+                producer.send(OFFSETS_TOPIC, value=value, key=key, partition=index).get(timeout=60)
+            assert err.value.code == ErrorCode.INVALID_TOPIC_EXCEPTION
+    assert admin.list_offsets(OFFSETS_TOPIC, "latest", [index])[index] == end
+    handle = _coordinator(groups, group_id)
+    before = ray.get(handle.describe.remote(), timeout=30)
+    ray.kill(handle, no_restart=False)
+
+    def restarted():
+        info = ray.get(handle.describe.remote(), timeout=10)
+        return info if info["incarnation"] != before["incarnation"] and info["loaded"] else None
+
+    after = wait_until(restarted, timeout=90, what="coordinator restarted and loaded")
+    assert after["groups"][group_id]["offsets"] == {"t-internal-0": 42}
+    assert after["producer"][1] > before["producer"][1], "the new incarnation writes at a higher epoch"
+    fetched = gc.call_group(group_id, "offset_fetch", OffsetFetchRequest(group_id), OffsetFetchResponse, 30)
+    assert fetched.offsets["t-internal"][0].offset == 42
+
+
 def test_coordinator_answers_malformed_bytes_with_an_error_and_stays_up(groups):
     handle = _coordinator(groups, "any-group")
     for method in ("join_group", "offset_commit", "heartbeat", "list_groups"):

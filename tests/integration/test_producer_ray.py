@@ -268,7 +268,10 @@ def test_send_batch_columns_and_tuples_group_by_partition(kcluster, make_topic):
 
 def test_send_batch_is_deterministic_and_a_retried_write_is_deduplicated(kcluster, make_topic):
     """The Spark exactly-once path: a fresh producer with the same explicit identity
-    re-sends the same input; every batch is recognised as a duplicate."""
+    re-sends the same input; every batch is recognised as a duplicate. Each partition gets
+    more than five batches: leaders answer the older ones OUT_OF_ORDER_SEQUENCE_NUMBER
+    (Kafka's dedup window), and the producer learns from DescribeProducers that they are
+    committed."""
     topic = make_topic(partitions=2)
     values = [os.urandom(100) for _ in range(5000)]
     keys = [b"k%d" % (i % 50) if i % 4 else None for i in range(5000)]
@@ -283,6 +286,7 @@ def test_send_batch_is_deterministic_and_a_retried_write_is_deduplicated(kcluste
     assert {p: w.count for p, w in r1.items()} == {p: w.count for p, w in r2.items()}
     assert all(w.duplicate_batches == w.batches for w in r2.values()), r2
     assert all(w.duplicate_batches == 0 for w in r1.values())
+    assert all(w.batches > 5 for w in r1.values()), r1
     total = sum(len(read_all(kcluster, topic, p)) for p in range(2))
     assert total == 5000, "the retried write added nothing"
     # a new identity is a new writer: it appends again

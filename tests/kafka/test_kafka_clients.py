@@ -250,21 +250,19 @@ def test_admin_create_describe_delete_topics(kcluster, kafka_bootstrap):
     wait_until(lambda: name not in admin.list_topics(timeout=10).topics, timeout=30, what="topic deleted")
 
 
-def test_batch_with_a_wrong_crc32c_is_refused_and_the_cluster_carries_on(kcluster, kafka_bootstrap):
+def produce_raw(kafka_bootstrap: str, topic: str, partition: int, batch: bytes):
+    """One Produce v8 request over a plain socket (what any Kafka client sends, without
+    a client's own checks); returns the partition's response."""
     import socket
     import struct
 
     from kafka.protocol.producer import ProduceRequest, ProduceResponse
 
-    from kcoord.kafka.batches import build_kafka_batch
-
-    topic = new_topic(kcluster, partitions=1)
-    batch = bytearray(build_kafka_batch([(b"k", b"v", [], int(time.time() * 1000))]))
-    batch[-1] ^= 0xFF
     T = ProduceRequest.TopicProduceData
-    req = ProduceRequest(transactional_id=None, acks=-1, timeout_ms=10000, topic_data=[T(name=topic, partition_data=[T.PartitionProduceData(index=0, records=bytes(batch))])])
-    req.with_header(correlation_id=5, client_id="crc-test")
+    req = ProduceRequest(transactional_id=None, acks=-1, timeout_ms=10000, topic_data=[T(name=topic, partition_data=[T.PartitionProduceData(index=partition, records=bytes(batch))])])
+    req.with_header(correlation_id=5, client_id="raw-test")
     host, port = kafka_bootstrap.split(",")[0].rsplit(":", 1)
+
     def recv_exact(s, n: int) -> bytes:
         out = b""
         while len(out) < n:
@@ -277,8 +275,16 @@ def test_batch_with_a_wrong_crc32c_is_refused_and_the_cluster_carries_on(kcluste
         s.sendall(req.encode(version=8, header=True, framed=True))
         size = struct.unpack(">i", recv_exact(s, 4))[0]
         body = recv_exact(s, size)
-    resp = ProduceResponse.decode(body[4:], version=8)
-    part = resp.responses[0].partition_responses[0]
+    return ProduceResponse.decode(body[4:], version=8).responses[0].partition_responses[0]
+
+
+def test_batch_with_a_wrong_crc32c_is_refused_and_the_cluster_carries_on(kcluster, kafka_bootstrap):
+    from kcoord.kafka.batches import build_kafka_batch
+
+    topic = new_topic(kcluster, partitions=1)
+    batch = bytearray(build_kafka_batch([(b"k", b"v", [], int(time.time() * 1000))]))
+    batch[-1] ^= 0xFF
+    part = produce_raw(kafka_bootstrap, topic, 0, bytes(batch))
     assert part.error_code == 2 and "CRC" in (part.error_message or "")  # CORRUPT_MESSAGE
     # the listener and the partition still work
     from confluent_kafka import Producer
@@ -287,6 +293,21 @@ def test_batch_with_a_wrong_crc32c_is_refused_and_the_cluster_carries_on(kcluste
     p.produce(topic, value=b"fine")
     assert p.flush(30) == 0
     assert [r.value for r in kcoord_records(kcluster, topic, 1)] == [b"fine"]
+
+
+def test_a_kafka_client_cannot_write_the_offsets_topic(kcluster, kafka_bootstrap):
+    """Issue 32, finding 9: the listener's Produce to an internal topic is refused per
+    partition with INVALID_TOPIC_EXCEPTION (17), as Kafka refuses it; nothing is written.
+    (kafka-python will not even try: its partitioner assigns no partition of an internal
+    topic; the request is sent as any client could.)"""
+    from kcoord.client.admin import Admin
+    from kcoord.kafka.batches import build_kafka_batch
+
+    admin = Admin(kcluster)
+    end = admin.list_offsets("__consumer_offsets", "latest", [0])[0]
+    part = produce_raw(kafka_bootstrap, "__consumer_offsets", 0, build_kafka_batch([(b"k", b"not a record", [], int(time.time() * 1000))]))
+    assert part.error_code == 17, part
+    assert admin.list_offsets("__consumer_offsets", "latest", [0])[0] == end
 
 
 def test_ray_data_write_kafka_and_read_kafka_round_trip(kcluster, kafka_bootstrap):

@@ -297,6 +297,7 @@ class History:
         self.controller_epoch = -1
         self.epoch_checks = 0
         self.sim_producer_ids: set[int] = set()  # ids of the simulation's idempotent producers
+        self.coordinator_epochs: dict[tuple[int, int], str] = {}  # (producer id, epoch) -> incarnation
 
     def fail(self, invariant: str, now: int, message: str) -> None:
         if len(self.violations) < 200:
@@ -495,6 +496,14 @@ class History:
     def observe_coordinator(self, proc: "CoordinatorProcess") -> None:
         topics = {t.name: t.partitions for t in self.sim.scenario.topics}
         self.groups.check_stable(proc, topics, self.sim.kernel.now)
+        d = proc.driver
+        held = None if d is None else d.held_producer
+        if held is not None:
+            # The controller hands a coordinator's producer epoch to one incarnation only
+            # (owned_producers.py); two writers on one epoch defeat the fence.
+            holder = self.coordinator_epochs.setdefault(held, d.incarnation)
+            if holder != d.incarnation:
+                self.fail("6", self.sim.kernel.now, f"coordinator {proc.index}: producer {held[0]} epoch {held[1]} held by {holder} and {d.incarnation}")
 
     # -- final checks -----------------------------------------------------------------------
     def final_checks(self, tp: tuple[str, int], leader: int, logs: dict[int, Any], hw: int, now: int) -> None:

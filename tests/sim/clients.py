@@ -264,7 +264,9 @@ class Producer(Client, _Metadata):
             return
         self._advance()
         in_flight = sum(1 for b in self.batches[self._first_unacked :] if b.in_flight)
-        for b in self.batches[self._first_unacked :]:
+        # As a Kafka client: at most max_in_flight batches sent and not yet acked, timed-out
+        # attempts included, so a retry is always among the leader's last five batches.
+        for b in self.batches[self._first_unacked : self._first_unacked + self.max_in_flight]:
             if in_flight >= self.max_in_flight:
                 break
             if b.acked or b.in_flight:

@@ -199,7 +199,7 @@ class ReplicaProcess(Process):
         net = self.sim.net
         before = (self.replica.log.log_end_offset, self.replica.leader_epoch, self.replica.role) if self.replica.role != "offline" else None
         self.driver.serve(request, lambda response: net.reply(call, response))
-        if call.method == "produce" and before is not None:
+        if call.method in ("produce", "produce_internal") and before is not None:
             self.sim.history.on_produce_handled(self, *before)
         self.after()
 
@@ -273,6 +273,7 @@ class CoordinatorProcess(Process):
             transport=SimTransport(sim.net, self, identity, after=self.after),
             clock=SimClock(sim.kernel, self, after=self.after),
             timeouts=CoordinatorTimeouts(persist_ms=3_000, call_ms=sim.config.call_timeout_ms, settle_wait_ms=200),
+            incarnation=self.incarnation_id,
         )
         self.driver.start()
         sim.trace(f"{self.incarnation_id} started")

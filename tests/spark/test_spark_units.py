@@ -151,3 +151,13 @@ def test_null_partitions_are_filled_deterministically():
     out = tasks._fill_partitions([2, None, None, None], keys, 5, seed=7)
     assert out == [2, (7 + 1) % 5, partition_for_key(b"k2", 5), (7 + 3) % 5]
     assert out == tasks._fill_partitions([2, None, None, None], keys, 5, seed=7)
+
+
+def test_records_to_arrow_skips_a_batch_emptied_by_the_cleaner():
+    first = records.stamp(records.build_batch_columns([b"a"], timestamp_ms=1000), 0, 3)
+    emptied = records.empty_batch(records.read_header(records.stamp(records.build_batch_columns([b"b", b"c"], timestamp_ms=1000), 1, 3)))
+    last = records.stamp(records.build_batch_columns([b"d"], timestamp_ms=1000), 3, 3)
+    data = first + emptied + last
+    assert [r["offset"] for r in tasks.records_to_arrow("t", 0, data, 0, 4).to_pylist()] == [0, 3]
+    assert [r["offset"] for r in tasks.records_to_arrow("t", 0, data, 2, 4).to_pylist()] == [3]
+    assert tasks.records_to_arrow("t", 0, data, 1, 3) is None

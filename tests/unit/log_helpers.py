@@ -66,9 +66,12 @@ class LogDir:
         return self.fs.read_file(self.path / name).decode()
 
     def write_text(self, name: str, text: str) -> None:
+        self.write_bytes(name, text.encode())
+
+    def write_bytes(self, name: str, data: bytes) -> None:
         fd = self.fs.open(self.path / name, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         try:
-            self.fs.write(fd, text.encode())
+            self.fs.write(fd, data)
         finally:
             self.fs.close(fd)
 

@@ -19,7 +19,8 @@ from kcoord.protocol import names
 from kcoord.protocol.controller import LeaderAndIsrRequest, MetadataResponse, PartitionMetadata, TopicMetadata
 from kcoord.protocol.errors import ErrorCode
 from kcoord.protocol.group import OffsetCommitPartition, OffsetCommitRequest, OffsetFetchRequest
-from kcoord.protocol.replication import ProduceRequest
+from kcoord.protocol.replication import InternalProduceRequest, ProduceRequest
+from kcoord.replication.controller import ControllerState, Persist
 from kcoord.replication.replica import Replica
 from kcoord.runtime import Outcome
 from manual_clock import ManualClock
@@ -41,6 +42,8 @@ class Leader:
         self.handle(LeaderAndIsrRequest(1, OFFSETS_TOPIC, 0, leader=0, leader_epoch=1, partition_epoch=1, isr=[0], replicas=[0]))
         self.produced: list[ProduceRequest] = []
         self.refuse: Callable[[ProduceRequest], int | None] = lambda req: None
+        self.controller: ControllerState | None = None
+        self.store: dict[str, bytes] = {}
         self._tick()
 
     def _tick(self) -> None:
@@ -60,6 +63,20 @@ class Leader:
             self._pending[token] = on_done
         self.deliver(self.replica.handle(request, token, self.clock.now))
 
+    def controller_answer(self, request):
+        """The real controller core's answer (its store writes kept in ``self.store``)."""
+        if self.controller is None:
+            self.controller = ControllerState(CLUSTER)
+            self.controller.start({}, [0], 1, self.clock.now)
+        token = ("init", next(self._tokens))
+        answer = None
+        for a in self.controller.handle(request, token, self.clock.now):
+            if isinstance(a, Persist):
+                self.store[a.key] = a.value
+            elif getattr(a, "token", None) == token:
+                answer = a.response
+        return answer
+
     def follower_fetch(self, broker: int = 1) -> None:
         from kcoord.protocol.replication import FetchRequest
 
@@ -67,11 +84,14 @@ class Leader:
 
     def call(self, target, method, request, response_type, timeout_ms, on_done, *, probe_after_ms=None) -> None:
         if target == names.controller(CLUSTER):
-            md = MetadataResponse(topics=[TopicMetadata(OFFSETS_TOPIC, partitions=[PartitionMetadata(0, leader=0, leader_epoch=1)])])
-            self.clock.call_at(self.clock.now + 1, lambda: on_done(md, Outcome.OK))
+            if method == "init_producer_id":
+                answer = self.controller_answer(request)
+            else:
+                answer = MetadataResponse(topics=[TopicMetadata(OFFSETS_TOPIC, partitions=[PartitionMetadata(0, leader=0, leader_epoch=1)])])
+            self.clock.call_at(self.clock.now + 1, lambda: on_done(answer, Outcome.OK))
             return
         assert target == names.replica(CLUSTER, OFFSETS_TOPIC, 0, 0), target
-        if method == "produce":
+        if method == "produce_internal":
             self.produced.append(request)
             code = self.refuse(request)
             if code is not None:
@@ -85,11 +105,46 @@ def commit_batch(group: str, offset: int, **producer) -> bytes:
     return records.build_batch_columns([value], [key], **producer)
 
 
-def driver_on(leader: Leader, clock: ManualClock) -> GroupCoordinatorDriver:
+class Link:
+    """One coordinator process's network: it may be cut off from the controller (calls time
+    out), and the answers to its appends may be lost (the leader handles them)."""
+
+    def __init__(self, leader: Leader) -> None:
+        self.leader = leader
+        self.cut_from_controller = False
+        self.lose_answers = False
+
+    def call(self, target, method, request, response_type, timeout_ms, on_done, *, probe_after_ms=None) -> None:
+        clock = self.leader.clock
+        if target == names.controller(CLUSTER) and self.cut_from_controller and method != "metadata":
+            clock.call_at(clock.now + min(timeout_ms, 300), lambda: on_done(None, Outcome.TIMEOUT))
+            return
+        if method == "produce_internal" and self.lose_answers:
+            self.leader.produced.append(request)
+            self.leader.handle(request)
+            clock.call_at(clock.now + min(timeout_ms, 300), lambda: on_done(None, Outcome.TIMEOUT))
+            return
+        self.leader.call(target, method, request, response_type, timeout_ms, on_done, probe_after_ms=probe_after_ms)
+
+
+def driver_on(leader: Leader, clock: ManualClock, transport: Any = None) -> GroupCoordinatorDriver:
     core = GroupCoordinatorState(GroupConfig(), partition=0, num_partitions=1)
-    d = GroupCoordinatorDriver(CLUSTER, core, transport=leader, clock=clock, timeouts=CoordinatorTimeouts(persist_ms=2_000))
+    t = leader if transport is None else transport
+    d = GroupCoordinatorDriver(CLUSTER, core, transport=t, clock=clock, timeouts=CoordinatorTimeouts(persist_ms=2_000))
     d.start()
     return d
+
+
+def commit(d: GroupCoordinatorDriver, clock: ManualClock, offset: int, group: str = "g") -> int:
+    got = []
+    d.serve(OffsetCommitRequest(group_id=group, generation_id=-1, member_id="", topics={"t": {0: OffsetCommitPartition(offset)}}), got.append)
+    clock.run_until(clock.now + 10_000)
+    return got[0].topics["t"][0]
+
+
+def offsets_in_log(leader: Leader, group: str = "g") -> list[int]:
+    values = [decode_record(rec.key, rec.value) for rec in records.iter_records(leader.replica.log.read(0, 1 << 24))]
+    return [v[1].offset for v in values if v is not None and isinstance(v[0], OffsetKey) and v[0].group_id == group]
 
 
 def fetch_offset(d: GroupCoordinatorDriver, clock: ManualClock, group: str) -> Any:
@@ -106,10 +161,10 @@ def test_load_waits_while_the_hw_lags_the_log_end():
     clock = ManualClock(1_000_000)
     leader = Leader(clock)
     r = leader.replica
-    leader.handle(ProduceRequest(OFFSETS_TOPIC, 0, commit_batch("g", 10), acks=1))
+    leader.handle(InternalProduceRequest(OFFSETS_TOPIC, 0, commit_batch("g", 10), acks=1))
     # broker 1 joins the ISR without having fetched: the HW stops below the next commit
     leader.handle(LeaderAndIsrRequest(1, OFFSETS_TOPIC, 0, 0, 1, 2, [0, 1], [0, 1]))
-    leader.handle(ProduceRequest(OFFSETS_TOPIC, 0, commit_batch("g", 20), acks=1))
+    leader.handle(InternalProduceRequest(OFFSETS_TOPIC, 0, commit_batch("g", 20), acks=1))
     assert (r.hw, r.log.log_end_offset) == (1, 2)
     d = driver_on(leader, clock)
     clock.run_until(clock.now + 60_000)
@@ -189,3 +244,101 @@ def test_a_refused_fence_bids_a_higher_epoch_even_when_the_log_shows_none():
     clock.run_until(clock.now + 2_000)
     assert d.loaded and d.producer_epoch == 3
     assert [next(records.iter_headers(req.records))[1].producer_epoch for req in leader.produced] == [0, 1, 2, 3]
+
+
+def test_a_client_write_to_the_offsets_topic_is_refused_and_a_restarted_coordinator_loads_unharmed():
+    """Issue 32, finding 9: any client could write into ``__consumer_offsets``, and every
+    coordinator replays what is there. A client's Produce (here: a commit record rolling
+    the group's offset back, and bytes that are no record at all) is refused at the leader;
+    the next incarnation loads the group as its coordinator left it."""
+    clock = ManualClock(1_000_000)
+    leader = Leader(clock)
+    first = driver_on(leader, clock)
+    clock.run_until(clock.now + 1_000)
+    got = []
+    first.serve(OffsetCommitRequest(group_id="g", generation_id=-1, member_id="", topics={"t": {0: OffsetCommitPartition(42)}}), got.append)
+    clock.run_until(clock.now + 1_000)
+    assert got[0].topics["t"][0] == ErrorCode.NONE
+    end = leader.replica.log.log_end_offset
+    answers = []
+    for data in (commit_batch("g", 3), records.build_batch_columns([b"\xc1garbage"], [b"\xc1"], timestamp_ms=1)):
+        leader.handle(ProduceRequest(OFFSETS_TOPIC, 0, data, acks=1), lambda resp, outcome: answers.append(resp))
+    clock.run_until(clock.now + 100)
+    assert [a.error_code for a in answers] == [ErrorCode.INVALID_TOPIC_EXCEPTION] * 2
+    assert leader.replica.log.log_end_offset == end
+    second = driver_on(leader, clock)
+    clock.run_until(clock.now + 1_000)
+    assert second.loaded
+    assert fetch_offset(second, clock, "g").offsets["t"][0].offset == 42
+
+
+def test_an_older_incarnation_cut_off_from_the_controller_neither_fences_the_new_one_nor_acks_what_is_not_in_the_log():
+    """Issue 32, finding 6: an older process of a coordinator, cut off from Ray's control
+    plane but still reaching the partition leader, bumped its own producer epoch after an
+    append with an unknown outcome: onto the new incarnation's epoch, where its commit was
+    taken for a duplicate of the new one's fence and acknowledged without being written, or
+    one higher, which fenced the new incarnation out. Epochs come from the controller now,
+    which hands each incarnation a higher one once and refuses older incarnations."""
+    clock = ManualClock(1_000_000)
+    leader = Leader(clock)
+    old_link = Link(leader)
+    old = driver_on(leader, clock, old_link)
+    clock.run_until(clock.now + 1_000)
+    assert old.loaded and commit(old, clock, 5) == ErrorCode.NONE
+    new = driver_on(leader, clock, Link(leader))
+    clock.run_until(clock.now + 1_000)
+    assert new.loaded and new.producer_epoch > old.producer_epoch
+    # the old process is cut off from the controller and its appends' answers are lost
+    old_link.cut_from_controller = True
+    old_link.lose_answers = True
+    acked = {}
+    for offset in (6, 7):
+        acked[offset] = commit(old, clock, offset)
+    old_link.lose_answers = False
+    for offset in (8, 9):
+        acked[offset] = commit(old, clock, offset)
+    in_log = offsets_in_log(leader)
+    assert all(o in in_log for o, code in acked.items() if code == ErrorCode.NONE), (acked, in_log)
+    assert not new.fenced and not new.closed
+    assert commit(new, clock, 20) == ErrorCode.NONE and offsets_in_log(leader)[-1] == 20
+    # back in touch with the controller, the old process learns it was replaced, and stops
+    old_link.cut_from_controller = False
+    commit(old, clock, 30)
+    clock.run_until(clock.now + 10_000)
+    assert old.closed and 30 not in offsets_in_log(leader)
+    assert not new.fenced and fetch_offset(new, clock, "g").offsets["t"][0].offset == 20
+
+
+def test_an_older_incarnation_still_in_touch_with_the_controller_is_refused_a_new_epoch():
+    clock = ManualClock(1_000_000)
+    leader = Leader(clock)
+    old_link = Link(leader)
+    old = driver_on(leader, clock, old_link)
+    clock.run_until(clock.now + 1_000)
+    new = driver_on(leader, clock, Link(leader))
+    clock.run_until(clock.now + 1_000)
+    old_link.lose_answers = True
+    assert commit(old, clock, 6) != ErrorCode.NONE
+    old_link.lose_answers = False
+    assert commit(old, clock, 7) != ErrorCode.NONE
+    clock.run_until(clock.now + 10_000)
+    assert old.closed and 7 not in offsets_in_log(leader)
+    assert not new.fenced and commit(new, clock, 8) == ErrorCode.NONE
+
+
+def test_an_out_of_order_answer_fails_the_commit_retriably_and_moves_to_a_new_epoch():
+    """OUT_OF_ORDER_SEQUENCE_NUMBER to a coordinator's append means its own sequence stream
+    broke: the client hears COORDINATOR_NOT_AVAILABLE (it retries), and the coordinator
+    asks the controller for the next epoch, where sequences start again at 0."""
+    clock = ManualClock(1_000_000)
+    leader = Leader(clock)
+    d = driver_on(leader, clock)
+    clock.run_until(clock.now + 1_000)
+    epoch = d.producer_epoch
+    leader.refuse = lambda req: ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
+    assert commit(d, clock, 5) == ErrorCode.COORDINATOR_NOT_AVAILABLE
+    leader.refuse = lambda req: None
+    assert commit(d, clock, 6) == ErrorCode.NONE and d.producer_epoch == epoch + 1
+    (h,) = [h for _, h in records.iter_headers(leader.produced[-1].records)]
+    assert (h.producer_epoch, h.base_sequence) == (epoch + 1, 0)
+    assert offsets_in_log(leader) == [6]

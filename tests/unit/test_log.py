@@ -350,3 +350,76 @@ def test_config_bad_values_name_the_key(key, value):
     with pytest.raises(KafkaError) as err:
         LogConfig.from_topic_config({key: value})
     assert err.value.code == ErrorCode.INVALID_CONFIG and key in str(err.value)
+
+
+
+def _truncate_at_the_log_end_drops_epochs_opened_there(log) -> None:
+    fill(log, 2, epoch=1)  # offsets 0..5 in epoch 1
+    log.epoch_cache.assign(4, 6)  # leader at epoch 4 from offset 6, nothing written yet
+    assert log.truncate_to(6) is False
+    assert log.epoch_cache.entries == [(1, 0)]
+    log.epoch_cache.assign(5, 6)
+    assert log.truncate_to(100) is False  # past the log end: as at the log end
+    assert log.epoch_cache.entries == [(1, 0)] and log.log_end_offset == 6
+    assert log.truncate_to(3) is True
+    assert log.epoch_cache.entries == [(1, 0)] and log.log_end_offset == 3
+
+
+def test_truncate_at_the_log_end_still_drops_epochs_opened_there(where):
+    """An epoch this replica opened as leader at its log end without writing in it must go
+    when a follower truncates to that offset, though no record goes (Kafka's truncateTo
+    always truncates the epoch cache). truncate_to used to return early, and its caller
+    had to remember to truncate the cache itself."""
+    _truncate_at_the_log_end_drops_epochs_opened_there(where.open())
+
+
+def test_truncate_at_the_log_end_still_drops_epochs_opened_there_in_memory():
+    from kcoord.log import MemoryLog
+
+    _truncate_at_the_log_end_drops_epochs_opened_there(MemoryLog(LogConfig()))
+
+
+# -- idempotent producers across restarts ------------------------------------------------
+
+
+@pytest.mark.parametrize("from_snapshot", [True, False], ids=["snapshot", "rebuilt"])
+def test_the_last_five_batches_of_a_producer_stay_duplicates_across_a_reopen(where, from_snapshot):
+    """What producer snapshots hold: every producer's last five batches, so that a retry of
+    any of them is still answered as a duplicate with its original offsets after a restart,
+    whether the state comes from the snapshot or is rebuilt from the batches."""
+    from kcoord.log.checkpoint import PRODUCER_SNAPSHOT_SUFFIX
+
+    log = where.open()
+    sent = [batch(2, producer_id=5, producer_epoch=0, base_sequence=2 * i) for i in range(7)]
+    offsets = [log.append(b, leader_epoch=0, now_ms=NOW).base_offset for b in sent]
+    log.close()
+    if not from_snapshot:
+        for name in where.names(PRODUCER_SNAPSHOT_SUFFIX):
+            where.unlink(name)
+    log = where.open()
+    for b, offset in list(zip(sent, offsets))[2:]:
+        info = log.append(b, leader_epoch=0, now_ms=NOW)
+        assert info.duplicate and (info.base_offset, info.last_offset) == (offset, offset + 1)
+    for b in sent[:2]:  # older than the five: Kafka answers OUT_OF_ORDER_SEQUENCE_NUMBER
+        with pytest.raises(KafkaError) as err:
+            log.append(b, leader_epoch=0, now_ms=NOW)
+        assert err.value.code == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
+    assert log.log_end_offset == 14
+
+
+def test_a_producer_snapshot_in_the_first_format_still_loads(where):
+    """Snapshots written so far (version 0: per producer its epoch and last batches as
+    [first_seq, last_seq, base_offset, last_offset]) keep loading."""
+    import msgpack
+
+    from kcoord.log.checkpoint import PRODUCER_SNAPSHOT_SUFFIX
+
+    log = where.open()
+    log.append(batch(2, producer_id=9, producer_epoch=3, base_sequence=0), leader_epoch=0, now_ms=NOW)
+    log.close()
+    (name,) = where.names(PRODUCER_SNAPSHOT_SUFFIX)
+    old = msgpack.packb({"version": 0, "producers": {9: {"epoch": 3, "batches": [[0, 1, 0, 1]]}, 4: {"epoch": 0, "batches": [[7, 7, 0, 0]]}}})
+    where.write_bytes(name, old)
+    log = where.open()
+    assert log.producer_state.get(4).last_seq == 7  # from the file, not from the batches
+    assert log.append(batch(2, producer_id=9, producer_epoch=3, base_sequence=0), leader_epoch=0, now_ms=NOW).duplicate

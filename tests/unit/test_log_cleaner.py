@@ -230,3 +230,88 @@ def test_the_last_record_stays_when_the_active_segment_is_empty(tmp_path):
     assert [(r.offset, r.key, r.value) for r in records(log)] == [(0, b"a", b"1"), (3, b"d", None)]
     for offset in range(1, log.log_end_offset):
         assert R.read_header(log.read(offset, 1 << 20)).base_offset == 3
+
+
+# -- idempotent producers' last batches (issue 32, finding 8) ----------------------------------
+
+
+def _batch(recs, kafka: bool, **producer) -> bytes:
+    if kafka:
+        return build_kafka_batch([(k, v, [], T0) for k, v in recs], **producer)
+    return R.build_batch(recs, timestamp_ms=T0, **producer)
+
+
+def _replicate(leader: Log, follower: Log) -> None:
+    """A new replica fetching the leader's (compacted) log from its start."""
+    while follower.log_end_offset < leader.log_end_offset:
+        follower.append(leader.read(max(follower.log_end_offset, leader.log_start_offset), 300), now_ms=T0)
+
+
+def _superseded_producer(tmp_path, kafka: bool, last_keys: list[bytes], superseded: list[bytes]) -> tuple[Log, bytes, int]:
+    """Producer 5 writes a batch then its last batch (keys ``last_keys``); another writer
+    then supersedes ``superseded`` and fills segments, and the cleaner runs. Returns the
+    log, producer 5's last batch as sent, and where it went."""
+    log = compact_log(tmp_path / "leader")
+    p5 = dict(producer_id=5, producer_epoch=0)
+    log.append(_batch([(b"a", b"a0")], kafka, base_sequence=0, **p5), leader_epoch=0, now_ms=T0)
+    last = _batch([(k, k + b"0") for k in last_keys], kafka, base_sequence=1, **p5)
+    at = log.append(last, leader_epoch=0, now_ms=T0).base_offset
+    for k in superseded:
+        log.append(_batch([(k, k + b"1")], kafka), leader_epoch=0, now_ms=T0)
+    write(log, 40, keys=3, kafka=kafka)  # other keys: several segments, all below the HW
+    result = clean(log, T0 + 1000)
+    assert result.segments_cleaned and at < log.segments[-1].base_offset
+    return log, last, at
+
+
+@pytest.mark.parametrize("kafka", [False, True], ids=["kcoord", "kafka-v2"])
+def test_a_producers_last_batch_stays_emptied_so_a_rebuilt_replica_still_deduplicates_its_retry(tmp_path, kafka):
+    """Kafka's cleaner keeps the last batch of every producer in the producer state, emptied
+    of records if none survives, so its sequence and epoch survive. A new replica rebuilds
+    producer state from the compacted log; the producer's retry of that batch must be a
+    duplicate there, not appended again after the newer values."""
+    leader, last, at = _superseded_producer(tmp_path, kafka, [b"b", b"c"], [b"b", b"c"])
+    kept = [h for _, h in R.iter_headers(leader.read(0, 1 << 30), check_crc=True) if h.producer_id == 5]
+    assert [(h.base_offset, h.base_sequence, h.last_sequence, h.record_count) for h in kept] == [(0, 0, 0, 1), (at, 1, 2, 0)]
+    assert not [r for r in records(leader) if at <= r.offset <= at + 1]  # its records are gone
+    follower = compact_log(tmp_path / "follower")
+    _replicate(leader, follower)
+    assert records(follower) == records(leader)
+    assert follower.producer_state.get(5).last_seq == 2
+    info = follower.append(last, leader_epoch=1, now_ms=T0)
+    assert info.duplicate and info.base_offset == at and follower.log_end_offset == leader.log_end_offset
+    # reopened from its files (no snapshot past the data), it still knows the batch
+    follower.close()
+    for p in (tmp_path / "follower").glob("*.producer-snapshot"):
+        p.unlink()
+    again = compact_log(tmp_path / "follower")
+    assert again.append(last, leader_epoch=1, now_ms=T0).duplicate
+
+
+@pytest.mark.parametrize("kafka", [False, True], ids=["kcoord", "kafka-v2"])
+@pytest.mark.parametrize("superseded", [[b"d"], [b"c"], [b"b", b"d"]], ids=["tail", "middle", "ends"])
+def test_a_producers_partly_superseded_last_batch_keeps_its_last_sequence(tmp_path, kafka, superseded):
+    """Kept records of a batch stay contiguous runs in kcoord; an empty batch covers a
+    removed tail, so the producer's last sequence survives and its retry is not appended
+    again (kcoord answers OUT_OF_ORDER_SEQUENCE_NUMBER there, where Kafka, keeping the
+    survivors inside the original batch, answers a duplicate)."""
+    from kcoord.protocol.errors import ErrorCode, KafkaError
+
+    leader, last, at = _superseded_producer(tmp_path, kafka, [b"b", b"c", b"d"], superseded)
+    survivors = {r.key for r in records(leader) if at <= r.offset <= at + 2}
+    assert survivors == {b"b", b"c", b"d"} - set(superseded)
+    follower = compact_log(tmp_path / "follower")
+    _replicate(leader, follower)
+    assert records(follower) == records(leader)
+    assert follower.producer_state.get(5).last_seq == 3
+    with pytest.raises(KafkaError) as err:
+        follower.append(last, leader_epoch=1, now_ms=T0)
+    assert err.value.code == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
+    nxt = _batch([(b"e", b"e0")], kafka, producer_id=5, producer_epoch=0, base_sequence=4)
+    assert not follower.append(nxt, leader_epoch=1, now_ms=T0).duplicate  # it goes on where it was
+
+
+def test_a_batch_that_is_no_producers_last_still_goes_whole(tmp_path):
+    leader, _, at = _superseded_producer(tmp_path, False, [b"b"], [b"a", b"b"])
+    kept = [h for _, h in R.iter_headers(leader.read(0, 1 << 30)) if h.producer_id == 5]
+    assert [h.base_offset for h in kept] == [at]  # the first batch (key a) went entirely

@@ -73,17 +73,40 @@ def test_cached_duplicate_reports_the_original_offset():
         assert verdict.duplicate and verdict.duplicate_base_offset == h.base_offset and verdict.error is None
 
 
-def test_duplicate_older_than_the_cache_has_unknown_offset():
+def test_only_a_cached_batch_is_a_duplicate_anything_else_behind_is_out_of_order():
+    """Kafka's rule (ProducerStateEntry.findDuplicateBatch, ProducerAppendInfo.checkSequence):
+    a batch is a duplicate only when its first and last sequence match one of the last five
+    batches the producer wrote; any other sequence that is not the next one is
+    OUT_OF_ORDER_SEQUENCE_NUMBER. Taking everything at or below the last sequence for a
+    duplicate acknowledged batches that were never written (issue 32, finding 6)."""
     s = ProducerStateManager()
     p = Producer(s)
     hs = [p.append(1) for _ in range(CACHED_BATCHES + 3)]
     entry = s.get(1)
     assert len(entry.batches) == CACHED_BATCHES
     assert entry.batches[0].first_seq == 3
-    verdict = s.check(header(1, 0, hs[0].base_sequence, 1))
-    assert verdict.duplicate and verdict.duplicate_base_offset == -1
+    older = s.check(header(1, 0, hs[0].base_sequence, 1))
+    assert older.error == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER and not older.duplicate
     verdict = s.check(header(1, 0, hs[-1].base_sequence, 1))
     assert verdict.duplicate and verdict.duplicate_base_offset == hs[-1].base_offset
+
+
+def test_a_batch_inside_a_cached_one_but_not_equal_to_it_is_out_of_order():
+    s = ProducerStateManager()
+    p = Producer(s)
+    p.append(4)  # seq 0..3
+    for first, n in ((0, 1), (1, 2), (2, 2), (0, 3), (3, 1)):
+        verdict = s.check(header(1, 0, first, n))
+        assert verdict.error == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER and not verdict.duplicate, (first, n)
+    assert s.check(header(1, 0, 0, 4)).duplicate
+
+
+def test_a_duplicate_must_match_the_epoch_too():
+    s = ProducerStateManager()
+    Producer(s, epoch=2).append(2)
+    assert s.check(header(1, 2, 0, 2)).duplicate
+    assert s.check(header(1, 3, 0, 2)).ok  # a new epoch starting at 0: new, not a duplicate
+    assert s.check(header(1, 1, 0, 2)).error == ErrorCode.INVALID_PRODUCER_EPOCH
 
 
 def test_lower_epoch_is_fenced():

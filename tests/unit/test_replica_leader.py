@@ -419,3 +419,51 @@ def test_a_leader_and_isr_answer_names_the_log_directory_and_storage(tmp_path):
     assert resp.storage == "boot/node"
     again, _ = leader_and_isr(r, lai(0, 1, [0, 1, 2]), 1)  # the same epoch again: still named
     assert again.error_code == 0 and again.directory_id == r.log.directory_id
+
+
+def test_describe_producers_answers_each_producers_epoch_last_sequence_and_the_hw():
+    """Kafka's DescribeProducers (KIP-664): what a retried bulk writer asks once a leader
+    answers OUT_OF_ORDER_SEQUENCE_NUMBER for a batch behind its last five."""
+    from replication_helpers import call
+
+    from kcoord.protocol.replication import DescribeProducersRequest
+
+    r = leader(isr=(0,))
+    for seq in range(0, 14, 2):
+        produce(r, batch(2, producer_id=7, producer_epoch=1, base_sequence=seq), f"p{seq}", now=1)
+    produce(r, batch(1, producer_id=8, producer_epoch=0, base_sequence=0), "q", now=1)
+    resp, _ = call(r, DescribeProducersRequest(TOPIC, 0, [7, 9]))
+    assert resp.error_code == 0 and resp.high_watermark == 15
+    assert [(p.producer_id, p.producer_epoch, p.last_sequence, p.last_offset) for p in resp.producers] == [(7, 1, 13, 13)]
+    everyone, _ = call(r, DescribeProducersRequest(TOPIC, 0))
+    assert [p.producer_id for p in everyone.producers] == [7, 8]
+    stale, _ = call(r, DescribeProducersRequest(TOPIC, 0, current_leader_epoch=0))
+    assert stale.error_code == ErrorCode.FENCED_LEADER_EPOCH
+    # a batch behind the last five is refused as out of order (not taken for a duplicate)
+    acts = produce(r, batch(2, producer_id=7, producer_epoch=1, base_sequence=0), "old", now=2)
+    assert replies(acts)["old"].error_code == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
+
+
+def test_only_the_internal_request_writes_an_internal_topic():
+    """Issue 32, finding 9: a client's Produce to ``__consumer_offsets`` (or
+    ``__transaction_state``) is refused with INVALID_TOPIC_EXCEPTION; coordinators write
+    through InternalProduceRequest, which is for internal topics only."""
+    from replication_helpers import call
+
+    from kcoord.log import LogConfig, MemoryLog
+    from kcoord.protocol import names
+    from kcoord.protocol.controller import LeaderAndIsrRequest
+    from kcoord.protocol.replication import InternalProduceRequest, ProduceRequest
+    from kcoord.replication.replica import Replica
+
+    for topic in sorted(names.INTERNAL_TOPICS):
+        r = Replica(topic, 0, 0, MemoryLog(LogConfig()), now_ms=0)
+        call(r, LeaderAndIsrRequest(1, topic, 0, leader=0, leader_epoch=1, partition_epoch=1, isr=[0], replicas=[0]))
+        refused, _ = call(r, ProduceRequest(topic, 0, batch(2), acks=1))
+        assert refused.error_code == ErrorCode.INVALID_TOPIC_EXCEPTION and topic in refused.error_message
+        assert r.log.log_end_offset == 0
+        written, _ = call(r, InternalProduceRequest(topic, 0, batch(2), acks=1))
+        assert written.error_code == 0 and r.log.log_end_offset == 2
+    r = leader(isr=(0,))
+    wrong, _ = call(r, InternalProduceRequest(TOPIC, 0, batch(2), acks=1))
+    assert wrong.error_code == ErrorCode.INVALID_REQUEST and r.log.log_end_offset == 0

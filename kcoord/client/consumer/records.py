@@ -65,6 +65,9 @@ def decode_chunk(st: AssignedPartition, check_crcs: bool) -> None:
     for pos, h in _records.iter_headers(data):
         if h.next_offset <= start:
             continue
+        if not h.record_count:  # an emptied batch (compaction): nothing to return
+            start = h.next_offset
+            continue
         batch = _records.decode_batch(data, pos, check_crc=check_crcs)
         base = h.base_offset
         log_append = h.timestamp_type == _records.LOG_APPEND_TIME

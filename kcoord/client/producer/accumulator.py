@@ -44,6 +44,9 @@ class PartitionQueue:
     # Sequence bookkeeping: the next base sequence under producer identity ``identity``.
     identity: tuple[int, int] = (-1, -1)
     next_sequence: int = 0
+    # An explicit identity resuming an earlier attempt's write: the last sequence the
+    # leader holds committed for it (batches up to it are not sent again; -1: none known).
+    written_through: int = -1
 
 
 @dataclass(eq=False)

@@ -28,8 +28,8 @@ class PartitionWrite(NamedTuple):
     """What :meth:`Producer.send_batch` wrote to one partition.
 
     ``first_offset``/``last_offset`` are -1 when unknown: with ``acks=0``, or when every
-    batch was an idempotent duplicate older than the leader's dedup window (a retried bulk
-    write whose earlier attempt already landed)."""
+    batch was written by an earlier attempt of a retried bulk write and not sent again
+    (the leader held it committed, beyond its dedup window of five batches)."""
 
     partition: int
     count: int

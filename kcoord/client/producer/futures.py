@@ -20,8 +20,8 @@ logger = logging.getLogger("kcoord.producer")
 class FutureRecordMetadata:
     """Resolves to :class:`RecordMetadata` once the record's batch is acknowledged.
 
-    ``offset`` is -1 with ``acks=0`` (nobody waits for the leader) and for an idempotent
-    retry the leader recognised as a duplicate of a batch older than its dedup window.
+    ``offset`` is -1 with ``acks=0`` (nobody waits for the leader) and for a batch of a
+    retried bulk write (explicit producer identity) that an earlier attempt had written.
     """
 
     __slots__ = ("_batch", "_index")

@@ -7,6 +7,13 @@ in its partition's sequence stream that the leader would reject: a producer whos
 came from InitProducerId then bumps its epoch (every partition restarts at sequence 0), and
 takes a new producer id once the epoch would pass 32767. An explicit identity (a retried
 bulk writer's) is never bumped.
+
+A leader answers a re-sent batch as a duplicate only when it is one of the producer's last
+five batches (Kafka's rule); anything else behind is OUT_OF_ORDER_SEQUENCE_NUMBER. A retried
+bulk writer re-sends *identical* batches, usually far more than five, so on that answer it
+asks the leader how far its identity got (DescribeProducers) and counts what is committed
+there as written (:func:`resume_verdict`): the writer vouches that its batches are the same,
+the leader only for what it holds.
 """
 
 from __future__ import annotations
@@ -16,6 +23,7 @@ from typing import TYPE_CHECKING
 
 from ...protocol.controller import InitProducerIdRequest, InitProducerIdResponse
 from ...protocol.errors import KafkaError
+from ...protocol.replication import DescribeProducersResponse
 from ..cluster import ClusterClient
 from .batch import ProducerBatch, sequence_after
 from .validation import check_int
@@ -70,6 +78,7 @@ class ProducerIdentity:
         if ps.identity != ident:
             ps.identity = ident
             ps.next_sequence = 0
+            ps.written_through = -1
         batch.producer_id, batch.producer_epoch = ident
         batch.base_sequence = ps.next_sequence
         ps.next_sequence = sequence_after(ps.next_sequence, len(batch))
@@ -95,3 +104,26 @@ class ProducerIdentity:
         if resp.error_code:
             raise KafkaError(resp.error_code, resp.error_message or "InitProducerId failed")
         return resp.producer_id
+
+
+WRITTEN = "written"  # an earlier attempt wrote this batch, and the leader holds it committed
+WAIT = "wait"  # written, not yet committed: ask again
+SEND = "send"  # the batch is the next one now: send it again
+REFUSED = "refused"  # a real gap, or another identity's sequences: the batch fails
+
+
+def resume_verdict(batch: ProducerBatch, described: DescribeProducersResponse) -> str:
+    """What an explicit-identity batch answered OUT_OF_ORDER_SEQUENCE_NUMBER is, by the
+    leader's DescribeProducers answer (see the module docstring)."""
+    last = sequence_after(batch.base_sequence, len(batch) - 1)
+    mine = [p for p in described.producers if p.producer_id == batch.producer_id]
+    if not mine:
+        return SEND if batch.base_sequence == 0 else REFUSED
+    state = mine[0]
+    if state.producer_epoch != batch.producer_epoch:
+        return REFUSED
+    if state.last_sequence >= last:
+        return WRITTEN if state.last_offset < described.high_watermark else WAIT
+    if sequence_after(state.last_sequence, 1) == batch.base_sequence:
+        return SEND
+    return REFUSED

@@ -76,7 +76,11 @@ class Producer:
     ``producer_id=``/``producer_epoch=`` give an explicit identity and skip InitProducerId:
     a bulk writer that re-sends *identical* batches (same :meth:`send_batch` input, fresh
     producer, same identity) gets them deduplicated, which is how a retried Spark task
-    writes exactly once. Such a producer never bumps its epoch; after a failed batch it
+    writes exactly once. A leader recognises only a producer's last five batches as
+    duplicates (Kafka's rule) and answers OUT_OF_ORDER_SEQUENCE_NUMBER for older ones; such
+    a producer then asks the leader how far its identity got (DescribeProducers) and counts
+    the batches the leader holds committed as written, without sending them again
+    (``duplicate=True``, offset -1). It never bumps its epoch; after a failed batch it
     should be discarded.
 
     Defaults that differ from kafka-python's, and why: ``batch_size`` 1 MiB (kafka-python:

@@ -22,13 +22,13 @@ from ray.exceptions import RayActorError
 from ... import channel
 from ...calls import ActorGoneError, call_probing
 from ...protocol.errors import DecodeError, ErrorCode, KafkaError
-from ...protocol.replication import ProduceRequest, ProduceResponse
+from ...protocol.replication import DescribeProducersRequest, DescribeProducersResponse, ProduceRequest, ProduceResponse
 from ..cluster import ClusterClient
 from ..metrics import RequestStats
 from .accumulator import PartitionQueue, RecordAccumulator
 from .batch import ProducerBatch
 from .futures import run_callbacks
-from .idempotence import ProducerIdentity
+from .idempotence import SEND, WAIT, WRITTEN, ProducerIdentity, resume_verdict
 
 logger = logging.getLogger("kcoord.producer")
 
@@ -225,6 +225,8 @@ class Sender:
             except (TypeError, ValueError, KafkaError) as exc:
                 self._fail(batch, exc if isinstance(exc, KafkaError) else KafkaError(ErrorCode.INVALID_RECORD, str(exc)))
                 return
+        if self._written_before(ps, batch):
+            return
         self.metrics["batches_sent"] += 1
         while True:
             now = _monotonic()
@@ -316,6 +318,14 @@ class Sender:
                 self.metrics["records_sent"] += len(batch)
                 self._complete(batch, resp.base_offset, resp.log_append_time, duplicate=resp.duplicate)
                 return
+            if code == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER and self.identity.explicit:
+                verdict = await self._resume(ps, batch, deadline)
+                if verdict == WRITTEN:
+                    self._written_before(ps, batch)
+                    return
+                if verdict == SEND:  # its predecessor landed meanwhile
+                    await self._backoff(deadline)
+                    continue
             err = KafkaError(code, resp.error_message or "")
             stats.request_errors.add(err)
             last_error = str(err)
@@ -328,6 +338,53 @@ class Sender:
                 continue
             self._fail(batch, err)
             return
+
+    def _written_before(self, ps: PartitionQueue, batch: ProducerBatch) -> bool:
+        """Complete ``batch`` as a duplicate (offsets unknown) if the leader holds it from an
+        earlier attempt of this explicit identity (``ps.written_through``)."""
+        if ps.written_through < 0 or (batch.producer_id, batch.producer_epoch) != ps.identity:
+            return False
+        if batch.base_sequence + len(batch) - 1 > ps.written_through:
+            return False
+        self.metrics["duplicates"] += 1
+        self._complete(batch, duplicate=True)
+        return True
+
+    async def _resume(self, ps: PartitionQueue, batch: ProducerBatch, deadline: float) -> str:
+        """An explicit-identity batch was answered OUT_OF_ORDER_SEQUENCE_NUMBER: ask the
+        leader how far the identity got (DescribeProducers) until the answer is final or the
+        delivery deadline passes (:func:`~kcoord.client.producer.idempotence.resume_verdict`)."""
+        topic, p = ps.topic, ps.partition
+        while _monotonic() < deadline:
+            md = self._leader(topic, p)
+            if md is None or md.leader < 0:
+                await self._refresh(topic, force=True)
+                await self._backoff(deadline)
+                continue
+            name = self.cluster.replica_name(topic, p, md.leader)
+            request = DescribeProducersRequest(topic, p, [batch.producer_id], current_leader_epoch=md.leader_epoch).encode()
+            try:
+                handle = self.cluster.handle(name)
+                wait_s = min(self.request_timeout_ms / 1000 + 5, max(0.05, deadline - _monotonic()))
+                raw = await call_probing(handle.describe_producers.remote(request), handle, wait_s, probe_every=0.1)
+                resp = DescribeProducersResponse.decode(raw)
+            except Exception as exc:  # gone, silent or garbled: ask whoever leads next
+                logger.debug("describe_producers of %s: %r", name, exc)
+                self.cluster.forget(name)
+                await self._refresh_or_backoff(topic, p, md.leader_epoch, deadline)
+                continue
+            if resp.error_code:
+                await self._refresh_or_backoff(topic, p, md.leader_epoch, deadline)
+                continue
+            verdict = resume_verdict(batch, resp)
+            if verdict == WRITTEN:
+                last = next(s.last_sequence for s in resp.producers if s.producer_id == batch.producer_id)
+                ps.written_through = max(ps.written_through, last)
+                return verdict
+            if verdict != WAIT:
+                return verdict
+            await self._backoff(deadline)
+        return WAIT
 
     def _leader(self, topic: str, partition: int):
         md = self.cluster.cached_topic(topic)

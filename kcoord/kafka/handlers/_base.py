@@ -6,10 +6,11 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from ...protocol import names
 from ...protocol.errors import ErrorCode
 
 # The group coordinators' internal topic, reported as internal in Metadata.
-OFFSETS_TOPIC = "__consumer_offsets"
+OFFSETS_TOPIC = names.OFFSETS_TOPIC
 _LISTENERS_TTL_S = 5.0
 
 
