@@ -2,7 +2,7 @@
 
 from .codec import Message, api_versions, decode_any, message_class, register, unpack
 from .errors import DecodeError, ErrorCode, KafkaError, error_name, raise_for_error
-from . import controller, group, replication  # noqa: F401  (registers the message classes)
+from . import controller, group, replication, txn  # noqa: F401  (registers the message classes)
 
 __all__ = [
     "DecodeError",

@@ -53,7 +53,13 @@ class ErrorCode(IntEnum):
     OUT_OF_ORDER_SEQUENCE_NUMBER = 45
     DUPLICATE_SEQUENCE_NUMBER = 46
     INVALID_PRODUCER_EPOCH = 47
+    INVALID_TXN_STATE = 48
     INVALID_PRODUCER_ID_MAPPING = 49
+    INVALID_TRANSACTION_TIMEOUT = 50
+    CONCURRENT_TRANSACTIONS = 51
+    TRANSACTION_COORDINATOR_FENCED = 52
+    TRANSACTIONAL_ID_AUTHORIZATION_FAILED = 53
+    OPERATION_NOT_ATTEMPTED = 55
     KAFKA_STORAGE_ERROR = 56
     UNKNOWN_PRODUCER_ID = 59
     NON_EMPTY_GROUP = 68
@@ -70,9 +76,12 @@ class ErrorCode(IntEnum):
     ELIGIBLE_LEADERS_NOT_AVAILABLE = 83
     ELECTION_NOT_NEEDED = 84
     INVALID_RECORD = 87
+    UNSTABLE_OFFSET_COMMIT = 88
     PRODUCER_FENCED = 90
     INVALID_UPDATE_VERSION = 95
+    TRANSACTIONAL_ID_NOT_FOUND = 105
     INELIGIBLE_REPLICA = 107
+    TRANSACTION_ABORTABLE = 120
 
 
 # Errors a client may retry after refreshing metadata or backing off (Kafka's
@@ -99,6 +108,10 @@ RETRIABLE = frozenset(
         ErrorCode.OFFSET_NOT_AVAILABLE,
         ErrorCode.PREFERRED_LEADER_NOT_AVAILABLE,
         ErrorCode.ELIGIBLE_LEADERS_NOT_AVAILABLE,
+        # A transaction is completing (or an id is being fenced): retry after a backoff.
+        ErrorCode.CONCURRENT_TRANSACTIONS,
+        # A transactional offset commit of the partition is not yet decided (KIP-447).
+        ErrorCode.UNSTABLE_OFFSET_COMMIT,
     }
 )
 
@@ -231,7 +244,13 @@ _CLASS_NAMES = {
     ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER: "OutOfOrderSequenceNumberError",
     ErrorCode.DUPLICATE_SEQUENCE_NUMBER: "DuplicateSequenceNumberError",
     ErrorCode.INVALID_PRODUCER_EPOCH: "InvalidProducerEpochError",
+    ErrorCode.INVALID_TXN_STATE: "InvalidTxnStateError",
     ErrorCode.INVALID_PRODUCER_ID_MAPPING: "InvalidProducerIdMappingError",
+    ErrorCode.INVALID_TRANSACTION_TIMEOUT: "InvalidTransactionTimeoutError",
+    ErrorCode.CONCURRENT_TRANSACTIONS: "ConcurrentTransactionsError",
+    ErrorCode.TRANSACTION_COORDINATOR_FENCED: "TransactionCoordinatorFencedError",
+    ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED: "TransactionalIdAuthorizationFailedError",
+    ErrorCode.OPERATION_NOT_ATTEMPTED: "OperationNotAttemptedError",
     ErrorCode.KAFKA_STORAGE_ERROR: "KafkaStorageError",
     ErrorCode.UNKNOWN_PRODUCER_ID: "UnknownProducerIdError",
     ErrorCode.NON_EMPTY_GROUP: "NonEmptyGroupError",
@@ -248,9 +267,12 @@ _CLASS_NAMES = {
     ErrorCode.ELIGIBLE_LEADERS_NOT_AVAILABLE: "EligibleLeadersNotAvailableError",
     ErrorCode.ELECTION_NOT_NEEDED: "ElectionNotNeededError",
     ErrorCode.INVALID_RECORD: "InvalidRecordError",
+    ErrorCode.UNSTABLE_OFFSET_COMMIT: "UnstableOffsetCommitError",
     ErrorCode.PRODUCER_FENCED: "ProducerFencedError",
     ErrorCode.INVALID_UPDATE_VERSION: "InvalidUpdateVersionError",
+    ErrorCode.TRANSACTIONAL_ID_NOT_FOUND: "TransactionalIdNotFoundError",
     ErrorCode.INELIGIBLE_REPLICA: "IneligibleReplicaError",
+    ErrorCode.TRANSACTION_ABORTABLE: "TransactionAbortableError",
 }
 
 #: {code: the KafkaError subclass raised for it}

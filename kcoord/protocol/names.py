@@ -33,5 +33,11 @@ def group_coordinator(cluster: str, index: int) -> str:
     return f"{cluster}/group/{index}"
 
 
+def transaction_coordinator(cluster: str, index: int) -> str:
+    """Transaction coordinator ``index``: the owner of partition ``index`` of
+    ``__transaction_state`` (docs/transactions.md)."""
+    return f"{cluster}/txn/{index}"
+
+
 def prefix(cluster: str) -> str:
     return f"{cluster}/"
