@@ -40,7 +40,12 @@ class ErrorCode(IntEnum):
     INVALID_SESSION_TIMEOUT = 26
     REBALANCE_IN_PROGRESS = 27
     INVALID_COMMIT_OFFSET_SIZE = 28
+    TOPIC_AUTHORIZATION_FAILED = 29
+    GROUP_AUTHORIZATION_FAILED = 30
+    CLUSTER_AUTHORIZATION_FAILED = 31
     INVALID_TIMESTAMP = 32
+    UNSUPPORTED_SASL_MECHANISM = 33
+    ILLEGAL_SASL_STATE = 34
     UNSUPPORTED_VERSION = 35
     TOPIC_ALREADY_EXISTS = 36
     INVALID_PARTITIONS = 37
@@ -54,7 +59,10 @@ class ErrorCode(IntEnum):
     DUPLICATE_SEQUENCE_NUMBER = 46
     INVALID_PRODUCER_EPOCH = 47
     INVALID_PRODUCER_ID_MAPPING = 49
+    TRANSACTIONAL_ID_AUTHORIZATION_FAILED = 53
+    SECURITY_DISABLED = 54
     KAFKA_STORAGE_ERROR = 56
+    SASL_AUTHENTICATION_FAILED = 58
     UNKNOWN_PRODUCER_ID = 59
     NON_EMPTY_GROUP = 68
     GROUP_ID_NOT_FOUND = 69
@@ -70,6 +78,9 @@ class ErrorCode(IntEnum):
     ELIGIBLE_LEADERS_NOT_AVAILABLE = 83
     ELECTION_NOT_NEEDED = 84
     INVALID_RECORD = 87
+    RESOURCE_NOT_FOUND = 91
+    DUPLICATE_RESOURCE = 92
+    UNACCEPTABLE_CREDENTIAL = 93
     INVALID_UPDATE_VERSION = 95
     INELIGIBLE_REPLICA = 107
 
@@ -217,7 +228,12 @@ _CLASS_NAMES = {
     ErrorCode.INVALID_SESSION_TIMEOUT: "InvalidSessionTimeoutError",
     ErrorCode.REBALANCE_IN_PROGRESS: "RebalanceInProgressError",
     ErrorCode.INVALID_COMMIT_OFFSET_SIZE: "InvalidCommitOffsetSizeError",
+    ErrorCode.TOPIC_AUTHORIZATION_FAILED: "TopicAuthorizationFailedError",
+    ErrorCode.GROUP_AUTHORIZATION_FAILED: "GroupAuthorizationFailedError",
+    ErrorCode.CLUSTER_AUTHORIZATION_FAILED: "ClusterAuthorizationFailedError",
     ErrorCode.INVALID_TIMESTAMP: "InvalidTimestampError",
+    ErrorCode.UNSUPPORTED_SASL_MECHANISM: "UnsupportedSaslMechanismError",
+    ErrorCode.ILLEGAL_SASL_STATE: "IllegalSaslStateError",
     ErrorCode.UNSUPPORTED_VERSION: "UnsupportedVersionError",
     ErrorCode.TOPIC_ALREADY_EXISTS: "TopicAlreadyExistsError",
     ErrorCode.INVALID_PARTITIONS: "InvalidPartitionsError",
@@ -231,7 +247,10 @@ _CLASS_NAMES = {
     ErrorCode.DUPLICATE_SEQUENCE_NUMBER: "DuplicateSequenceNumberError",
     ErrorCode.INVALID_PRODUCER_EPOCH: "InvalidProducerEpochError",
     ErrorCode.INVALID_PRODUCER_ID_MAPPING: "InvalidProducerIdMappingError",
+    ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED: "TransactionalIdAuthorizationFailedError",
+    ErrorCode.SECURITY_DISABLED: "SecurityDisabledError",
     ErrorCode.KAFKA_STORAGE_ERROR: "KafkaStorageError",
+    ErrorCode.SASL_AUTHENTICATION_FAILED: "SaslAuthenticationFailedError",
     ErrorCode.UNKNOWN_PRODUCER_ID: "UnknownProducerIdError",
     ErrorCode.NON_EMPTY_GROUP: "NonEmptyGroupError",
     ErrorCode.GROUP_ID_NOT_FOUND: "GroupIdNotFoundError",
@@ -247,6 +266,9 @@ _CLASS_NAMES = {
     ErrorCode.ELIGIBLE_LEADERS_NOT_AVAILABLE: "EligibleLeadersNotAvailableError",
     ErrorCode.ELECTION_NOT_NEEDED: "ElectionNotNeededError",
     ErrorCode.INVALID_RECORD: "InvalidRecordError",
+    ErrorCode.RESOURCE_NOT_FOUND: "ResourceNotFoundError",
+    ErrorCode.DUPLICATE_RESOURCE: "DuplicateResourceError",
+    ErrorCode.UNACCEPTABLE_CREDENTIAL: "UnacceptableCredentialError",
     ErrorCode.INVALID_UPDATE_VERSION: "InvalidUpdateVersionError",
     ErrorCode.INELIGIBLE_REPLICA: "IneligibleReplicaError",
 }

@@ -56,6 +56,7 @@ from .controller_metrics import ControllerMetrics
 from .election import elect_leader, imbalanced_brokers, preferred_leader_move, shrink_isr_without
 from .failure_detector import OK, RECOVERED, RESTARTED, FailureDetector
 from .placement import PLACEMENT_KEY, BrokerBinding, decode_binding
+from .security_metadata import SECURITY_REQUESTS, SecurityMetadata
 from .metadata import (
     NO_LEADER,
     ClusterState,
@@ -115,6 +116,8 @@ class ControllerState:
         # Replicas whose log reported an I/O error, with the reason (until they answer
         # healthy again, i.e. after a restart).
         self.offline_logs: dict[ReplicaId, str] = {}
+        # SCRAM credentials and ACLs (security_metadata.py): their own keys and requests.
+        self.security = SecurityMetadata()
 
     # ------------------------------------------------------------------------------------
     # boot
@@ -133,6 +136,7 @@ class ControllerState:
             self.cluster = ClusterState.decode(raw)
         self.cluster.controller_epoch += 1
         actions: list[ControllerAction] = [Persist(cluster_key(), self.cluster.encode())]
+        self.security.load(stored, self.cluster.controller_epoch)
         raw_binding = stored.get(PLACEMENT_KEY)
         if raw_binding is not None:
             try:
@@ -250,6 +254,8 @@ class ControllerState:
             response, actions = self.alter_partition(request, now_ms)
         elif isinstance(request, InitProducerIdRequest):
             response, actions = self.init_producer_id(request)
+        elif isinstance(request, SECURITY_REQUESTS):
+            response, actions = self.security.handle(request)
         else:
             raise TypeError(f"the controller does not serve {type(request).__name__}")
         return [*actions, Reply(token, response)]
