@@ -21,6 +21,7 @@ import hmac
 import os
 from dataclasses import dataclass
 from enum import IntEnum
+from functools import cached_property
 
 DEFAULT_ITERATIONS = 4096
 # Kafka's bounds for SCRAM iterations (ScramMechanism's min/max iterations).
@@ -71,6 +72,7 @@ class ScramCredential:
     stored_key: bytes
     server_key: bytes
 
+    @cached_property
     def fingerprint(self) -> bytes:
         """Changes whenever the credential does (a new password, salt or count): an
         open connection authenticated with an older one is closed."""
