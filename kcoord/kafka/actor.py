@@ -89,8 +89,9 @@ class KafkaListener:
         self._server = server
         first = ports[min(ports)]
         self._address = f"{self.advertised_host}:{first}"
-        routing.record_listener(self.cluster, self.node_id, self.advertised_host, ports)
         protocol = security.config.protocol if security is not None else "PLAINTEXT"
+        authenticates = security is not None and security.config.authenticates
+        routing.record_listener(self.cluster, self.node_id, self.advertised_host, ports, bind=self.bind_host, protocol=protocol, authenticates=authenticates)
         logger.info("[kafka] cluster %r: listening on %s ports %s (broker -> port), advertised as %s, %s", self.cluster, self.bind_host, ports, self.advertised_host, protocol)
         return self._address
 

@@ -336,13 +336,22 @@ def _store(cluster: str) -> Any:
     return GcsStore.for_cluster(cluster)
 
 
-def record_listener(cluster: str, node_id: str, host: str, ports: dict[int, int]) -> None:
-    _store(cluster).put_json(LISTENER_KEY_PREFIX + node_id, {"host": host, "ports": {str(b): p for b, p in ports.items()}})
+def record_listener(cluster: str, node_id: str, host: str, ports: dict[int, int], *, bind: str = "", protocol: str = "PLAINTEXT", authenticates: bool = False) -> None:
+    """``bind``, ``protocol`` and whether every client is authenticated are what `kcoord
+    status` reports (a listener open to anyone on a routable address is flagged)."""
+    record = {"host": host, "ports": {str(b): p for b, p in ports.items()}, "bind": bind or host, "protocol": protocol, "authenticates": authenticates}
+    _store(cluster).put_json(LISTENER_KEY_PREFIX + node_id, record)
 
 
 def _parse(value: dict) -> dict | None:
     try:
-        return {"host": str(value["host"]), "ports": {int(b): int(p) for b, p in value["ports"].items()}}
+        return {
+            "host": str(value["host"]),
+            "ports": {int(b): int(p) for b, p in value["ports"].items()},
+            "bind": str(value.get("bind") or value["host"]),
+            "protocol": str(value.get("protocol") or "PLAINTEXT"),
+            "authenticates": bool(value.get("authenticates", False)),
+        }
     except (KeyError, TypeError, ValueError, AttributeError):
         return None
 

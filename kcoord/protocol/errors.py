@@ -199,6 +199,7 @@ class KafkaError(Exception):
 # One class per code, named as kafka-python names them (kafka.errors), so that code written
 # for kafka-python catches the same names. The one table from code to class.
 _CLASS_NAMES = {
+    ErrorCode.NONE: "NoError",  # what kafka-python's describe_acls returns on success
     ErrorCode.UNKNOWN_SERVER_ERROR: "UnknownError",
     ErrorCode.OFFSET_OUT_OF_RANGE: "OffsetOutOfRangeError",
     ErrorCode.CORRUPT_MESSAGE: "CorruptRecordError",
