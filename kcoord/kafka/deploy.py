@@ -70,15 +70,32 @@ def stop_listeners(cluster: str, namespace: str = names.DEFAULT_NAMESPACE) -> in
     """Kill every listener of ``cluster`` recorded in the GCS; forget their addresses."""
     import ray
 
+    import time
+
     killed = 0
-    for node_id in routing.listener_nodes(cluster):
+    names_ = [listener_name(cluster, node_id) for node_id in routing.listener_nodes(cluster)]
+    for name in names_:
         try:
-            ray.kill(ray.get_actor(listener_name(cluster, node_id), namespace=namespace), no_restart=True)
+            ray.kill(ray.get_actor(name, namespace=namespace), no_restart=True)
             killed += 1
         except ValueError:
             pass
     routing.forget_listeners(cluster)
+    # Gone before anyone starts a listener of the same name again (restart_listeners).
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and any(_named(name, namespace) for name in names_):
+        time.sleep(0.05)
     return killed
+
+
+def _named(name: str, namespace: str) -> bool:
+    import ray
+
+    try:
+        ray.get_actor(name, namespace=namespace)
+        return True
+    except ValueError:
+        return False
 
 
 def listener_actor_names(cluster: str) -> list[str]:

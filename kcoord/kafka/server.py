@@ -89,6 +89,7 @@ class Connection:
     session_expiry_ms: int | None = None  # KIP-368: re-authenticate before this
     sasl: Any = None  # the SASL exchange under way (kcoord.security.sasl)
     sasl_mechanism: str = ""
+    raw_sasl: bool = False  # SaslHandshake v0: the tokens that follow come without Kafka framing
     sasl_failure: str | None = None  # a re-authentication already doomed (another mechanism)
     reauthenticating: bool = False
     reauth_capable: bool = False  # the client spoke SaslAuthenticate v1+ (KIP-368)
@@ -341,6 +342,13 @@ class KafkaServer:
                     logger.warning("[kafka %s] closing: truncated frame (%d of %d bytes)", conn.peer, len(exc.partial), size)
                     break
                 conn.last_active = loop.time()
+                if conn.raw_sasl:
+                    # After SaslHandshake v0 the SASL tokens come bare, answered bare.
+                    task = loop.create_task(self._raw_sasl_token(conn, data))
+                    conn.requests_in_flight += 1
+                    await queue.put((None, 0, 0, task))
+                    await asyncio.wait([task])
+                    continue
                 try:
                     key, version, corr, client_id, pos = parse_header(data, self.apis)
                 except (BadFrame, struct.error) as exc:
@@ -395,6 +403,14 @@ class KafkaServer:
             except (Exception, asyncio.CancelledError):
                 sender.cancel()
 
+    async def _raw_sasl_token(self, conn: Connection, token: bytes) -> tuple[int, bytes] | str:
+        """One bare SASL token (SaslHandshake v0): the exchange's answer, bare; a failure
+        closes the connection without an answer, as Kafka does for v0 clients."""
+        from .handlers.sasl import step_raw
+
+        answer = await step_raw(self.security, conn, token)
+        return CLOSE if answer is None else (0, answer)
+
     async def _refuse(self, api: Api, version: int, data: bytes, pos: int, code: int, message: str) -> tuple[int, bytes] | str | None:
         """The request's own error response with ``code`` (its body decoded if it can be)."""
         try:
@@ -420,6 +436,17 @@ class KafkaServer:
             finally:
                 conn.requests_in_flight -= 1
                 conn.last_active = loop.time()
+            if api is None:  # a bare SASL token (SaslHandshake v0)
+                if body == CLOSE or broken:
+                    broken = True
+                    writer.close()
+                    continue
+                try:
+                    writer.write(_SIZE.pack(len(body[1])) + body[1])
+                    await writer.drain()
+                except (ConnectionError, OSError):
+                    broken = True
+                continue
             if body == CLOSE and not broken:
                 logger.warning("[kafka %s] closing: no answer could be built for %s v%d", conn.peer, api.request.name, version)
                 broken = True

@@ -99,6 +99,16 @@ class ScramServer:
         self._user = user
         return credential.salt, credential.stored_key, credential.server_key, credential.iterations
 
+    def _accept_kafkas_nonce(self, client_final: str) -> None:
+        """Kafka's server takes a client-final nonce that *ends with* the one it sent
+        (ScramSaslServer's check), and librdkafka before 2.1 sends the client nonce twice
+        there; RFC 5802 wants them equal, as scramp does. Such a nonce is accepted as
+        Kafka accepts it: the proof is still checked over the message as sent."""
+        sent = _attribute(client_final, "r")
+        expected = str(self._server.nonce)
+        if sent and sent != expected and sent.endswith(expected):
+            self._server.nonce = type(self._server.nonce)(sent)
+
     def step(self, token: bytes) -> bytes:
         from scramp import ScramException
 
@@ -113,6 +123,7 @@ class ScramServer:
                 return self._server.get_server_first().encode("utf-8")
             if self._round == 1:
                 self._round = 2
+                self._accept_kafkas_nonce(message)
                 self._server.set_client_final(message)
                 final = self._server.get_server_final().encode("utf-8")
                 assert self._credential is not None
@@ -122,6 +133,13 @@ class ScramServer:
         except ScramException:
             raise SaslAuthenticationFailed(invalid_credentials(self.mechanism)) from None
         raise SaslAuthenticationFailed(f"Authentication failed: the {self.mechanism} exchange is already complete")
+
+
+def _attribute(message: str, name: str) -> str | None:
+    for part in message.split(","):
+        if part.startswith(name + "="):
+            return part[len(name) + 1 :]
+    return None
 
 
 def server_for(mechanism: str, lookup: CredentialLookup) -> PlainServer | ScramServer:

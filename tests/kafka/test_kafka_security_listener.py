@@ -207,7 +207,7 @@ def healthy(lst: Listener, mechanism: str = "SCRAM-SHA-256") -> None:
 def test_each_mechanism_authenticates_and_the_session_has_a_lifetime(listener, mechanism) -> None:
     c = RawClient(listener.port)
     versions = {k.api_key: (k.min_version, k.max_version) for k in c.api_versions().api_keys}
-    assert versions[17] == (1, 1) and versions[36] == (0, 2)
+    assert versions[17] == (0, 1) and versions[36] == (0, 2)
     answer = c.login(mechanism, "alice", "alice-secret")
     assert answer.error_code == 0 and answer.session_lifetime_ms == 60_000
     assert [t.name for t in c.metadata().topics] == ["alpha"], "alice may describe alpha only"
@@ -242,6 +242,33 @@ def test_skipping_sasl_is_refused_with_illegal_sasl_state_and_closed(listener) -
     assert c.authenticate_token(b"\0alice\0alice-secret").error_code == E.ILLEGAL_SASL_STATE, "SaslAuthenticate before SaslHandshake"
     assert c.closed_within(2)
     healthy(listener)
+
+
+@pytest.mark.parametrize("mechanism", MECHANISMS)
+def test_sasl_handshake_v0_then_bare_tokens(listener, mechanism) -> None:
+    """Old clients: SaslHandshake v0, then the SASL tokens without Kafka's framing."""
+    import scramp
+    from kafka.protocol.sasl import SaslHandshakeRequest, SaslHandshakeResponse
+
+    def bare(c: RawClient, token: bytes) -> bytes:
+        c.send_bytes(struct.pack(">i", len(token)) + token)
+        (size,) = struct.unpack(">i", c._read(4))
+        return c._read(size)
+
+    c = RawClient(listener.port)
+    assert c.call(SaslHandshakeRequest(mechanism=mechanism), 0, SaslHandshakeResponse).error_code == 0
+    if mechanism == "PLAIN":
+        assert bare(c, b"\0alice\0alice-secret") == b""
+    else:
+        client = scramp.ScramClient([mechanism], "alice", "alice-secret")
+        client.set_server_first(bare(c, client.get_client_first().encode()).decode())
+        client.set_server_final(bare(c, client.get_client_final().encode()).decode())
+    assert [t.name for t in c.metadata().topics] == ["alpha"]
+    wrong = RawClient(listener.port)
+    assert wrong.call(SaslHandshakeRequest(mechanism="PLAIN"), 0, SaslHandshakeResponse).error_code == 0
+    token = b"\0alice\0wrong"
+    wrong.send_bytes(struct.pack(">i", len(token)) + token)
+    assert wrong.closed_within(2), "a failure is a closed connection (v0 carries no error)"
 
 
 def test_a_second_handshake_before_authenticating_is_illegal(listener) -> None:

@@ -119,6 +119,37 @@ def test_scram_refuses_a_wrong_password_an_unknown_user_and_a_missing_credential
         scram_exchange(mechanism, "alice", "secret", {"alice": {other: credential_from_password(other, "secret")}})
 
 
+def test_scram_accepts_a_final_nonce_that_ends_with_the_servers_as_kafka_does() -> None:
+    """librdkafka 2.0 (kcat 1.7) sends the client nonce twice in its final message; Kafka's
+    server accepts a nonce that ends with the one it sent. The proof still has to hold."""
+    import base64
+    import hashlib
+    import hmac
+
+    def final_for(server, password: str, tamper=lambda r: r) -> bytes:
+        first_bare = "n=alice,r=cnonce"
+        server_first = server.step(("n,," + first_bare).encode()).decode()
+        r = dict(p.split("=", 1) for p in server_first.split(","))["r"]
+        without_proof = f"c=biws,r={tamper('cnonce' + r)}"
+        cred = users(alice="secret")["alice"][S256]
+        salted = hashlib.pbkdf2_hmac("sha256", password.encode(), cred.salt, cred.iterations)
+        client_key = hmac.new(salted, b"Client Key", hashlib.sha256).digest()
+        signature = hmac.new(hashlib.sha256(client_key).digest(), f"{first_bare},{server_first},{without_proof}".encode(), hashlib.sha256).digest()
+        proof = base64.b64encode(bytes(a ^ b for a, b in zip(client_key, signature))).decode()
+        return f"{without_proof},p={proof}".encode()
+
+    lookup = lambda u: users(alice="secret").get(u)  # noqa: E731
+    server = server_for("SCRAM-SHA-256", lookup)
+    server.step(final_for(server, "secret"))
+    assert server.complete and server.result.user == "alice"
+    with pytest.raises(SaslAuthenticationFailed):  # the same with a wrong password
+        s = server_for("SCRAM-SHA-256", lookup)
+        s.step(final_for(s, "wrong"))
+    with pytest.raises(SaslAuthenticationFailed):  # a nonce that does not end with the server's
+        s = server_for("SCRAM-SHA-256", lookup)
+        s.step(final_for(s, "secret", tamper=lambda r: r + "x"))
+
+
 def test_scram_refuses_garbage() -> None:
     for token in (b"", b"garbage", b"\xff", b"n,,n=alice"):
         server = server_for("SCRAM-SHA-256", lambda u: users(alice="secret").get(u))

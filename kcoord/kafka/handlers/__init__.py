@@ -96,8 +96,8 @@ _TABLE = [
     (20, DeleteTopicsRequest, DeleteTopicsResponse, 0, 3, cluster.delete_topics, cluster.delete_topics_error, True),
     (22, InitProducerIdRequest, InitProducerIdResponse, 0, 1, cluster.init_producer_id, cluster.init_producer_id_error, False),
     (32, DescribeConfigsRequest, DescribeConfigsResponse, 0, 4, cluster.describe_configs, cluster.describe_configs_error, False),
-    # security (handlers/sasl.py, handlers/acls.py); SaslHandshake v0's raw tokens are not served
-    (17, SaslHandshakeRequest, SaslHandshakeResponse, 1, 1, sasl.sasl_handshake, sasl.sasl_handshake_error, False),
+    # security (handlers/sasl.py, handlers/acls.py); after SaslHandshake v0 tokens come bare
+    (17, SaslHandshakeRequest, SaslHandshakeResponse, 0, 1, sasl.sasl_handshake, sasl.sasl_handshake_error, False),
     (36, SaslAuthenticateRequest, SaslAuthenticateResponse, 0, 2, sasl.sasl_authenticate, sasl.sasl_authenticate_error, False),
     (29, DescribeAclsRequest, DescribeAclsResponse, 1, 3, acls.describe_acls, acls.describe_acls_error, False),
     (30, CreateAclsRequest, CreateAclsResponse, 1, 3, acls.create_acls, acls.create_acls_error, True),

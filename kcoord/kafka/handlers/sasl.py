@@ -1,6 +1,6 @@
-"""SaslHandshake (v1) and SaslAuthenticate (v0-2): SASL PLAIN and SCRAM-SHA-256/512 with
-Kafka's framing (the tokens inside SaslAuthenticate; SaslHandshake v0's raw tokens are not
-served), and re-authentication (KIP-368).
+"""SaslHandshake (v0-1) and SaslAuthenticate (v0-2): SASL PLAIN and SCRAM-SHA-256/512 with
+Kafka's framing (the tokens inside SaslAuthenticate; after SaslHandshake v0, as old clients
+send them, bare size-prefixed tokens: :func:`step_raw`), and re-authentication (KIP-368).
 
 The exchange (kcoord.security.sasl) runs against the credentials this listener polled
 from the controller. On success the connection gets its principal (``User:`` + the user)
@@ -56,6 +56,7 @@ async def sasl_handshake(ctx: ListenerContext, conn: Any, req: Any, version: int
         return R(error_code=E.UNSUPPORTED_SASL_MECHANISM, mechanisms=enabled)
     conn.sasl = server_for(req.mechanism, security.credentials)
     conn.sasl_mechanism = req.mechanism
+    conn.raw_sasl = version == 0
     return R(error_code=0, mechanisms=enabled)
 
 
@@ -98,8 +99,41 @@ async def sasl_authenticate(ctx: ListenerContext, conn: Any, req: Any, version: 
     principal = f"User:{result.user}"
     if conn.reauthenticating and principal != conn.principal:
         return fail(f"Cannot change principals during re-authentication from {conn.principal}: {principal}")
+    lifetime = _authenticated(security, conn, result)
+    return R(error_code=0, error_message=None, auth_bytes=token, session_lifetime_ms=lifetime)
+
+
+async def step_raw(security: Any, conn: Any, token: bytes) -> bytes | None:
+    """One bare token after SaslHandshake v0: the answer token, or None on failure (the
+    connection is then closed without an answer: v0 has no way to carry an error)."""
+    exchange = conn.sasl
+    if security is None or exchange is None:
+        conn.closing = "a bare SASL token without a SaslHandshake v0"
+        return None
+    if not await security.ready():
+        conn.closing = "the cluster's credentials are not loaded yet"
+        return None
+    try:
+        if exchange.mechanism == PLAIN:
+            answer = await asyncio.to_thread(exchange.step, bytes(token))
+        else:
+            answer = exchange.step(bytes(token))
+    except SaslAuthenticationFailed as exc:
+        security.stats["authentication_failures"] += 1
+        logger.warning("[kafka %s] closing: authentication (SaslHandshake v0) %s failed: %s", conn.peer, exchange.mechanism, exc)
+        conn.closing = str(exc)
+        conn.sasl = None
+        return None
+    if exchange.complete:
+        _authenticated(security, conn, exchange.result)
+        conn.raw_sasl = False
+    return answer
+
+
+def _authenticated(security: Any, conn: Any, result: Any) -> int:
+    """The connection is now ``User:`` + the user; returns the session lifetime (0: none)."""
     reauth_ms = security.limits.reauth_ms
-    conn.principal = principal
+    conn.principal = f"User:{result.user}"
     conn.user = result.user
     conn.credential_mechanism = result.credential.mechanism
     conn.credential_fingerprint = result.credential.fingerprint
@@ -107,7 +141,7 @@ async def sasl_authenticate(ctx: ListenerContext, conn: Any, req: Any, version: 
     conn.authenticated = True
     conn.reauthenticating = False
     conn.sasl = None
-    return R(error_code=0, error_message=None, auth_bytes=token, session_lifetime_ms=reauth_ms if reauth_ms > 0 else 0)
+    return reauth_ms if reauth_ms > 0 else 0
 
 
 def sasl_authenticate_error(req: Any, version: int, code: int, message: str | None) -> Any:
