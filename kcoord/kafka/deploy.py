@@ -184,3 +184,16 @@ def restart_listeners(
         info["kafka"] = kafka
         GcsStore.for_cluster(cluster).put_json(DEPLOY_INFO_KEY, info)
     return bootstrap
+
+
+def listener_stats(cluster: str, namespace: str = names.DEFAULT_NAMESPACE, timeout_s: float = 30.0) -> list[dict]:
+    """Every listener's ``stats()`` (connections, requests, refusals, authentication)."""
+    import ray
+
+    out = []
+    for name in listener_actor_names(cluster):
+        try:
+            out.append(ray.get(ray.get_actor(name, namespace=namespace).stats.remote(), timeout=timeout_s))
+        except Exception as exc:  # noqa: BLE001 - a listener gone or restarting: say so
+            out.append({"actor": name, "error": repr(exc)})
+    return out
