@@ -129,12 +129,12 @@ async def connect_times(host: str, port: int, times: int, protocol: str, mechani
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=" ".join(__doc__.split("\n\n")[0].split()))
-    parser.add_argument("--quick", action="store_true", help="30k records, 1 round, 15 connections per case (default: 200k, 3 rounds, 40)")
+    parser.add_argument("--quick", action="store_true", help="30k records, 1 round, 15 connections per case (default: 500k, 3 rounds, 40)")
     parser.add_argument("--out", help="also write the JSON here")
     parser.add_argument("--records", type=int, default=None, help="records per produce/consume case")
     parser.add_argument("--rounds", type=int, default=None, help="rounds of PLAINTEXT and SASL_SSL")
     args = parser.parse_args()
-    n = args.records or (30_000 if args.quick else 200_000)
+    n = args.records or (30_000 if args.quick else 500_000)
     rounds = args.rounds or (1 if args.quick else 3)
     connections = 15 if args.quick else 40
     partitions = 6

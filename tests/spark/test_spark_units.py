@@ -151,3 +151,18 @@ def test_null_partitions_are_filled_deterministically():
     out = tasks._fill_partitions([2, None, None, None], keys, 5, seed=7)
     assert out == [2, (7 + 1) % 5, partition_for_key(b"k2", 5), (7 + 3) % 5]
     assert out == tasks._fill_partitions([2, None, None, None], keys, 5, seed=7)
+
+
+def test_executors_get_the_drivers_ray_token_authentication(monkeypatch):
+    """Spark executors join the driver's Ray: its token authentication mode, and the token's
+    path (or value) when the driver was given it that way (issue 36)."""
+    import importlib
+
+    S = importlib.import_module("kcoord.spark.session")
+
+    monkeypatch.setattr(S, "token_auth_enabled", lambda: True)
+    monkeypatch.setenv("RAY_AUTH_TOKEN_PATH", "/etc/ray/token")
+    monkeypatch.delenv("RAY_AUTH_TOKEN", raising=False)
+    assert S.ray_auth_configs() == {"spark.executorEnv.RAY_AUTH_MODE": "token", "spark.executorEnv.RAY_AUTH_TOKEN_PATH": "/etc/ray/token"}
+    monkeypatch.setattr(S, "token_auth_enabled", lambda: False)
+    assert S.ray_auth_configs() == {"spark.executorEnv.RAY_AUTH_MODE": "disabled"}
