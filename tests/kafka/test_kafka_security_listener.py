@@ -431,6 +431,10 @@ def test_metadata_auto_create_and_acl_apis_follow_the_acls() -> None:
         alice = RawClient(lst.port)
         assert alice.login("PLAIN", "alice", "a").error_code == 0
         assert [t.name for t in alice.metadata().topics] == ["team-a-orders"], "READ on a prefix implies DESCRIBE; the rest is hidden"
+        from kafka.protocol.metadata import MetadataRequest, MetadataResponse
+
+        ops = alice.call(MetadataRequest(topics=None, allow_auto_topic_creation=False, include_cluster_authorized_operations=True, include_topic_authorized_operations=True), 8, MetadataResponse)
+        assert ops.topics[0].authorized_operations == {int(Op.READ), int(Op.DESCRIBE)} and ops.authorized_operations == set(), "Metadata v8's authorized operations"
         named = {t.name: t.error_code for t in alice.metadata(["alpha", "team-a-orders", "nope"]).topics}
         assert named == {"alpha": E.TOPIC_AUTHORIZATION_FAILED, "team-a-orders": 0, "nope": E.TOPIC_AUTHORIZATION_FAILED}
         # auto-creation needs CREATE, on the cluster or the topic

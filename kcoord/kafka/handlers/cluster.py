@@ -20,7 +20,7 @@ from ...protocol.controller import DescribeConfigsRequest as ControllerDescribeC
 from ...protocol.errors import ErrorCode
 from ...replication.topic_plan import default_replication_factor
 from ...security.acl import CLUSTER_NAME, ACLOperation as Op, ResourceType as RT
-from ...security.authorizer import OPERATIONS, operations_bitfield
+from ...security.authorizer import OPERATIONS
 from ._base import OFFSETS_TOPIC, ListenerContext
 
 logger = logging.getLogger("kcoord.kafka")
@@ -55,11 +55,11 @@ def api_versions_error(apis: dict[int, Any]):
 # -- Metadata (3) --------------------------------------------------------------------------
 
 
-def _operations(ctx: ListenerContext, conn: Any, resource_type: RT, name: str) -> int:
-    """Kafka's authorized-operations bit field (every operation without an authorizer)."""
-    if ctx.security is None:
-        return operations_bitfield(OPERATIONS[resource_type])
-    return operations_bitfield(ctx.security.authorized_operations(conn, resource_type, name))
+def _operations(ctx: ListenerContext, conn: Any, resource_type: RT, name: str) -> set[int]:
+    """Kafka's authorized operations (a bit field on the wire; kafka-python takes the set
+    of bit numbers): every operation of the type without an authorizer."""
+    ops = OPERATIONS[resource_type] if ctx.security is None else ctx.security.authorized_operations(conn, resource_type, name)
+    return {int(op) for op in ops}
 
 
 async def metadata(ctx: ListenerContext, conn: Any, req: Any, version: int) -> Any:
@@ -120,7 +120,7 @@ async def metadata(ctx: ListenerContext, conn: Any, req: Any, version: int) -> A
                 partitions=parts,
             )
             if topic_ops:
-                topic.topic_authorized_operations = _operations(ctx, conn, RT.TOPIC, t.name)
+                topic.authorized_operations = _operations(ctx, conn, RT.TOPIC, t.name)
             topics.append(topic)
     topics += [R.MetadataResponseTopic(error_code=E.TOPIC_AUTHORIZATION_FAILED, name=n, is_internal=False, partitions=[]) for n in denied]
     answer = R(
@@ -132,7 +132,7 @@ async def metadata(ctx: ListenerContext, conn: Any, req: Any, version: int) -> A
     )
     if version >= 8 and getattr(req, "include_cluster_authorized_operations", False):
         allowed = ctx.allowed(conn, Op.DESCRIBE, RT.CLUSTER, CLUSTER_NAME)
-        answer.cluster_authorized_operations = _operations(ctx, conn, RT.CLUSTER, CLUSTER_NAME) if allowed else 0
+        answer.authorized_operations = _operations(ctx, conn, RT.CLUSTER, CLUSTER_NAME) if allowed else set()
     return answer
 
 
