@@ -380,6 +380,7 @@ def test_acls_allow_exactly_what_they_say(secure, leg) -> None:
     codes["describe acls"] = code_of(lambda: kadmin.describe_acls(KFilter(None, None, KOp.ANY, KPerm.ANY, KPF(KRT.ANY, None, KPat.ANY))))
     codes["describe users"] = code_of(lambda: kadmin.describe_user_scram_credentials())
     codes["cluster configs"] = _broker_config_code(raw)
+    codes["delete records"] = _delete_records_code(raw, target)
     assert codes == {
         "create topic": 29,  # TOPIC_AUTHORIZATION_FAILED
         "delete topic": 29,
@@ -392,6 +393,7 @@ def test_acls_allow_exactly_what_they_say(secure, leg) -> None:
         "describe acls": 31,  # CLUSTER_AUTHORIZATION_FAILED
         "describe users": 31,
         "cluster configs": 31,
+        "delete records": 29,
     }, codes
     assert [t.name for t in raw.metadata().topics] == [target], "Metadata lists only what writer may describe"
     # DENY beats ALLOW, PREFIXED patterns, and the change reaches the open connection
@@ -407,10 +409,19 @@ def test_acls_allow_exactly_what_they_say(secure, leg) -> None:
     # a super user may do everything the writer may not
     boss = KafkaAdminClient(**as_user("admin"))
     boss.create_topics([NewTopic(f"boss-{tag}", 1, 1)])
-    boss.alter_configs([ConfigResource(ConfigResourceType.TOPIC, target, configs={"retention.ms": "3600000"})])
+    boss.alter_configs([ConfigResource(ConfigResourceType.TOPIC, target, configs={"retention.ms": "3600000", "segment.ms": "7200000"})])  # IncrementalAlterConfigs
+    boss_raw = RawClient(int(bootstrap.split(":")[1]))
+    assert boss_raw.login("PLAIN", "admin", USERS["admin"]).error_code == 0
+    assert _legacy_alter_config_code(boss_raw, target, {"retention.ms": "1800000"}) == 0  # AlterConfigs: the whole set
+    boss_raw.close()
     boss.create_partitions({target: NewPartitions(2)})
-    assert admin.describe_topic_config(target)["retention.ms"]["value"] == "3600000"
+    config = admin.describe_topic_config(target)
+    assert config["retention.ms"]["value"] == "1800000" and config["segment.ms"]["is_default"], "legacy AlterConfigs replaces the whole set"
     assert len(admin.describe_topic(target)["partitions"]) == 2
+    from kafka import TopicPartition as KTP
+
+    deleted = boss.delete_records({KTP(target, 0): -1})
+    assert admin.list_offsets(target, "earliest")[0] == admin.list_offsets(target, "latest")[0] >= 1, deleted
     boss.delete_topics([f"boss-{tag}", other])
     boss.close()
     kadmin.close()
@@ -504,6 +515,22 @@ def _init_transactional_code(c: RawClient, txn: str) -> int:
     from kafka.protocol.producer import InitProducerIdRequest, InitProducerIdResponse
 
     return c.call(InitProducerIdRequest(transactional_id=txn, transaction_timeout_ms=60000), 1, InitProducerIdResponse).error_code
+
+
+def _legacy_alter_config_code(c: RawClient, name: str, configs: dict) -> int:
+    from kafka.protocol.admin import AlterConfigsRequest, AlterConfigsResponse
+
+    R = AlterConfigsRequest.AlterConfigsResource
+    req = AlterConfigsRequest(resources=[R(resource_type=2, resource_name=name, configs=[R.AlterableConfig(name=k, value=v) for k, v in configs.items()])], validate_only=False)
+    return c.call(req, 2, AlterConfigsResponse).responses[0].error_code
+
+
+def _delete_records_code(c: RawClient, name: str) -> int:
+    from kafka.protocol.admin.topics import DeleteRecordsRequest, DeleteRecordsResponse
+
+    T = DeleteRecordsRequest.DeleteRecordsTopic
+    req = DeleteRecordsRequest(topics=[T(name=name, partitions=[T.DeleteRecordsPartition(partition_index=0, offset=-1)])], timeout_ms=10000)
+    return c.call(req, 2, DeleteRecordsResponse).topics[0].partitions[0].error_code
 
 
 def _broker_config_code(c: RawClient) -> int:
