@@ -9,7 +9,6 @@ real listener actor. Certificates are made in the test (trustme)."""
 from __future__ import annotations
 
 import asyncio
-import os
 import ssl
 import struct
 import subprocess
