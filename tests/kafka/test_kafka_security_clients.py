@@ -422,9 +422,26 @@ def test_acls_allow_exactly_what_they_say(secure, leg) -> None:
     deleted = boss.delete_records({KTP(target, 0): -1})
     assert admin.list_offsets(target, "earliest")[0] == admin.list_offsets(target, "latest")[0] >= 1, deleted
     boss.delete_topics([f"boss-{tag}", other])
+    # users over the wire (KIP-554): the salted password is turned into a credential by the listener
+    from kafka.admin import UserScramCredentialDeletion as KDel, UserScramCredentialUpsertion as KUps
+
+    assert boss.alter_user_scram_credentials([KUps(f"wire-{tag}", "SCRAM-SHA-256", "wire-secret")]) == {f"wire-{tag}": None}
+    assert boss.describe_user_scram_credentials([f"wire-{tag}"])[f"wire-{tag}"]["credential_infos"][0]["iterations"] == 4096
+    fresh = RawClient(int(bootstrap.split(":")[1]))
+    assert fresh.login("SCRAM-SHA-256", f"wire-{tag}", "wire-secret").error_code == 0
+    assert boss.alter_user_scram_credentials([KDel(f"wire-{tag}", "SCRAM-SHA-256")]) == {f"wire-{tag}": None}
+    wait_until(lambda: _session_closed(fresh), timeout=5, interval=0.05, what="the deleted user's session to end")
     boss.close()
     kadmin.close()
     raw.close()
+
+
+def _session_closed(c: RawClient) -> bool:
+    try:
+        c.metadata()
+        return False
+    except Closed:
+        return True
 
 
 def _filter_of(a: ACL):
@@ -555,14 +572,7 @@ def test_user_changes_reach_open_connections_within_a_second(secure, leg) -> Non
     admin.alter_user_scram_credentials([UserScramCredentialDeletion("temp", "SCRAM-SHA-256")])
     started = time.monotonic()
 
-    def cut() -> bool:
-        try:
-            c.metadata()
-            return False
-        except Closed:
-            return True
-
-    wait_until(cut, timeout=5, interval=0.05, what="the deleted user's session to be closed")
+    wait_until(lambda: _session_closed(c), timeout=5, interval=0.05, what="the deleted user's session to be closed")
     elapsed = time.monotonic() - started
     assert elapsed < 1.5, f"took {elapsed:.2f} s"
     for mechanism in MECHANISMS:

@@ -60,8 +60,8 @@ def test_the_seeds_that_found_bugs_still_pass() -> None:
 
 
 # Seeds with an admin altering users and ACLs through the controller (security.py);
-# KCOORD_SIM_SECURITY_SEEDS picks them like KCOORD_SIM_SEEDS (default 100).
-SECURITY_SEEDS = parse_seeds(os.environ.get("KCOORD_SIM_SECURITY_SEEDS", "").strip() or "100")
+# KCOORD_SIM_SECURITY_SEEDS picks them like KCOORD_SIM_SEEDS (default 60).
+SECURITY_SEEDS = parse_seeds(os.environ.get("KCOORD_SIM_SECURITY_SEEDS", "").strip() or "60")
 
 
 def test_security_metadata_survives_controller_crashes_and_store_failures() -> None:
