@@ -137,7 +137,7 @@ class ListenerSecurity:
         self.state: SecurityState | None = None
         self._loaded: asyncio.Event | None = None
         self._task: asyncio.Task | None = None
-        self.stats = {"security_polls": 0, "security_updates": 0, "security_poll_errors": 0, "authentication_failures": 0}
+        self.stats = {"security_polls": 0, "security_updates": 0, "security_poll_errors": 0, "authentication_failures": 0, "reauthentications": 0}
 
     # -- the controller's snapshot -----------------------------------------------------------
     def start(self) -> None:

@@ -334,6 +334,21 @@ def test_a_session_lifetime_closes_a_client_that_does_not_reauthenticate_and_rea
         lst.close()
 
 
+def test_librdkafka_reauthenticates_within_its_session_lifetime() -> None:
+    from confluent_kafka.admin import AdminClient
+
+    lst = Listener(sasl_config(), {"connections.max.reauth.ms": 1000})
+    try:
+        lst.backend.set_password("bob", "pw")
+        lst.backend.allow("User:bob", Op.DESCRIBE, RT.TOPIC, "*")
+        lst.sync()
+        admin = AdminClient({"bootstrap.servers": f"127.0.0.1:{lst.port}", "security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "SCRAM-SHA-256", "sasl.username": "bob", "sasl.password": "pw"})
+        wait_until(lambda: len(admin.list_topics(timeout=5).topics) == 3 and lst.security.stats["reauthentications"] >= 2, timeout=15, interval=0.2, what="librdkafka to re-authenticate")
+        assert lst.server.stats["closed_sessions"] == 0, "it re-authenticated in time: no session ran out"
+    finally:
+        lst.close()
+
+
 def test_without_a_lifetime_a_handshake_after_authentication_is_illegal_but_not_fatal() -> None:
     lst = Listener(sasl_config())
     try:

@@ -99,6 +99,8 @@ async def sasl_authenticate(ctx: ListenerContext, conn: Any, req: Any, version: 
     principal = f"User:{result.user}"
     if conn.reauthenticating and principal != conn.principal:
         return fail(f"Cannot change principals during re-authentication from {conn.principal}: {principal}")
+    if conn.reauthenticating:
+        security.stats["reauthentications"] += 1
     lifetime = _authenticated(security, conn, result)
     return R(error_code=0, error_message=None, auth_bytes=token, session_lifetime_ms=lifetime)
 
