@@ -35,6 +35,14 @@ from kcoord.protocol.controller import (
     MetadataRequest,
 )
 from kcoord.protocol.errors import DecodeError
+from kcoord.protocol.security import (
+    AlterUserScramCredentialsRequest,
+    CreateAclsRequest,
+    DeleteAclsRequest,
+    DescribeAclsRequest,
+    DescribeUserScramCredentialsRequest,
+    SecurityMetadataRequest,
+)
 from kcoord.replication.controller import ControllerConfig, ReplicaId
 from kcoord.replication.controller_driver import CREATED, EXISTS, FAILED, REPLACED, RESPONSE_FOR, ControllerDriver
 from kcoord.replication.metadata import PartitionState
@@ -300,6 +308,26 @@ class FailoverCoordinator:
 
     async def create_partitions(self, data: bytes) -> bytes:
         return await self._serve(data, CreatePartitionsRequest)
+
+    # SCRAM credentials and ACLs (kcoord.replication.security_metadata); the Kafka
+    # listeners poll security_metadata.
+    async def security_metadata(self, data: bytes) -> bytes:
+        return await self._serve(data, SecurityMetadataRequest)
+
+    async def alter_user_scram_credentials(self, data: bytes) -> bytes:
+        return await self._serve(data, AlterUserScramCredentialsRequest)
+
+    async def describe_user_scram_credentials(self, data: bytes) -> bytes:
+        return await self._serve(data, DescribeUserScramCredentialsRequest)
+
+    async def create_acls(self, data: bytes) -> bytes:
+        return await self._serve(data, CreateAclsRequest)
+
+    async def describe_acls(self, data: bytes) -> bytes:
+        return await self._serve(data, DescribeAclsRequest)
+
+    async def delete_acls(self, data: bytes) -> bytes:
+        return await self._serve(data, DeleteAclsRequest)
 
     async def rebalance_leaders(self) -> int:
         """Move leadership back to preferred replicas now (admin/testing)."""

@@ -21,9 +21,11 @@ hold their logs (brokers whose node is gone are re-bound as after a node failure
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import time
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +45,7 @@ from .placement import broker_placement, ray_alive_nodes, ray_head_node
 DEFAULT_DATA_ROOT = Path(os.environ.get("KCOORD_DATA_DIR") or platformdirs.user_data_path("kcoord") / "data")
 # Key of the deployment record in the cluster's GCS KV namespace.
 DEPLOY_INFO_KEY = "deploy/info"
+logger = logging.getLogger("kcoord.deploy")
 
 __all__ = [
     "ClusterExistsError",
@@ -99,12 +102,20 @@ def deploy(
     kafka_host: str | None = None,
     kafka_local: bool = False,
     kafka_options: dict | None = None,
+    kafka_security: dict | None = None,
 ) -> ClusterClient:
     """Create cluster ``name`` on the Ray cluster at ``address`` and return a client.
 
     ``kafka_port`` starts a Kafka listener on every node (0 picks a free port; None: no
     listener), advertised at ``kafka_host`` or the node's address (loopback with
     ``kafka_local``); ``client.bootstrap_servers`` gives Kafka clients the addresses.
+    ``kafka_options``: Kafka's broker settings for the listeners
+    (``connections.max.idle.ms``, ``max.connections``, ``max.connections.per.ip``,
+    ``sasl.server.max.receive.size``, ``connections.max.reauth.ms``).
+    ``kafka_security``: TLS, SASL and ACLs on the listeners (see
+    :mod:`kcoord.security.config` and docs/security.md); its ``users`` are created as
+    SCRAM-SHA-256 and -512 credentials (salted and hashed; the passwords go nowhere).
+    Without it a listener on a routable address is open to anyone, and a warning says so.
 
     ``broker_config``: cluster-wide settings under Kafka's broker config names, delivered
     to every replica: ``log.retention.check.interval.ms``, ``log.cleaner.enable``,
@@ -123,6 +134,11 @@ def deploy(
     from kcoord.replication.config import validate_broker_config
 
     broker_cfg = validate_broker_config(broker_config)
+    listener_opts = None
+    if kafka_port is not None or kafka_security is not None:
+        from kcoord.kafka.deploy import listener_options
+
+        listener_opts = listener_options(kafka_security, kafka_options)  # ValueError before anything starts
     ensure_ray(address)
     if _controller_exists(name, namespace):
         raise _exists_error(name, namespace)
@@ -184,20 +200,52 @@ def deploy(
             "store": store,
             "placement": {str(b): n for b, n in binding.items()},
             "deployed_at_ms": int(time.time() * 1000),
-            "kafka": None if kafka_port is None else {"port": kafka_port, "host": kafka_host},
+            "kafka": None
+            if kafka_port is None
+            else {
+                "port": kafka_port,
+                "host": kafka_host,
+                "local": kafka_local,
+                "security": (listener_opts or {}).get("security"),
+                "options": {k: v for k, v in (listener_opts or {}).items() if k != "security"},
+            },
         }
         GcsStore.for_cluster(name).put_json(DEPLOY_INFO_KEY, info)
         client = ClusterClient(name, namespace=namespace, address=address)
+        if kafka_security is not None:
+            from kcoord.security.config import SecurityConfig
+
+            users = SecurityConfig.parse(kafka_security).users
+            if users:
+                create_users(client, users)
         if group_coordinators:
             _deploy_group_coordinators(client, group_coordinators, str(data_path), timeout_s)
         if kafka_port is not None:
-            from kcoord.kafka.deploy import start_listeners
+            from kcoord.kafka.deploy import exposure_warnings, start_listeners
+            from kcoord.kafka.routing import listener_records
 
-            start_listeners(name, namespace, kafka_port, kafka_host, local=kafka_local, options=kafka_options, timeout_s=timeout_s)
+            start_listeners(name, namespace, kafka_port, kafka_host, local=kafka_local, options=listener_opts, timeout_s=timeout_s)
+            for line in exposure_warnings(listener_records(name)):
+                logger.warning("%s", line)
+                warnings.warn(line, stacklevel=2)
     except BaseException:
         _kill_quietly(name, namespace)
         raise
     return client
+
+
+def create_users(client: ClusterClient, users: dict[str, str]) -> None:
+    """Create (or replace) each user's SCRAM-SHA-256 and SCRAM-SHA-512 credentials from
+    its password, through the controller. Raises KafkaError naming a refused user."""
+    from kcoord.client.security_admin import alter_user_scram_credentials, user_upsertions
+    from kcoord.protocol.errors import ErrorCode, KafkaError
+
+    per_user = {user: user_upsertions(user, password) for user, password in users.items()}
+    for i in range(2):  # one request per mechanism: Kafka alters a user once per request
+        errors = alter_user_scram_credentials(client, [ups[i] for ups in per_user.values()])
+        refused = {u: e for u, e in errors.items() if e}
+        if refused:
+            raise KafkaError(ErrorCode.UNACCEPTABLE_CREDENTIAL, f"could not create users {refused}")
 
 
 def _kill_quietly(name: str, namespace: str) -> None:
@@ -347,7 +395,8 @@ def status(name: str = "kcoord", address: str | None = "auto", namespace: str = 
     """A snapshot of cluster ``name``: brokers and controller metrics (``cluster``), every
     topic with its partitions (``topics``), the broker -> node binding (``placement``),
     the health of the controller and group coordinators (``coordinators``), the Ray nodes
-    (``nodes``) and the deployment record (``deploy``). Raises ClusterNotFoundError."""
+    (``nodes``), the deployment record (``deploy``), the Kafka listeners (``listeners``)
+    and ``warnings`` (a listener open to anyone). Raises ClusterNotFoundError."""
     from kcoord.client.admin import Admin
 
     client = ClusterClient(name, namespace=namespace, address=address)
@@ -365,6 +414,14 @@ def status(name: str = "kcoord", address: str | None = "auto", namespace: str = 
     nodes = [
         {"node_id": n["NodeID"], "address": n.get("NodeManagerAddress"), "alive": bool(n.get("Alive"))} for n in ray.nodes()
     ]
+    try:
+        from kcoord.kafka.deploy import exposure_warnings
+        from kcoord.kafka.routing import listener_records
+
+        listeners = listener_records(name)
+        exposure = exposure_warnings(listeners)
+    except Exception:
+        listeners, exposure = {}, []
     return {
         "cluster": cluster,
         "topics": topics,
@@ -373,4 +430,7 @@ def status(name: str = "kcoord", address: str | None = "auto", namespace: str = 
         "nodes": nodes,
         "deploy": deploy_info(name),
         "bootstrap_servers": client.bootstrap_servers,
+        # node -> {"host", "ports", "bind", "protocol", "authenticates"} of each Kafka listener
+        "listeners": {node: {**rec, "ports": {str(b): p for b, p in rec["ports"].items()}} for node, rec in listeners.items()},
+        "warnings": exposure,
     }

@@ -29,7 +29,6 @@ LOCAL_RAY_ENV = {
     "RAY_worker_maximum_startup_concurrency": "8",
     # Per-task event reporting costs ~30% of a small actor call; kcoord does not need it.
     "RAY_task_events_report_interval_ms": "0",
-    "RAY_AUTH_MODE": "disabled",
     # Ray runs worker processes at nice 15 so that drivers stay responsive. kcoord's
     # replicas, controller and listener are servers: at nice 15 any busy client process
     # on the node takes the CPU from them, acknowledgements wait, and on a small machine
@@ -38,9 +37,16 @@ LOCAL_RAY_ENV = {
 }
 
 
+# Ray's token authentication is left to Ray and the user: kcoord does not turn it off.
+# Ray 2.60 turns it on for a new local Ray (using ~/.ray/auth_token, made if missing)
+# unless RAY_AUTH_MODE=disabled; whoever reaches Ray's ports otherwise could call kcoord's
+# actors directly, past the Kafka listener's SASL and ACLs (docs/security.md).
+
+
 def start_local_ray(num_cpus: int | None = None, **kwargs) -> bool:
     """Start a private local Ray instance tuned for kcoord (:data:`LOCAL_RAY_ENV`, no
-    dashboard unless ``include_dashboard=True``). Returns False if already connected: a
+    dashboard unless ``include_dashboard=True``), with Ray's token authentication as Ray
+    and the environment decide (``RAY_AUTH_MODE``). Returns False if already connected: a
     Ray the user started is used as it is. The driver stays in Ray's anonymous namespace."""
     if ray.is_initialized():
         return False
@@ -93,11 +99,16 @@ def local_cluster(
     namespace: str = names.DEFAULT_NAMESPACE,
     ray_init: dict | None = None,
     kafka_port: int | None = None,
+    kafka_security: dict | None = None,
+    kafka_options: dict | None = None,
 ) -> Iterator[ClusterClient]:
     """Run a kcoord cluster for the duration of a ``with`` block.
 
     ``kafka_port``: also start the Kafka listener on loopback at that port (0: a free one);
     ``cluster.bootstrap_servers`` is then the address to give any Kafka client.
+    ``kafka_security``: TLS, SASL and ACLs on it (``{"protocol": "SASL_SSL", "users":
+    {...}, "super_users": [...], "certfile": ...}``; see :mod:`kcoord.security.config`);
+    ``kafka_options``: Kafka's listener settings (``connections.max.idle.ms``, ...).
     ``broker_config``: cluster-wide Kafka broker configs, as for :func:`deploy`
     (e.g. ``{"log.retention.check.interval.ms": 1000}``)."""
     started = start_local_ray(**(ray_init or {}))
@@ -119,6 +130,8 @@ def local_cluster(
             broker_config=broker_config,
             kafka_port=kafka_port,
             kafka_local=True,
+            kafka_options=kafka_options,
+            kafka_security=kafka_security,
         )
         yield client
     finally:

@@ -9,6 +9,11 @@ import uuid
 
 import pytest
 
+# The shared test Ray runs without Ray's token authentication (local_cluster leaves it to
+# Ray, which turns it on for a new local Ray); tests/integration/test_ray_auth.py runs a
+# cluster with it on.
+os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+
 from waiting import wait_until  # noqa: F401  (re-exported for tests)
 
 

@@ -1,7 +1,8 @@
 """The ``kcoord`` command: deploy and operate a kcoord cluster on a Ray cluster.
 
 One module per command group: :mod:`.cluster_cmds` (up, down, status), :mod:`.topics`,
-:mod:`.clients` (produce, consume), :mod:`.groups`, :mod:`.demo` and :mod:`.bench`. The
+:mod:`.clients` (produce, consume), :mod:`.groups`, :mod:`.security` (users, acls,
+listeners), :mod:`.demo` and :mod:`.bench`. The
 console script is ``kcoord = "kcoord.cli:main"``.
 """
 
@@ -53,9 +54,9 @@ def cli(ctx: click.Context, name: str, namespace: str, address: str, debug: bool
 
 
 def _register() -> None:
-    from . import bench, clients, cluster_cmds, dashboard, demo, groups, topics
+    from . import bench, clients, cluster_cmds, dashboard, demo, groups, security, topics
 
-    for module in (cluster_cmds, topics, clients, groups, dashboard, demo, bench):
+    for module in (cluster_cmds, topics, clients, groups, security, dashboard, demo, bench):
         for command in module.COMMANDS:
             cli.add_command(command)
 

@@ -9,6 +9,7 @@ import click
 from rich.table import Table
 
 from ._common import CliError, Env, parse_properties
+from .security import kafka_security_options, security_from_options
 
 pass_env = click.make_pass_decorator(Env)
 
@@ -25,6 +26,7 @@ pass_env = click.make_pass_decorator(Env)
 @click.option("--kafka-port", type=click.IntRange(min=0, max=65535), default=9092, show_default=True, help="Kafka listener port on every node (broker ids take this port and the next ones; 0: free ports).")
 @click.option("--no-kafka", is_flag=True, help="Do not start the Kafka listener (Kafka clients then cannot connect).")
 @click.option("--kafka-host", default=None, metavar="HOST", help="Address advertised to Kafka clients [default: each node's address].")
+@kafka_security_options
 @pass_env
 def up(
     env: Env,
@@ -39,6 +41,7 @@ def up(
     kafka_port: int,
     no_kafka: bool,
     kafka_host: str | None,
+    **security_options: Any,
 ) -> None:
     """Deploy a kcoord cluster onto the running Ray cluster.
 
@@ -55,12 +58,19 @@ def up(
       kcoord up --kafka-port 0                     # Kafka listener on free ports
       kcoord up --no-kafka                         # no Kafka listener
       kcoord up --broker-config log.retention.check.interval.ms=60000
+      kcoord up --kafka-security-protocol SASL_SSL --kafka-certfile /etc/kcoord/server.pem \
+          --kafka-user admin=file:/etc/kcoord/admin.password --kafka-super-user admin
+
+    Without --kafka-security-protocol the Kafka listeners are PLAINTEXT with no ACLs: on
+    a routable address anyone who reaches them may read, write and delete topics.
+    Passwords come from files or environment variables, never the command line.
     """
     from kcoord.cluster.deploy import ClusterExistsError, deploy
     from kcoord.cluster.placement import wait_for_nodes
 
     from kcoord.replication.config import validate_broker_config
 
+    kafka_security, kafka_options = security_from_options(security_options)
     defaults = parse_properties(topic_config, "--topic-config")
     try:
         broker_cfg = validate_broker_config(parse_properties(broker_config, "--broker-config"))
@@ -84,6 +94,8 @@ def up(
                 timeout_s=timeout,
                 kafka_port=None if no_kafka else kafka_port,
                 kafka_host=kafka_host,
+                kafka_security=kafka_security,
+                kafka_options=kafka_options or None,
             )
     except ClusterExistsError:
         if not if_not_exists:
@@ -105,7 +117,19 @@ def up(
     env.out.print(f"  namespace {env.namespace!r}, data in {info.get('data_dir', data_dir)}")
     env.out.print(f"  use it from Python: kcoord.connect({env.name!r})  ·  remove it: kcoord --name {env.name} down")
     if not no_kafka:
-        env.out.print(f"  Kafka clients: bootstrap servers {client.bootstrap_servers}")
+        protocol = (kafka_security or {}).get("protocol", "PLAINTEXT")
+        env.out.print(f"  Kafka clients: bootstrap servers {client.bootstrap_servers} ({protocol})")
+        _print_warnings(env, env.name)
+
+
+def _print_warnings(env: Env, name: str, lines: list[str] | None = None) -> None:
+    if lines is None:
+        from kcoord.kafka.deploy import exposure_warnings
+        from kcoord.kafka.routing import listener_records
+
+        lines = exposure_warnings(listener_records(name))
+    for line in lines:
+        env.err.print(f"[yellow]warning:[/] {line}")
 
 
 @click.command("down")
@@ -231,7 +255,8 @@ def status(env: Env, internal: bool, as_json: bool) -> None:
 
     Partitions are flagged under-replicated (ISR smaller than the replica set) or offline
     (no leader), with their offline replicas (dead, or their log taken offline by an I/O
-    error); the header counts both, and the replicas whose log is offline.
+    error); the header counts both, and the replicas whose log is offline. A Kafka
+    listener on a routable address that does not authenticate its clients is warned of.
 
     \b
     Examples:
@@ -248,8 +273,10 @@ def status(env: Env, internal: bool, as_json: bool) -> None:
         return
     for table in _status_tables(snap, internal):
         env.out.print(table)
-    env.out.print(f"Kafka bootstrap servers: {snap.get('bootstrap_servers') or '(no Kafka listener)'}")
+    protocols = sorted({rec.get("protocol", "PLAINTEXT") for rec in (snap.get("listeners") or {}).values()})
+    env.out.print(f"Kafka bootstrap servers: {snap.get('bootstrap_servers') or '(no Kafka listener)'}" + (f" ({', '.join(protocols)})" if protocols else ""))
     env.out.print(f"data directory: {(snap.get('deploy') or {}).get('data_dir') or '(unknown: not deployed by kcoord up)'}")
+    _print_warnings(env, env.name, snap.get("warnings") or [])
 
 
 COMMANDS = [up, down, status]

@@ -8,6 +8,8 @@ kafka-python's names: ``create_topics([NewTopic(...)], validate_only=...)``,
 ``with Admin(cluster) as admin``); kcoord's own, one topic or group at a time:
 ``create_topic``, ``delete_topic``, ``describe_topic``, ``describe_topic_config``,
 ``alter_topic_config``, ``list_offsets``, ``describe_group``, ``reset_offsets``...
+Users and ACLs (kafka-python's names): ``create_acls``, ``describe_acls``, ``delete_acls``,
+``alter_user_scram_credentials``, ``describe_user_scram_credentials``.
 
 Errors are raised as :class:`KafkaError` subclasses with Kafka's code and a message that
 names the problem (InvalidTopicError, TopicAlreadyExistsError,
@@ -40,6 +42,7 @@ from ..protocol.controller import (
 from ..calls import get_probing
 from ..protocol.errors import ErrorCode, KafkaError, raise_for_error
 from ..protocol.replication import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, DeleteRecordsRequest, DeleteRecordsResponse
+from . import security_admin
 from .cluster import ClusterClient
 from ..replication.topic_configs import AlterOp, ConfigSource
 from ..replication.topic_plan import default_replication_factor, plan_topic
@@ -634,3 +637,33 @@ class Admin:
         if code == ErrorCode.GROUP_ID_NOT_FOUND:
             raise KafkaError(code, f"group {group_id!r} does not exist")
         raise_for_error(code, f"deleting group {group_id!r} failed: {response.error_message or ''}")
+
+    # -- users and ACLs (security_admin.py; the controller over Ray: see docs/security.md) --
+    def create_acls(self, acls: Iterable[Any]) -> dict[str, list]:
+        """kafka-python's ``create_acls``: ``{"succeeded": [ACL], "failed": [KafkaError]}``.
+        An ACL that exists already succeeds without a change."""
+        self._check_open()
+        return security_admin.create_acls(self.cluster, acls)
+
+    def describe_acls(self, acl_filter: Any) -> tuple[list, type]:
+        """kafka-python's ``describe_acls``: ``(the ACLs the ACLFilter matches, NoError)``."""
+        self._check_open()
+        return security_admin.describe_acls(self.cluster, acl_filter)
+
+    def delete_acls(self, acl_filters: Iterable[Any]) -> list[tuple]:
+        """kafka-python's ``delete_acls``: ``[(filter, ACLs deleted, NoError or error class)]``."""
+        self._check_open()
+        return security_admin.delete_acls(self.cluster, acl_filters)
+
+    def alter_user_scram_credentials(self, alterations: Iterable[Any]) -> dict[str, str | None]:
+        """kafka-python's ``alter_user_scram_credentials`` (KIP-554) with
+        ``UserScramCredentialUpsertion``/``UserScramCredentialDeletion``: ``{user: error
+        message or None}``. Listeners apply a change to open connections within a second:
+        a session whose credential was replaced or deleted is closed."""
+        self._check_open()
+        return security_admin.alter_user_scram_credentials(self.cluster, alterations)
+
+    def describe_user_scram_credentials(self, users: Iterable[str] | None = None) -> dict[str, dict]:
+        """``{user: {"error", "credential_infos": [{"mechanism", "iterations"}]}}``."""
+        self._check_open()
+        return security_admin.describe_user_scram_credentials(self.cluster, users)

@@ -3,7 +3,9 @@
 One per Ray node, pinned to it, restartable, with no state of its own: on (re)start it
 binds its port (the one it had before, when it was started with port 0), records
 ``host:port`` in the cluster's GCS key/value store (Metadata answers place brokers at the
-listener of their node from there) and serves until killed.
+listener of their node from there) and serves until killed. With ``kafka_security``
+(``options["security"]``) it serves TLS and/or SASL and checks ACLs, polling the
+controller's credentials and ACLs (:mod:`.security`).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from typing import Any
 
 from . import routing
 from .handlers import ListenerContext, build_apis
+from .security import from_listener_options
 from .server import DEFAULT_MAX_FRAME_BYTES, KafkaServer
 
 logger = logging.getLogger("kcoord.kafka")
@@ -39,6 +42,7 @@ class KafkaListener:
         self.options = dict(options or {})
         self.node_id = ray.get_runtime_context().get_node_id()
         self._server: KafkaServer | None = None
+        self._security = None  # kcoord.kafka.security.ListenerSecurity with kafka_security
         self._address = ""
         self._binding: asyncio.Future[str] | None = None
         # Bind now, not on the first call: after a Ray restart nobody may call us.
@@ -73,6 +77,7 @@ class KafkaListener:
             endpoints = {b: before["ports"].get(b, 0) for b in brokers}
         else:
             endpoints = {b: (self.port + i if self.port else 0) for i, b in enumerate(brokers)}
+        security, limits = from_listener_options(self.options, backend)
         ctx = ListenerContext(
             backend=backend,
             host=self.advertised_host,
@@ -82,26 +87,32 @@ class KafkaListener:
             default_partitions=int(self.options.get("num_partitions", 1)),
             default_replication_factor=int(self.options.get("default_replication_factor", 3)),
             listeners=backend.listeners,
+            security=security,
         )
         max_frame = int(self.options.get("max_frame_bytes", DEFAULT_MAX_FRAME_BYTES))
-        server = KafkaServer(build_apis(ctx), self.bind_host, endpoints, max_frame_bytes=max_frame)
+        server = KafkaServer(build_apis(ctx), self.bind_host, endpoints, max_frame_bytes=max_frame, security=security, limits=limits)
         try:
             ports = await server.start()
         except OSError:
             if not before or self.port != 0:
                 raise
             # the old ports are taken now: take free ones
-            server = KafkaServer(server.apis, self.bind_host, {b: 0 for b in brokers}, max_frame_bytes=max_frame)
+            server = KafkaServer(server.apis, self.bind_host, {b: 0 for b in brokers}, max_frame_bytes=max_frame, security=security, limits=limits)
             ports = await server.start()
+        protocol = security.config.protocol if security is not None else "PLAINTEXT"
+        authenticates = security is not None and security.config.authenticates
         try:
             ctx.ports = dict(ports)
-            routing.record_listener(self.cluster, self.node_id, self.advertised_host, ports)
+            routing.record_listener(self.cluster, self.node_id, self.advertised_host, ports, bind=self.bind_host, protocol=protocol, authenticates=authenticates)
         except BaseException:
             await server.close()
             raise
+        if security is not None:
+            security.start()  # polls the controller's credentials and ACLs
+            self._security = security
         self._server = server
         self._address = f"{self.advertised_host}:{ports[min(ports)]}"
-        logger.info("[kafka] cluster %r: listening on %s ports %s (broker -> port), advertised as %s", self.cluster, self.bind_host, ports, self.advertised_host)
+        logger.info("[kafka] cluster %r: listening on %s ports %s (broker -> port), advertised as %s, %s", self.cluster, self.bind_host, ports, self.advertised_host, protocol)
         return self._address
 
     async def address(self) -> str:
@@ -112,7 +123,8 @@ class KafkaListener:
         assert self._server is not None
         from .handlers.data import STATS
 
-        return {"address": self._address, "node_id": self.node_id, **self._server.stats, **STATS, **routing.CALL_STATS}
+        security = self._security.stats if self._security is not None else {}
+        return {"address": self._address, "node_id": self.node_id, **self._server.stats, **security, **STATS, **routing.CALL_STATS}
 
     async def pid(self) -> int:
         import os

@@ -1,9 +1,12 @@
-"""Start and stop a cluster's Kafka listeners: one KafkaListener actor per alive Ray node."""
+"""Start and stop a cluster's Kafka listeners: one KafkaListener actor per alive Ray node;
+their options (``kafka_options`` with ``kafka_security``'s listener part), and which of
+them are open to anyone on a routable address."""
 
 from __future__ import annotations
 
+import ipaddress
 import logging
-from typing import Any
+from typing import Any, Mapping
 
 from ..protocol import names
 from . import routing
@@ -67,15 +70,32 @@ def stop_listeners(cluster: str, namespace: str = names.DEFAULT_NAMESPACE) -> in
     """Kill every listener of ``cluster`` recorded in the GCS; forget their addresses."""
     import ray
 
+    import time
+
     killed = 0
-    for node_id in routing.listener_nodes(cluster):
+    names_ = [listener_name(cluster, node_id) for node_id in routing.listener_nodes(cluster)]
+    for name in names_:
         try:
-            ray.kill(ray.get_actor(listener_name(cluster, node_id), namespace=namespace), no_restart=True)
+            ray.kill(ray.get_actor(name, namespace=namespace), no_restart=True)
             killed += 1
         except ValueError:
             pass
     routing.forget_listeners(cluster)
+    # Gone before anyone starts a listener of the same name again (restart_listeners).
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and any(_named(name, namespace) for name in names_):
+        time.sleep(0.05)
     return killed
+
+
+def _named(name: str, namespace: str) -> bool:
+    import ray
+
+    try:
+        ray.get_actor(name, namespace=namespace)
+        return True
+    except ValueError:
+        return False
 
 
 def listener_actor_names(cluster: str) -> list[str]:
@@ -85,3 +105,95 @@ def listener_actor_names(cluster: str) -> list[str]:
 def bootstrap_servers(cluster: str) -> str:
     """``host:port[,host:port...]`` of the cluster's listeners ("" when none runs)."""
     return ",".join(sorted(routing.listener_addresses(cluster).values()))
+
+
+def listener_options(kafka_security: Any = None, kafka_options: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The options a listener actor gets: ``kafka_options`` (validated) and, with
+    ``kafka_security``, its listener part (no password: users' passwords are turned into
+    credentials by whoever deploys). ValueError naming the problem."""
+    from ..security.config import SecurityConfig
+    from .security import ConnectionLimits
+
+    options = dict(kafka_options or {})
+    if "security" in options:
+        raise ValueError("kafka_options['security'] is set by kafka_security=..., not directly")
+    security = SecurityConfig.parse(kafka_security) if kafka_security is not None else None
+    ConnectionLimits.from_options(options, secure=security is not None)  # ValueError for a bad limit
+    if security is not None:
+        options["security"] = security.listener_options()
+    return options
+
+
+def _routable(host: str) -> bool:
+    if host in ("localhost", ""):
+        return host != "localhost"
+    try:
+        return not ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return True  # a name: assume it resolves to a routable address
+
+
+def exposure_warnings(records: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    """One line per listener bound to a non-loopback address that does not authenticate
+    every client (PLAINTEXT, or SSL without required client certificates): anyone who
+    reaches it may produce, read every topic, join any group and delete topics."""
+    out = []
+    for node, rec in sorted(records.items()):
+        if rec.get("authenticates") or not _routable(str(rec.get("bind") or rec.get("host") or "")):
+            continue
+        where = f"{rec.get('bind') or rec.get('host')}:{min(rec['ports'].values()) if rec.get('ports') else '?'}"
+        protocol = rec.get("protocol", "PLAINTEXT")
+        what = "no authentication and no ACLs" if protocol == "PLAINTEXT" else f"{protocol} without client authentication"
+        out.append(
+            f"the Kafka listener on {where} (node {node[:12]}) is open to anyone who can reach it ({what}): "
+            "start it with kafka_security=... (`kcoord listeners restart --kafka-security-protocol SASL_SSL ...`, docs/security.md)"
+        )
+    return out
+
+
+def restart_listeners(
+    cluster: str,
+    namespace: str = names.DEFAULT_NAMESPACE,
+    *,
+    kafka_security: Any = None,
+    kafka_options: Mapping[str, Any] | None = None,
+    timeout_s: float = 60.0,
+) -> str:
+    """Stop the cluster's listeners and start them again with new security and options,
+    on the port and host the cluster was deployed with (how security is turned on, or
+    changed, for a running cluster: docs/security.md). Users in ``kafka_security`` are
+    created (or their passwords replaced) first. Returns the bootstrap servers."""
+    from ..actors.gcs_store import GcsStore
+    from ..cluster.deploy import DEPLOY_INFO_KEY, create_users, deploy_info
+
+    options = listener_options(kafka_security, kafka_options)
+    info = deploy_info(cluster)
+    kafka = dict(info.get("kafka") or {})
+    if kafka_security is not None:
+        from ..client.cluster import ClusterClient
+        from ..security.config import SecurityConfig
+
+        users = SecurityConfig.parse(kafka_security).users
+        if users:
+            create_users(ClusterClient(cluster, namespace=namespace, address=None), users)
+    stop_listeners(cluster, namespace)
+    port = int(kafka.get("port", DEFAULT_KAFKA_PORT) or 0)
+    bootstrap = start_listeners(cluster, namespace, port, kafka.get("host"), local=bool(kafka.get("local")), options=options, timeout_s=timeout_s)
+    if info:
+        kafka.update({"port": port, "security": options.get("security"), "options": {k: v for k, v in options.items() if k != "security"}})
+        info["kafka"] = kafka
+        GcsStore.for_cluster(cluster).put_json(DEPLOY_INFO_KEY, info)
+    return bootstrap
+
+
+def listener_stats(cluster: str, namespace: str = names.DEFAULT_NAMESPACE, timeout_s: float = 30.0) -> list[dict]:
+    """Every listener's ``stats()`` (connections, requests, refusals, authentication)."""
+    import ray
+
+    out = []
+    for name in listener_actor_names(cluster):
+        try:
+            out.append(ray.get(ray.get_actor(name, namespace=namespace).stats.remote(), timeout=timeout_s))
+        except Exception as exc:  # noqa: BLE001 - a listener gone or restarting: say so
+            out.append({"actor": name, "error": repr(exc)})
+    return out

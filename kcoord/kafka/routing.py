@@ -1,8 +1,9 @@
 """The one module of kcoord.kafka that calls kcoord's actors.
 
 Every call goes through an actor's public Ray method with kcoord's msgpack messages
-(``produce``/``fetch``/``list_offsets`` on a replica; ``metadata``/``create_topic``/
-``delete_topic``/``init_producer_id``/``describe_cluster``/``placement`` on the controller;
+(``produce``/``fetch``/``list_offsets``/``delete_records`` on a replica; ``metadata``/
+``create_topic``/``delete_topic``/``init_producer_id``/``describe_cluster``/``placement``/
+``alter_configs``/``create_partitions`` and the security metadata on the controller;
 ``join_group``/``sync_group``/... on a group coordinator), so re-pointing the listener at a
 new actor layout means editing this file only. Handlers see :class:`Backend` and kcoord
 messages, never Ray.
@@ -24,7 +25,10 @@ from .. import channel
 from ..calls import TIMEOUT, CallFailed, Handles
 from ..protocol import names
 from ..protocol.codec import Message
+from ..protocol import security as S
 from ..protocol.controller import (
+    CreatePartitionsRequest,
+    CreatePartitionsResponse,
     CreateTopicsRequest,
     CreateTopicsResponse,
     DeleteTopicsRequest,
@@ -33,6 +37,8 @@ from ..protocol.controller import (
     DescribeClusterResponse,
     DescribeConfigsRequest,
     DescribeConfigsResponse,
+    IncrementalAlterConfigsRequest,
+    IncrementalAlterConfigsResponse,
     InitProducerIdRequest,
     InitProducerIdResponse,
     MetadataRequest,
@@ -42,6 +48,8 @@ from ..protocol.controller import (
 from ..protocol.errors import DecodeError, ErrorCode, METADATA_REFRESH
 from ..protocol.group import RESPONSE_FOR, error_response
 from ..protocol.replication import (
+    DeleteRecordsRequest,
+    DeleteRecordsResponse,
     FetchRequest,
     FetchResponse,
     ListOffsetsRequest,
@@ -239,6 +247,9 @@ class Backend:
     async def list_offsets(self, req: ListOffsetsRequest) -> ListOffsetsResponse:
         return await self._replica_call("list_offsets", req, ListOffsetsResponse, 30.0)
 
+    async def delete_records(self, req: DeleteRecordsRequest) -> DeleteRecordsResponse:
+        return await self._replica_call("delete_records", req, DeleteRecordsResponse, 30.0)
+
     # -- controller APIs ------------------------------------------------------------------------
     async def create_topic(self, req: CreateTopicsRequest) -> CreateTopicsResponse:
         resp = await self._controller("create_topic", req, CreateTopicsResponse, timeout=60.0)
@@ -255,6 +266,35 @@ class Backend:
 
     async def init_producer_id(self, req: InitProducerIdRequest) -> InitProducerIdResponse:
         return await self._controller("init_producer_id", req, InitProducerIdResponse)
+
+    async def alter_configs(self, req: IncrementalAlterConfigsRequest) -> IncrementalAlterConfigsResponse:
+        resp = await self._controller("alter_configs", req, IncrementalAlterConfigsResponse, timeout=60.0)
+        self.invalidate(req.topic)
+        return resp
+
+    async def create_partitions(self, req: CreatePartitionsRequest) -> CreatePartitionsResponse:
+        resp = await self._controller("create_partitions", req, CreatePartitionsResponse, timeout=120.0)
+        self.invalidate(req.topic)
+        return resp
+
+    # -- security metadata (the controller's; kcoord.replication.security_metadata) -------------
+    async def security_metadata(self, req: S.SecurityMetadataRequest) -> S.SecurityMetadataResponse:
+        return await self._controller("security_metadata", req, S.SecurityMetadataResponse, timeout=10.0)
+
+    async def create_acls(self, req: S.CreateAclsRequest) -> S.CreateAclsResponse:
+        return await self._controller("create_acls", req, S.CreateAclsResponse)
+
+    async def describe_acls(self, req: S.DescribeAclsRequest) -> S.DescribeAclsResponse:
+        return await self._controller("describe_acls", req, S.DescribeAclsResponse)
+
+    async def delete_acls(self, req: S.DeleteAclsRequest) -> S.DeleteAclsResponse:
+        return await self._controller("delete_acls", req, S.DeleteAclsResponse)
+
+    async def alter_user_scram_credentials(self, req: S.AlterUserScramCredentialsRequest) -> S.AlterUserScramCredentialsResponse:
+        return await self._controller("alter_user_scram_credentials", req, S.AlterUserScramCredentialsResponse)
+
+    async def describe_user_scram_credentials(self, req: S.DescribeUserScramCredentialsRequest) -> S.DescribeUserScramCredentialsResponse:
+        return await self._controller("describe_user_scram_credentials", req, S.DescribeUserScramCredentialsResponse)
 
     # -- group coordinators ---------------------------------------------------------------------
     async def group_coordinators(self) -> int:
@@ -296,13 +336,22 @@ def _store(cluster: str) -> Any:
     return GcsStore.for_cluster(cluster)
 
 
-def record_listener(cluster: str, node_id: str, host: str, ports: dict[int, int]) -> None:
-    _store(cluster).put_json(LISTENER_KEY_PREFIX + node_id, {"host": host, "ports": {str(b): p for b, p in ports.items()}})
+def record_listener(cluster: str, node_id: str, host: str, ports: dict[int, int], *, bind: str = "", protocol: str = "PLAINTEXT", authenticates: bool = False) -> None:
+    """``bind``, ``protocol`` and whether every client is authenticated are what `kcoord
+    status` reports (a listener open to anyone on a routable address is flagged)."""
+    record = {"host": host, "ports": {str(b): p for b, p in ports.items()}, "bind": bind or host, "protocol": protocol, "authenticates": authenticates}
+    _store(cluster).put_json(LISTENER_KEY_PREFIX + node_id, record)
 
 
 def _parse(value: dict) -> dict | None:
     try:
-        return {"host": str(value["host"]), "ports": {int(b): int(p) for b, p in value["ports"].items()}}
+        return {
+            "host": str(value["host"]),
+            "ports": {int(b): int(p) for b, p in value["ports"].items()},
+            "bind": str(value.get("bind") or value["host"]),
+            "protocol": str(value.get("protocol") or "PLAINTEXT"),
+            "authenticates": bool(value.get("authenticates", False)),
+        }
     except (KeyError, TypeError, ValueError, AttributeError):
         return None
 

@@ -40,7 +40,12 @@ class ErrorCode(IntEnum):
     INVALID_SESSION_TIMEOUT = 26
     REBALANCE_IN_PROGRESS = 27
     INVALID_COMMIT_OFFSET_SIZE = 28
+    TOPIC_AUTHORIZATION_FAILED = 29
+    GROUP_AUTHORIZATION_FAILED = 30
+    CLUSTER_AUTHORIZATION_FAILED = 31
     INVALID_TIMESTAMP = 32
+    UNSUPPORTED_SASL_MECHANISM = 33
+    ILLEGAL_SASL_STATE = 34
     UNSUPPORTED_VERSION = 35
     TOPIC_ALREADY_EXISTS = 36
     INVALID_PARTITIONS = 37
@@ -59,8 +64,10 @@ class ErrorCode(IntEnum):
     CONCURRENT_TRANSACTIONS = 51
     TRANSACTION_COORDINATOR_FENCED = 52
     TRANSACTIONAL_ID_AUTHORIZATION_FAILED = 53
+    SECURITY_DISABLED = 54
     OPERATION_NOT_ATTEMPTED = 55
     KAFKA_STORAGE_ERROR = 56
+    SASL_AUTHENTICATION_FAILED = 58
     UNKNOWN_PRODUCER_ID = 59
     NON_EMPTY_GROUP = 68
     GROUP_ID_NOT_FOUND = 69
@@ -78,6 +85,9 @@ class ErrorCode(IntEnum):
     INVALID_RECORD = 87
     UNSTABLE_OFFSET_COMMIT = 88
     PRODUCER_FENCED = 90
+    RESOURCE_NOT_FOUND = 91
+    DUPLICATE_RESOURCE = 92
+    UNACCEPTABLE_CREDENTIAL = 93
     INVALID_UPDATE_VERSION = 95
     TRANSACTIONAL_ID_NOT_FOUND = 105
     INELIGIBLE_REPLICA = 107
@@ -202,6 +212,7 @@ class KafkaError(Exception):
 # One class per code, named as kafka-python names them (kafka.errors), so that code written
 # for kafka-python catches the same names. The one table from code to class.
 _CLASS_NAMES = {
+    ErrorCode.NONE: "NoError",  # what kafka-python's describe_acls returns on success
     ErrorCode.UNKNOWN_SERVER_ERROR: "UnknownError",
     ErrorCode.OFFSET_OUT_OF_RANGE: "OffsetOutOfRangeError",
     ErrorCode.CORRUPT_MESSAGE: "CorruptRecordError",
@@ -231,7 +242,12 @@ _CLASS_NAMES = {
     ErrorCode.INVALID_SESSION_TIMEOUT: "InvalidSessionTimeoutError",
     ErrorCode.REBALANCE_IN_PROGRESS: "RebalanceInProgressError",
     ErrorCode.INVALID_COMMIT_OFFSET_SIZE: "InvalidCommitOffsetSizeError",
+    ErrorCode.TOPIC_AUTHORIZATION_FAILED: "TopicAuthorizationFailedError",
+    ErrorCode.GROUP_AUTHORIZATION_FAILED: "GroupAuthorizationFailedError",
+    ErrorCode.CLUSTER_AUTHORIZATION_FAILED: "ClusterAuthorizationFailedError",
     ErrorCode.INVALID_TIMESTAMP: "InvalidTimestampError",
+    ErrorCode.UNSUPPORTED_SASL_MECHANISM: "UnsupportedSaslMechanismError",
+    ErrorCode.ILLEGAL_SASL_STATE: "IllegalSaslStateError",
     ErrorCode.UNSUPPORTED_VERSION: "UnsupportedVersionError",
     ErrorCode.TOPIC_ALREADY_EXISTS: "TopicAlreadyExistsError",
     ErrorCode.INVALID_PARTITIONS: "InvalidPartitionsError",
@@ -251,7 +267,9 @@ _CLASS_NAMES = {
     ErrorCode.TRANSACTION_COORDINATOR_FENCED: "TransactionCoordinatorFencedError",
     ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED: "TransactionalIdAuthorizationFailedError",
     ErrorCode.OPERATION_NOT_ATTEMPTED: "OperationNotAttemptedError",
+    ErrorCode.SECURITY_DISABLED: "SecurityDisabledError",
     ErrorCode.KAFKA_STORAGE_ERROR: "KafkaStorageError",
+    ErrorCode.SASL_AUTHENTICATION_FAILED: "SaslAuthenticationFailedError",
     ErrorCode.UNKNOWN_PRODUCER_ID: "UnknownProducerIdError",
     ErrorCode.NON_EMPTY_GROUP: "NonEmptyGroupError",
     ErrorCode.GROUP_ID_NOT_FOUND: "GroupIdNotFoundError",
@@ -269,6 +287,9 @@ _CLASS_NAMES = {
     ErrorCode.INVALID_RECORD: "InvalidRecordError",
     ErrorCode.UNSTABLE_OFFSET_COMMIT: "UnstableOffsetCommitError",
     ErrorCode.PRODUCER_FENCED: "ProducerFencedError",
+    ErrorCode.RESOURCE_NOT_FOUND: "ResourceNotFoundError",
+    ErrorCode.DUPLICATE_RESOURCE: "DuplicateResourceError",
+    ErrorCode.UNACCEPTABLE_CREDENTIAL: "UnacceptableCredentialError",
     ErrorCode.INVALID_UPDATE_VERSION: "InvalidUpdateVersionError",
     ErrorCode.TRANSACTIONAL_ID_NOT_FOUND: "TransactionalIdNotFoundError",
     ErrorCode.INELIGIBLE_REPLICA: "IneligibleReplicaError",

@@ -58,6 +58,7 @@ from .owned_producers import OwnedProducer, grant, owned_producer_key
 from .owned_producers import PREFIX as OWNED_PRODUCER_PREFIX
 from .failure_detector import OK, RECOVERED, RESTARTED, FailureDetector
 from .placement import PLACEMENT_KEY, BrokerBinding, decode_binding
+from .security_metadata import SECURITY_REQUESTS, SecurityMetadata
 from .metadata import (
     NO_LEADER,
     ClusterState,
@@ -120,6 +121,8 @@ class ControllerState:
         self.offline_logs: dict[ReplicaId, str] = {}
         # Producer ids kept per owner (group coordinators' fencing, owned_producers.py).
         self.owned_producers: dict[str, OwnedProducer] = {}
+        # SCRAM credentials and ACLs (security_metadata.py): their own keys and requests.
+        self.security = SecurityMetadata()
 
     # ------------------------------------------------------------------------------------
     # boot
@@ -138,6 +141,7 @@ class ControllerState:
             self.cluster = ClusterState.decode(raw)
         self.cluster.controller_epoch += 1
         actions: list[ControllerAction] = [Persist(cluster_key(), self.cluster.encode())]
+        self.security.load(stored, self.cluster.controller_epoch)
         raw_binding = stored.get(PLACEMENT_KEY)
         if raw_binding is not None:
             try:
@@ -299,6 +303,8 @@ class ControllerState:
             response, actions = self.alter_partition(request, now_ms)
         elif isinstance(request, InitProducerIdRequest):
             response, actions = self.init_producer_id(request)
+        elif isinstance(request, SECURITY_REQUESTS):
+            response, actions = self.security.handle(request)
         else:
             raise TypeError(f"the controller does not serve {type(request).__name__}")
         return [*actions, Reply(token, response)]

@@ -58,6 +58,7 @@ from ..runtime import Alarm, Clock, Outcome, ReplyFn, Transport
 from .controller import ControllerConfig, ControllerState
 from .metastore import MetadataStore
 from .placement import PLACEMENT_KEY
+from .security_metadata import RESPONSE_FOR as SECURITY_RESPONSE_FOR
 from .controller_actions import CreateReplica, DeleteReplica, Persist, ReplicaId, Reply, SendHeartbeat, SendLeaderAndIsr
 
 logger = logging.getLogger("kcoord.controller")
@@ -72,6 +73,7 @@ RESPONSE_FOR: dict[type[Message], type[Message]] = {
     DescribeConfigsRequest: DescribeConfigsResponse,
     IncrementalAlterConfigsRequest: IncrementalAlterConfigsResponse,
     CreatePartitionsRequest: CreatePartitionsResponse,
+    **SECURITY_RESPONSE_FOR,
 }
 """The requests a controller serves, and the response type each gets."""
 

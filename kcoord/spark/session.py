@@ -9,7 +9,9 @@ see the notes by each):
   object transfer kills the app master and with it the SparkContext).
 * ``PYSPARK_PYTHON`` = this interpreter, so executors' Python workers use the same venv.
 * ``spark.executorEnv.RAY_ADDRESS`` = this driver's GCS address, so ``ray.init()`` inside
-  an executor joins *this* Ray cluster even when several run on the machine.
+  an executor joins *this* Ray cluster even when several run on the machine; and Ray's
+  token authentication as this driver's Ray has it (``RAY_AUTH_MODE``, the token's path
+  or value when the driver was given one that way).
 * The Ray CPU an executor actor reserves. By default an executor reserves its cores, and
   on a small node the executors then hold every CPU: each Ray task or actor that needs a
   CPU (Ray Data's own tasks included) waits forever. ``executor_cpu`` (auto by default)
@@ -61,6 +63,29 @@ def auto_executor_cpu(executors: int, cores: int, total_cpus: float) -> float:
     return float(min(cores, int(share * 100) / 100))
 
 
+def ray_auth_configs() -> dict[str, str]:
+    """What an executor needs to join this driver's Ray: its token authentication mode
+    (the mode this driver's Ray runs with), and where the token is when this driver was
+    given one by path or in the environment (otherwise Ray's default, ~/.ray/auth_token
+    on the executor's node, as for any Ray worker node)."""
+    out = {"spark.executorEnv.RAY_AUTH_MODE": "token" if token_auth_enabled() else "disabled"}
+    if out["spark.executorEnv.RAY_AUTH_MODE"] == "token":
+        for key in ("RAY_AUTH_TOKEN_PATH", "RAY_AUTH_TOKEN"):
+            if os.environ.get(key):
+                out[f"spark.executorEnv.{key}"] = os.environ[key]
+    return out
+
+
+def token_auth_enabled() -> bool:
+    """Whether this process's Ray uses token authentication (Ray >= 2.5x; else False)."""
+    try:
+        from ray._private.authentication.authentication_utils import is_token_auth_enabled
+
+        return bool(is_token_auth_enabled())
+    except Exception:  # noqa: BLE001 - a Ray without token authentication
+        return os.environ.get("RAY_AUTH_MODE", "").lower() == "token"
+
+
 def spark_configs(
     gcs_address: str,
     executors: int,
@@ -76,7 +101,7 @@ def spark_configs(
     out = {
         EXECUTOR_CPU_KEY: f"{executor_cpu:g}",
         "spark.executorEnv.RAY_ADDRESS": gcs_address,
-        "spark.executorEnv.RAY_AUTH_MODE": os.environ.get("RAY_AUTH_MODE", "disabled"),
+        **ray_auth_configs(),
         "spark.executorEnv.PYSPARK_PYTHON": sys.executable,
         # Kafka timestamps are instants; show and collect them in UTC unless told otherwise.
         "spark.sql.session.timeZone": "UTC",

@@ -60,7 +60,7 @@ EXIT_RAY_STARTUP = 75
 OVERTIME = 0.3
 
 # kcoord's own Ray settings for many small actors on a small machine, without usage stats.
-RAY_ENV = {**LOCAL_RAY_ENV, "RAY_USAGE_STATS_ENABLED": "0"}
+RAY_ENV = {**LOCAL_RAY_ENV, "RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": os.environ.get("RAY_AUTH_MODE", "disabled")}
 CONTROLLER_CONFIG = {
     "heartbeat_interval_ms": 100,
     "follower_heartbeat_interval_ms": 300,

@@ -29,7 +29,7 @@ RAY = str(VENV_BIN / "ray")
 REPO = Path(__file__).resolve().parents[2]
 
 # kcoord's own Ray settings for many small actors on a small machine, without usage stats.
-RAY_ENV = {**LOCAL_RAY_ENV, "RAY_USAGE_STATS_ENABLED": "0"}
+RAY_ENV = {**LOCAL_RAY_ENV, "RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": os.environ.get("RAY_AUTH_MODE", "disabled")}
 
 
 def free_port() -> int:

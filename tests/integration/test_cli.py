@@ -197,6 +197,37 @@ def test_groups_consume_describe_reset_delete(head):
     assert "deleted group 'audit'" in ok(head, "groups", "delete", "audit").stdout
 
 
+def test_users_acls_and_security_on_a_running_cluster(head, tmp_path):
+    """Issue 36 from the command line: the plaintext listener on the node's address is
+    warned of; users and ACLs are made while it runs; the listeners restart with SASL (the
+    warning is gone, a Kafka client authenticates as the user); then back."""
+    status = run_kcoord(head, "--name", NAME, "status", check=True)
+    assert "open to anyone" in status.stderr, status.stderr
+    password = tmp_path / "alice.password"
+    password.write_text("alice-secret\n")
+    assert "SCRAM-SHA-256, SCRAM-SHA-512 credentials set" in ok(head, "users", "create", "alice", "--password-file", str(password)).stdout
+    users = json.loads(ok(head, "users", "list", "--json").stdout)
+    assert [c["mechanism"] for c in users["alice"]] == ["SCRAM-SHA-256", "SCRAM-SHA-512"] and "secret" not in json.dumps(users)
+    assert "added 1 ACLs" in ok(head, "acls", "add", "--allow-principal", "User:alice", "--operation", "READ", "--topic", "cli-", "--resource-pattern-type", "prefixed").stdout
+    listed = json.loads(ok(head, "acls", "list", "--principal", "User:alice", "--json").stdout)
+    assert listed == [{"resource_type": "TOPIC", "resource_name": "cli-", "pattern_type": "PREFIXED", "principal": "User:alice", "host": "*", "operation": "READ", "permission_type": "ALLOW"}]
+    restarted = ok(head, "listeners", "restart", "--kafka-security-protocol", "SASL_PLAINTEXT", "--kafka-super-user", "admin")
+    assert "(SASL_PLAINTEXT)" in restarted.stdout and "open to anyone" not in restarted.stderr
+    status = run_kcoord(head, "--name", NAME, "status", "--json", check=True)
+    snap = json.loads(status.stdout)
+    assert {rec["protocol"] for rec in snap["listeners"].values()} == {"SASL_PLAINTEXT"} and snap["warnings"] == []
+    from kafka import KafkaConsumer
+
+    consumer = KafkaConsumer(bootstrap_servers=snap["bootstrap_servers"], security_protocol="SASL_PLAINTEXT", sasl_mechanism="SCRAM-SHA-512", sasl_plain_username="alice", sasl_plain_password="alice-secret")
+    assert consumer.topics() == set(), "alice authenticated; she may describe no existing topic"
+    consumer.close()
+    assert "removed 1 ACLs" in ok(head, "acls", "remove", "--allow-principal", "User:alice", "--topic", "cli-", "--resource-pattern-type", "prefixed").stdout
+    assert "deleted" in ok(head, "users", "delete", "alice").stdout
+    assert json.loads(ok(head, "users", "list", "--json").stdout) == {}
+    fails(head, "users", "delete", "alice", expect="does not exist")
+    assert "(PLAINTEXT)" in ok(head, "listeners", "restart").stdout
+
+
 def test_bench_rejects_an_unknown_benchmark(head):
     fails(head, "bench", "--only", "nope", "--out", "/tmp/kcoord-bench-test", expect="no benchmark named 'nope'")
 

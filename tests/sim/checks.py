@@ -491,7 +491,12 @@ class History:
 
     # -- controller and coordinators ---------------------------------------------------------
     def observe_controller(self, proc: Any) -> None:
-        pass  # its decisions are checked where they land: the store (on_store_write)
+        # Its partition decisions are checked where they land: the store (on_store_write);
+        # its security metadata against what it acknowledged (tests/sim/security.py).
+        admin = self.sim.security_admin
+        driver = proc.driver
+        if admin is not None and driver is not None and driver.booted and driver.core is not None:
+            admin.check(driver.core)
 
     def observe_coordinator(self, proc: "CoordinatorProcess") -> None:
         topics = {t.name: t.partitions for t in self.sim.scenario.topics}

@@ -70,16 +70,16 @@ def code_digest() -> str:
 
 
 def _one(args: tuple) -> tuple[int, bool, str, float]:
-    seed, kind, mode, events, ms = args
+    seed, kind, mode, events, ms, security = args
     quiet_logs()
     started = time.perf_counter()
-    result = run_seed(seed, kind, mode, events, 0, ms)
+    result = run_seed(seed, kind, mode, events, 0, ms, security)
     return seed, result.ok, result.report() if not result.ok else result.summary(), time.perf_counter() - started
 
 
-def run_many(seeds: list[int], *, kind=None, mode=None, events=None, ms=None, jobs: int = 1, on_result=None) -> list[tuple[int, bool, str, float]]:
+def run_many(seeds: list[int], *, kind=None, mode=None, events=None, ms=None, jobs: int = 1, on_result=None, security: bool = False) -> list[tuple[int, bool, str, float]]:
     """Run ``seeds`` on ``jobs`` processes; results in seed order."""
-    work = [(s, kind, mode, events, ms) for s in seeds]
+    work = [(s, kind, mode, events, ms, security) for s in seeds]
     if jobs <= 1:
         results = []
         for w in work:
@@ -111,10 +111,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--ms", type=int, help="simulated time bound of the fault phase")
     ap.add_argument("--jobs", "-j", type=int, default=1, help=f"processes (default 1; this machine has {os.cpu_count()} cores)")
     ap.add_argument("--verbose", "-v", action="count", default=0, help="print traced events (-vv: every message too)")
+    ap.add_argument("--security", action="store_true", help="an admin also alters users and ACLs through the controller (tests/sim/security.py)")
     args = ap.parse_args(argv)
     quiet_logs(args.verbose)
     if args.seed is not None:
-        result = run_seed(args.seed, args.kind, args.mode, args.events, args.verbose, args.ms)
+        result = run_seed(args.seed, args.kind, args.mode, args.events, args.verbose, args.ms, args.security)
         print(result.report() if not result.ok else result.summary())
         return 0 if result.ok else 1
     seeds = parse_seeds(args.seeds)
@@ -127,7 +128,7 @@ def main(argv: list[str] | None = None) -> int:
             failed.append(r[0])
             print(r[2], flush=True)
 
-    run_many(seeds, kind=args.kind, mode=args.mode, events=args.events, ms=args.ms, jobs=args.jobs, on_result=show)
+    run_many(seeds, kind=args.kind, mode=args.mode, events=args.events, ms=args.ms, jobs=args.jobs, on_result=show, security=args.security)
     elapsed = time.perf_counter() - started
     print(f"{len(seeds)} seeds, {len(failed)} failed, {elapsed:.1f} s ({len(seeds) / elapsed:.1f} seeds/s)" + (f"; failed: {failed}" if failed else ""))
     return 1 if failed else 0

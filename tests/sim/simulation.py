@@ -41,6 +41,7 @@ from kcoord.replication.roles import LEADER, OFFLINE
 
 from .checks import History, Violation
 from .clients import Admin, Member, Producer, Reader
+from .security import SecurityAdmin
 from .faults import Nemesis
 from .kernel import Kernel, NetParams, Network, resume
 from .processes import HEAD, ControllerProcess, CoordinatorProcess, Machine, ReplicaProcess
@@ -64,6 +65,7 @@ class SimConfig:
     client_backoff_ms: int = 50
     consumer_wait_ms: int = 200
     verbose: int = 0  # 1: trace events (faults, roles, elections); 2: also every message
+    security: bool = False  # an admin alters users and ACLs through the controller (security.py)
 
     def replay_command(self) -> str:
         cmd = f"python -m tests.sim.run --seed {self.seed}"
@@ -75,6 +77,8 @@ class SimConfig:
             cmd += f" --events {self.max_events}"
         if self.fault_ms != SimConfig.fault_ms:
             cmd += f" --ms {self.fault_ms}"
+        if self.security:
+            cmd += " --security"
         return cmd + " --verbose"
 
 
@@ -185,6 +189,7 @@ class Simulation:
             self.producers.append(Producer(self, i, spec, p, acks=-1 if i < sc.producers else 1, max_in_flight=sc.max_in_flight, max_batch=sc.max_batch))
         self.readers = [Reader(self, i, t.name, p) for i, (t, p) in enumerate(user_parts)]
         self.members = [Member(self, i, "g", [t.name for t in sc.topics]) for i in range(sc.members)]
+        self.security_admin = SecurityAdmin(self) if config.security else None
         for node in [*self.replica_list, self.controller, *self.coordinators, self.admin, *self.producers, *self.readers, *self.members]:
             self.net.add(node)
         self.nemesis = Nemesis(self)
@@ -233,6 +238,8 @@ class Simulation:
             r.start()
         for m in self.members:
             k.after(k.rng.randint(100, 1000), m.start)
+        if self.security_admin is not None:
+            self.security_admin.start()
         self.nemesis.start()
         while k.events < cfg.max_events and k.now < cfg.fault_ms and k.step():
             pass
@@ -254,6 +261,8 @@ class Simulation:
             leader = self.replicas[(topic, partition, p.leader)]
             logs = {b: self.replicas[(topic, partition, b)].replica.log for b in replicas}
             self.history.final_checks((topic, partition), p.leader, logs, leader.replica.hw, self.kernel.now)
+        if self.security_admin is not None and self.controller.core is not None:
+            self.security_admin.check(self.controller.core)
 
     def _result(self) -> SimResult:
         h = self.history
@@ -530,10 +539,11 @@ def run_seed(
     max_events: int | None = None,
     verbose: int = 0,
     fault_ms: int | None = None,
+    security: bool = False,
 ) -> SimResult:
     """One run. ``max_events`` alone also lifts the time bound, so that more events means
     a longer run."""
-    cfg = SimConfig(seed=seed, kind=kind, mode=mode, verbose=verbose)
+    cfg = SimConfig(seed=seed, kind=kind, mode=mode, verbose=verbose, security=security)
     if max_events is not None:
         cfg.max_events = max_events
         cfg.fault_ms = max(cfg.fault_ms, max_events * 2)

@@ -59,6 +59,17 @@ def test_the_seeds_that_found_bugs_still_pass() -> None:
     assert not failed, f"{len(failed)} found seeds fail again:\n\n" + "\n\n".join(failed[:3])
 
 
+# Seeds with an admin altering users and ACLs through the controller (security.py);
+# KCOORD_SIM_SECURITY_SEEDS picks them like KCOORD_SIM_SEEDS (default 60).
+SECURITY_SEEDS = parse_seeds(os.environ.get("KCOORD_SIM_SECURITY_SEEDS", "").strip() or "60")
+
+
+def test_security_metadata_survives_controller_crashes_and_store_failures() -> None:
+    results = run_many(SECURITY_SEEDS, jobs=_jobs(), security=True)
+    failed = [report for _, ok, report, _ in results if not ok]
+    assert not failed, f"{len(failed)} of {len(SECURITY_SEEDS)} seeds failed:\n\n" + "\n\n".join(failed[:5])
+
+
 def test_same_seed_same_run() -> None:
     for seed in (1, 2, 5):
         a = Simulation(SimConfig(seed=seed)).run()

@@ -161,3 +161,18 @@ def test_records_to_arrow_skips_a_batch_emptied_by_the_cleaner():
     assert [r["offset"] for r in tasks.records_to_arrow("t", 0, data, 0, 4).to_pylist()] == [0, 3]
     assert [r["offset"] for r in tasks.records_to_arrow("t", 0, data, 2, 4).to_pylist()] == [3]
     assert tasks.records_to_arrow("t", 0, data, 1, 3) is None
+
+
+def test_executors_get_the_drivers_ray_token_authentication(monkeypatch):
+    """Spark executors join the driver's Ray: its token authentication mode, and the token's
+    path (or value) when the driver was given it that way (issue 36)."""
+    import importlib
+
+    S = importlib.import_module("kcoord.spark.session")
+
+    monkeypatch.setattr(S, "token_auth_enabled", lambda: True)
+    monkeypatch.setenv("RAY_AUTH_TOKEN_PATH", "/etc/ray/token")
+    monkeypatch.delenv("RAY_AUTH_TOKEN", raising=False)
+    assert S.ray_auth_configs() == {"spark.executorEnv.RAY_AUTH_MODE": "token", "spark.executorEnv.RAY_AUTH_TOKEN_PATH": "/etc/ray/token"}
+    monkeypatch.setattr(S, "token_auth_enabled", lambda: False)
+    assert S.ray_auth_configs() == {"spark.executorEnv.RAY_AUTH_MODE": "disabled"}

@@ -26,7 +26,7 @@ ACTION_TYPES = {
     "SendLeaderAndIsr",
     "SendHeartbeat",
 }
-CORE_PACKAGES = ("kcoord/replication", "kcoord/group", "kcoord/log", "kcoord/runtime", "kcoord/protocol")
+CORE_PACKAGES = ("kcoord/replication", "kcoord/group", "kcoord/log", "kcoord/runtime", "kcoord/protocol", "kcoord/security")
 
 
 def _modules(folder: str) -> list[Path]:

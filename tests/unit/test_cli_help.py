@@ -28,6 +28,8 @@ def test_the_commands_of_the_issue_exist():
         ("topics",), ("topics", "create"), ("topics", "list"), ("topics", "describe"), ("topics", "delete"),
         ("topics", "describe-config"), ("topics", "alter-config"), ("topics", "add-partitions"), ("topics", "delete-records"),
         ("groups",), ("groups", "list"), ("groups", "describe"), ("groups", "reset-offsets"),
+        ("users", "create"), ("users", "list"), ("users", "delete"), ("acls", "add"), ("acls", "list"), ("acls", "remove"),
+        ("listeners", "restart"),
     }
 
 
@@ -55,6 +57,14 @@ def test_every_command_has_help_with_examples(path):
         (["consume", "t", "--group", "g", "--partition", "0"], "cannot be combined"),
         (["produce", "t", "--key-separator", ""], "must not be empty"),
         (["topics", "alter-config", "t"], "at least one --set KEY=VALUE or --delete KEY"),
+        (["up", "--kafka-user", "admin=s3cret"], "never the command line"),
+        (["up", "--kafka-super-user", "admin"], "need --kafka-security-protocol"),
+        (["up", "--kafka-security-protocol", "SASL_SSL"], "certfile"),
+        (["up", "--kafka-security-protocol", "SASL_PLAINTEXT", "--kafka-user", "admin=env:KCOORD_TEST_NO_SUCH_VARIABLE"], "not set or empty"),
+        (["users", "create", "alice", "--password-file", "a", "--password-env", "B"], "not both"),
+        (["acls", "add", "--topic", "t", "--operation", "READ"], "name a principal"),
+        (["acls", "add", "--allow-principal", "User:a", "--operation", "READ"], "name a resource"),
+        (["acls", "add", "--allow-principal", "User:a", "--operation", "READS", "--topic", "t"], "--operation"),
         (["topics", "alter-config", "t", "--set", "retention.ms"], "expected KEY=VALUE"),
         (["topics", "alter-config", "t", "--set", "retention.ms=1", "--delete", "retention.ms"], "named by both --set and --delete"),
         (["topics", "add-partitions", "t"], "--count"),

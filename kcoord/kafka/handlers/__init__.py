@@ -1,4 +1,7 @@
-"""Kafka API handlers, one module per family, and the table of what the listener serves.
+"""Kafka API handlers, one module per family, and the table of what the listener serves:
+``cluster``, ``data``, ``groups``, ``sasl`` (authentication), ``acls`` (ACLs and SCRAM
+users) and ``admin`` (configs, partitions, records). Every handler checks the ACLs of
+what it touches through ``ctx.allowed`` (always true without ``kafka_security``).
 
 A handler is ``async (ctx, conn, request, version) -> response`` on kafka-python's
 schema-generated request/response objects; ``None`` means "no response" (acks=0). Each API
@@ -12,8 +15,24 @@ from functools import partial
 from typing import Any
 
 from kafka.protocol.admin import (
+    AlterConfigsRequest,
+    AlterConfigsResponse,
+    AlterUserScramCredentialsRequest,
+    AlterUserScramCredentialsResponse,
+    CreateAclsRequest,
+    CreateAclsResponse,
+    CreatePartitionsRequest,
+    CreatePartitionsResponse,
     CreateTopicsRequest,
     CreateTopicsResponse,
+    DeleteAclsRequest,
+    DeleteAclsResponse,
+    DescribeAclsRequest,
+    DescribeAclsResponse,
+    DescribeUserScramCredentialsRequest,
+    DescribeUserScramCredentialsResponse,
+    IncrementalAlterConfigsRequest,
+    IncrementalAlterConfigsResponse,
     DeleteTopicsRequest,
     DeleteTopicsResponse,
     DescribeConfigsRequest,
@@ -49,10 +68,12 @@ from kafka.protocol.metadata import (
     MetadataRequest,
     MetadataResponse,
 )
+from kafka.protocol.admin.topics import DeleteRecordsRequest, DeleteRecordsResponse
 from kafka.protocol.producer import InitProducerIdRequest, InitProducerIdResponse, ProduceRequest, ProduceResponse
+from kafka.protocol.sasl import SaslAuthenticateRequest, SaslAuthenticateResponse, SaslHandshakeRequest, SaslHandshakeResponse
 
 from ..server import Api
-from . import cluster, data, groups
+from . import acls, admin, cluster, data, groups, sasl
 from ._base import ListenerContext
 
 # (key, request, response, min, max, handler, error builder, ordered per connection)
@@ -75,6 +96,19 @@ _TABLE = [
     (20, DeleteTopicsRequest, DeleteTopicsResponse, 0, 3, cluster.delete_topics, cluster.delete_topics_error, True),
     (22, InitProducerIdRequest, InitProducerIdResponse, 0, 1, cluster.init_producer_id, cluster.init_producer_id_error, False),
     (32, DescribeConfigsRequest, DescribeConfigsResponse, 0, 4, cluster.describe_configs, cluster.describe_configs_error, False),
+    # security (handlers/sasl.py, handlers/acls.py); after SaslHandshake v0 tokens come bare
+    (17, SaslHandshakeRequest, SaslHandshakeResponse, 0, 1, sasl.sasl_handshake, sasl.sasl_handshake_error, False),
+    (36, SaslAuthenticateRequest, SaslAuthenticateResponse, 0, 2, sasl.sasl_authenticate, sasl.sasl_authenticate_error, False),
+    (29, DescribeAclsRequest, DescribeAclsResponse, 1, 3, acls.describe_acls, acls.describe_acls_error, False),
+    (30, CreateAclsRequest, CreateAclsResponse, 1, 3, acls.create_acls, acls.create_acls_error, True),
+    (31, DeleteAclsRequest, DeleteAclsResponse, 1, 3, acls.delete_acls, acls.delete_acls_error, True),
+    (50, DescribeUserScramCredentialsRequest, DescribeUserScramCredentialsResponse, 0, 0, acls.describe_user_scram_credentials, acls.describe_user_scram_credentials_error, False),
+    (51, AlterUserScramCredentialsRequest, AlterUserScramCredentialsResponse, 0, 0, acls.alter_user_scram_credentials, acls.alter_user_scram_credentials_error, True),
+    # operators' admin calls (handlers/admin.py)
+    (21, DeleteRecordsRequest, DeleteRecordsResponse, 0, 2, admin.delete_records, admin.delete_records_error, True),
+    (33, AlterConfigsRequest, AlterConfigsResponse, 0, 2, admin.alter_configs, admin.alter_configs_error, True),
+    (37, CreatePartitionsRequest, CreatePartitionsResponse, 0, 3, admin.create_partitions, admin.create_partitions_error, True),
+    (44, IncrementalAlterConfigsRequest, IncrementalAlterConfigsResponse, 0, 1, admin.incremental_alter_configs, admin.incremental_alter_configs_error, True),
 ]
 
 

@@ -40,7 +40,18 @@ class ListenerContext:
     default_partitions: int = 1  # Kafka's num.partitions
     default_replication_factor: int = 3  # capped at the number of brokers
     listeners: Callable[[], dict[str, dict]] | None = None  # node id -> {"host", "ports"}
+    # kcoord.kafka.security.ListenerSecurity; None: a plaintext listener that authorizes
+    # everything, as a Kafka broker without an authorizer
+    security: Any = None
     _listeners_cache: tuple[float, dict[str, dict]] = field(default=(0.0, {}))
+
+    def allowed(self, conn: Any, operation: Any, resource_type: Any, name: str) -> bool:
+        """Whether ``conn``'s principal may do ``operation`` on the resource (ACLs)."""
+        return self.security is None or self.security.authorize(conn, operation, resource_type, name)
+
+    def allowed_any(self, conn: Any, operation: Any, resource_type: Any) -> bool:
+        """Whether it may do ``operation`` on some resource of the type (KIP-679)."""
+        return self.security is None or self.security.authorize_any(conn, operation, resource_type)
 
     def listener_map(self) -> dict[str, dict]:
         now = time.monotonic()

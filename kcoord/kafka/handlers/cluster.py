@@ -19,6 +19,8 @@ from ...protocol.controller import CreateTopicsRequest, DeleteTopicsRequest, Ini
 from ...protocol.controller import DescribeConfigsRequest as ControllerDescribeConfigs
 from ...protocol.errors import ErrorCode
 from ...replication.topic_plan import default_replication_factor
+from ...security.acl import CLUSTER_NAME, ACLOperation as Op, ResourceType as RT
+from ...security.authorizer import OPERATIONS
 from ._base import OFFSETS_TOPIC, ListenerContext
 
 logger = logging.getLogger("kcoord.kafka")
@@ -53,13 +55,33 @@ def api_versions_error(apis: dict[int, Any]):
 # -- Metadata (3) --------------------------------------------------------------------------
 
 
+def _operations(ctx: ListenerContext, conn: Any, resource_type: RT, name: str) -> set[int]:
+    """Kafka's authorized operations (a bit field on the wire; kafka-python takes the set
+    of bit numbers): every operation of the type without an authorizer."""
+    ops = OPERATIONS[resource_type] if ctx.security is None else ctx.security.authorized_operations(conn, resource_type, name)
+    return {int(op) for op in ops}
+
+
 async def metadata(ctx: ListenerContext, conn: Any, req: Any, version: int) -> Any:
+    """Kafka's rules with ACLs: only topics the principal may DESCRIBE are listed; a topic
+    named but not describable is answered TOPIC_AUTHORIZATION_FAILED without saying
+    whether it exists; auto-creating a topic needs CREATE on the cluster or the topic."""
     R = MetadataResponse
     view = await ctx.broker_view()
     wanted = None if req.topics is None else [t.name for t in req.topics]
     if wanted == [] and version == 0:
         wanted = None
-    resp = await ctx.backend.metadata(wanted)
+    denied: list[str] = []
+    if ctx.security is not None and wanted is not None:
+        denied = [n for n in wanted if not ctx.allowed(conn, Op.DESCRIBE, RT.TOPIC, n)]
+        wanted = [n for n in wanted if n not in denied]
+    if wanted == [] and denied:
+        from ...protocol.controller import MetadataResponse as Answer
+
+        resp = Answer()
+    else:
+        resp = await ctx.backend.metadata(wanted)
+    topic_ops = version >= 8 and bool(getattr(req, "include_topic_authorized_operations", False))
     topics = []
     if resp.error_code:
         for name in wanted or []:
@@ -67,11 +89,16 @@ async def metadata(ctx: ListenerContext, conn: Any, req: Any, version: int) -> A
     else:
         by_name = {t.name: t for t in resp.topics}
         for name in wanted if wanted is not None else sorted(by_name):
+            if wanted is None and not ctx.allowed(conn, Op.DESCRIBE, RT.TOPIC, name):
+                continue  # listing everything lists what this principal may describe
             t = by_name.get(name)
             if t is None or t.error_code == E.UNKNOWN_TOPIC_OR_PARTITION:
                 code = E.UNKNOWN_TOPIC_OR_PARTITION
                 if wanted is not None and getattr(req, "allow_auto_topic_creation", True) and ctx.auto_create_topics:
-                    code = await _auto_create(ctx, name, view)
+                    if ctx.allowed(conn, Op.CREATE, RT.CLUSTER, CLUSTER_NAME) or ctx.allowed(conn, Op.CREATE, RT.TOPIC, name):
+                        code = await _auto_create(ctx, name, view)
+                    else:
+                        code = E.TOPIC_AUTHORIZATION_FAILED
                 topics.append(R.MetadataResponseTopic(error_code=code, name=name, is_internal=False, partitions=[]))
                 continue
             parts = [
@@ -86,21 +113,27 @@ async def metadata(ctx: ListenerContext, conn: Any, req: Any, version: int) -> A
                 )
                 for p in sorted(t.partitions, key=lambda p: p.partition)
             ]
-            topics.append(
-                R.MetadataResponseTopic(
-                    error_code=t.error_code,
-                    name=t.name,
-                    is_internal=bool(t.internal or t.name == OFFSETS_TOPIC),
-                    partitions=parts,
-                )
+            topic = R.MetadataResponseTopic(
+                error_code=t.error_code,
+                name=t.name,
+                is_internal=bool(t.internal or t.name == OFFSETS_TOPIC),
+                partitions=parts,
             )
-    return R(
+            if topic_ops:
+                topic.authorized_operations = _operations(ctx, conn, RT.TOPIC, t.name)
+            topics.append(topic)
+    topics += [R.MetadataResponseTopic(error_code=E.TOPIC_AUTHORIZATION_FAILED, name=n, is_internal=False, partitions=[]) for n in denied]
+    answer = R(
         throttle_time_ms=0,
         brokers=[R.MetadataResponseBroker(node_id=b, host=h, port=p, rack=None) for b, h, p in view.brokers],
         cluster_id=ctx.cluster_id or None,
         controller_id=view.controller_id,
         topics=topics,
     )
+    if version >= 8 and getattr(req, "include_cluster_authorized_operations", False):
+        allowed = ctx.allowed(conn, Op.DESCRIBE, RT.CLUSTER, CLUSTER_NAME)
+        answer.authorized_operations = _operations(ctx, conn, RT.CLUSTER, CLUSTER_NAME) if allowed else set()
+    return answer
 
 
 async def _auto_create(ctx: ListenerContext, name: str, view: Any) -> int:
@@ -134,7 +167,11 @@ def metadata_error(req: Any, version: int, code: int, message: str | None) -> An
 async def find_coordinator(ctx: ListenerContext, conn: Any, req: Any, version: int) -> Any:
     R = FindCoordinatorResponse
     if getattr(req, "key_type", 0) != 0:
+        if not ctx.allowed(conn, Op.DESCRIBE, RT.TRANSACTIONAL_ID, req.key):
+            return R(error_code=E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, error_message=None, node_id=-1, host="", port=-1)
         return R(error_code=E.COORDINATOR_NOT_AVAILABLE, error_message=TRANSACTIONS_UNSUPPORTED, node_id=-1, host="", port=-1)
+    if not ctx.allowed(conn, Op.DESCRIBE, RT.GROUP, req.key):
+        return R(error_code=E.GROUP_AUTHORIZATION_FAILED, error_message=None, node_id=-1, host="", port=-1)
     count = await ctx.backend.group_coordinators()
     if count < 1:
         return R(error_code=E.COORDINATOR_NOT_AVAILABLE, error_message="this kcoord cluster has no group coordinators", node_id=-1, host="", port=-1)
@@ -166,7 +203,12 @@ def group_index(group_id: str, count: int) -> int:
 async def init_producer_id(ctx: ListenerContext, conn: Any, req: Any, version: int) -> Any:
     R = InitProducerIdResponse
     if req.transactional_id is not None:
+        if not ctx.allowed(conn, Op.WRITE, RT.TRANSACTIONAL_ID, req.transactional_id):
+            return R(error_code=E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, producer_id=-1, producer_epoch=-1)
         return R(error_code=E.INVALID_REQUEST, producer_id=-1, producer_epoch=-1)
+    # KIP-679: an idempotent producer needs IDEMPOTENT_WRITE on the cluster or WRITE on any topic
+    if not (ctx.allowed(conn, Op.IDEMPOTENT_WRITE, RT.CLUSTER, CLUSTER_NAME) or ctx.allowed_any(conn, Op.WRITE, RT.TOPIC)):
+        return R(error_code=E.CLUSTER_AUTHORIZATION_FAILED, producer_id=-1, producer_epoch=-1)
     resp = await ctx.backend.init_producer_id(InitProducerIdRequest(count=1))
     if resp.error_code:
         code = E.COORDINATOR_NOT_AVAILABLE if resp.error_code in (E.NOT_CONTROLLER, E.REQUEST_TIMED_OUT) else resp.error_code
@@ -182,10 +224,15 @@ def init_producer_id_error(req: Any, version: int, code: int, message: str | Non
 
 
 async def create_topics(ctx: ListenerContext, conn: Any, req: Any, version: int) -> Any:
+    """CREATE on the cluster, or on each topic (TOPIC_AUTHORIZATION_FAILED)."""
     R = CreateTopicsResponse
     view = await ctx.broker_view()
     results = []
+    cluster_create = ctx.allowed(conn, Op.CREATE, RT.CLUSTER, CLUSTER_NAME)
     for t in req.topics:
+        if not cluster_create and not ctx.allowed(conn, Op.CREATE, RT.TOPIC, t.name):
+            results.append(R.CreatableTopicResult(name=t.name, error_code=E.TOPIC_AUTHORIZATION_FAILED, error_message="Authorization failed."))
+            continue
         partitions = t.num_partitions if t.num_partitions > 0 else ctx.default_partitions
         rf = t.replication_factor if t.replication_factor > 0 else default_replication_factor(len(view.brokers), ctx.default_replication_factor)
         assignment = None
@@ -224,6 +271,9 @@ async def delete_topics(ctx: ListenerContext, conn: Any, req: Any, version: int)
     R = DeleteTopicsResponse
     out = []
     for name in req.topic_names or []:
+        if not ctx.allowed(conn, Op.DELETE, RT.TOPIC, name):
+            out.append(R.DeletableTopicResult(name=name, error_code=E.TOPIC_AUTHORIZATION_FAILED, error_message="Authorization failed."))
+            continue
         resp = await ctx.backend.delete_topic(DeleteTopicsRequest(name=name))
         out.append(R.DeletableTopicResult(name=name, error_code=resp.error_code, error_message=resp.error_message))
     return R(throttle_time_ms=0, responses=out)
@@ -251,6 +301,10 @@ async def describe_configs(ctx: ListenerContext, conn: Any, req: Any, version: i
     results = []
     for res in req.resources:
         keys = None if res.configuration_keys is None else set(res.configuration_keys)
+        refused = config_authorization_error(ctx, conn, res.resource_type, res.resource_name, Op.DESCRIBE_CONFIGS)
+        if refused:
+            results.append(R.DescribeConfigsResult(error_code=refused, error_message=None, resource_type=res.resource_type, resource_name=res.resource_name, configs=[]))
+            continue
         if res.resource_type == RESOURCE_TOPIC:
             # The controller's DescribeConfigs (value and Kafka's config source per key),
             # as Admin.describe_configs gets it.
@@ -279,6 +333,16 @@ async def describe_configs(ctx: ListenerContext, conn: Any, req: Any, version: i
         else:
             results.append(R.DescribeConfigsResult(error_code=E.INVALID_REQUEST, error_message=f"kcoord describes topic (2) and broker (4) configs, not resource type {res.resource_type}", resource_type=res.resource_type, resource_name=res.resource_name, configs=[]))
     return R(throttle_time_ms=0, results=results)
+
+
+def config_authorization_error(ctx: ListenerContext, conn: Any, resource_type: int, name: str, operation: Op) -> int:
+    """DESCRIBE_CONFIGS/ALTER_CONFIGS on a topic, or on the cluster for a broker's configs:
+    0, or the authorization error Kafka answers."""
+    if resource_type == RESOURCE_TOPIC and not ctx.allowed(conn, operation, RT.TOPIC, name):
+        return E.TOPIC_AUTHORIZATION_FAILED
+    if resource_type == RESOURCE_BROKER and not ctx.allowed(conn, operation, RT.CLUSTER, CLUSTER_NAME):
+        return E.CLUSTER_AUTHORIZATION_FAILED
+    return 0
 
 
 def describe_configs_error(req: Any, version: int, code: int, message: str | None) -> Any:

@@ -14,6 +14,7 @@ from kafka.protocol.producer import ProduceResponse
 from ... import records as R
 from ...protocol.errors import ErrorCode
 from ...protocol.replication import FetchRequest, ListOffsetsRequest, ProduceRequest
+from ...security.acl import ACLOperation as Op, ResourceType as RT
 from ..batches import to_kafka
 from ._base import ListenerContext
 
@@ -118,11 +119,16 @@ async def produce(ctx: ListenerContext, conn: Any, req: Any, version: int) -> An
     P = ProduceResponse
     acks = req.acks
     if req.transactional_id is not None:
+        if not ctx.allowed(conn, Op.WRITE, RT.TRANSACTIONAL_ID, req.transactional_id):
+            return produce_error(req, version, E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, None)
         return produce_error(req, version, E.INVALID_REQUEST, "kcoord has no transactions (transactional.id is set)")
     started = time.perf_counter()
     STATS["produce_requests"] += 1
     slots: list[tuple[str, int, Any]] = []
     for td in req.topic_data:
+        if not ctx.allowed(conn, Op.WRITE, RT.TOPIC, td.name):
+            slots += [(td.name, pd.index, _ready((E.TOPIC_AUTHORIZATION_FAILED, None))) for pd in td.partition_data]
+            continue
         for pd in td.partition_data:
             batches, code, message = _split_batches(pd.records or b"")
             if not code and acks not in (0, 1, -1):
@@ -199,7 +205,13 @@ async def fetch(ctx: ListenerContext, conn: Any, req: Any, version: int) -> Any:
     found nothing, every partition long-polls and the response goes out when the first
     has data (or at max_wait), the others answered from the first round."""
     F = FetchResponse
-    wanted = [(t.topic, p.partition, p.fetch_offset, p.partition_max_bytes, getattr(p, "current_leader_epoch", -1)) for t in req.topics for p in t.partitions]
+    refused = [(t.topic, p.partition) for t in req.topics if not ctx.allowed(conn, Op.READ, RT.TOPIC, t.topic) for p in t.partitions]
+    wanted = [
+        (t.topic, p.partition, p.fetch_offset, p.partition_max_bytes, getattr(p, "current_leader_epoch", -1))
+        for t in req.topics
+        if not refused or ctx.allowed(conn, Op.READ, RT.TOPIC, t.topic)
+        for p in t.partitions
+    ]
 
     def kreq(topic: str, part: int, offset: int, max_bytes: int, epoch: int, wait_ms: int) -> FetchRequest:
         return FetchRequest(topic=topic, partition=part, fetch_offset=offset, max_bytes=max(1, max_bytes), min_bytes=1, max_wait_ms=wait_ms, current_leader_epoch=epoch if epoch is not None else -1)
@@ -251,6 +263,12 @@ async def fetch(ctx: ListenerContext, conn: Any, req: Any, version: int) -> Any:
                 records=records,
             )
         )
+    for topic, part in refused:
+        by_topic.setdefault(topic, []).append(
+            F.FetchableTopicResponse.PartitionData(
+                partition_index=part, error_code=E.TOPIC_AUTHORIZATION_FAILED, high_watermark=-1, last_stable_offset=-1, log_start_offset=-1, aborted_transactions=None, preferred_read_replica=-1, records=b""
+            )
+        )
     return F(
         throttle_time_ms=0,
         error_code=0,
@@ -298,6 +316,10 @@ async def list_offsets(ctx: ListenerContext, conn: Any, req: Any, version: int) 
 
     topics = []
     for t in req.topics:
+        if not ctx.allowed(conn, Op.DESCRIBE, RT.TOPIC, t.name):
+            parts = [PR(partition_index=p.partition_index, error_code=E.TOPIC_AUTHORIZATION_FAILED, timestamp=-1, offset=-1, leader_epoch=-1) for p in t.partitions]
+            topics.append(L.ListOffsetsTopicResponse(name=t.name, partitions=parts))
+            continue
         parts = await asyncio.gather(*(one(t.name, p) for p in t.partitions))
         topics.append(L.ListOffsetsTopicResponse(name=t.name, partitions=list(parts)))
     return L(throttle_time_ms=0, topics=topics)

@@ -26,6 +26,7 @@ from kafka.protocol.admin import DescribeGroupsResponse, ListGroupsResponse
 from ...group.placement import coordinator_for
 from ...protocol import group as G
 from ...protocol.errors import ErrorCode
+from ...security.acl import CLUSTER_NAME, ACLOperation as Op, ResourceType as RT
 from ._base import ListenerContext
 
 E = ErrorCode
@@ -50,6 +51,8 @@ async def _call(ctx: ListenerContext, method: str, req: Any, group_id: str) -> A
 
 async def join_group(ctx: ListenerContext, conn: Any, req: Any, version: int) -> Any:
     R = JoinGroupResponse
+    if not ctx.allowed(conn, Op.READ, RT.GROUP, req.group_id):
+        return join_group_error(req, version, E.GROUP_AUTHORIZATION_FAILED, None)
     kreq = G.JoinGroupRequest(
         group_id=req.group_id,
         session_timeout_ms=req.session_timeout_ms,
@@ -85,6 +88,8 @@ def join_group_error(req: Any, version: int, code: int, message: str | None) -> 
 
 
 async def sync_group(ctx: ListenerContext, conn: Any, req: Any, version: int) -> Any:
+    if not ctx.allowed(conn, Op.READ, RT.GROUP, req.group_id):
+        return sync_group_error(req, version, E.GROUP_AUTHORIZATION_FAILED, None)
     kreq = G.SyncGroupRequest(
         group_id=req.group_id,
         generation_id=req.generation_id,
@@ -106,6 +111,8 @@ def sync_group_error(req: Any, version: int, code: int, message: str | None) -> 
 
 
 async def heartbeat(ctx: ListenerContext, conn: Any, req: Any, version: int) -> Any:
+    if not ctx.allowed(conn, Op.READ, RT.GROUP, req.group_id):
+        return heartbeat_error(req, version, E.GROUP_AUTHORIZATION_FAILED, None)
     kreq = G.GroupHeartbeatRequest(
         group_id=req.group_id,
         generation_id=req.generation_id,
@@ -125,6 +132,8 @@ def heartbeat_error(req: Any, version: int, code: int, message: str | None) -> A
 
 async def leave_group(ctx: ListenerContext, conn: Any, req: Any, version: int) -> Any:
     R = LeaveGroupResponse
+    if not ctx.allowed(conn, Op.READ, RT.GROUP, req.group_id):
+        return leave_group_error(req, version, E.GROUP_AUTHORIZATION_FAILED, None)
     if version >= 3:
         members = [G.LeaveGroupMember(member_id=m.member_id or "", group_instance_id=m.group_instance_id) for m in req.members]
     else:
@@ -148,7 +157,12 @@ def leave_group_error(req: Any, version: int, code: int, message: str | None) ->
 
 
 async def offset_commit(ctx: ListenerContext, conn: Any, req: Any, version: int) -> Any:
+    """READ on the group (else GROUP_AUTHORIZATION_FAILED everywhere), then READ on each
+    topic: a topic refused is answered TOPIC_AUTHORIZATION_FAILED and not committed."""
     R = OffsetCommitResponse
+    if not ctx.allowed(conn, Op.READ, RT.GROUP, req.group_id):
+        return offset_commit_error(req, version, E.GROUP_AUTHORIZATION_FAILED, None)
+    refused = {t.name for t in req.topics if not ctx.allowed(conn, Op.READ, RT.TOPIC, t.name)}
     topics = {
         t.name: {
             p.partition_index: G.OffsetCommitPartition(
@@ -159,7 +173,10 @@ async def offset_commit(ctx: ListenerContext, conn: Any, req: Any, version: int)
             for p in t.partitions
         }
         for t in req.topics
+        if t.name not in refused
     }
+    if not topics and refused:
+        return offset_commit_error(req, version, E.TOPIC_AUTHORIZATION_FAILED, None)
     kreq = G.OffsetCommitRequest(
         group_id=req.group_id,
         generation_id=req.generation_id_or_member_epoch,
@@ -171,6 +188,10 @@ async def offset_commit(ctx: ListenerContext, conn: Any, req: Any, version: int)
     resp = await _call(ctx, "offset_commit", kreq, req.group_id)
     out = []
     for t in req.topics:
+        if t.name in refused:
+            P = R.OffsetCommitResponseTopic.OffsetCommitResponsePartition
+            out.append(R.OffsetCommitResponseTopic(name=t.name, partitions=[P(partition_index=p.partition_index, error_code=E.TOPIC_AUTHORIZATION_FAILED) for p in t.partitions]))
+            continue
         codes = resp.topics.get(t.name, {})
         out.append(
             R.OffsetCommitResponseTopic(
@@ -202,17 +223,29 @@ def offset_commit_error(req: Any, version: int, code: int, message: str | None) 
 
 
 async def offset_fetch(ctx: ListenerContext, conn: Any, req: Any, version: int) -> Any:
+    """DESCRIBE on the group (else GROUP_AUTHORIZATION_FAILED); offsets only of topics the
+    principal may DESCRIBE (a named one refused: TOPIC_AUTHORIZATION_FAILED; all topics:
+    the others left out)."""
     R = OffsetFetchResponse
     T = R.OffsetFetchResponseTopic
     P = T.OffsetFetchResponsePartition
+    if not ctx.allowed(conn, Op.DESCRIBE, RT.GROUP, req.group_id):
+        return offset_fetch_error(req, version, E.GROUP_AUTHORIZATION_FAILED, None)
     wanted = None if req.topics is None else {t.name: list(t.partition_indexes) for t in req.topics}
+    refused = {} if wanted is None else {n: ps for n, ps in wanted.items() if not ctx.allowed(conn, Op.DESCRIBE, RT.TOPIC, n)}
+    if refused:
+        wanted = {n: ps for n, ps in (wanted or {}).items() if n not in refused}
+    if wanted == {} and refused:
+        return R(throttle_time_ms=0, error_code=0, topics=[T(name=n, partitions=[P(partition_index=p, committed_offset=-1, committed_leader_epoch=-1, metadata="", error_code=E.TOPIC_AUTHORIZATION_FAILED) for p in ps]) for n, ps in refused.items()])
     resp = await _call(ctx, "offset_fetch", G.OffsetFetchRequest(group_id=req.group_id, topics=wanted), req.group_id)
     if resp.error_code and version < 2:
         # v0/v1 have no top-level error: put it on every partition
         return R(topics=[T(name=t, partitions=[P(partition_index=p, committed_offset=-1, metadata="", error_code=resp.error_code) for p in ps]) for t, ps in (wanted or {}).items()])
     topics = []
     offsets = resp.offsets
-    names = list(wanted) if wanted is not None else sorted(offsets)
+    names = list(wanted) if wanted is not None else [n for n in sorted(offsets) if ctx.allowed(conn, Op.DESCRIBE, RT.TOPIC, n)]
+    for name, ps in refused.items():
+        topics.append(T(name=name, partitions=[P(partition_index=p, committed_offset=-1, committed_leader_epoch=-1, metadata="", error_code=E.TOPIC_AUTHORIZATION_FAILED) for p in ps]))
     for name in names:
         got = offsets.get(name, {})
         parts = wanted[name] if wanted is not None else sorted(got)
@@ -248,6 +281,9 @@ async def describe_groups(ctx: ListenerContext, conn: Any, req: Any, version: in
     M = D.DescribedGroupMember
     out = []
     for gid in req.groups:
+        if not ctx.allowed(conn, Op.DESCRIBE, RT.GROUP, gid):
+            out.append(D(error_code=E.GROUP_AUTHORIZATION_FAILED, error_message=None, group_id=gid, group_state="", protocol_type="", protocol_data="", members=[]))
+            continue
         resp = await _call(ctx, "describe_groups", G.DescribeGroupsRequest(group_ids=[gid]), gid)
         g = resp.groups[0] if resp.groups else G.DescribedGroup(gid, error_code=resp.error_code or E.UNKNOWN_SERVER_ERROR)
         code = g.error_code
@@ -288,6 +324,7 @@ async def list_groups(ctx: ListenerContext, conn: Any, req: Any, version: int) -
     states = list(getattr(req, "states_filter", None) or []) if version >= 4 else None
     groups = []
     code = 0
+    every = ctx.allowed(conn, Op.DESCRIBE, RT.CLUSTER, CLUSTER_NAME)  # else the groups it may DESCRIBE
     for i in range(count):
         if coordinator_broker(view, i) != conn.broker:
             continue
@@ -295,7 +332,7 @@ async def list_groups(ctx: ListenerContext, conn: Any, req: Any, version: int) -
         if resp.error_code:
             code = resp.error_code
             continue
-        groups += [R.ListedGroup(group_id=g.group_id, protocol_type=g.protocol_type, group_state=g.state) for g in resp.groups]
+        groups += [R.ListedGroup(group_id=g.group_id, protocol_type=g.protocol_type, group_state=g.state) for g in resp.groups if every or ctx.allowed(conn, Op.DESCRIBE, RT.GROUP, g.group_id)]
     return R(throttle_time_ms=0, error_code=code if not groups else 0, groups=groups)
 
 
