@@ -262,3 +262,10 @@ def test_ending_at_the_last_epoch_waits_for_producer_ids_retriably():
     assert s.state().state == S.ONGOING
     s.allocate()
     assert s.end("t", pid, MAX_PRODUCER_EPOCH - 1).error_code == E.NONE
+
+
+def test_an_unknown_producer_id_during_completion_is_not_taken_for_the_next_one():
+    s = Shell(auto_markers=False)
+    pid, epoch = began(s)
+    s.end("t", pid, epoch)  # no new producer id: next_producer_id stays -1
+    assert s.end("t", -1, 0, commit=False).error_code == E.INVALID_PRODUCER_ID_MAPPING
