@@ -108,7 +108,8 @@ class Ending:
                 self.ctx.reply(token, EndTxnResponse(producer_id=v.producer_id, producer_epoch=v.producer_epoch))
             return
         if v.state.is_prepare and (
-            (pid == v.next_producer_id and epoch == 0) or (v.bump_epoch and pid == v.producer_id and epoch == v.producer_epoch)
+            (v.next_producer_id != NO_PRODUCER_ID and pid == v.next_producer_id and epoch == 0)
+            or (v.bump_epoch and pid == v.producer_id and epoch == v.producer_epoch)
         ):
             # the producer already holds the identity this transaction ends with and moved on
             fail(E.CONCURRENT_TRANSACTIONS, f"the previous transaction is being completed ({v.state.value})")
