@@ -17,8 +17,13 @@ ACTION_TYPES = {
     "SendFetch",
     "SendOffsetsForLeaderEpoch",
     "SendAlterPartition",
-    # group coordinator
+    # group coordinator (and transaction coordinator)
     "AppendRecords",
+    # transaction coordinator
+    "SendWriteTxnMarker",
+    "SendTxnOffsetMarker",
+    "AllocateProducerIds",
+    "RefreshMetadata",
     # controller
     "Persist",
     "CreateReplica",
@@ -26,7 +31,7 @@ ACTION_TYPES = {
     "SendLeaderAndIsr",
     "SendHeartbeat",
 }
-CORE_PACKAGES = ("kcoord/replication", "kcoord/group", "kcoord/log", "kcoord/runtime", "kcoord/protocol", "kcoord/security")
+CORE_PACKAGES = ("kcoord/replication", "kcoord/group", "kcoord/txn", "kcoord/log", "kcoord/runtime", "kcoord/protocol", "kcoord/security")
 
 
 def _modules(folder: str) -> list[Path]:
@@ -119,7 +124,7 @@ def test_core_state_machines_share_state_explicitly_not_through_mixins() -> None
     constructor (ReplicaState, CoordinatorContext), so every ``self.x`` a class reads is
     defined by that class or a base class of the same package, never by a sibling mixin's
     ``__init__``. (Classes with bases from elsewhere, e.g. enums, are not checked.)"""
-    for folder in ("kcoord/group", "kcoord/replication"):
+    for folder in ("kcoord/group", "kcoord/replication", "kcoord/txn"):
         classes = {
             node.name: node
             for path in _modules(folder)

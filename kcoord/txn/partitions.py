@@ -1,0 +1,163 @@
+"""AddPartitionsToTxn and AddOffsetsToTxn: what a transaction spans; and the partition leaders'
+KIP-890 verification of it.
+
+Checks, in Kafka 4.0's order: a transition in flight or a transaction being completed answers
+CONCURRENT_TRANSACTIONS first (the producer may already hold the identity the completing
+transaction moves it to, KAFKA-18660); then an unknown id or another producer id is
+INVALID_PRODUCER_ID_MAPPING, another epoch PRODUCER_FENCED (INVALID_PRODUCER_EPOCH for old
+clients). Partitions must exist (UNKNOWN_TOPIC_OR_PARTITION, the others of the request
+OPERATION_NOT_ATTEMPTED); internal topics are refused (INVALID_TOPIC_EXCEPTION: offsets go
+through AddOffsetsToTxn). Partitions all already in the ONGOING transaction are answered at
+once; otherwise ONGOING with the union is appended first (starting the transaction, and its
+timeout, when it was EMPTY or COMPLETE_*).
+
+``verify_only`` (a leader, before a transaction's first write to its partition lands) writes
+nothing: NONE for each partition in the producer's ongoing transaction at that epoch,
+TRANSACTION_ABORTABLE for one that is not, CONCURRENT_TRANSACTIONS while the transaction is
+being completed. It reads the acknowledged state only: a partition is in it once its
+AddPartitionsToTxn was answered.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+from ..protocol import names
+from ..protocol.codec import Message
+from ..protocol.errors import ErrorCode, error_name
+from ..protocol.txn import (
+    AddOffsetsToTxnRequest,
+    AddOffsetsToTxnResponse,
+    AddPartitionsToTxnRequest,
+    AddPartitionsToTxnResponse,
+    fenced_error,
+)
+from .context import TxnContext
+from .metadata import TransactionMetadata
+from .persistence import AddWrite, Persistence, txn_error_for_append
+from .records import TopicPartition
+from .state import ONGOING, check_transition
+
+E = ErrorCode
+
+
+class TxnPartitions:
+    def __init__(self, ctx: TxnContext, persistence: Persistence) -> None:
+        self.ctx = ctx
+        self.persistence = persistence
+
+    # -- AddPartitionsToTxn --------------------------------------------------------------
+
+    def add_partitions(self, req: AddPartitionsToTxnRequest, token: Any, now_ms: int) -> None:
+        wanted = sorted({(t, p) for t, parts in req.topics.items() for p in parts})
+
+        def answer(code: int, message: str | None = None, per: dict[TopicPartition, int] | None = None) -> None:
+            results: dict[str, dict[int, int]] = {}
+            for t, p in wanted:
+                results.setdefault(t, {})[p] = code if per is None else per[(t, p)]
+            self.ctx.reply(token, AddPartitionsToTxnResponse(error_code=code, error_message=message, results=results))
+
+        if not wanted:
+            answer(E.INVALID_REQUEST, "no partitions to add")
+            return
+        if req.verify_only:
+            self._verify(req, wanted, answer)
+            return
+        meta, code, message = self._check(req)
+        if code != E.NONE:
+            answer(code, message)
+            return
+        assert meta is not None and meta.value is not None
+        per: dict[TopicPartition, int] = {}
+        for t, p in wanted:
+            exists = self.ctx.partition_exists(t, p)
+            if names.is_internal_topic(t):
+                per[(t, p)] = E.INVALID_TOPIC_EXCEPTION
+            elif exists is None:
+                self.ctx.refresh_metadata(now_ms)
+                answer(E.COORDINATOR_LOAD_IN_PROGRESS, "the cluster's topics are not known yet")
+                return
+            elif not exists:
+                per[(t, p)] = E.UNKNOWN_TOPIC_OR_PARTITION
+        if per:
+            self.ctx.refresh_metadata(now_ms)  # a topic created a moment ago: the client retries
+            first = min(per.values())
+            for tp in wanted:
+                per.setdefault(tp, E.OPERATION_NOT_ATTEMPTED)
+            bad = ", ".join(f"{t}-{p} ({error_name(c)})" for (t, p), c in sorted(per.items()) if c != E.OPERATION_NOT_ATTEMPTED)
+            answer(first, f"nothing added: {bad}", per)
+            return
+        self._add(meta, wanted, token, req, now_ms, lambda: answer(E.NONE))
+
+    def _verify(self, req: AddPartitionsToTxnRequest, wanted: list[TopicPartition], answer: Any) -> None:
+        meta = self.ctx.transactions.get(req.transactional_id)
+        v = None if meta is None else meta.value
+        if v is None or v.producer_id != req.producer_id:
+            answer(E.INVALID_PRODUCER_ID_MAPPING, "the producer id is not the transactional id's")
+        elif v.producer_epoch != req.producer_epoch:
+            answer(fenced_error(req), f"producer epoch {req.producer_epoch} is not the current {v.producer_epoch}")
+        elif v.state.is_prepare:
+            answer(E.CONCURRENT_TRANSACTIONS, f"the transaction is being completed ({v.state.value})")
+        else:
+            inside = set(v.partitions) if v.state == ONGOING else set()
+            per = {tp: (E.NONE if tp in inside else E.TRANSACTION_ABORTABLE) for tp in wanted}
+            answer(max(per.values()), None if max(per.values()) == E.NONE else "not in the producer's ongoing transaction", per)
+
+    # -- AddOffsetsToTxn -----------------------------------------------------------------
+
+    def add_offsets(self, req: AddOffsetsToTxnRequest, token: Any, now_ms: int) -> None:
+        def answer(code: int, message: str | None = None) -> None:
+            self.ctx.reply(token, AddOffsetsToTxnResponse(error_code=code, error_message=message))
+
+        if not req.group_id:
+            answer(E.INVALID_GROUP_ID, "group id is empty")
+            return
+        meta, code, message = self._check(req)
+        if code != E.NONE:
+            answer(code, message)
+            return
+        assert meta is not None
+        self._add(meta, [self.ctx.offsets_partition(req.group_id)], token, req, now_ms, lambda: answer(E.NONE))
+
+    # -- shared --------------------------------------------------------------------------
+
+    def _check(self, req: Any) -> tuple[TransactionMetadata | None, int, str | None]:
+        meta = self.ctx.transactions.get(req.transactional_id)
+        if meta is not None and meta.pending is not None:
+            return meta, E.CONCURRENT_TRANSACTIONS, f"a {meta.pending.value} transition is in progress"
+        v = None if meta is None else meta.value
+        if v is not None and v.state.is_prepare:
+            return meta, E.CONCURRENT_TRANSACTIONS, f"the previous transaction is being completed ({v.state.value})"
+        if v is None:
+            return meta, E.INVALID_PRODUCER_ID_MAPPING, f"no producer id for transactional id {req.transactional_id!r} (InitProducerId first)"
+        if v.producer_id != req.producer_id:
+            return meta, E.INVALID_PRODUCER_ID_MAPPING, f"producer id {req.producer_id} is not the transactional id's ({v.producer_id})"
+        if v.producer_epoch != req.producer_epoch:
+            return meta, fenced_error(req), f"producer epoch {req.producer_epoch} is not the current {v.producer_epoch}"
+        return meta, E.NONE, None
+
+    def _add(self, meta: TransactionMetadata, tps: list[TopicPartition], token: Any, req: Message, now_ms: int, answered: Any) -> None:
+        v = meta.value
+        assert v is not None
+        if v.state == ONGOING and set(tps) <= set(v.partitions):
+            answered()  # already in: nothing to write (Kafka's shortcut)
+            return
+        check_transition(v.state, ONGOING)
+        value = replace(v, state=ONGOING, partitions=tuple(sorted(set(v.partitions) | set(tps))), last_update_ms=now_ms, prev_producer_id=v.producer_id)
+        if v.state != ONGOING:  # a new transaction begins
+            value = replace(value, start_ms=now_ms, start_epoch=v.producer_epoch)
+        meta.pending = ONGOING
+        self.persistence.persist(AddWrite(meta.transactional_id, value, token, req), f"AddPartitionsToTxn of {meta.transactional_id}")
+
+    def added(self, pending: AddWrite, code: int, now_ms: int) -> None:
+        """The AddWrite's outcome (already applied to memory when it succeeded)."""
+        mapped = E.NONE if code == E.NONE else txn_error_for_append(code)
+        message = None if code == E.NONE else f"the partitions were not persisted ({error_name(code)})"
+        req = pending.request
+        if isinstance(req, AddOffsetsToTxnRequest):
+            self.ctx.reply(pending.token, AddOffsetsToTxnResponse(error_code=mapped, error_message=message))
+        else:
+            assert isinstance(req, AddPartitionsToTxnRequest)
+            results = {t: {p: mapped for p in parts} for t, parts in req.topics.items()}
+            self.ctx.reply(pending.token, AddPartitionsToTxnResponse(error_code=mapped, error_message=message, results=results))
