@@ -69,17 +69,46 @@ def code_digest() -> str:
     return f"{h.hexdigest()[:12]} over {len(modules)} modules"
 
 
+class _Hasher:
+    """A stdout stand-in that keeps only a hash of what is written."""
+
+    def __init__(self) -> None:
+        self.h = hashlib.sha256()
+
+    def write(self, text: str) -> int:
+        self.h.update(text.encode())
+        return len(text)
+
+    def flush(self) -> None:
+        pass
+
+
+def trace_digest(seed: int, kind=None, mode=None, events=None, ms=None, security: bool = False) -> str:
+    """A hash of everything ``-vv`` prints for ``seed`` (every event and message, in order):
+    equal digests before and after a refactoring show that it changed nothing a run does."""
+    import contextlib
+
+    out = _Hasher()
+    with contextlib.redirect_stdout(out):  # type: ignore[arg-type]
+        result = run_seed(seed, kind, mode, events, 2, ms, security)
+    out.write(result.summary())
+    return out.h.hexdigest()[:16]
+
+
 def _one(args: tuple) -> tuple[int, bool, str, float]:
-    seed, kind, mode, events, ms, security = args
+    seed, kind, mode, events, ms, security, digest = args
     quiet_logs()
     started = time.perf_counter()
+    if digest:
+        return seed, True, f"{seed} {trace_digest(seed, kind, mode, events, ms, security)}", time.perf_counter() - started
     result = run_seed(seed, kind, mode, events, 0, ms, security)
     return seed, result.ok, result.report() if not result.ok else result.summary(), time.perf_counter() - started
 
 
-def run_many(seeds: list[int], *, kind=None, mode=None, events=None, ms=None, jobs: int = 1, on_result=None, security: bool = False) -> list[tuple[int, bool, str, float]]:
-    """Run ``seeds`` on ``jobs`` processes; results in seed order."""
-    work = [(s, kind, mode, events, ms, security) for s in seeds]
+def run_many(seeds: list[int], *, kind=None, mode=None, events=None, ms=None, jobs: int = 1, on_result=None, security: bool = False, digest: bool = False) -> list[tuple[int, bool, str, float]]:
+    """Run ``seeds`` on ``jobs`` processes; results in seed order (``digest``: each result's
+    text is the seed's trace digest instead of its summary)."""
+    work = [(s, kind, mode, events, ms, security, digest) for s in seeds]
     if jobs <= 1:
         results = []
         for w in work:
@@ -112,8 +141,21 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--jobs", "-j", type=int, default=1, help=f"processes (default 1; this machine has {os.cpu_count()} cores)")
     ap.add_argument("--verbose", "-v", action="count", default=0, help="print traced events (-vv: every message too)")
     ap.add_argument("--security", action="store_true", help="an admin also alters users and ACLs through the controller (tests/sim/security.py)")
+    ap.add_argument(
+        "--trace-digest",
+        metavar="FILE",
+        help="write '<seed> <hash of its -vv trace>' per seed to FILE and print one hash over them all "
+        "(compare before and after a change that must not change what runs)",
+    )
     args = ap.parse_args(argv)
     quiet_logs(args.verbose)
+    if args.trace_digest:
+        seeds = [args.seed] if args.seed is not None else parse_seeds(args.seeds)
+        results = run_many(seeds, kind=args.kind, mode=args.mode, events=args.events, ms=args.ms, jobs=args.jobs, security=args.security, digest=True)
+        lines = "".join(r[2] + "\n" for r in results)
+        Path(args.trace_digest).write_text(lines)
+        print(f"{len(seeds)} seeds, traces digest {hashlib.sha256(lines.encode()).hexdigest()[:16]} (per seed: {args.trace_digest})")
+        return 0
     if args.seed is not None:
         result = run_seed(args.seed, args.kind, args.mode, args.events, args.verbose, args.ms, args.security)
         print(result.report() if not result.ok else result.summary())
