@@ -58,7 +58,7 @@ def produce(
     """
     if key_separator == "":
         raise click.BadParameter("must not be empty", param_hint="--key-separator")
-    from .. import records as _records
+    from .. import record as _records
     from ..client.errors import KafkaError
     from ..client.producer import Producer
     from .formats import parse_headers

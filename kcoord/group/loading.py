@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Callable, Iterable
 
-from .. import records as batch_format
+from .. import record as batch_format
 from ..protocol.errors import DecodeError
 from .records import Record, decode_record
 

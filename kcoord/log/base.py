@@ -20,8 +20,16 @@ from abc import ABC, abstractmethod
 from typing import Callable, Iterator, NamedTuple, Sequence, TypeVar
 
 from ..protocol.errors import ErrorCode, KafkaError
-from ..records import BatchHeader, decode_batch, now_ms as wall_clock_ms, read_header, stamp_prefix, validate_produce_batch
-from .batches import validate_follower_batches, validate_leader_batch
+from ..record import (
+    BatchHeader,
+    decode_batch,
+    now_ms as wall_clock_ms,
+    read_header,
+    stamp_prefix,
+    validate_follower_batches,
+    validate_leader_batch,
+    validate_produce_batch,
+)
 from .config import LogConfig
 from .epochs import LeaderEpochCache
 from .errors import LogStorageError, OffsetOutOfRange

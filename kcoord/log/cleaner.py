@@ -42,7 +42,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from ..records import HEADER_SIZE, DecodedBatch, decode_batch, empty_batch, rebuild_batch
+from ..record import HEADER_SIZE, DecodedBatch, decode_batch, empty_batch, read_header, rebuild_batch
 from .base import storage_operation
 
 if TYPE_CHECKING:
@@ -177,7 +177,7 @@ def clean(log: "Log", now_ms: int, high_watermark: int | None = None, *, force: 
                     pieces.append(empty_batch(h, keep[-1] + 1 if keep else 0))
             for p in pieces:
                 positions.append(size)
-                headers.append(decode_header(p))
+                headers.append(read_header(p))
                 parts.append(p)
                 size += len(p)
         if changed:
@@ -190,12 +190,6 @@ def clean(log: "Log", now_ms: int, high_watermark: int | None = None, *, force: 
             result.bytes_written += size
     log._set_cleaner_offset(end)
     return result
-
-
-def decode_header(batch: bytes):
-    from ..records import read_header
-
-    return read_header(batch)
 
 
 def _survivors(d: DecodedBatch, last: dict, horizon: int, result: CleanResult, last_record: int) -> list[int]:

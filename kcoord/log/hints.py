@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 from typing import Sequence
 
-from ..records import CorruptRecordError, iter_headers
+from ..record import CorruptRecordError, iter_headers
 
 
 def read_hinted(spans: Sequence[Sequence], fetch_offset: int) -> bytes | None:

@@ -41,7 +41,7 @@ from collections import OrderedDict
 from pathlib import Path
 from typing import Callable, Iterator, Sequence
 
-from ..records import BatchHeader
+from ..record import BatchHeader
 from .base import AppendInfo, BaseLog, _BufferLike, storage_operation
 from .checkpoint import (
     CLEAN_SHUTDOWN,

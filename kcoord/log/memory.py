@@ -21,7 +21,7 @@ from bisect import bisect_left, bisect_right
 from dataclasses import dataclass
 from typing import Iterator, Sequence
 
-from ..records import BatchHeader
+from ..record import BatchHeader
 from .base import BaseLog, _BufferLike
 from .config import LogConfig
 from .epochs import EpochEntry, LeaderEpochCache

@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Callable, Iterator, Sequence
 
-from ..records import BatchHeader
+from ..record import BatchHeader
 from .checkpoint import (
     PRODUCER_SNAPSHOT_SUFFIX,
     CheckpointError,

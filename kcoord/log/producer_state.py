@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Any, Iterable, NamedTuple
 
 from ..protocol.errors import ErrorCode, KafkaError
-from ..records import BatchHeader
+from ..record import BatchHeader
 
 CACHED_BATCHES = 5  # Kafka's max.in.flight.requests.per.connection limit for idempotence
 

@@ -16,8 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from ..records import BatchHeader
-from .batches import ScanProblem
+from ..record import BatchHeader, ScanProblem
 from .checkpoint import TMP_SUFFIX
 from .fs import FileSystem
 from .segment import INDEX_SUFFIX, LOG_SUFFIX, Segment, index_path, log_path, open_segment, parse_base_offset, walk_to_end

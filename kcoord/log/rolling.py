@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from ..records import BatchHeader
+from ..record import BatchHeader
 from .config import INT32_MAX, LogConfig
 
 

@@ -15,8 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator, Sequence
 
-from ..records import HEADER, HEADER_SIZE, LENGTH_PREFIX, BatchHeader, CorruptRecordError
-from .batches import Problem, Scan, ScanProblem, scan
+from ..record import HEADER, HEADER_SIZE, LENGTH_PREFIX, BatchHeader, CorruptRecordError, Problem, Scan, ScanProblem, scan
 from .fs import FileSystem
 from .index import OffsetIndex
 

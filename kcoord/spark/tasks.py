@@ -24,7 +24,7 @@ import pyarrow as pa
 import ray
 from ray.exceptions import GetTimeoutError, RayActorError
 
-from .. import records as _records
+from .. import record as _records
 from ..calls import ActorGoneError, get_probing
 from ..client.cluster import ClusterClient
 from ..client.consumer.fetcher import LeaderFetches, SentFetch, fetch_timeout_s, fetched_records

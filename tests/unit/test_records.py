@@ -1,4 +1,4 @@
-"""kcoord/records.py: header layout, stamping, codecs, decoding, bad input."""
+"""kcoord/record: header layout, stamping, codecs, decoding, bad input."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ import zlib
 import msgpack
 import pytest
 
-from kcoord import records
+from kcoord import record as records
 from kcoord.protocol.errors import ErrorCode, KafkaError
-from kcoord.records import (
+from kcoord.record import (
     CREATE_TIME,
     CRC_START,
     HEADER_SIZE,
@@ -122,8 +122,8 @@ def test_gzip_round_trip():
 
 
 def test_register_codec(monkeypatch):
-    monkeypatch.setattr(records, "_CODECS", dict(records._CODECS))
-    monkeypatch.setattr(records, "_CODEC_IDS", dict(records._CODEC_IDS))
+    monkeypatch.setitem(records.CODECS, 7, None)  # undone: the codec is unregistered again
+    monkeypatch.setitem(records.CODEC_IDS, "reverse", 7)
     register_codec(7, "reverse", lambda b: b[::-1], lambda b: b[::-1])
     assert codec_id("reverse") == 7 and "reverse" in available_codecs()
     data = build_batch_columns([b"abc", b"def"], compression=7, timestamp_ms=0)
@@ -241,3 +241,41 @@ def test_decode_rejects_payloads_that_disagree_with_the_header():
     gz[HEADER_SIZE + 12] ^= 0xFF
     with pytest.raises(CorruptRecordError, match="decompress"):
         decode_batch(with_crc(gz))
+
+
+def test_the_old_import_paths_reach_the_same_objects():
+    """kcoord.records and kcoord.kafka.batches stay importable for code and processes that
+    use those names: they are the record package's objects, not copies."""
+    import kcoord.records as old
+    from kcoord.kafka import batches as old_kafka
+    from kcoord.record import conversion, kafka_v2
+
+    for name in records.__all__:
+        assert getattr(old, name) is getattr(records, name), name
+    assert old._CODECS is records.CODECS and old._TAIL is records.TAIL and old.ErrorCode is ErrorCode
+    assert old_kafka.to_kafka is conversion.to_kafka and old_kafka.build_kafka_batch is kafka_v2.build_kafka_batch
+    assert old_kafka.decode_kafka_batch is kafka_v2.decode_kafka_batch and old_kafka.set_offsets is kafka_v2.set_offsets
+
+
+def test_log_append_time_with_a_parsed_header_gives_the_header_of_the_new_bytes():
+    for batch in (sample(), _kafka_sample()):
+        h = read_header(batch)
+        out, new = records.with_log_append_time(batch, 5_000, h)
+        assert out == set_log_append_time(batch, 5_000)
+        assert new == read_header(out) and new.timestamp_type == LOG_APPEND_TIME
+        validate_batch(out)  # the CRC was recomputed
+
+
+def _kafka_sample() -> bytes:
+    from kcoord.record.kafka_v2 import build_kafka_batch
+
+    return build_kafka_batch([(b"k", b"v", [], 1000), (None, b"w", [], 1007)])
+
+
+def test_validate_batch_with_a_parsed_header_checks_the_same():
+    data = sample()
+    assert validate_batch(data, header=read_header(data)) == read_header(data)
+    bad = bytearray(data)
+    bad[-1] ^= 0xFF
+    with pytest.raises(CorruptRecordError, match="CRC mismatch"):
+        validate_batch(bytes(bad), header=read_header(bytes(bad)))

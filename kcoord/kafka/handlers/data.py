@@ -11,11 +11,11 @@ from typing import Any
 from kafka.protocol.consumer import FetchResponse, ListOffsetsResponse
 from kafka.protocol.producer import ProduceResponse
 
-from ... import records as R
+from ... import record as R
 from ...protocol.errors import ErrorCode
 from ...protocol.replication import FetchRequest, ListOffsetsRequest, ProduceRequest
+from ...record.conversion import to_kafka
 from ...security.acl import ACLOperation as Op, ResourceType as RT
-from ..batches import to_kafka
 from ._base import ListenerContext
 
 logger = logging.getLogger("kcoord.kafka")

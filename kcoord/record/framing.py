@@ -1,21 +1,64 @@
-"""Walking concatenated record batches: the one place that decides whether bytes are a log.
+"""Where batches start and end, and whether their bytes check out.
 
-Three callers need the same answer to "how many whole, valid, contiguous batches does this
-buffer start with, and what is wrong with the rest?": the follower append path (reject the
-whole fetch if anything is wrong), recovery on open (keep the good prefix, cut the rest) and
-the in-memory log. :func:`scan` never raises; the callers decide what a problem means.
+:func:`validate_batch` checks one batch's framing (and CRC); :func:`scan` walks a buffer of
+concatenated batches and answers the question three callers share -- the follower append
+path (reject the whole fetch if anything is wrong), recovery on open (keep the good prefix,
+cut the rest) and the in-memory log: how many whole, valid, contiguous batches does this
+buffer start with, and what is wrong with the rest? :func:`scan` never raises; the callers
+decide what a problem means.
 """
 
 from __future__ import annotations
 
-import struct
 from dataclasses import dataclass, field
 from enum import Enum
+from typing import Iterator
 
-from ..protocol.errors import ErrorCode, KafkaError
-from ..records import HEADER_SIZE, LENGTH_PREFIX, BatchHeader, CorruptRecordError, validate_batch
+from .crc import CRC_FUNCTIONS
+from .header import CRC_START, HEADER_SIZE, LENGTH_PREFIX, PREFIX, BatchHeader, CorruptRecordError, read_header
 
-_PREFIX = struct.Struct(">qi")
+
+def validate_batch(
+    buf: bytes | bytearray | memoryview, pos: int = 0, *, check_crc: bool = True, header: BatchHeader | None = None
+) -> BatchHeader:
+    """Check one batch's framing (and CRC): raises :class:`CorruptRecordError`. ``header``:
+    the batch's header if the caller parsed it already (it is not parsed again)."""
+    h = read_header(buf, pos) if header is None else header
+    if h.magic not in CRC_FUNCTIONS:
+        raise CorruptRecordError(f"batch at byte {pos}: unknown format version {h.magic}")
+    if h.batch_length < HEADER_SIZE - LENGTH_PREFIX or pos + h.size > len(buf):
+        raise CorruptRecordError(f"batch at byte {pos}: length {h.batch_length} does not fit the {len(buf) - pos} bytes left")
+    # record count 0: an emptied batch the log cleaner keeps for its producer (empty_batch)
+    if h.record_count < 0 or h.last_offset_delta < 0 or (h.record_count and h.last_offset_delta != h.record_count - 1):
+        raise CorruptRecordError(f"batch at byte {pos}: record count {h.record_count} and last offset delta {h.last_offset_delta} disagree")
+    if check_crc and CRC_FUNCTIONS[h.magic](memoryview(buf)[pos + CRC_START : pos + h.size]) != h.crc:
+        raise CorruptRecordError(f"batch at offset {h.base_offset} (byte {pos}): CRC mismatch")
+    return h
+
+
+def iter_headers(buf: bytes | bytearray | memoryview, *, check_crc: bool = False) -> Iterator[tuple[int, BatchHeader]]:
+    """Yield ``(position, header)`` for each batch in a buffer of concatenated batches.
+
+    Raises :class:`CorruptRecordError` at the first batch that does not check out.
+    """
+    pos, end = 0, len(buf)
+    while pos < end:
+        h = validate_batch(buf, pos, check_crc=check_crc)
+        yield pos, h
+        pos += h.size
+
+
+def batches_info(buf: bytes | bytearray | memoryview) -> tuple[int, int, int]:
+    """(first base offset, next offset after the last batch, batch count) of a buffer."""
+    first = -1
+    nxt = -1
+    count = 0
+    for _, h in iter_headers(buf):
+        if first < 0:
+            first = h.base_offset
+        nxt = h.next_offset
+        count += 1
+    return first, nxt, count
 
 
 class Problem(Enum):
@@ -74,7 +117,7 @@ def scan(
         if left < LENGTH_PREFIX:
             result.problem = ScanProblem(Problem.TORN, where, expected, f"byte {where}: {left} bytes left, not even a batch length prefix")
             break
-        base, length = _PREFIX.unpack_from(buf, pos)
+        base, length = PREFIX.unpack_from(buf, pos)
         size = LENGTH_PREFIX + length
         if length < HEADER_SIZE - LENGTH_PREFIX:
             result.problem = ScanProblem(Problem.CORRUPT, where, expected, f"byte {where}: impossible batch length {length}")
@@ -100,40 +143,3 @@ def scan(
         pos += size
         result.end = base_position + pos
     return result
-
-
-def validate_leader_batch(data: bytes | bytearray | memoryview, max_batch_bytes: int) -> BatchHeader:
-    """Check a producer's batch before the leader stamps and writes it."""
-    if len(data) > max_batch_bytes:
-        raise KafkaError(
-            ErrorCode.MESSAGE_TOO_LARGE, f"batch of {len(data)} bytes exceeds max.message.bytes={max_batch_bytes}"
-        )
-    h = validate_batch(data, 0, check_crc=True)
-    if not h.record_count:
-        raise KafkaError(ErrorCode.INVALID_RECORD, "a produce batch needs at least one record")
-    if h.size != len(data):
-        raise KafkaError(
-            ErrorCode.INVALID_RECORD,
-            f"a produce append takes exactly one batch: batch is {h.size} bytes, data is {len(data)}",
-        )
-    return h
-
-
-def validate_follower_batches(data: bytes | bytearray | memoryview, log_end_offset: int, *, check_crc: bool) -> Scan:
-    """Check batches a follower fetched: whole, valid, starting at or after our LEO (a
-    compacted leader's log has gaps between batches), offsets increasing."""
-    if len(data) == 0:
-        raise KafkaError(ErrorCode.INVALID_RECORD, "no batches to append")
-    result = scan(data, check_crc=check_crc)
-    problem = result.problem
-    if problem is None:
-        first = result.headers[0].base_offset
-        if first < log_end_offset:
-            raise KafkaError(
-                ErrorCode.OFFSET_OUT_OF_RANGE,
-                f"replicated batches start at offset {first} but the log ends at {log_end_offset}",
-            )
-        return result
-    if problem.kind is Problem.DISCONTIGUOUS:
-        raise KafkaError(ErrorCode.INVALID_RECORD, f"replicated batches are not contiguous: {problem.message}")
-    raise CorruptRecordError(f"replicated batches: {problem.message}")
