@@ -10,7 +10,7 @@ into segments of ``--segment-mib``. Then, per repeat, on a fresh copy of that di
 - ``read_decode``: the same bytes, each batch also decoded to its columns
   (``kcoord.records.decode_batch``): what the cleaner must do at least, since it needs
   every key;
-- ``clean``: one forced cleaner pass (``kcoord.log.cleaner.clean``): map the dirty keys,
+- ``clean``: one forced cleaner pass (``Log.clean(..., force=True)``): map the dirty keys,
   decode, keep the last record per key, rebuild batches, replace each segment crash-safely
   (write, fsync, rename).
 
@@ -35,7 +35,6 @@ from pathlib import Path
 
 from kcoord.bench import script
 from kcoord.log import Log, LogConfig
-from kcoord.log.cleaner import clean
 from kcoord.records import build_batch_columns, decode_batch, iter_headers
 
 T0 = 1_700_000_000_000
@@ -96,7 +95,7 @@ def one_round(master: Path, work: Path, segment_bytes: int) -> dict:
             out[name] = nbytes / MiB / (time.perf_counter() - t)
             assert got >= nbytes * 0.99, (name, got, nbytes)
         t = time.perf_counter()
-        result = clean(log, T0 + 10**9, force=True)
+        result = log.clean(T0 + 10**9, force=True)
         out["clean"] = result.bytes_read / MiB / (time.perf_counter() - t)
         out["clean_result"] = {
             "segments_cleaned": result.segments_cleaned,

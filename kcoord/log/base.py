@@ -431,10 +431,11 @@ class BaseLog(ABC):
         if self._flush_policy.time_due(now_ms):
             self.flush()
             return True
-        return self._sync_sealed()
+        return self.sync_sealed_segments()
 
-    def _sync_sealed(self) -> bool:
-        """Make rolled segments durable; whether there were any."""
+    def sync_sealed_segments(self) -> bool:
+        """Make rolled segments durable; whether there were any. Part of other operations
+        (flushing, truncation, a cleaner pass, closing), which handle its I/O errors."""
         return False
 
     # -- the log start offset, rolling by time (file and memory log alike) ---------------
@@ -447,10 +448,10 @@ class BaseLog(ABC):
     """Whether :meth:`clean` can compact this log (the file log can; the in-memory log keeps
     every record and its cleanup.policy=compact is only retention-free)."""
 
-    def clean(self, now_ms: int, high_watermark: int | None = None) -> "object | None":
+    def clean(self, now_ms: int, high_watermark: int | None = None, *, force: bool = False) -> "object | None":
         """One log-cleaner pass (cleanup.policy=compact) below ``high_watermark``: a
         :class:`~kcoord.log.cleaner.CleanResult`, or None when this log does not compact
-        (:attr:`supports_compaction`)."""
+        (:attr:`supports_compaction`). ``force`` ignores min.cleanable.dirty.ratio."""
         return None
 
     def maybe_roll(self, now_ms: int) -> bool:

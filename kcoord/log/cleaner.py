@@ -30,8 +30,11 @@ One pass of :func:`clean` over a :class:`~kcoord.log.Log`, Kafka's LogCleaner ru
   point: the pass first makes every sealed segment durable (moving the recovery point to
   the active segment), and a gap before a segment below the recovery point can only be the
   cleaner's (fsynced data is not lost); above it a gap is still cut as before.
-- Each segment is replaced crash-safely (``Log._replace_segment_data``): a crash at any
-  point reopens either the old or the new segment.
+- Each segment is replaced crash-safely (``Log.replace_segment``): a crash at any point
+  reopens either the old or the new segment.
+
+A pass works through :class:`CompactableLog`, the part of :class:`~kcoord.log.Log` made for
+the cleaner; :meth:`Log.clean <kcoord.log.Log.clean>` runs it (and handles I/O errors).
 
 Replicas clean independently (Kafka does the same): their logs can differ in which
 superseded records and expired tombstones are still there, never in the last value of a key.
@@ -40,14 +43,12 @@ superseded records and expired tombstones are still there, never in the last val
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import Protocol, Sequence
 
-from ..record import HEADER_SIZE, DecodedBatch, decode_batch, empty_batch, read_header, rebuild_batch
-from .base import storage_operation
-
-if TYPE_CHECKING:
-    from .log import Log
-    from .segment import Segment
+from ..record import BatchHeader, DecodedBatch, decode_batch, empty_batch, read_header, rebuild_batch
+from .config import LogConfig
+from .producer_state import ProducerStateManager
+from .segment import Segment
 
 _READ_CHUNK = 4 * 2**20
 
@@ -69,7 +70,37 @@ class CleanResult:
     segments: list[int] = field(default_factory=list)
 
 
-def _batches(seg: "Segment"):
+class CompactableLog(Protocol):
+    """What a cleaner pass uses of a log; the log calls :func:`compact` on itself from its
+    ``clean``, which checks it is open and takes it offline on an I/O error."""
+
+    config: LogConfig
+    producer_state: ProducerStateManager
+
+    @property
+    def high_watermark(self) -> int: ...
+
+    @property
+    def log_end_offset(self) -> int: ...
+
+    @property
+    def cleaner_offset(self) -> int:
+        """Where the dirty (not yet compacted) part of the log starts."""
+
+    def log_segments(self) -> list[Segment]:
+        """Every segment, oldest first; the last is the active one, never rewritten."""
+
+    def sync_sealed_segments(self) -> bool:
+        """Make every sealed segment durable (the recovery point moves to the active one)."""
+
+    def replace_segment(self, seg: Segment, data: bytes, headers: Sequence[BatchHeader], positions: Sequence[int]) -> Segment:
+        """Replace a sealed segment's batches with ``data``, crash-safely."""
+
+    def checkpoint_cleaner_offset(self, offset: int) -> None:
+        """Persist where the next pass's dirty section starts."""
+
+
+def _batches(seg: Segment):
     """``(position, decoded batch)`` of each batch in a segment, read in large chunks."""
     pending: list[tuple[int, int]] = []
     start = -1
@@ -84,18 +115,18 @@ def _batches(seg: "Segment"):
         yield from _decode_chunk(seg, start, pending)
 
 
-def _decode_chunk(seg: "Segment", start: int, pending: list[tuple[int, int]]):
+def _decode_chunk(seg: Segment, start: int, pending: list[tuple[int, int]]):
     end = pending[-1][0] + pending[-1][1]
     buf = seg.pread(end - start, start)
     for pos, size in pending:
         yield pos, buf[pos - start : pos - start + size], decode_batch(buf, pos - start, check_crc=True)
 
 
-def cleanable_segments(log: "Log", now_ms: int, high_watermark: int) -> list["Segment"]:
-    """The sealed segments a pass may rewrite, oldest first (see the module docstring)."""
-    segs = log._segments
+def cleanable_segments(segs: list[Segment], config: LogConfig, now_ms: int, high_watermark: int) -> list[Segment]:
+    """Of a log's segments (oldest first, the active one last), the sealed ones a pass may
+    rewrite, oldest first (see the module docstring)."""
     out = []
-    lag = log.config.min_compaction_lag_ms
+    lag = config.min_compaction_lag_ms
     for i, seg in enumerate(segs[:-1]):
         if segs[i + 1].base_offset > high_watermark:
             break
@@ -105,23 +136,22 @@ def cleanable_segments(log: "Log", now_ms: int, high_watermark: int) -> list["Se
     return out
 
 
-@storage_operation
-def clean(log: "Log", now_ms: int, high_watermark: int | None = None, *, force: bool = False) -> CleanResult:
+def compact(log: CompactableLog, now_ms: int, high_watermark: int | None = None, *, force: bool = False) -> CleanResult:
     """One cleaning pass over ``log`` (a no-op unless its cleanup.policy includes compact).
     ``high_watermark`` defaults to the log's; ``force`` ignores min.cleanable.dirty.ratio."""
-    log._check_open()
     result = CleanResult()
     cfg = log.config
     if not cfg.compact:
         result.skipped = "cleanup.policy does not compact"
         return result
     hw = log.high_watermark if high_watermark is None else high_watermark
-    log._sync_sealed()  # the recovery point passes every sealed segment (see above)
-    segs = cleanable_segments(log, now_ms, hw)
+    log.sync_sealed_segments()  # the recovery point passes every sealed segment (see above)
+    all_segments = log.log_segments()
+    segs = cleanable_segments(all_segments, cfg, now_ms, hw)
     if not segs:
         result.skipped = "no cleanable segment"
         return result
-    end = log._segments[len(segs)].base_offset  # the first offset not cleaned
+    end = all_segments[len(segs)].base_offset  # the first offset not cleaned
     result.cleanable_end = end
     first_dirty = log.cleaner_offset
     total = sum(s.size for s in segs)
@@ -182,13 +212,13 @@ def clean(log: "Log", now_ms: int, high_watermark: int | None = None, *, force: 
                 size += len(p)
         if changed:
             data = b"".join(parts)
-            log._replace_segment_data(seg, data, headers, positions)
+            log.replace_segment(seg, data, headers, positions)
             result.segments_cleaned += 1
             result.segments.append(seg.base_offset)
             result.bytes_written += len(data)
         else:
             result.bytes_written += size
-    log._set_cleaner_offset(end)
+    log.checkpoint_cleaner_offset(end)
     return result
 
 
@@ -234,4 +264,4 @@ def _runs(keep: list[int]) -> list[list[int]]:
     return runs
 
 
-__all__ = ["CleanResult", "clean", "cleanable_segments", "HEADER_SIZE"]
+__all__ = ["CleanResult", "CompactableLog", "cleanable_segments", "compact"]

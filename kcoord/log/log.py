@@ -63,7 +63,7 @@ from .checkpoint import (
     write_offset,
     write_synced,
 )
-from .cleaner import CleanResult, clean as _clean_pass
+from .cleaner import CleanResult, compact
 from .config import LogConfig
 from .epochs import EpochEntry, LeaderEpochCache
 from .errors import LogStorageError
@@ -496,7 +496,7 @@ class Log(BaseLog):
     # -- truncation -----------------------------------------------------------------------
 
     def _truncate_storage(self, offset: int) -> int:
-        self._sync_sealed()  # rare: afterwards everything kept is durable, like the cut itself
+        self.sync_sealed_segments()  # rare: afterwards everything kept is durable, like the cut itself
         segs = self._segments
         i = bisect_right(self._bases, offset) - 1
         seg = segs[i]
@@ -647,31 +647,36 @@ class Log(BaseLog):
         self._roll(now_ms)
         return True
 
-    # -- compaction (the cleaner, cleaner.py, drives these) -----------------------------
+    # -- compaction: the interface the log cleaner (cleaner.py) works through ----------
 
     supports_compaction = True
 
-    def clean(self, now_ms: int, high_watermark: int | None = None) -> CleanResult:
-        """One cleaner pass (:func:`kcoord.log.cleaner.clean`); a no-op result unless the
-        cleanup.policy includes compact."""
-        return _clean_pass(self, now_ms, high_watermark)
+    @storage_operation
+    def clean(self, now_ms: int, high_watermark: int | None = None, *, force: bool = False) -> CleanResult:
+        """One cleaner pass (:func:`kcoord.log.cleaner.compact`); a no-op result unless the
+        cleanup.policy includes compact. ``force`` ignores min.cleanable.dirty.ratio."""
+        self._check_open()
+        return compact(self, now_ms, high_watermark, force=force)
 
     @property
     def cleaner_offset(self) -> int:
         """Where the dirty (not yet compacted) part of the log starts."""
         return max(self._cleaner_offset, self._log_start)
 
-    def _set_cleaner_offset(self, offset: int) -> None:
+    def checkpoint_cleaner_offset(self, offset: int) -> None:
+        """Persist where the cleaner's next dirty section starts (inside :meth:`clean`)."""
         if offset != self._cleaner_offset:
             write_offset(self._fs, self.directory / CLEANER_CHECKPOINT, offset)
             self._cleaner_offset = offset
 
-    def _sealed_segments(self) -> list[Segment]:
-        return self._segments[:-1]
+    def log_segments(self) -> list[Segment]:
+        """Every segment, oldest first; the last is the active one (the cleaner reads the
+        sealed ones and rewrites them through :meth:`replace_segment`)."""
+        return list(self._segments)
 
-    def _replace_segment_data(self, seg: Segment, data: bytes, headers: Sequence[BatchHeader], positions: Sequence[int]) -> Segment:
-        """Replace a sealed segment's batches with ``data`` crash-safely: a crash at any
-        point reopens either the old segment or the new one, never a mix.
+    def replace_segment(self, seg: Segment, data: bytes, headers: Sequence[BatchHeader], positions: Sequence[int]) -> Segment:
+        """Replace a sealed segment's batches with ``data`` crash-safely (inside :meth:`clean`):
+        a crash at any point reopens either the old segment or the new one, never a mix.
 
         The new bytes go to ``<base>.log.cleaned.tmp`` (recovery deletes such leftovers) and
         are fsynced; the old index is removed (durably: recovery rebuilds a missing index);
@@ -717,10 +722,10 @@ class Log(BaseLog):
     # -- durability -----------------------------------------------------------------------
 
     def _flush_storage(self) -> None:
-        self._sync_sealed()
+        self.sync_sealed_segments()
         self._segments[-1].flush()
 
-    def _sync_sealed(self) -> bool:
+    def sync_sealed_segments(self) -> bool:
         """fsync rolled segments not yet synced and move the recovery point past them."""
         if not self._unsynced:
             return False
@@ -749,7 +754,7 @@ class Log(BaseLog):
             return
         try:
             if self._offline is None:
-                self._sync_sealed()
+                self.sync_sealed_segments()
                 self._segments[-1].flush(fsync_index=True)
                 self._set_recovery_point(self.log_end_offset)
                 self._snapshots.write(self.log_end_offset, self.producer_state)

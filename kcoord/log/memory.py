@@ -158,7 +158,7 @@ class MemoryLog(BaseLog):
         self._sealed_unsynced = True  # synced by the next flush or maybe_flush, as in the file log
         self._spans.append(_Span(self._leo, created_ms=now_ms, last_modified_ms=now_ms))
 
-    def _sync_sealed(self) -> bool:
+    def sync_sealed_segments(self) -> bool:
         if not self._sealed_unsynced:
             return False
         self._sealed_unsynced = False

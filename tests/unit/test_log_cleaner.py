@@ -11,7 +11,7 @@ import pytest
 from kcoord import records as R
 from kcoord.kafka.batches import build_kafka_batch
 from kcoord.log import Log, LogConfig, LogStorageError
-from kcoord.log.cleaner import clean
+from kcoord.log.cleaner import CompactableLog, compact
 from sim.disk import SimDisk
 
 T0 = 1_000_000
@@ -61,7 +61,7 @@ def test_keeps_the_last_record_per_key_below_the_active_segment_offsets_unchange
     expect = write(log, 80, kafka=kafka)
     before = {r.offset: r for r in records(log)}
     active_base = log.segments[-1].base_offset
-    result = clean(log, T0 + 1000)
+    result = log.clean(T0 + 1000)
     assert result.segments_cleaned > 0 and result.records_removed > 0
     after = records(log)
     # every surviving record is the very record that was at that offset
@@ -82,7 +82,7 @@ def test_keeps_the_last_record_per_key_below_the_active_segment_offsets_unchange
 def test_reading_into_a_gap_returns_the_next_batch(tmp_path):
     log = compact_log(tmp_path)
     write(log, 60, keys=3)
-    clean(log, T0 + 1000)
+    log.clean(T0 + 1000)
     offsets = [r.offset for r in records(log)]
     gap = next(o for o in range(60) if o not in offsets)
     data = log.read(gap, 1 << 20)
@@ -95,11 +95,11 @@ def test_tombstones_stay_for_delete_retention_ms_then_go(tmp_path):
     write(log, 70, keys=5, tombstone_every=4)
     active = log.segments[-1].base_offset
     below = state(r for r in records(log) if r.offset < active)
-    clean(log, T0 + 100)  # tombstones are younger than 500 ms: the last ones per key stay
+    log.clean(T0 + 100)  # tombstones are younger than 500 ms: the last ones per key stay
     active = log.segments[-1].base_offset
     kept = [r for r in records(log) if r.offset < active]
     assert any(r.value is None for r in kept)
-    result = clean(log, T0 + 10_000, force=True)  # now they are old
+    result = log.clean(T0 + 10_000, force=True)  # now they are old
     assert result.tombstones_removed > 0
     assert not [r for r in records(log) if r.offset < active and r.value is None]
     # a key whose last record below the active segment was a tombstone is gone from there
@@ -111,25 +111,25 @@ def test_tombstones_stay_for_delete_retention_ms_then_go(tmp_path):
 def test_dirty_ratio_and_compaction_lag(tmp_path):
     log = compact_log(tmp_path, min_cleanable_dirty_ratio=0.9)
     write(log, 60)
-    assert clean(log, T0 + 1000).segments_cleaned > 0  # everything is dirty: ratio 1.0
+    assert log.clean(T0 + 1000).segments_cleaned > 0  # everything is dirty: ratio 1.0
     write(log, 8)  # a little more: most of the cleanable log is clean now
-    r = clean(log, T0 + 1000)
+    r = log.clean(T0 + 1000)
     assert r.segments_cleaned == 0 and "dirty ratio" in r.skipped
     lagged = compact_log(tmp_path / "lag", min_compaction_lag_ms=10_000)
     write(lagged, 60)
-    assert clean(lagged, T0 + 100).skipped == "no cleanable segment"
-    assert clean(lagged, T0 + 20_000).segments_cleaned > 0
+    assert lagged.clean(T0 + 100).skipped == "no cleanable segment"
+    assert lagged.clean(T0 + 20_000).segments_cleaned > 0
 
 
 def test_never_above_the_high_watermark_and_not_for_delete_policy(tmp_path):
     log = compact_log(tmp_path)
     write(log, 60)
     log.checkpoint_high_watermark(5)
-    r = clean(log, T0 + 1000)
+    r = log.clean(T0 + 1000)
     assert r.segments_cleaned == 0
     plain = compact_log(tmp_path / "d", cleanup_policy="delete")
     write(plain, 60)
-    assert clean(plain, T0 + 1000).skipped.startswith("cleanup.policy")
+    assert plain.clean(T0 + 1000).skipped.startswith("cleanup.policy")
 
 
 def test_records_without_keys_are_refused_on_a_compacted_topic(tmp_path):
@@ -143,7 +143,7 @@ def test_records_without_keys_are_refused_on_a_compacted_topic(tmp_path):
 def test_compacted_log_replicates_to_a_follower_and_survives_reopen(tmp_path):
     leader = compact_log(tmp_path / "leader")
     write(leader, 90, keys=4)
-    clean(leader, T0 + 1000)
+    leader.clean(T0 + 1000)
     follower = compact_log(tmp_path / "follower", segment_bytes=300)
     pos = 0
     while follower.log_end_offset < leader.log_end_offset:
@@ -162,7 +162,7 @@ def test_idempotent_producer_batches_keep_their_sequences(tmp_path):
         recs = [(b"k%d" % ((seq + i) % 2), b"v%d" % (seq + i)) for i in range(3)]
         log.append(R.build_batch(recs, producer_id=5, producer_epoch=0, base_sequence=seq, timestamp_ms=T0), leader_epoch=0, now_ms=T0)
     log.checkpoint_high_watermark(log.log_end_offset)
-    clean(log, T0 + 1000)
+    log.clean(T0 + 1000)
     for pos, h in R.iter_headers(log.read(0, 1 << 30), check_crc=True):
         if h.base_offset < log.segments[-1].base_offset:
             assert h.base_sequence == h.base_offset  # sequence i was written at offset i
@@ -187,7 +187,7 @@ def test_power_loss_at_every_io_call_of_a_cleaning_pass_leaves_the_old_or_the_ne
     probe = _prepared(probe_disk)
     old = records(probe)
     start = probe_disk.op_count
-    clean(probe, T0 + 1000)
+    probe.clean(T0 + 1000)
     new = records(probe)
     calls = probe_disk.op_count - start
     assert calls > 5 and new != old
@@ -198,7 +198,7 @@ def test_power_loss_at_every_io_call_of_a_cleaning_pass_leaves_the_old_or_the_ne
         crash_at = disk.op_count + 1 + k
         disk.fault_hook = lambda _op, _path: errno.EIO if disk.op_count >= crash_at else None
         try:
-            clean(log, T0 + 1000)
+            log.clean(T0 + 1000)
         except LogStorageError:
             assert log.offline
         disk.fault_hook = None
@@ -211,7 +211,7 @@ def test_power_loss_at_every_io_call_of_a_cleaning_pass_leaves_the_old_or_the_ne
         assert state(got) == state(old), k
         assert again.log_end_offset == 60 and not again.recovery_report.cut, (k, again.recovery_report)
         # and it can be cleaned to the end after the crash
-        clean(again, T0 + 1000, force=True)
+        again.clean(T0 + 1000, force=True)
         assert records(again) == new, k
         again.close()
 
@@ -225,7 +225,7 @@ def test_the_last_record_stays_when_the_active_segment_is_empty(tmp_path):
     log.append(R.build_batch([(b"b", None), (b"c", None), (b"d", None)], timestamp_ms=T0), leader_epoch=0, now_ms=T0)
     log.checkpoint_high_watermark(log.log_end_offset)
     assert log.maybe_roll(T0 + 5_000) and log.segments[-1].size_bytes == 0
-    result = clean(log, T0 + 5_000)
+    result = log.clean(T0 + 5_000)
     assert result.tombstones_removed == 2  # b and c go, d is the log's last record
     assert [(r.offset, r.key, r.value) for r in records(log)] == [(0, b"a", b"1"), (3, b"d", None)]
     for offset in range(1, log.log_end_offset):
@@ -259,7 +259,7 @@ def _superseded_producer(tmp_path, kafka: bool, last_keys: list[bytes], supersed
     for k in superseded:
         log.append(_batch([(k, k + b"1")], kafka), leader_epoch=0, now_ms=T0)
     write(log, 40, keys=3, kafka=kafka)  # other keys: several segments, all below the HW
-    result = clean(log, T0 + 1000)
+    result = log.clean(T0 + 1000)
     assert result.segments_cleaned and at < log.segments[-1].base_offset
     return log, last, at
 
@@ -315,3 +315,70 @@ def test_a_batch_that_is_no_producers_last_still_goes_whole(tmp_path):
     leader, _, at = _superseded_producer(tmp_path, False, [b"b"], [b"a", b"b"])
     kept = [h for _, h in R.iter_headers(leader.read(0, 1 << 30)) if h.producer_id == 5]
     assert [h.base_offset for h in kept] == [at]  # the first batch (key a) went entirely
+
+
+# -- the compaction interface (CompactableLog): what a pass may use of a Log ------------------
+
+_INTERFACE = {name for name in dir(CompactableLog) if not name.startswith("_")} | set(CompactableLog.__annotations__)
+
+
+class _OnlyTheInterface:
+    """A log seen through CompactableLog alone: any other attribute a pass asks for fails."""
+
+    def __init__(self, log: Log) -> None:
+        self._log = log
+
+    def __getattr__(self, name: str):
+        if name not in _INTERFACE:
+            raise AttributeError(f"the cleaner used Log.{name}, which is not in its interface")
+        return getattr(self._log, name)
+
+
+def test_a_pass_uses_nothing_of_the_log_but_the_compaction_interface(tmp_path):
+    assert _INTERFACE == {
+        "config", "producer_state", "high_watermark", "log_end_offset", "cleaner_offset",
+        "log_segments", "sync_sealed_segments", "replace_segment", "checkpoint_cleaner_offset",
+    }
+    through, direct = compact_log(tmp_path / "a"), compact_log(tmp_path / "b")
+    write(through, 80, tombstone_every=5)
+    write(direct, 80, tombstone_every=5)
+    result = compact(_OnlyTheInterface(through), T0 + 1000)
+    assert result.segments_cleaned > 0
+    assert result == direct.clean(T0 + 1000)
+    assert records(through) == records(direct)
+
+
+def test_the_cleaner_offset_is_checkpointed_where_the_pass_ended(tmp_path):
+    log = compact_log(tmp_path)
+    write(log, 60)
+    assert log.cleaner_offset == 0
+    result = log.clean(T0 + 1000)
+    assert result.cleanable_end > 0 and log.cleaner_offset == result.cleanable_end
+    log.checkpoint_cleaner_offset(result.cleanable_end + 1)
+    log.close()
+    again = compact_log(tmp_path)
+    assert again.cleaner_offset == result.cleanable_end + 1
+    again.close()
+
+
+def test_replace_segment_swaps_a_sealed_segments_batches_and_refuses_the_active_one(tmp_path):
+    log = compact_log(tmp_path)
+    write(log, 40, keys=40)
+    segments = log.log_segments()
+    assert len(segments) > 2 and segments is not log.log_segments()  # a copy: the pass keeps its view
+    first, active = segments[0], segments[-1]
+    first_batch = log.read(first.base_offset, 1)  # one whole batch
+    h = R.read_header(first_batch)
+    size = log.size_bytes
+    new = log.replace_segment(first, first_batch, [h], [0])
+    assert log.log_segments()[0] is new and new.base_offset == first.base_offset
+    assert log.size_bytes == size - first.size + len(first_batch)
+    # the offsets the batch dropped now read from the next segment; nothing else moved
+    assert log.read(0, 1 << 20)[: len(first_batch)] == first_batch
+    assert R.read_header(log.read(h.next_offset, 1)).base_offset == segments[1].base_offset
+    with pytest.raises(ValueError, match="active segment"):
+        log.replace_segment(active, b"", [], [])
+    log.close()
+    again = compact_log(tmp_path)
+    assert again.read(0, 1 << 20)[: len(first_batch)] == first_batch and not again.recovery_report.cut
+    again.close()
