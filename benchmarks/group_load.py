@@ -70,7 +70,7 @@ def build(root: Path, commits: int, groups: int, partitions: int, segment_bytes:
             [v for _, v in records], [k for k, _ in records], timestamp_ms=ts, producer_id=PRODUCER_ID, producer_epoch=0, base_sequence=seq
         )
         seq += len(records)
-        log.append(batch, leader_epoch=0, now_ms=ts)
+        log.append_as_leader(batch, leader_epoch=0, now_ms=ts)
 
     append([coordinator_epoch_record(0, 0)], T0)
     last: dict[tuple[str, int], int] = {}

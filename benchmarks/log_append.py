@@ -99,7 +99,7 @@ def one_repeat(root: Path, pool: list[bytes], records_per_batch: int, count: int
         if each is not None:
             each.epoch_cache.assign(0, 0)
     plain = open(root / "plain", "wb")
-    append, write, flush, fileno, n = log.append, plain.write, plain.flush, plain.fileno(), len(pool)
+    append, write, flush, fileno, n = log.append_as_leader, plain.write, plain.flush, plain.fileno(), len(pool)
     per_round = -(-count // rounds)
     for r, first in enumerate(range(0, count, per_round)):
         last = min(count, first + per_round)
@@ -121,7 +121,7 @@ def one_repeat(root: Path, pool: list[bytes], records_per_batch: int, count: int
 
             def follower_round() -> None:
                 for c in chunks:
-                    follower.append(c)
+                    follower.append_as_follower(c)
 
             steps.append(("follower", follower_round))
         for name, fn in steps if r % 2 == 0 else reversed(steps):

@@ -49,7 +49,7 @@ def build(root: Path, records: int, keys: int, batch: int, value_bytes: int, seg
     for lo in range(0, records, batch):
         n = min(batch, records - lo)
         ks = [b"key-%d" % ((lo + i) % keys) for i in range(n)]
-        log.append(build_batch_columns([value] * n, ks, timestamp_ms=T0 + lo), leader_epoch=0, now_ms=T0 + lo)
+        log.append_as_leader(build_batch_columns([value] * n, ks, timestamp_ms=T0 + lo), leader_epoch=0, now_ms=T0 + lo)
     log.checkpoint_high_watermark(log.log_end_offset)
     shape = {"segments": len(log.segments), "log_bytes": log.size_bytes, "log_end_offset": log.log_end_offset}
     log.close()

@@ -1,6 +1,6 @@
 """Benchmark: the leader's produce path with record validation on, next to the same path off.
 
-``Log.append`` on the leader path (frame + CRC check, stamp, write) for pre-built batches,
+``Log.append_as_leader`` (frame + CRC check, stamp, write) for pre-built batches,
 once with :func:`kcoord.records.validate_produce_batch` (decode the payload, check columns,
 counts, codec, timestamps) and once without (``Log.validate_records = False``), in
 alternating rounds on the same machine in the same run, for several batch shapes: small and
@@ -83,7 +83,7 @@ def run(pool: list[bytes], directory: str, rounds: int, per_round: int) -> dict[
     for r in range(rounds):
         for validate in ((True, False) if r % 2 == 0 else (False, True)):
             log = logs[validate]
-            append = log.append
+            append = log.append_as_leader
             w0, c0 = time.perf_counter(), time.process_time()
             total = 0
             for i in range(per_round):

@@ -61,7 +61,9 @@ class AppendInfo(NamedTuple):
     For a duplicate nothing was written: ``base_offset``/``last_offset`` are where the
     original batch went and ``log_append_time`` is -1.
     ``log_append_time`` is the log's clock at the append; the produce path reports it only
-    for LogAppendTime topics. (A NamedTuple: built on every append, so it must be cheap.)
+    for LogAppendTime topics. ``header``: a leader append's batch header as the producer
+    sent it (before the offset and epoch were stamped), so no caller parses it again; None
+    for a follower's append. (A NamedTuple: built on every append, so it must be cheap.)
     """
 
     base_offset: int
@@ -71,6 +73,7 @@ class AppendInfo(NamedTuple):
     size_bytes: int
     duplicate: bool = False
     log_append_time: int = -1
+    header: BatchHeader | None = None
 
 
 _AT_START = (0,)  # positions of a single batch
@@ -237,30 +240,27 @@ class BaseLog(ABC):
 
     # -- append -------------------------------------------------------------------------
 
-    def append(
+    def append_as_leader(
         self,
         data: _BufferLike,
-        *,
-        leader_epoch: int | None = None,
+        leader_epoch: int,
         now_ms: int | None = None,
-        verify_crc: bool = True,
+        *,
+        header: BatchHeader | None = None,
     ) -> AppendInfo:
-        """Append a producer's batch (``leader_epoch`` given) or replicated batches (None).
-
-        Leader path: validate one batch, deduplicate/sequence-check it, stamp base offset =
-        LEO and the leader epoch on its first 16 bytes (the rest is written as is).
-        Follower path: batches already stamped by the leader, which must start at our LEO
-        and be contiguous; written unchanged. Nothing is written unless everything checks.
+        """Append one producer batch as the partition's leader: validate it, deduplicate and
+        sequence-check it by its producer, assign its offsets (base offset = LEO) and stamp
+        them and ``leader_epoch`` on its first 16 bytes (the rest is written as is).
+        ``header``: the batch's header if the caller parsed it already (it is not parsed
+        again); the result carries it. Nothing is written unless everything checks.
         """
         if self._halted:
             self._check_open()
         now = wall_clock_ms() if now_ms is None else now_ms
         self._now = now
-        if leader_epoch is None:
-            return self._append_replicated(data, now, verify_crc)
         # The produce hot path: kept flat, one batch, no per-append allocations beyond
         # the stamped 16-byte prefix, the stamped header and the result.
-        h = validate_leader_batch(data, self.config.max_batch_bytes)
+        h = validate_leader_batch(data, self.config.max_batch_bytes, header)
         if self.validate_records:
             validate_produce_batch(data, h, require_keys=self.config.compact)
         cache = self.epoch_cache
@@ -278,7 +278,7 @@ class BaseLog(ABC):
             verdict = state.check(h)
             if verdict.duplicate:
                 dup = verdict.duplicate_base_offset
-                return AppendInfo(dup, dup + h.last_offset_delta, h.record_count, h.max_timestamp, len(data), True, -1)
+                return AppendInfo(dup, dup + h.last_offset_delta, h.record_count, h.max_timestamp, len(data), True, -1, h)
             verdict.raise_for_error()
         base = self.log_end_offset
         nbytes = len(data)
@@ -292,9 +292,17 @@ class BaseLog(ABC):
             state.update(h._replace(base_offset=base, leader_epoch=leader_epoch))
         if self._flush_policy.record_append(h.record_count, now):
             self.flush()
-        return AppendInfo(base, base + h.last_offset_delta, h.record_count, h.max_timestamp, nbytes, False, now)
+        return AppendInfo(base, base + h.last_offset_delta, h.record_count, h.max_timestamp, nbytes, False, now, h)
 
-    def _append_replicated(self, data: _BufferLike, now: int, verify_crc: bool) -> AppendInfo:
+    def append_as_follower(self, data: _BufferLike, now_ms: int | None = None, *, verify_crc: bool = True) -> AppendInfo:
+        """Append batches fetched from the leader, which assigned their offsets and stamped
+        them: they must be whole and valid and start at or after our LEO, offsets
+        increasing (a compacted leader's log has gaps). Written unchanged; nothing is
+        written unless everything checks."""
+        if self._halted:
+            self._check_open()
+        now = wall_clock_ms() if now_ms is None else now_ms
+        self._now = now
         leo = self.log_end_offset
         keep_start = None
         if leo == self.log_start_offset and self.size_bytes == 0 and len(data) >= 61:

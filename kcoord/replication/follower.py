@@ -184,7 +184,7 @@ class Follower:
                 self.step(now_ms)  # our log changed under the fetch: ask again from where it ends
                 return False
             try:
-                log.append(response.records, now_ms=now_ms)
+                log.append_as_follower(response.records, now_ms=now_ms)
             except KafkaError as exc:
                 if exc.code == ErrorCode.KAFKA_STORAGE_ERROR:
                     raise

@@ -14,7 +14,7 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
-from .. import records
+from .. import record
 from ..protocol.controller import AlterPartitionRequest, AlterPartitionResponse
 from ..protocol.errors import ErrorCode, KafkaError
 from ..protocol import names
@@ -68,9 +68,8 @@ class ProduceWaiter:
 @dataclass
 class ParkedBatch:
     request: ProduceRequest
+    header: record.BatchHeader  # its batch's, parsed on arrival
     token: Any
-    epoch: int
-    base_sequence: int
     deadline_ms: int
 
 
@@ -144,19 +143,17 @@ class Leader:
         if err is not None:
             st.reply(token, ProduceResponse(err[0], err[1], leader_epoch=st.leader_epoch))
             return
-        if self._park_if_ahead(req, token, now_ms):
+        # The batch header is parsed here, once per request; what follows is handed it.
+        h = record.read_header(req.records) if len(req.records) >= record.HEADER_SIZE else None
+        if h is not None and self._park_if_ahead(req, h, token, now_ms):
             return
-        self._append(req, token, now_ms)
+        self._append(req, h, token, now_ms)
 
-    def _park_if_ahead(self, req: ProduceRequest, token: Any, now_ms: int) -> bool:
+    def _park_if_ahead(self, req: ProduceRequest, h: record.BatchHeader, token: Any, now_ms: int) -> bool:
         """An idempotent batch whose sequence is ahead of what its producer wrote last waits
         (a while) for the batches before it. Ray does not keep the order of calls to an
         actor, so a producer's pipelined requests may arrive out of order; answering the
         early one OUT_OF_ORDER_SEQUENCE_NUMBER would make every client resend it."""
-        data = req.records
-        if len(data) < records.HEADER_SIZE:
-            return False
-        h = records.read_header(data)
         if h.producer_id < 0 or h.base_sequence <= 0:
             return False
         entry = self.state.log.producer_state.get(h.producer_id)
@@ -168,7 +165,7 @@ class Leader:
         parked = self.parked.setdefault(h.producer_id, [])
         if len(parked) >= MAX_PARKED_PER_PRODUCER:
             return False
-        parked.append(ParkedBatch(req, token, h.producer_epoch, h.base_sequence, now_ms + self.state.config.out_of_order_wait_ms))
+        parked.append(ParkedBatch(req, h, token, now_ms + self.state.config.out_of_order_wait_ms))
         return True
 
     def _release_parked(self, producer_id: int, now_ms: int) -> None:
@@ -178,25 +175,27 @@ class Leader:
             entry = self.state.log.producer_state.get(producer_id)
             if entry is None:
                 return
-            nxt = next((b for b in parked if b.epoch == entry.epoch and b.base_sequence == entry.last_seq + 1), None)
+            nxt = next((b for b in parked if b.header.producer_epoch == entry.epoch and b.header.base_sequence == entry.last_seq + 1), None)
             if nxt is None:
                 return
             parked.remove(nxt)
             if not parked:
                 del self.parked[producer_id]
-            self._append(nxt.request, nxt.token, now_ms)
+            self._append(nxt.request, nxt.header, nxt.token, now_ms)
             parked = self.parked.get(producer_id)
 
-    def _append(self, req: ProduceRequest, token: Any, now_ms: int) -> None:
+    def _append(self, req: ProduceRequest, h: record.BatchHeader | None, token: Any, now_ms: int) -> None:
+        """Append the request's batch, whose header ``h`` is parsed already (None: the
+        bytes are too short for one, which the log's checks report)."""
         st = self.state
         data = req.records
         append_time = -1
         try:
             if st.config.message_timestamp_type == LOG_APPEND_TIME:
-                records.validate_batch(data)
+                h = record.validate_batch(data, header=h)  # the producer's CRC, before it is replaced
                 append_time = now_ms
-                data = records.set_log_append_time(data, now_ms)
-            info = st.log.append(data, leader_epoch=st.leader_epoch, now_ms=now_ms)
+                data, h = record.with_log_append_time(data, now_ms, h)
+            info = st.log.append_as_leader(data, st.leader_epoch, now_ms, header=h)
         except KafkaError as exc:
             if exc.code == ErrorCode.KAFKA_STORAGE_ERROR:
                 raise  # the log failed: the replica goes offline
@@ -217,17 +216,15 @@ class Leader:
         if req.acks != -1:
             st.reply(token, response)
             if self.parked and not info.duplicate:
-                self._release_parked(records.read_header(data).producer_id, now_ms)
+                self._release_parked(info.header.producer_id, now_ms)
             return
         required = info.last_offset + 1
         if st.hw >= required:
             st.reply(token, self._acked(response))
         else:
             self.produce_waiters.append(ProduceWaiter(token, required, now_ms + max(0, req.timeout_ms), response))
-        if self.parked and not info.duplicate:
-            h = records.read_header(data)
-            if h.producer_id in self.parked:
-                self._release_parked(h.producer_id, now_ms)
+        if self.parked and not info.duplicate and info.header.producer_id in self.parked:
+            self._release_parked(info.header.producer_id, now_ms)
 
     def _acked(self, response: ProduceResponse) -> ProduceResponse:
         st = self.state
@@ -626,7 +623,7 @@ class Leader:
                     self.parked[producer_id].remove(b)
                     if not self.parked[producer_id]:
                         del self.parked[producer_id]
-                    self._append(b.request, b.token, now_ms)
+                    self._append(b.request, b.header, b.token, now_ms)
         self.maybe_propose_isr(now_ms)
 
     def next_deadline(self) -> int | None:

@@ -39,9 +39,9 @@ Usage::
 
     disk = SimDisk(random.Random(seed))
     log = Log("/n1/t-0", config, now_ms=now, fs=disk)
-    log.append(batch, leader_epoch=1, now_ms=now)
+    log.append_as_leader(batch, leader_epoch=1, now_ms=now)
     disk.fail("write", "/n1/t-0/*.log", errno.ENOSPC)     # the next segment write
-    log.append(batch, leader_epoch=1, now_ms=now)          # raises LogStorageError; offline
+    log.append_as_leader(batch, leader_epoch=1, now_ms=now)  # raises LogStorageError; offline
     disk.power_loss()                                      # the machine goes down
     log = Log("/n1/t-0", config, now_ms=now, fs=disk)      # recovery on what was durable
 """

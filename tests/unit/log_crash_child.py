@@ -47,7 +47,7 @@ def main() -> None:
     log = Log(directory, CONFIG)
     i = first
     while True:
-        info = log.append(make_batch(i), leader_epoch=epoch_of(i))
+        info = log.append_as_leader(make_batch(i), leader_epoch=epoch_of(i))
         sys.stdout.write(f"{i} {info.base_offset} {info.last_offset}\n")
         sys.stdout.flush()
         i += 1

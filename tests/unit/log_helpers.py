@@ -41,7 +41,7 @@ def fill(log: Log, count: int, *, epoch: int = 0, n: int = 3, now: int = NOW) ->
     out = []
     for i in range(count):
         data = batch(n, tag=len(out) + log.log_end_offset)
-        info = log.append(data, leader_epoch=epoch, now_ms=now)
+        info = log.append_as_leader(data, leader_epoch=epoch, now_ms=now)
         out.append(stamp(data, info.base_offset, epoch))
     return out
 

@@ -61,7 +61,7 @@ def test_the_consumer_skips_an_empty_batch():
 def test_a_producer_never_appends_an_empty_batch():
     log = MemoryLog(LogConfig())
     with pytest.raises(KafkaError) as err:
-        log.append(R.empty_batch(R.read_header(original(False))), leader_epoch=0)
+        log.append_as_leader(R.empty_batch(R.read_header(original(False))), leader_epoch=0)
     assert err.value.code == ErrorCode.INVALID_RECORD
-    log.append(R.stamp(R.empty_batch(R.read_header(original(False))), 0, 0))
+    log.append_as_follower(R.stamp(R.empty_batch(R.read_header(original(False))), 0, 0))
     assert log.log_end_offset == 4  # a follower takes one from its leader

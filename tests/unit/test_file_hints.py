@@ -20,7 +20,7 @@ from replication_helpers import lai, produce, replies, leader_and_isr, list_offs
 def filled_log(tmp_path, batches=30, per=20, segment_bytes=1200) -> Log:
     log = Log(tmp_path / "log", LogConfig(segment_bytes=segment_bytes))
     for i in range(batches):
-        log.append(records.build_batch_columns([b"v%d-%d" % (i, j) for j in range(per)]), leader_epoch=1)
+        log.append_as_leader(records.build_batch_columns([b"v%d-%d" % (i, j) for j in range(per)]), leader_epoch=1)
     return log
 
 
@@ -50,7 +50,7 @@ def test_locate_matches_read_property(tmp_path_factory, start, max_bytes):
 
 def test_memory_log_has_no_files():
     log = MemoryLog()
-    log.append(records.build_batch_columns([b"x"]), leader_epoch=0)
+    log.append_as_leader(records.build_batch_columns([b"x"]), leader_epoch=0)
     assert log.locate(0, 100) is None
 
 

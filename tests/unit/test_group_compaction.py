@@ -50,7 +50,7 @@ def write_log(path: Path, records: list[Record], rng: random.Random, *, delete_r
         chunk = records[i : i + rng.randint(1, 6)]
         ts = T0 + i
         batch = batch_format.build_batch_columns([v for _, v in chunk], [k for k, _ in chunk], timestamp_ms=ts, producer_id=0, producer_epoch=0, base_sequence=i)
-        log.append(batch, leader_epoch=0, now_ms=ts)
+        log.append_as_leader(batch, leader_epoch=0, now_ms=ts)
         i += len(chunk)
     log.checkpoint_high_watermark(log.log_end_offset)
     return log

@@ -18,7 +18,7 @@ from log_helpers import NOW, batch, fill, headers, where  # noqa: F401  (where: 
 
 def test_leader_append_stamps_offsets_and_epochs(where):
     log = where.open()
-    infos = [log.append(batch(n), leader_epoch=e, now_ms=NOW) for n, e in [(3, 0), (1, 0), (5, 2)]]
+    infos = [log.append_as_leader(batch(n), leader_epoch=e, now_ms=NOW) for n, e in [(3, 0), (1, 0), (5, 2)]]
     assert [(i.base_offset, i.last_offset, i.record_count) for i in infos] == [(0, 2, 3), (3, 3, 1), (4, 8, 5)]
     assert all(not i.duplicate and i.log_append_time == NOW for i in infos)
     assert log.log_end_offset == 9
@@ -94,20 +94,20 @@ def test_roll_by_size_and_read_across_segments(where):
 
 def test_roll_by_time(where):
     log = where.open(segment_ms=100)
-    log.append(batch(), leader_epoch=0, now_ms=NOW)
-    log.append(batch(), leader_epoch=0, now_ms=NOW + 99)
+    log.append_as_leader(batch(), leader_epoch=0, now_ms=NOW)
+    log.append_as_leader(batch(), leader_epoch=0, now_ms=NOW + 99)
     assert len(log.segments) == 1
-    log.append(batch(), leader_epoch=0, now_ms=NOW + 100)
+    log.append_as_leader(batch(), leader_epoch=0, now_ms=NOW + 100)
     assert [s.base_offset for s in log.segments] == [0, 6]
     assert log.segments[1].created_ms == NOW + 100
-    log.append(batch(), leader_epoch=0, now_ms=NOW + 150)
+    log.append_as_leader(batch(), leader_epoch=0, now_ms=NOW + 150)
     assert len(log.segments) == 2
 
 
 def test_message_too_large(where):
     log = where.open(max_batch_bytes=500)
     with pytest.raises(KafkaError) as err:
-        log.append(batch(20), leader_epoch=0)
+        log.append_as_leader(batch(20), leader_epoch=0)
     assert err.value.code == ErrorCode.MESSAGE_TOO_LARGE
     assert log.log_end_offset == 0 and log.size_bytes == 0
 
@@ -118,11 +118,11 @@ def test_corrupt_crc_is_refused_and_nothing_appended(where):
     bad = bytearray(batch())
     bad[HEADER_SIZE + 3] ^= 0xFF
     with pytest.raises(CorruptRecordError) as err:
-        log.append(bytes(bad), leader_epoch=0)
+        log.append_as_leader(bytes(bad), leader_epoch=0)
     assert err.value.code == ErrorCode.CORRUPT_MESSAGE
     follower_data = stamp(batch(), 3, 0) + stamp(bytes(bad), 6, 0)
     with pytest.raises(CorruptRecordError):
-        log.append(follower_data)
+        log.append_as_follower(follower_data)
     assert log.log_end_offset == 3
     assert len(headers(log.read(0, 1 << 20))) == 1
 
@@ -130,17 +130,17 @@ def test_corrupt_crc_is_refused_and_nothing_appended(where):
 def test_leader_append_takes_exactly_one_batch(where):
     log = where.open()
     with pytest.raises(KafkaError) as err:
-        log.append(batch() + batch(), leader_epoch=0)
+        log.append_as_leader(batch() + batch(), leader_epoch=0)
     assert err.value.code == ErrorCode.INVALID_RECORD
     with pytest.raises(CorruptRecordError):
-        log.append(batch()[:-1], leader_epoch=0)
+        log.append_as_leader(batch()[:-1], leader_epoch=0)
 
 
 def test_leader_append_with_stale_epoch_is_fenced(where):
     log = where.open()
-    log.append(batch(), leader_epoch=3)
+    log.append_as_leader(batch(), leader_epoch=3)
     with pytest.raises(KafkaError) as err:
-        log.append(batch(), leader_epoch=2)
+        log.append_as_leader(batch(), leader_epoch=2)
     assert err.value.code == ErrorCode.FENCED_LEADER_EPOCH
     assert log.log_end_offset == 3
 
@@ -150,20 +150,20 @@ def test_follower_append_keeps_bytes_and_checks_contiguity(where):
     stored = fill(leader, 6, epoch=4)
     follower = where.open("follower", segment_bytes=700)
     chunk = leader.read(0, 3 * len(stored[0]))
-    info = follower.append(chunk)
+    info = follower.append_as_follower(chunk)
     assert (info.base_offset, info.last_offset, info.record_count, info.size_bytes) == (0, 8, 9, len(chunk))
     with pytest.raises(KafkaError) as err:  # before our LEO (a gap after it is allowed: compaction)
-        follower.append(stored[2])
+        follower.append_as_follower(stored[2])
     assert err.value.code == ErrorCode.OFFSET_OUT_OF_RANGE
     with pytest.raises(KafkaError) as err:  # going back between batches
-        follower.append(stored[3] + stored[2])
+        follower.append_as_follower(stored[3] + stored[2])
     assert err.value.code == ErrorCode.INVALID_RECORD
     with pytest.raises(CorruptRecordError):  # torn
-        follower.append(stored[3] + stored[4][:-5])
+        follower.append_as_follower(stored[3] + stored[4][:-5])
     with pytest.raises(KafkaError):
-        follower.append(b"")
+        follower.append_as_follower(b"")
     assert follower.log_end_offset == 9
-    follower.append(b"".join(stored[3:]))  # splits across segments as needed
+    follower.append_as_follower(b"".join(stored[3:]))  # splits across segments as needed
     assert follower.read(0, 1 << 20) == leader.read(0, 1 << 20)
     assert all(s.size_bytes <= 700 for s in follower.segments)
     assert follower.epoch_cache.entries == [(4, 0)]
@@ -174,8 +174,8 @@ def test_follower_append_can_skip_crc(where):
     bad = bytearray(stamp(batch(), 0, 1))
     bad[HEADER_SIZE] ^= 1
     with pytest.raises(CorruptRecordError):
-        log.append(bytes(bad))
-    log.append(bytes(bad), verify_crc=False)
+        log.append_as_follower(bytes(bad))
+    log.append_as_follower(bytes(bad), verify_crc=False)
     assert log.log_end_offset == 3
 
 
@@ -186,17 +186,17 @@ def test_duplicate_batch_is_not_appended_again(where):
     log = where.open()
     first = batch(2, producer_id=9, producer_epoch=0, base_sequence=0)
     second = batch(2, producer_id=9, producer_epoch=0, base_sequence=2)
-    assert log.append(first, leader_epoch=0).base_offset == 0
-    assert log.append(second, leader_epoch=0).base_offset == 2
-    dup = log.append(first, leader_epoch=0)
+    assert log.append_as_leader(first, leader_epoch=0).base_offset == 0
+    assert log.append_as_leader(second, leader_epoch=0).base_offset == 2
+    dup = log.append_as_leader(first, leader_epoch=0)
     assert dup.duplicate and (dup.base_offset, dup.last_offset) == (0, 1)
     assert log.log_end_offset == 4
     with pytest.raises(KafkaError) as err:
-        log.append(batch(2, producer_id=9, producer_epoch=0, base_sequence=7), leader_epoch=0)
+        log.append_as_leader(batch(2, producer_id=9, producer_epoch=0, base_sequence=7), leader_epoch=0)
     assert err.value.code == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
-    log.append(batch(1, producer_id=9, producer_epoch=1, base_sequence=0), leader_epoch=0)
+    log.append_as_leader(batch(1, producer_id=9, producer_epoch=1, base_sequence=0), leader_epoch=0)
     with pytest.raises(KafkaError) as err:
-        log.append(batch(1, producer_id=9, producer_epoch=0, base_sequence=4), leader_epoch=0)
+        log.append_as_leader(batch(1, producer_id=9, producer_epoch=0, base_sequence=4), leader_epoch=0)
     assert err.value.code == ErrorCode.INVALID_PRODUCER_EPOCH
     assert log.log_end_offset == 5
 
@@ -224,7 +224,7 @@ def test_retention_by_size(where):
 def test_retention_by_time_and_high_watermark(where):
     log = where.open(segment_bytes=700, retention_ms=1000)
     for i in range(12):
-        log.append(batch(ts=NOW + 100 * i), leader_epoch=0, now_ms=NOW + 100 * i)
+        log.append_as_leader(batch(ts=NOW + 100 * i), leader_epoch=0, now_ms=NOW + 100 * i)
     segs = log.segments
     assert len(segs) >= 4
     assert log.apply_retention(NOW + 1000) == 0  # nothing older than 1000 ms yet
@@ -296,9 +296,9 @@ def test_truncate_at_and_across_segment_boundaries(where):
 def test_truncation_fixes_epoch_cache_and_producer_state(where):
     log = where.open(segment_bytes=600)
     for seq in range(0, 10, 2):
-        log.append(batch(2, producer_id=5, producer_epoch=0, base_sequence=seq), leader_epoch=1)
+        log.append_as_leader(batch(2, producer_id=5, producer_epoch=0, base_sequence=seq), leader_epoch=1)
     for seq in range(10, 14, 2):
-        log.append(batch(2, producer_id=5, producer_epoch=0, base_sequence=seq), leader_epoch=3)
+        log.append_as_leader(batch(2, producer_id=5, producer_epoch=0, base_sequence=seq), leader_epoch=3)
     assert log.epoch_cache.entries == [(1, 0), (3, 10)]
     log.truncate_to(9)
     assert log.epoch_cache.entries == [(1, 0)]
@@ -306,7 +306,7 @@ def test_truncation_fixes_epoch_cache_and_producer_state(where):
     entry = log.producer_state.get(5)
     assert entry.last_seq == 7 and entry.batches[-1].last_offset == 7
     # the producer's retry of sequence 8..9 is now new, not a duplicate
-    info = log.append(batch(2, producer_id=5, producer_epoch=0, base_sequence=8), leader_epoch=4)
+    info = log.append_as_leader(batch(2, producer_id=5, producer_epoch=0, base_sequence=8), leader_epoch=4)
     assert not info.duplicate and info.base_offset == 8
 
 
@@ -391,18 +391,18 @@ def test_the_last_five_batches_of_a_producer_stay_duplicates_across_a_reopen(whe
 
     log = where.open()
     sent = [batch(2, producer_id=5, producer_epoch=0, base_sequence=2 * i) for i in range(7)]
-    offsets = [log.append(b, leader_epoch=0, now_ms=NOW).base_offset for b in sent]
+    offsets = [log.append_as_leader(b, leader_epoch=0, now_ms=NOW).base_offset for b in sent]
     log.close()
     if not from_snapshot:
         for name in where.names(PRODUCER_SNAPSHOT_SUFFIX):
             where.unlink(name)
     log = where.open()
     for b, offset in list(zip(sent, offsets))[2:]:
-        info = log.append(b, leader_epoch=0, now_ms=NOW)
+        info = log.append_as_leader(b, leader_epoch=0, now_ms=NOW)
         assert info.duplicate and (info.base_offset, info.last_offset) == (offset, offset + 1)
     for b in sent[:2]:  # older than the five: Kafka answers OUT_OF_ORDER_SEQUENCE_NUMBER
         with pytest.raises(KafkaError) as err:
-            log.append(b, leader_epoch=0, now_ms=NOW)
+            log.append_as_leader(b, leader_epoch=0, now_ms=NOW)
         assert err.value.code == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
     assert log.log_end_offset == 14
 
@@ -415,11 +415,11 @@ def test_a_producer_snapshot_in_the_first_format_still_loads(where):
     from kcoord.log.checkpoint import PRODUCER_SNAPSHOT_SUFFIX
 
     log = where.open()
-    log.append(batch(2, producer_id=9, producer_epoch=3, base_sequence=0), leader_epoch=0, now_ms=NOW)
+    log.append_as_leader(batch(2, producer_id=9, producer_epoch=3, base_sequence=0), leader_epoch=0, now_ms=NOW)
     log.close()
     (name,) = where.names(PRODUCER_SNAPSHOT_SUFFIX)
     old = msgpack.packb({"version": 0, "producers": {9: {"epoch": 3, "batches": [[0, 1, 0, 1]]}, 4: {"epoch": 0, "batches": [[7, 7, 0, 0]]}}})
     where.write_bytes(name, old)
     log = where.open()
     assert log.producer_state.get(4).last_seq == 7  # from the file, not from the batches
-    assert log.append(batch(2, producer_id=9, producer_epoch=3, base_sequence=0), leader_epoch=0, now_ms=NOW).duplicate
+    assert log.append_as_leader(batch(2, producer_id=9, producer_epoch=3, base_sequence=0), leader_epoch=0, now_ms=NOW).duplicate

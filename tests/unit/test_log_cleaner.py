@@ -37,7 +37,7 @@ def write(log: Log, n: int, keys: int = 7, *, tombstone_every: int = 0, kafka: b
             data = build_kafka_batch([(k, v, [], ts)])
         else:
             data = R.build_batch([(k, v)], timestamp_ms=ts)
-        log.append(data, leader_epoch=0, now_ms=ts)
+        log.append_as_leader(data, leader_epoch=0, now_ms=ts)
         last[k] = (off, v)
     log.checkpoint_high_watermark(log.log_end_offset)
     return last
@@ -135,7 +135,7 @@ def test_never_above_the_high_watermark_and_not_for_delete_policy(tmp_path):
 def test_records_without_keys_are_refused_on_a_compacted_topic(tmp_path):
     log = compact_log(tmp_path)
     with pytest.raises(Exception) as err:
-        log.append(R.build_batch([(None, b"x")]), leader_epoch=0, now_ms=T0)
+        log.append_as_leader(R.build_batch([(None, b"x")]), leader_epoch=0, now_ms=T0)
     assert err.value.code == R.ErrorCode.INVALID_RECORD
     assert log.log_end_offset == 0
 
@@ -148,7 +148,7 @@ def test_compacted_log_replicates_to_a_follower_and_survives_reopen(tmp_path):
     pos = 0
     while follower.log_end_offset < leader.log_end_offset:
         data = leader.read(max(follower.log_end_offset, leader.log_start_offset), 200)
-        follower.append(data, now_ms=T0)
+        follower.append_as_follower(data, now_ms=T0)
         pos += 1
     assert records(follower) == records(leader)
     follower.close()
@@ -160,14 +160,14 @@ def test_idempotent_producer_batches_keep_their_sequences(tmp_path):
     log = compact_log(tmp_path)
     for seq in range(0, 60, 3):
         recs = [(b"k%d" % ((seq + i) % 2), b"v%d" % (seq + i)) for i in range(3)]
-        log.append(R.build_batch(recs, producer_id=5, producer_epoch=0, base_sequence=seq, timestamp_ms=T0), leader_epoch=0, now_ms=T0)
+        log.append_as_leader(R.build_batch(recs, producer_id=5, producer_epoch=0, base_sequence=seq, timestamp_ms=T0), leader_epoch=0, now_ms=T0)
     log.checkpoint_high_watermark(log.log_end_offset)
     log.clean(T0 + 1000)
     for pos, h in R.iter_headers(log.read(0, 1 << 30), check_crc=True):
         if h.base_offset < log.segments[-1].base_offset:
             assert h.base_sequence == h.base_offset  # sequence i was written at offset i
     # the producer goes on where it was
-    info = log.append(R.build_batch([(b"k", b"x")], producer_id=5, producer_epoch=0, base_sequence=60, timestamp_ms=T0), leader_epoch=0, now_ms=T0)
+    info = log.append_as_leader(R.build_batch([(b"k", b"x")], producer_id=5, producer_epoch=0, base_sequence=60, timestamp_ms=T0), leader_epoch=0, now_ms=T0)
     assert not info.duplicate and info.base_offset == 60
 
 
@@ -221,8 +221,8 @@ def test_the_last_record_stays_when_the_active_segment_is_empty(tmp_path):
     remove the expired tombstones at the end of the log, a read between the last surviving
     batch and the log end would find nothing (it raised IndexError)."""
     log = compact_log(tmp_path, delete_retention_ms=10, segment_ms=1_000)
-    log.append(R.build_batch([(b"a", b"1")], timestamp_ms=T0), leader_epoch=0, now_ms=T0)
-    log.append(R.build_batch([(b"b", None), (b"c", None), (b"d", None)], timestamp_ms=T0), leader_epoch=0, now_ms=T0)
+    log.append_as_leader(R.build_batch([(b"a", b"1")], timestamp_ms=T0), leader_epoch=0, now_ms=T0)
+    log.append_as_leader(R.build_batch([(b"b", None), (b"c", None), (b"d", None)], timestamp_ms=T0), leader_epoch=0, now_ms=T0)
     log.checkpoint_high_watermark(log.log_end_offset)
     assert log.maybe_roll(T0 + 5_000) and log.segments[-1].size_bytes == 0
     result = log.clean(T0 + 5_000)
@@ -244,7 +244,7 @@ def _batch(recs, kafka: bool, **producer) -> bytes:
 def _replicate(leader: Log, follower: Log) -> None:
     """A new replica fetching the leader's (compacted) log from its start."""
     while follower.log_end_offset < leader.log_end_offset:
-        follower.append(leader.read(max(follower.log_end_offset, leader.log_start_offset), 300), now_ms=T0)
+        follower.append_as_follower(leader.read(max(follower.log_end_offset, leader.log_start_offset), 300), now_ms=T0)
 
 
 def _superseded_producer(tmp_path, kafka: bool, last_keys: list[bytes], superseded: list[bytes]) -> tuple[Log, bytes, int]:
@@ -253,11 +253,11 @@ def _superseded_producer(tmp_path, kafka: bool, last_keys: list[bytes], supersed
     log, producer 5's last batch as sent, and where it went."""
     log = compact_log(tmp_path / "leader")
     p5 = dict(producer_id=5, producer_epoch=0)
-    log.append(_batch([(b"a", b"a0")], kafka, base_sequence=0, **p5), leader_epoch=0, now_ms=T0)
+    log.append_as_leader(_batch([(b"a", b"a0")], kafka, base_sequence=0, **p5), leader_epoch=0, now_ms=T0)
     last = _batch([(k, k + b"0") for k in last_keys], kafka, base_sequence=1, **p5)
-    at = log.append(last, leader_epoch=0, now_ms=T0).base_offset
+    at = log.append_as_leader(last, leader_epoch=0, now_ms=T0).base_offset
     for k in superseded:
-        log.append(_batch([(k, k + b"1")], kafka), leader_epoch=0, now_ms=T0)
+        log.append_as_leader(_batch([(k, k + b"1")], kafka), leader_epoch=0, now_ms=T0)
     write(log, 40, keys=3, kafka=kafka)  # other keys: several segments, all below the HW
     result = log.clean(T0 + 1000)
     assert result.segments_cleaned and at < log.segments[-1].base_offset
@@ -278,14 +278,14 @@ def test_a_producers_last_batch_stays_emptied_so_a_rebuilt_replica_still_dedupli
     _replicate(leader, follower)
     assert records(follower) == records(leader)
     assert follower.producer_state.get(5).last_seq == 2
-    info = follower.append(last, leader_epoch=1, now_ms=T0)
+    info = follower.append_as_leader(last, leader_epoch=1, now_ms=T0)
     assert info.duplicate and info.base_offset == at and follower.log_end_offset == leader.log_end_offset
     # reopened from its files (no snapshot past the data), it still knows the batch
     follower.close()
     for p in (tmp_path / "follower").glob("*.producer-snapshot"):
         p.unlink()
     again = compact_log(tmp_path / "follower")
-    assert again.append(last, leader_epoch=1, now_ms=T0).duplicate
+    assert again.append_as_leader(last, leader_epoch=1, now_ms=T0).duplicate
 
 
 @pytest.mark.parametrize("kafka", [False, True], ids=["kcoord", "kafka-v2"])
@@ -305,10 +305,10 @@ def test_a_producers_partly_superseded_last_batch_keeps_its_last_sequence(tmp_pa
     assert records(follower) == records(leader)
     assert follower.producer_state.get(5).last_seq == 3
     with pytest.raises(KafkaError) as err:
-        follower.append(last, leader_epoch=1, now_ms=T0)
+        follower.append_as_leader(last, leader_epoch=1, now_ms=T0)
     assert err.value.code == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
     nxt = _batch([(b"e", b"e0")], kafka, producer_id=5, producer_epoch=0, base_sequence=4)
-    assert not follower.append(nxt, leader_epoch=1, now_ms=T0).duplicate  # it goes on where it was
+    assert not follower.append_as_leader(nxt, leader_epoch=1, now_ms=T0).duplicate  # it goes on where it was
 
 
 def test_a_batch_that_is_no_producers_last_still_goes_whole(tmp_path):

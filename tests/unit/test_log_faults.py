@@ -49,8 +49,8 @@ def assert_offline(log: Log, err: int) -> None:
     """Every operation now raises the storage error (and reads nothing from the disk)."""
     assert log.offline and log.offline_error.errno == err and log.offline_error.code == ErrorCode.KAFKA_STORAGE_ERROR
     calls: list[Callable[[], object]] = [
-        lambda: log.append(batch(), leader_epoch=5, now_ms=NOW),
-        lambda: log.append(stamp(batch(), log.log_end_offset, 5), now_ms=NOW),
+        lambda: log.append_as_leader(batch(), leader_epoch=5, now_ms=NOW),
+        lambda: log.append_as_follower(stamp(batch(), log.log_end_offset, 5), now_ms=NOW),
         lambda: log.read(0, 100),
         lambda: log.locate(0, 100),
         lambda: log.offset_for_timestamp(0),
@@ -84,17 +84,19 @@ class Case:
 
 def record_appends(log: Log, appended: dict[int, bytes]) -> None:
     """Note every batch the action tries to append ({base offset: bytes as stored})."""
-    real = log.append
+    as_leader, as_follower = log.append_as_leader, log.append_as_follower
 
-    def append(data, *, leader_epoch=None, **kw):
-        if leader_epoch is not None:
-            appended[log.log_end_offset] = stamp(data, log.log_end_offset, leader_epoch)
-        else:
-            for position, h in iter_headers(data):
-                appended[h.base_offset] = bytes(data[position : position + h.size])
-        return real(data, leader_epoch=leader_epoch, **kw)
+    def append_as_leader(data, leader_epoch, *args, **kw):
+        appended[log.log_end_offset] = stamp(data, log.log_end_offset, leader_epoch)
+        return as_leader(data, leader_epoch, *args, **kw)
 
-    log.append = append
+    def append_as_follower(data, *args, **kw):
+        for position, h in iter_headers(data):
+            appended[h.base_offset] = bytes(data[position : position + h.size])
+        return as_follower(data, *args, **kw)
+
+    log.append_as_leader = append_as_leader
+    log.append_as_follower = append_as_follower
 
 
 def roll(log: Log) -> None:
@@ -105,9 +107,9 @@ def roll(log: Log) -> None:
 
 
 CASES = {
-    "leader append": Case("write", "*.log", lambda log: log.append(batch(), leader_epoch=1, now_ms=NOW)),
-    "replicated append": Case("write", "*.log", lambda log: log.append(stamp(batch(), 24, 1) + stamp(batch(), 27, 1), now_ms=NOW)),
-    "new epoch's checkpoint on append": Case("write", f"*/{EPOCH_CHECKPOINT}.tmp", lambda log: log.append(batch(), leader_epoch=2, now_ms=NOW)),
+    "leader append": Case("write", "*.log", lambda log: log.append_as_leader(batch(), leader_epoch=1, now_ms=NOW)),
+    "replicated append": Case("write", "*.log", lambda log: log.append_as_follower(stamp(batch(), 24, 1) + stamp(batch(), 27, 1), now_ms=NOW)),
+    "new epoch's checkpoint on append": Case("write", f"*/{EPOCH_CHECKPOINT}.tmp", lambda log: log.append_as_leader(batch(), leader_epoch=2, now_ms=NOW)),
     "new epoch's checkpoint on becoming leader": Case("write", f"*/{EPOCH_CHECKPOINT}.tmp", lambda log: log.epoch_cache.assign(2, log.log_end_offset)),
     "producer snapshot at a roll": Case("write", "*.producer-snapshot.tmp", roll),
     "new segment at a roll": Case("open", "*.log", roll),
@@ -117,7 +119,7 @@ CASES = {
     "HW checkpoint rename": Case("replace", f"*/{HW_CHECKPOINT}.tmp", lambda log: log.checkpoint_high_watermark(20)),
     "recovery point checkpoint": Case("write", "*/recovery-point-checkpoint.tmp", lambda log: log.maybe_flush(NOW), setup=roll),
     "segment fsync on flush": Case("fsync", "*.log", lambda log: log.flush()),
-    "segment fsync on a flush.messages=1 append": Case("fsync", "*.log", lambda log: log.append(batch(), leader_epoch=1, now_ms=NOW), config={"flush_messages": 1}),
+    "segment fsync on a flush.messages=1 append": Case("fsync", "*.log", lambda log: log.append_as_leader(batch(), leader_epoch=1, now_ms=NOW), config={"flush_messages": 1}),
     "truncation": Case("truncate", "*.log", lambda log: log.truncate_to(5), floor=3),
     "retention": Case("unlink", "*.log", lambda log: log.apply_retention(NOW), setup=roll, start_may_move=True,
                       config={"segment_bytes": 400, "retention_bytes": 600}),
@@ -149,7 +151,7 @@ def test_io_error_takes_the_log_offline_and_reopening_recovers(name, restart, er
     rule = disk.fail(case.op, case.pattern, err)
     with pytest.raises(LogStorageError) as exc:
         case.action(log)
-    del log.append  # stop recording
+    del log.append_as_leader, log.append_as_follower  # stop recording
     assert rule.fired == 1, "the fault was not hit"
     assert exc.value.code == ErrorCode.KAFKA_STORAGE_ERROR and exc.value.errno == err
     assert isinstance(exc.value, KafkaError) and exc.value.retriable
@@ -176,7 +178,7 @@ def test_io_error_takes_the_log_offline_and_reopening_recovers(name, restart, er
     assert leo >= case.floor or start > case.floor
     assert again.checkpointed_high_watermark in (9, 20)
     # the reopened log works
-    again.append(batch(), leader_epoch=max(1, again.epoch_cache.latest_epoch), now_ms=NOW)
+    again.append_as_leader(batch(), leader_epoch=max(1, again.epoch_cache.latest_epoch), now_ms=NOW)
     again.close()
 
 
@@ -229,7 +231,7 @@ def test_a_full_disk_leaves_no_partial_batch():
     size = len(disk.contents(segment))
     disk.capacity = disk.used + 50  # room for part of the next batch
     with pytest.raises(LogStorageError) as exc:
-        log.append(batch(n=3, size=60), leader_epoch=1, now_ms=NOW)
+        log.append_as_leader(batch(n=3, size=60), leader_epoch=1, now_ms=NOW)
     assert exc.value.errno == errno.ENOSPC
     assert len(disk.contents(segment)) == size
     log.close()

@@ -15,12 +15,12 @@ def batch(n: int = 2, **kw) -> bytes:
 
 def test_unflushed_batches_are_lost_on_crash():
     log = MemoryLog(LogConfig(), now_ms=0)
-    log.append(batch(), leader_epoch=1)
-    log.append(batch(), leader_epoch=1)
+    log.append_as_leader(batch(), leader_epoch=1)
+    log.append_as_leader(batch(), leader_epoch=1)
     assert log.flushed_offset == 0
     log.flush()
     assert log.flushed_offset == 4
-    log.append(batch(), leader_epoch=2)
+    log.append_as_leader(batch(), leader_epoch=2)
     assert log.flushed_offset == 4 and log.log_end_offset == 6
     after = log.crash()
     assert (after.log_start_offset, after.log_end_offset, after.flushed_offset) == (0, 4, 4)
@@ -28,62 +28,62 @@ def test_unflushed_batches_are_lost_on_crash():
     # epoch 2 was persisted in the cache; its batch is gone but it still starts at the LEO
     assert log.epoch_cache.entries == [(1, 0), (2, 4)]
     assert after.epoch_cache.entries == [(1, 0), (2, 4)]
-    log.append(batch(), leader_epoch=3)  # epoch 3 starts at 6, past the LEO after a crash
+    log.append_as_leader(batch(), leader_epoch=3)  # epoch 3 starts at 6, past the LEO after a crash
     assert log.crash().epoch_cache.entries == [(1, 0), (2, 4)]
 
 
 def test_flush_messages_policy_decides_what_survives():
     log = MemoryLog(LogConfig(flush_messages=5), now_ms=0)
     for _ in range(3):
-        log.append(batch(2), leader_epoch=0)  # flushes when 5+ records are unflushed
+        log.append_as_leader(batch(2), leader_epoch=0)  # flushes when 5+ records are unflushed
     assert log.flushed_offset == 6
-    log.append(batch(2), leader_epoch=0)
+    log.append_as_leader(batch(2), leader_epoch=0)
     assert log.crash().log_end_offset == 6
     every = MemoryLog(LogConfig(flush_messages=1))
-    every.append(batch(), leader_epoch=0)
+    every.append_as_leader(batch(), leader_epoch=0)
     assert every.crash().log_end_offset == 2
 
 
 def test_flush_ms_policy():
     log = MemoryLog(LogConfig(flush_ms=100), now_ms=0)
-    log.append(batch(), leader_epoch=0, now_ms=50)
+    log.append_as_leader(batch(), leader_epoch=0, now_ms=50)
     assert log.flushed_offset == 0
     assert not log.maybe_flush(99)
     assert log.maybe_flush(100) and log.flushed_offset == 2
-    log.append(batch(), leader_epoch=0, now_ms=260)  # the last flush is 160 ms old
+    log.append_as_leader(batch(), leader_epoch=0, now_ms=260)  # the last flush is 160 ms old
     assert log.flushed_offset == 4
 
 
 def test_crash_restores_hw_checkpoint_clamped_to_kept_data():
     log = MemoryLog(LogConfig(flush_messages=1))
-    log.append(batch(), leader_epoch=0)
+    log.append_as_leader(batch(), leader_epoch=0)
     log.checkpoint_high_watermark(2)
-    log.append(batch(), leader_epoch=0)
+    log.append_as_leader(batch(), leader_epoch=0)
     assert log.high_watermark == 2
     assert log.crash().high_watermark == 2
     lossy = MemoryLog(LogConfig())
-    lossy.append(batch(), leader_epoch=0)
+    lossy.append_as_leader(batch(), leader_epoch=0)
     lossy.checkpoint_high_watermark(2)
     assert lossy.crash().high_watermark == 0  # the data the HW covered was never flushed
 
 
 def test_crash_rebuilds_producer_state_from_kept_batches():
     log = MemoryLog(LogConfig())
-    log.append(batch(2, producer_id=4, producer_epoch=0, base_sequence=0), leader_epoch=0)
+    log.append_as_leader(batch(2, producer_id=4, producer_epoch=0, base_sequence=0), leader_epoch=0)
     log.flush()
     lost = batch(2, producer_id=4, producer_epoch=0, base_sequence=2)
-    log.append(lost, leader_epoch=0)
-    assert log.append(lost, leader_epoch=0).duplicate
+    log.append_as_leader(lost, leader_epoch=0)
+    assert log.append_as_leader(lost, leader_epoch=0).duplicate
     after = log.crash()
     assert after.producer_state.get(4).last_seq == 1
-    retry = after.append(lost, leader_epoch=0)  # the producer's retry is now new again
+    retry = after.append_as_leader(lost, leader_epoch=0)  # the producer's retry is now new again
     assert not retry.duplicate and retry.base_offset == 2
 
 
 def test_truncation_is_durable_and_caches_follow():
     log = MemoryLog(LogConfig())
     for epoch in (1, 1, 2, 3):
-        log.append(batch(3), leader_epoch=epoch)
+        log.append_as_leader(batch(3), leader_epoch=epoch)
     log.checkpoint_high_watermark(12)
     log.truncate_to(7)
     assert (log.log_end_offset, log.high_watermark, log.flushed_offset) == (6, 6, 6)
@@ -94,12 +94,12 @@ def test_truncation_is_durable_and_caches_follow():
 
 def test_truncate_fully_and_start_at():
     log = MemoryLog(LogConfig(flush_messages=1))
-    log.append(batch(), leader_epoch=0)
+    log.append_as_leader(batch(), leader_epoch=0)
     log.truncate_fully_and_start_at(40)
     assert (log.log_start_offset, log.log_end_offset, log.high_watermark, log.size_bytes) == (40, 40, 40, 0)
     with pytest.raises(OffsetOutOfRange):
         log.read(0, 10)
-    log.append(batch(), leader_epoch=2)
+    log.append_as_leader(batch(), leader_epoch=2)
     after = log.crash()
     assert (after.log_start_offset, after.log_end_offset) == (40, 42)
     assert after.epoch_cache.entries == [(2, 40)]
@@ -111,10 +111,10 @@ def test_same_results_as_the_file_log(tmp_path):
     for i in range(30):
         data = batch(1 + i % 4, producer_id=1, producer_epoch=0, base_sequence=sum(1 + j % 4 for j in range(i)))
         for log in (file_log, mem):
-            log.append(data, leader_epoch=i // 10, now_ms=i)
+            log.append_as_leader(data, leader_epoch=i // 10, now_ms=i)
     follower_data = stamp(batch(3), 73, 3) + stamp(batch(1), 76, 3)
     for log in (file_log, mem):
-        log.append(follower_data)
+        log.append_as_follower(follower_data)
     for offset in range(0, 77, 3):
         for max_bytes in (0, 100, 500, 5000):
             for max_offset in (None, offset + 1, offset + 7, 77):
@@ -133,16 +133,16 @@ def test_same_results_as_the_file_log(tmp_path):
 def test_errors_match_the_file_log():
     log = MemoryLog(LogConfig(max_batch_bytes=100))
     with pytest.raises(KafkaError) as err:
-        log.append(batch(10), leader_epoch=0)
+        log.append_as_leader(batch(10), leader_epoch=0)
     assert err.value.code == ErrorCode.MESSAGE_TOO_LARGE
-    log.append(batch(1), leader_epoch=0)
+    log.append_as_leader(batch(1), leader_epoch=0)
     with pytest.raises(KafkaError) as err:
-        log.append(stamp(batch(1), 0, 0))  # before the LEO (a gap after it is allowed)
+        log.append_as_follower(stamp(batch(1), 0, 0))  # before the LEO (a gap after it is allowed)
     assert err.value.code == ErrorCode.OFFSET_OUT_OF_RANGE
     log.close()
     log.close()
     with pytest.raises(KafkaError):
-        log.append(batch(1), leader_epoch=0)
+        log.append_as_leader(batch(1), leader_epoch=0)
     assert log.crash().log_end_offset == 1  # close flushed
 
 
@@ -150,7 +150,7 @@ def test_rolled_segments_become_durable_at_the_next_maybe_flush():
     size = len(batch())
     log = MemoryLog(LogConfig(segment_bytes=size * 3))
     for _ in range(4):
-        log.append(batch(), leader_epoch=0)
+        log.append_as_leader(batch(), leader_epoch=0)
     assert [(s.base_offset, s.next_offset) for s in log.segments] == [(0, 6), (6, 8)]
     assert log.flushed_offset == 0  # not on the append path
     assert log.crash().log_end_offset == 0
@@ -163,7 +163,7 @@ def test_retention_deletes_whole_virtual_segments():
     size = len(batch())
     log = MemoryLog(LogConfig(segment_bytes=size * 2, retention_bytes=size * 3))
     for _ in range(7):
-        log.append(batch(), leader_epoch=0)
+        log.append_as_leader(batch(), leader_epoch=0)
     assert [s.base_offset for s in log.segments] == [0, 4, 8, 12]
     assert log.apply_retention(0, high_watermark=4) == 1  # the HW pins the second segment
     assert log.apply_retention(0) == 1

@@ -100,7 +100,7 @@ class Run:
         n = int.from_bytes(data[23:27], "big") + 1
         new = (m.leo, m.leo + n, stamp(data, m.leo, self.epoch))
         self.inflight = [replace(m, batches=m.batches + [new])]
-        info = self.log.append(data, leader_epoch=self.epoch, now_ms=self.now)
+        info = self.log.append_as_leader(data, leader_epoch=self.epoch, now_ms=self.now)
         assert (info.base_offset, info.last_offset + 1, info.duplicate) == (new[0], new[1], False)
         m.batches.append(new)
         if self.config.flush_messages == 1:
@@ -117,7 +117,7 @@ class Run:
             new.append((base, base + n, stamp(data, base, self.epoch)))
             base += n
         self.inflight = [replace(m, batches=m.batches + new)]
-        self.log.append(b"".join(b[2] for b in new), now_ms=self.now)
+        self.log.append_as_follower(b"".join(b[2] for b in new), now_ms=self.now)
         m.batches.extend(new)
         if self.config.flush_messages == 1:
             m.durable = m.leo
@@ -362,14 +362,14 @@ def test_a_truncated_away_producer_snapshot_stays_deleted():
     config = LogConfig(segment_bytes=250, index_interval_bytes=64)
     log = Log(DIR, config, now_ms=0, fs=disk)
     for i in range(6):  # single-record batches of 108 bytes: a roll every 2 batches
-        log.append(build_batch_columns([bytes(40)], timestamp_ms=1, producer_id=PID, producer_epoch=0, base_sequence=i), leader_epoch=0)
+        log.append_as_leader(build_batch_columns([bytes(40)], timestamp_ms=1, producer_id=PID, producer_epoch=0, base_sequence=i), leader_epoch=0)
     bases = [s.base_offset for s in log.segments]
     assert bases == [0, 2, 4] and disk.exists(f"{DIR}/{4:020d}.producer-snapshot")
     log.flush()
     log.truncate_to(2)  # segment 2 is emptied; segment 4 and snapshot 4 go
     # offsets 2..9 in one small batch of no producer: no roll, and no new leader epoch
     # (whose checkpoint would fsync the directory as a side effect)
-    log.append(build_batch_columns([b"v"] * 8, timestamp_ms=1), leader_epoch=0)
+    log.append_as_leader(build_batch_columns([b"v"] * 8, timestamp_ms=1), leader_epoch=0)
     log.flush()
     disk.power_loss()
     again = Log(DIR, config, now_ms=0, fs=disk)
@@ -386,7 +386,7 @@ def test_recovery_point_never_stays_past_the_log_end():
     config = LogConfig(segment_bytes=250, index_interval_bytes=64)
     log = Log(DIR, config, now_ms=0, fs=disk)
     for _ in range(8):  # segments 0, 2, 4, 6
-        log.append(build_batch_columns([bytes(40)], timestamp_ms=1), leader_epoch=0)
+        log.append_as_leader(build_batch_columns([bytes(40)], timestamp_ms=1), leader_epoch=0)
     log.close()  # recovery point 8
     log = Log(DIR, config, now_ms=0, fs=disk)
     disk.fail("unlink", f"{DIR}/{4:020d}.log")  # after segment 6 went, newest first

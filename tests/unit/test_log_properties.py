@@ -151,7 +151,7 @@ class LogMachine(RuleBasedStateMachine):
         if bump:
             self.epoch += 1
         data = self._batch(n, size)
-        info = self.both("append", data, leader_epoch=self.epoch, now_ms=self.now)
+        info = self.both("append_as_leader", data, leader_epoch=self.epoch, now_ms=self.now)
         base = self.model.leo
         assert (info.base_offset, info.last_offset, info.record_count) == (base, base + n - 1, n)
         self.model.add(base, base + n - 1, stamp(data, base, self.epoch), self.now)
@@ -168,7 +168,7 @@ class LogMachine(RuleBasedStateMachine):
         for n in counts:
             stored.append((base, base + n - 1, stamp(self._batch(n, size), base, self.epoch), self.now))
             base += n
-        info = self.both("append", b"".join(b[2] for b in stored), now_ms=self.now)
+        info = self.both("append_as_follower", b"".join(b[2] for b in stored), now_ms=self.now)
         assert info.last_offset == base - 1
         for b in stored:
             self.model.add(*b)
@@ -179,7 +179,7 @@ class LogMachine(RuleBasedStateMachine):
         if base < 0:
             return
         try:
-            self.both("append", stamp(self._batch(1, 10), base, self.epoch), now_ms=self.now)
+            self.both("append_as_follower", stamp(self._batch(1, 10), base, self.epoch), now_ms=self.now)
         except KafkaError:
             pass
         else:

@@ -26,7 +26,7 @@ def test_reopen_after_clean_close_is_identical(where):
     log = where.open(segment_bytes=900)
     fill(log, 4, epoch=1)
     for seq in range(0, 12, 3):
-        log.append(batch(3, producer_id=77, producer_epoch=2, base_sequence=seq), leader_epoch=2)
+        log.append_as_leader(batch(3, producer_id=77, producer_epoch=2, base_sequence=seq), leader_epoch=2)
     fill(log, 3, epoch=5)
     log.checkpoint_high_watermark(20)
     state = (log.log_start_offset, log.log_end_offset, log.high_watermark, log.epoch_cache.entries,
@@ -34,14 +34,14 @@ def test_reopen_after_clean_close_is_identical(where):
     log.close()
     log.close()  # idempotent
     with pytest.raises(KafkaError):
-        log.append(batch(), leader_epoch=5)
+        log.append_as_leader(batch(), leader_epoch=5)
     again = where.open()
     report = again.recovery_report
     assert report.clean_shutdown and not report.cut and not report.index_rebuilt and report.reason == ""
     assert (again.log_start_offset, again.log_end_offset, again.high_watermark, again.epoch_cache.entries,
             again.producer_state.snapshot(), again.read(0, 1 << 20)) == state[:6]
     assert [s.base_offset for s in again.segments] == [s.base_offset for s in state[6]]
-    dup = again.append(batch(3, producer_id=77, producer_epoch=2, base_sequence=9), leader_epoch=5)
+    dup = again.append_as_leader(batch(3, producer_id=77, producer_epoch=2, base_sequence=9), leader_epoch=5)
     assert dup.duplicate
     for off in range(again.log_end_offset):
         assert again.read(off, 1) == log_read_one(state[5], off)
@@ -86,7 +86,7 @@ def test_epoch_checkpoint_missing_or_corrupt_is_rebuilt(where):
 def test_offset_for_timestamp(where):
     log = where.open(segment_bytes=600)
     for i in range(8):
-        log.append(build_batch_columns([b"v"] * 3, timestamps=[100 * i, 100 * i + 10, 100 * i + 20]), leader_epoch=0)
+        log.append_as_leader(build_batch_columns([b"v"] * 3, timestamps=[100 * i, 100 * i + 10, 100 * i + 20]), leader_epoch=0)
     assert log.offset_for_timestamp(0) == (0, 0)
     assert log.offset_for_timestamp(305) == (10, 310)
     assert log.offset_for_timestamp(320) == (11, 320)
@@ -109,22 +109,22 @@ def test_flush_policy_and_maybe_flush(tmp_path):
     calls = []
     fs = CountingFileSystem(calls)
     log = open_log(tmp_path, fs=fs, flush_messages=7)
-    log.append(batch(1), leader_epoch=0, now_ms=NOW)  # writes the epoch checkpoint (fsyncs)
+    log.append_as_leader(batch(1), leader_epoch=0, now_ms=NOW)  # writes the epoch checkpoint (fsyncs)
     calls.clear()
-    log.append(batch(3), leader_epoch=0, now_ms=NOW)
+    log.append_as_leader(batch(3), leader_epoch=0, now_ms=NOW)
     assert calls == []
-    log.append(batch(3), leader_epoch=0, now_ms=NOW)  # 7 unflushed records
+    log.append_as_leader(batch(3), leader_epoch=0, now_ms=NOW)  # 7 unflushed records
     assert len(calls) == 1
     log.close()
     timed = open_log(tmp_path / "t", fs=fs, flush_ms=100)
-    timed.append(batch(), leader_epoch=0, now_ms=NOW)
+    timed.append_as_leader(batch(), leader_epoch=0, now_ms=NOW)
     timed.flush()
     calls.clear()
-    timed.append(batch(), leader_epoch=0, now_ms=NOW + 50)
+    timed.append_as_leader(batch(), leader_epoch=0, now_ms=NOW + 50)
     assert calls == [] and not timed.maybe_flush(NOW + 99)
     assert timed.maybe_flush(NOW + 100) and len(calls) == 1
     assert not timed.maybe_flush(NOW + 500)  # nothing new to flush
-    timed.append(batch(), leader_epoch=0, now_ms=NOW + 250)  # the last flush is 150 ms old
+    timed.append_as_leader(batch(), leader_epoch=0, now_ms=NOW + 250)  # the last flush is 150 ms old
     assert len(calls) == 2
 
 
@@ -156,7 +156,7 @@ def test_flipped_bytes_in_a_middle_batch_cut_it_and_the_rest(tmp_path):
     assert report.truncated_bytes == len(data) - positions[victim]
     assert again.log_end_offset == bad_offset
     assert again.read(0, 1 << 20) == b"".join(stored[: bad_offset // 3])
-    again.append(batch(), leader_epoch=0)
+    again.append_as_leader(batch(), leader_epoch=0)
     again.close()
     assert not open_log(tmp_path).recovery_report.cut
 
@@ -216,7 +216,7 @@ def test_cut_in_active_segment_deletes_nothing_else_but_fixes_caches(tmp_path):
     log = open_log(tmp_path, segment_bytes=700)
     fill(log, 6, epoch=1)
     for seq in range(0, 6, 3):
-        log.append(batch(3, producer_id=3, producer_epoch=0, base_sequence=seq), leader_epoch=2)
+        log.append_as_leader(batch(3, producer_id=3, producer_epoch=0, base_sequence=seq), leader_epoch=2)
     log.checkpoint_high_watermark(log.log_end_offset)
     leo = log.log_end_offset
     log.close()
@@ -230,8 +230,8 @@ def test_cut_in_active_segment_deletes_nothing_else_but_fixes_caches(tmp_path):
     assert again.producer_state.get(3).last_seq == 2
     assert again.epoch_cache.entries == [(1, 0), (2, 18)]
     # a cut batch that was the first of its epoch: the epoch still starts at the new LEO
-    again.append(batch(), leader_epoch=3)
-    again.append(batch(), leader_epoch=4)
+    again.append_as_leader(batch(), leader_epoch=3)
+    again.append_as_leader(batch(), leader_epoch=4)
     assert again.epoch_cache.entries == [(1, 0), (2, 18), (3, 21), (4, 24)]
     again.close()
     seg = active_segment(tmp_path)
@@ -347,7 +347,7 @@ def test_empty_directory_and_header_only_reads(tmp_path):
     assert (log.log_start_offset, log.log_end_offset, log.high_watermark, log.size_bytes) == (0, 0, 0, 0)
     assert log.read(0, 100) == b""
     assert log.offset_for_timestamp(0) is None
-    info = log.append(batch(1), leader_epoch=0)
+    info = log.append_as_leader(batch(1), leader_epoch=0)
     assert read_header(log.read(0, 0)).base_offset == info.base_offset
 
 

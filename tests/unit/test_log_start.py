@@ -40,7 +40,7 @@ def test_log_start_is_clamped_to_the_log_end(where):
     fill(log, 2)
     log.advance_log_start_offset(100)
     assert log.log_start_offset == log.log_end_offset == 6
-    log.append(batch(1), leader_epoch=0, now_ms=NOW)
+    log.append_as_leader(batch(1), leader_epoch=0, now_ms=NOW)
     assert log.read(6, 1 << 20)
 
 
@@ -75,11 +75,11 @@ def test_update_config_applies_without_reopening(where):
     fill(log, 1)
     log.update_config(LogConfig(max_batch_bytes=50))
     with pytest.raises(Exception) as err:
-        log.append(batch(3), leader_epoch=0, now_ms=NOW)
+        log.append_as_leader(batch(3), leader_epoch=0, now_ms=NOW)
     assert err.value.code == 10  # MESSAGE_TOO_LARGE
     log.update_config(LogConfig(cleanup_policy="compact"))
     with pytest.raises(Exception) as err:
-        log.append(batch(1), leader_epoch=0, now_ms=NOW)  # no key
+        log.append_as_leader(batch(1), leader_epoch=0, now_ms=NOW)  # no key
     assert err.value.code == 87
 
 
@@ -90,7 +90,7 @@ def test_a_new_follower_takes_the_batch_holding_the_leaders_log_start(where):
     leader.advance_log_start_offset(4)  # inside batch 3-5
     follower = where.open("follower")
     follower.truncate_fully_and_start_at(leader.log_start_offset)  # what following.py does
-    follower.append(leader.read(4, 1 << 20), now_ms=NOW)
+    follower.append_as_follower(leader.read(4, 1 << 20), now_ms=NOW)
     assert follower.log_start_offset == 4 and follower.log_end_offset == 12
     assert [h.base_offset for h in headers(follower.read(4, 1 << 20))] == [3, 6, 9]
     follower.close()

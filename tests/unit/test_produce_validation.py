@@ -1,4 +1,4 @@
-"""What a leader refuses to store (records.validate_produce_batch through Log.append)."""
+"""What a leader refuses to store (record.validate_produce_batch through Log.append_as_leader)."""
 
 from __future__ import annotations
 
@@ -55,12 +55,12 @@ CASES = {
 def test_each_bad_payload_is_refused_with_its_code_and_nothing_is_appended(name):
     data, code = CASES[name]
     log = MemoryLog(LogConfig(), now_ms=T)
-    log.append(R.build_batch([(b"k", b"ok")], timestamp_ms=T), leader_epoch=0, now_ms=T)
+    log.append_as_leader(R.build_batch([(b"k", b"ok")], timestamp_ms=T), leader_epoch=0, now_ms=T)
     with pytest.raises(KafkaError) as err:
-        log.append(data, leader_epoch=0, now_ms=T)
+        log.append_as_leader(data, leader_epoch=0, now_ms=T)
     assert err.value.code == code, err.value
     assert log.log_end_offset == 1 and log.size_bytes == len(R.build_batch([(b"k", b"ok")], timestamp_ms=T))
-    log.append(R.build_batch([(b"k", b"fine")], timestamp_ms=T), leader_epoch=0, now_ms=T)  # still works
+    log.append_as_leader(R.build_batch([(b"k", b"fine")], timestamp_ms=T), leader_epoch=0, now_ms=T)  # still works
     assert log.log_end_offset == 2
 
 
@@ -144,5 +144,5 @@ def test_validation_can_be_switched_off_only_explicitly():
     log = MemoryLog(LogConfig(), now_ms=T)
     bad, _ = CASES["a value that is not bytes"]
     log.validate_records = False
-    log.append(bad, leader_epoch=0, now_ms=T)  # the header checks alone pass it
+    log.append_as_leader(bad, leader_epoch=0, now_ms=T)  # the header checks alone pass it
     assert log.log_end_offset == 2

@@ -93,8 +93,8 @@ def test_kip279_iterates_to_an_epoch_both_sides_know():
     f, l = make_replica(1), make_replica(0)
     leader_and_isr(l, lai(0, 1, (0,), replicas=(0, 1)), 0)
     produce(l, batch(2, b"e1"), "a", 0, acks=1)
-    f.log.append(l.log.read(0, 1 << 20))
-    f.log.append(records.stamp(batch(2, b"e2"), 2, 2))
+    f.log.append_as_follower(l.log.read(0, 1 << 20))
+    f.log.append_as_follower(records.stamp(batch(2, b"e2"), 2, 2))
     assert f.log.epoch_cache.latest_epoch == 2
     leader_and_isr(l, lai(0, 3, (0,), replicas=(0, 1)), 1)
     produce(l, batch(1, b"e3"), "b", 1, acks=1)
@@ -112,9 +112,9 @@ def test_kip279_needs_a_second_round_when_epoch_ranges_differ():
     f, l = make_replica(1), make_replica(0)
     leader_and_isr(l, lai(0, 1, (0,), replicas=(0, 1)), 0)
     produce(l, batch(2, b"a"), "a", 0, acks=1)
-    f.log.append(l.log.read(0, 1 << 20))
-    f.log.append(records.stamp(batch(2, b"f1"), 2, 1))
-    f.log.append(records.stamp(batch(1, b"f4"), 4, 4))
+    f.log.append_as_follower(l.log.read(0, 1 << 20))
+    f.log.append_as_follower(records.stamp(batch(2, b"f1"), 2, 1))
+    f.log.append_as_follower(records.stamp(batch(1, b"f4"), 4, 4))
     leader_and_isr(l, lai(0, 5, (0,), replicas=(0, 1)), 1)
     produce(l, batch(3, b"l5"), "b", 1, acks=1)
     # leader's cache: 1@0, 5@2

@@ -101,7 +101,7 @@ def test_follower_converges_on_a_leader_whose_log_is_shorter_than_its_hw():
     old = make_replica(1)
     leader_and_isr(old, lai(1, 0, (1,)), 0)
     produce(old, batch(9), "p", 0, acks=1)
-    follower.log.append(old.log.read(0, 1 << 20))
+    follower.log.append_as_follower(old.log.read(0, 1 << 20))
     follower.log.checkpoint_high_watermark(9)
     follower = make_replica(0, log=follower.log)
     assert follower.hw == 9
@@ -128,7 +128,7 @@ def _log_with(batches_by_epoch):
     log = MemoryLog(LogConfig(flush_messages=1))
     for epoch, batches in batches_by_epoch:
         for data in batches:
-            log.append(data, leader_epoch=epoch)
+            log.append_as_leader(data, leader_epoch=epoch)
     return log
 
 
@@ -286,7 +286,7 @@ def test_reconciliation_that_truncates_nothing_still_drops_newer_epochs():
     leader_and_isr(old, lai(0, 1, (0, 1)))
     produce(old, batch(3), "p", 0, acks=1)
     leader = make_replica(1)
-    leader.log.append(old.log.read(0, 1 << 20))
+    leader.log.append_as_follower(old.log.read(0, 1 << 20))
     # broker 0 leads epoch 2 without writing, then follows broker 1 at epoch 3
     leader_and_isr(old, lai(0, 2, (0, 1)), 1)
     assert [tuple(e) for e in old.log.epoch_cache.entries] == [(1, 0), (2, 3)]

@@ -178,7 +178,7 @@ def test_a_failed_fsync_changes_the_storage_lineage_a_restarted_replica_reports(
     log = Log(directory, LogConfig(), now_ms=0, fs=disk)
     first = Replica(TOPIC, 0, 0, log, ReplicationConfig(), 0, incarnation="i1", storage="m#0")
     assert first.state.storage == "m#0" and log.storage_generation == 0
-    log.append(batch(3), leader_epoch=0)
+    log.append_as_leader(batch(3), leader_epoch=0)
     disk.fail("fsync", f"{directory}/*", errno.EIO)
     with pytest.raises(LogStorageError):
         log.flush()
