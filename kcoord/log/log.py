@@ -34,10 +34,7 @@ simulation passes its simulated disk), and an I/O error takes the log offline (`
 
 from __future__ import annotations
 
-import logging
 import uuid
-from bisect import bisect_right
-from collections import OrderedDict
 from pathlib import Path
 from typing import Callable, Iterator, Sequence
 
@@ -46,38 +43,29 @@ from .base import AppendInfo, BaseLog, _BufferLike, storage_operation
 from .checkpoint import (
     CLEAN_SHUTDOWN,
     CLEANER_CHECKPOINT,
-    LOG_START_CHECKPOINT,
     EPOCH_CHECKPOINT,
     HW_CHECKPOINT,
+    LOG_START_CHECKPOINT,
     RECOVERY_POINT,
-    TMP_SUFFIX,
     CheckpointError,
-    read_epochs,
     read_lost_pages,
-    read_directory_id,
     read_offset,
     write_atomic,
-    write_directory_id,
     write_epochs,
-    write_lost_pages,
     write_offset,
-    write_synced,
 )
 from .cleaner import CleanResult, compact
 from .config import LogConfig
-from .epochs import EpochEntry, LeaderEpochCache
+from .directory import load_directory_id, make_directory, record_lost_pages
+from .epochs import EpochEntry
 from .errors import LogStorageError
 from .fs import OS_FILE_SYSTEM, FileSystem
-from .index import OffsetIndex
 from .lock import DirectoryLock
 from .producer_snapshots import ProducerSnapshots
-from .recovery import RecoveryReport, load_segments
+from .recovery import RecoveryReport, load_epoch_cache, load_segments
 from .rolling import must_roll, plan_runs
 from .segment import Segment, SegmentInfo
-
-logger = logging.getLogger("kcoord.log")
-
-MAX_OPEN_READERS = 64  # file handles kept open for reading older segments
+from .segment_list import SegmentList
 
 __all__ = ["Log", "SegmentInfo", "AppendInfo"]
 
@@ -104,11 +92,10 @@ class Log(BaseLog):
         self.directory = Path(directory)
         self._fs = fs = OS_FILE_SYSTEM if fs is None else fs
         self._file_hints = fs.supports_file_hints
-        self._segments: list[Segment] = []
-        self._readers: OrderedDict[int, Segment] = OrderedDict()
+        self._segments = SegmentList()
         self._snapshots = ProducerSnapshots(fs, self.directory)
         try:
-            self._make_directory()
+            make_directory(fs, self.directory)
             self._lock = DirectoryLock(self.directory, wait_s=lock_wait_s, fs=fs)
         except OSError as exc:
             raise LogStorageError(f"{self._where()}: open failed: {exc}", exc.errno) from exc
@@ -125,29 +112,12 @@ class Log(BaseLog):
                 raise LogStorageError(f"{self._where()}: open failed: {exc}", exc.errno) from exc
             raise
 
-    def _make_directory(self) -> None:
-        """Create the directory (and missing parents), each made durable in its parent: a
-        new directory whose name is lost in a crash would take its fsynced files along."""
-        fs = self._fs
-        missing = []
-        path = self.directory
-        while not fs.exists(path):
-            missing.append(path)
-            if path.parent == path:
-                break
-            path = path.parent
-        if missing:
-            fs.makedirs(self.directory)
-            for created in reversed(missing):
-                fs.fsync_dir(created.parent)
-
     def _open(self) -> None:
         """Recover the directory's contents and load the checkpoints (see recovery.py)."""
         fs = self._fs
         self._pending: Sequence[BatchHeader] = ()
-        self._unsynced: list[Segment] = []  # rolled but not yet fsynced
         report = RecoveryReport()
-        self._directory_id = self._load_directory_id()
+        self._directory_id = load_directory_id(fs, self.directory, self._new_directory_id, self._where())
         self._storage_generation = read_lost_pages(fs, self.directory)
         marker = self.directory / CLEAN_SHUTDOWN
         report.clean_shutdown = fs.exists(marker)
@@ -160,18 +130,25 @@ class Log(BaseLog):
             if h.leader_epoch >= 0 and (not transitions or h.leader_epoch > transitions[-1][0]):
                 transitions.append((h.leader_epoch, h.base_offset))
 
-        self._segments = load_segments(
-            fs, self.directory, self.config.index_interval_bytes, self._now, report, self._recovery_point, note_epoch
+        self._segments = SegmentList(
+            load_segments(fs, self.directory, self.config.index_interval_bytes, self._now, report, self._recovery_point, note_epoch)
         )
-        self._bases = [s.base_offset for s in self._segments]
         self._log_start = self._segments[0].base_offset
         stored_start = self._read_offset_checkpoint(LOG_START_CHECKPOINT, "log start offset", 0)
         self._log_start = max(self._log_start, min(stored_start, self._segments[-1].next_offset))
         self._cleaner_offset = self._read_offset_checkpoint(CLEANER_CHECKPOINT, "cleaner offset", 0)
-        self._size = sum(s.size for s in self._segments)
         for seg in self._segments[:-1]:
-            self._remember_reader(seg)  # bounds the handles recovery opened
-        self.epoch_cache = self._load_epoch_cache(transitions)
+            self._segments.remember_reader(seg)  # bounds the handles recovery opened
+        self.epoch_cache = load_epoch_cache(
+            fs,
+            self.directory / EPOCH_CHECKPOINT,
+            report,
+            self.log_start_offset,
+            self.log_end_offset,
+            lambda: self._segments.headers_from(self.log_start_offset),
+            transitions,
+            self._persist_epochs,
+        )
         self._checkpointed_hw = self._read_offset_checkpoint(HW_CHECKPOINT, "high watermark", self.log_start_offset)
         self._high_watermark = self._clamp_high_watermark(self._checkpointed_hw)
         self._restore_producer_state()
@@ -204,85 +181,21 @@ class Log(BaseLog):
         except OSError as exc:
             raise self._go_offline(exc, "leader epoch checkpoint") from exc
 
-    def _load_epoch_cache(self, transitions: list[tuple[int, int]]) -> LeaderEpochCache:
-        report = self.recovery_report
-        entries: list[tuple[int, int]] | None
-        try:
-            entries = read_epochs(self._fs, self.directory / EPOCH_CHECKPOINT)
-            cache = LeaderEpochCache(entries or (), on_change=self._persist_epochs)
-        except (CheckpointError, ValueError) as exc:
-            report.notes.append(f"leader epoch checkpoint ignored: {exc}")
-            entries = None
-        if entries == [] and self.log_end_offset > self.log_start_offset:
-            # Batches written through a leader carry an epoch >= 0, so a log with batches
-            # has epochs: this checkpoint was cleared for data that then survived (a crash
-            # inside truncate_fully_and_start_at). (A log of unstamped batches, epoch -1,
-            # has none either; rebuilding finds none again: harmless, one header walk.)
-            report.notes.append("leader epoch checkpoint empty for a non-empty log")
-            entries = None
-        if entries is None:
-            # No usable checkpoint: the batches carry their epochs, so derive it.
-            cache = LeaderEpochCache(on_change=self._persist_epochs)
-            if self.log_end_offset > self.log_start_offset:
-                report.notes.append("leader epoch cache rebuilt from batch headers")
-                rebuilt = LeaderEpochCache()
-                for h in self._iter_headers(self.log_start_offset):
-                    if h.leader_epoch >= 0:
-                        rebuilt.assign(h.leader_epoch, h.base_offset)
-                cache = LeaderEpochCache(rebuilt.entries, on_change=self._persist_epochs)
-            self._persist_epochs(cache.entries)
-        # Entries past the LEO describe records a crash took. One starting exactly at the
-        # LEO stays: a new leader records its epoch there before its first append.
-        cache.truncate_from_end(self.log_end_offset + 1)
-        cache.truncate_from_start(self.log_start_offset)
-        for epoch, start in transitions:
-            cache.assign(epoch, start)
-        return cache
-
-    # -- directory identity -------------------------------------------------------------
+    # -- the directory's identity and storage generation (directory.py) ---------------
 
     @property
     def directory_id(self) -> str:
-        """This directory's id, given when a log was first opened in it (KIP-858's idea,
-        per replica). The replica reports it; the controller remembers it, and a replica
-        that comes back with another id has lost its disk, whatever its log now says."""
+        """This directory's id, given when a log was first opened in it (directory.py)."""
         return self._directory_id
-
-    def _load_directory_id(self) -> str:
-        try:
-            known = read_directory_id(self._fs, self.directory)
-        except CheckpointError as exc:
-            # Unreadable: this directory cannot show it is the one it was, so it counts as a
-            # new one (the controller then treats it as having lost its disk).
-            logger.warning("%s: %s; giving the directory a new id", self._where(), exc)
-            known = ""
-        if known:
-            return known
-        new = self._new_directory_id()
-        write_directory_id(self._fs, self.directory, new)
-        return new
-
-    # -- storage generation -------------------------------------------------------------
 
     @property
     def storage_generation(self) -> int:
-        """How many times an I/O error took this log offline, as recorded in its directory.
-
-        A failed fsync may make the kernel drop the dirty pages it could not write (Linux
-        does), so the page cache no longer holds every byte this log's processes wrote. A
-        replica restarted on the same machine would otherwise count as having kept them
-        (a process crash loses nothing of the page cache) and could be trusted to lead with
-        a tail that is gone. The replica adds this number to the storage lineage it
-        reports, so the controller sees changed storage after such an error even when it
-        never saw the log go offline (it was down, or the process died first)."""
+        """How many times an I/O error took this log offline, as recorded in its directory
+        (directory.py: why the replica reports it)."""
         return self._storage_generation
 
     def _record_lost_pages(self) -> None:
-        """Count one more I/O error in the directory; must not raise."""
-        generation = max(self._storage_generation, read_lost_pages(self._fs, self.directory)) + 1
-        if write_lost_pages(self._fs, self.directory, generation):
-            self._storage_generation = generation
-        # else: the controller still learns it from KAFKA_STORAGE_ERROR if it asks in time
+        self._storage_generation = record_lost_pages(self._fs, self.directory, self._storage_generation)
 
     def _go_offline(self, exc: OSError, what: str) -> LogStorageError:
         if self._offline is None:
@@ -306,7 +219,7 @@ class Log(BaseLog):
         """From the newest snapshot not past the LEO and the headers after it (on open and
         after a truncation)."""
         self._snapshots.restore(
-            self.producer_state, self.log_start_offset, self.log_end_offset, self._iter_headers, self.recovery_report.notes
+            self.producer_state, self.log_start_offset, self.log_end_offset, self._segments.headers_from, self.recovery_report.notes
         )
 
     # -- basic facts ----------------------------------------------------------------------
@@ -321,7 +234,7 @@ class Log(BaseLog):
 
     @property
     def size_bytes(self) -> int:
-        return self._size
+        return self._segments.size
 
     @property
     @storage_operation
@@ -333,18 +246,6 @@ class Log(BaseLog):
             SegmentInfo(s.base_offset, s.size, s.next_offset, s.created_ms, s.last_modified_ms, s.max_timestamp)
             for s in self._segments
         ]
-
-    def _iter_headers(self, from_offset: int) -> Iterator[BatchHeader]:
-        """Headers of every batch from the one containing ``from_offset`` to the end."""
-        segs = self._segments
-        i = max(0, bisect_right(self._bases, from_offset) - 1)
-        found = segs[i].find(from_offset)
-        position = found[0] if found else segs[i].size
-        for _, h in segs[i].iter_headers(position):
-            yield h
-        for seg in segs[i + 1 :]:
-            for _, h in seg.iter_headers():
-                yield h
 
     # -- appending ------------------------------------------------------------------------
 
@@ -395,7 +296,7 @@ class Log(BaseLog):
         if seg.size and must_roll(self.config, seg.size, seg.base_offset, seg.created_ms, nbytes, last, now_ms):
             seg = self._roll(now_ms)
         seg.append_one((prefix, body), nbytes, base_offset, last + 1, h.max_timestamp, now_ms)
-        self._size += nbytes
+        self._segments.size += nbytes
 
     def _append_to(
         self,
@@ -407,7 +308,7 @@ class Log(BaseLog):
         now_ms: int,
     ) -> None:
         seg.append(chunks, nbytes, headers, positions, now_ms)
-        self._size += nbytes
+        self._segments.size += nbytes
 
     def _roll(self, now_ms: int) -> Segment:
         """Seal the active segment and start a new one at the LEO.
@@ -417,88 +318,33 @@ class Log(BaseLog):
         """
         old = self._segments[-1]
         old.index.sync()
-        self._unsynced.append(old)
+        self._segments.unsynced.append(old)
         base = old.next_offset
         self._snapshots.write(base, self.producer_state, self._pending, sync_dir=False)
         seg = Segment.create(self.directory, base, self.config.index_interval_bytes, now_ms, self._fs)
-        self._segments.append(seg)  # before anything else can fail: an offline log closes it
-        self._bases.append(base)
+        self._segments.add(seg)  # before anything else can fail: an offline log closes it
         self._fs.fsync_dir(self.directory)  # the snapshot's rename and the new segment's files
         self._snapshots.prune(self.log_start_offset)
-        self._remember_reader(old)
+        self._segments.remember_reader(old)
         return seg
-
-    def _remember_reader(self, seg: Segment) -> None:
-        """Keep file handles of recently read older segments open, up to a limit."""
-        self._readers[seg.base_offset] = seg
-        self._readers.move_to_end(seg.base_offset)
-        while len(self._readers) > MAX_OPEN_READERS:
-            _, oldest = self._readers.popitem(last=False)
-            if oldest is not self._segments[-1]:
-                oldest.close()
 
     # -- reading --------------------------------------------------------------------------
 
     def _read(self, from_offset: int, max_bytes: int, max_offset: int | None) -> bytes:
-        segs = self._segments
-        last = len(segs) - 1
-        i = bisect_right(self._bases, from_offset) - 1
-        found = segs[i].find(from_offset)
-        while found is None:  # only an empty segment can hold no batch for an offset < LEO
-            i += 1
-            found = segs[i].find(from_offset)
-        if i != last:
-            self._remember_reader(segs[i])
-        data, to_end = segs[i].read(found[0], max_bytes, max_offset, True)
-        if not to_end or i == last or len(data) >= max_bytes:
-            return data
-        parts = [data]
-        total = len(data)
-        while to_end and i < last and total < max_bytes:
-            i += 1
-            more, to_end = segs[i].read(0, max_bytes - total, max_offset, False)
-            if more:
-                parts.append(more)
-                total += len(more)
-        return b"".join(parts)
+        return self._segments.read(from_offset, max_bytes, max_offset)
 
     def _locate(self, from_offset: int, max_bytes: int, max_offset: int | None) -> list[tuple[str, int, int]]:
-        """The spans of segment files :meth:`_read` would return, in the same order."""
-        segs = self._segments
-        last = len(segs) - 1
-        i = bisect_right(self._bases, from_offset) - 1
-        found = segs[i].find(from_offset)
-        while found is None:
-            i += 1
-            found = segs[i].find(from_offset)
-        start = found[0]
-        end, to_end = segs[i].span(start, max_bytes, max_offset, True)
-        spans = [(str(segs[i].log_path), start, end - start)] if end > start else []
-        total = end - start
-        if not to_end or i == last or total >= max_bytes:
-            return spans
-        while to_end and i < last and total < max_bytes:
-            i += 1
-            end, to_end = segs[i].span(0, max_bytes - total, max_offset, False)
-            if end > 0:
-                spans.append((str(segs[i].log_path), 0, end))
-                total += end
-        return spans
+        return self._segments.locate(from_offset, max_bytes, max_offset)
 
     def _batches_from_timestamp(self, timestamp_ms: int) -> Iterator[tuple[BatchHeader, bytes]]:
-        for seg in self._segments:
-            if seg.size == 0 or seg.max_timestamp < timestamp_ms:
-                continue
-            for pos, h in seg.iter_headers():
-                if h.max_timestamp >= timestamp_ms:
-                    yield h, seg.pread(h.size, pos)
+        return self._segments.batches_from_timestamp(timestamp_ms)
 
     # -- truncation -----------------------------------------------------------------------
 
     def _truncate_storage(self, offset: int) -> int:
         self.sync_sealed_segments()  # rare: afterwards everything kept is durable, like the cut itself
         segs = self._segments
-        i = bisect_right(self._bases, offset) - 1
+        i = segs.position_of(offset)
         seg = segs[i]
         found = seg.find(offset)
         position, new_leo = (found[0], min(found[1].base_offset, offset)) if found else (seg.size, seg.next_offset)
@@ -506,24 +352,11 @@ class Log(BaseLog):
             # Lowered first: a crash part-way through the cut must not find a gap between
             # segments below the recovery point, which recovery would take for the cleaner's.
             self._set_recovery_point(new_leo)
-        later = segs[i + 1 :]
-        for s in reversed(later):  # newest first: a crash part-way leaves a shorter valid log
-            self._forget(s)
-            s.delete()
-            self._size -= s.size
-        del segs[i + 1 :]
-        del self._bases[i + 1 :]
-        self._size -= seg.size - position
-        seg.truncate(position, new_leo)
-        if later:
+        deleted = segs.delete_after(i)
+        segs.cut(i, position, new_leo)
+        if deleted:
             self._fs.fsync_dir(self.directory)
         return new_leo
-
-    def _forget(self, seg: Segment) -> None:
-        """Drop a segment about to be deleted from the handle cache and the unsynced list."""
-        self._readers.pop(seg.base_offset, None)
-        if seg in self._unsynced:
-            self._unsynced.remove(seg)
 
     @storage_operation
     def truncate_fully_and_start_at(self, offset: int) -> None:
@@ -545,14 +378,9 @@ class Log(BaseLog):
         self._snapshots.delete_all()
         fs.fsync_dir(self.directory)
         old = self._segments
-        for seg in old:
-            seg.close()
-        self._readers.clear()
-        self._unsynced.clear()
+        old.close()
         # O_TRUNC: an old segment with this very base is emptied and reused, not deleted.
-        self._segments = [Segment.create(self.directory, offset, self.config.index_interval_bytes, self._now, fs)]
-        self._bases = [offset]
-        self._size = 0
+        self._segments = SegmentList([Segment.create(self.directory, offset, self.config.index_interval_bytes, self._now, fs)])
         fs.fsync_dir(self.directory)
         for seg in reversed(old):
             if seg.base_offset != offset:
@@ -602,14 +430,10 @@ class Log(BaseLog):
                 if not by_policy or (high_watermark is not None and next_base > high_watermark):
                     break
                 too_old = cfg.retention_ms >= 0 and now_ms - seg.max_timestamp > cfg.retention_ms
-                too_big = cfg.retention_bytes >= 0 and self._size - seg.size >= cfg.retention_bytes
+                too_big = cfg.retention_bytes >= 0 and self._segments.size - seg.size >= cfg.retention_bytes
                 if not (too_old or too_big):
                     break
-            self._forget(seg)
-            seg.delete()
-            self._size -= seg.size
-            del self._segments[0]
-            del self._bases[0]
+            self._segments.delete_first()
             deleted += 1
         if deleted:
             self._fs.fsync_dir(self.directory)
@@ -678,45 +502,12 @@ class Log(BaseLog):
         """Replace a sealed segment's batches with ``data`` crash-safely (inside :meth:`clean`):
         a crash at any point reopens either the old segment or the new one, never a mix.
 
-        The new bytes go to ``<base>.log.cleaned.tmp`` (recovery deletes such leftovers) and
-        are fsynced; the old index is removed (durably: recovery rebuilds a missing index);
-        then one rename replaces the old file and the directory is fsynced. The new index is
-        written last."""
-        fs = self._fs
+        The segment's files are swapped by :meth:`Segment.replaced_with`."""
         i = self._segments.index(seg)
         if i == len(self._segments) - 1:
             raise ValueError("the active segment is never rewritten")
-        tmp = seg.log_path.with_name(seg.log_path.name + ".cleaned" + TMP_SUFFIX)
-        write_synced(fs, tmp, data)
-        seg.close()
-        try:
-            fs.unlink(seg.index_path)
-        except FileNotFoundError:
-            pass
-        fs.fsync_dir(self.directory)
-        fs.replace(tmp, seg.log_path)
-        fs.fsync_dir(self.directory)
-        new = Segment(
-            self.directory,
-            seg.base_offset,
-            size=len(data),
-            next_offset=headers[-1].next_offset if headers else seg.base_offset,
-            index=OffsetIndex(seg.index_path, seg.base_offset, fs),
-            index_interval_bytes=seg.index_interval_bytes,
-            created_ms=seg.created_ms,
-            last_modified_ms=seg.last_modified_ms,
-            fs=fs,
-        )
-        for h, p in zip(headers, positions):
-            new.note_batch(h, p)
-        new.index.rewrite()
-        fs.fsync_dir(self.directory)
-        self._segments[i] = new
-        self._size += len(data) - seg.size
-        if seg in self._unsynced:
-            self._unsynced[self._unsynced.index(seg)] = new
-        if self._readers.pop(seg.base_offset, None) is not None:
-            self._remember_reader(new)
+        new = seg.replaced_with(data, headers, positions)
+        self._segments.replace(seg, new)
         return new
 
     # -- durability -----------------------------------------------------------------------
@@ -727,11 +518,12 @@ class Log(BaseLog):
 
     def sync_sealed_segments(self) -> bool:
         """fsync rolled segments not yet synced and move the recovery point past them."""
-        if not self._unsynced:
+        unsynced = self._segments.unsynced
+        if not unsynced:
             return False
-        for seg in self._unsynced:
+        for seg in unsynced:
             seg.flush(fsync_index=True)
-        self._unsynced.clear()
+        unsynced.clear()
         self._set_recovery_point(self._segments[-1].base_offset)
         return True
 
@@ -767,12 +559,7 @@ class Log(BaseLog):
             self._mark_closed()
 
     def _release_storage(self) -> None:
-        for seg in self._segments:
-            try:
-                seg.close()
-            except OSError:
-                pass  # a descriptor the disk (or a simulated crash) already invalidated
-        self._readers.clear()
+        self._segments.close(ignore_errors=True)
         lock = getattr(self, "_lock", None)
         if lock is not None:
             try:

@@ -8,16 +8,21 @@ segment at or after the recovery point (the offset below which everything was fs
 see ``recovery-point-checkpoint``). Older segments get cheaper checks: a trustworthy index
 and framing from the last index entry to the end; if those fail the segment is verified
 fully too. Whatever is cut, and every later segment, is reported in :class:`RecoveryReport`.
+
+The leader-epoch cache is then loaded from its checkpoint, or rebuilt from the batch
+headers when the checkpoint is unusable, and made to agree with what recovery kept
+(:func:`load_epoch_cache`).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterable
 
 from ..record import BatchHeader, ScanProblem
-from .checkpoint import TMP_SUFFIX
+from .checkpoint import TMP_SUFFIX, CheckpointError, read_epochs
+from .epochs import EpochEntry, LeaderEpochCache
 from .fs import FileSystem
 from .segment import INDEX_SUFFIX, LOG_SUFFIX, Segment, index_path, log_path, open_segment, parse_base_offset, walk_to_end
 
@@ -179,3 +184,51 @@ def _delete_later(fs: FileSystem, report: RecoveryReport, bases: list[int], dire
         _remove(fs, index_path(directory, b))
         report.deleted_segments.insert(0, b)
 
+
+
+def load_epoch_cache(
+    fs: FileSystem,
+    path: Path,
+    report: RecoveryReport,
+    log_start: int,
+    log_end: int,
+    headers: Callable[[], Iterable[BatchHeader]],
+    transitions: list[tuple[int, int]],
+    persist: Callable[[list[EpochEntry]], None],
+) -> LeaderEpochCache:
+    """The epoch cache of a log recovered to ``[log_start, log_end)``: from the checkpoint at
+    ``path``, else rebuilt from ``headers()`` (and persisted), then cut to the log and given
+    the epoch ``transitions`` recovery saw in the segments it verified. ``persist`` becomes
+    its on_change."""
+    entries: list[tuple[int, int]] | None
+    try:
+        entries = read_epochs(fs, path)
+        cache = LeaderEpochCache(entries or (), on_change=persist)
+    except (CheckpointError, ValueError) as exc:
+        report.notes.append(f"leader epoch checkpoint ignored: {exc}")
+        entries = None
+    if entries == [] and log_end > log_start:
+        # Batches written through a leader carry an epoch >= 0, so a log with batches
+        # has epochs: this checkpoint was cleared for data that then survived (a crash
+        # inside truncate_fully_and_start_at). (A log of unstamped batches, epoch -1,
+        # has none either; rebuilding finds none again: harmless, one header walk.)
+        report.notes.append("leader epoch checkpoint empty for a non-empty log")
+        entries = None
+    if entries is None:
+        # No usable checkpoint: the batches carry their epochs, so derive it.
+        cache = LeaderEpochCache(on_change=persist)
+        if log_end > log_start:
+            report.notes.append("leader epoch cache rebuilt from batch headers")
+            rebuilt = LeaderEpochCache()
+            for h in headers():
+                if h.leader_epoch >= 0:
+                    rebuilt.assign(h.leader_epoch, h.base_offset)
+            cache = LeaderEpochCache(rebuilt.entries, on_change=persist)
+        persist(cache.entries)
+    # Entries past the LEO describe records a crash took. One starting exactly at the
+    # LEO stays: a new leader records its epoch there before its first append.
+    cache.truncate_from_end(log_end + 1)
+    cache.truncate_from_start(log_start)
+    for epoch, start in transitions:
+        cache.assign(epoch, start)
+    return cache

@@ -15,13 +15,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator, Sequence
 
-from ..record import HEADER, HEADER_SIZE, LENGTH_PREFIX, BatchHeader, CorruptRecordError, Problem, Scan, ScanProblem, scan
+from ..record import HEADER, HEADER_SIZE, LENGTH_PREFIX, PREFIX, BatchHeader, CorruptRecordError, Problem, Scan, ScanProblem, scan
+from .checkpoint import TMP_SUFFIX, write_synced
 from .fs import FileSystem
 from .index import OffsetIndex
 
 LOG_SUFFIX = ".log"
 INDEX_SUFFIX = ".index"
-_PREFIX = struct.Struct(">qi")  # base_offset, batch_length
 _LAST_DELTA = struct.Struct(">i")  # last_offset_delta, at byte 23 of a batch
 _LAST_DELTA_END = 27  # bytes of header needed to know a batch's offsets and size
 _WALK_WINDOW = 16 * 1024  # bytes read at a time when walking headers
@@ -209,6 +209,43 @@ class Segment:
         if position and position - self.index.last_position >= self.index_interval_bytes:
             self.index.append(h.base_offset, position)
 
+    def replaced_with(self, data: bytes, headers: Sequence[BatchHeader], positions: Sequence[int]) -> "Segment":
+        """This sealed segment with its batches replaced by ``data`` (at ``positions``), crash-safely:
+        a crash at any point reopens either the old file or the new one, never a mix. This
+        segment is closed; the returned one takes its place.
+
+        The new bytes go to ``<base>.log.cleaned.tmp`` (recovery deletes such leftovers) and
+        are fsynced; the old index is removed (durably: recovery rebuilds a missing index);
+        then one rename replaces the old file and the directory is fsynced. The new index is
+        written last."""
+        fs = self.fs
+        tmp = self.log_path.with_name(self.log_path.name + ".cleaned" + TMP_SUFFIX)
+        write_synced(fs, tmp, data)
+        self.close()
+        try:
+            fs.unlink(self.index_path)
+        except FileNotFoundError:
+            pass
+        fs.fsync_dir(self.directory)
+        fs.replace(tmp, self.log_path)
+        fs.fsync_dir(self.directory)
+        new = Segment(
+            self.directory,
+            self.base_offset,
+            size=len(data),
+            next_offset=headers[-1].next_offset if headers else self.base_offset,
+            index=OffsetIndex(self.index_path, self.base_offset, fs),
+            index_interval_bytes=self.index_interval_bytes,
+            created_ms=self.created_ms,
+            last_modified_ms=self.last_modified_ms,
+            fs=fs,
+        )
+        for h, p in zip(headers, positions):
+            new.note_batch(h, p)
+        new.index.rewrite()
+        fs.fsync_dir(self.directory)
+        return new
+
     def flush(self, *, fsync_index: bool = False) -> None:
         self.fs.fsync(self.fd)
         self.index.sync(fsync=fsync_index)
@@ -279,7 +316,7 @@ class Segment:
         if limit < end:
             cut = self._last_boundary(position, limit)
             if cut == position and take_first:  # the first batch alone exceeds max_bytes
-                _, length = _PREFIX.unpack(self._pread(self.fd, LENGTH_PREFIX, position))
+                _, length = PREFIX.unpack(self._pread(self.fd, LENGTH_PREFIX, position))
                 cut = position + LENGTH_PREFIX + length
             end = min(end, cut)
         if end <= position:
@@ -338,7 +375,7 @@ class Segment:
             want = _SCAN_CHUNK
             head = pread(fd, LENGTH_PREFIX, pos)
             if len(head) == LENGTH_PREFIX:
-                size = LENGTH_PREFIX + _PREFIX.unpack(head)[1]
+                size = LENGTH_PREFIX + PREFIX.unpack(head)[1]
                 if 0 < size <= end - pos:
                     want = max(want, size)
             buf = pread(fd, min(want, end - pos), pos)
@@ -401,7 +438,7 @@ def open_segment(
         if problem is None and len(index):
             last_offset, last_pos = index.entries[-1]
             head = seg.pread(LENGTH_PREFIX, last_pos)
-            if len(head) < LENGTH_PREFIX or _PREFIX.unpack(head)[0] != last_offset:
+            if len(head) < LENGTH_PREFIX or PREFIX.unpack(head)[0] != last_offset:
                 problem = f"last entry ({last_offset}, {last_pos}) does not point at that batch"
     except BaseException:
         seg.close()
@@ -423,7 +460,7 @@ def walk_to_end(seg: Segment, position: int = 0) -> tuple[int, int, Scan | None]
         off = 0
         n = len(buf)
         while off + _LAST_DELTA_END <= n:
-            base, length = _PREFIX.unpack_from(buf, off)
+            base, length = PREFIX.unpack_from(buf, off)
             size = LENGTH_PREFIX + length
             if length < HEADER_SIZE - LENGTH_PREFIX or position + off + size > end or (expected is not None and base < expected):
                 bad = Scan(end=position + off)
