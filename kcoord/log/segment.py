@@ -148,17 +148,7 @@ class Segment:
         now_ms: int,
     ) -> None:
         """Write whole batches (``positions`` are relative to the first chunk's start)."""
-        start = self.size
-        if start == 0:
-            self.created_ms = now_ms  # a segment's age counts from its first batch
-        fd = self._fd if self._fd is not None else self.fd
-        try:
-            if self._writev(fd, chunks) != nbytes:
-                self._finish_short_write(fd, start, chunks)
-        except BaseException:
-            # Leave no partial batch behind for a reader (or the next append) to trip on.
-            self.fs.ftruncate(fd, start)
-            raise
+        start = self._write_at_end(chunks, nbytes, now_ms)
         index = self.index
         interval = self.index_interval_bytes
         max_ts = self._max_timestamp
@@ -177,16 +167,7 @@ class Segment:
         self, chunks: Sequence[_BufferLike], nbytes: int, base_offset: int, next_offset: int, max_timestamp: int, now_ms: int
     ) -> None:
         """:meth:`append` for a single batch given by its offsets (the produce hot path)."""
-        start = self.size
-        if start == 0:
-            self.created_ms = now_ms
-        fd = self._fd if self._fd is not None else self.fd
-        try:
-            if self._writev(fd, chunks) != nbytes:
-                self._finish_short_write(fd, start, chunks)
-        except BaseException:
-            self.fs.ftruncate(fd, start)
-            raise
+        start = self._write_at_end(chunks, nbytes, now_ms)
         index = self.index
         if start and start - index.last_position >= self.index_interval_bytes:  # as note_batch
             index.append(base_offset, start)
@@ -195,6 +176,21 @@ class Segment:
         self.size = start + nbytes
         self.next_offset = next_offset
         self.last_modified_ms = now_ms
+
+    def _write_at_end(self, chunks: Sequence[_BufferLike], nbytes: int, now_ms: int) -> int:
+        """Write ``chunks`` (``nbytes``) at the end of the file; where they start."""
+        start = self.size
+        if start == 0:
+            self.created_ms = now_ms  # a segment's age counts from its first batch
+        fd = self._fd if self._fd is not None else self.fd
+        try:
+            if self._writev(fd, chunks) != nbytes:
+                self._finish_short_write(fd, start, chunks)
+        except BaseException:
+            # Leave no partial batch behind for a reader (or the next append) to trip on.
+            self.fs.ftruncate(fd, start)
+            raise
+        return start
 
     def _finish_short_write(self, fd: int, start: int, chunks: Sequence[_BufferLike]) -> None:
         """writev wrote only part (disk nearly full, a signal): write the rest."""
