@@ -39,7 +39,7 @@ from ..protocol.controller import (
     MetadataRequest,
     MetadataResponse,
 )
-from ..calls import get_probing
+from ..calls import CallFailed
 from ..protocol.errors import ErrorCode, KafkaError, raise_for_error
 from ..protocol.replication import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, DeleteRecordsRequest, DeleteRecordsResponse
 from . import security_admin
@@ -231,13 +231,11 @@ class Admin:
                     continue
                 name = self.cluster.replica_name(topic, p.partition, p.leader)
                 try:
-                    handle = self.cluster.handle(name)
                     wait = min(self.cluster.attempt_timeout_s, max(0.05, deadline - time.monotonic()))
-                    info = get_probing(handle.describe.remote(), handle, wait)
+                    info = self.cluster.call(name, "describe", timeout=wait)
                     if info["role"] != "leader" or info["leader_epoch"] != p.leader_epoch:
                         pending.append(p.partition)
-                except Exception:
-                    self.cluster.forget(name)  # dead, restarting, recreated or silent: look it up again
+                except CallFailed:  # dead, restarting, recreated or silent: looked up again next time
                     pending.append(p.partition)
             if not pending:
                 return
@@ -380,26 +378,19 @@ class Admin:
     def describe_topic(self, name: str) -> dict:
         """Per partition: leader, leader epoch, replicas, ISR, HW and LEO (from the leader)."""
         md = self.cluster.topic(name, refresh=True)
-        refs = {}
-        for p in md.partitions:
-            if p.leader >= 0:
-                actor = self.cluster.replica_name(name, p.partition, p.leader)
-                try:
-                    handle = self.cluster.handle(actor)
-                    refs[p.partition] = (handle.describe.remote(), handle, actor)
-                except KafkaError:
-                    pass
+        wait = self.cluster.attempt_timeout_s
+        sent = {
+            p.partition: self.cluster.submit(self.cluster.replica_name(name, p.partition, p.leader), "describe", timeout=wait)
+            for p in md.partitions
+            if p.leader >= 0
+        }
         partitions = []
-        deadline = time.monotonic() + self.cluster.attempt_timeout_s
         for p in md.partitions:
             info: dict = {}
-            sent = refs.get(p.partition)
-            if sent is not None:
-                ref, handle, actor = sent
+            if p.partition in sent:
                 try:
-                    info = get_probing(ref, handle, max(0.0, deadline - time.monotonic()))
-                except Exception:
-                    self.cluster.forget(actor)  # dead, restarting, recreated or silent: look it up again
+                    info = sent[p.partition].result()
+                except CallFailed:  # dead, restarting, recreated or silent: looked up again next time
                     info = {}
             partitions.append(
                 {
