@@ -54,9 +54,9 @@ def cli(ctx: click.Context, name: str, namespace: str, address: str, debug: bool
 
 
 def _register() -> None:
-    from . import bench, clients, cluster_cmds, dashboard, demo, groups, security, topics
+    from . import bench_cmds, clients, cluster_cmds, dashboard_cmds, demo, group_cmds, security_cmds, topics
 
-    for module in (cluster_cmds, topics, clients, groups, security, dashboard, demo, bench):
+    for module in (cluster_cmds, topics, clients, group_cmds, security_cmds, dashboard_cmds, demo, bench_cmds):
         for command in module.COMMANDS:
             cli.add_command(command)
 

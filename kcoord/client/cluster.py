@@ -357,7 +357,7 @@ class ClusterClient:
     def bootstrap_servers(self) -> str:
         """``host:port[,...]`` of the cluster's Kafka listeners, for any Kafka client
         ("" when the cluster runs none; see kcoord.kafka)."""
-        from ..kafka.deploy import bootstrap_servers
+        from ..kafka.addresses import bootstrap_servers
 
         return bootstrap_servers(self.name)
 

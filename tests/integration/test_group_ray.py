@@ -18,7 +18,7 @@ import pytest
 import ray
 
 from waiting import wait_until
-from kcoord.cluster.groups import configure_group_coordinators
+from kcoord.cluster.group_coordinators import configure_group_coordinators
 from kcoord.client.admin import Admin
 from kcoord.client.coordinator import GroupMember
 from kcoord.client.coordinator.coordinators import GroupCoordinators

@@ -18,7 +18,7 @@ A Consumer owns its parts and hands each what it needs: a
 partitions, positions, seeks, pause/resume), a :class:`~kcoord.client.consumer.fetcher.Fetcher`
 over it (the fetch pipeline), and with a group a
 :class:`~kcoord.client.coordinator.GroupMember`. Decoding and record building are in
-:mod:`kcoord.client.consumer.records`. This module holds the public API and ``poll()``.
+:mod:`kcoord.client.consumer.segments`. This module holds the public API and ``poll()``.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ from ..errors import SerializationError
 from ..metrics import RequestStats
 from ..types import ConsumerRecord, OffsetAndMetadata, OffsetAndTimestamp, TopicPartition
 from .fetcher import Fetcher
-from .records import RecordColumns, columns_of, decode_chunk, records_of
+from .segments import RecordColumns, columns_of, decode_chunk, records_of
 from .subscription_state import RESET_POLICIES, AssignedPartition, SubscriptionState
 
 logger = logging.getLogger("kcoord.consumer")
