@@ -174,9 +174,9 @@ def pause_heartbeats(member: GroupMember, paused: bool = True) -> None:
     """Stop (or resume) a member's heartbeats while it stays 'stable' locally: a member
     that hangs without leaving."""
     if paused:
-        member._heartbeat_once = lambda: None  # shadows the method the heartbeat thread calls
+        member.heartbeats.beat = lambda: None  # shadows the method the heartbeat thread calls
     else:
-        del member._heartbeat_once
+        del member.heartbeats.beat
 
 
 def test_member_that_stops_heartbeating_is_removed_after_session_timeout(groups, topic12, group_id):
