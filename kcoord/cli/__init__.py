@@ -1,9 +1,9 @@
 """The ``kcoord`` command: deploy and operate a kcoord cluster on a Ray cluster.
 
 One module per command group: :mod:`.cluster_cmds` (up, down, status), :mod:`.topics`,
-:mod:`.clients` (produce, consume), :mod:`.groups`, :mod:`.security` (users, acls,
-listeners), :mod:`.demo` and :mod:`.bench`. The
-console script is ``kcoord = "kcoord.cli:main"``.
+:mod:`.clients` (produce, consume), :mod:`.group_cmds`, :mod:`.security_cmds` (users, acls,
+listeners), :mod:`.dashboard_cmds`, :mod:`.demo` and :mod:`.bench_cmds`. The console script
+is ``kcoord = "kcoord.cli:main"``.
 """
 
 from __future__ import annotations
