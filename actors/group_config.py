@@ -1,6 +1,6 @@
 """Where the group coordinators' cluster-wide setting overrides live: Ray's GCS key/value
 store, so that a coordinator Ray restarts picks them up again (:func:`stored_config`).
-They are written by :func:`kcoord.cluster.groups.configure_group_coordinators`.
+They are written by :func:`kcoord.cluster.group_coordinators.configure_group_coordinators`.
 """
 
 from __future__ import annotations

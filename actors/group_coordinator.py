@@ -9,7 +9,7 @@ metrics.
 
 Group settings (Kafka's ``group.*``/``offsets.*`` broker configs) come from the constructor
 and may be overridden cluster-wide at runtime with
-:func:`kcoord.cluster.groups.configure_group_coordinators` (deployment: ``kcoord.cluster.groups``);
+:func:`kcoord.cluster.group_coordinators.configure_group_coordinators` (deployment: ``kcoord.cluster.group_coordinators``);
 overrides are kept in Ray's GCS key/value store so they survive actor restarts.
 """
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 import asyncio
 from typing import Any, Callable
 
-from kcoord import channel
-from kcoord.calls import DEAD, ERROR, TIMEOUT, CallFailed, Handles
+from kcoord.calls import DEAD, ERROR, TIMEOUT, ActorCalls, CallFailed, Probing
+from kcoord.calls.direct import DirectCalls
 from kcoord.protocol.codec import Message
 from kcoord.protocol.errors import DecodeError
 from kcoord.records import now_ms as wall_ms
@@ -38,26 +38,28 @@ class AsyncioClock:
 
 
 class RayTransport:
-    """Calls to named actors of one namespace, each as an asyncio task whose outcome is
-    handed to the caller's callback on the event loop. Data-path calls to a replica on
-    this node (``kcoord.channel.METHODS``) go over its direct-call channel when it serves
-    one; everything else, and every call the channel cannot carry, goes through Ray."""
+    """The drivers' :class:`~kcoord.runtime.Transport` on kcoord's one call stack
+    (:class:`kcoord.calls.ActorCalls`): each call an asyncio task whose outcome is handed to
+    the caller's callback on the event loop. Data-path calls to a replica on this node
+    (``direct_methods``) go over its direct-call channel when it serves one; everything
+    else, and every call the channel cannot carry, goes through Ray. The driver's
+    ``probe_after_ms`` is the call's probing: when the drivers give up and ask is theirs."""
 
     def __init__(
         self,
         namespace: str,
         loop: asyncio.AbstractEventLoop | None = None,
-        handles: Handles | None = None,
-        direct: channel.DirectCalls | None = None,
+        handles: ActorCalls | None = None,
+        direct: DirectCalls | None = None,
         direct_methods: tuple[str, ...] = ("fetch", "offsets_for_leader_epoch"),
     ) -> None:
         """``direct_methods``: which calls go over a replica's channel (when ``direct`` is
-        given): a follower's fetches, or the controller's heartbeats."""
-        self.handles = handles or Handles(namespace)
+        given): a follower's fetches, or the controller's heartbeats. ``handles``: the
+        calls to use (default: new ones with ``direct``)."""
+        self.handles = handles or ActorCalls(namespace, direct=direct, direct_methods=direct_methods)
         self._loop = loop
         self._tasks: set[asyncio.Task] = set()
-        self.direct = direct
-        self.direct_methods = frozenset(direct_methods) & frozenset(channel.METHODS)
+        self.direct = self.handles.direct
 
     def call(
         self,
@@ -77,47 +79,23 @@ class RayTransport:
 
     async def _call(self, target, method, request, response_type, timeout_ms, on_done, probe_after_ms) -> None:
         response = None
+        probing = None if probe_after_ms is None else Probing.every(probe_after_ms / 1000, 1)
         try:
-            payload = request.encode()
-            raw = None
-            if self.direct is not None and method in self.direct_methods:
-                raw = await self._direct(target, method, payload, timeout_ms)
-            if raw is None:
-                probe_after, probes = None if probe_after_ms is None else probe_after_ms / 1000, 1
-                suspect = self.direct is not None and self.direct.is_suspect(target)
-                if suspect:
-                    # Its channel broke or refused us: probably dead. Ask the GCS now and
-                    # often instead of after probe_after_ms (issue 17: failover time).
-                    probe_after, probes = channel.SUSPECT_PROBE_S, channel.SUSPECT_PROBES
-                raw = await self.handles.call(target, method, payload, timeout=timeout_ms / 1000, probe_after=probe_after, probes=probes)
-                if suspect:
-                    self.direct.clear_suspect(target)  # it answered
+            raw = await self.handles.call(target, method, request.encode(), timeout=timeout_ms / 1000, probing=probing)
             response = response_type.decode(raw)
             outcome = Outcome.OK
         except CallFailed as exc:
-            outcome = Outcome.DEAD if exc.kind == DEAD else Outcome.TIMEOUT if exc.kind == TIMEOUT else Outcome.ERROR
+            outcome = _OUTCOMES[exc.kind]
         except DecodeError:
             outcome = Outcome.ERROR
         on_done(response, outcome)
 
-    async def _direct(self, target: str, method: str, payload: bytes, timeout_ms: int) -> bytes | None:
-        """The call over ``target``'s channel; None to send it through Ray instead. A
-        connection that broke after the request went out is the process dying: the Ray
-        call that follows (a fetch, an offsets query or a heartbeat: none changes the
-        replica) finds out how, with Ray's verdict (dead, restarting) as before."""
-        handle = self.handles.get_handle(target)
-        try:
-            return await self.direct.call(target, handle, method, payload, timeout_ms / 1000)
-        except channel.ChannelUnavailable:
-            return None
-        except asyncio.TimeoutError:
-            raise CallFailed(TIMEOUT, f"{target}.{method} did not answer within {timeout_ms / 1000} s") from None
-        except channel.RemoteError as exc:
-            raise CallFailed(ERROR, f"{target}.{method} raised: {exc}") from None
-
     def close(self) -> None:
         for task in list(self._tasks):
             task.cancel()
+
+
+_OUTCOMES = {DEAD: Outcome.DEAD, TIMEOUT: Outcome.TIMEOUT, ERROR: Outcome.ERROR}
 
 
 def ray_alive_nodes() -> list[str]:

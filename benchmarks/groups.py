@@ -280,7 +280,7 @@ def main() -> None:
 
     import ray
 
-    from kcoord.cluster.groups import configure_group_coordinators
+    from kcoord.cluster.group_coordinators import configure_group_coordinators
     from kcoord.cluster.deploy import deploy, teardown
     from kcoord.cluster.local import start_local_ray
     from kcoord.client.admin import Admin

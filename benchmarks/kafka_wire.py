@@ -299,7 +299,7 @@ def e2e(bootstrap: str, topic: str, partitions: int, per_s: int, seconds: float,
 def listener_stats(cluster_name: str) -> list[dict]:
     import ray
 
-    from kcoord.kafka.deploy import listener_actor_names
+    from kcoord.cluster.listeners import listener_actor_names
 
     out = []
     for actor in listener_actor_names(cluster_name):

@@ -144,7 +144,7 @@ def main() -> None:
     from kcoord.client.admin import Admin
     from kcoord.cluster.deploy import create_users, deploy, teardown
     from kcoord.cluster.local import start_local_ray
-    from kcoord.kafka.deploy import listener_stats, restart_listeners
+    from kcoord.cluster.listeners import listener_stats, restart_listeners
 
     tmp = Path(tempfile.mkdtemp(prefix="kcoord-bench-sec-"))
     ca = trustme.CA()

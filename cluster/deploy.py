@@ -38,13 +38,13 @@ from kcoord.client.cluster import ClusterClient, ensure_ray
 from kcoord.client.errors import ClusterNotFoundError
 from kcoord.protocol import names
 
-from .placement import broker_placement, ray_alive_nodes, ray_head_node
+from .deploy_info import DEPLOY_INFO_KEY, deploy_info
+from .listeners import create_users
+from .broker_nodes import broker_placement, ray_alive_nodes, ray_head_node
 
 # A per-user data directory (~/.local/share/kcoord/data on Linux): logs must outlive reboots
 # and temp-directory cleaners. KCOORD_DATA_DIR overrides it.
 DEFAULT_DATA_ROOT = Path(os.environ.get("KCOORD_DATA_DIR") or platformdirs.user_data_path("kcoord") / "data")
-# Key of the deployment record in the cluster's GCS KV namespace.
-DEPLOY_INFO_KEY = "deploy/info"
 logger = logging.getLogger("kcoord.deploy")
 
 __all__ = [
@@ -76,13 +76,6 @@ def _exists_error(name: str, namespace: str) -> ClusterExistsError:
         f"a kcoord cluster named {name!r} is already running in Ray namespace {namespace!r}; "
         f"connect to it with kcoord.connect({name!r}) or remove it first with `kcoord down --name {name}`"
     )
-
-
-def deploy_info(name: str) -> dict[str, Any]:
-    """The deployment record of cluster ``name`` ({} if none); needs a Ray connection."""
-    from kcoord.actors.gcs_store import GcsStore
-
-    return GcsStore.for_cluster(name).get_json_dict(DEPLOY_INFO_KEY)
 
 
 def deploy(
@@ -136,7 +129,7 @@ def deploy(
     broker_cfg = validate_broker_config(broker_config)
     listener_opts = None
     if kafka_port is not None or kafka_security is not None:
-        from kcoord.kafka.deploy import listener_options
+        from .listeners import listener_options
 
         listener_opts = listener_options(kafka_security, kafka_options)  # ValueError before anything starts
     ensure_ray(address)
@@ -221,8 +214,9 @@ def deploy(
         if group_coordinators:
             _deploy_group_coordinators(client, group_coordinators, str(data_path), timeout_s)
         if kafka_port is not None:
-            from kcoord.kafka.deploy import exposure_warnings, start_listeners
-            from kcoord.kafka.routing import listener_records
+            from kcoord.kafka.addresses import listener_records
+
+            from .listeners import exposure_warnings, start_listeners
 
             start_listeners(name, namespace, kafka_port, kafka_host, local=kafka_local, options=listener_opts, timeout_s=timeout_s)
             for line in exposure_warnings(listener_records(name)):
@@ -234,20 +228,6 @@ def deploy(
     return client
 
 
-def create_users(client: ClusterClient, users: dict[str, str]) -> None:
-    """Create (or replace) each user's SCRAM-SHA-256 and SCRAM-SHA-512 credentials from
-    its password, through the controller. Raises KafkaError naming a refused user."""
-    from kcoord.client.security_admin import alter_user_scram_credentials, user_upsertions
-    from kcoord.protocol.errors import ErrorCode, KafkaError
-
-    per_user = {user: user_upsertions(user, password) for user, password in users.items()}
-    for i in range(2):  # one request per mechanism: Kafka alters a user once per request
-        errors = alter_user_scram_credentials(client, [ups[i] for ups in per_user.values()])
-        refused = {u: e for u, e in errors.items() if e}
-        if refused:
-            raise KafkaError(ErrorCode.UNACCEPTABLE_CREDENTIAL, f"could not create users {refused}")
-
-
 def _kill_quietly(name: str, namespace: str) -> None:
     try:
         teardown(name, delete_data=False, address=None, namespace=namespace)
@@ -257,7 +237,7 @@ def _kill_quietly(name: str, namespace: str) -> None:
 
 def _deploy_group_coordinators(client: ClusterClient, count: int, data_dir: str, timeout_s: float) -> None:
     try:
-        from kcoord.cluster.groups import deploy_group_coordinators
+        from .group_coordinators import deploy_group_coordinators
     except ImportError:  # consumer groups not available in this build
         return
     deploy_group_coordinators(client, count, data_dir, timeout_s)
@@ -280,7 +260,7 @@ def _cluster_actor_names(name: str, namespace: str) -> list[str]:
         pass
     found += [names.group_coordinator(name, i) for i in range(coordinators)]
     try:
-        from kcoord.kafka.deploy import listener_actor_names
+        from .listeners import listener_actor_names
 
         found += listener_actor_names(name)
     except Exception:
@@ -343,7 +323,7 @@ def teardown(
     while time.monotonic() < deadline and any(_alive(n, namespace) for n in ordered):
         time.sleep(0.05)
     try:  # the listeners are gone: their addresses are stale
-        from kcoord.kafka.routing import forget_listeners
+        from kcoord.kafka.addresses import forget_listeners
 
         forget_listeners(name)
     except Exception:
@@ -415,8 +395,9 @@ def status(name: str = "kcoord", address: str | None = "auto", namespace: str = 
         {"node_id": n["NodeID"], "address": n.get("NodeManagerAddress"), "alive": bool(n.get("Alive"))} for n in ray.nodes()
     ]
     try:
-        from kcoord.kafka.deploy import exposure_warnings
-        from kcoord.kafka.routing import listener_records
+        from kcoord.kafka.addresses import listener_records
+
+        from .listeners import exposure_warnings
 
         listeners = listener_records(name)
         exposure = exposure_warnings(listeners)

@@ -9,7 +9,7 @@ import click
 from rich.table import Table
 
 from ._common import CliError, Env, parse_properties
-from .security import kafka_security_options, security_from_options
+from .security_cmds import kafka_security_options, security_from_options
 
 pass_env = click.make_pass_decorator(Env)
 
@@ -66,7 +66,7 @@ def up(
     Passwords come from files or environment variables, never the command line.
     """
     from kcoord.cluster.deploy import ClusterExistsError, deploy
-    from kcoord.cluster.placement import wait_for_nodes
+    from kcoord.cluster.broker_nodes import wait_for_nodes
 
     from kcoord.replication.config import validate_broker_config
 
@@ -124,8 +124,8 @@ def up(
 
 def _print_warnings(env: Env, name: str, lines: list[str] | None = None) -> None:
     if lines is None:
-        from kcoord.kafka.deploy import exposure_warnings
-        from kcoord.kafka.routing import listener_records
+        from kcoord.cluster.listeners import exposure_warnings
+        from kcoord.kafka.addresses import listener_records
 
         lines = exposure_warnings(listener_records(name))
     for line in lines:

@@ -39,15 +39,14 @@ from ..protocol.controller import (
     MetadataRequest,
     MetadataResponse,
 )
-from ..calls import get_probing
+from ..calls import CallFailed
 from ..protocol.errors import ErrorCode, KafkaError, raise_for_error
 from ..protocol.replication import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, DeleteRecordsRequest, DeleteRecordsResponse
 from . import security_admin
 from .cluster import ClusterClient
 from ..replication.topic_configs import AlterOp, ConfigSource
 from ..replication.topic_plan import default_replication_factor, plan_topic
-from .coordinator.commits import commit_offsets_outside_group, normalize_offsets
-from .coordinator.coordinators import GroupCoordinators
+from .admin_groups import GroupAdmin
 from .types import OffsetAndMetadata, TopicPartition
 
 _SPEC = {"earliest": EARLIEST_TIMESTAMP, "latest": LATEST_TIMESTAMP}
@@ -123,6 +122,7 @@ class Admin:
 
     def __init__(self, cluster: ClusterClient) -> None:
         self.cluster = cluster
+        self._groups = GroupAdmin(cluster, self.list_offsets)
         self._closed = False
 
     def __enter__(self) -> "Admin":
@@ -231,13 +231,11 @@ class Admin:
                     continue
                 name = self.cluster.replica_name(topic, p.partition, p.leader)
                 try:
-                    handle = self.cluster.handle(name)
                     wait = min(self.cluster.attempt_timeout_s, max(0.05, deadline - time.monotonic()))
-                    info = get_probing(handle.describe.remote(), handle, wait)
+                    info = self.cluster.call(name, "describe", timeout=wait)
                     if info["role"] != "leader" or info["leader_epoch"] != p.leader_epoch:
                         pending.append(p.partition)
-                except Exception:
-                    self.cluster.forget(name)  # dead, restarting, recreated or silent: look it up again
+                except CallFailed:  # dead, restarting, recreated or silent: looked up again next time
                     pending.append(p.partition)
             if not pending:
                 return
@@ -380,26 +378,19 @@ class Admin:
     def describe_topic(self, name: str) -> dict:
         """Per partition: leader, leader epoch, replicas, ISR, HW and LEO (from the leader)."""
         md = self.cluster.topic(name, refresh=True)
-        refs = {}
-        for p in md.partitions:
-            if p.leader >= 0:
-                actor = self.cluster.replica_name(name, p.partition, p.leader)
-                try:
-                    handle = self.cluster.handle(actor)
-                    refs[p.partition] = (handle.describe.remote(), handle, actor)
-                except KafkaError:
-                    pass
+        wait = self.cluster.attempt_timeout_s
+        sent = {
+            p.partition: self.cluster.submit(self.cluster.replica_name(name, p.partition, p.leader), "describe", timeout=wait)
+            for p in md.partitions
+            if p.leader >= 0
+        }
         partitions = []
-        deadline = time.monotonic() + self.cluster.attempt_timeout_s
         for p in md.partitions:
             info: dict = {}
-            sent = refs.get(p.partition)
-            if sent is not None:
-                ref, handle, actor = sent
+            if p.partition in sent:
                 try:
-                    info = get_probing(ref, handle, max(0.0, deadline - time.monotonic()))
-                except Exception:
-                    self.cluster.forget(actor)  # dead, restarting, recreated or silent: look it up again
+                    info = sent[p.partition].result()
+                except CallFailed:  # dead, restarting, recreated or silent: looked up again next time
                     info = {}
             partitions.append(
                 {
@@ -445,112 +436,18 @@ class Admin:
             "metrics": dict(response.metrics),
         }
 
-    # -- consumer groups --------------------------------------------------------------------
-    # These talk to the GroupCoordinatorActors (not the controller) through
-    # kcoord.client.coordinator.
-
-    @property
-    def _group_coordinators(self) -> GroupCoordinators:
-        gc = self.__dict__.get("_gc")
-        if gc is None:
-            gc = self.__dict__["_gc"] = GroupCoordinators(self.cluster)
-        return gc
-
-    def _group_timeout_s(self) -> float:
-        return self.cluster.request_timeout_ms / 1000
-
+    # -- consumer groups (admin_groups.py: the group coordinators, not the controller) -------
     def list_groups(self, states: list[str] | None = None) -> list[dict]:
         """Every group of every coordinator: ``{"group_id", "state", "protocol_type",
         "coordinator"}``, sorted by group id. ``states`` filters by state name."""
-        from ..protocol.group import ListGroupsRequest, ListGroupsResponse
-
-        gc = self._group_coordinators
-        out = []
-        for index in range(gc.count()):
-            response = gc.call(index, "list_groups", ListGroupsRequest(states), ListGroupsResponse, self._group_timeout_s())
-            raise_for_error(response.error_code, response.error_message or f"list_groups on coordinator {index} failed")
-            out += [
-                {"group_id": g.group_id, "state": g.state, "protocol_type": g.protocol_type, "coordinator": index}
-                for g in response.groups
-            ]
-        return sorted(out, key=lambda g: g["group_id"])
-
+        return self._groups.list_groups(states)
 
     def describe_group(self, group_id: str) -> dict:
         """State, generation, protocol, leader and members (id, instance id, client id/host,
         assignment) of a group, and per partition (committed or assigned) its committed
         offset, log-end offset (the HW) and lag. Raises GROUP_ID_NOT_FOUND for an unknown
         group."""
-        from ..protocol.errors import DecodeError
-        from ..protocol.group import CONSUMER_PROTOCOL_TYPE, Assignment
-
-        g = self._group_coordinators.describe_group(group_id, self._group_timeout_s())
-        if g.error_code == ErrorCode.GROUP_ID_NOT_FOUND:
-            raise KafkaError(ErrorCode.GROUP_ID_NOT_FOUND, f"group {group_id!r} does not exist")
-        raise_for_error(g.error_code, f"describing group {group_id!r} failed")
-        members = []
-        owner: dict[tuple[str, int], str] = {}
-        for m in g.members:
-            assignment: dict[str, list[int]] = {}
-            if m.assignment and g.protocol_type == CONSUMER_PROTOCOL_TYPE:
-                try:
-                    assignment = {t: sorted(ps) for t, ps in Assignment.decode(m.assignment).partitions.items()}
-                except DecodeError:  # a Kafka client's member (through kcoord.kafka)
-                    from ..kafka.consumer_protocol import decode_assignment
-
-                    assignment = decode_assignment(m.assignment) or {}
-            for t, ps in assignment.items():
-                for p in ps:
-                    owner[(t, p)] = m.member_id
-            members.append(
-                {
-                    "member_id": m.member_id,
-                    "group_instance_id": m.group_instance_id,
-                    "client_id": m.client_id,
-                    "client_host": m.client_host,
-                    "assignment": assignment,
-                }
-            )
-        committed = self._group_coordinators.committed_offsets(group_id, None, self._group_timeout_s())
-        keys = {(t, p) for t, parts in committed.items() for p, o in parts.items() if o.offset >= 0} | set(owner)
-        log_end: dict[tuple[str, int], int] = {}
-        for topic in sorted({t for t, _ in keys}):
-            try:
-                for p, off in self.list_offsets(topic, "latest", sorted(p for t, p in keys if t == topic)).items():
-                    log_end[(topic, p)] = off
-            except KafkaError:
-                pass  # topic deleted or offline: no log end
-        partitions = []
-        total_lag = 0
-        for topic, p in sorted(keys):
-            c = committed.get(topic, {}).get(p)
-            offset = c.offset if c is not None and c.offset >= 0 else None
-            end = log_end.get((topic, p))
-            lag = max(0, end - offset) if offset is not None and end is not None else None
-            total_lag += lag or 0
-            partitions.append(
-                {
-                    "topic": topic,
-                    "partition": p,
-                    "committed_offset": offset,
-                    "metadata": (c.metadata or "") if c is not None else "",
-                    "log_end_offset": end,
-                    "lag": lag,
-                    "member_id": owner.get((topic, p)),
-                }
-            )
-        return {
-            "group_id": group_id,
-            "state": g.state,
-            "generation": g.generation_id,
-            "protocol_type": g.protocol_type,
-            "protocol": g.protocol,
-            "leader": g.leader,
-            "coordinator": self._group_coordinators.index_for(group_id),
-            "members": members,
-            "offsets": partitions,
-            "lag": total_lag,
-        }
+        return self._groups.describe_group(group_id)
 
     def list_consumer_group_offsets(
         self, group_id: str, partitions: Iterable[TopicPartition] | None = None
@@ -559,19 +456,7 @@ class Admin:
         ``{TopicPartition: OffsetAndMetadata}`` for every partition it committed, or for
         ``partitions`` (those without a commit are left out)."""
         self._check_open()
-        topics: dict[str, list[int]] | None = None
-        if partitions is not None:
-            topics = {}
-            for tp in partitions:
-                tp = TopicPartition(*tp)
-                topics.setdefault(tp.topic, []).append(tp.partition)
-        committed = self._group_coordinators.committed_offsets(group_id, topics, self._group_timeout_s())
-        return {
-            TopicPartition(t, int(p)): OffsetAndMetadata(o.offset, o.metadata or "", getattr(o, "leader_epoch", -1))
-            for t, parts in sorted(committed.items())
-            for p, o in sorted(parts.items())
-            if o.offset >= 0
-        }
+        return self._groups.list_consumer_group_offsets(group_id, partitions)
 
     def alter_consumer_group_offsets(self, group_id: str, offsets: Mapping[Any, Any]) -> dict[TopicPartition, OffsetAndMetadata]:
         """Set the group's committed offsets, across topics (kafka-python's
@@ -581,12 +466,7 @@ class Admin:
         members (NON_EMPTY_GROUP). The same standalone commit as ``kcoord.spark.commit`` and
         :meth:`reset_offsets`. Returns what was committed."""
         self._check_open()
-        normalized = normalize_offsets(offsets)
-        wanted: dict[str, dict[int, tuple[int, str]]] = {}
-        for tp, om in normalized.items():
-            wanted.setdefault(tp.topic, {})[tp.partition] = (om.offset, om.metadata or "")
-        commit_offsets_outside_group(self.cluster, group_id, wanted, coordinators=self._group_coordinators)
-        return dict(sorted(normalized.items()))
+        return self._groups.alter_consumer_group_offsets(group_id, offsets)
 
     def reset_offsets(self, group_id: str, topic: str, to: str | Mapping[int, int] = "earliest") -> dict[int, int]:
         """Set the group's committed offsets of ``topic`` to ``"earliest"`` (log start),
@@ -596,47 +476,12 @@ class Admin:
         mid-rebalance): a live consumer would overwrite the reset with its next commit.
         Returns {partition: new offset}."""
         self._check_open()
-        if isinstance(to, str):
-            if to not in ("earliest", "latest"):
-                raise ValueError(f"to must be 'earliest', 'latest' or {{partition: offset}}, got {to!r}")
-            from .coordinator.commits import require_inactive_group
-
-            require_inactive_group(self._group_coordinators, group_id, self._group_timeout_s())
-            targets = self.list_offsets(topic, to)  # UNKNOWN_TOPIC_OR_PARTITION if missing
-        elif isinstance(to, Mapping):
-            if not to:
-                raise ValueError("to={} names no partition")
-            targets = {}
-            for p, off in to.items():
-                if not isinstance(p, int) or isinstance(p, bool):
-                    raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic {topic!r} has no partition {p!r}")
-                if not isinstance(off, int) or isinstance(off, bool):
-                    raise ValueError(f"offset for partition {p} must be an integer, got {off!r}")
-                targets[p] = off
-        else:
-            raise ValueError(f"to must be 'earliest', 'latest' or {{partition: offset}}, got {to!r}")
-        done = commit_offsets_outside_group(
-            self.cluster, group_id, {topic: {p: (off, "") for p, off in targets.items()}},
-            from_log_start=True, coordinators=self._group_coordinators,
-        )
-        return done[topic]
+        return self._groups.reset_offsets(group_id, topic, to)
 
     def delete_group(self, group_id: str) -> None:
         """Delete an inactive group and its committed offsets (NON_EMPTY_GROUP while it has
         members, GROUP_ID_NOT_FOUND if there is no such group)."""
-        from ..protocol.group import DeleteGroupsRequest, DeleteGroupsResponse
-
-        if not isinstance(group_id, str) or not group_id:
-            raise KafkaError(ErrorCode.INVALID_GROUP_ID, f"group id must be a non-empty string, got {group_id!r}")
-        response = self._group_coordinators.call_group(
-            group_id, "delete_groups", DeleteGroupsRequest([group_id]), DeleteGroupsResponse, self._group_timeout_s()
-        )
-        code = response.results.get(group_id, response.error_code)
-        if code == ErrorCode.NON_EMPTY_GROUP:
-            raise KafkaError(code, f"cannot delete group {group_id!r}: it has active members; close its consumers first")
-        if code == ErrorCode.GROUP_ID_NOT_FOUND:
-            raise KafkaError(code, f"group {group_id!r} does not exist")
-        raise_for_error(code, f"deleting group {group_id!r} failed: {response.error_message or ''}")
+        self._groups.delete_group(group_id)
 
     # -- users and ACLs (security_admin.py; the controller over Ray: see docs/security.md) --
     def create_acls(self, acls: Iterable[Any]) -> dict[str, list]:

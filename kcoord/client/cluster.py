@@ -4,14 +4,18 @@ Works the same from a driver script, a Ray task or a Spark executor: it needs on
 connection and the cluster's name. It pickles as (name, namespace), so passing it into a
 Ray task or a Spark closure reconnects on the other side.
 
-Routing follows Kafka clients: metadata (leader and leader epoch per partition) is cached;
-NOT_LEADER_OR_FOLLOWER, FENCED_LEADER_EPOCH, LEADER_NOT_AVAILABLE and dead actors make the
-client refresh it and retry with backoff, up to a deadline.
+Calls go through kcoord's one call stack (:mod:`kcoord.calls`): a replica on this node
+over its direct-call channel, anything else through Ray; a late call asks Ray's GCS
+whether its actor is gone, and a call that finds its actor dead or restarting, or that
+times out, drops the cached handle so the next attempt looks the actor up again (a replica
+the controller *recreated* is a new actor under the old name). Synchronous methods run
+their calls on the process's calls thread (:class:`kcoord.calls.BlockingCalls`); the
+``a``-prefixed ones on the caller's event loop (the producer's sender).
 
-Actor handles are cached by name too. A call that finds its actor dead or restarting (Ray's
-GCS is asked while it waits, see :mod:`kcoord.calls`), or that times out, drops the cached
-handle, so the next attempt looks the actor up again: a replica the controller *recreated*
-is a new actor under the old name, and a handle cached before that never reaches it.
+Routing follows Kafka clients and the retry policy of :mod:`kcoord.calls.retry`: metadata
+(leader and leader epoch per partition) is cached; NOT_LEADER_OR_FOLLOWER,
+FENCED_LEADER_EPOCH, LEADER_NOT_AVAILABLE and dead actors make the client refresh it until
+it names a newer leader and retry, up to a deadline.
 
 ListOffsets lookups (a consumer's positions, Admin.list_offsets, the offset plans of Spark
 and Ray Data reads) all go through :meth:`ClusterClient.list_offsets`.
@@ -20,14 +24,16 @@ and Ray Data reads) all go through :meth:`ClusterClient.list_offsets`.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import threading
 import time
 from typing import Any, Callable, TypeVar
 
 import ray
-from ray.exceptions import GetTimeoutError, RayActorError
 
-from ..calls import ActorGoneError, HandleCache, call_probing, get_probing
+from ..calls import BlockingCalls, CallFailed, HandleCache, actor_calls
+from ..calls.probing import Probing
+from ..calls.retry import PROBING, Step, step_after, take_step
 from ..protocol import names
 from ..protocol.codec import Message
 from ..protocol.controller import MetadataRequest, MetadataResponse, PartitionMetadata, TopicMetadata
@@ -73,9 +79,10 @@ class ClusterClient:
         self._lock = threading.RLock()
         self._topics: dict[str, TopicMetadata] = {}
         self._brokers: list[int] = []
-        self._handles = HandleCache(namespace)
+        self._handles = HandleCache.shared(namespace)
+        self.calls = BlockingCalls.shared()
         self._last_refresh = 0.0
-        self._controller = self._lookup_controller()
+        self._lookup_controller()  # ClusterNotFoundError now rather than at the first call
 
     def __reduce__(self):
         return (connect, (self.name, None, self.namespace))
@@ -86,7 +93,7 @@ class ClusterClient:
     # -- actors -----------------------------------------------------------------------------
     def _lookup_controller(self) -> Any:
         try:
-            return ray.get_actor(names.controller(self.name), namespace=self.namespace)
+            return self._handles.lookup(names.controller(self.name))
         except ValueError:
             raise ClusterNotFoundError(
                 f"no kcoord cluster named {self.name!r} in Ray namespace {self.namespace!r}. "
@@ -96,7 +103,9 @@ class ClusterClient:
 
     @property
     def controller(self) -> Any:
-        return self._controller
+        """The controller's actor handle (for Ray calls made by hand; kcoord's own go through
+        :meth:`call_controller`), looked up again after a call found it gone."""
+        return self._lookup_controller()
 
     def handle(self, actor_name: str) -> Any:
         try:
@@ -119,47 +128,38 @@ class ClusterClient:
             self.forget(name)
         return self.handle(name)
 
+    # -- calls ------------------------------------------------------------------------------
+    def submit(self, actor_name: str, method: str, *args: Any, timeout: float | None = None, probing: Probing | None = PROBING) -> concurrent.futures.Future:
+        """Send ``actor_name.method(*args)`` now (:class:`kcoord.calls.ActorCalls`); the
+        future of its answer fails with :class:`kcoord.calls.CallFailed`."""
+        return self.calls.submit(self.namespace, actor_name, method, *args, timeout=timeout, probing=probing)
+
+    def call(self, actor_name: str, method: str, *args: Any, timeout: float | None = None, probing: Probing | None = PROBING) -> Any:
+        """:meth:`submit` and wait for the answer."""
+        return self.calls.call(self.namespace, actor_name, method, *args, timeout=timeout, probing=probing)
+
     # -- controller calls -------------------------------------------------------------------
     def call_controller(self, method: str, request: Message, response_type: type[R], timeout_ms: int | None = None) -> R:
         """Call the FailoverCoordinator, riding out its restarts until the deadline."""
-        deadline = time.monotonic() + (timeout_ms or self.request_timeout_ms) / 1000
-        last: Exception | None = None
-        while True:
-            try:
-                remaining = max(0.05, deadline - time.monotonic())
-                controller = self._controller
-                raw = get_probing(getattr(controller, method).remote(request.encode()), controller, remaining)
-                return response_type.decode(raw)
-            except (RayActorError, ActorGoneError) as exc:
-                last = exc
-            except GetTimeoutError as exc:
-                last = exc
-            if time.monotonic() >= deadline:
-                raise KafkaError(ErrorCode.REQUEST_TIMED_OUT, f"controller of {self.name!r} did not answer {method}: {last}")
-            time.sleep(self.retry_backoff_ms / 1000)
-            try:
-                self._controller = self._lookup_controller()
-            except ClusterNotFoundError:
-                pass
+        return self.calls.run(self.acall_controller(method, request, response_type, timeout_ms))
 
     async def acall_controller(self, method: str, request: Message, response_type: type[R], timeout_ms: int | None = None) -> R:
         deadline = time.monotonic() + (timeout_ms or self.request_timeout_ms) / 1000
-        last: Exception | None = None
+        calls = actor_calls(self.namespace)
+        name = names.controller(self.name)
+        payload = request.encode()
         while True:
             try:
-                remaining = max(0.05, deadline - time.monotonic())
-                controller = self._controller
-                raw = await call_probing(getattr(controller, method).remote(request.encode()), controller, remaining, probe_every=0.25)
+                raw = await calls.call(name, method, payload, timeout=max(0.05, deadline - time.monotonic()))
                 return response_type.decode(raw)
-            except (RayActorError, ActorGoneError, asyncio.TimeoutError) as exc:
+            except CallFailed as exc:
+                if step_after(exc.kind) is Step.GIVE_UP:
+                    raise KafkaError(ErrorCode.UNKNOWN_SERVER_ERROR, f"controller of {self.name!r} failed {method}: {exc.detail}") from None
                 last = exc
             if time.monotonic() >= deadline:
-                raise KafkaError(ErrorCode.REQUEST_TIMED_OUT, f"controller of {self.name!r} did not answer {method}: {last!r}")
-            await asyncio.sleep(self.retry_backoff_ms / 1000)
-            try:
-                self._controller = self._lookup_controller()
-            except ClusterNotFoundError:
-                pass
+                raise KafkaError(ErrorCode.REQUEST_TIMED_OUT, f"controller of {self.name!r} did not answer {method}: {last}")
+            # no epoch to wait for: one backoff, then the name is looked up again
+            await asyncio.sleep(min(self.retry_backoff_ms / 1000, max(0.0, deadline - time.monotonic())))
 
     # -- metadata ---------------------------------------------------------------------------
     def _apply_metadata(self, response: MetadataResponse, topics: list[str] | None) -> None:
@@ -176,12 +176,10 @@ class ClusterClient:
             self._last_refresh = time.monotonic()
 
     def refresh_metadata(self, topics: list[str] | None = None, timeout_ms: int | None = None) -> MetadataResponse:
-        response = self.call_controller("metadata", MetadataRequest(topics=topics), MetadataResponse, timeout_ms=timeout_ms)
-        self._apply_metadata(response, topics)
-        return response
+        return self.calls.run(self.arefresh_metadata(topics, timeout_ms))
 
-    async def arefresh_metadata(self, topics: list[str] | None = None) -> MetadataResponse:
-        response = await self.acall_controller("metadata", MetadataRequest(topics=topics), MetadataResponse)
+    async def arefresh_metadata(self, topics: list[str] | None = None, timeout_ms: int | None = None) -> MetadataResponse:
+        response = await self.acall_controller("metadata", MetadataRequest(topics=topics), MetadataResponse, timeout_ms=timeout_ms)
         self._apply_metadata(response, topics)
         return response
 
@@ -199,10 +197,15 @@ class ClusterClient:
             return self._topics.get(name)
 
     def topic(self, name: str, refresh: bool = False) -> TopicMetadata:
-        with self._lock:
-            md = self._topics.get(name)
+        md = self.cached_topic(name)
+        if md is not None and not refresh:
+            return md
+        return self.calls.run(self.atopic(name, refresh))
+
+    async def atopic(self, name: str, refresh: bool = False) -> TopicMetadata:
+        md = self.cached_topic(name)
         if md is None or refresh:
-            response = self.refresh_metadata([name])
+            response = await self.arefresh_metadata([name])
             md = next((t for t in response.topics if t.name == name), None)
             if md is None or md.error_code:
                 raise KafkaError(
@@ -211,24 +214,36 @@ class ClusterClient:
                 )
         return md
 
-    async def atopic(self, name: str, refresh: bool = False) -> TopicMetadata:
-        with self._lock:
-            md = self._topics.get(name)
-        if md is None or refresh:
-            response = await self.arefresh_metadata([name])
-            md = next((t for t in response.topics if t.name == name), None)
-            if md is None or md.error_code:
-                raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic {name!r} does not exist")
-        return md
-
     def partitions_for(self, topic: str) -> list[int]:
         return [p.partition for p in self.topic(topic).partitions]
 
     def partition_metadata(self, topic: str, partition: int, refresh: bool = False) -> PartitionMetadata:
-        md = self.topic(topic, refresh=refresh)
-        if not 0 <= partition < len(md.partitions):
-            raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic {topic!r} has no partition {partition} (it has {len(md.partitions)})")
-        return md.partitions[partition]
+        return _partition(self.topic(topic, refresh=refresh), topic, partition)
+
+    async def apartition_metadata(self, topic: str, partition: int, refresh: bool = False) -> PartitionMetadata:
+        return _partition(await self.atopic(topic, refresh=refresh), topic, partition)
+
+    # -- the retry policy's steps (kcoord.calls.retry) ------------------------------------------
+    def take_step(self, step: Step, topic: str, partition: int, epoch: int, backoff_s: float, deadline: float) -> None:
+        """Do the retry policy's ``step`` before the next attempt at ``topic``-``partition``,
+        whose last attempt went to the leader of ``epoch`` (-1: none); never past
+        ``deadline`` (``time.monotonic()``)."""
+        self.calls.run(self.atake_step(step, topic, partition, epoch, backoff_s, deadline))
+
+    async def atake_step(self, step: Step, topic: str, partition: int, epoch: int, backoff_s: float, deadline: float) -> None:
+        async def refresh() -> None:
+            try:
+                await self.arefresh_metadata([topic])
+            except KafkaError:
+                pass  # the controller may be restarting: the next attempt finds out
+
+        def leader_epoch() -> int:
+            md = self.cached_topic(topic)
+            if md is None or partition >= len(md.partitions) or md.partitions[partition].leader < 0:
+                return -1
+            return md.partitions[partition].leader_epoch
+
+        await take_step(step, refresh=refresh, leader_epoch=leader_epoch, epoch=epoch, backoff_s=backoff_s, deadline=deadline)
 
     # -- leader calls with retry ----------------------------------------------------------------
     def call_leader(
@@ -243,51 +258,66 @@ class ClusterClient:
         """Send ``make_request(leader_epoch)`` to the partition leader; on a retriable error
         (a stale-metadata one, or "try again" such as OFFSET_NOT_AVAILABLE from a new leader
         whose HW has not caught up yet), a dead or restarting leader, or no answer within
-        ``attempt_timeout_s``, refresh metadata (and look the actor up again) and retry
-        until the deadline (``timeout_ms``, default ``request_timeout_ms``). Returns the
-        last response (which may carry a non-retriable error). For requests that are safe
-        to repeat only (reads, DeleteRecords); produce has its own retry rules."""
+        ``attempt_timeout_s``, follow the retry policy (:mod:`kcoord.calls.retry`: refresh
+        the metadata until it names a newer leader, ...) and retry until the deadline
+        (``timeout_ms``, default ``request_timeout_ms``). Returns the last response (which
+        may carry a non-retriable error). For requests that are safe to repeat only
+        (reads, DeleteRecords); produce has its own retry rules."""
+        return self.calls.run(self.acall_leader(topic, partition, method, make_request, response_type, timeout_ms))
+
+    async def acall_leader(
+        self,
+        topic: str,
+        partition: int,
+        method: str,
+        make_request: Callable[[int], Message],
+        response_type: type[R],
+        timeout_ms: int | None = None,
+    ) -> R:
+        """:meth:`call_leader` on the running loop."""
         deadline = time.monotonic() + (timeout_ms or self.request_timeout_ms) / 1000
-        refresh = False
+        calls = actor_calls(self.namespace)
         last_error = "no attempt"
+        step: Step | None = None
+        epoch = -1
         while True:
-            name = ""
+            if step is not None:
+                if time.monotonic() >= deadline:
+                    raise KafkaError(ErrorCode.REQUEST_TIMED_OUT, f"{method} on {topic}-{partition} did not succeed in time: {last_error}")
+                await self.atake_step(step, topic, partition, epoch, self.retry_backoff_ms / 1000, deadline)
             try:
-                p = self.partition_metadata(topic, partition, refresh=refresh)
-                if p.leader < 0:
-                    raise KafkaError(ErrorCode.LEADER_NOT_AVAILABLE, f"{topic}-{partition} has no leader (offline)")
-                name = self.replica_name(topic, partition, p.leader)
-                handle = self.handle(name)
-                attempt = min(self.attempt_timeout_s, max(0.05, deadline - time.monotonic()))
-                raw = get_probing(getattr(handle, method).remote(make_request(p.leader_epoch).encode()), handle, attempt)
-                response = response_type.decode(raw)
-                code = getattr(response, "error_code", 0)
-                if code in METADATA_REFRESH or code in RETRIABLE:
-                    last_error = f"{ErrorCode(code).name}: {getattr(response, 'error_message', '')}"
-                else:
-                    return response
+                p = await self.apartition_metadata(topic, partition)
             except KafkaError as exc:
                 if not exc.needs_metadata_refresh:
                     raise
-                last_error = str(exc)
-            except (RayActorError, ActorGoneError) as exc:
-                self.forget(name)
-                last_error = f"leader actor unavailable ({type(exc).__name__}: {exc})"
-            except GetTimeoutError:
-                self.forget(name)  # alive per Ray but silent: look it up again next time
-                last_error = "timed out"
-            if time.monotonic() >= deadline:
-                raise KafkaError(ErrorCode.REQUEST_TIMED_OUT, f"{method} on {topic}-{partition} did not succeed in time: {last_error}")
-            time.sleep(self.retry_backoff_ms / 1000)
-            refresh = True
+                last_error, step, epoch = str(exc), Step.NO_LEADER, -1
+                continue
+            if p.leader < 0:
+                last_error, step, epoch = f"{topic}-{partition} has no leader (offline)", Step.NO_LEADER, -1
+                continue
+            epoch = p.leader_epoch
+            attempt = min(self.attempt_timeout_s, max(0.05, deadline - time.monotonic()))
+            try:
+                raw = await calls.call(self.replica_name(topic, partition, p.leader), method, make_request(epoch).encode(), timeout=attempt)
+                response = response_type.decode(raw)
+            except CallFailed as exc:
+                last_error, step = f"leader actor: {exc}", step_after(exc.kind)
+                if step is Step.GIVE_UP:
+                    raise KafkaError(ErrorCode.UNKNOWN_SERVER_ERROR, f"{method} on {topic}-{partition} failed: {exc.detail}") from None
+                continue
+            code = getattr(response, "error_code", 0)
+            if code in METADATA_REFRESH or code in RETRIABLE:
+                last_error = f"{ErrorCode(code).name}: {getattr(response, 'error_message', '')}"
+                step = step_after(stale_metadata=code in METADATA_REFRESH)
+                continue
+            return response
 
     def list_offsets(self, partitions: list[TopicPartition], timestamp: int, timeout_ms: int | None = None) -> dict[TopicPartition, int]:
         """ListOffsets of ``partitions`` (EARLIEST_TIMESTAMP: log start, LATEST_TIMESTAMP: the
         HW, or a timestamp in ms: the first offset whose record timestamp is >= it, -1 if
-        none) from their leaders: sent to every leader at once, and partitions whose first
-        answer is not clean go through :meth:`call_leader`'s retrying path, all within
-        ``timeout_ms`` (default ``request_timeout_ms``). Raises the first partition's
-        KafkaError."""
+        none) from their leaders: sent to every leader at once, and each partition retried
+        as :meth:`call_leader` retries, all within ``timeout_ms`` (default
+        ``request_timeout_ms``). Raises the first partition's KafkaError."""
         return {tp: offset for tp, (offset, _) in self.list_offsets_and_timestamps(partitions, timestamp, timeout_ms).items()}
 
     def list_offsets_and_timestamps(
@@ -295,42 +325,24 @@ class ClusterClient:
     ) -> dict[TopicPartition, tuple[int, int]]:
         """:meth:`list_offsets` with the timestamp the leader reports for each offset (the
         found record's for a timestamp lookup, -1 otherwise): ``{tp: (offset, timestamp)}``."""
-        refs: dict[TopicPartition, tuple[Any, Any, str]] = {}
-        for tp in partitions:
-            try:
-                md = self.partition_metadata(tp.topic, tp.partition)
-                if md.leader < 0:
-                    continue
-                req = ListOffsetsRequest(tp.topic, tp.partition, timestamp=timestamp, current_leader_epoch=md.leader_epoch)
-                name = self.replica_name(tp.topic, tp.partition, md.leader)
-                handle = self.handle(name)
-                refs[tp] = (handle.list_offsets.remote(req.encode()), handle, name)
-            except KafkaError:
-                continue
-        out: dict[TopicPartition, tuple[int, int]] = {}
-        deadline = time.monotonic() + (timeout_ms or self.request_timeout_ms) / 1000
-        for tp in partitions:
-            sent = refs.get(tp)
-            if sent is not None:
-                ref, handle, name = sent
-                try:
-                    wait = min(self.attempt_timeout_s, max(0.0, deadline - time.monotonic()))
-                    resp = ListOffsetsResponse.decode(get_probing(ref, handle, wait))
-                    if resp.error_code == 0:
-                        out[tp] = (resp.offset, resp.timestamp)
-                        continue
-                except (RayActorError, ActorGoneError, GetTimeoutError):
-                    self.forget(name)  # dead, restarting or silent: look it up again
-                except KafkaError:
-                    pass
-            resp = self.call_leader(
+        return self.calls.run(self._alist_offsets(list(partitions), timestamp, timeout_ms))
+
+    async def _alist_offsets(self, partitions: list[TopicPartition], timestamp: int, timeout_ms: int | None) -> dict[TopicPartition, tuple[int, int]]:
+        def one(tp: TopicPartition) -> Any:
+            return self.acall_leader(
                 tp.topic,
                 tp.partition,
                 "list_offsets",
-                lambda epoch, tp=tp: ListOffsetsRequest(tp.topic, tp.partition, timestamp=timestamp, current_leader_epoch=epoch),
+                lambda epoch: ListOffsetsRequest(tp.topic, tp.partition, timestamp=timestamp, current_leader_epoch=epoch),
                 ListOffsetsResponse,
-                timeout_ms=max(int(self.attempt_timeout_s * 1000), int((deadline - time.monotonic()) * 1000)),
+                timeout_ms=timeout_ms,
             )
+
+        answers = await asyncio.gather(*(one(tp) for tp in partitions), return_exceptions=True)
+        out: dict[TopicPartition, tuple[int, int]] = {}
+        for tp, resp in zip(partitions, answers):
+            if isinstance(resp, BaseException):
+                raise resp
             raise_for_error(resp.error_code, resp.error_message or f"ListOffsets on {tp.topic}-{tp.partition} failed")
             out[tp] = (resp.offset, resp.timestamp)
         return out
@@ -345,9 +357,15 @@ class ClusterClient:
     def bootstrap_servers(self) -> str:
         """``host:port[,...]`` of the cluster's Kafka listeners, for any Kafka client
         ("" when the cluster runs none; see kcoord.kafka)."""
-        from ..kafka.deploy import bootstrap_servers
+        from ..kafka.addresses import bootstrap_servers
 
         return bootstrap_servers(self.name)
+
+
+def _partition(md: TopicMetadata, topic: str, partition: int) -> PartitionMetadata:
+    if not 0 <= partition < len(md.partitions):
+        raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic {topic!r} has no partition {partition} (it has {len(md.partitions)})")
+    return md.partitions[partition]
 
 
 def connect(name: str = DEFAULT_CLUSTER, address: str | None = "auto", namespace: str = names.DEFAULT_NAMESPACE) -> ClusterClient:

@@ -65,9 +65,13 @@ class LatencyWindow:
 
 
 def error_key(error: BaseException) -> str:
-    """How an error is counted: a KafkaError by its code's name (MESSAGE_TOO_LARGE), any
-    other exception by its class name (RayActorError, TimeoutError)."""
-    return error.name if isinstance(error, KafkaError) else type(error).__name__
+    """How an error is counted: a KafkaError by its code's name (MESSAGE_TOO_LARGE), a call
+    that failed (:class:`kcoord.calls.CallFailed`) by the name a Kafka client gives it
+    (NETWORK_EXCEPTION: the actor went away; REQUEST_TIMED_OUT), any other exception by its
+    class name."""
+    if isinstance(error, KafkaError):
+        return error.name
+    return getattr(error, "kafka_name", None) or type(error).__name__
 
 
 class ErrorCounts:

@@ -8,9 +8,12 @@ Every call goes through an actor's public Ray method with kcoord's msgpack messa
 new actor layout means editing this file only. Handlers see :class:`Backend` and kcoord
 messages, never Ray.
 
-Failures are answered the way a Kafka broker would: a replica that is dead or restarting
-gives NOT_LEADER_OR_FOLLOWER (the client refreshes metadata and retries), a call that does
-not finish in time REQUEST_TIMED_OUT, a coordinator that is gone COORDINATOR_NOT_AVAILABLE.
+Calls go through kcoord's one call stack (:mod:`kcoord.calls`: a leader on this node over
+its direct-call channel, anything else through Ray, a late call asking Ray's GCS whether
+its actor is gone). The listener does not retry: failures are answered the way a Kafka
+broker would, and its clients retry. A replica that is dead or restarting gives
+NOT_LEADER_OR_FOLLOWER (the client refreshes metadata and retries), a call that does not
+finish in time REQUEST_TIMED_OUT, a coordinator that is gone COORDINATOR_NOT_AVAILABLE.
 """
 
 from __future__ import annotations
@@ -21,8 +24,8 @@ import logging
 import time
 from typing import Any, Awaitable
 
-from .. import channel
-from ..calls import TIMEOUT, CallFailed, Handles
+from ..calls import TIMEOUT, ActorCalls, CallFailed, actor_calls
+from ..calls.retry import PROBING, probing_after
 from ..protocol import names
 from ..protocol.codec import Message
 from ..protocol import security as S
@@ -57,11 +60,10 @@ from ..protocol.replication import (
     ProduceRequest,
     ProduceResponse,
 )
+from .addresses import listener_records
 
 logger = logging.getLogger("kcoord.kafka")
 
-# GCS key/value store (namespace of the cluster) where each listener records its address.
-LISTENER_KEY_PREFIX = "kafka/listener/"
 _METADATA_TTL_S = 5.0
 CALL_STATS: dict[str, float] = {}
 _CLUSTER_TTL_S = 5.0
@@ -76,23 +78,23 @@ class Backend:
         # This listener's Ray node: a leader on the same node answers a fetch with file hints
         # (spans of its segment files) that are read here instead of copied through Ray.
         self.node_id = node_id
-        self._handles = Handles(namespace)
+        self._calls: ActorCalls | None = None  # the listener loop's (made at the first call)
         self._topics: dict[str, tuple[float, TopicMetadata]] = {}
         self._cluster_info: tuple[float, DescribeClusterResponse] | None = None
         self._placement: tuple[float, dict[int, str]] | None = None
-        # Produce and fetch to a leader on this node go over its direct-call channel
-        # (kcoord.channel); made on the listener's loop at the first replica call.
-        self._direct: channel.DirectCalls | None | bool = None if node_id and channel.enabled() else False
 
     # -- plumbing -------------------------------------------------------------------------
-    def _handle(self, name: str) -> Any:
-        return self._handles.lookup(name)  # ValueError when missing
+    @property
+    def calls(self) -> ActorCalls:
+        if self._calls is None:
+            self._calls = actor_calls(self.namespace)
+        return self._calls
 
     async def _call(self, name: str, method: str, payload: Any, timeout: float) -> Any:
         """Call ``name.method(payload)``; raises ``_Gone`` (no such actor, dead, or the call
         raised) or ``asyncio.TimeoutError``."""
         try:
-            return await self._handles.call(name, method, *(() if payload is None else (payload,)), timeout=timeout)
+            return await self.calls.call(name, method, *(() if payload is None else (payload,)), timeout=timeout)
         except CallFailed as exc:
             if exc.kind == TIMEOUT:
                 raise asyncio.TimeoutError() from None
@@ -102,7 +104,6 @@ class Backend:
         try:
             raw = await self._call(names.controller(self.cluster), method, None if req is None else req.encode(), timeout)
         except (_Gone, asyncio.TimeoutError) as exc:
-            self._handles.pop(names.controller(self.cluster), None)
             if response_type is None:
                 raise
             return response_type(ErrorCode.NOT_CONTROLLER if isinstance(exc, _Gone) else ErrorCode.REQUEST_TIMED_OUT, f"controller: {exc!r}")
@@ -175,47 +176,34 @@ class Backend:
                 return p.leader, p.leader_epoch
         return None, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
 
-    async def _replica_call(self, method: str, req: Any, response_type: type, timeout: float) -> Any:
-        return await (await self._replica_submit(method, req, response_type, timeout))
+    async def _replica_call(self, method: str, req: Any, response_type: type, timeout: float, parked_s: float = 0.0) -> Any:
+        return await (await self._replica_submit(method, req, response_type, timeout, parked_s))
 
-    async def _replica_submit(self, method: str, req: Any, response_type: type, timeout: float) -> Awaitable[Any]:
+    async def _replica_submit(self, method: str, req: Any, response_type: type, timeout: float, parked_s: float = 0.0) -> Awaitable[Any]:
         """Resolve the leader and send the call; returns an awaitable of the answer. When this
-        returns, the call has been handed to Ray (callers use that to keep calls in order)."""
+        returns, the call is on its way (callers use that to keep calls in order).
+        ``parked_s``: how long the leader may hold it (a fetch's max wait)."""
         leader, epoch_or_error = await self._leader(req.topic, req.partition)
         if leader is None:
             return _ready(response_type(int(epoch_or_error), f"{req.topic}-{req.partition}: no leader known"))
         name = names.replica(self.cluster, req.topic, req.partition, leader)
-        try:
-            handle = self._handle(name)
-        except ValueError:
-            self.invalidate(req.topic)
-            return _ready(response_type(ErrorCode.NOT_LEADER_OR_FOLLOWER, f"no replica actor {name}"))
-        payload = req.encode()
-        ref = None
-        if self._direct is None:
-            self._direct = channel.DirectCalls(self.node_id)
-        if self._direct and method in channel.METHODS:
-            ref = await self._direct.submit(name, handle, method, payload)
-        if ref is None:
-            ref = getattr(handle, method).remote(payload)
-        return self._replica_answer(ref, name, leader, req, response_type, timeout)
+        probing = probing_after(parked_s) if parked_s else PROBING
+        answer = await self.calls.submit(name, method, req.encode(), timeout=timeout, probing=probing)
+        return self._replica_answer(answer, leader, req, response_type)
 
-    async def _replica_answer(self, ref: Any, name: str, leader: int, req: Any, response_type: type, timeout: float) -> Any:
-        """The answer to ``ref`` (a Ray call or a channel call's future) as a response."""
-        from ray.exceptions import RayActorError, RayTaskError
-
+    async def _replica_answer(self, answer: Awaitable[bytes], leader: int, req: Any, response_type: type) -> Any:
+        """The call's answer as a response: a leader that is gone (or whose call raised) is
+        NOT_LEADER_OR_FOLLOWER, one that did not answer in time REQUEST_TIMED_OUT."""
         started = time.perf_counter()
         try:
-            raw = await asyncio.wait_for(ref, timeout)
-            resp = response_type.decode(raw)
+            resp = response_type.decode(await answer)
             CALL_STATS[req.__class__.__name__] = CALL_STATS.get(req.__class__.__name__, 0.0) + (time.perf_counter() - started) * 1000
             CALL_STATS[req.__class__.__name__ + "_n"] = CALL_STATS.get(req.__class__.__name__ + "_n", 0) + 1
-        except (RayActorError, RayTaskError, channel.ChannelUnavailable, channel.RemoteError) as exc:
-            self._handles.pop(name, None)
+        except CallFailed as exc:
+            if exc.kind == TIMEOUT:
+                return response_type(ErrorCode.REQUEST_TIMED_OUT, f"leader {leader} of {req.topic}-{req.partition} did not answer in time")
             self.invalidate(req.topic)
-            return response_type(ErrorCode.NOT_LEADER_OR_FOLLOWER, f"leader {leader} of {req.topic}-{req.partition} is gone ({type(exc).__name__})")
-        except asyncio.TimeoutError:
-            return response_type(ErrorCode.REQUEST_TIMED_OUT, f"leader {leader} of {req.topic}-{req.partition} did not answer in time")
+            return response_type(ErrorCode.NOT_LEADER_OR_FOLLOWER, f"leader {leader} of {req.topic}-{req.partition} is gone ({exc})")
         except DecodeError as exc:
             return response_type(int(exc.code), exc.message)
         if resp.error_code in METADATA_REFRESH:
@@ -233,7 +221,7 @@ class Backend:
     async def fetch(self, req: FetchRequest) -> FetchResponse:
         if self.node_id:
             req = dataclasses.replace(req, node_id=self.node_id)
-        resp = await self._replica_call("fetch", req, FetchResponse, req.max_wait_ms / 1000 + 10)
+        resp = await self._replica_call("fetch", req, FetchResponse, req.max_wait_ms / 1000 + 10, parked_s=req.max_wait_ms / 1000)
         if resp.file_hint:
             from ..log.hints import read_hinted
 
@@ -328,59 +316,3 @@ class _Gone(Exception):
 
 async def _ready(value: Any) -> Any:
     return value
-
-
-def _store(cluster: str) -> Any:
-    from kcoord.actors.gcs_store import GcsStore  # the cluster's GCS KV namespace (deploy info, metadata)
-
-    return GcsStore.for_cluster(cluster)
-
-
-def record_listener(cluster: str, node_id: str, host: str, ports: dict[int, int], *, bind: str = "", protocol: str = "PLAINTEXT", authenticates: bool = False) -> None:
-    """``bind``, ``protocol`` and whether every client is authenticated are what `kcoord
-    status` reports (a listener open to anyone on a routable address is flagged)."""
-    record = {"host": host, "ports": {str(b): p for b, p in ports.items()}, "bind": bind or host, "protocol": protocol, "authenticates": authenticates}
-    _store(cluster).put_json(LISTENER_KEY_PREFIX + node_id, record)
-
-
-def _parse(value: dict) -> dict | None:
-    try:
-        return {
-            "host": str(value["host"]),
-            "ports": {int(b): int(p) for b, p in value["ports"].items()},
-            "bind": str(value.get("bind") or value["host"]),
-            "protocol": str(value.get("protocol") or "PLAINTEXT"),
-            "authenticates": bool(value.get("authenticates", False)),
-        }
-    except (KeyError, TypeError, ValueError, AttributeError):
-        return None
-
-
-def recorded_listener(cluster: str, node_id: str) -> dict | None:
-    return _parse(_store(cluster).get_json_dict(LISTENER_KEY_PREFIX + node_id))
-
-
-def listener_records(cluster: str) -> dict[str, dict]:
-    store = _store(cluster)
-    out = {}
-    for key in store.keys(LISTENER_KEY_PREFIX):
-        rec = _parse(store.get_json_dict(key))
-        if rec is not None:
-            out[key[len(LISTENER_KEY_PREFIX) :]] = rec
-    return out
-
-
-def listener_addresses(cluster: str) -> dict[str, str]:
-    """Ray node id -> the bootstrap ``host:port`` of its listener."""
-    return {node: f"{r['host']}:{r['ports'][min(r['ports'])]}" for node, r in listener_records(cluster).items() if r["ports"]}
-
-
-def listener_nodes(cluster: str) -> list[str]:
-    """Node ids with a listener record (parsable or not)."""
-    return [k[len(LISTENER_KEY_PREFIX) :] for k in _store(cluster).keys(LISTENER_KEY_PREFIX)]
-
-
-def forget_listeners(cluster: str) -> None:
-    store = _store(cluster)
-    for key in store.keys(LISTENER_KEY_PREFIX):
-        store.delete(key)

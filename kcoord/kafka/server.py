@@ -80,7 +80,7 @@ class Connection:
     # (topic, partition) -> (large, answer future) of the last idempotent batch sent
     in_flight: dict = field(default_factory=dict)
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
-    # -- security (kcoord.kafka.security); a plaintext listener leaves these as they are
+    # -- security (kcoord.kafka.listener_security); a plaintext listener leaves these as they are
     principal: str = ANONYMOUS  # whom ACLs are checked for: "User:name"
     authenticated: bool = True  # False on a SASL listener until SaslAuthenticate succeeds
     user: str | None = None  # the SASL user, whose credential must stay the one it proved
@@ -208,13 +208,13 @@ class KafkaServer:
         security: Any = None,
         limits: Any = None,
     ) -> None:
-        from .security import ConnectionLimits
+        from .listener_security import ConnectionLimits
 
         self.apis = apis
         self.host = host
         self.endpoints = dict(endpoints or {0: 0})
         self.max_frame_bytes = max_frame_bytes
-        self.security = security  # kcoord.kafka.security.ListenerSecurity, or None: plaintext
+        self.security = security  # kcoord.kafka.listener_security.ListenerSecurity, or None: plaintext
         self.limits = limits or (security.limits if security is not None else ConnectionLimits(idle_ms=None))
         self._servers: list[asyncio.AbstractServer] = []
         self._per_ip: dict[str, int] = {}

@@ -14,5 +14,5 @@
 * :mod:`.config` -- ``kafka_security``, the contract of ``local_cluster``/``deploy``/``kcoord up``.
 
 The controller keeps credentials and ACLs (``kcoord.replication.security_metadata``); the
-Kafka listener authenticates and authorizes with these modules (``kcoord.kafka.security``).
+Kafka listener authenticates and authorizes with these modules (``kcoord.kafka.listener_security``).
 """

@@ -22,12 +22,12 @@ import msgpack
 import numpy as np
 import pyarrow as pa
 import ray
-from ray.exceptions import GetTimeoutError, RayActorError
 
 from .. import record as _records
-from ..calls import ActorGoneError, get_probing
+from ..calls import CallFailed
+from ..calls.retry import Step, step_after
 from ..client.cluster import ClusterClient
-from ..client.consumer.fetcher import LeaderFetches, SentFetch, fetch_timeout_s, fetched_records
+from ..client.consumer.fetcher import LeaderFetches, SentFetch, fetched_records
 from ..protocol.errors import METADATA_REFRESH, ErrorCode, KafkaError
 from ..protocol.replication import FetchResponse
 
@@ -127,19 +127,22 @@ def drop_jars_from_sys_path() -> None:
 # reading
 # ------------------------------------------------------------------------------------------
 class _Retry(Exception):
-    def __init__(self, reason: str, refresh: bool) -> None:
+    """An attempt failed: the retry policy's ``step`` (kcoord.calls.retry) comes next."""
+
+    def __init__(self, reason: str, step: Step, epoch: int = -1) -> None:
         super().__init__(reason)
         self.reason = reason
-        self.refresh = refresh
+        self.step = step
+        self.epoch = epoch
 
 
 class RangeReader:
     """Fetch ``[start, end)`` of one partition from its leader, one request ahead.
 
-    Leader changes are followed like a consumer does: NOT_LEADER_OR_FOLLOWER,
-    FENCED_LEADER_EPOCH and friends, or a leader actor that died (asked of Ray's GCS while
-    waiting, ~30 ms after a kill instead of Ray's 1-2 s), refresh the metadata and retry at
-    the same offset. A new leader whose HW has not caught up yet answers with no records;
+    Leader changes are followed with kcoord's retry policy (:mod:`kcoord.calls.retry`):
+    NOT_LEADER_OR_FOLLOWER, FENCED_LEADER_EPOCH and friends, or a leader actor that died
+    (asked of Ray's GCS once the fetch is late, ~30 ms after a kill instead of Ray's 1-2 s),
+    refresh the metadata until it names a newer leader and retry at the same offset. A new leader whose HW has not caught up yet answers with no records;
     the long-poll waits for it. ``end`` never exceeds the HW the plan saw, and leaders only
     serve records below their HW, so nothing unacknowledged is ever read. Gives up with
     REQUEST_TIMED_OUT after ``timeout_s`` without progress.
@@ -170,44 +173,34 @@ class RangeReader:
         self.max_bytes = max_bytes
         self.timeout_s = timeout_s
         self.backoff_s = backoff_s
-        self._refresh = False
         self.retries = 0
-        self._leaders = LeaderFetches(client, max_bytes=max_bytes, min_bytes=1, max_wait_ms=FETCH_MAX_WAIT_MS)
+        self._leaders = LeaderFetches(client, max_bytes=max_bytes, min_bytes=1, max_wait_ms=FETCH_MAX_WAIT_MS, request_timeout_ms=client.request_timeout_ms)
         self._no_hint = False
 
     def _send(self, offset: int) -> SentFetch:
         try:
-            pm = self.client.partition_metadata(self.topic, self.partition, refresh=self._refresh)
+            pm = self.client.partition_metadata(self.topic, self.partition)
         except KafkaError as exc:
             if exc.retriable:
-                raise _Retry(str(exc), True) from None
+                raise _Retry(str(exc), Step.NO_LEADER) from None
             raise
-        self._refresh = False
         if pm.leader < 0:
-            raise _Retry(f"{self.topic}-{self.partition} has no leader", True)
-        try:
-            sent = self._leaders.send(self.topic, self.partition, pm, offset, hinted=not self._no_hint)
-        except KafkaError as exc:
-            raise _Retry(str(exc), True) from None
+            raise _Retry(f"{self.topic}-{self.partition} has no leader", Step.NO_LEADER)
+        sent = self._leaders.send(self.topic, self.partition, pm, offset, hinted=not self._no_hint)
         self._no_hint = False
         return sent
 
     def _wait(self, pending: SentFetch) -> FetchResponse:
-        # The leader holds the fetch up to FETCH_MAX_WAIT_MS; one unanswered well after
-        # that (a leader alive per Ray but hung) is given up like the consumer gives it up,
-        # and the leader is looked up again.
-        timeout = fetch_timeout_s(FETCH_MAX_WAIT_MS, self.client.request_timeout_ms)
+        # The leader holds the fetch up to FETCH_MAX_WAIT_MS; the call asks Ray's GCS about
+        # the leader after that, and gives up at the fetch timeout (a leader alive per Ray
+        # but hung), like the consumer's.
         try:
-            raw = get_probing(pending.ref, pending.handle, max(0.0, pending.sent + timeout - time.monotonic()))
-        except ActorGoneError:
-            self.client.forget(pending.actor)
-            raise _Retry(f"leader {pending.actor} is gone", True) from None
-        except GetTimeoutError:
-            self.client.forget(pending.actor)
-            raise _Retry(f"no answer from {pending.actor} within {timeout:.1f} s", True) from None
-        except RayActorError as exc:
-            self.client.forget(pending.actor)
-            raise _Retry(f"leader {pending.actor} unavailable ({type(exc).__name__})", True) from None
+            raw = pending.answer.result()
+        except CallFailed as exc:
+            step = step_after(exc.kind)
+            if step is Step.GIVE_UP:
+                raise KafkaError(ErrorCode.UNKNOWN_SERVER_ERROR, f"fetch of {self.topic}-{self.partition} failed: {exc.detail}") from None
+            raise _Retry(f"leader {pending.actor}: {exc}", step, pending.leader_epoch) from None
         response = FetchResponse.decode(raw)
         code = response.error_code
         if code == 0:
@@ -220,10 +213,8 @@ class RangeReader:
                 f"(retention) after the read was planned",
             )
         err = KafkaError(code, response.error_message or "")
-        if code in METADATA_REFRESH:
-            raise _Retry(str(err), True)
-        if err.retriable:
-            raise _Retry(str(err), False)
+        if err.retriable or code in METADATA_REFRESH:
+            raise _Retry(str(err), step_after(stale_metadata=code in METADATA_REFRESH), pending.leader_epoch)
         raise err
 
     def chunks(self) -> Iterator[tuple[bytes, bool]]:
@@ -245,19 +236,18 @@ class RangeReader:
                     # The leader's files changed under us (truncation, retention): ask for
                     # the bytes themselves this time.
                     self._no_hint = True
-                    raise _Retry("file hint did not check out", False)
+                    raise _Retry("file hint did not check out", Step.BACKOFF)
             except _Retry as r:
                 pending = None
                 self.retries += 1
                 last_error = r.reason
-                self._refresh = self._refresh or r.refresh
                 if time.monotonic() >= progress_deadline:
                     raise KafkaError(
                         ErrorCode.REQUEST_TIMED_OUT,
                         f"reading {self.topic}-{self.partition} [{self.start}, {self.end}) made no progress at offset {offset} "
                         f"for {self.timeout_s:.0f} s: {last_error}",
                     ) from None
-                time.sleep(self.backoff_s)
+                self.client.take_step(r.step, self.topic, self.partition, r.epoch, self.backoff_s, progress_deadline)
                 continue
             if not data:
                 # A new leader whose HW is still behind ``end``: the long poll waited for it.

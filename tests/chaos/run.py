@@ -421,7 +421,7 @@ def main(argv: list[str] | None = None) -> int:
 
     import kcoord
     from kcoord.cluster.deploy import deploy, teardown
-    from kcoord.cluster.groups import configure_group_coordinators
+    from kcoord.cluster.group_coordinators import configure_group_coordinators
 
     timings: dict[str, float] = {}
     rc = start_ray()

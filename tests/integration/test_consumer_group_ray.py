@@ -14,7 +14,7 @@ import uuid
 import pytest
 
 from waiting import wait_until
-from kcoord.cluster.groups import configure_group_coordinators
+from kcoord.cluster.group_coordinators import configure_group_coordinators
 from kcoord.client.admin import Admin
 from kcoord.client.consumer import Consumer
 from kcoord.client.producer import Producer

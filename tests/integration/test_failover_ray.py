@@ -239,7 +239,7 @@ def test_coordinator_killed_mid_election_leaves_exactly_one_leader(kcluster, top
     assert produce(kcluster, topic_name, [b"after"]).error_code == 0
 
 
-@pytest.mark.skipif(not __import__("kcoord.channel").channel.enabled(), reason="needs direct-call channels")
+@pytest.mark.skipif(not __import__("kcoord.calls.channel").calls.channel.enabled(), reason="needs direct-call channels")
 def test_a_killed_leader_is_replaced_long_before_its_next_heartbeat(ray_session, tmp_path):
     """Leaders are beaten seconds apart; the controller hears of a dead process on its node
     sooner, from its direct-call connection breaking, and beats it at once."""

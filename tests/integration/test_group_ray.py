@@ -18,7 +18,7 @@ import pytest
 import ray
 
 from waiting import wait_until
-from kcoord.cluster.groups import configure_group_coordinators
+from kcoord.cluster.group_coordinators import configure_group_coordinators
 from kcoord.client.admin import Admin
 from kcoord.client.coordinator import GroupMember
 from kcoord.client.coordinator.coordinators import GroupCoordinators
@@ -174,9 +174,9 @@ def pause_heartbeats(member: GroupMember, paused: bool = True) -> None:
     """Stop (or resume) a member's heartbeats while it stays 'stable' locally: a member
     that hangs without leaving."""
     if paused:
-        member._heartbeat_once = lambda: None  # shadows the method the heartbeat thread calls
+        member.heartbeats.beat = lambda: None  # shadows the method the heartbeat thread calls
     else:
-        del member._heartbeat_once
+        del member.heartbeats.beat
 
 
 def test_member_that_stops_heartbeating_is_removed_after_session_timeout(groups, topic12, group_id):

@@ -14,11 +14,13 @@ import pytest
 import ray
 
 import kcoord
-from kcoord import channel, records
+from kcoord import records
+from kcoord.calls import TIMEOUT, ActorCalls, BlockingCalls, CallFailed, channel
+from kcoord.calls.caller import _per_loop
+from kcoord.calls.direct import DirectCalls
 from kcoord.client.admin import Admin
 from kcoord.client.consumer import Consumer
 from kcoord.client.producer import Producer
-from kcoord.client.producer import sender as producer_sender
 from kcoord.client.producer.partitioner import partition_for_key
 from kcoord.client.types import TopicPartition
 from kcoord.protocol.errors import ErrorCode, KafkaError
@@ -317,25 +319,20 @@ def test_a_write_that_died_half_way_is_completed_by_its_retry(kcluster, make_top
 
 def test_idempotent_retry_after_a_lost_response_keeps_one_copy(kcluster, make_topic, monkeypatch):
     topic = make_topic()
-    real_ray_call = producer_sender.call_probing
-    real_direct_call = channel.DirectCalls.call
+    real_call = ActorCalls.call
     lose = [1]
 
-    def lossy(real):
-        async def call(*args, **kwargs):
-            answer = await real(*args, **kwargs)
-            if lose[0] and answer is not None:
-                lose[0] -= 1
-                raise asyncio.TimeoutError()  # the leader appended, but its answer is "lost"
-            return answer
-
-        return call
+    async def lossy(self, name, method, *args, **kwargs):
+        answer = await real_call(self, name, method, *args, **kwargs)
+        if method == "produce" and lose[0]:
+            lose[0] -= 1
+            raise CallFailed(TIMEOUT, "lost")  # the leader appended, but its answer is "lost"
+        return answer
 
     with Producer(kcluster) as p:
         first = p.send(topic, b"before").get(30)
         # The batch is re-sent, whichever way it went (Ray or the direct-call channel).
-        monkeypatch.setattr(producer_sender, "call_probing", lossy(real_ray_call))
-        monkeypatch.setattr(channel.DirectCalls, "call", lossy(real_direct_call))
+        monkeypatch.setattr(ActorCalls, "call", lossy)
         futs = [p.send(topic, b"r%d" % i) for i in range(10)]
         p.flush(30)
         metas = [f.get() for f in futs]
@@ -439,7 +436,7 @@ def test_produce_and_replication_go_over_direct_channels_and_survive_a_leader_ki
     with Producer(kcluster, linger_ms=0) as p:
         first = [p.send(topic, b"a-%03d" % i).get(30).offset for i in range(20)]
         assert first == list(range(20))
-        assert p._sender.direct is not None and p._sender.direct.calls >= 20
+        assert p._sender.calls.direct is not None and p._sender.calls.direct.calls >= 20
         views = {b: ray.get(kcluster.replica(topic, 0, b).describe.remote(), timeout=30) for b in md.replicas}
         assert views[md.leader]["direct_calls_served"] >= 20
         followers = [v for b, v in views.items() if b != md.leader]
@@ -451,8 +448,11 @@ def test_produce_and_replication_go_over_direct_channels_and_survive_a_leader_ki
     values = [r.value for r in read_all(kcluster, topic)]
     assert values == [b"a-%03d" % i for i in range(20)] + [b"b-%03d" % i for i in range(20)]
     # The consumer's fetches too, once it has learned the (new) leader's endpoint.
-    shared = channel.ThreadedDirectCalls.shared()
-    before = shared.direct.calls
+    def direct_calls() -> int:  # made by this process's synchronous clients (the consumer)
+        calls = _per_loop.get(BlockingCalls.shared().loop, {}).get(kcluster.namespace)
+        return calls.direct.calls if calls is not None and calls.direct is not None else 0
+
+    before = direct_calls()
     consumer = Consumer(cluster=kcluster, fetch_max_wait_ms=50)
     consumer.assign([TopicPartition(topic, 0)])
     consumer.seek(TopicPartition(topic, 0), 0)
@@ -461,7 +461,7 @@ def test_produce_and_replication_go_over_direct_channels_and_survive_a_leader_ki
     for _ in range(5):
         consumer.poll(timeout_ms=60)  # long polls of an idle partition, over the channel now
     consumer.close()
-    assert got == values and shared.direct.calls > before
+    assert got == values and direct_calls() > before
 
 
 @ray.remote(num_cpus=0, max_restarts=-1)
@@ -494,7 +494,7 @@ def test_a_channel_lookup_of_a_restarting_actor_gives_up_within_a_probe(ray_sess
         with pytest.raises(ray.exceptions.RayError):
             ray.get(actor.channel.remote(), timeout=30)
         ray_answer_s = time.monotonic() - started  # the baseline: Ray's own answer, same load
-        direct = channel.DirectCalls("this-node", lookup_timeout=30.0)
+        direct = DirectCalls("this-node", lookup_timeout=30.0)
 
         async def look_up() -> tuple[object, float]:
             started = time.monotonic()

@@ -9,7 +9,7 @@ import pytest
 
 @pytest.fixture(scope="session")
 def kafka_bootstrap(kcluster):
-    from kcoord.kafka.deploy import start_listeners, stop_listeners
+    from kcoord.cluster.listeners import start_listeners, stop_listeners
 
     bootstrap = start_listeners(kcluster.name, kcluster.namespace, port=0, local=True)
     yield bootstrap

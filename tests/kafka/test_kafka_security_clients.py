@@ -55,7 +55,7 @@ def secure(ray_session, tmp_path_factory):
     """A 3-broker cluster whose listener starts as SASL_PLAINTEXT; users admin (super
     user), alice (everything on m-...) and writer (see the ACL test)."""
     from kcoord.cluster.deploy import deploy, teardown
-    from kcoord.cluster.groups import configure_group_coordinators
+    from kcoord.cluster.group_coordinators import configure_group_coordinators
 
     name = f"sec-{uuid.uuid4().hex[:6]}"
     data_dir = tmp_path_factory.mktemp("kcoord-sec")
@@ -80,7 +80,7 @@ def secure(ray_session, tmp_path_factory):
 
 
 def restart(secure, security: dict, options: dict | None = None) -> str:
-    from kcoord.kafka.deploy import restart_listeners
+    from kcoord.cluster.listeners import restart_listeners
 
     return restart_listeners(secure.name, secure.namespace, kafka_security={"super_users": ["admin"], **security}, kafka_options=options)
 

@@ -21,7 +21,7 @@ from kafka.protocol.admin import DescribeAclsRequest, DescribeAclsResponse
 from kafka.protocol.metadata import FindCoordinatorRequest, FindCoordinatorResponse
 
 from kcoord.kafka.handlers import ListenerContext, build_apis
-from kcoord.kafka.security import ConnectionLimits, ListenerSecurity
+from kcoord.kafka.listener_security import ConnectionLimits, ListenerSecurity
 from kcoord.kafka.server import KafkaServer
 from kcoord.protocol.controller import (
     CreateTopicsResponse,

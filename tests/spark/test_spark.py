@@ -11,7 +11,7 @@ import pytest
 
 from ray_data_support import check_write_retried_once_and_read_back
 from waiting import wait_until
-from kcoord.cluster.groups import configure_group_coordinators
+from kcoord.cluster.group_coordinators import configure_group_coordinators
 from kcoord import spark as ks
 from kcoord.client.admin import Admin
 from kcoord.client.consumer import Consumer

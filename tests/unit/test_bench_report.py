@@ -327,7 +327,7 @@ def test_suite_runs_every_script_records_the_failure_and_merges_reruns(tmp_path)
 
 
 def test_kcoord_bench_fails_with_one_line_when_a_benchmark_fails(tmp_path, monkeypatch, capsys):
-    from kcoord.cli import bench as bench_cmd
+    from kcoord.cli import bench_cmds as bench_cmd
     from kcoord.cli import main
 
     bench = stand_in_benchmarks(tmp_path)

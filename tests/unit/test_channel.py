@@ -1,17 +1,19 @@
-"""The direct-call channel (kcoord.channel) between two asyncio loops, without Ray: answers
-in any order, errors, a server that goes away, refused endpoints, bad frames."""
+"""The direct-call channel (kcoord.calls.channel, .direct) between two asyncio loops, and the
+call stack on top of it (kcoord.calls.ActorCalls, BlockingCalls), without Ray: answers in
+any order, errors, a server that goes away, refused endpoints, bad frames, the verdicts."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import socket
-import time
 
 import pytest
 
-from kcoord import channel
-from kcoord.channel import HEADER, ChannelClient, ChannelServer, ChannelUnavailable, DirectCalls, Endpoint, RemoteError
+from kcoord.calls import DEAD, ERROR, TIMEOUT, ActorCalls, BlockingCalls, CallFailed, HandleCache
+from kcoord.calls import channel
+from kcoord.calls.channel import HEADER, ChannelClient, ChannelServer, ChannelUnavailable, Endpoint, RemoteError
+from kcoord.calls.direct import DirectCalls
 
 pytestmark = pytest.mark.skipif(not channel.enabled(), reason="channels need Linux abstract sockets")
 
@@ -309,52 +311,157 @@ def test_a_watcher_connects_to_an_actor_whose_lookup_failed_without_waiting_for_
     run(main())
 
 
-def test_threaded_direct_calls_use_ray_until_the_endpoint_is_known_then_the_channel() -> None:
-    from kcoord.channel import ThreadedDirectCalls
+class Replica(FakeHandle):
+    """A fake replica's handle for ActorCalls: its endpoint, and Ray methods answering
+    ``ray:<method>:<payload>`` (or raising ``ray_error``)."""
 
-    threaded = ThreadedDirectCalls("node-a")
-    server = ChannelServer(Echo(), "node-a")
-    ep = asyncio.run_coroutine_threadsafe(server.start(), threaded.loop).result(5)
-    handle = FakeHandle(ep)
-    assert threaded.submit("r0", handle, "produce", b"x") is None  # unknown yet: this call goes through Ray
-    deadline = time.monotonic() + 5
-    while (fut := threaded.submit("r0", handle, "produce", b"y")) is None:
-        assert time.monotonic() < deadline, "endpoint never looked up"
-    assert fut.result(5) == b"produce:y" and handle.asked == 1
+    def __init__(self, endpoint: Endpoint | None) -> None:
+        super().__init__(endpoint)
+        self.ray_calls: list[str] = []
+        self.ray_error: BaseException | None = None
+        handle = self
 
-    async def shut_down():
-        tasks = [c.task for c in threaded.direct.client._connections.values()]
-        threaded.direct.client.close()
+        class _RayMethod:
+            def __init__(self, name: str) -> None:
+                self.name = name
+
+            def remote(self, payload: bytes = b""):
+                handle.ray_calls.append(self.name)
+                fut = asyncio.get_running_loop().create_future()
+                if handle.ray_error is not None:
+                    fut.set_exception(handle.ray_error)
+                else:
+                    fut.set_result(b"ray:" + self.name.encode() + b":" + payload)
+                return fut
+
+        for name in channel.METHODS + ("describe",):
+            setattr(self, name, _RayMethod(name))
+
+
+class KnownHandles(HandleCache):
+    """Handles of the actors the test made; any other name is no actor (Ray is not asked)."""
+
+    def lookup(self, name: str):
+        if name not in self:
+            raise ValueError(f"no actor {name!r}")
+        return self[name]
+
+
+def calls_with(handle: FakeHandle, direct: bool = True) -> ActorCalls:
+    handles = KnownHandles("ns")
+    handles["r0"] = handle
+    return ActorCalls("ns", handles=handles, direct=DirectCalls("node-a") if direct else None)
+
+
+def test_actor_calls_use_the_channel_where_they_can_and_ray_where_they_must() -> None:
+    async def main():
+        echo = Echo()
+        server = ChannelServer(echo, "node-a")
+        handle = Replica(await server.start())
+        calls = calls_with(handle)
+        assert await calls.call("r0", "produce", b"x", timeout=5) == b"produce:x"  # over the channel
+        assert await calls.call("r0", "describe", timeout=5) == b"ray:describe:"  # not a channel method
+        handle.endpoint = Endpoint("node-b", handle.endpoint.address)
+        other = calls_with(handle)  # the same replica seen from another node
+        assert await other.call("r0", "produce", b"y", timeout=5) == b"ray:produce:y"
+        assert handle.ray_calls == ["describe", "produce"]
+        calls.close()
         server.close()
-        await asyncio.gather(*tasks, return_exceptions=True)
-        await until(lambda: not server._writers, "the server's connections to end")
 
-    asyncio.run_coroutine_threadsafe(shut_down(), threaded.loop).result(5)
-    threaded.loop.call_soon_threadsafe(threaded.loop.stop)
-    threaded.thread.join(5)
-    threaded.loop.close()
+    run(main())
 
 
-def test_a_forked_child_gets_its_own_channel_thread(monkeypatch):
-    """A child forked after the parent's consumer started inherits the shared instance but
-    not its thread: it must not schedule calls on a loop nobody runs (they would hang)."""
+def test_the_verdicts_of_a_call_and_which_forget_the_handle() -> None:
+    async def main():
+        echo = Echo()
+        server = ChannelServer(echo, "node-a")
+        handle = Replica(await server.start())
+        calls = calls_with(handle)
+        with pytest.raises(CallFailed) as failed:
+            await calls.call("r0", "produce", b"boom", timeout=5)  # raised in the actor
+        assert failed.value.kind == ERROR and "r0" in calls.handles
+        with pytest.raises(CallFailed) as failed:
+            await calls.call("r0", "fetch", b"parked", timeout=0.05)  # no answer in time
+        assert failed.value.kind == TIMEOUT and "r0" not in calls.handles  # looked up again next time
+        calls.handles["r0"] = handle
+        with pytest.raises(CallFailed) as failed:
+            await calls.call("nobody", "produce", b"x", timeout=5)
+        assert failed.value.kind == DEAD and failed.value.kafka_name == "NETWORK_EXCEPTION"
+        calls.close()
+        server.close()
+
+    run(main())
+
+
+def test_a_broken_channel_fails_a_produce_as_dead_and_sends_a_read_again_through_ray() -> None:
+    """A produce may have run when its connection broke: DEAD, as a Ray call to an actor
+    that died. A fetch changes nothing: it goes again through Ray, whose verdict stands
+    (here: an answer -- Ray restarted the actor)."""
+
+    async def main():
+        echo = Echo()
+        server = ChannelServer(echo, "node-a")
+        handle = Replica(await server.start())
+        calls = calls_with(handle)
+        assert await calls.call("r0", "produce", b"warm", timeout=5) == b"produce:warm"
+        fetch = await calls.submit("r0", "fetch", b"f", timeout=5)
+        await until(lambda: echo.seen[-1][0] == "fetch", "the fetch to arrive")
+        server.close()  # its process dies with the fetch in flight
+        assert await fetch == b"ray:fetch:f"
+        assert not calls.direct.is_suspect("r0")  # Ray answered for it
+        restarted = ChannelServer(echo, "node-a")
+        handle.endpoint = await restarted.start()
+        assert await calls.call("r0", "produce", b"again", timeout=5) == b"produce:again"
+        produce = await calls.submit("r0", "produce", b"p", timeout=5)
+        restarted.close()
+        with pytest.raises(CallFailed) as failed:
+            await produce
+        assert failed.value.kind == DEAD and handle.ray_calls == ["fetch"]
+        calls.close()
+
+    run(main())
+
+
+def test_blocking_calls_run_on_one_loop_thread_and_refuse_to_wait_for_themselves() -> None:
+    blocking = BlockingCalls()
+    try:
+        server = ChannelServer(Echo(), "node-a")
+        handle = Replica(blocking.start(server.start()).result(5))
+        calls = calls_with(handle)
+        assert blocking.run(calls.call("r0", "produce", b"x", timeout=5)) == b"produce:x"
+
+        async def nested():
+            return blocking.run(calls.call("r0", "produce", b"y", timeout=5))
+
+        with pytest.raises(RuntimeError, match="wait for itself"):
+            blocking.run(nested())
+        blocking.start(_close(calls, server)).result(5)
+    finally:
+        blocking.stop()
+        blocking.loop.close()
+
+
+async def _close(calls: ActorCalls, server: ChannelServer) -> None:
+    calls.close()
+    server.close()
+
+
+def test_a_forked_child_gets_its_own_calls_thread(monkeypatch):
+    """A child forked after the parent made calls inherits the shared instance but not its
+    thread: it must not schedule calls on a loop nobody runs (they would hang)."""
     import os
 
-    from kcoord.channel import ThreadedDirectCalls
-
-    monkeypatch.setattr(channel, "current_node_id", lambda: "node-a")
-    monkeypatch.setattr(ThreadedDirectCalls, "_shared", None)
-    parent = ThreadedDirectCalls.shared()
-    assert parent is not None and ThreadedDirectCalls.shared() is parent
+    monkeypatch.setattr(BlockingCalls, "_shared", None)
+    parent = BlockingCalls.shared()
+    assert BlockingCalls.shared() is parent
     read, write = os.pipe()
     pid = os.fork()
     if pid == 0:  # the child: a new instance whose thread runs
-        child = ThreadedDirectCalls.shared()
-        ok = child is not parent and child.thread.is_alive()
+        child = BlockingCalls.shared()
+        ok = child is not parent and child.thread.is_alive() and child.run(asyncio.sleep(0, "ran")) == "ran"
         os.write(write, b"1" if ok else b"0")
         os._exit(0)
     os.waitpid(pid, 0)
     assert os.read(read, 1) == b"1"
-    parent.loop.call_soon_threadsafe(parent.loop.stop)
-    parent.thread.join(5)
+    parent.stop()
     parent.loop.close()

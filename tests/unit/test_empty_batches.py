@@ -9,7 +9,7 @@ import pytest
 from aiokafka.record._crecords.default_records import DefaultRecordBatch
 
 from kcoord import records as R
-from kcoord.client.consumer.records import decode_chunk
+from kcoord.client.consumer.segments import decode_chunk
 from kcoord.client.consumer.subscription_state import AssignedPartition
 from kcoord.client.types import TopicPartition
 from kcoord.kafka.batches import build_kafka_batch, set_offsets, to_kafka

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from kcoord.kafka.deploy import exposure_warnings, listener_options
-from kcoord.kafka.security import ConnectionLimits
+from kcoord.cluster.listeners import exposure_warnings, listener_options
+from kcoord.kafka.listener_security import ConnectionLimits
 
 
 def test_limits_with_kafkas_names_and_defaults() -> None:

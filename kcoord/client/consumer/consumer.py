@@ -1,7 +1,8 @@
 """Consumer: read records from partition leaders (kafka-python's KafkaConsumer, on Ray).
 
-No background thread: a fetch is a Ray actor call, and Ray moves its answer into this
-process while the user is busy elsewhere. The consumer keeps one long-poll Fetch in flight
+Fetches run on the process's calls thread (:mod:`kcoord.calls`: over a leader's direct-call
+channel on this node, a Ray actor call otherwise), so answers arrive while the user is busy
+elsewhere. The consumer keeps one long-poll Fetch in flight
 per assigned partition, issued again as soon as the previous answer is taken in, so the
 next chunk is usually already here when ``poll()`` needs it. Answers are decoded lazily,
 one chunk at a time, into :class:`ConsumerRecord` tuples built without Python bytecode per
@@ -16,9 +17,10 @@ reads what the group assigns it. The group logic lives in
 A Consumer owns its parts and hands each what it needs: a
 :class:`~kcoord.client.consumer.subscription_state.SubscriptionState` (the assigned
 partitions, positions, seeks, pause/resume), a :class:`~kcoord.client.consumer.fetcher.Fetcher`
-over it (the fetch pipeline), and with a group a
-:class:`~kcoord.client.coordinator.GroupMember`. Decoding and record building are in
-:mod:`kcoord.client.consumer.records`. This module holds the public API and ``poll()``.
+over it (the fetch pipeline), a :class:`~kcoord.client.consumer.collector.RecordCollector`
+(taking buffered records out, decoding and deserializing them) and with a group a
+:class:`~kcoord.client.coordinator.GroupMember`. This module holds the public API and
+``poll()``.
 """
 
 from __future__ import annotations
@@ -26,19 +28,18 @@ from __future__ import annotations
 import logging
 import re
 import time
-from collections import deque
 from typing import Any, Iterable, Iterator
 
 from ...protocol.errors import ErrorCode, KafkaError
 from ...protocol.replication import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
 from ..cluster import ClusterClient, connect
 from ..coordinator import GroupMember
-from ..errors import SerializationError
 from ..metrics import RequestStats
 from ..types import ConsumerRecord, OffsetAndMetadata, OffsetAndTimestamp, TopicPartition
+from .collector import RecordCollector
 from .fetcher import Fetcher
-from .records import RecordColumns, columns_of, decode_chunk, records_of
-from .subscription_state import RESET_POLICIES, AssignedPartition, SubscriptionState
+from .segments import RecordColumns
+from .subscription_state import RESET_POLICIES, SubscriptionState
 
 logger = logging.getLogger("kcoord.consumer")
 
@@ -166,8 +167,14 @@ class Consumer:
             retry_backoff_ms=retry_backoff_ms,
             stats=self._stats,
         )
-        self._rotation = 0
-        self._iter: deque = deque()  # [state, generation, records, index] for __next__
+        self._records = RecordCollector(
+            self._subscriptions,
+            self._stats,
+            self._metrics,
+            key_deserializer=key_deserializer,
+            value_deserializer=value_deserializer,
+            check_crcs=check_crcs,
+        )
         self._closed = False
         self._topics = tuple(topics)
         for t in topics:
@@ -406,7 +413,7 @@ class Consumer:
             max_records = self.max_poll_records
         elif type(max_records) is not int or max_records < 1:
             raise ValueError(f"max_records must be an int >= 1, got {max_records!r}")
-        self._abandon_iter()
+        self._records.abandon_iteration()
         self._metrics["polls"] += 1
         return self._poll(timeout_ms, max_records, advance=True)
 
@@ -420,17 +427,9 @@ class Consumer:
             max_records = 64 * self.max_poll_records
         elif type(max_records) is not int or max_records < 1:
             raise ValueError(f"max_records must be an int >= 1, got {max_records!r}")
-        self._abandon_iter()
+        self._records.abandon_iteration()
         self._metrics["polls"] += 1
         return self._poll(timeout_ms, max_records, advance=True, columns=True)
-
-    def _abandon_iter(self) -> None:
-        """poll() after iterating: records the iterator took but did not yield yet are
-        fetched again from the position (nothing is skipped)."""
-        while self._iter:
-            st, generation, recs, i = self._iter.popleft()
-            if i < len(recs) and st.generation == generation and self._subscriptions.assigned.get(st.tp) is st:
-                self._subscriptions.reposition(st, st.position)
 
     def _poll(self, timeout_ms: float, max_records: int, advance: bool, columns: bool = False) -> dict[TopicPartition, Any]:
         deadline = _monotonic() + max(0.0, timeout_ms) / 1000
@@ -440,16 +439,16 @@ class Consumer:
             if self._group is not None:
                 self._group.poll()  # liveness for max_poll_interval_ms, rebalances, auto-commit
             self._subscriptions.resolve_positions([st for st in self._subscriptions.assigned.values() if st.position is None])
-            self._raise_errors()
+            self._records.raise_errors()
             # Take in every answer that has landed, even with records still buffered: an
             # answer left in Ray would hold back its partition (and the next fetch of it)
             # until all the others run dry, and would look unanswered to the overdue checks.
             self._fetcher.take_ready(0.0)
-            out = self._collect(max_records, advance, columns)
+            out = self._records.collect(max_records, advance, columns)
             self._fetcher.send_fetches()
             if out:
                 return out
-            self._raise_errors()
+            self._records.raise_errors()
             remaining = deadline - _monotonic()
             if remaining <= 0:
                 return {}
@@ -464,119 +463,6 @@ class Consumer:
             else:
                 self._fetcher.idle_wait(min(remaining, self._backoff_s))
 
-    def _raise_errors(self) -> None:
-        for st in self._subscriptions.assigned.values():
-            if st.error is not None:
-                err, st.error = st.error, None
-                raise err
-
-    def _collect(self, max_records: int, advance: bool, columns: bool = False) -> dict[TopicPartition, Any]:
-        """Take up to ``max_records`` buffered records, partitions in rotation: as
-        ConsumerRecord lists, or as RecordColumns with ``columns``."""
-        out: dict[TopicPartition, Any] = {}
-        touched: list[tuple[AssignedPartition, int | None]] = []  # (partition, position before this call)
-        states = list(self._subscriptions.assigned.values())
-        n = len(states)
-        want = max_records
-        for j in range(n):
-            st = states[(self._rotation + j) % n]
-            if st.paused or st.position is None:
-                continue
-            pieces = []
-            while want > 0:
-                if not st.segments:
-                    if not st.pending:
-                        break
-                    self._decode_next(st)
-                    continue
-                seg = st.segments[0]
-                lo = seg.start
-                hi = min(len(seg.values), lo + want)
-                pieces.append((seg, lo, hi))
-                want -= hi - lo
-                seg.start = hi
-                if hi >= len(seg.values):
-                    st.segments.popleft()
-            if not pieces:
-                continue
-            last_seg, _, last_hi = pieces[-1]
-            deserialize = self.key_deserializer is not None or self.value_deserializer is not None
-            try:
-                if columns:
-                    cols = columns_of(st.tp, pieces)
-                    if deserialize:
-                        cols = self._deserialize_columns(st, pieces, cols)
-                elif deserialize:
-                    take = self._deserialize_records(st, pieces, records_of(st.tp, pieces))
-            except SerializationError as exc:
-                self._stats.record_errors.add(exc)
-                # Nothing of this call is returned: every partition read here starts again
-                # where it stood before it (fetched anew), so the next call raises at the
-                # same record until the user seeks past it; nothing is skipped.
-                touched.append((st, st.position))
-                for s, before in touched:
-                    self._subscriptions.reposition(s, before)
-                raise
-            touched.append((st, st.position))
-            if columns:
-                out[st.tp] = cols
-                n_taken = len(cols)
-            else:
-                if not deserialize:
-                    take = records_of(st.tp, pieces)
-                if not advance:
-                    self._iter.append([st, st.generation, take, 0])
-                out[st.tp] = take
-                n_taken = len(take)
-            if advance:
-                st.position = last_seg.base + last_hi
-                self._metrics["records_consumed"] += n_taken
-            if want <= 0:
-                self._rotation = (self._rotation + j + 1) % n
-                break
-        else:
-            if n:
-                self._rotation = (self._rotation + 1) % n
-        return out
-
-    def _deserialize(self, f: Any, what: str, data: Any, st: AssignedPartition, offset: int) -> Any:
-        try:
-            return f(data)
-        except Exception as exc:
-            raise SerializationError(
-                f"{what} failed for the record at offset {offset} of topic {st.tp.topic!r} partition {st.tp.partition}: "
-                f"{type(exc).__name__}: {exc}"
-            ) from exc
-
-    def _deserialize_records(self, st: AssignedPartition, pieces: list, take: list[ConsumerRecord]) -> list[ConsumerRecord]:
-        kd, vd = self.key_deserializer, self.value_deserializer
-        out = []
-        for rec in take:
-            key = rec.key if kd is None or rec.key is None else self._deserialize(kd, "key_deserializer", rec.key, st, rec.offset)
-            value = rec.value if vd is None or rec.value is None else self._deserialize(vd, "value_deserializer", rec.value, st, rec.offset)
-            out.append(rec._replace(key=key, value=value))
-        return out
-
-    def _deserialize_columns(self, st: AssignedPartition, pieces: list, cols: Any) -> Any:
-        kd, vd = self.key_deserializer, self.value_deserializer
-        keys = cols.keys if kd is None else [
-            k if k is None else self._deserialize(kd, "key_deserializer", k, st, o) for k, o in zip(cols.keys, cols.offsets)
-        ]
-        values = cols.values if vd is None else [
-            v if v is None else self._deserialize(vd, "value_deserializer", v, st, o) for v, o in zip(cols.values, cols.offsets)
-        ]
-        return cols._replace(keys=keys, values=values)
-
-    def _decode_next(self, st: AssignedPartition) -> None:
-        try:
-            decode_chunk(st, self.check_crcs)
-        except KafkaError as exc:
-            self._stats.record_errors.add(exc)
-            # A corrupt batch: fetch again from the first record not yet returned, so that
-            # every poll() raises until the user seeks past it (as Kafka's consumer does).
-            self._subscriptions.reposition(st, st.decode_from if st.decode_from >= 0 else st.position)
-            raise
-
     # ------------------------------------------------------------------------------------
     # iterator form
     # ------------------------------------------------------------------------------------
@@ -589,16 +475,8 @@ class Consumer:
         self._check_open()
         deadline = _monotonic() + self.consumer_timeout_ms / 1000
         while True:
-            while self._iter:
-                entry = self._iter[0]
-                st, generation, recs, i = entry
-                if i >= len(recs) or st.generation != generation or st.paused or self._subscriptions.assigned.get(st.tp) is not st:
-                    self._iter.popleft()
-                    continue
-                entry[3] = i + 1
-                rec = recs[i]
-                st.position = rec.offset + 1
-                self._metrics["records_consumed"] += 1
+            rec = self._records.next_iterated()
+            if rec is not None:
                 return rec
             remaining = deadline - _monotonic()
             if remaining <= 0:
@@ -644,7 +522,7 @@ class Consumer:
         for st in self._subscriptions.assigned.values():
             st.drop_in_flight()
             st.clear_buffer()
-        self._iter.clear()
+        self._records.iterating.clear()
         self._closed = True
 
     def _check_open(self) -> None:

@@ -7,22 +7,23 @@ answered with hints (see :mod:`kcoord.log.hints`). The consumer's :class:`Fetche
 range reads of Spark and Ray Data tasks (:class:`kcoord.spark.tasks.RangeReader`) use it.
 
 :class:`Fetcher` is the consumer's fetch pipeline: one long-poll Fetch in flight per
-assigned partition. A fetch is a Ray actor call, or, to a leader on this node whose
-endpoint is known, a direct call over its channel (:mod:`kcoord.channel`, answered on the
-process's channel thread); either way the answer arrives while the user is busy elsewhere,
-and the next fetch of a partition goes out as soon as the previous answer is taken in, so
-the next chunk is usually already here when ``poll()`` needs it. Errors back off, refresh metadata, reset the position (OFFSET_OUT_OF_RANGE) or
-surface from the next poll().
+assigned partition. Fetches go through kcoord's one call stack (:mod:`kcoord.calls`, on the
+process's calls thread): to a leader on this node over its direct-call channel, otherwise
+as a Ray actor call; either way the answer arrives while the user is busy elsewhere, and
+the next fetch of a partition goes out as soon as the previous answer is taken in, so the
+next chunk is usually already here when ``poll()`` needs it. Errors back off, refresh
+metadata, reset the position (OFFSET_OUT_OF_RANGE) or surface from the next poll().
 
-A fetch that is not answered in time is given up, whatever the reason: the leader holds a
-fetch at most ``fetch_max_wait_ms``, so one still unanswered ``OVERDUE_S`` after that is
-*overdue*. From then on, every ``PROBE_EVERY_S``, the consumer asks Ray's GCS whether the
-leader actor is dead or restarting and (at most every ``METADATA_CHECK_S`` per topic) the
-controller who leads the partition now; a gone actor or a new leader/epoch abandons the
-fetch at once. A fetch still unanswered :func:`fetch_timeout_s` after it was sent is
-abandoned too (a leader that is alive per Ray but does not answer). Abandoning drops the
-cached actor handle, so the next fetch looks the leader up again (``ray.get_actor``) with
-fresh metadata; a late answer to an abandoned fetch is ignored.
+A fetch that is not answered in time is given up, whatever the reason. The leader holds a
+fetch at most ``fetch_max_wait_ms``: after that the call is late, and asks Ray's GCS
+whether its actor is dead or restarting as the retry policy says (:mod:`kcoord.calls.retry`),
+failing at once if it is; a fetch still unanswered :func:`fetch_timeout_s` after it was
+sent times out (a leader that is alive per Ray but does not answer). A fetch unanswered
+``OVERDUE_S`` past ``fetch_max_wait_ms`` is *overdue*: the consumer asks the controller (at
+most every ``METADATA_CHECK_S`` per topic) who leads the partition now, and a new
+leader/epoch abandons the fetch at once. A failed or abandoned fetch drops the cached actor
+handle, so the next fetch looks the leader up again with fresh metadata; a late answer to
+an abandoned fetch is ignored.
 """
 
 from __future__ import annotations
@@ -30,14 +31,13 @@ from __future__ import annotations
 import concurrent.futures
 import logging
 import time
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 import ray
-from ray.exceptions import RayActorError
 
-from ... import channel
 from ... import records as _records
-from ...calls import GONE, actor_state
+from ...calls import ERROR, CallFailed
+from ...calls.retry import probing_after
 from ...log.hints import read_hinted
 from ...protocol.controller import PartitionMetadata
 from ...protocol.errors import ErrorCode, KafkaError
@@ -50,20 +50,17 @@ logger = logging.getLogger("kcoord.consumer")
 
 _monotonic = time.monotonic
 
-# A fetch unanswered this long after fetch_max_wait_ms is overdue: probe its leader.
+# A fetch unanswered this long after fetch_max_wait_ms is overdue: is its leader still the
+# leader? ...
 OVERDUE_S = 0.5
-# How often an overdue fetch's leader is probed (GCS) ...
-PROBE_EVERY_S = 0.25
-# ... and how often, at most, the metadata of a topic with overdue fetches is refreshed.
+# ... asked of the controller at most this often per topic, and this often per fetch.
 METADATA_CHECK_S = 1.0
+CHECK_EVERY_S = 0.25
 # A fetch is given up fetch_max_wait_ms + min(request_timeout_ms, FETCH_GRACE_MS) after it
 # was sent, even if its leader is alive per Ray (request_timeout_ms-style, but sized for a
 # long poll: a healthy leader answers a fetch well within a second of fetch_max_wait_ms,
 # even on a loaded machine).
 FETCH_GRACE_MS = 5000
-# With fetches in flight over Ray and over direct channels at once, how often take_ready()
-# looks at Ray while it waits on the channels.
-MIXED_WAIT_SLICE_S = 0.002
 # Forced metadata refreshes (a gone or moved leader) closer together than this are one.
 MIN_FORCED_S = 0.005
 
@@ -94,8 +91,7 @@ def fetched_records(response: FetchResponse, fetch_offset: int) -> tuple[bytes |
 class SentFetch(NamedTuple):
     """A Fetch on its way to a partition leader."""
 
-    ref: Any  # a Ray ObjectRef, or a concurrent Future of a direct call (kcoord.channel)
-    handle: Any
+    answer: concurrent.futures.Future  # of the answer's bytes; fails with kcoord.calls.CallFailed
     actor: str
     leader: int
     leader_epoch: int
@@ -106,21 +102,19 @@ class SentFetch(NamedTuple):
 class LeaderFetches:
     """Sends Fetch requests to partition leaders for one process (see the module doc)."""
 
-    def __init__(self, cluster: ClusterClient, *, max_bytes: int, min_bytes: int, max_wait_ms: int, direct: bool = False) -> None:
-        """``direct``: send fetches to a leader on this node over its direct-call channel
-        when its endpoint is known (``SentFetch.ref`` is then a concurrent Future)."""
+    def __init__(self, cluster: ClusterClient, *, max_bytes: int, min_bytes: int, max_wait_ms: int, request_timeout_ms: int) -> None:
         self.cluster = cluster
         self.max_bytes = max_bytes
         self.min_bytes = min_bytes
         self.max_wait_ms = max_wait_ms
+        self.timeout_s = fetch_timeout_s(max_wait_ms, request_timeout_ms)
+        self.probing = probing_after(max_wait_ms / 1000)
         self.node_id = local_node_id()
-        self.direct = channel.ThreadedDirectCalls.shared() if direct and self.node_id else None
 
     def send(self, topic: str, partition: int, pm: PartitionMetadata, offset: int, *, hinted: bool = True) -> SentFetch:
-        """Fetch from ``offset`` at the leader ``pm`` names; KafkaError if its actor cannot
-        be found. ``hinted=False`` asks for the bytes even from a leader on this node."""
+        """Fetch from ``offset`` at the leader ``pm`` names. ``hinted=False`` asks for the
+        bytes even from a leader on this node."""
         name = self.cluster.replica_name(topic, partition, pm.leader)
-        handle = self.cluster.handle(name)
         request = FetchRequest(
             topic,
             partition,
@@ -131,11 +125,8 @@ class LeaderFetches:
             current_leader_epoch=pm.leader_epoch,
             node_id=self.node_id if hinted else "",
         )
-        payload = request.encode()
-        ref = self.direct.submit(name, handle, "fetch", payload) if self.direct is not None else None
-        if ref is None:
-            ref = handle.fetch.remote(payload)
-        return SentFetch(ref, handle, name, pm.leader, pm.leader_epoch, offset, _monotonic())
+        answer = self.cluster.submit(name, "fetch", request.encode(), timeout=self.timeout_s, probing=self.probing)
+        return SentFetch(answer, name, pm.leader, pm.leader_epoch, offset, _monotonic())
 
 
 class Fetcher:
@@ -158,18 +149,16 @@ class Fetcher:
         self.subscriptions = subscriptions
         self.stats = stats  # fetch latency and failed fetches (the consumer's metrics())
         self._leaders = LeaderFetches(
-            cluster, max_bytes=max_partition_fetch_bytes, min_bytes=fetch_min_bytes, max_wait_ms=fetch_max_wait_ms, direct=True
+            cluster, max_bytes=max_partition_fetch_bytes, min_bytes=fetch_min_bytes, max_wait_ms=fetch_max_wait_ms, request_timeout_ms=request_timeout_ms
         )
         self._backoff_s = retry_backoff_ms / 1000
-        # A fetch in flight is checked (GCS probe, metadata) once overdue, and given up at
-        # the fetch timeout.
+        # A fetch in flight is checked (who leads now) once overdue.
         self._overdue_s = fetch_max_wait_ms / 1000 + OVERDUE_S
-        self._fetch_timeout_s = fetch_timeout_s(fetch_max_wait_ms, request_timeout_ms)
         self._refresh_timeout_ms = min(request_timeout_ms, FETCH_GRACE_MS)
         self._last_refresh: dict[str, float] = {}
 
-    def _in_flight(self) -> dict[Any, AssignedPartition]:
-        """ObjectRef of every fetch in flight -> its partition."""
+    def _in_flight(self) -> dict[concurrent.futures.Future, AssignedPartition]:
+        """The answer of every fetch in flight -> its partition."""
         return {st.in_flight: st for st in self.subscriptions.assigned.values() if st.in_flight is not None}
 
     def in_flight(self) -> bool:
@@ -181,6 +170,7 @@ class Fetcher:
         topic's metadata."""
         self.stats.request_errors.add(why)
         actor = st.in_flight_actor
+        st.in_flight.cancel()
         st.drop_in_flight()
         if actor:
             self.cluster.forget(actor)
@@ -189,7 +179,8 @@ class Fetcher:
             st.backoff_until = now + self._backoff_s
 
     def _check_overdue(self, now: float) -> None:
-        """Give up fetches whose leader is gone, moved, or silent past the fetch timeout."""
+        """Give up fetches whose partition has moved to another leader (the call itself
+        fails when its leader is gone or silent past the fetch timeout)."""
         overdue = [st for st in self.subscriptions.assigned.values() if st.in_flight is not None and now >= st.next_check]
         if not overdue:
             return
@@ -198,20 +189,7 @@ class Fetcher:
         for st in overdue:
             if st.in_flight is None:
                 continue
-            waited = now - st.in_flight_since
-            if waited >= self._fetch_timeout_s:
-                logger.warning(
-                    "fetch of %s from %s unanswered for %.1f s (fetch timeout %.1f s); looking the leader up again",
-                    st.tp, st.in_flight_actor, waited, self._fetch_timeout_s,
-                )
-                self._abandon(st, now, ErrorCode.REQUEST_TIMED_OUT.name)
-                continue
-            state = actor_state(st.in_flight_handle)
-            if state in GONE:
-                logger.info("leader %s of %s is %s (GCS) after %.1f s; refreshing metadata", st.in_flight_actor, st.tp, state, waited)
-                self._abandon(st, now, "ActorGoneError")
-                continue
-            st.next_check = now + PROBE_EVERY_S
+            st.next_check = now + CHECK_EVERY_S
             topics.add(st.tp.topic)
         for topic in topics:
             self._refresh(topic, min_interval=METADATA_CHECK_S)
@@ -261,18 +239,12 @@ class Fetcher:
                 self._refresh(topic)
                 st.backoff_until = now + self._backoff_s
                 continue
-            try:
-                sent = self._leaders.send(topic, partition, pm, st.fetch_offset, hinted=not st.no_hint)
-            except KafkaError:
-                self._refresh(topic)
-                st.backoff_until = now + self._backoff_s
-                continue
+            sent = self._leaders.send(topic, partition, pm, st.fetch_offset, hinted=not st.no_hint)
             st.no_hint = False
-            st.in_flight = sent.ref
+            st.in_flight = sent.answer
             st.in_flight_generation = st.generation
             st.in_flight_since = now
             st.in_flight_actor = sent.actor
-            st.in_flight_handle = sent.handle
             st.in_flight_leader = sent.leader
             st.in_flight_epoch = sent.leader_epoch
             st.next_check = now + self._overdue_s
@@ -282,34 +254,18 @@ class Fetcher:
         owner = self._in_flight()
         if not owner:
             return False
-        futures = [f for f in owner if isinstance(f, concurrent.futures.Future)]
-        refs = [r for r in owner if not isinstance(r, concurrent.futures.Future)]
-        if futures and refs and timeout > 0:
-            # Fetches over both Ray and direct channels: wait on the channels in short
-            # slices, checking Ray in between (rare: leaders on this node and on others).
-            deadline = _monotonic() + timeout
-            while True:
-                done, _ = concurrent.futures.wait(futures, timeout=min(MIXED_WAIT_SLICE_S, max(0.0, deadline - _monotonic())), return_when=concurrent.futures.FIRST_COMPLETED)
-                if done or ray.wait(refs, num_returns=1, timeout=0)[0] or _monotonic() >= deadline:
-                    break
-        elif futures and timeout > 0:
-            done, _ = concurrent.futures.wait(futures, timeout=timeout, return_when=concurrent.futures.FIRST_COMPLETED)
+        if timeout > 0:
+            done, _ = concurrent.futures.wait(owner, timeout=timeout, return_when=concurrent.futures.FIRST_COMPLETED)
             if not done:
                 return False
-        elif refs and timeout > 0:
-            ready, _ = ray.wait(refs, num_returns=1, timeout=timeout)
-            if not ready:
-                return False
-        ready = [f for f in futures if f.done()]
-        if refs:
-            ready += ray.wait(refs, num_returns=len(refs), timeout=0)[0]
+        ready = [f for f in owner if f.done()]
         if not ready:
             return False
-        for ref in ready:
-            st = owner[ref]
-            if st.in_flight is ref:
+        for answer in ready:
+            st = owner[answer]
+            if st.in_flight is answer:
                 st.in_flight = None
-                self._on_fetch(st, ref)
+                self._on_fetch(st, answer)
         return True
 
     def idle_wait(self, seconds: float) -> None:
@@ -317,26 +273,21 @@ class Fetcher:
         if seconds > 0:
             time.sleep(seconds)
 
-    def _on_fetch(self, st: AssignedPartition, ref: Any) -> None:
+    def _on_fetch(self, st: AssignedPartition, answer: concurrent.futures.Future) -> None:
         now = _monotonic()
-        st.in_flight_handle = None
         stats = self.stats
         try:
-            raw = ref.result() if isinstance(ref, concurrent.futures.Future) else ray.get(ref)
-        except (RayActorError, channel.ChannelUnavailable) as exc:
-            if isinstance(exc, channel.ChannelUnavailable) and not exc.sent:
-                return  # the channel refused before anything was sent: the next fetch goes through Ray
-            # The leader's process is gone (Ray says so, or its channel broke mid-call).
+            raw = answer.result()
+        except CallFailed as exc:
+            # Gone or silent: ask who leads now; a fetch that raised is tried again after a
+            # backoff, as Kafka's consumer does with UNKNOWN_SERVER_ERROR.
             stats.request_errors.add(exc)
-            self.cluster.forget(st.in_flight_actor)
-            logger.info("leader %s of %s unavailable (%s); refreshing metadata", st.in_flight_actor, st.tp, type(exc).__name__)
+            st.backoff_until = now + self._backoff_s
+            if exc.kind == ERROR:
+                logger.warning("fetch of %s from %s failed: %s", st.tp, st.in_flight_actor, exc.detail)
+                return
+            logger.info("leader %s of %s unavailable (%s); refreshing metadata", st.in_flight_actor, st.tp, exc)
             self._refresh(st.tp.topic, force=True)
-            st.backoff_until = now + self._backoff_s
-            return
-        except Exception as exc:
-            stats.request_errors.add(exc)
-            logger.warning("fetch of %s failed: %r", st.tp, exc)
-            st.backoff_until = now + self._backoff_s
             return
         # Measured when the answer is taken in (in poll()), so it includes time the
         # application spent between polls after the leader had answered.

@@ -35,11 +35,10 @@ class AssignedPartition:
     generation: int = 0  # bumped by seek/reset: answers to older fetches are dropped
     fetch_offset: int = -1  # where the next fetch starts (ahead of position: prefetch)
     decode_from: int = -1  # buffered records below this are skipped (after a seek)
-    in_flight: Any = None  # the fetch in flight: an ObjectRef, or a concurrent Future (kcoord.channel)
+    in_flight: Any = None  # the fetch in flight: the concurrent Future of its answer (kcoord.calls)
     in_flight_generation: int = -1
     in_flight_since: float = 0.0
     in_flight_actor: str = ""
-    in_flight_handle: Any = None  # the leader actor's handle it went to (for GCS probes)
     in_flight_leader: int = -1  # the leader and leader epoch it was sent under
     in_flight_epoch: int = -1
     next_check: float = 0.0  # when it is next checked for being overdue (monotonic s)
@@ -60,7 +59,6 @@ class AssignedPartition:
     def drop_in_flight(self) -> None:
         """Forget the fetch in flight: its answer, when it comes, is ignored."""
         self.in_flight = None
-        self.in_flight_handle = None
 
 
 ListOffsets = Callable[[list[TopicPartition], int], dict[TopicPartition, int]]

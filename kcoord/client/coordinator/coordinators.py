@@ -7,19 +7,21 @@ coordinator needs no round trip once ``N`` is known; ``N`` comes from the contro
 DescribeCluster and never changes for a cluster (it is the partition count of
 ``__consumer_offsets``).
 
-Retried until the deadline: a dead or restarting actor, COORDINATOR_LOAD_IN_PROGRESS,
-COORDINATOR_NOT_AVAILABLE and NOT_COORDINATOR. Other error codes are returned to the
-caller, who knows what they mean for its request.
+Calls go through kcoord's one call stack (:mod:`kcoord.calls`) and its retry policy: a
+dead or restarting actor, no answer in time, COORDINATOR_LOAD_IN_PROGRESS,
+COORDINATOR_NOT_AVAILABLE and NOT_COORDINATOR are retried after one backoff (a coordinator
+has no epoch to wait for) until the deadline. Other error codes are returned to the caller,
+who knows what they mean for its request.
 """
 
 from __future__ import annotations
 
+import asyncio
 import time
 from typing import Any, TypeVar
 
-from ray.exceptions import GetTimeoutError, RayActorError
-
-from ...calls import ActorGoneError, HandleCache, get_probing
+from ...calls import CallFailed, actor_calls
+from ...calls.retry import Step, step_after
 from ...group.placement import coordinator_for
 from ...protocol import names
 from ...protocol.codec import Message
@@ -29,10 +31,6 @@ from ...protocol.group import DescribeGroupsRequest, DescribeGroupsResponse, Off
 from ..cluster import ClusterClient
 
 R = TypeVar("R", bound=Message)
-
-# How often a slow call asks Ray's GCS whether the coordinator is gone (killed or
-# restarting): Ray itself fails such calls only after 1-2 s.
-PROBE_EVERY_S = 0.25
 
 # Answers that mean "this coordinator cannot serve right now, try again".
 COORDINATOR_RETRIABLE = frozenset(
@@ -51,7 +49,6 @@ class GroupCoordinators:
         self.cluster = cluster
         self.retry_backoff_ms = retry_backoff_ms
         self._count: int | None = None
-        self._handles = HandleCache(cluster.namespace)
 
     def count(self) -> int:
         """How many coordinators the cluster has (cached: it never changes)."""
@@ -73,14 +70,8 @@ class GroupCoordinators:
     def name(self, index: int) -> str:
         return names.group_coordinator(self.cluster.name, index)
 
-    def handle(self, index: int) -> Any:
-        try:
-            return self._handles.lookup(self.name(index))
-        except ValueError:
-            raise KafkaError(ErrorCode.COORDINATOR_NOT_AVAILABLE, f"group coordinator {self.name(index)!r} is not running") from None
-
     def forget(self, index: int) -> None:
-        self._handles.forget(self.name(index))
+        self.cluster.forget(self.name(index))
 
     def call(
         self,
@@ -96,40 +87,47 @@ class GroupCoordinators:
         coordinator-unavailable cases (see module doc) until ``timeout_s`` passes. After the
         deadline the last retriable answer is returned, or REQUEST_TIMED_OUT raised if there
         was none. ``attempt_timeout_s`` bounds one call (long-polls pass their own)."""
+        return self.cluster.calls.run(self.acall(index, method, request, response_type, timeout_s, attempt_timeout_s=attempt_timeout_s))
+
+    async def acall(
+        self,
+        index: int,
+        method: str,
+        request: Message,
+        response_type: type[R],
+        timeout_s: float,
+        *,
+        attempt_timeout_s: float | None = None,
+    ) -> R:
+        """:meth:`call` on the running loop."""
         deadline = time.monotonic() + timeout_s
+        calls = actor_calls(self.cluster.namespace)
+        name = self.name(index)
         data = request.encode()
         last: R | None = None
         last_error = "no attempt"
         while True:
             remaining = max(0.05, deadline - time.monotonic())
             try:
-                handle = self.handle(index)
-                ref = getattr(handle, method).remote(data)
                 # Not cancelled when the actor is gone: a call queued for the restarted
                 # actor runs in order before our retry, and both carry the same request.
-                raw = get_probing(ref, handle, min(remaining, attempt_timeout_s) if attempt_timeout_s else remaining, PROBE_EVERY_S)
+                raw = await calls.call(name, method, data, timeout=min(remaining, attempt_timeout_s) if attempt_timeout_s else remaining)
                 response = response_type.decode(raw)
                 if _top_level_code(response) not in COORDINATOR_RETRIABLE:
                     return response
                 last = response
                 last_error = f"{ErrorCode(_top_level_code(response)).name}: {getattr(response, 'error_message', '')}"
-            except (RayActorError, ActorGoneError) as exc:
-                self.forget(index)
-                last_error = f"coordinator {index} unavailable ({type(exc).__name__})"
-            except GetTimeoutError:
-                self.forget(index)  # alive per Ray but silent: the next attempt looks it up again
-                last_error = f"coordinator {index} did not answer {method} in time"
+            except CallFailed as exc:
+                if step_after(exc.kind) is Step.GIVE_UP:
+                    raise KafkaError(ErrorCode.UNKNOWN_SERVER_ERROR, f"{method} to group coordinator {index} failed: {exc.detail}") from None
+                last_error = f"coordinator {index} unavailable ({exc})"
             except DecodeError as exc:
                 last_error = f"bad answer: {exc}"
-            except KafkaError as exc:
-                if exc.code not in COORDINATOR_RETRIABLE:
-                    raise
-                last_error = str(exc)
             if time.monotonic() >= deadline:
                 if last is not None:
                     return last
                 raise KafkaError(ErrorCode.REQUEST_TIMED_OUT, f"{method} to group coordinator {index}: {last_error}")
-            time.sleep(self.retry_backoff_ms / 1000)
+            await asyncio.sleep(min(self.retry_backoff_ms / 1000, max(0.0, deadline - time.monotonic())))
 
     def call_group(self, group_id: str, method: str, request: Message, response_type: type[R], timeout_s: float, **kw: Any) -> R:
         return self.call(self.index_for(group_id), method, request, response_type, timeout_s, **kw)

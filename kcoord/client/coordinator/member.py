@@ -7,15 +7,15 @@ its :class:`~kcoord.client.coordinator.commits.OffsetCommitter`). It knows nothi
 fetching records; its *host* (the :class:`~kcoord.client.consumer.Consumer`) tells it the
 positions to commit and receives the partitions to read.
 
-Threads, as in Kafka's Java client:
+Its parts, built here and sharing one :class:`~.state.MemberState` (identity, generation,
+protocol state, one lock): a :class:`~.joining.JoinRound` (JoinGroup + SyncGroup, the
+leader's assignment), a :class:`~.heartbeat.HeartbeatThread` and the
+:class:`~.commits.OffsetCommitter`. Threads, as in Kafka's Java client:
 
 * the **poll thread** (whoever calls :meth:`GroupMember.poll`, i.e. ``Consumer.poll``) does
   every rebalance -- revoke callback, JoinGroup, SyncGroup, assign callback -- so user
   callbacks never run concurrently with the user's own processing;
-* the **heartbeat thread** only heartbeats. It learns that a rebalance started
-  (REBALANCE_IN_PROGRESS) and flags it for the next poll, and it leaves the group when the
-  poll thread has not polled within ``max_poll_interval_ms`` (a stuck consumer must not
-  hold partitions);
+* the **heartbeat thread** only heartbeats (:mod:`.heartbeat`);
 * ``commit_async`` runs on one worker thread, so asynchronous commits stay in order.
 
 The protocol is eager: all partitions are revoked before rejoining (commit in ``on_revoke``
@@ -32,33 +32,17 @@ import time
 from concurrent.futures import Future
 from typing import Any, Callable, Iterable, Mapping, Protocol
 
-from ...group.assignors import get_assignor, resolve_assignors
-from ...protocol.errors import DecodeError, ErrorCode, KafkaError, error_name
-from ...protocol.group import (
-    CONSUMER_PROTOCOL_TYPE,
-    NO_GENERATION,
-    NO_MEMBER_ID,
-    Assignment,
-    GroupHeartbeatRequest,
-    GroupHeartbeatResponse,
-    JoinGroupMember,
-    JoinGroupProtocol,
-    JoinGroupRequest,
-    JoinGroupResponse,
-    LeaveGroupMember,
-    LeaveGroupRequest,
-    LeaveGroupResponse,
-    Subscription,
-    SyncGroupAssignment,
-    SyncGroupRequest,
-    SyncGroupResponse,
-)
+from ...group.assignors import resolve_assignors
+from ...protocol.errors import ErrorCode, KafkaError, error_name
+from ...protocol.group import NO_GENERATION, NO_MEMBER_ID, Assignment, LeaveGroupMember, LeaveGroupRequest, LeaveGroupResponse, Subscription
 from ..cluster import ClusterClient
 from ..errors import CommitFailedError
 from ..types import OffsetAndMetadata, TopicPartition
 from .commits import CommitCallback, OffsetCommitter
-from .coordinators import COORDINATOR_RETRIABLE, GroupCoordinators
-from .state import REBALANCING, STABLE, UNJOINED
+from .coordinators import GroupCoordinators
+from .heartbeat import HeartbeatThread
+from .joining import JoinRound
+from .state import STABLE, UNJOINED, MemberState
 
 logger = logging.getLogger("kcoord.consumer.group")
 
@@ -68,19 +52,6 @@ E = ErrorCode
 # How long a consumer's poll may block without giving the group a turn: bounds the delay
 # between a heartbeat learning of a rebalance and the poll thread rejoining.
 POLL_WAKE_S = 0.05
-
-# JoinGroup/SyncGroup errors no retry can fix.
-_FATAL_JOIN_ERRORS = frozenset(
-    {
-        E.FENCED_INSTANCE_ID,
-        E.INVALID_SESSION_TIMEOUT,
-        E.INCONSISTENT_GROUP_PROTOCOL,
-        E.GROUP_MAX_SIZE_REACHED,
-        E.INVALID_GROUP_ID,
-        E.INVALID_REQUEST,
-        E.UNSUPPORTED_VERSION,
-    }
-)
 
 
 class MemberHost(Protocol):
@@ -153,27 +124,40 @@ class GroupMember:
         # host blocked in a long fetch can use it to return early.
         self.on_rejoin_needed: Callable[[], None] | None = None
 
-        self._lock = threading.RLock()
+        self._st = MemberState(group_id)
+        self._lock = self._st.lock
         self._rebalance_lock = threading.Lock()
         self._topics: list[str] = []
         self._on_assign: Callback | None = None
         self._on_revoke: Callback | None = None
         self._on_lost: Callback | None = None
-        self._member_id = NO_MEMBER_ID
-        self._generation = NO_GENERATION
-        self._protocol: str | None = None
-        self._leader = ""
-        self._state = UNJOINED
-        self._rejoin_needed = False
         self._assigned: list[TopicPartition] | None = None
         self._owned: dict[str, list[int]] = {}  # last generation's assignment (sticky input)
         self._owned_generation = NO_GENERATION
-        self._last_poll = time.monotonic()
         self._next_auto_commit = time.monotonic() + auto_commit_interval_ms / 1000
-        self._fatal: KafkaError | None = None
-        self._closed = False
-        self._stop = threading.Event()
-        self._heartbeat_thread: threading.Thread | None = None
+        self._join = JoinRound(
+            self._st,
+            cluster,
+            self.coordinators,
+            self.assignors,
+            group_instance_id=group_instance_id,
+            session_timeout_ms=session_timeout_ms,
+            rebalance_timeout_ms=self.rebalance_timeout_ms,
+            request_timeout_ms=request_timeout_ms,
+            client_id=client_id,
+            client_host=self.client_host,
+        )
+        self.heartbeats = HeartbeatThread(
+            self._st,
+            self.coordinators,
+            group_instance_id=group_instance_id,
+            heartbeat_interval_ms=heartbeat_interval_ms,
+            session_timeout_ms=session_timeout_ms,
+            request_timeout_ms=request_timeout_ms,
+            max_poll_interval_ms=max_poll_interval_ms,
+            leave=self._leave,
+            wake=lambda: self.on_rejoin_needed,
+        )
         self.rebalances = 0
 
     # ======================================================================================
@@ -181,26 +165,26 @@ class GroupMember:
     # ======================================================================================
 
     def _tag(self) -> str:
-        return f"[group={self.group_id} member={self._member_id or '-'} generation={self._generation}]"
+        return self._st.tag()
 
     def log_tag(self) -> str:
-        return self._tag()
+        return self._st.tag()
 
     @property
     def member_id(self) -> str:
-        return self._member_id
+        return self._st.member_id
 
     @property
     def generation(self) -> int:
-        return self._generation
+        return self._st.generation
 
     @property
     def state(self) -> str:
-        return self._state
+        return self._st.state
 
     @property
     def is_leader(self) -> bool:
-        return bool(self._member_id) and self._leader == self._member_id
+        return bool(self._st.member_id) and self._st.leader == self._st.member_id
 
     @property
     def subscribed(self) -> bool:
@@ -220,7 +204,7 @@ class GroupMember:
 
     @property
     def rejoin_needed(self) -> bool:
-        return self._rejoin_needed or (self.subscribed and self._state != STABLE)
+        return self._st.rejoin_needed or (self.subscribed and self._st.state != STABLE)
 
     # ======================================================================================
     # subscription
@@ -243,8 +227,8 @@ class GroupMember:
             self._topics = topics
             self._on_assign, self._on_revoke, self._on_lost = on_assign, on_revoke, on_lost
             if changed:
-                self._rejoin_needed = True
-        self._ensure_heartbeat_thread()
+                self._st.rejoin_needed = True
+        self.heartbeats.start()
 
     def unsubscribe(self) -> None:
         """Revoke everything, leave the group (dynamic members) and stop consuming."""
@@ -253,7 +237,7 @@ class GroupMember:
             self._leave("the consumer unsubscribed")
             with self._lock:
                 self._topics = []
-                self._rejoin_needed = False
+                self._st.rejoin_needed = False
 
     # ======================================================================================
     # the poll thread
@@ -264,7 +248,7 @@ class GroupMember:
         ``max_poll_interval_ms``, rejoins if needed (blocking until the new assignment is
         in place), runs auto-commit. Returns True if the assignment changed."""
         self._check_open()
-        self._last_poll = time.monotonic()
+        self._st.last_poll = time.monotonic()
         changed = False
         if self.subscribed and self.rejoin_needed:
             changed = self.rebalance()
@@ -282,13 +266,13 @@ class GroupMember:
             while True:
                 self._check_open()
                 try:
-                    assignment = self._join_and_sync()
+                    assignment = self._join.run(self._subscription)
                 except KafkaError as exc:
-                    if self._fatal is not None or not (exc.retriable or exc.code == E.REQUEST_TIMED_OUT):
+                    if self._st.fatal is not None or not (exc.retriable or exc.code == E.REQUEST_TIMED_OUT):
                         raise
                     logger.info("%s rejoin attempt failed (%s); retrying", self._tag(), exc)
                     with self._lock:
-                        self._state = UNJOINED
+                        self._st.state = UNJOINED
                     assignment = None
                 if assignment is not None:
                     break
@@ -296,133 +280,9 @@ class GroupMember:
             self._assign(assignment)
             return True
 
-    def _join_and_sync(self) -> Assignment | None:
-        """One JoinGroup + SyncGroup round. None: retry (after a backoff)."""
-        with self._lock:
-            self._state = REBALANCING
-            self._rejoin_needed = False
-        join = self._send_join()
-        if join is None:
-            return None
-        with self._lock:
-            self._member_id = join.member_id
-            self._generation = join.generation_id
-            self._protocol = join.protocol_name
-            self._leader = join.leader
-        assignments: list[SyncGroupAssignment] = []
-        if join.leader == join.member_id and join.members:
-            assignments = self._compute_assignment(join.protocol_name or "", join.members)
-        sync = self.coordinators.call_group(
-            self.group_id,
-            "sync_group",
-            SyncGroupRequest(
-                self.group_id,
-                join.generation_id,
-                join.member_id,
-                self.group_instance_id,
-                CONSUMER_PROTOCOL_TYPE,
-                join.protocol_name,
-                assignments,
-            ),
-            SyncGroupResponse,
-            timeout_s=self.request_timeout_ms / 1000,
-            attempt_timeout_s=self.rebalance_timeout_ms / 1000 + 5,
-        )
-        code = sync.error_code
-        if code == E.NONE:
-            try:
-                assignment = Assignment.decode(sync.assignment) if sync.assignment else Assignment()
-            except DecodeError as exc:
-                logger.error("%s undecodable assignment from the leader: %s", self._tag(), exc)
-                assignment = Assignment()
-            with self._lock:
-                self._state = STABLE
-            return assignment
-        self._on_group_error("SyncGroup", code, sync.error_message)
-        return None
-
-    def _send_join(self) -> JoinGroupResponse | None:
-        """JoinGroup until a generation forms; handles MEMBER_ID_REQUIRED. None: retry."""
-        for _ in range(3):
-            self._check_open()
-            with self._lock:
-                request = JoinGroupRequest(
-                    self.group_id,
-                    self.session_timeout_ms,
-                    self.rebalance_timeout_ms,
-                    self._member_id,
-                    self.group_instance_id,
-                    CONSUMER_PROTOCOL_TYPE,
-                    self._protocols(),
-                    self.client_id,
-                    self.client_host,
-                )
-            response = self.coordinators.call_group(
-                self.group_id,
-                "join_group",
-                request,
-                JoinGroupResponse,
-                timeout_s=self.request_timeout_ms / 1000,
-                attempt_timeout_s=self.rebalance_timeout_ms / 1000 + 5,
-            )
-            code = response.error_code
-            if code == E.NONE:
-                return response
-            if code == E.MEMBER_ID_REQUIRED:
-                with self._lock:
-                    self._member_id = response.member_id
-                continue  # rejoin at once with the id (KIP-394)
-            self._on_group_error("JoinGroup", code, response.error_message)
-            return None
-        return None
-
-    def _protocols(self) -> list[JoinGroupProtocol]:
-        subscription = Subscription(
-            topics=list(self._topics), owned_partitions=dict(self._owned), generation_id=self._owned_generation
-        ).encode()
-        return [JoinGroupProtocol(a.name, subscription) for a in self.assignors]
-
-    def _on_group_error(self, what: str, code: int, message: str | None) -> None:
-        """React to a Join/Sync/Heartbeat error: reset what it invalidates, or go fatal."""
-        name = error_name(code)
-        with self._lock:
-            if code in _FATAL_JOIN_ERRORS:
-                self._fatal = KafkaError(code, f"{what} for group {self.group_id!r} failed: {message or name}")
-                self._state = UNJOINED
-                logger.error("%s %s failed fatally: %s %s", self._tag(), what, name, message or "")
-                raise self._fatal
-            if code == E.UNKNOWN_MEMBER_ID:
-                self._member_id = NO_MEMBER_ID
-                self._generation = NO_GENERATION
-            elif code == E.ILLEGAL_GENERATION:
-                self._generation = NO_GENERATION
-            self._state = UNJOINED
-            self._rejoin_needed = True
-        level = logging.DEBUG if code in (E.REBALANCE_IN_PROGRESS, E.ILLEGAL_GENERATION) else logging.INFO
-        logger.log(level, "%s %s: %s %s; rejoining", self._tag(), what, name, message or "")
-
-    def _compute_assignment(self, protocol: str, members: list[JoinGroupMember]) -> list[SyncGroupAssignment]:
-        """As the leader: run the group's assignor over every member's subscription and the
-        current partition counts of the subscribed topics (unknown topics get nothing)."""
-        assignor = next((a for a in self.assignors if a.name == protocol), None) or get_assignor(protocol)
-        subscriptions: dict[str, Subscription] = {}
-        for m in members:
-            try:
-                subscriptions[m.member_id] = Subscription.decode(m.metadata)
-            except DecodeError as exc:
-                logger.warning("%s member %s sent an undecodable subscription (%s); it gets nothing", self._tag(), m.member_id, exc)
-                subscriptions[m.member_id] = Subscription()
-        topics = sorted({t for s in subscriptions.values() for t in s.topics})
-        counts: dict[str, int] = {}
-        if topics:
-            md = self.cluster.refresh_metadata(topics)
-            counts = {t.name: len(t.partitions) for t in md.topics if t.error_code == 0}
-        result = assignor.assign(counts, subscriptions)
-        logger.info(
-            "%s leader: %s assignment of %d partitions of %s over %d members",
-            self._tag(), protocol, sum(counts.values()), topics, len(members),
-        )
-        return [SyncGroupAssignment(member_id, a.encode()) for member_id, a in sorted(result.items())]
+    def _subscription(self) -> Subscription:
+        """This member's JoinGroup metadata: its topics, and what it owned (sticky input)."""
+        return Subscription(topics=list(self._topics), owned_partitions=dict(self._owned), generation_id=self._owned_generation)
 
     def _assign(self, assignment: Assignment) -> None:
         partitions = [TopicPartition(t, p) for t, p in assignment.topic_partitions() if t in self._topics]
@@ -430,7 +290,7 @@ class GroupMember:
         with self._lock:
             self._assigned = partitions
             self._owned = {t: sorted(ps) for t, ps in assignment.partitions.items()}
-            self._owned_generation = self._generation
+            self._owned_generation = self._st.generation
             self.rebalances += 1
         if self.host is not None:
             self.host.group_assign(list(partitions), committed)
@@ -442,7 +302,7 @@ class GroupMember:
         generation is still ours), tell the user, empty the host's assignment."""
         with self._lock:
             assigned = self._assigned
-            valid = self._generation >= 0 and bool(self._member_id)
+            valid = self._st.generation >= 0 and bool(self._st.member_id)
         if assigned is None:
             return
         if commit and valid and assigned:
@@ -508,7 +368,7 @@ class GroupMember:
         if not self.enable_auto_commit or time.monotonic() < self._next_auto_commit:
             return
         self._next_auto_commit = time.monotonic() + self.auto_commit_interval_ms / 1000
-        if self._state != STABLE or self.host is None:
+        if self._st.state != STABLE or self.host is None:
             return
         positions = self.host.group_positions()
         if positions:
@@ -525,97 +385,26 @@ class GroupMember:
             if not self.subscribed:
                 # Manual assignment: a "simple" commit, accepted while the group has no members.
                 return NO_GENERATION, NO_MEMBER_ID, None
-            if self._generation < 0 or not self._member_id:
+            st = self._st
+            if st.generation < 0 or not st.member_id:
                 raise CommitFailedError(
                     E.UNKNOWN_MEMBER_ID,
                     f"cannot commit for group {self.group_id!r}: this consumer is not in an active generation "
-                    f"(it is {self._state}); poll() to rejoin first",
+                    f"(it is {st.state}); poll() to rejoin first",
                 )
-            return self._generation, self._member_id, self.group_instance_id
+            return st.generation, st.member_id, self.group_instance_id
 
     def on_commit_rejected(self, generation_id: int, code: int) -> None:
         with self._lock:
             # Only a member that thinks it is stable needs telling; one that is rebalancing
             # right now (a commit from another thread) is rejoining.
-            if generation_id == self._generation and self._state == STABLE:
+            st = self._st
+            if generation_id == st.generation and st.state == STABLE:
                 if code == E.UNKNOWN_MEMBER_ID:
-                    self._member_id = NO_MEMBER_ID
-                    self._generation = NO_GENERATION
-                    self._state = UNJOINED
-                self._rejoin_needed = True
-
-    # ======================================================================================
-    # heartbeats
-    # ======================================================================================
-
-    def _ensure_heartbeat_thread(self) -> None:
-        with self._lock:
-            if self._heartbeat_thread is None:
-                self._heartbeat_thread = threading.Thread(
-                    target=self._heartbeat_loop, name=f"kcoord-heartbeat-{self.group_id}", daemon=True
-                )
-                self._heartbeat_thread.start()
-
-    def _heartbeat_loop(self) -> None:
-        interval = self.heartbeat_interval_ms / 1000
-        while not self._stop.wait(interval):
-            try:
-                self._heartbeat_once()
-            except Exception:
-                logger.exception("%s heartbeat failed unexpectedly", self._tag())
-
-    def _heartbeat_once(self) -> None:
-        with self._lock:
-            if self._state != STABLE or self._closed:
-                return
-            generation, member_id = self._generation, self._member_id
-            idle_ms = (time.monotonic() - self._last_poll) * 1000
-        if idle_ms > self.max_poll_interval_ms:
-            self._on_poll_timeout(idle_ms)
-            return
-        try:
-            response = self.coordinators.call_group(
-                self.group_id,
-                "heartbeat",
-                GroupHeartbeatRequest(self.group_id, generation, member_id, self.group_instance_id),
-                GroupHeartbeatResponse,
-                timeout_s=min(self.request_timeout_ms, self.session_timeout_ms) / 1000,
-            )
-        except KafkaError as exc:
-            logger.debug("%s heartbeat got no answer: %s", self._tag(), exc)
-            return
-        code = response.error_code
-        if code == E.NONE or code in COORDINATOR_RETRIABLE:
-            return
-        with self._lock:
-            if self._generation != generation or self._member_id != member_id or self._state != STABLE:
-                return  # a rebalance already moved on
-            if code == E.REBALANCE_IN_PROGRESS:
-                # Keep heartbeating (we are still in the group) until the poll thread rejoins.
-                self._rejoin_needed = True
-            elif code == E.FENCED_INSTANCE_ID:
-                self._fatal = KafkaError(code, f"another consumer with group_instance_id={self.group_instance_id!r} joined group {self.group_id!r}")
-                self._state = UNJOINED
-            else:
-                self._on_group_error("Heartbeat", code, response.error_message)
-        logger.debug("%s heartbeat: %s", self._tag(), error_name(code))
-        wake = self.on_rejoin_needed
-        if wake is not None:
-            try:
-                wake()
-            except Exception:
-                logger.exception("%s on_rejoin_needed hook raised", self._tag())
-
-    def _on_poll_timeout(self, idle_ms: float) -> None:
-        logger.warning(
-            "%s no poll() for %.0f ms, more than max_poll_interval_ms=%d: leaving the group so its "
-            "partitions move to live members; the next poll() rejoins. Poll more often, process "
-            "less per poll, or raise max_poll_interval_ms.",
-            self._tag(), idle_ms, self.max_poll_interval_ms,
-        )
-        self._leave("max_poll_interval_ms expired")
-        with self._lock:
-            self._rejoin_needed = True
+                    st.member_id = NO_MEMBER_ID
+                    st.generation = NO_GENERATION
+                    st.state = UNJOINED
+                st.rejoin_needed = True
 
     # ======================================================================================
     # leaving
@@ -624,9 +413,7 @@ class GroupMember:
     def _leave(self, reason: str) -> None:
         """Send LeaveGroup (dynamic members only, as Kafka since KIP-345: a static member's
         seat waits for its restart until the session times out) and forget the generation."""
-        with self._lock:
-            member_id, generation = self._member_id, self._generation
-            self._member_id, self._generation, self._state = NO_MEMBER_ID, NO_GENERATION, UNJOINED
+        member_id, generation = self._st.drop_generation()
         if not member_id:
             return
         if self.group_instance_id is not None:
@@ -656,25 +443,19 @@ class GroupMember:
     # ======================================================================================
 
     def _check_open(self) -> None:
-        if self._fatal is not None:
-            raise self._fatal
-        if self._closed:
-            raise KafkaError(E.INVALID_REQUEST, f"the consumer of group {self.group_id!r} is closed")
+        self._st.check_open()
 
     def close(self, autocommit: bool = True, timeout_ms: int | None = None) -> None:
         """Commit (auto-commit only), revoke (on_revoke runs), leave the group (dynamic
         members), stop the heartbeat thread. Idempotent."""
-        if self._closed:
+        if self._st.closed:
             return
         try:
-            if self._fatal is None and self.subscribed:
+            if self._st.fatal is None and self.subscribed:
                 with self._rebalance_lock:
                     self._revoke(commit=autocommit and self.enable_auto_commit)
                     self._leave("the consumer is closing")
         finally:
-            self._closed = True
-            self._stop.set()
+            self._st.closed = True
             self._committer.close()
-            thread = self._heartbeat_thread
-            if thread is not None and thread is not threading.current_thread():
-                thread.join(timeout=(timeout_ms or self.request_timeout_ms) / 1000)
+            self.heartbeats.stop((timeout_ms or self.request_timeout_ms) / 1000)

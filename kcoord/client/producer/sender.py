@@ -15,12 +15,9 @@ import asyncio
 import logging
 import threading
 import time
-from typing import Awaitable, Callable
 
-from ray.exceptions import RayActorError
-
-from ... import channel
-from ...calls import ActorGoneError, call_probing
+from ...calls import ERROR, ActorCalls, CallFailed, actor_calls, close_actor_calls
+from ...calls.retry import Step, step_after, take_step
 from ...protocol.errors import DecodeError, ErrorCode, KafkaError
 from ...protocol.replication import DescribeProducersRequest, DescribeProducersResponse, ProduceRequest, ProduceResponse
 from ..cluster import ClusterClient
@@ -33,36 +30,6 @@ from .idempotence import SEND, WAIT, WRITTEN, ProducerIdentity, resume_verdict
 logger = logging.getLogger("kcoord.producer")
 
 _monotonic = time.monotonic
-# Waits between metadata refreshes while a partition waits for a new leader: 10 ms, then 20.
-REFRESH_WAITS_S = (0.01, 0.02)
-
-
-async def wait_for_newer_leader(
-    refresh: Callable[[], Awaitable[None]], leader_epoch: Callable[[], int], epoch: int, backoff_s: float, deadline: float
-) -> bool:
-    """Refresh metadata until it names a leader newer than ``epoch`` (``leader_epoch()``
-    reads it after each refresh, -1 when there is no leader), for at most ``backoff_s`` and
-    never past ``deadline``; True once it does.
-
-    Why not one refresh then a whole backoff, as Kafka's producer does: the controller elects
-    within tens of milliseconds of hearing of a death, and a retry that sat out the rest of
-    a 100 ms backoff after the new leader was known was a third of a failover. The refreshes
-    come 10 then 20 ms apart (``REFRESH_WAITS_S``): about five metadata calls per 100 ms of
-    backoff, coalesced per topic, and only while a partition's leader is gone."""
-    end = min(deadline, _monotonic() + backoff_s)
-    waits = iter(REFRESH_WAITS_S)
-    wait = next(waits)
-    while True:
-        await refresh()
-        if leader_epoch() > epoch:
-            return True
-        now = _monotonic()
-        if now >= end:
-            return False
-        await asyncio.sleep(min(wait, end - now))
-        wait = next(waits, wait)
-
-
 class Wakeup:
     """Wakes the sender's loop from any thread; wakes coalesce until the sender takes them.
     ``wake()`` and reading or clearing ``pending`` happen under the accumulator's lock."""
@@ -126,9 +93,9 @@ class Sender:
         self._in_flight = 0  # requests in flight (under the accumulator's lock)
         self._abort = False
         self._refreshing: dict[str, asyncio.Future] = {}
-        # Produce requests to a leader on this node go over its direct-call channel (see
-        # kcoord.channel); set up on the sender's loop.
-        self.direct: channel.DirectCalls | None = None
+        # Calls to the leaders (kcoord.calls: over a leader's direct-call channel when it is
+        # on this node), made on the sender's loop.
+        self.calls: ActorCalls | None = None
         self._last_refresh: dict[str, float] = {}
         self._started = threading.Event()
         self.thread = threading.Thread(target=self._run, name="kcoord-producer-sender", daemon=True)
@@ -162,11 +129,7 @@ class Sender:
         event = wakeup.event = asyncio.Event()
         acc = self.accumulator
         tasks: set[asyncio.Task] = set()
-        if channel.enabled():
-            try:
-                self.direct = channel.DirectCalls(channel.current_node_id())
-            except Exception:  # not connected to Ray the usual way: Ray calls only
-                self.direct = None
+        self.calls = actor_calls(self.cluster.namespace)
         self._started.set()
         while True:
             now = _monotonic()
@@ -194,8 +157,7 @@ class Sender:
             task.cancel()
         if tasks:
             await asyncio.gather(*tasks, return_exceptions=True)
-        if self.direct is not None:
-            self.direct.client.close()
+        close_actor_calls()
 
     async def _send(self, ps: PartitionQueue, batch: ProducerBatch) -> None:
         try:
@@ -228,6 +190,7 @@ class Sender:
         if self._written_before(ps, batch):
             return
         self.metrics["batches_sent"] += 1
+        stats = self.stats
         while True:
             now = _monotonic()
             if now >= deadline:
@@ -243,17 +206,9 @@ class Sender:
             md = self._leader(topic, p)
             if md is None or md.leader < 0:
                 last_error = f"{topic}-{p} has no leader"
-                await self._refresh(topic)
-                await self._backoff(deadline)
+                await self._step(Step.NO_LEADER, topic, p, -1, deadline)
                 continue
             name = self.cluster.replica_name(topic, p, md.leader)
-            try:
-                handle = self.cluster.handle(name)
-            except KafkaError as exc:
-                last_error = str(exc)
-                await self._refresh(topic)
-                await self._backoff(deadline)
-                continue
             request = ProduceRequest(
                 topic, p, batch.data, acks=self.acks, timeout_ms=self.request_timeout_ms, current_leader_epoch=md.leader_epoch
             ).encode()
@@ -262,46 +217,30 @@ class Sender:
             if batch.attempts > 1:
                 self.metrics["retries"] += 1
             wait_s = min(self.request_timeout_ms / 1000 + 5, max(0.05, deadline - now))
-            stats = self.stats
             sent = _monotonic()
             if self.acks == 0:
                 # Nobody waits for the leader; still wait for the answer before the next
                 # batch of this partition so that batches stay in order.
                 self._complete(batch)
                 try:
-                    await asyncio.wait_for(handle.produce.remote(request), wait_s)
+                    await self.calls.call(name, "produce", request, timeout=wait_s)
                     stats.latency.record((_monotonic() - sent) * 1000)
-                except Exception as exc:  # acks=0: errors are not reported, only counted
+                except CallFailed as exc:  # acks=0: errors are not reported, only counted
                     stats.request_errors.add(exc)
-                    logger.debug("acks=0 produce to %s-%d: %r", topic, p, exc)
+                    logger.debug("acks=0 produce to %s-%d: %s", topic, p, exc)
                 return
             try:
-                raw = None
-                if self.direct is not None:
-                    # A broken connection after the request went out is the leader's
-                    # process dying: handled below as a dead leader (ChannelUnavailable).
-                    raw = await self.direct.call(name, handle, "produce", request, wait_s)
-                if raw is None:
-                    # Probing: a leader that was killed is known to Ray's GCS within ~30 ms,
-                    # while the call itself would only fail 1-2 s later.
-                    raw = await call_probing(handle.produce.remote(request), handle, wait_s, probe_every=0.1)
-            except (RayActorError, ActorGoneError, channel.ChannelUnavailable) as exc:
+                # A leader whose channel breaks after the request went out is treated as
+                # dead (it may have appended: the retry's sequence numbers make it safe).
+                raw = await self.calls.call(name, "produce", request, timeout=wait_s)
+            except CallFailed as exc:
                 stats.request_errors.add(exc)
-                self.cluster.forget(name)
-                last_error = f"leader {name} unavailable ({type(exc).__name__})"
-                await self._refresh_or_backoff(topic, p, md.leader_epoch, deadline)
-                continue
-            except asyncio.TimeoutError as exc:
-                stats.request_errors.add(exc)
-                # Alive per Ray but silent: look the actor up again and ask who leads now.
-                self.cluster.forget(name)
-                last_error = f"no answer from {name} within {wait_s:.1f} s"
-                await self._refresh(topic, force=True)
-                continue
-            except Exception as exc:  # RayTaskError and friends: the call itself broke
-                stats.request_errors.add(exc)
-                last_error = f"{type(exc).__name__}: {exc}"
-                await self._backoff(deadline)
+                last_error = f"leader {name}: {exc}"
+                step = step_after(exc.kind)
+                if step is Step.GIVE_UP:
+                    self._fail(batch, KafkaError(ErrorCode.UNKNOWN_SERVER_ERROR, f"produce to {name} failed: {exc.detail}"))
+                    return
+                await self._step(step, topic, p, md.leader_epoch, deadline)
                 continue
             stats.latency.record((_monotonic() - sent) * 1000)
             try:
@@ -309,7 +248,7 @@ class Sender:
             except DecodeError as exc:
                 stats.request_errors.add(exc)
                 last_error = str(exc)
-                await self._backoff(deadline)
+                await self._step(Step.BACKOFF, topic, p, md.leader_epoch, deadline)
                 continue
             code = resp.error_code
             if code == 0:
@@ -324,17 +263,14 @@ class Sender:
                     self._written_before(ps, batch)
                     return
                 if verdict == SEND:  # its predecessor landed meanwhile
-                    await self._backoff(deadline)
+                    await self._step(Step.BACKOFF, topic, p, md.leader_epoch, deadline)
                     continue
             err = KafkaError(code, resp.error_message or "")
             stats.request_errors.add(err)
             last_error = str(err)
             if err.retriable and retries_left > 0:
                 retries_left -= 1
-                if err.needs_metadata_refresh:
-                    await self._refresh_or_backoff(topic, p, md.leader_epoch, deadline)
-                else:
-                    await self._backoff(deadline)
+                await self._step(step_after(stale_metadata=err.needs_metadata_refresh), topic, p, md.leader_epoch, deadline)
                 continue
             self._fail(batch, err)
             return
@@ -358,23 +294,19 @@ class Sender:
         while _monotonic() < deadline:
             md = self._leader(topic, p)
             if md is None or md.leader < 0:
-                await self._refresh(topic, force=True)
-                await self._backoff(deadline)
+                await self._step(Step.NO_LEADER, topic, p, -1, deadline)
                 continue
             name = self.cluster.replica_name(topic, p, md.leader)
             request = DescribeProducersRequest(topic, p, [batch.producer_id], current_leader_epoch=md.leader_epoch).encode()
+            wait_s = min(self.request_timeout_ms / 1000 + 5, max(0.05, deadline - _monotonic()))
             try:
-                handle = self.cluster.handle(name)
-                wait_s = min(self.request_timeout_ms / 1000 + 5, max(0.05, deadline - _monotonic()))
-                raw = await call_probing(handle.describe_producers.remote(request), handle, wait_s, probe_every=0.1)
-                resp = DescribeProducersResponse.decode(raw)
-            except Exception as exc:  # gone, silent or garbled: ask whoever leads next
+                resp = DescribeProducersResponse.decode(await self.calls.call(name, "describe_producers", request, timeout=wait_s))
+            except (CallFailed, DecodeError) as exc:  # gone, silent, failed or garbled: ask whoever leads next
                 logger.debug("describe_producers of %s: %r", name, exc)
-                self.cluster.forget(name)
-                await self._refresh_or_backoff(topic, p, md.leader_epoch, deadline)
+                await self._step(step_after(stale_metadata=True) if isinstance(exc, DecodeError) or exc.kind == ERROR else step_after(exc.kind), topic, p, md.leader_epoch, deadline)
                 continue
             if resp.error_code:
-                await self._refresh_or_backoff(topic, p, md.leader_epoch, deadline)
+                await self._step(step_after(stale_metadata=True), topic, p, md.leader_epoch, deadline)
                 continue
             verdict = resume_verdict(batch, resp)
             if verdict == WRITTEN:
@@ -383,7 +315,7 @@ class Sender:
                 return verdict
             if verdict != WAIT:
                 return verdict
-            await self._backoff(deadline)
+            await self._step(Step.BACKOFF, topic, p, md.leader_epoch, deadline)
         return WAIT
 
     def _leader(self, topic: str, partition: int):
@@ -392,19 +324,22 @@ class Sender:
             return None
         return md.partitions[partition]
 
-    async def _refresh_or_backoff(self, topic: str, partition: int, epoch: int, deadline: float) -> None:
-        """Refresh metadata until it names a newer leader, at most one backoff long
-        (:func:`wait_for_newer_leader`): retrying at once against a freshly elected leader
-        is what keeps failover short."""
+    async def _step(self, step: Step, topic: str, partition: int, epoch: int, deadline: float) -> None:
+        """The retry policy's ``step`` (:mod:`kcoord.calls.retry`) before the next attempt at
+        ``topic``-``partition``, whose last attempt went to the leader of ``epoch``."""
 
         def leader_epoch() -> int:
             md = self._leader(topic, partition)
             return -1 if md is None or md.leader < 0 else md.leader_epoch
 
-        await wait_for_newer_leader(lambda: self._refresh(topic, force=True), leader_epoch, epoch, self._backoff_s, deadline)
-
-    async def _backoff(self, deadline: float) -> None:
-        await asyncio.sleep(max(0.0, min(self._backoff_s, deadline - _monotonic())))
+        await take_step(
+            step,
+            refresh=lambda: self._refresh(topic, force=True),
+            leader_epoch=leader_epoch,
+            epoch=epoch,
+            backoff_s=self._backoff_s,
+            deadline=deadline,
+        )
 
     async def _refresh(self, topic: str, force: bool = False) -> None:
         """Refresh ``topic``'s metadata, coalescing concurrent and too-frequent refreshes."""

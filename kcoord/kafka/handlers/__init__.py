@@ -73,7 +73,7 @@ from kafka.protocol.producer import InitProducerIdRequest, InitProducerIdRespons
 from kafka.protocol.sasl import SaslAuthenticateRequest, SaslAuthenticateResponse, SaslHandshakeRequest, SaslHandshakeResponse
 
 from ..server import Api
-from . import acls, admin, cluster, data, groups, sasl
+from . import acls, admin, cluster, consumer_groups, data, sasl
 from ._base import ListenerContext
 
 # (key, request, response, min, max, handler, error builder, ordered per connection)
@@ -83,15 +83,15 @@ _TABLE = [
     (1, FetchRequest, FetchResponse, 4, 11, data.fetch, data.fetch_error, False),
     (2, ListOffsetsRequest, ListOffsetsResponse, 1, 5, data.list_offsets, data.list_offsets_error, False),
     (3, MetadataRequest, MetadataResponse, 1, 8, cluster.metadata, cluster.metadata_error, False),
-    (8, OffsetCommitRequest, OffsetCommitResponse, 2, 7, groups.offset_commit, groups.offset_commit_error, True),
-    (9, OffsetFetchRequest, OffsetFetchResponse, 1, 5, groups.offset_fetch, groups.offset_fetch_error, False),
+    (8, OffsetCommitRequest, OffsetCommitResponse, 2, 7, consumer_groups.offset_commit, consumer_groups.offset_commit_error, True),
+    (9, OffsetFetchRequest, OffsetFetchResponse, 1, 5, consumer_groups.offset_fetch, consumer_groups.offset_fetch_error, False),
     (10, FindCoordinatorRequest, FindCoordinatorResponse, 0, 2, cluster.find_coordinator, cluster.find_coordinator_error, False),
-    (11, JoinGroupRequest, JoinGroupResponse, 0, 5, groups.join_group, groups.join_group_error, False),
-    (12, HeartbeatRequest, HeartbeatResponse, 0, 3, groups.heartbeat, groups.heartbeat_error, False),
-    (13, LeaveGroupRequest, LeaveGroupResponse, 0, 3, groups.leave_group, groups.leave_group_error, True),
-    (14, SyncGroupRequest, SyncGroupResponse, 0, 3, groups.sync_group, groups.sync_group_error, False),
-    (15, DescribeGroupsRequest, DescribeGroupsResponse, 0, 4, groups.describe_groups, groups.describe_groups_error, False),
-    (16, ListGroupsRequest, ListGroupsResponse, 0, 3, groups.list_groups, groups.list_groups_error, False),
+    (11, JoinGroupRequest, JoinGroupResponse, 0, 5, consumer_groups.join_group, consumer_groups.join_group_error, False),
+    (12, HeartbeatRequest, HeartbeatResponse, 0, 3, consumer_groups.heartbeat, consumer_groups.heartbeat_error, False),
+    (13, LeaveGroupRequest, LeaveGroupResponse, 0, 3, consumer_groups.leave_group, consumer_groups.leave_group_error, True),
+    (14, SyncGroupRequest, SyncGroupResponse, 0, 3, consumer_groups.sync_group, consumer_groups.sync_group_error, False),
+    (15, DescribeGroupsRequest, DescribeGroupsResponse, 0, 4, consumer_groups.describe_groups, consumer_groups.describe_groups_error, False),
+    (16, ListGroupsRequest, ListGroupsResponse, 0, 3, consumer_groups.list_groups, consumer_groups.list_groups_error, False),
     (19, CreateTopicsRequest, CreateTopicsResponse, 0, 4, cluster.create_topics, cluster.create_topics_error, True),
     (20, DeleteTopicsRequest, DeleteTopicsResponse, 0, 3, cluster.delete_topics, cluster.delete_topics_error, True),
     (22, InitProducerIdRequest, InitProducerIdResponse, 0, 1, cluster.init_producer_id, cluster.init_producer_id_error, False),

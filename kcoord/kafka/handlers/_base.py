@@ -40,7 +40,7 @@ class ListenerContext:
     default_partitions: int = 1  # Kafka's num.partitions
     default_replication_factor: int = 3  # capped at the number of brokers
     listeners: Callable[[], dict[str, dict]] | None = None  # node id -> {"host", "ports"}
-    # kcoord.kafka.security.ListenerSecurity; None: a plaintext listener that authorizes
+    # kcoord.kafka.listener_security.ListenerSecurity; None: a plaintext listener that authorizes
     # everything, as a Kafka broker without an authorizer
     security: Any = None
     _listeners_cache: tuple[float, dict[str, dict]] = field(default=(0.0, {}))

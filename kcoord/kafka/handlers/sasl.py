@@ -22,7 +22,7 @@ from kafka.protocol.sasl import SaslAuthenticateResponse, SaslHandshakeResponse
 
 from ...protocol.errors import ErrorCode
 from ...security.sasl import PLAIN, SaslAuthenticationFailed, server_for
-from ..security import now_ms
+from ..listener_security import now_ms
 from ._base import ListenerContext
 
 logger = logging.getLogger("kcoord.kafka")

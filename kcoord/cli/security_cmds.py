@@ -154,8 +154,8 @@ def restart(env: Env, timeout: float, **kw: Any) -> None:
       kcoord listeners restart --kafka-security-protocol SASL_PLAINTEXT \
           --kafka-allow-everyone-if-no-acl-found --kafka-option connections.max.reauth.ms=3600000
     """
-    from ..kafka.deploy import exposure_warnings, restart_listeners
-    from ..kafka.routing import listener_records
+    from ..cluster.listeners import exposure_warnings, restart_listeners
+    from ..kafka.addresses import listener_records
 
     security, options = security_from_options(kw)
     env.client()

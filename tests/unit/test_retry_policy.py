@@ -1,13 +1,17 @@
-"""The producer's wait for a new leader after its leader went away
-(kcoord.client.producer.sender.wait_for_newer_leader), without Ray: metadata that names the
-new leader ends the wait at the next refresh, not at the end of the backoff."""
+"""The retry policy every caller shares (kcoord.calls.retry), without Ray: which step follows
+each way an attempt fails, and the wait for a new leader after a leader went away --
+metadata that names the new leader ends the wait at the next refresh, not at the end of
+the backoff."""
 
 from __future__ import annotations
 
 import asyncio
 import time
 
-from kcoord.client.producer.sender import wait_for_newer_leader
+import pytest
+
+from kcoord.calls import DEAD, ERROR, TIMEOUT
+from kcoord.calls.retry import PROBE_EVERY_S, Step, probing_after, step_after, take_step, wait_for_newer_leader
 
 
 class Metadata:
@@ -61,3 +65,34 @@ def test_the_wait_never_passes_the_delivery_deadline() -> None:
     found, took = wait(md, backoff_s=5.0, deadline_s=0.1)
     assert not found
     assert took < 1.0, f"the wait took {took:.3f} s"
+
+
+@pytest.mark.parametrize(
+    "failure, stale, step",
+    [
+        (DEAD, False, Step.NEW_LEADER),  # the leader went away: wait for the next one
+        (None, True, Step.NEW_LEADER),  # NOT_LEADER_OR_FOLLOWER and the other refresh codes
+        (TIMEOUT, False, Step.REFRESH),  # silent: ask who leads now, at once
+        (None, False, Step.BACKOFF),  # another retriable answer (OFFSET_NOT_AVAILABLE...)
+        (ERROR, False, Step.GIVE_UP),  # the method raised: UNKNOWN_SERVER_ERROR, not retried
+    ],
+)
+def test_the_step_after_each_way_an_attempt_fails(failure, stale, step) -> None:
+    assert step_after(failure, stale_metadata=stale) is step
+
+
+def test_a_partition_without_a_leader_costs_one_metadata_call_per_backoff() -> None:
+    async def main():
+        md = Metadata(elect_after=None)
+        start = time.monotonic()
+        for _ in range(3):
+            await take_step(Step.NO_LEADER, refresh=md.refresh, leader_epoch=lambda: -1, epoch=-1, backoff_s=0.05, deadline=start + 60)
+        return md.refreshes, time.monotonic() - start
+
+    refreshes, took = asyncio.run(main())
+    assert refreshes == 3 and took >= 0.15
+
+
+def test_a_long_poll_is_late_only_after_its_parking_time() -> None:
+    assert probing_after(0.5).first_s == pytest.approx(0.5 + PROBE_EVERY_S)
+    assert probing_after().first_s == probing_after().every_s == PROBE_EVERY_S
