@@ -465,3 +465,36 @@ def test_a_forked_child_gets_its_own_calls_thread(monkeypatch):
     assert os.read(read, 1) == b"1"
     parent.stop()
     parent.loop.close()
+
+
+_EXIT_WITH_A_CONNECTION_OPEN = """
+import sys
+from kcoord.calls import BlockingCalls
+from kcoord.calls.channel import ChannelClient, Endpoint
+
+async def main():
+    return await ChannelClient().call(Endpoint("node-a", "\\0" + sys.argv[1]), "produce", b"x", timeout=5)
+
+print(BlockingCalls.shared().run(main()))
+"""
+
+
+def test_a_process_that_exits_with_channel_connections_open_closes_them_quietly() -> None:
+    """A synchronous caller (the CLI, a script with a consumer) exits without closing
+    anything while the replica it called lives on: the calls thread's connections are
+    closed at exit, with no "Task was destroyed but it is pending!" for their readers on
+    stderr."""
+    import subprocess
+    import sys
+
+    replica = BlockingCalls()  # the replica's process: this one, on a loop of its own
+    server = ChannelServer(Echo(), "node-a")
+    try:
+        ep = replica.start(server.start()).result(5)
+        name = ep.address[1:]  # an abstract socket's address: a NUL, then its name
+        proc = subprocess.run([sys.executable, "-c", _EXIT_WITH_A_CONNECTION_OPEN, name], capture_output=True, text=True, timeout=60)
+        assert (proc.returncode, proc.stdout.strip(), proc.stderr) == (0, "b'produce:x'", "")
+    finally:
+        replica.loop.call_soon_threadsafe(server.close)
+        replica.stop()
+        replica.loop.close()
