@@ -469,6 +469,9 @@ class History:
                 part.unclean_epoch = max(part.unclean_epoch, p.leader_epoch)
                 self.sim.trace(f"{p.topic}-{p.partition}: unclean election of {p.leader} at epoch {p.leader_epoch}")
             part.stored = p
+            nemesis = getattr(self.sim, "nemesis", None)
+            if nemesis is not None:
+                nemesis.on_partition_stored(p)
             if self.sim.tracing:
                 self.sim.trace(f"store: {p.topic}-{p.partition} leader {p.leader} epoch {p.leader_epoch}/{p.partition_epoch} ISR {p.isr} ELR {p.elr}")
             self._check_isr_subset(part, now)
@@ -677,7 +680,7 @@ class History:
         # a first epoch whose earliest records retention removed starts at the log start
         if got and derived and got[0][0] == derived[0][0] and got[0][1] <= derived[0][1]:
             got[0] = derived[0]
-        if not derived and leo == log.log_start_offset and len(got) <= 1 and all(e[1] >= log.log_start_offset for e in got):
+        if not derived and leo == log.log_start_offset and len(got) <= 1 and all(e[1] <= leo for e in got):
             return  # everything was deleted: the cache keeps the epoch the log start is in
         extra_ok = not reconciled and len(got) == len(derived) + 1 and got[-1][1] == leo and (not derived or got[-1][0] > derived[-1][0])
         if got != derived and not (extra_ok and got[:-1] == derived):

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from kcoord import records
 from kcoord.group.assignors import RangeAssignor
+from kcoord.group.records import OFFSETS_TOPIC
 from kcoord.group.placement import coordinator_for
 from kcoord.protocol import names
 from kcoord.protocol.codec import Message
@@ -238,6 +239,12 @@ class Admin(Client):
     def deletion_done(self, tp: tuple[str, int]) -> None:
         self._deletes[tp] = None
 
+    def stray_write(self, partition: int) -> None:
+        """A client's produce into ``__consumer_offsets`` (not a coordinator's): refused by
+        its leader whatever its content, or the coordinators' state is at a stranger's
+        mercy (issue 32, finding 9)."""
+        _StrayWrite(self.sim, self, partition).refresh_metadata()
+
 
 
 class _Metadata:
@@ -314,6 +321,7 @@ class _Deletion(_Metadata):
             assert isinstance(response, DeleteRecordsResponse)
             sim.history.partition(tp).on_records_deleted(self.offset, response.low_watermark, broker, response.leader_epoch, sent, sim.kernel.now)
             self.admin.deletion_done(tp)
+            sim.nemesis.after_records_deleted(tp)
             return
         if code in (E.OFFSET_OUT_OF_RANGE, E.POLICY_VIOLATION):
             # past the HW of a leader that is behind (a new leader's HW lags) -- an operator
@@ -325,6 +333,37 @@ class _Deletion(_Metadata):
             self.refresh_metadata()
             return
         self.later(sim.config.client_backoff_ms, self._send)
+
+
+class _StrayWrite(_Metadata):
+    """One produce into ``__consumer_offsets`` by a client, at acks=1 (one attempt)."""
+
+    def __init__(self, sim: "Simulation", admin: Admin, partition: int) -> None:
+        self.sim = sim
+        self.admin = admin
+        self._init_metadata(OFFSETS_TOPIC, partition)
+
+    def call(self, target: str, request: Message, response_type: type[Message], on_done, timeout_ms: int | None = None) -> None:
+        self.admin.call(target, request, response_type, on_done, timeout_ms)
+
+    def later(self, delay_ms: int, fn, *args: Any) -> None:
+        if self.sim.phase == "faults":
+            self.admin.later(delay_ms, fn, *args)
+
+    def on_metadata(self) -> None:
+        if self.leader < 0 or self._metadata_in_flight:
+            return
+        data = records.build_batch_columns([b"garbage"], [b"not a group key"], timestamp_ms=self.sim.kernel.now)
+        req = ProduceRequest(self.topic, self.partition, data, acks=1, timeout_ms=self.sim.config.produce_timeout_ms, current_leader_epoch=self.leader_epoch)
+        self.call(self.leader_name(), req, ProduceResponse, partial(self._done, self.leader))
+
+    def _done(self, broker: int, response: Message | None, kind: str) -> None:
+        if isinstance(response, ProduceResponse) and response.error_code == E.NONE:
+            self.sim.history.fail(
+                "internal",
+                self.sim.kernel.now,
+                f"{self.topic}-{self.partition}: broker {broker} accepted a client's write into an internal topic at offset {response.base_offset}",
+            )
 
 
 @dataclass(eq=False)

@@ -31,6 +31,8 @@ Issue 32's kinds (operators, and two live processes):
   scenarios), each with an idempotent producer and a reader.
 * ``delete_records``: DeleteRecords at a partition's leader, up to an offset at or below its
   HW (or -1, the HW), retried until acknowledged.
+* ``stray_write``: a client (not a coordinator) produces a batch into a ``__consumer_offsets``
+  partition, as a new user might; internal topics refuse client writes (issue 32, #9).
 * ``twin``: two live processes of one actor for 0.5-4 s. A coordinator, or a replica of
   logical brokers: its process is cut off from the head (the controller, Ray's GCS) and Ray
   starts the next one; the old one runs on, reaching its peers, reached by calls made to it
@@ -59,6 +61,8 @@ from __future__ import annotations
 import errno
 from typing import TYPE_CHECKING
 
+from kcoord.group.records import OFFSETS_TOPIC
+
 from .kernel import resume
 from .processes import HEAD, CoordinatorGhost, ReplicaGhost, ReplicaProcess
 
@@ -73,6 +77,10 @@ class Nemesis:
         kinds = [k for k, w in sim.scenario.fault_weights.items() if w > 0]
         self._kinds = kinds
         self._weights = [sim.scenario.fault_weights[k] for k in kinds]
+        # Operators also react to what they see (issue 32): lower min.insync.replicas where an
+        # ISR fell below it, and a leader may fail right after a DeleteRecords.
+        self._operators = sim.scenario.fault_weights.get("alter_config", 0) > 0
+        self._reacting: set[str] = set()
 
     def start(self) -> None:
         self._next()
@@ -402,3 +410,55 @@ class Nemesis:
         if proc is None:
             return False
         return sim.twin(proc, rng.choice([500, 1500, 4000]))
+
+    def _stray_write(self) -> bool:
+        sim = self.sim
+        if not sim.coordinators:
+            return False
+        partition = sim.kernel.rng.randrange(len(sim.coordinators))
+        sim.trace(f"a client writes into {OFFSETS_TOPIC}-{partition}")
+        sim.admin.stray_write(partition)
+        return True
+
+    # -- issue 32: what operators do when they see something ---------------------------------
+    def on_partition_stored(self, p) -> None:
+        """The controller stored ``p``: an operator who watches may lower
+        min.insync.replicas of a topic whose ISR fell below it, to get writes going."""
+        sim = self.sim
+        if not self._operators or sim.phase != "faults" or p.leader < 0 or len(p.isr) >= 2 or p.topic in self._reacting:
+            return
+        spec = next((t for t in sim.topics if t.name == p.topic), None)
+        if spec is None or not spec.min_isr_alterable or sim.history.configs.latest(spec.name).get("min.insync.replicas") != "2":
+            return
+        rng = sim.kernel.rng
+        if rng.random() < 0.5:
+            self._reacting.add(p.topic)
+            sim.kernel.after(rng.randint(50, 800), self._lower_min_isr, spec)
+
+    def _lower_min_isr(self, spec) -> None:
+        sim = self.sim
+        self._reacting.discard(spec.name)
+        if sim.phase != "faults" or sim.history.configs.latest(spec.name).get("min.insync.replicas") != "2":
+            return
+        sim.trace(f"admin: {spec.name} min.insync.replicas 2 -> 1 (an ISR is below it)")
+        sim.admin.alter_configs(spec.name, {"min.insync.replicas": "1"})
+        self.counts["alter_config"] = self.counts.get("alter_config", 0) + 1
+
+    def after_records_deleted(self, tp: tuple[str, int]) -> None:
+        """A DeleteRecords was acknowledged: now and then its leader fails at once, before
+        every follower has heard of the new log start."""
+        sim = self.sim
+        rng = sim.kernel.rng
+        if sim.phase == "faults" and rng.random() < 0.5:
+            sim.kernel.after(rng.randint(0, 150), self._crash_leader_of, tp)
+
+    def _crash_leader_of(self, tp: tuple[str, int]) -> None:
+        sim = self.sim
+        if sim.phase != "faults":
+            return
+        stored = sim.stored_partition(*tp)
+        proc = None if stored is None or stored.leader < 0 else sim.replicas.get((tp[0], tp[1], stored.leader))
+        if proc is not None and proc.up and not proc.paused:
+            sim.trace(f"{proc.name} fails right after a DeleteRecords")
+            self._crash(proc)
+            self.counts["crash_leader"] = self.counts.get("crash_leader", 0) + 1

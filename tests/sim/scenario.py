@@ -29,7 +29,8 @@ Issue 32's additions (about three seeds in four; the rest run exactly as before)
   ``log.cleaner.backoff.ms`` as broker configs): time and size retention on user topics, a
   compacted topic ``c0`` written by keyed idempotent producers, and ``__consumer_offsets``
   compacted (as deployments create it) under its live coordinators;
-* ``twin``: two live processes of one replica or coordinator for a while.
+* ``twin``: two live processes of one replica or coordinator for a while;
+* ``stray_write``: a client's produce into ``__consumer_offsets`` (group scenarios).
 """
 
 from __future__ import annotations
@@ -58,6 +59,7 @@ FAULT_KINDS = (
     "create_partitions",
     "delete_records",
     "twin",
+    "stray_write",
 )
 
 
@@ -237,7 +239,7 @@ class Scenario:
 def _draw_operations(side: random.Random, kind: str, brokers: int, topics: list[TopicSpec], weights: dict[str, int]) -> dict:
     """Issue 32's part of a scenario, from the side generator (which older seeds never read
     past ``wipe``). About one seed in four draws none of it and runs as before."""
-    for k in ("alter_config", "create_partitions", "delete_records", "twin"):
+    for k in ("alter_config", "create_partitions", "delete_records", "twin", "stray_write"):
         weights[k] = 0
     if side.random() < 0.25:
         return {}
@@ -281,6 +283,7 @@ def _draw_operations(side: random.Random, kind: str, brokers: int, topics: list[
         extra["keyed_producers"] = side.choice([1, 2, 3])
     if kind == "groups":
         extra["offsets_compacted"] = side.random() < 0.8
+        weights["stray_write"] = side.choice([0, 1])
     return extra
 
 
