@@ -9,8 +9,11 @@ off, on again), so a replica's version is followed step by step: when its settin
 it moves to the earliest later version with those settings; settings that only an earlier
 version had mean it went back.
 
-The number is kept per replica, not per process: a process Ray restarts (on its creation
-arguments) must not run an older config than its predecessor did. Ghosts (older processes
+The number is kept per replica, not per process, and checked while the replica takes part
+(leads or follows). A process Ray restarts runs on its creation arguments, an older config,
+until a LeaderAndIsr brings the current one; until then it must not act on it: no
+retention or cleaner pass may change its log (issue 32, finding 4 -- a restarted replica
+that deletes by a retention the operator has since turned off). Ghosts (older processes
 still running, cut off from the controller) are not checked: they cannot hear of changes.
 """
 
@@ -42,6 +45,7 @@ class ConfigHistory:
         self.proposed_at: dict[str, list[int]] = {}
         self.running: dict[tuple[str, int, int], int] = {}  # replica -> version it runs
         self._seen: dict[str, tuple] = {}  # process -> (log config, replication config) objects checked
+        self._stale: dict[str, tuple] = {}  # process running an older version, not taking part -> its log then
         self.checks = 0
 
     def add_topic(self, spec: "TopicSpec") -> None:
@@ -74,6 +78,11 @@ class ConfigHistory:
         r = proc.replica
         if r is None or proc.is_ghost:
             return
+        active = r.role.value in ("leader", "follower")
+        if not active:
+            self._check_idle(proc, now)
+            return
+        self._stale.pop(proc.incarnation_id, None)
         log_config, replication = r.log.config, r.config
         ident = (log_config, replication)
         seen = self._seen.get(proc.incarnation_id)
@@ -102,7 +111,7 @@ class ConfigHistory:
             self.history.fail("config", now, f"{topic}-{proc.partition}: replica {proc.broker} runs settings of no config version: {_diff(versions[-1], running)}")
             return
         what = f"version {matches[-1]}" if matches else "settings of no version"
-        how = "a new process of it started with" if seen is None else "it now runs"
+        how = "a new process of it took part with" if seen is None else "it now runs"
         self.history.fail(
             "config",
             now,
@@ -113,6 +122,41 @@ class ConfigHistory:
         )
         if matches:
             self.running[key] = matches[-1]
+
+    def _check_idle(self, proc: "ReplicaProcess", now: int) -> None:
+        """A process not taking part (not told its role yet) that runs an older version than
+        its replica ran must not act on it: its log's start and segments stay as they are."""
+        r = proc.replica
+        key = (proc.topic, proc.partition, proc.broker)
+        current = self.running.get(key)
+        versions = self._settings.get(proc.topic)
+        if current is None or versions is None or r.role.value == "offline":
+            return
+        log = r.log
+        segments = getattr(log, "_segments", None)
+        state = (log.log_start_offset, segments[0].base_offset if segments else -1, r.last_clean)
+        stale = self._stale.get(proc.incarnation_id)
+        if stale is None:
+            running = (log.config, r.config)
+            if running == versions[current] or any(i > current for i, v in enumerate(versions) if v == running):
+                return
+            self._stale[proc.incarnation_id] = state
+            return
+        moved = state[:2] != stale[:2]
+        cleaned = state[2] is not stale[2] and state[2] is not None and state[2].segments_cleaned > 0
+        if moved or cleaned:
+            self._stale[proc.incarnation_id] = state
+            self.history.fail(
+                "config",
+                now,
+                f"{proc.topic}-{proc.partition}: replica {proc.broker} ran config version {current} ({self._describe(proc.topic, current)}); "
+                f"a new process of it ({proc.incarnation_id}), not told its role yet, runs an older config and acted on it: "
+                + (
+                    f"retention moved its log start from {stale[0]} to {state[0]} (first segment {stale[1]} -> {state[1]})"
+                    if moved
+                    else f"the cleaner rewrote segments {state[2].segments}"
+                ),
+            )
 
     def _describe(self, topic: str, index: int) -> str:
         acked = self.acked_at[topic][index]

@@ -321,7 +321,7 @@ class Nemesis:
     def _alter_config(self) -> bool:
         sim = self.sim
         rng = sim.kernel.rng
-        topics = [t for t in sim.topics if t.alterable and not t.internal]
+        topics = [t for t in sim.topics if t.alterable and not t.internal and t.name in sim.admin.created]
         if not topics:
             return False
         configs = sim.history.configs
