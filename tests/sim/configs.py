@@ -140,6 +140,8 @@ class ConfigHistory:
             running = (log.config, r.config)
             if running == versions[current] or any(i > current for i, v in enumerate(versions) if v == running):
                 return
+            if log.config == versions[current][0]:
+                return  # only replication settings differ: its log upkeep is what it should be
             self._stale[proc.incarnation_id] = state
             return
         moved = state[:2] != stale[:2]
