@@ -162,6 +162,10 @@ class PartitionHistory:
         self.producer_anomalies: list[tuple[int, str]] = []  # (producer id, what happened)
         self.reader_hw: dict[str, int] = {}
         self.unclean_at: list[int] = []
+        # when operators made the topic lose its promise: min.insync.replicas below 2 on a
+        # page-cache topic (README: its one copy's page cache may then be all there is), and
+        # what was promised before may go with it
+        self.weakened_at: list[int] = []
         self.unclean_epoch = -1  # the newest leader epoch that began with an unclean election
         self.stored: PartitionState | None = None
         # issue 32
@@ -297,7 +301,7 @@ class PartitionHistory:
             c = self.committed.get(h.base_offset)
             strong = c is None or c.data != batch or c.strong
             seen = self.consumed.get(h.base_offset)
-            if seen is not None and seen[1] and not self.unclean_at and not consistent(seen[0], batch, self.compacted):
+            if seen is not None and seen[1] and not self.lost_any and not consistent(seen[0], batch, self.compacted):
                 self.fail("4", now, f"readers were served two different batches at offset {h.base_offset}, the first one committed with the durability promise")
             self.consumed[h.base_offset] = (batch, strong)
 
@@ -306,7 +310,7 @@ class PartitionHistory:
         durability promise (a HW only a lone copy of a page-cache topic stood behind may
         be lost with that copy, and the HW with it)."""
         seen = self.reader_hw.get(reader, 0)  # the promised part of the highest HW it was shown
-        if hw < seen and not self.unclean_at:
+        if hw < seen and not self.lost_any:
             self.fail("4", now, f"{reader} saw the HW go back from {seen} to {hw} (served by broker {broker})")
         self.reader_hw[reader] = max(seen, min(hw, self.strong_hw))
 
@@ -323,7 +327,13 @@ class PartitionHistory:
         committed) at ``at_ms`` by the leader of ``epoch``: any election of a replica from
         outside the ISR after it, or one whose new epoch is above that leader's (a deposed
         leader that did not know yet still acknowledges at its old epoch)."""
-        return any(t >= at_ms for t in self.unclean_at) or epoch < self.unclean_epoch
+        return any(t >= at_ms for t in self.unclean_at) or epoch < self.unclean_epoch or any(t >= at_ms for t in self.weakened_at)
+
+    @property
+    def lost_any(self) -> bool:
+        """Whether anything promised may have been lost since the start (an unclean
+        election, or an operator's lowering of the promise)."""
+        return bool(self.unclean_at or self.weakened_at)
 
     def _unclean_since(self, at_ms: int) -> bool:
         return any(t >= at_ms for t in self.unclean_at)
@@ -792,7 +802,7 @@ class History:
             )
         for base in sorted(part.consumed):
             data, strong = part.consumed[base]
-            if not strong or part.unclean_at:
+            if not strong or part.lost_any:
                 continue
             got = view.batches.get(base)
             if (got is None or got[1] != data) and not view.rightly_changed(data):
@@ -807,7 +817,7 @@ class History:
         exactly; of others, any gap there). Records of the simulation's producers also name
         their sequence."""
         state: dict[int, tuple[int, int]] = {}  # producer id -> (epoch, next sequence)
-        lossy_ok = bool(part.unclean_at)
+        lossy_ok = part.lost_any
         ours = self.sim_producer_ids
         start = view.log_start
         for base in sorted(view.batches):

@@ -67,6 +67,10 @@ class ConfigHistory:
                 cfg[k] = v
         self.versions[topic].append(cfg)
         self._settings[topic].append(settings(cfg))
+        if self._settings[topic][-1][1].min_insync_replicas < 2:
+            for part in self.history.parts.values():
+                if part.tp[0] == topic and part.spec.lossy:
+                    part.weakened_at.append(now)  # from now the controller may apply it
         self.acked_at[topic].append(-1)
         self.proposed_at[topic].append(now)
         return len(self.versions[topic]) - 1

@@ -77,9 +77,10 @@ ISSUE_32_SEEDS = {
     "finding 3 (a new leader proposes out followers within replica.lag.time.max.ms)": ((0, 1, 3, 14), "trust-replica"),
     "finding 4 (a late LeaderAndIsr rolls a topic config back)": ((1086, 1410, 1613), "trust-replica"),
     "finding 5 (DeleteRecords answered before the low watermark passed it)": ((80, 233, 295, 352), "trust-replica"),
+    "finding 7 (a half-finished ISR write leaves an ISR member replaced)": ((3041,), "trust-controller"),
     "finding 8 (the cleaner drops a producer's last batch)": ((1676, 2864), "trust-storage"),
     "finding 9 (a client's write into __consumer_offsets is acknowledged)": ((58, 84, 120), "trust-storage"),
-    "new (a follower cannot follow a leader whose log ends below its log start)": ((2005, 2408), "none yet"),
+    "new (a follower cannot follow a leader whose log ends below its log start)": ((2005, 2408, 4431), "none yet"),
 }
 
 
