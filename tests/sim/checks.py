@@ -89,6 +89,24 @@ class Violation:
         return f"[inv {self.invariant} @ {self.at_ms} ms] {self.message}"
 
 
+def read_log(history: "History", tp: tuple[str, int], broker: int, log: Any, start: int, end: int | None = None) -> bytes:
+    """``log.read`` for the checks: a log that cannot serve a read of what it holds is a
+    violation (**log**), not a crash of the harness."""
+    try:
+        return log.read(start, _ALL, end)
+    except Exception as exc:  # noqa: BLE001 - whatever the log raised is the finding
+        if _is_storage_error(exc):
+            raise
+        history.fail("log", history.sim.kernel.now, f"{tp[0]}-{tp[1]}: replica {broker}'s log (start {log.log_start_offset}, end {log.log_end_offset}) cannot be read from {start}: {exc!r}")
+        return b""
+
+
+def _is_storage_error(exc: BaseException) -> bool:
+    from kcoord.replication.entry import is_storage_error
+
+    return is_storage_error(exc)
+
+
 def _records_of(data: bytes) -> dict[int, tuple]:
     """offset -> (key, value) of every record in ``data``."""
     out: dict[int, tuple] = {}
@@ -269,7 +287,7 @@ class PartitionHistory:
             self.strong_hw = max(self.strong_hw, new_hw)
         if start >= new_hw:
             return
-        data = log.read(start, _ALL, new_hw)
+        data = read_log(self.history, self.tp, broker, log, start, new_hw)
         ours = self.history.sim_producer_ids
         for pos, h in records.iter_headers(data):
             batch = bytes(data[pos : pos + h.size])
@@ -539,7 +557,7 @@ class History:
             now = self.sim.kernel.now
             if role != LEADER:
                 self.parts[proc.tp].fail("3", now, f"broker {proc.broker} appended a produce request as {role}")
-            data = log.read(leo_before, _ALL)
+            data = read_log(self, proc.tp, proc.broker, log, leo_before)
             self.parts[proc.tp].on_leader_append(proc.broker, epoch, [h.leader_epoch for _, h in records.iter_headers(data)], now)
 
     def observe_replica(self, proc: "ReplicaProcess") -> None:
@@ -666,7 +684,7 @@ class History:
             derived = list(derived)
             start = checked_leo
         if leo > start:
-            data = log.read(start, _ALL)
+            data = read_log(self, proc.tp, proc.broker, log, start)
             for _, h in records.iter_headers(data):
                 if not derived or h.leader_epoch > derived[-1][0]:
                     # (the batch holding the log start may begin below it: DeleteRecords)
@@ -713,7 +731,7 @@ class History:
     def final_checks(self, tp: tuple[str, int], leader: int, logs: dict[int, Any], hw: int, now: int) -> None:
         part = self.parts[tp]
         final = logs[leader]
-        data = final.read(final.log_start_offset, _ALL) if final.log_end_offset > final.log_start_offset else b""
+        data = read_log(self, tp, leader, final, final.log_start_offset) if final.log_end_offset > final.log_start_offset else b""
         batches: dict[int, tuple[records.BatchHeader, bytes]] = {}
         values: dict[int, bytes | None] = {}
         last_of_key: dict[bytes, int] = {}
@@ -763,8 +781,8 @@ class History:
             end = min(hw, log.log_end_offset)
             if start >= end:
                 continue
-            mine = log.read(start, _ALL, end)
-            theirs = ref.read(start, _ALL, end)
+            mine = read_log(self, part.tp, broker, log, start, end)
+            theirs = read_log(self, part.tp, leader, ref, start, end)
             if mine == theirs:
                 continue
             if not part.compacted:

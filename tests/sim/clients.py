@@ -18,6 +18,7 @@ offset and every assignment a member received (invariant 6).
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING, Any
@@ -285,6 +286,11 @@ class _Metadata:
         return names.replica(CLUSTER, self.topic, self.partition, self.leader)
 
 
+# A DeleteRecords that waits for the low watermark (issue 32, #5) waits as long as a produce
+# here; the field comes with that change.
+_DELETE_WAIT = {"timeout_ms": 1500} if "timeout_ms" in {f.name for f in dataclasses.fields(DeleteRecordsRequest)} else {}
+
+
 class _Deletion(_Metadata):
     """One operator's DeleteRecords, sent by the admin client to the partition's leader
     (found through the controller's metadata, as ``Admin.delete_records`` does)."""
@@ -309,7 +315,7 @@ class _Deletion(_Metadata):
     def _send(self) -> None:
         cfg = self.sim.config
         self.attempts += 1
-        req = DeleteRecordsRequest(self.topic, self.partition, self.offset, current_leader_epoch=self.leader_epoch)
+        req = DeleteRecordsRequest(self.topic, self.partition, self.offset, current_leader_epoch=self.leader_epoch, **_DELETE_WAIT)
         sent = self.sim.kernel.now
         self.call(self.leader_name(), req, DeleteRecordsResponse, partial(self._done, self.leader, sent), cfg.produce_timeout_ms + cfg.call_timeout_ms)
 

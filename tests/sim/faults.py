@@ -64,7 +64,7 @@ from typing import TYPE_CHECKING
 from kcoord.group.records import OFFSETS_TOPIC
 
 from .kernel import resume
-from .processes import HEAD, CoordinatorGhost, ReplicaGhost, ReplicaProcess
+from .processes import HEAD, ReplicaProcess
 
 if TYPE_CHECKING:
     from .simulation import Simulation

@@ -39,7 +39,7 @@ from kcoord.replication.metadata import PartitionState, ReplicaTrust, TopicState
 from kcoord.replication.placement import PLACEMENT_KEY, decode_binding
 from kcoord.replication.roles import LEADER, OFFLINE
 
-from .checks import History, Violation
+from .checks import History, Violation, read_log
 from .clients import Admin, Member, Producer, Reader
 from .faults import Nemesis
 from .kernel import Kernel, NetParams, Network, resume
@@ -299,7 +299,7 @@ class Simulation:
         for proc in self.replica_list:
             log = proc.log
             if log is not None and proc.replica is not None and proc.replica.role != OFFLINE and log.log_end_offset > log.log_start_offset:
-                self._digest.update(proc.name.encode() + log.read(log.log_start_offset, 1 << 40))
+                self._digest.update(proc.name.encode() + read_log(self.history, proc.tp, proc.broker, log, log.log_start_offset))
         for key in self.store.keys():
             self._digest.update(key.encode() + (self.store.get(key) or b""))
         return SimResult(self.config, self.scenario, list(h.violations), stats, list(self._tail), self._digest.hexdigest())
