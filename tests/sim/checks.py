@@ -596,6 +596,8 @@ class History:
     def _check_deleted(self, part: PartitionHistory, proc: "ReplicaProcess", now: int) -> None:
         """Records below an acknowledged DeleteRecords, or below every replica's log start,
         are not readable from the partition's current leader."""
+        if part.deleted_floor <= 0 and part.retention_floor <= 0:
+            return
         floor, since, why = part.read_floor()
         if floor <= 0:
             return

@@ -82,8 +82,7 @@ class ConfigHistory:
         r = proc.replica
         if r is None or proc.is_ghost:
             return
-        active = r.role.value in ("leader", "follower")
-        if not active:
+        if r.role.value not in ("leader", "follower"):
             self._check_idle(proc, now)
             return
         self._stale.pop(proc.incarnation_id, None)
