@@ -138,13 +138,16 @@ class ConfigHistory:
         log = r.log
         segments = getattr(log, "_segments", None)
         state = (log.log_start_offset, segments[0].base_offset if segments else -1, r.last_clean)
+        running = (log.config, r.config)
+        if (
+            running == versions[current]
+            or log.config == versions[current][0]  # only replication settings differ: its upkeep is right
+            or any(i > current for i, v in enumerate(versions) if v == running)
+        ):
+            self._stale.pop(proc.incarnation_id, None)  # told the current config (or runs one as good)
+            return
         stale = self._stale.get(proc.incarnation_id)
         if stale is None:
-            running = (log.config, r.config)
-            if running == versions[current] or any(i > current for i, v in enumerate(versions) if v == running):
-                return
-            if log.config == versions[current][0]:
-                return  # only replication settings differ: its log upkeep is what it should be
             self._stale[proc.incarnation_id] = state
             return
         moved = state[:2] != stale[:2]
