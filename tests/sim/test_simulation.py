@@ -42,7 +42,7 @@ SEEDS = _seeds()
 # trust-controller, trust-replica and trust-storage are merged with this branch.
 ISSUE_32_OPEN = pytest.mark.xfail(
     strict=False,
-    reason="issue 32's findings 1-5 and 8-9 (and the new bug of seeds 2005/2408), fixed on branches trust-controller, trust-replica, trust-storage",
+    reason="issue 32's findings 1-5 and 7-9, fixed on branches trust-controller, trust-replica, trust-storage (and the new bugs of docs/simulation.md's Open table)",
 )
 
 
@@ -80,7 +80,8 @@ ISSUE_32_SEEDS = {
     "finding 7 (a half-finished ISR write leaves an ISR member replaced)": ((3041,), "trust-controller"),
     "finding 8 (the cleaner drops a producer's last batch)": ((1676, 2864), "trust-storage"),
     "finding 9 (a client's write into __consumer_offsets is acknowledged)": ((58, 84, 120), "trust-storage"),
-    "new (a follower cannot follow a leader whose log ends below its log start)": ((2005, 2408, 4431), "none yet"),
+    "new bug a (a follower cannot follow a leader whose log ends below its log start)": ((2005, 2408, 4431), "none yet"),
+    "new bug b (the leader counts a twin follower's old process for its HW)": ((432, 902), "none yet"),
 }
 
 
