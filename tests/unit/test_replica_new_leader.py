@@ -58,3 +58,41 @@ def test_another_process_after_the_first_one_heard_still_starts_over():
     acts = follower_fetch(r, 1, 0, "b", 20, epoch=3, incarnation="proc-1b")
     (alter,) = of_type(acts, SendAlterPartition)
     assert alter.request.new_isr == [0, 2]
+
+
+def test_a_follower_proposed_back_into_the_isr_keeps_its_caught_up_time():
+    """Finding 3's second form (sim seed 3): the controller drops follower 2 from the ISR
+    (partition epoch 1) right after the election; it fetches one batch behind, the leader
+    proposes it back and the controller agrees. Kafka never resets a follower's
+    lastCaughtUpTime on an ISR change: it was caught up at the election (0 ms), so it may
+    not be proposed out before replica.lag.time.max.ms has passed since."""
+    from kcoord.protocol.controller import AlterPartitionResponse
+
+    r = _new_leader()
+    leader_and_isr(r, lai(0, 3, (0, 1), partition_epoch=4), 30)
+    produce(r, batch(3), "p", 40, acks=1)
+    acts = follower_fetch(r, 2, 0, "b", 50, epoch=3, incarnation="proc-2")
+    acts += follower_fetch(r, 1, 3, "a", 50, epoch=3, incarnation="proc-1")
+    (alter,) = of_type(acts, SendAlterPartition)
+    assert alter.request.new_isr == [0, 1, 2]
+    acts = r.on_alter_partition_response(alter.request, AlterPartitionResponse(leader=0, leader_epoch=3, partition_epoch=5, isr=[0, 1, 2]), 60)
+    acts += r.tick(61)
+    assert of_type(acts, SendAlterPartition) == [], "caught up at the election, 61 ms ago"
+    # without a fetch at the log end it is out once the lag time has passed since then
+    follower_fetch(r, 1, 3, "c", 900, epoch=3, incarnation="proc-1")
+    (alter,) = of_type(r.tick(1001), SendAlterPartition)
+    assert alter.request.new_isr == [0, 1]
+
+
+def test_a_follower_that_left_the_isr_rejoins_only_on_a_fetch_made_after_it_left():
+    """What resetting its progress guarded, kept: the log end it reported before it left
+    (maybe before a crash) does not bring it back into the ISR."""
+    r = _new_leader()
+    produce(r, batch(3), "p", 5, acks=1)
+    follower_fetch(r, 1, 3, "a", 10, epoch=3, incarnation="proc-1")
+    follower_fetch(r, 2, 3, "b", 10, epoch=3, incarnation="proc-2")
+    _, acts = leader_and_isr(r, lai(0, 3, (0, 1), partition_epoch=4), 20)
+    acts += r.tick(21)
+    assert of_type(acts, SendAlterPartition) == []
+    (alter,) = of_type(follower_fetch(r, 2, 3, "c", 30, epoch=3, incarnation="proc-2"), SendAlterPartition)
+    assert alter.request.new_isr == [0, 1, 2]
