@@ -50,8 +50,8 @@ class FollowerProgress:
     partition_epoch: int = UNKNOWN
     directory_id: str = ""
     log_start_offset: int = UNKNOWN  # as its latest fetch reported it
-    # The confirmed ISR changed since this follower last fetched: its LEO does not count
-    # for the HW until it fetches again (see the module's rules).
+    # The confirmed ISR changed since this follower last fetched: its LEO counts neither
+    # for the HW nor for rejoining the ISR until it fetches again (see the module's rules).
     reconfirm: bool = False
 
     def on_fetch(
@@ -145,16 +145,13 @@ class IsrState:
             return len(self.replicas) + broker
 
     def adopt_isr(self, isr: list[int]) -> bool:
-        """Take ``isr`` as the confirmed ISR. A follower that leaves it forgets its progress:
-        it may have left because it crashed, and what it reported before the crash (a log
-        end it may no longer have) must not bring it back into the ISR; only a fetch made
-        after it left may."""
-        for b in self.isr:
-            if b not in isr and b in self.followers:
-                self.followers[b] = FollowerProgress(b)
+        """Take ``isr`` as the confirmed ISR. Every follower's LEO must be reconfirmed by a
+        fetch: one that left may have crashed, and a log end it may no longer have must not
+        bring it back. Its caught-up time stays (Kafka never resets lastCaughtUpTime on an
+        ISR change): proposed back in, it is not proposed out again at once."""
         changed = set(isr) != set(self.isr)
         if changed:
-            for b in isr:
+            for b in set(isr) | set(self.isr):
                 p = self.followers.get(b)
                 if p is not None:
                     p.reconfirm = True
@@ -217,6 +214,7 @@ class IsrState:
                     wanted.append(b)
             elif (
                 p.log_end_offset >= 0
+                and not p.reconfirm
                 and p.log_end_offset >= high_watermark
                 and p.log_end_offset >= self.epoch_start_offset
                 and p.log_start_offset >= log_start_offset
