@@ -26,6 +26,10 @@ Rules (Kafka's, with time-based lag as in modern Kafka):
   empty, which the leader cannot know before that process fetches (sim seed 1637: the HW
   rose to 22 over ISR [1, 0] while only the leader held those records). Kafka's KIP-903
   closes the same hole for ISR expansion with broker epochs.
+* An ISR member's LEO counts only from its *admitted* process: the one the accepted
+  expansion named, else the first heard in this leadership. Another process's fetches (an
+  old one still running beside its successor) hold the HW until the controller changes the
+  ISR (Kafka fences fetches with a stale broker epoch).
 """
 
 from __future__ import annotations
@@ -53,6 +57,10 @@ class FollowerProgress:
     # The confirmed ISR changed since this follower last fetched: its LEO counts neither
     # for the HW nor for rejoining the ISR until it fetches again (see the module's rules).
     reconfirm: bool = False
+    # The process whose figures count for the HW while this follower is an ISR member: the
+    # one the controller admitted (named in the accepted AlterPartition), else the first
+    # heard in this leadership. An older process still running (a twin) must not count.
+    admitted: str = ""
 
     def on_fetch(
         self,
@@ -155,8 +163,25 @@ class IsrState:
                 p = self.followers.get(b)
                 if p is not None:
                     p.reconfirm = True
+                    if b not in isr:
+                        p.admitted = ""  # back in only by an expansion naming its process
         self.isr = list(isr)
         return changed
+
+    def admit(self, request: AlterPartitionRequest) -> None:
+        """``request`` is proposed or accepted: its new members count for the HW only from
+        the processes it names (KIP-903)."""
+        for b, incarnation in request.incarnations.items():
+            p = self.followers.get(b)
+            if p is not None and b in request.new_isr and b not in self.isr:
+                p.admitted = incarnation
+
+    def heard(self, broker: int) -> None:
+        """A fetch of ``broker`` was taken: an ISR member with no admitted process yet is
+        pinned to the one heard first."""
+        p = self.followers.get(broker)
+        if p is not None and not p.admitted and broker in self.isr:
+            p.admitted = p.incarnation
 
     def update_from_controller(self, isr: list[int], replicas: list[int], partition_epoch: int, now_ms: int) -> bool:
         """A LeaderAndIsr at our epoch with a newer partition epoch (e.g. the controller
@@ -191,7 +216,7 @@ class IsrState:
             if b == self.broker:
                 continue
             p = self.followers.get(b)
-            if p is None or p.log_end_offset < 0 or p.reconfirm:
+            if p is None or p.log_end_offset < 0 or p.reconfirm or (p.admitted and p.incarnation != p.admitted):
                 return UNKNOWN
             hw = min(hw, p.log_end_offset)
         return hw
