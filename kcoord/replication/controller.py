@@ -518,6 +518,11 @@ class ControllerState:
                 # equalsAllowStalePartitionEpoch), or the leader would take it as refused.
                 return answer(ErrorCode.NONE), []
             return answer(ErrorCode.INVALID_UPDATE_VERSION, f"partition epoch {req.partition_epoch} is stale (current {p.partition_epoch})"), []
+        if 0 <= req.config_version < self.topics[p.topic].config_version:
+            # Judged under an older config (a min ISR since raised: its ISR and ELR would
+            # not match the leader's HW): refused; the leader retries once told the new one.
+            return answer(ErrorCode.INVALID_UPDATE_VERSION, f"judged under config version {req.config_version}, "
+                          f"current {self.topics[p.topic].config_version}"), self._send_state(p, [p.leader])
         if p.leader not in new_isr or any(b not in p.replicas for b in new_isr):
             return answer(ErrorCode.INVALID_REQUEST, f"ISR {req.new_isr} must contain the leader and only replicas of {p.replicas}"), []
         added = [b for b in new_isr if b not in p.isr]

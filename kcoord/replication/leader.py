@@ -396,6 +396,7 @@ class Leader:
             partition_epoch=st.partition_epoch,
             new_isr=proposal,
             incarnations={b: p.incarnation for b, p in isr.followers.items() if b in proposal and p.incarnation},
+            config_version=st.config_version,
         )
         isr.admit(request)  # a pending addition counts for the HW (KIP-497), from that process only
         isr.pending_isr = proposal
