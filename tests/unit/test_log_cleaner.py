@@ -345,3 +345,19 @@ def test_a_retry_of_any_of_a_producers_last_five_batches_stays_a_duplicate_on_a_
         info = follower.append(b, leader_epoch=1, now_ms=T0)
         assert info.duplicate and info.base_offset == offset
     assert follower.log_end_offset == log.log_end_offset
+
+
+def test_a_read_below_the_log_end_that_finds_no_batch_returns_nothing(tmp_path):
+    """Sim seed 0 (``--kind replication``, on the merged fault model): the cleaner emptied
+    every sealed segment (all superseded), then a truncation cut the later records away.
+    Every segment was empty below a log end of 80, and the read loop ran past the last
+    segment (IndexError). A read that finds no batch up to the log end returns nothing."""
+    log = compact_log(tmp_path / "l")
+    write(log, 40, keys=3)
+    log.checkpoint_high_watermark(log.log_end_offset)
+    assert clean(log, T0 + 1000).segments_cleaned
+    first_kept = R.read_header(log.read(0, 0)).base_offset
+    log.truncate_to(first_kept - 1)
+    assert log.log_end_offset == first_kept - 1 and all(s.size_bytes == 0 for s in log.segments)
+    assert log.read(0, 1 << 20) == b""
+    assert log.locate(0, 1 << 20, None) in ([], None)
