@@ -61,6 +61,7 @@ class FollowerProgress:
     # one the controller admitted (named in the accepted AlterPartition), else the first
     # heard in this leadership. An older process still running (a twin) must not count.
     admitted: str = ""
+    admitted_heard_ms: int = UNKNOWN  # the admitted process's latest fetch
 
     def on_fetch(
         self,
@@ -175,13 +176,20 @@ class IsrState:
             p = self.followers.get(b)
             if p is not None and b in request.new_isr and b not in self.isr:
                 p.admitted = incarnation
+                p.admitted_heard_ms = p.last_fetch_ms
 
-    def heard(self, broker: int) -> None:
+    def heard(self, broker: int, now_ms: int, lag_max_ms: int) -> None:
         """A fetch of ``broker`` was taken: an ISR member with no admitted process yet is
-        pinned to the one heard first."""
+        pinned to the one heard first; one whose admitted process has been silent for
+        replica.lag.time.max.ms while another fetches is pinned to that one (it restarted
+        while no controller watched, which leaves the judgement to the leader)."""
         p = self.followers.get(broker)
-        if p is not None and not p.admitted and broker in self.isr:
-            p.admitted = p.incarnation
+        if p is None or broker not in self.isr or not p.incarnation:
+            return
+        if p.admitted and p.incarnation != p.admitted and now_ms - p.admitted_heard_ms <= lag_max_ms:
+            return
+        p.admitted = p.incarnation
+        p.admitted_heard_ms = now_ms
 
     def update_from_controller(self, isr: list[int], replicas: list[int], partition_epoch: int, now_ms: int) -> bool:
         """A LeaderAndIsr at our epoch with a newer partition epoch (e.g. the controller

@@ -287,7 +287,7 @@ class Leader:
                     req.replica_directory_id,
                     req.replica_log_start_offset,
                 )
-                self.isr.heard(req.replica_id)
+                self.isr.heard(req.replica_id, now_ms, st.config.replica_lag_time_max_ms)
             self.maybe_advance_hw(now_ms)
             self.maybe_propose_isr(now_ms)
             self._complete_deletes(now_ms)

@@ -144,3 +144,21 @@ def test_an_isr_member_pinned_at_its_first_fetch_of_the_leadership():
     leader_and_isr(r, lai(0, 3, (0, 1), partition_epoch=4), 40)  # the controller drops 2
     follower_fetch(r, 1, 3, "d", 50, epoch=3, incarnation="proc-1")
     assert r.hw == 3
+
+
+def test_an_isr_member_restarted_unseen_is_pinned_to_its_new_process_once_the_old_one_is_silent():
+    """Sim seed 69: follower 1 restarted while no controller watched (the next controller
+    first heard the new process, so nothing dropped it from the ISR: the leader judges). Its
+    old process, pinned, never fetches again; after replica.lag.time.max.ms of silence the
+    process that does fetch counts, and the HW moves again."""
+    r = _new_leader()
+    produce(r, batch(3), "p", 10, acks=1)
+    follower_fetch(r, 1, 1, "a", 20, epoch=3, incarnation="proc-1")
+    follower_fetch(r, 2, 3, "b", 20, epoch=3, incarnation="proc-2")
+    assert r.hw == 1
+    follower_fetch(r, 2, 3, "b2", 900, epoch=3, incarnation="proc-2")
+    follower_fetch(r, 1, 3, "c", 900, epoch=3, incarnation="proc-1-next")
+    assert r.hw == 1, "proc-1 fetched 880 ms ago"
+    follower_fetch(r, 2, 3, "d", 1021, epoch=3, incarnation="proc-2")
+    follower_fetch(r, 1, 3, "e", 1021, epoch=3, incarnation="proc-1-next")
+    assert r.hw == 3
