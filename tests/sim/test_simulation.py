@@ -37,16 +37,7 @@ def _jobs() -> int:
 
 SEEDS = _seeds()
 
-# Issue 32 widened the fault model; on code without its fixes about half the default seeds
-# fail (finding 3 alone in four seeds in ten). The lead removes this mark once the fixes of
-# trust-controller, trust-replica and trust-storage are merged with this branch.
-ISSUE_32_OPEN = pytest.mark.xfail(
-    strict=False,
-    reason="issue 32's findings 1-5 and 7-9, fixed on branches trust-controller, trust-replica, trust-storage (and the new bugs of docs/simulation.md's Open table)",
-)
 
-
-@ISSUE_32_OPEN
 @pytest.mark.parametrize("chunk", range(CHUNKS))
 def test_seeds(chunk: int) -> None:
     seeds = SEEDS[chunk::CHUNKS]
@@ -62,7 +53,6 @@ def test_seeds(chunk: int) -> None:
 FOUND_SEEDS = (1336, 1637, 1829, 6383, 7734, 8536, 18876, 23499, 28240, 34993, 43725, 68272, 100472, 114477, 131426)
 
 
-@ISSUE_32_OPEN
 def test_the_seeds_that_found_bugs_still_pass() -> None:
     results = run_many(list(FOUND_SEEDS), jobs=1)
     failed = [report for _, ok, report, _ in results if not ok]
@@ -80,29 +70,26 @@ def test_security_metadata_survives_controller_crashes_and_store_failures() -> N
     assert not failed, f"{len(failed)} of {len(SECURITY_SEEDS)} seeds failed:\n\n" + "\n\n".join(failed[:5])
 
 
-# Issue 32: seeds that exhibit one finding each on the code before its fix (docs/simulation.md,
-# "Open"), with the branch that fixes it. Each passes once that fix is merged.
+# Issue 32: seeds that showed one bug each under its fault model (docs/simulation.md, "What
+# it found"); every one passes with the fixes (schedules have moved since, so some no longer
+# reach the bug: they stay as regression seeds).
 ISSUE_32_SEEDS = {
-    "finding 1 (an ELR kept across a lowered min.insync.replicas or a flush.messages change)": ((7, 68, 192, 201), "trust-controller"),
-    "finding 2 (a vouch for an old process brings it back; a twin process's fetches)": ((47, 1979, 2400, 2690), "trust-controller"),
-    "finding 3 (a new leader proposes out followers within replica.lag.time.max.ms)": ((0, 1, 3, 14), "trust-replica"),
-    "finding 4 (a late LeaderAndIsr rolls a topic config back)": ((1086, 1410, 1613), "trust-replica"),
-    "finding 5 (DeleteRecords answered before the low watermark passed it)": ((80, 233, 295, 352), "trust-replica"),
-    "finding 7 (a half-finished ISR write leaves an ISR member replaced)": ((3041,), "trust-controller"),
-    "finding 8 (the cleaner drops a producer's last batch)": ((1676, 2864), "trust-storage"),
-    "finding 9 (a client's write into __consumer_offsets is acknowledged)": ((58, 84, 120), "trust-storage"),
-    "new bug a (a follower cannot follow a leader whose log ends below its log start)": ((2005, 2408, 4431), "none yet"),
-    "new bug b (the leader counts a twin follower's old process for its HW)": ((432, 902), "none yet"),
+    "finding 1 (an ELR kept across a lowered min.insync.replicas or a flush.messages change)": (7, 68, 192, 201),
+    "finding 2 (a vouch for an old process brings it back; a twin process's fetches)": (47, 1979, 2400, 2690),
+    "finding 3 (a new leader proposes out followers within replica.lag.time.max.ms)": (0, 1, 3, 14),
+    "finding 4 (a late LeaderAndIsr rolls a topic config back)": (1086, 1410, 1613),
+    "finding 5 (DeleteRecords answered before the low watermark passed it)": (80, 233, 295, 352),
+    "finding 7 (a half-finished ISR write leaves an ISR member replaced)": (3041,),
+    "finding 8 (the cleaner drops a producer's last batch)": (1676, 2864),
+    "finding 9 (a client's write into __consumer_offsets is acknowledged)": (58, 84, 120),
+    "follower below its log start (an unclean leader's log ends below it)": (531, 2005, 2408, 4431),
+    "twin follower (the leader counts an ISR member's old process for its HW)": (47, 432, 541, 902),
+    "restarted unseen (an ISR member's new process never counted)": (69, 218),
+    "dedup window (the cleaner removed one of a producer's last five batches)": (108, 1855),
 }
 
 
-@pytest.mark.parametrize(
-    "seeds",
-    [
-        pytest.param(seeds, id=name.split(" (")[0].replace(" ", ""), marks=pytest.mark.xfail(strict=False, reason=f"{name.split(' (')[0]}, fixed on branch {branch}"))
-        for name, (seeds, branch) in ISSUE_32_SEEDS.items()
-    ],
-)
+@pytest.mark.parametrize("seeds", [pytest.param(seeds, id=name.split(" (")[0].replace(" ", "")) for name, seeds in ISSUE_32_SEEDS.items()])
 def test_the_seeds_that_found_issue_32s_bugs_pass(seeds: tuple[int, ...]) -> None:
     results = run_many(list(seeds), jobs=1)
     failed = [report for _, ok, report, _ in results if not ok]
