@@ -432,6 +432,13 @@ class Simulation:
         else:
             ghost = CoordinatorGhost(proc)
             callers = [m.name for m in self.members]
+            if rng.random() < 0.5:
+                # Its partition's replicas unreachable too: an append times out after
+                # persist_ms and it asks for a newer epoch, as it would against a leader
+                # stuck below min ISR (issue 32, finding 6: only the controller may grant it).
+                for r in self.replica_list:
+                    if r.tp == (OFFSETS_TOPIC, proc.index):
+                        self.net.cut(ghost.name, r.name)
         self.net.cut(ghost.name, self.controller.name)
         for caller in callers:
             if rng.random() < 0.3:

@@ -257,3 +257,25 @@ def test_the_code_digest_covers_the_cores_and_the_harness_but_not_the_seed_runne
         assert core in modules, core
     assert "tests.sim.run" not in modules and "tests.sim.test_simulation" not in modules
     assert code_digest() == code_digest()
+
+
+def test_planted_coordinator_own_epoch_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 32's finding 6, put back: a coordinator incarnation takes a producer epoch one
+    above any it knows instead of asking the controller. A ``twin``'s old process whose
+    append timed out (its partition's replicas cut off) lands on its successor's epoch, and
+    restarts that load a lagging log do the same (check **6**: two incarnations on one
+    epoch). Seeds found with the defect planted (groups kind, seeds 0-79): 48, 61, 74; 61
+    only since the old process may lose its partition's replicas."""
+    from kcoord.group import driver
+
+    def own_epoch(self, then):
+        if self.closed:
+            return
+        self.producer_epoch = max(self.producer_epoch, self._max_epoch_seen) + 1
+        self._next_sequence = 0
+        self._epoch_ready = True
+        then()
+
+    monkeypatch.setattr(driver.GroupCoordinatorDriver, "_renew_epoch", own_epoch)
+    results = [run_seed(s, kind="groups") for s in (48, 61, 74)]
+    assert all(any(v.invariant == "6" for v in r.violations) for r in results)
