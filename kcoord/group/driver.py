@@ -149,7 +149,7 @@ class GroupCoordinatorDriver:
             return
         self.closed = True
         self._alarm.close()
-        self._perform(self.core.close(error_code))
+        self._perform(self.core.close(self._clock.now_ms(), error_code))
         for request, reply in list(self._waiters.values()):
             reply(error_response(request, error_code, f"coordinator {self.index} stopped"))
         self._waiters.clear()
@@ -516,7 +516,7 @@ class GroupCoordinatorDriver:
                 raise TypeError(f"unknown group coordinator action {action!r}")
         self._pump()
         if self.loaded and not self.closed:
-            self._alarm.arm(self.core.next_deadline())
+            self._alarm.arm(self.core.next_deadline(self._clock.now_ms()))
 
     def _on_alarm(self, now_ms: int) -> None:
         if self.closed or not self.loaded:
@@ -528,7 +528,7 @@ class GroupCoordinatorDriver:
             except Exception:
                 logger.warning("[coordinator %d] after-tick hook failed:\n%s", self.index, traceback.format_exc())
         if not self.closed:
-            self._alarm.arm(self.core.next_deadline())
+            self._alarm.arm(self.core.next_deadline(self._clock.now_ms()))
 
     # ======================================================================================
     # requests

@@ -14,7 +14,7 @@ Replicas are identified by :class:`ReplicaId` (topic, partition, broker).
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from ..protocol.controller import (
     AlterPartitionRequest,
@@ -40,8 +40,14 @@ from ..protocol.controller import (
     TopicMetadata,
 )
 from ..protocol.errors import ErrorCode, KafkaError
+from ..protocol.services import CONTROLLER
+from ..runtime.actions import Handlers
 from .config import ReplicationConfig
 from .controller_actions import (
+    CREATED,
+    EXISTS,
+    FAILED,
+    REPLACED,
     ControllerAction,
     CreateReplica,
     DeleteReplica,
@@ -58,7 +64,7 @@ from .owned_producers import OwnedProducer, grant, owned_producer_key
 from .owned_producers import PREFIX as OWNED_PRODUCER_PREFIX
 from .failure_detector import OK, RECOVERED, RESTARTED, FailureDetector
 from .placement import PLACEMENT_KEY, BrokerBinding, decode_binding
-from .security_metadata import SECURITY_REQUESTS, SecurityMetadata
+from .security_metadata import SecurityMetadata
 from .metadata import (
     NO_LEADER,
     ClusterState,
@@ -76,6 +82,10 @@ from .topic_plan import LOG_KEYS, TOPIC_CONFIG_KEYS, plan_topic
 from .trust import TrustLedger
 
 __all__ = [
+    "CREATED",
+    "EXISTS",
+    "FAILED",
+    "REPLACED",
     "ControllerAction",
     "ControllerConfig",
     "ControllerMetrics",
@@ -89,6 +99,22 @@ __all__ = [
     "SendLeaderAndIsr",
     "TOPIC_CONFIG_KEYS",
 ]
+
+
+def answers(query: Callable[[Any], Any]) -> Callable[[Any, Any, int], list[ControllerAction]]:
+    """A request the controller answers from memory: ``query(request) -> response``."""
+    return lambda request, token, now_ms: [Reply(token, query(request))]
+
+
+def decides(decide: Callable[[Any, int], tuple[Any, list[ControllerAction]]]) -> Callable[[Any, Any, int], list[ControllerAction]]:
+    """A request the controller decides: ``decide(request, now_ms) -> (response, actions)``;
+    the answer goes after the actions it depends on."""
+
+    def handler(request: Any, token: Any, now_ms: int) -> list[ControllerAction]:
+        response, actions = decide(request, now_ms)
+        return [*actions, Reply(token, response)]
+
+    return handler
 
 
 class ControllerState:
@@ -123,6 +149,20 @@ class ControllerState:
         self.owned_producers: dict[str, OwnedProducer] = {}
         # SCRAM credentials and ACLs (security_metadata.py): their own keys and requests.
         self.security = SecurityMetadata()
+        self._handlers = Handlers(
+            CONTROLLER.name,
+            {
+                MetadataRequest: answers(self.metadata),
+                DescribeConfigsRequest: answers(self.describe_configs),
+                IncrementalAlterConfigsRequest: decides(self.alter_configs),
+                CreatePartitionsRequest: decides(self.create_partitions),
+                CreateTopicsRequest: decides(self.create_topic),
+                DeleteTopicsRequest: decides(self.delete_topic),
+                AlterPartitionRequest: decides(self.alter_partition),
+                InitProducerIdRequest: decides(lambda req, now_ms: self.init_producer_id(req)),
+                **{t: decides(decide) for t, decide in self.security.decisions().items()},
+            },
+        )
 
     # ------------------------------------------------------------------------------------
     # boot
@@ -251,13 +291,14 @@ class ControllerState:
     # ------------------------------------------------------------------------------------
     # placement
     # ------------------------------------------------------------------------------------
-    def on_nodes(self, alive: list[str], hosts: Mapping[str, str] | None = None) -> None:
+    def on_nodes(self, alive: list[str], hosts: Mapping[str, str] | None, now_ms: int) -> list[ControllerAction]:
         """Which nodes are alive now, and the host of each node the runtime knows, dead ones
         included (the driver asks its runtime before each tick when brokers are bound to
-        nodes)."""
+        nodes). Placement acts on it at the next ensure, so nothing is decided here."""
         self.placement.alive = set(alive)
         if hosts:
             self.placement.hosts.update(hosts)
+        return []
 
     def _ensure_replica(self, rid: ReplicaId, now_ms: int) -> list[ControllerAction]:
         """CreateReplica for ``rid`` where its broker's binding says, re-binding the broker
@@ -282,32 +323,11 @@ class ControllerState:
     # requests
     # ------------------------------------------------------------------------------------
     def handle(self, request: Any, token: Any, now_ms: int) -> list[ControllerAction]:
-        """Any request the controller serves (Metadata, CreateTopics, DeleteTopics,
-        AlterPartition, InitProducerId, DescribeConfigs, IncrementalAlterConfigs,
-        CreatePartitions). Returns the actions it decided, ending with the
-        :class:`Reply` for ``token`` (after the Persists it depends on). The typed methods
-        below are the same, for tests."""
-        if isinstance(request, MetadataRequest):
-            return [Reply(token, self.metadata(request))]
-        if isinstance(request, DescribeConfigsRequest):
-            return [Reply(token, self.describe_configs(request))]
-        if isinstance(request, IncrementalAlterConfigsRequest):
-            response, actions = self.alter_configs(request, now_ms)
-        elif isinstance(request, CreatePartitionsRequest):
-            response, actions = self.create_partitions(request, now_ms)
-        elif isinstance(request, CreateTopicsRequest):
-            response, actions = self.create_topic(request, now_ms)
-        elif isinstance(request, DeleteTopicsRequest):
-            response, actions = self.delete_topic(request, now_ms)
-        elif isinstance(request, AlterPartitionRequest):
-            response, actions = self.alter_partition(request, now_ms)
-        elif isinstance(request, InitProducerIdRequest):
-            response, actions = self.init_producer_id(request)
-        elif isinstance(request, SECURITY_REQUESTS):
-            response, actions = self.security.handle(request)
-        else:
-            raise TypeError(f"the controller does not serve {type(request).__name__}")
-        return [*actions, Reply(token, response)]
+        """Any request the controller serves but DescribeCluster (its driver answers that).
+        Returns the actions it decided, ending with the :class:`Reply` for ``token`` (after
+        the Persists it depends on). The typed methods below each decide one request: its
+        answer and the actions it depends on."""
+        return self._handlers.of(request)(request, token, now_ms)
 
     # ------------------------------------------------------------------------------------
     # metadata & admin
@@ -532,8 +552,10 @@ class ControllerState:
     # ------------------------------------------------------------------------------------
     # replica liveness
     # ------------------------------------------------------------------------------------
-    def on_heartbeat_sent(self, replica: ReplicaId, now_ms: int) -> None:
+    def on_heartbeat_sent(self, replica: ReplicaId, now_ms: int) -> list[ControllerAction]:
+        """The driver sent the SendHeartbeat for ``replica`` (the detector times it)."""
         self.detector.on_sent(replica, now_ms)
+        return []
 
     def on_heartbeat(self, replica: ReplicaId, status: HeartbeatResponse | None, now_ms: int, *, dead: bool = False) -> list[ControllerAction]:
         """Outcome of a heartbeat: ``status`` on success; ``dead`` when Ray reports the
@@ -685,12 +707,15 @@ class ControllerState:
         since = self.detector.failed_since(replica)
         return since >= 0 and now_ms - since >= self.config.restart_stuck_ms
 
-    def on_replica_replaced(self, replica: ReplicaId) -> None:
-        self.metrics.replicas_replaced_stuck += 1
-
-    def on_replica_created(self, replica: ReplicaId, created: bool, now_ms: int) -> None:
-        if created and replica in self.detector and not self.detector.is_alive(replica):
+    def on_replica_ensured(self, replica: ReplicaId, result: str, now_ms: int) -> list[ControllerAction]:
+        """The outcome of CreateReplica: EXISTS, CREATED, REPLACED (it was stuck restarting
+        and was killed; the next ensure creates it) or FAILED. Counted; the replica's
+        heartbeats decide the rest."""
+        if result == REPLACED:
+            self.metrics.replicas_replaced_stuck += 1
+        elif result == CREATED and replica in self.detector and not self.detector.is_alive(replica):
             self.metrics.replicas_recreated += 1
+        return []
 
     def on_leader_and_isr_result(
         self, replica: ReplicaId, request: LeaderAndIsrRequest, response: LeaderAndIsrResponse | None, now_ms: int

@@ -54,34 +54,14 @@ from ..protocol.controller import (
 )
 from ..protocol import names
 from ..protocol.errors import ErrorCode
+from ..protocol.services import CONTROLLER, RESPONSE_FOR
 from ..runtime import Alarm, Clock, Outcome, ReplyFn, Transport
 from .controller import ControllerConfig, ControllerState
 from .metastore import MetadataStore
 from .placement import PLACEMENT_KEY
-from .security_metadata import RESPONSE_FOR as SECURITY_RESPONSE_FOR
-from .controller_actions import CreateReplica, DeleteReplica, Persist, ReplicaId, Reply, SendHeartbeat, SendLeaderAndIsr
+from .controller_actions import CREATED, EXISTS, FAILED, REPLACED, CreateReplica, DeleteReplica, Persist, ReplicaId, Reply, SendHeartbeat, SendLeaderAndIsr
 
 logger = logging.getLogger("kcoord.controller")
-
-RESPONSE_FOR: dict[type[Message], type[Message]] = {
-    MetadataRequest: MetadataResponse,
-    CreateTopicsRequest: CreateTopicsResponse,
-    DeleteTopicsRequest: DeleteTopicsResponse,
-    AlterPartitionRequest: AlterPartitionResponse,
-    InitProducerIdRequest: InitProducerIdResponse,
-    DescribeClusterRequest: DescribeClusterResponse,
-    DescribeConfigsRequest: DescribeConfigsResponse,
-    IncrementalAlterConfigsRequest: IncrementalAlterConfigsResponse,
-    CreatePartitionsRequest: CreatePartitionsResponse,
-    **SECURITY_RESPONSE_FOR,
-}
-"""The requests a controller serves, and the response type each gets."""
-
-EXISTS = "exists"
-CREATED = "created"
-REPLACED = "replaced"
-FAILED = "failed"
-
 
 class ReplicaHost(Protocol):
     """Creates and removes replica actors (Ray: named detached actors; the simulation:
@@ -219,7 +199,7 @@ class ControllerDriver:
     def _tell_nodes(self, core: ControllerState, force: bool = False) -> None:
         if self._alive_nodes is not None and (core.placement.bound or force):
             try:
-                core.on_nodes(self._alive_nodes(), self._node_hosts() if self._node_hosts is not None else None)
+                core.on_nodes(self._alive_nodes(), self._node_hosts() if self._node_hosts is not None else None, self._clock.now_ms())
             except Exception:
                 logger.warning("could not list the cluster's nodes:\n%s", traceback.format_exc())
 
@@ -305,10 +285,7 @@ class ControllerDriver:
         except Exception:
             logger.error("could not create the actor of %s:\n%s", rid, traceback.format_exc())
             return
-        if result == REPLACED:
-            core.on_replica_replaced(rid)
-        elif result == CREATED:
-            core.on_replica_created(rid, True, now)
+        core.on_replica_ensured(rid, result, now)
 
     def _replica_name(self, rid: ReplicaId) -> str:
         return names.replica(self.cluster, rid.topic, rid.partition, rid.broker)
@@ -389,9 +366,7 @@ class ControllerDriver:
     # ======================================================================================
     def serve(self, request: Message, reply: ReplyFn) -> None:
         """Any controller request; ``reply(response)`` runs exactly once."""
-        response_type = RESPONSE_FOR.get(type(request))
-        if response_type is None:
-            raise TypeError(f"the controller does not serve {type(request).__name__}")
+        response_type = CONTROLLER.check(request)
         if self.closed:
             reply(response_type(ErrorCode.NOT_CONTROLLER, "controller stopped"))
             return

@@ -27,9 +27,10 @@ from ..protocol.codec import Message
 from ..protocol.controller import AlterPartitionRequest, AlterPartitionResponse
 from ..protocol.errors import ErrorCode
 from ..protocol.replication import FetchResponse, OffsetsForLeaderEpochResponse
+from ..protocol.services import REPLICA
 from ..runtime import Alarm, Clock, Outcome, ReplyFn, Transport
 from .actions import Reply, SendAlterPartition, SendFetch, SendOffsetsForLeaderEpoch
-from .replica import RESPONSE_FOR, Replica
+from .replica import Replica
 
 logger = logging.getLogger("kcoord.replica")
 
@@ -106,9 +107,7 @@ class ReplicaDriver:
     def serve(self, request: Message, reply: ReplyFn) -> None:
         """Handle any replica request; ``reply(response)`` is called exactly once, now or
         later (a long-poll fetch, an acks=all produce)."""
-        response_type = RESPONSE_FOR.get(type(request))
-        if response_type is None:
-            raise TypeError(f"a replica does not serve {type(request).__name__}")
+        response_type = REPLICA.check(request)
         if self.closed:
             reply(response_type(ErrorCode.NOT_LEADER_OR_FOLLOWER, "replica stopped"))
             return
@@ -174,7 +173,7 @@ class ReplicaDriver:
 
     def _rearm(self) -> None:
         if not self.closed:
-            self._alarm.arm(self.replica.next_deadline())
+            self._alarm.arm(self.replica.next_deadline(self._clock.now_ms()))
 
     def _on_alarm(self, now_ms: int) -> None:
         if self.closed:
@@ -188,7 +187,7 @@ class ReplicaDriver:
         if self.closed:
             return
         self._stepped()
-        if self._alarm.rearm_after_fire(self.replica.next_deadline(), now_ms):
+        if self._alarm.rearm_after_fire(self.replica.next_deadline(now_ms), now_ms):
             self._spins = 0
         else:
             # The core reported timed work that tick() did not do: a busy loop in the

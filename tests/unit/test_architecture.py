@@ -121,7 +121,7 @@ def _own_attributes(cls: ast.ClassDef) -> set[str]:
 
 def test_core_state_machines_share_state_explicitly_not_through_mixins() -> None:
     """Issue #15: a part of a state machine gets what it shares with the others through its
-    constructor (ReplicaState, CoordinatorContext), so every ``self.x`` a class reads is
+    constructor (ReplicaContext, CoordinatorContext), so every ``self.x`` a class reads is
     defined by that class or a base class of the same package, never by a sibling mixin's
     ``__init__``. (Classes with bases from elsewhere, e.g. enums, are not checked.)"""
     for folder in ("kcoord/group", "kcoord/replication", "kcoord/txn"):
