@@ -45,9 +45,12 @@ from ..protocol import names
 from ..protocol.codec import Message
 from ..protocol.controller import InitProducerIdRequest, InitProducerIdResponse, MetadataRequest, MetadataResponse
 from ..protocol.errors import METADATA_REFRESH, RETRIABLE, DecodeError, ErrorCode, error_name
-from ..protocol.group import RESPONSE_FOR, FindCoordinatorRequest, error_response
+from ..protocol.group import FindCoordinatorRequest, error_response
 from ..protocol.replication import FetchRequest, FetchResponse, InternalProduceRequest, ProduceResponse
+from ..protocol.services import GROUP_COORDINATOR
 from ..runtime import Alarm, Clock, Outcome, ReplyFn, Transport
+from ..runtime.actions import Action
+from ..runtime.serving import Serving
 from .actions import AppendRecords, Reply
 from .coordinator import GroupCoordinatorState
 from .loading import take_in, well_formed
@@ -71,7 +74,9 @@ class CoordinatorTimeouts:
     max_records_per_append: int = 5_000
 
 
-class GroupCoordinatorDriver:
+class GroupCoordinatorDriver(Serving):
+    service = GROUP_COORDINATOR
+
     def __init__(
         self,
         cluster: str,
@@ -99,8 +104,7 @@ class GroupCoordinatorDriver:
         self._after_tick = after_tick
         self._alarm = Alarm(clock, self._on_alarm, idle_ms=self.timeouts.idle_wake_ms)
         self._controller = names.controller(cluster)
-        self._tokens = 0
-        self._waiters: dict[int, tuple[Message, ReplyFn]] = {}
+        self._init_serving()
         self.closed = False
         self.loaded = False
         self.fenced = False
@@ -150,9 +154,7 @@ class GroupCoordinatorDriver:
         self.closed = True
         self._alarm.close()
         self._perform(self.core.close(self._clock.now_ms(), error_code))
-        for request, reply in list(self._waiters.values()):
-            reply(error_response(request, error_code, f"coordinator {self.index} stopped"))
-        self._waiters.clear()
+        self._fail_waiting(error_code, f"coordinator {self.index} stopped")
 
     def _later(self, delay_ms: int, fn: Callable[[], None]) -> None:
         def run() -> None:
@@ -507,9 +509,7 @@ class GroupCoordinatorDriver:
     def _perform(self, actions: list) -> None:
         for action in actions:
             if isinstance(action, Reply):
-                waiter = self._waiters.pop(action.token, None)
-                if waiter is not None:
-                    waiter[1](action.response)
+                self._complete(action)
             elif isinstance(action, AppendRecords):
                 self._queue.append(action)
             else:  # pragma: no cover - a new action kind this driver must learn
@@ -533,31 +533,28 @@ class GroupCoordinatorDriver:
     # ======================================================================================
     # requests
     # ======================================================================================
-    def serve(self, request: Message, reply: ReplyFn) -> None:
-        """Any group request; ``reply(response)`` runs exactly once, now or later (a join
-        waits for the rebalance, a commit for its append)."""
-        if type(request) not in RESPONSE_FOR:
-            raise TypeError(f"a group coordinator does not serve {type(request).__name__}")
+    def _admit(self, request: Message, reply: ReplyFn) -> bool:
+        """A join waits for the rebalance, a commit for its append; nothing is served while
+        stopped, and only FindCoordinator while loading."""
         if self.closed:
             reply(error_response(request, E.NOT_COORDINATOR, f"coordinator {self.index} is not serving"))
-            return
+            return False
         if not self.loaded and not isinstance(request, FindCoordinatorRequest):
             reply(error_response(request, E.COORDINATOR_LOAD_IN_PROGRESS, f"coordinator {self.index} is loading {OFFSETS_TOPIC}-{self.index}"))
-            return
-        self._tokens += 1
-        token = self._tokens
-        self._waiters[token] = (request, reply)
-        try:
-            actions = self.core.handle(request, token, self._clock.now_ms())
-        except Exception:
-            self._waiters.pop(token, None)
-            logger.error("[coordinator %d] internal error on %s:\n%s", self.index, type(request).__name__, traceback.format_exc())
-            reply(error_response(request, E.UNKNOWN_SERVER_ERROR, "internal error in the group coordinator; see its logs"))
-            return
+            return False
+        return True
+
+    def _handle(self, request: Message, token: int) -> list[Action]:
+        return self.core.handle(request, token, self._clock.now_ms())
+
+    def _served(self, request: Message, token: int, actions: list[Action]) -> None:
         self._perform(actions)
         if self._on_change is not None:
             group_id = getattr(request, "group_id", None)
             self._on_change(group_id if isinstance(group_id, str) else None)
+
+    def _internal_error(self, where: str) -> None:
+        logger.error("[coordinator %d] internal error %s:\n%s", self.index, where, traceback.format_exc())
 
     # -- views ------------------------------------------------------------------------------
     @property
@@ -565,10 +562,6 @@ class GroupCoordinatorDriver:
         """The (producer id, epoch) the controller handed this incarnation, while it holds
         one to append with (None before the first grant and while asking for the next)."""
         return (self.producer_id, self.producer_epoch) if self._epoch_ready else None
-
-    @property
-    def pending_requests(self) -> int:
-        return len(self._waiters)
 
     @property
     def queued_persists(self) -> int:

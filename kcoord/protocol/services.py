@@ -166,11 +166,14 @@ SERVICES = (REPLICA, CONTROLLER, GROUP_COORDINATOR, TRANSACTION_COORDINATOR)
 
 def error_response(request: Message, code: int, message: str | None = None) -> Message:
     """The failure answer to any served request: ``code`` on the response and, for requests
-    answered per item (partitions, groups, members, ids), on every item, so a client that
-    reads only the items sees it too."""
+    answered per item (groups, members, partitions of a transaction), on every item, so a
+    client that reads only the items sees it too."""
+    if type(request) in group.RESPONSE_FOR:
+        return group.error_response(request, code, message)
+    if type(request) in txn.RESPONSE_FOR:
+        return txn.error_response(request, code, message)
     try:
         response_type = RESPONSE_FOR[type(request)]
     except KeyError:
         raise TypeError(f"no actor serves {type(request).__name__}") from None
-    items = group.item_errors(request, int(code)) or txn.item_errors(request, int(code))
-    return response_type(error_code=int(code), error_message=message, **items)
+    return response_type(error_code=code, error_message=message)

@@ -417,7 +417,7 @@ def fenced_error(request: Message) -> int:
     return ErrorCode.PRODUCER_FENCED
 
 
-def item_errors(request: Message, code: int) -> dict[str, object]:
+def _item_errors(request: Message, code: int) -> dict[str, object]:
     """Per-item fields of a failure answer, so a client that only reads items sees it too."""
     if isinstance(request, AddPartitionsToTxnRequest):
         return {"results": {t: {p: code for p in parts} for t, parts in request.topics.items()}}
@@ -435,7 +435,7 @@ def error_response(request: Message, code: int, message: str | None = None) -> M
         response_cls: Callable[..., Message] = RESPONSE_FOR[type(request)]
     except KeyError:
         raise TypeError(f"not a transaction request: {type(request).__name__}") from None
-    return response_cls(error_code=int(code), error_message=message, **item_errors(request, int(code)))
+    return response_cls(error_code=int(code), error_message=message, **_item_errors(request, int(code)))
 
 
 def is_txn_coordinator_request(message: Message) -> bool:
