@@ -19,14 +19,15 @@ One pass of :func:`clean` over a :class:`~kcoord.log.Log`, Kafka's LogCleaner ru
   records, each with its first record's base offset (so every batch stays contiguous inside,
   as every reader expects, and the log has gaps between batches instead). A segment may
   end early or be left empty.
-- The last batch of every producer in the log's producer state keeps its producer epoch
-  and last sequence (Kafka's RETAIN_EMPTY): losing all its records it stays as an empty
+- Every batch the producer state remembers (the last five of each producer, its dedup
+  window) keeps its producer epoch and sequences (Kafka's RETAIN_EMPTY keeps the last
+  one; a rebuilt replica must dedup a retry of any of the five): losing all its records it stays as an empty
   batch with its header (``records.empty_batch``), losing its tail an empty batch covers
   the tail. A replica that rebuilds producer state from the compacted log (new, wiped or
   truncated) then still refuses the producer's retry of that batch instead of appending it
   after newer values. Kafka keeps a partly kept last batch whole in one header, so the
   retry is a duplicate there; here it is OUT_OF_ORDER_SEQUENCE_NUMBER. An empty batch
-  that is no producer's last any more goes. Recovery tells such a gap from lost data by the recovery
+  that is no longer remembered goes. Recovery tells such a gap from lost data by the recovery
   point: the pass first makes every sealed segment durable (moving the recovery point to
   the active segment), and a gap before a segment below the recovery point can only be the
   cleaner's (fsynced data is not lost); above it a gap is still cut as before.
@@ -154,7 +155,7 @@ def clean(log: "Log", now_ms: int, high_watermark: int | None = None, *, force: 
     # The log's last record stays even as an expired tombstone: a read below the log end
     # must find a batch, and a segment rolled while idle leaves the active one empty.
     last_record = log.log_end_offset - 1
-    producers_last = set(log.producer_state.last_offsets().items())
+    retained = log.producer_state.retained_batches()
     for seg in segs:
         parts: list[bytes] = []
         headers = []
@@ -167,13 +168,13 @@ def clean(log: "Log", now_ms: int, high_watermark: int | None = None, *, force: 
             result.records_read += n
             keep = _survivors(d, last, horizon, result, last_record)
             h = d.header
-            producer_last = h.producer_id >= 0 and (h.producer_id, h.last_offset) in producers_last
-            if n and len(keep) == n or not n and producer_last:
+            kept_for_dedup = h.producer_id >= 0 and (h.producer_id, h.last_offset) in retained
+            if n and len(keep) == n or not n and kept_for_dedup:
                 pieces = [raw]
             else:
                 changed = True
                 pieces = [rebuild_batch(d, run) for run in _runs(keep)]
-                if producer_last and (not keep or keep[-1] != n - 1):
+                if kept_for_dedup and (not keep or keep[-1] != n - 1):
                     pieces.append(empty_batch(h, keep[-1] + 1 if keep else 0))
             for p in pieces:
                 positions.append(size)

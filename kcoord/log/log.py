@@ -444,7 +444,9 @@ class Log(BaseLog):
         last = len(segs) - 1
         i = bisect_right(self._bases, from_offset) - 1
         found = segs[i].find(from_offset)
-        while found is None:  # only an empty segment can hold no batch for an offset < LEO
+        while found is None:  # no batch here (an emptied segment, a cleaner's gap)
+            if i == last:
+                return b""  # none up to the log end: a truncation cut what the cleaner kept
             i += 1
             found = segs[i].find(from_offset)
         if i != last:
@@ -469,6 +471,8 @@ class Log(BaseLog):
         i = bisect_right(self._bases, from_offset) - 1
         found = segs[i].find(from_offset)
         while found is None:
+            if i == last:
+                return []
             i += 1
             found = segs[i].find(from_offset)
         start = found[0]

@@ -112,6 +112,11 @@ class ProducerStateManager:
         lastRecordsOfActiveProducers)."""
         return {pid: e.batches[-1].last_offset for pid, e in self._producers.items() if e.batches}
 
+    def retained_batches(self) -> set[tuple[int, int]]:
+        """(producer id, last offset) of every batch remembered for deduplication (the
+        last five per producer): the cleaner keeps each, emptied if need be."""
+        return {(pid, b.last_offset) for pid, e in self._producers.items() for b in e.batches}
+
     def check(self, h: BatchHeader) -> ProducerCheck:
         """Decide whether the leader may append batch ``h`` (see the module docstring)."""
         if not _tracked(h):

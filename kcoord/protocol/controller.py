@@ -118,6 +118,9 @@ class AlterPartitionRequest(Message):
     # The process of each follower in ``new_isr`` whose fetches the leader judged (KIP-903):
     # a member that restarted since (maybe without its log) is refused as ineligible.
     incarnations: dict[int, str] = field(default_factory=dict)
+    # The topic config version the leader judged under (LeaderAndIsrRequest.config_version;
+    # -1: unknown). A proposal judged under an older config than the controller's is refused.
+    config_version: int = -1
 
 
 @register

@@ -316,7 +316,20 @@ class ControllerState:
         actions: list[ControllerAction] = []
         if decision.rebound_from is not None:
             actions.append(Persist(PLACEMENT_KEY, self.placement.encode()))
+            actions += self._left_behind(b, now_ms)
         actions.append(CreateReplica(rid, self._replica_config(topic), decision.node))
+        return actions
+
+    def _left_behind(self, broker: int, now_ms: int) -> list[ControllerAction]:
+        """``broker`` moved to another node: every process of it on the old one is gone (a
+        bound replica dies with its node; a ghost of one is no replica any more), so each
+        of its replicas is failed now -- no vouch for that process counts, it joins no ISR
+        until its process on the new node answers (sim seeds 1594, 127) -- and recreated."""
+        actions: list[ControllerAction] = []
+        for p in self._sorted_partitions():
+            rid = ReplicaId(p.topic, p.partition, broker)
+            if broker in p.replicas and self.detector.on_dead(rid, now_ms):
+                actions += self._on_failed(rid, now_ms)
         return actions
 
     # ------------------------------------------------------------------------------------
@@ -525,6 +538,11 @@ class ControllerState:
                 # equalsAllowStalePartitionEpoch), or the leader would take it as refused.
                 return answer(ErrorCode.NONE), []
             return answer(ErrorCode.INVALID_UPDATE_VERSION, f"partition epoch {req.partition_epoch} is stale (current {p.partition_epoch})"), []
+        if 0 <= req.config_version < self.topics[p.topic].config_version:
+            # Judged under an older config (a min ISR since raised: its ISR and ELR would
+            # not match the leader's HW): refused; the leader retries once told the new one.
+            return answer(ErrorCode.INVALID_UPDATE_VERSION, f"judged under config version {req.config_version}, "
+                          f"current {self.topics[p.topic].config_version}"), self._send_state(p, [p.leader])
         if p.leader not in new_isr or any(b not in p.replicas for b in new_isr):
             return answer(ErrorCode.INVALID_REQUEST, f"ISR {req.new_isr} must contain the leader and only replicas of {p.replicas}"), []
         added = [b for b in new_isr if b not in p.isr]

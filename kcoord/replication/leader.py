@@ -287,6 +287,7 @@ class Leader:
                     req.replica_directory_id,
                     req.replica_log_start_offset,
                 )
+                self.isr.heard(req.replica_id, now_ms, st.config.replica_lag_time_max_ms)
             self.maybe_advance_hw(now_ms)
             self.maybe_propose_isr(now_ms)
             self._complete_deletes(now_ms)
@@ -395,7 +396,9 @@ class Leader:
             partition_epoch=st.partition_epoch,
             new_isr=proposal,
             incarnations={b: p.incarnation for b, p in isr.followers.items() if b in proposal and p.incarnation},
+            config_version=st.config_version,
         )
+        isr.admit(request)  # a pending addition counts for the HW (KIP-497), from that process only
         isr.pending_isr = proposal
         isr.alter_request = request
         st.emit(SendAlterPartition(request))
@@ -442,6 +445,8 @@ class Leader:
             isr.isr_shrinks += 1
         st.isr = list(response.isr)
         st.partition_epoch = response.partition_epoch
+        if response.error_code == ErrorCode.NONE:
+            isr.admit(request)
         changed = isr.adopt_isr(response.isr)
         isr.unconfirmed = []  # the controller's whole ISR as of now: nothing left to guess
         isr.partition_epoch = response.partition_epoch
