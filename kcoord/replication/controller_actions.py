@@ -36,7 +36,7 @@ class Persist(Action):
 class CreateReplica(Action):
     """Make sure the actor for ``replica`` exists (create it if missing), with this topic
     config, on ``node`` (None: wherever the scheduler likes; see placement.py); report
-    through ``on_replica_created``. A replica that exists is left alone -- unless the
+    through ``on_replica_ensured``. A replica that exists is left alone -- unless the
     runtime has been restarting it for longer than ``restart_stuck_ms``
     (``ControllerState.restart_stuck``), then it is replaced. The outcome goes to
     ``on_replica_ensured``: one of the results below."""
