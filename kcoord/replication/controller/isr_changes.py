@@ -47,10 +47,8 @@ class IsrChanges:
         added = [b for b in new_isr if b not in p.isr]
         ineligible = [b for b in added if not self._may_join(ReplicaId(p.topic, p.partition, b), req)]
         if ineligible:
-            # Refused, but a copy of this very request may still arrive (Ray retries a call,
-            # the network repeats it) once the replica is live, and be applied while the
-            # leader, told "no", computes its HW without it. A new partition epoch makes any
-            # copy stale; the leader adopts it from this answer.
+            # Refused with a new partition epoch, so a repeated copy of this request that
+            # arrives once the replica is live is stale, not applied behind the leader's back.
             p.partition_epoch += 1
             return answer(ErrorCode.INELIGIBLE_REPLICA, f"replicas {ineligible} are not live (or restarted since the leader judged them) and cannot join the ISR"), [
                 self.ctx.persist(p)

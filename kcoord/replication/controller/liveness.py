@@ -107,20 +107,13 @@ class Liveness:
         known = previous.incarnation if previous is not None else self.ctx.trust.incarnation.get(replica)
         p = self.ctx.partitions.get((replica.topic, replica.partition))
         actions: list[ControllerAction] = []
-        # A process other than the one last seen (by us, or by a previous controller whose
-        # record we loaded) answers: it restarted, maybe while no controller was watching.
+        # Another process than the one last seen (by us or a predecessor) restarted.
         new_process = bool(known and status.incarnation and known != status.incarnation)
         if new_process and event == OK and p is not None and p.leader == replica.broker:
-            # The leader restarted while no controller watched: its leadership state is
-            # gone; fail it over (it may be elected again, at a new epoch).
-            event = RESTARTED
-        # The designated leader answers as a process no controller has recorded (its trust
-        # was never stored) that does not lead the current epoch: it restarted after it was
-        # made leader, unseen, and will refuse that epoch (FENCED_LEADER_EPOCH). Its storage
-        # lineage from before the restart is unknown, which counts as changed, exactly as if
-        # the refusal had come first; adopting the new lineage here as the known one made the
-        # refusal look like a clean restart and an emptied leader was elected again (seed
-        # 28240). Followers restarted unseen are the leader's to judge (KIP-903 incarnations).
+            event = RESTARTED  # a restarted leader lost its leadership: fail it over
+        # A designated leader first seen not leading its epoch restarted unseen: its storage
+        # before is unknown, which counts as changed (seed 28240). Followers are the leader's
+        # to judge (KIP-903 incarnations).
         unseen_restart = bool(
             not known
             and status.incarnation
@@ -129,9 +122,7 @@ class Liveness:
             and (status.leader_epoch < p.leader_epoch or status.role != "leader")
         )
         if event == RESTARTED or (new_process and event in (OK, RECOVERED)) or unseen_restart:
-            # A known process came back as a new one: it may have lost its unflushed tail,
-            # unless it kept its storage (the same page cache: a process crash, not a
-            # machine's).
+            # A new process may have lost its unflushed tail unless it kept its page cache.
             if p is not None and self.isr.lossy(p) and self.ctx.trust.storage_changed(replica, status.storage):
                 self.ctx.trust.suspect.add(replica)
         directory_changed = self._saw_directory(replica, status.directory_id)
@@ -139,25 +130,18 @@ class Liveness:
         if p is not None:
             actions += self.ctx.persist_trust(p)  # stored before anything acts on it
         if event == RESTARTED:
-            # It died and came back between two beats: fail it, then take it back.
+            # died and came back between two beats: fail it, then take it back
             self.ctx.detector.on_dead(replica, now_ms)
             actions += self.on_failed(replica, now_ms)
             self.ctx.detector.on_ok(replica, now_ms, status.incarnation or None)
             event = RECOVERED
         if p is not None and p.leader == replica.broker and not self.ctx.trust.holds_data(replica):
-            # The designated leader is back on another directory (a wiped disk) and was not
-            # elected since: it holds nothing of the epoch it is to lead, and must not be
-            # told that epoch again. A controller that recorded the new directory but not
-            # the failover it decided (the partition's store write failed and it reloaded)
-            # meets it here, as a process it already knows (sim seed 18876).
+            # A designated leader on a replaced directory holds nothing of its epoch: fail it
+            # over, never re-send the epoch, even to a process already known (seed 18876).
             actions += self.elect(p, now_ms, failed_leader=True)
         elif directory_changed and p is not None and (dropped := self.isr.drop_from_isr(p, replica.broker)):
-            # A follower back on another directory while still in the ISR (it came back
-            # while no controller watched, or before its failure was noticed): it holds
-            # nothing it held, so it leaves the ISR now (KIP-858), and the leader's
-            # ordinary expansion -- which trusts it again -- takes it back once it has
-            # caught up. Kept in the ISR it could never be trusted again, and a partition
-            # whose other members were then lost stayed offline for good (sim seed 23499).
+            # An ISR follower on a replaced directory leaves the ISR now (KIP-858); the
+            # leader's expansion re-admits and re-trusts it once caught up (seed 23499).
             actions += dropped
         elif event == RECOVERED:
             actions += self._on_recovered(replica, now_ms)
@@ -196,16 +180,13 @@ class Liveness:
             return []
         is_current_leader = replica.broker == request.leader == p.leader and request.leader_epoch == p.leader_epoch
         if response.error_code == ErrorCode.STALE_BROKER_EPOCH:
-            # Another process than the one we addressed (Ray delivered the call to the
-            # actor's next process): beat it now. Its answer names the new incarnation and
-            # storage, and the restart rules of on_heartbeat take it from there (a leader is
-            # failed over, a follower is sent its role again, addressed to it).
+            # Another process than the one addressed answered: beat it now, and the
+            # restart rules of on_heartbeat decide from its answer.
             self.ctx.detector.expedite(replica)
             return []
         if response.error_code == ErrorCode.FENCED_LEADER_EPOCH and is_current_leader:
-            # The designated leader restarted and will not resume this epoch: elect again
-            # (possibly the same replica) with a new epoch. Having restarted, it may have
-            # lost its unflushed tail: others that did not restart lead first if they can.
+            # A restarted leader refuses its epoch: elect again, at a new epoch; having
+            # maybe lost its unflushed tail, it leads only if no unrestarted replica can.
             if self.isr.lossy(p) and self.ctx.trust.storage_changed(replica, response.storage):
                 self.ctx.trust.suspect.add(replica)
             self._saw_directory(replica, response.directory_id)
@@ -214,11 +195,9 @@ class Liveness:
             return actions + self.ctx.persist_trust(p)
         if response.error_code != ErrorCode.NONE:
             return []
-        # A replica that took its role names its log directory. Recorded when none is yet:
-        # a new leader may answer nothing else before this controller fails, and the next
-        # one tells that leader's disk from a wiped one only by the directory recorded (sim
-        # seed 8536). A changed one waits for a heartbeat or a vouch, which a late answer
-        # from a previous process cannot undo.
+        # The directory an answer names is recorded when none is (a new leader may say
+        # nothing else before a controller fails; seed 8536); a change waits for a
+        # heartbeat or a vouch, which no late answer of an older process can undo.
         actions: list[ControllerAction] = []
         if response.directory_id and not self.ctx.trust.directory.get(replica):
             self._saw_directory(replica, response.directory_id)
@@ -235,9 +214,8 @@ class Liveness:
         if p is None:
             return []
         if p.leader == NO_LEADER and (replica.broker in p.isr or replica.broker in p.elr):
-            # An ISR member of an offline partition answers. Its recovery normally triggers
-            # the election, but a controller that restarted meanwhile never saw it fail (a
-            # fresh detector starts out trusting everyone), so no recovery event comes.
+            # An ISR (or ELR) member of an offline partition answers: elect, since a
+            # restarted controller never saw it fail and no recovery event comes.
             return self.elect(p, now_ms, failed_leader=False)
         behind = status.leader_epoch < p.leader_epoch or (
             status.leader_epoch == p.leader_epoch and status.partition_epoch < p.partition_epoch
