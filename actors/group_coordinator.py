@@ -3,7 +3,7 @@
 Coordinator ``i`` of a cluster (named ``names.group_coordinator(cluster, i)``) owns every
 group that hashes to ``i`` and partition ``i`` of the internal topic ``__consumer_offsets``.
 Loading that partition, fencing older incarnations, the persist pipeline and the timers are
-:class:`~kcoord.group.driver.GroupCoordinatorDriver`'s, the same driver the simulation runs;
+:class:`~kcoord.group.coordinator_driver.GroupCoordinatorDriver`'s, the same driver the simulation runs;
 this shell decodes requests, awaits the driver's replies, logs group changes and exports
 metrics.
 
@@ -26,7 +26,7 @@ from typing import Any, Mapping
 import ray
 
 from kcoord.group import GroupConfig, GroupCoordinatorState
-from kcoord.group.driver import CoordinatorTimeouts, GroupCoordinatorDriver
+from kcoord.group.coordinator_driver import CoordinatorTimeouts, GroupCoordinatorDriver
 from kcoord.protocol import names
 from kcoord.protocol.codec import Message
 from kcoord.protocol.errors import ErrorCode
