@@ -364,3 +364,19 @@ class CreatePartitionsResponse(Message):
     error_code: int = 0
     error_message: str | None = None
     topic: TopicMetadata | None = None
+
+
+RESPONSE_FOR: dict[type[Message], type[Message]] = {
+    LeaderAndIsrRequest: LeaderAndIsrResponse,
+    HeartbeatRequest: HeartbeatResponse,
+    MetadataRequest: MetadataResponse,
+    CreateTopicsRequest: CreateTopicsResponse,
+    DeleteTopicsRequest: DeleteTopicsResponse,
+    AlterPartitionRequest: AlterPartitionResponse,
+    InitProducerIdRequest: InitProducerIdResponse,
+    DescribeClusterRequest: DescribeClusterResponse,
+    DescribeConfigsRequest: DescribeConfigsResponse,
+    IncrementalAlterConfigsRequest: IncrementalAlterConfigsResponse,
+    CreatePartitionsRequest: CreatePartitionsResponse,
+}
+"""The answer to each request of this module (``kcoord.protocol.services`` has them all)."""

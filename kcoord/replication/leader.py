@@ -40,7 +40,7 @@ from .actions import SendAlterPartition
 from .config import LOG_APPEND_TIME
 from .isr import IsrState
 from .metadata import INTERNAL_OFFSETS_TOPIC
-from .state import ReplicaState
+from .context import ReplicaContext
 
 # Answers that say the controller could not tell whether it applied a change (its
 # metadata-store write failed or timed out): the same as no answer.
@@ -92,7 +92,7 @@ class FetchWaiter:
 
 
 class Leader:
-    def __init__(self, state: ReplicaState, now_ms: int) -> None:
+    def __init__(self, state: ReplicaContext, now_ms: int) -> None:
         """Take the lead at ``state.leader_epoch``. The new epoch starts at our log end even
         before we append: a follower asking where its older epoch ends is told "here". (The
         epoch checkpoint is written before anything else: if that fails the replica goes

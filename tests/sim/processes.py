@@ -19,7 +19,7 @@ import random
 from typing import TYPE_CHECKING, Any
 
 from kcoord.group import GroupCoordinatorState
-from kcoord.group.driver import CoordinatorTimeouts, GroupCoordinatorDriver
+from kcoord.group.coordinator_driver import CoordinatorTimeouts, GroupCoordinatorDriver
 from kcoord.log import Log, LogConfig
 from kcoord.protocol import names
 from kcoord.protocol.codec import Message

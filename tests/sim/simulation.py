@@ -3,7 +3,7 @@
 One seed fixes everything: the scenario (``scenario.py``: cluster shape, topics, clients,
 fault mix) and every later choice -- message delays and losses, fault timing, torn writes.
 The replicas, the controller and the group coordinators are the production drivers
-(``kcoord.replication.replica_driver``, ``controller_driver``, ``kcoord.group.driver``) over
+(``kcoord.replication.replica_driver``, ``controller_driver``, ``kcoord.group.coordinator_driver``) over
 the production cores and the production on-disk ``Log``; only time (``kernel.py``), the
 network (``kernel.py``), disks (``disk.py``), the metadata store (``store.py``) and Ray's
 process management (``processes.py``) are simulated, as TigerBeetle's VOPR and

@@ -254,7 +254,7 @@ def test_planted_coordinator_load_bug_is_caught(monkeypatch: pytest.MonkeyPatch)
 
 def test_the_code_digest_covers_the_cores_and_the_harness_but_not_the_seed_runner() -> None:
     modules = simulated_modules()
-    for core in ("kcoord.replication.leader", "kcoord.replication.controller_driver", "kcoord.group.driver", "kcoord.log.log", "tests.sim.checks"):
+    for core in ("kcoord.replication.leader", "kcoord.replication.controller_driver", "kcoord.group.coordinator_driver", "kcoord.log.log", "tests.sim.checks"):
         assert core in modules, core
     assert "tests.sim.run" not in modules and "tests.sim.test_simulation" not in modules
     assert code_digest() == code_digest()

@@ -23,7 +23,7 @@ def _two_partitions_without_broker_1() -> Harness:
     """Brokers on n0-n2; partitions 0 and 1 on [0, 1, 2], led by 0, both with ISR [0, 2]
     (broker 1 is in no ISR: its broker may move)."""
     h = Harness(binding={0: "n0", 1: "n1", 2: "n2"})
-    h.core.on_nodes(list(NODES), NODES)
+    h.core.on_nodes(list(NODES), NODES, h.now)
     h.create(partitions=2, assignment={0: [0, 1, 2], 1: [0, 1, 2]})
     for p in (0, 1):
         for b in (0, 1, 2):
@@ -41,7 +41,7 @@ def _vouch(h: Harness, p: int, incarnation: str) -> None:
 def _rebind_broker_1(h: Harness) -> None:
     """n1 is lost; Ray reports partition 0's replica of broker 1 dead; the controller re-binds
     broker 1 to the spare node and recreates that replica there."""
-    h.core.on_nodes(["n0", "n2", "spare"], {**NODES, "spare": "h9"})
+    h.core.on_nodes(["n0", "n2", "spare"], {**NODES, "spare": "h9"}, h.now)
     h.dead(1, p=0)
     creates = [a for a in h.apply(h.core.tick(h.now)) if isinstance(a, CreateReplica)]
     assert [(a.replica.partition, a.node) for a in creates if a.replica.broker == 1][:1] == [(0, "spare")]
