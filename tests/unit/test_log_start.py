@@ -122,7 +122,7 @@ def test_truncating_below_the_log_start_restarts_the_log_empty_there(where):
     assert log.truncate_to(20) is True
     assert log.log_start_offset == log.log_end_offset == 20
     assert log.epoch_cache.entries == []
-    log.append(batch(2), leader_epoch=2, now_ms=NOW)
+    log.append_as_leader(batch(2), leader_epoch=2, now_ms=NOW)
     assert [r.offset for r in iter_records(log.read(20, 1 << 20), from_offset=20)] == [20, 21]
     log.close()
     again = where.open("l", segment_bytes=700)
