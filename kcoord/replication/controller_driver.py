@@ -31,26 +31,14 @@ from typing import Any, Callable, Protocol
 
 from ..protocol.codec import Message
 from ..protocol.controller import (
-    AlterPartitionRequest,
-    AlterPartitionResponse,
     CreatePartitionsRequest,
-    CreatePartitionsResponse,
     CreateTopicsRequest,
-    CreateTopicsResponse,
     DeleteTopicsRequest,
-    DeleteTopicsResponse,
     DescribeClusterRequest,
     DescribeClusterResponse,
-    DescribeConfigsRequest,
-    DescribeConfigsResponse,
     HeartbeatResponse,
     IncrementalAlterConfigsRequest,
-    IncrementalAlterConfigsResponse,
-    InitProducerIdRequest,
-    InitProducerIdResponse,
     LeaderAndIsrResponse,
-    MetadataRequest,
-    MetadataResponse,
 )
 from ..protocol import names
 from ..protocol.errors import ErrorCode
@@ -61,9 +49,11 @@ from ..runtime.serving import Serving
 from .controller import ControllerConfig, ControllerState
 from .metastore import MetadataStore
 from .placement import PLACEMENT_KEY
+# CreateReplica's outcomes, re-exported for the replica hosts (actors/controller.py, the simulation)
 from .controller_actions import CREATED, EXISTS, FAILED, REPLACED, CreateReplica, DeleteReplica, Persist, ReplicaId, Reply, SendHeartbeat, SendLeaderAndIsr
 
 logger = logging.getLogger("kcoord.controller")
+
 
 class ReplicaHost(Protocol):
     """Creates and removes replica actors (Ray: named detached actors; the simulation:

@@ -11,7 +11,7 @@ to itself stays in the part.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Mapping
 
 from ..group.placement import coordinator_for as group_coordinator_for
 from ..protocol import names

@@ -42,7 +42,7 @@ admin use persistence and the context.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any, Iterable, Mapping
 
 from ..protocol.codec import Message
 from ..protocol.errors import ErrorCode
