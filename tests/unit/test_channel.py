@@ -498,3 +498,22 @@ def test_a_process_that_exits_with_channel_connections_open_closes_them_quietly(
         replica.loop.call_soon_threadsafe(server.close)
         replica.stop()
         replica.loop.close()
+
+
+def test_a_call_through_ray_cancelled_by_its_caller_leaves_no_wait_behind() -> None:
+    """A sender that closes cancels its calls still waiting: the wait on the Ray answer
+    ends with them (not a task destroyed pending when the loop closes)."""
+    from kcoord.calls import Probing, call_probing
+
+    async def main():
+        before = asyncio.all_tasks()
+        never = asyncio.get_running_loop().create_future()  # a Ray answer that never comes
+        call = asyncio.ensure_future(call_probing(never, None, None, Probing.every(60)))
+        await asyncio.sleep(0.01)
+        call.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await call
+        await until(lambda: never.cancelled(), "the wait on the answer to be cancelled", timeout=1)
+        assert asyncio.all_tasks() == before
+
+    run(main())
