@@ -85,7 +85,7 @@ ISSUE_32_SEEDS = {
     "follower below its log start (an unclean leader's log ends below it)": (531, 2005, 2408, 4431),
     "twin follower (the leader counts an ISR member's old process for its HW)": (47, 432, 541, 902),
     "restarted unseen (an ISR member's new process never counted)": (69, 218),
-    "dedup window (the cleaner removed one of a producer's last five batches)": (108, 1855),
+    "dedup window (the cleaner removed or split one of a producer's last five batches)": (108, 1855, 3039),
 }
 
 
