@@ -65,7 +65,8 @@ def decode_chunk(st: AssignedPartition, check_crcs: bool) -> None:
     for pos, h in _records.iter_headers(data):
         if h.next_offset <= start:
             continue
-        if not h.record_count:  # an emptied batch (compaction): nothing to return
+        if not h.record_count or h.attributes & _records.CONTROL_BIT:
+            # an emptied batch (compaction) or a transaction marker: nothing to return
             start = h.next_offset
             continue
         batch = _records.decode_batch(data, pos, check_crc=check_crcs)
