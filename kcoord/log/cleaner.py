@@ -30,6 +30,12 @@ One pass of :func:`clean` over a :class:`~kcoord.log.Log`, Kafka's LogCleaner ru
   point: the pass first makes every sealed segment durable (moving the recovery point to
   the active segment), and a gap before a segment below the recovery point can only be the
   cleaner's (fsynced data is not lost); above it a gap is still cut as before.
+- Transactions: every transactional batch and every marker is kept whole, and records of
+  transactional batches do not count as a key's newest value (a transaction that aborts, or
+  is still open, must not supersede anything). So the cleaner never removes aborted data or
+  markers and the aborted-transaction index of a cleaned segment stays as it was. Kafka also
+  removes aborted data and, after delete.retention.ms, markers whose data is gone; kcoord
+  does not yet (docs/transactions.md, "The cleaner").
 - Each segment is replaced crash-safely (``Log.replace_segment``): a crash at any point
   reopens either the old or the new segment.
 
@@ -45,7 +51,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Protocol, Sequence
 
-from ..record import BatchHeader, DecodedBatch, decode_batch, empty_batch, read_header, rebuild_batch
+from ..record import TRANSACTIONAL_BIT, BatchHeader, DecodedBatch, decode_batch, empty_batch, read_header, rebuild_batch
 from .config import LogConfig
 from .producer_state import ProducerStateManager
 from .segment import Segment
@@ -172,7 +178,7 @@ def compact(log: CompactableLog, now_ms: int, high_watermark: int | None = None,
             continue
         for _, _, d in _batches(seg):
             keys = d.keys
-            if keys is None:
+            if keys is None or d.header.attributes & TRANSACTIONAL_BIT:
                 continue
             base = d.header.base_offset
             last.update(zip(keys, range(base, base + len(keys))))
@@ -195,8 +201,14 @@ def compact(log: CompactableLog, now_ms: int, high_watermark: int | None = None,
             result.bytes_read += len(raw)
             n = len(d.values)
             result.records_read += n
-            keep = _survivors(d, last, horizon, result, last_record)
             h = d.header
+            if h.attributes & TRANSACTIONAL_BIT:  # transactional data and markers stay whole
+                positions.append(size)
+                headers.append(h)
+                parts.append(raw)
+                size += len(raw)
+                continue
+            keep = _survivors(d, last, horizon, result, last_record)
             producer_last = h.producer_id >= 0 and (h.producer_id, h.last_offset) in producers_last
             if n and len(keep) == n or not n and producer_last:
                 pieces = [raw]

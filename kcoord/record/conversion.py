@@ -13,7 +13,7 @@ from typing import Any
 from aiokafka.record._crecords.default_records import DefaultRecordBatchBuilder
 
 from .decoding import decode_batch
-from .header import CONTROL_BIT, FORMAT_VERSION, HEADER_SIZE, KAFKA_FORMAT, TIMESTAMP_TYPE_BIT, BatchHeader, read_header
+from .header import CONTROL_BIT, FORMAT_VERSION, HEADER_SIZE, KAFKA_FORMAT, TIMESTAMP_TYPE_BIT, TRANSACTIONAL_BIT, BatchHeader, read_header
 from .kafka_v2 import HUGE, stamp_into
 from .rebuild import empty_batch
 
@@ -28,7 +28,7 @@ def kcoord_to_kafka(buf: Any, pos: int, h: BatchHeader) -> bytes:
         return empty_batch(h._replace(magic=KAFKA_FORMAT, attributes=h.attributes & TIMESTAMP_TYPE_BIT))
     d = decode_batch(buf, pos, check_crc=False)
     compression = h.compression if h.compression in (1, 2, 3, 4) else 0
-    builder = DefaultRecordBatchBuilder(2, compression, 0, h.producer_id, h.producer_epoch, h.base_sequence, HUGE)
+    builder = DefaultRecordBatchBuilder(2, compression, int(bool(h.attributes & TRANSACTIONAL_BIT)), h.producer_id, h.producer_epoch, h.base_sequence, HUGE)
     append = builder.append
     n = len(d.values)
     ts = d.timestamps if d.timestamps is not None else [h.first_timestamp] * n
