@@ -28,6 +28,7 @@ from kcoord.protocol import names
 from kcoord.protocol.codec import Message
 from kcoord.protocol.controller import HeartbeatRequest, LeaderAndIsrRequest
 from kcoord.protocol.errors import DecodeError
+from kcoord.protocol.txn import WriteTxnMarkerRequest
 from kcoord.protocol.replication import (
     DeleteRecordsRequest,
     DescribeProducersRequest,
@@ -210,6 +211,10 @@ class ReplicaActor:
 
     async def describe_producers(self, data: bytes) -> bytes:
         return await self._serve(data, DescribeProducersRequest)
+
+    async def write_txn_marker(self, data: bytes) -> bytes:
+        """A transaction coordinator's WriteTxnMarker (kcoord.replication.txn_markers)."""
+        return await self._serve(data, WriteTxnMarkerRequest)
 
     async def leader_and_isr(self, data: bytes) -> bytes:
         return await self._serve(data, LeaderAndIsrRequest)

@@ -150,9 +150,11 @@ class ProducerStateManager:
     def first_unstable_offset(self) -> int | None:
         """The smallest first offset over ongoing transactions and completed ones whose
         marker is not yet below the high watermark; None when there is none."""
+        if not self._ongoing and not self._unreplicated:
+            return None  # the common case: no transactions here
         firsts = list(self._ongoing.values())
         firsts.extend(t.first_offset for t in self._unreplicated)
-        return min(firsts) if firsts else None
+        return min(firsts)
 
     def on_high_watermark(self, hw: int) -> None:
         """Completed transactions whose marker is below ``hw`` are stable now."""

@@ -21,6 +21,8 @@ from ..protocol import names
 from ..protocol.replication import (
     EARLIEST_TIMESTAMP,
     LATEST_TIMESTAMP,
+    READ_COMMITTED,
+    READ_UNCOMMITTED,
     DeleteRecordsRequest,
     DeleteRecordsResponse,
     DescribeProducersRequest,
@@ -226,6 +228,22 @@ class Leader:
         if self.parked and not info.duplicate and info.header.producer_id in self.parked:
             self._release_parked(info.header.producer_id, now_ms)
 
+    def write_txn_marker(self, req: Any, token: Any, now_ms: int) -> None:
+        """A WriteTxnMarker from a transaction coordinator (txn_markers.py)."""
+        from .txn_markers import write_txn_marker
+
+        write_txn_marker(self, req, token, now_ms)
+
+    def wait_for_replication(self, token: Any, required_offset: int, deadline_ms: int, response: Any, now_ms: int) -> None:
+        """Answer ``response`` once the HW reaches ``required_offset`` (an append of ours
+        that must be committed before anyone hears of it, as acks=all)."""
+        self._wake_fetchers(now_ms, followers=True)
+        self.maybe_advance_hw(now_ms)
+        if self.state.hw >= required_offset:
+            self.state.reply(token, self._acked(response))
+        else:
+            self.produce_waiters.append(ProduceWaiter(token, required_offset, deadline_ms, response))
+
     def _acked(self, response: ProduceResponse) -> ProduceResponse:
         st = self.state
         if len(st.isr) < st.config.min_insync_replicas:
@@ -253,6 +271,8 @@ class Leader:
             err = (ErrorCode.NOT_LEADER_OR_FOLLOWER, f"broker {req.replica_id} is not a follower of {st.name} (replicas {st.replicas})")
         if err is None and req.max_bytes <= 0:
             err = (ErrorCode.INVALID_FETCH_SIZE, f"max_bytes must be positive, got {req.max_bytes}")
+        if err is None and req.isolation_level not in (READ_UNCOMMITTED, READ_COMMITTED):
+            err = (ErrorCode.INVALID_REQUEST, f"isolation_level must be 0 (read_uncommitted) or 1 (read_committed), got {req.isolation_level}")
         if err is not None:
             st.reply(token, FetchResponse(err[0], err[1], leader_epoch=st.leader_epoch))
             return
@@ -315,11 +335,16 @@ class Leader:
                 leader_epoch=st.leader_epoch,
             )
         log = st.log
-        max_offset = None if waiter.from_follower else st.hw
+        if waiter.from_follower:
+            max_offset = None
+            lso = -1
+        else:
+            lso = log.last_stable_offset(st.hw)
+            max_offset = lso if req.isolation_level == READ_COMMITTED else st.hw
         data = b""
         spans = None
         size = 0
-        if req.fetch_offset < (log.log_end_offset if waiter.from_follower else st.hw):
+        if req.fetch_offset < (log.log_end_offset if max_offset is None else max_offset):
             if st.node_id and req.node_id == st.node_id:
                 spans = log.locate(req.fetch_offset, req.max_bytes, max_offset)
             if spans is None:
@@ -330,6 +355,9 @@ class Leader:
         if not force and size < max(1, req.min_bytes):
             return None
         st.metrics["fetch_bytes"] += size
+        aborted = None
+        if req.isolation_level == READ_COMMITTED and not waiter.from_follower and size:
+            aborted = [(e.producer_id, e.first_offset) for e in log.txn_index.collect(req.fetch_offset, lso)]
         return FetchResponse(
             high_watermark=st.hw,
             log_start_offset=log.log_start_offset,
@@ -337,6 +365,8 @@ class Leader:
             leader_epoch=st.leader_epoch,
             records=data,
             file_hint=spans or None,
+            last_stable_offset=lso,
+            aborted_transactions=aborted,
         )
 
     def _wake_fetchers(self, now_ms: int, *, followers: bool, force: bool = False) -> None:
@@ -522,6 +552,8 @@ class Leader:
     def _list_offsets(self, req: ListOffsetsRequest) -> ListOffsetsResponse:
         st = self.state
         err = self._epoch_error(req.current_leader_epoch)
+        if err is None and req.isolation_level not in (READ_UNCOMMITTED, READ_COMMITTED):
+            err = (ErrorCode.INVALID_REQUEST, f"isolation_level must be 0 (read_uncommitted) or 1 (read_committed), got {req.isolation_level}")
         if err is not None:
             return ListOffsetsResponse(err[0], err[1], leader_epoch=st.leader_epoch)
         log = st.log
@@ -533,12 +565,13 @@ class Leader:
                 f"leader {st.broker} of {st.name} has not caught its high watermark up yet; retry",
                 leader_epoch=st.leader_epoch,
             )
+        visible = log.last_stable_offset(st.hw) if req.isolation_level == READ_COMMITTED else st.hw
         if req.timestamp == LATEST_TIMESTAMP:
-            return ListOffsetsResponse(offset=st.hw, leader_epoch=st.leader_epoch)
+            return ListOffsetsResponse(offset=visible, leader_epoch=st.leader_epoch)
         if req.timestamp < 0:
             return ListOffsetsResponse(ErrorCode.INVALID_REQUEST, f"timestamp {req.timestamp} is not -1, -2 or >= 0")
         found = log.offset_for_timestamp(req.timestamp)
-        if found is None or found[0] >= st.hw:
+        if found is None or found[0] >= visible:
             return ListOffsetsResponse(offset=-1, timestamp=-1, leader_epoch=st.leader_epoch)
         return ListOffsetsResponse(offset=found[0], timestamp=found[1], leader_epoch=st.leader_epoch)
 
@@ -579,7 +612,7 @@ class Leader:
                 if w.deadline_ms <= now_ms:
                     st.reply(
                         w.token,
-                        ProduceResponse(
+                        type(w.response)(
                             ErrorCode.REQUEST_TIMED_OUT,
                             f"offset {w.required_offset - 1} not replicated to the ISR {st.isr} in time (HW {st.hw})",
                             leader_epoch=st.leader_epoch,
@@ -658,7 +691,7 @@ class Leader:
         st = self.state
         while self.produce_waiters:
             w = self.produce_waiters.popleft()
-            st.reply(w.token, ProduceResponse(code, message, leader_epoch=st.leader_epoch))
+            st.reply(w.token, type(w.response)(code, message, leader_epoch=st.leader_epoch))
         for w in self.fetch_waiters.values():
             st.reply(w.token, FetchResponse(code, message, leader_epoch=st.leader_epoch))
         self.fetch_waiters.clear()

@@ -53,6 +53,7 @@ from .actions import Action, Reply
 from .config import ReplicationConfig
 from .entry import entry_point, is_storage_error
 from .follower import Follower
+from ..protocol.txn import WriteTxnMarkerRequest, WriteTxnMarkerResponse
 from .isr import IsrState
 from .leader import Leader
 from .roles import FOLLOWER, LEADER, NONE, OFFLINE, Role
@@ -71,6 +72,7 @@ RESPONSE_FOR: dict[type[Message], type[Message]] = {
     HeartbeatRequest: HeartbeatResponse,
     DeleteRecordsRequest: DeleteRecordsResponse,
     DescribeProducersRequest: DescribeProducersResponse,
+    WriteTxnMarkerRequest: WriteTxnMarkerResponse,
 }
 """The requests a replica serves, and the response type each gets."""
 
@@ -198,6 +200,8 @@ class Replica:
                 self.leading.delete_records(request, token, now_ms)
             elif isinstance(request, DescribeProducersRequest):
                 self.leading.describe_producers(request, token, now_ms)
+            elif isinstance(request, WriteTxnMarkerRequest):
+                self.leading.write_txn_marker(request, token, now_ms)
             else:
                 self.leading.offsets_for_leader_epoch(request, token, now_ms)
         except BaseException as exc:

@@ -57,16 +57,49 @@ class RecordColumns(NamedTuple):
         return len(self.values)
 
 
+class AbortedFilter:
+    """read_committed: which batches of a fetched chunk belong to aborted transactions.
+
+    The leader sends, with each fetch, the aborted transactions that may have batches in it
+    as ``(producer_id, first_offset)``. Walking the chunk's batches in offset order, a
+    producer is *aborting* from its transaction's first offset until its ABORT marker, and
+    its transactional batches meanwhile are dropped (Kafka's consumer, per completed fetch)."""
+
+    __slots__ = ("_queue", "_aborting")
+
+    def __init__(self, aborted: list) -> None:
+        self._queue = sorted((first, pid) for pid, first in aborted)
+        self._aborting: set[int] = set()
+
+    def drops(self, data: Any, pos: int, h: Any) -> bool:
+        queue = self._queue
+        while queue and queue[0][0] <= h.last_offset:
+            self._aborting.add(queue.pop(0)[1])
+        if h.attributes & _records.CONTROL_BIT:
+            if h.producer_id in self._aborting and not _records.read_control(data, pos, h).commit:
+                self._aborting.discard(h.producer_id)
+            return True
+        return bool(h.attributes & _records.TRANSACTIONAL_BIT) and h.producer_id in self._aborting
+
+
 def decode_chunk(st: AssignedPartition, check_crcs: bool) -> None:
-    """Decode one fetched chunk into column segments, skipping rows below decode_from."""
-    data = st.pending.popleft()
+    """Decode one fetched chunk into column segments, skipping rows below decode_from, and
+    batches of aborted transactions (a chunk fetched read_committed comes as ``(bytes,
+    aborted transactions)``)."""
+    item = st.pending.popleft()
+    if type(item) is tuple:
+        data, aborted = item
+        dropping: AbortedFilter | None = AbortedFilter(aborted)
+    else:
+        data, dropping = item, None
     start = st.decode_from
     segments = []
     for pos, h in _records.iter_headers(data):
         if h.next_offset <= start:
             continue
-        if not h.record_count or h.attributes & _records.CONTROL_BIT:
-            # an emptied batch (compaction) or a transaction marker: nothing to return
+        if (dropping is not None and dropping.drops(data, pos, h)) or not h.record_count or h.attributes & _records.CONTROL_BIT:
+            # an aborted transaction's batch, an emptied batch (compaction) or a transaction
+            # marker: nothing to return
             start = h.next_offset
             continue
         batch = _records.decode_batch(data, pos, check_crc=check_crcs)
