@@ -199,7 +199,7 @@ class ReplicaProcess(Process):
         net = self.sim.net
         before = (self.replica.log.log_end_offset, self.replica.leader_epoch, self.replica.role) if self.replica.role != "offline" else None
         self.driver.serve(request, lambda response: net.reply(call, response))
-        if call.method in ("produce", "produce_internal") and before is not None:
+        if call.method in ("produce", "produce_internal", "write_txn_marker") and before is not None:
             self.sim.history.on_produce_handled(self, *before)
         self.after()
 

@@ -16,7 +16,9 @@ names one scenario. Scenarios mix:
 
 Kinds added later (``wipe``) are drawn from a side generator seeded by the kernel's state,
 so that the main sequence is unchanged: a seed draws the scenario it drew before they
-existed, and where they weigh nothing the nemesis picks faults as it did.
+existed, and where they weigh nothing the nemesis picks faults as it did. So is whether a
+transactional producer and a read_committed reader join (``txn_producers``,
+tests/sim/transactions.py): scenarios without them run as before.
 """
 
 from __future__ import annotations
@@ -95,6 +97,7 @@ class Scenario:
     duplicate_rate: float = 0.0
     max_delay_ms: int = 10
     store_fail_rate: float = 0.0
+    txn_producers: int = 0  # transactional producers (with a read_committed reader), drawn on the side
 
     @classmethod
     def draw(cls, rng, kind: str | None = None, mode: str | None = None) -> "Scenario":
@@ -133,6 +136,7 @@ class Scenario:
         }
         side = _side_rng(rng)
         weights["wipe"] = side.choice([0, 0, 0, 1, 2])
+        txn_producers = side.choice([0, 0, 1])
         return cls(
             kind=kind,
             brokers=brokers,
@@ -152,6 +156,7 @@ class Scenario:
             duplicate_rate=rng.choice([0.0, 0.0, 0.01]),
             max_delay_ms=rng.choice([3, 10, 30, 60]),
             store_fail_rate=rng.choice([0.05, 0.2]),
+            txn_producers=txn_producers,
         )
 
     def describe(self) -> str:
@@ -162,7 +167,7 @@ class Scenario:
         groups = f" groups[coordinators={self.coordinators} members={self.members} offsets={self.offsets_mode}]" if self.coordinators else ""
         return (
             f"{self.kind} brokers={self.brokers}{' bound' if self.bound else ''} {topics}{groups} "
-            f"producers={self.producers}+{self.acks1_producers}(acks=1) in_flight={self.max_in_flight} "
+            f"producers={self.producers}+{self.acks1_producers}(acks=1){f'+{self.txn_producers}(txn)' if self.txn_producers else ''} in_flight={self.max_in_flight} "
             f"drop={self.drop_rate} dup={self.duplicate_rate} delay<={self.max_delay_ms}ms "
             f"fault_gap={self.fault_gap_ms} faults[{w}]"
         )

@@ -47,6 +47,8 @@ from .kernel import Kernel, NetParams, Network, resume
 from .processes import HEAD, ControllerProcess, CoordinatorProcess, Machine, ReplicaProcess
 from .scenario import Scenario, TopicSpec
 from .store import FaultyStore
+from .transactions import CommittedReader, TxnLedger, TxnProducer
+from .transactions import final_checks as txn_final_checks
 
 KINDS = ("replication", "groups")
 MODES = ("fsync", "pagecache", "flushms")
@@ -188,6 +190,11 @@ class Simulation:
             spec, p = user_parts[i % len(user_parts)]
             self.producers.append(Producer(self, i, spec, p, acks=-1 if i < sc.producers else 1, max_in_flight=sc.max_in_flight, max_batch=sc.max_batch))
         self.readers = [Reader(self, i, t.name, p) for i, (t, p) in enumerate(user_parts)]
+        self.txn_ledger = TxnLedger()
+        for i in range(sc.txn_producers):  # drawn on the side: other seeds run as before
+            spec, p = user_parts[i % len(user_parts)]
+            self.producers.append(TxnProducer(self, i, spec, p, max_in_flight=sc.max_in_flight, max_batch=sc.max_batch))
+            self.readers.append(CommittedReader(self, i, spec.name, p))
         self.members = [Member(self, i, "g", [t.name for t in sc.topics]) for i in range(sc.members)]
         self.security_admin = SecurityAdmin(self) if config.security else None
         for node in [*self.replica_list, self.controller, *self.coordinators, self.admin, *self.producers, *self.readers, *self.members]:
@@ -263,6 +270,8 @@ class Simulation:
             self.history.final_checks((topic, partition), p.leader, logs, leader.replica.hw, self.kernel.now)
         if self.security_admin is not None and self.controller.core is not None:
             self.security_admin.check(self.controller.core)
+        if self.scenario.txn_producers:
+            txn_final_checks(self)
 
     def _result(self) -> SimResult:
         h = self.history
@@ -283,6 +292,12 @@ class Simulation:
             "store_failures": self.store.failures,
             "power_losses": sum(m.power_losses for m in self.machines.values()),
         }
+        if self.scenario.txn_producers:
+            ledger = self.txn_ledger
+            stats["txn_markers"] = ledger.markers
+            stats["txn_aborts"] = ledger.aborts
+            stats["txn_read"] = len(ledger.read)
+            stats["committed_records_read"] = sum(r.returned for r in self.readers if isinstance(r, CommittedReader))
         for kind, n in self.nemesis.counts.items():
             stats[f"fault_{kind}"] = n
         for proc in self.replica_list:
@@ -467,6 +482,9 @@ class Simulation:
         for m in self.members:
             if not m.alive:
                 m.start()
+        for prod in self.producers:
+            if isinstance(prod, TxnProducer):
+                prod.finish()  # its open transaction ends, as a coordinator's timeout would end it
 
     def _not_quiet(self) -> str | None:
         """Why the cluster is not quiet yet, or None when it is."""
