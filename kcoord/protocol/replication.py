@@ -178,6 +178,8 @@ class ProducerState(Message):
     producer_epoch: int
     last_sequence: int = -1
     last_offset: int = -1  # where its last batch ends in the log
+    coordinator_epoch: int = -1  # of the last transaction marker it got here
+    current_txn_start_offset: int = -1  # first offset of its ongoing transaction here
 
 
 @register

@@ -597,8 +597,9 @@ class Leader:
         found = []
         for pid in wanted:
             entry = state.get(pid)
-            if entry is not None and entry.batches:
-                found.append(ProducerState(pid, entry.epoch, entry.last_seq, entry.batches[-1].last_offset))
+            if entry is not None and (entry.batches or entry.txn_first_offset >= 0 or entry.coordinator_epoch >= 0):
+                last = entry.batches[-1].last_offset if entry.batches else -1
+                found.append(ProducerState(pid, entry.epoch, entry.last_seq, last, entry.coordinator_epoch, entry.txn_first_offset))
         st.reply(token, DescribeProducersResponse(producers=found, high_watermark=st.hw, leader_epoch=st.leader_epoch))
 
     # ------------------------------------------------------------------------------------

@@ -161,3 +161,15 @@ def test_a_new_leader_shows_no_lso_until_its_hw_is_trusted():
     assert resp.error_code == ErrorCode.OFFSET_NOT_AVAILABLE and resp.last_stable_offset == -1
     latest = call(new, ListOffsetsRequest(TOPIC, 0, LATEST_TIMESTAMP, isolation_level=READ_COMMITTED), 11)[0]
     assert latest.error_code == ErrorCode.OFFSET_NOT_AVAILABLE
+
+
+def test_describe_producers_shows_the_ongoing_transaction_and_the_coordinator_epoch():
+    from kcoord.protocol.replication import DescribeProducersRequest
+
+    r = sole_leader()
+    produce(r, txn(4, 0))  # 0-1
+    marker(r, 4, commit=True, coordinator_epoch=6)  # 2
+    produce(r, txn(4, 2))  # 3-4, a new transaction
+    (p,) = call(r, DescribeProducersRequest(TOPIC, 0))[0].producers
+    assert (p.producer_id, p.producer_epoch, p.last_sequence, p.last_offset) == (4, 0, 3, 4)
+    assert (p.coordinator_epoch, p.current_txn_start_offset) == (6, 3)
