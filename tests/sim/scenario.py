@@ -16,9 +16,7 @@ names one scenario. Scenarios mix:
 
 Kinds added later (``wipe``) are drawn from a side generator seeded by the kernel's state,
 so that the main sequence is unchanged: a seed draws the scenario it drew before they
-existed, and where they weigh nothing the nemesis picks faults as it did. So is whether a
-transactional producer and a read_committed reader join (``txn_producers``,
-tests/sim/transactions.py): scenarios without them run as before.
+existed, and where they weigh nothing the nemesis picks faults as it did.
 """
 
 from __future__ import annotations
@@ -97,7 +95,7 @@ class Scenario:
     duplicate_rate: float = 0.0
     max_delay_ms: int = 10
     store_fail_rate: float = 0.0
-    txn_producers: int = 0  # transactional producers (with a read_committed reader), drawn on the side
+    txn_producers: int = 0  # transactional producers with a read_committed reader: SimConfig.transactions
 
     @classmethod
     def draw(cls, rng, kind: str | None = None, mode: str | None = None) -> "Scenario":
@@ -136,7 +134,6 @@ class Scenario:
         }
         side = _side_rng(rng)
         weights["wipe"] = side.choice([0, 0, 0, 1, 2])
-        txn_producers = side.choice([0, 0, 1])
         return cls(
             kind=kind,
             brokers=brokers,
@@ -156,7 +153,6 @@ class Scenario:
             duplicate_rate=rng.choice([0.0, 0.0, 0.01]),
             max_delay_ms=rng.choice([3, 10, 30, 60]),
             store_fail_rate=rng.choice([0.05, 0.2]),
-            txn_producers=txn_producers,
         )
 
     def describe(self) -> str:

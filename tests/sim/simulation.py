@@ -68,6 +68,9 @@ class SimConfig:
     consumer_wait_ms: int = 200
     verbose: int = 0  # 1: trace events (faults, roles, elections); 2: also every message
     security: bool = False  # an admin alters users and ACLs through the controller (security.py)
+    # A transactional producer and a read_committed reader join the seed's scenario
+    # (transactions.py); opt-in, so that every seed without it runs as before.
+    transactions: bool = False
 
     def replay_command(self) -> str:
         cmd = f"python -m tests.sim.run --seed {self.seed}"
@@ -81,6 +84,8 @@ class SimConfig:
             cmd += f" --ms {self.fault_ms}"
         if self.security:
             cmd += " --security"
+        if self.transactions:
+            cmd += " --transactions"
         return cmd + " --verbose"
 
 
@@ -191,7 +196,9 @@ class Simulation:
             self.producers.append(Producer(self, i, spec, p, acks=-1 if i < sc.producers else 1, max_in_flight=sc.max_in_flight, max_batch=sc.max_batch))
         self.readers = [Reader(self, i, t.name, p) for i, (t, p) in enumerate(user_parts)]
         self.txn_ledger = TxnLedger()
-        for i in range(sc.txn_producers):  # drawn on the side: other seeds run as before
+        if config.transactions:
+            sc.txn_producers = 1
+        for i in range(sc.txn_producers):
             spec, p = user_parts[i % len(user_parts)]
             self.producers.append(TxnProducer(self, i, spec, p, max_in_flight=sc.max_in_flight, max_batch=sc.max_batch))
             self.readers.append(CommittedReader(self, i, spec.name, p))
@@ -558,10 +565,11 @@ def run_seed(
     verbose: int = 0,
     fault_ms: int | None = None,
     security: bool = False,
+    transactions: bool = False,
 ) -> SimResult:
     """One run. ``max_events`` alone also lifts the time bound, so that more events means
     a longer run."""
-    cfg = SimConfig(seed=seed, kind=kind, mode=mode, verbose=verbose, security=security)
+    cfg = SimConfig(seed=seed, kind=kind, mode=mode, verbose=verbose, security=security, transactions=transactions)
     if max_events is not None:
         cfg.max_events = max_events
         cfg.fault_ms = max(cfg.fault_ms, max_events * 2)

@@ -22,8 +22,8 @@ Invariants (checked as things happen, and once quiet):
   markers below the leader's HW that every one of them holds.
 
 Everything random here comes from a generator seeded by the seed and the producer's index
-(not the kernel's), and these clients exist only in scenarios whose side draw asked for
-them, so other seeds run as before.
+(not the kernel's), and these clients exist only in runs with ``SimConfig.transactions``
+(``--transactions``), so every other run is unchanged.
 """
 
 from __future__ import annotations
@@ -156,10 +156,9 @@ class TxnProducer(Producer):
 
     @property
     def idle(self) -> bool:
+        if self.fatal is not None:
+            return True  # as the idempotent producer: it stopped (the checks report why)
         return super().idle and self.ending is None and not self.txn_batches
-
-    def unacked(self) -> int:
-        return super().unacked()
 
 
 class CommittedReader(Reader):
