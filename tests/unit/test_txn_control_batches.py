@@ -84,3 +84,15 @@ def test_a_transactional_data_batch_of_an_idempotent_producer_is_accepted_by_the
     h = R.validate_batch(bytes(b))
     R.validate_produce_batch(bytes(b), h)
     assert [r.value for r in R.iter_records(bytes(b))] == [b"v"]
+
+
+def test_the_spark_and_ray_data_reader_skips_markers():
+    from kcoord.spark.tasks import records_to_arrow
+
+    data = (
+        R.stamp(R.build_batch([(b"k", b"v")], timestamp_ms=T), 0, 0)
+        + build_control_batch(commit=True, producer_id=1, producer_epoch=0, coordinator_epoch=0, timestamp_ms=T, magic=1, base_offset=1)
+        + R.stamp(R.build_batch([(b"k", b"w")], timestamp_ms=T), 2, 0)
+    )
+    batch = records_to_arrow("t", 0, data, 0, 3)
+    assert batch.column("offset").to_pylist() == [0, 2] and batch.column("value").to_pylist() == [b"v", b"w"]
