@@ -71,7 +71,7 @@ from .recovery import RecoveryReport, load_epoch_cache, load_segments
 from .rolling import must_roll, plan_runs
 from .segment import Segment, SegmentInfo
 from .segment_list import SegmentList
-from .txn_index import AbortedTxn, CorruptTxnIndex, TxnIndexFiles
+from .txn_index import AbortedTxn, TxnIndexFiles
 
 __all__ = ["Log", "SegmentInfo", "AppendInfo"]
 
@@ -240,35 +240,11 @@ class Log(BaseLog):
         )
 
     def _load_txn_index(self) -> int:
-        """Load the aborted-transaction index files of segments below the recovery point
-        (fsynced with them); delete the others and orphans. Returns the offset from which
-        the replay of producer state must rebuild entries (the recovery point, or the base
-        of an unreadable file before it)."""
-        files = self._txn_files
-        rp = self._recovery_point
-        bases = {seg.base_offset for seg in self._segments}
-        for b in files.bases():
-            if b not in bases:
-                files.delete(b)  # its segment was deleted and a crash came in between
-        rebuild_from = rp
-        start = self.log_start_offset
-        for seg in self._segments:
-            if seg.base_offset >= rp:
-                files.delete(seg.base_offset)  # may miss entries or hold lost ones: rebuilt
-                continue
-            try:
-                entries = files.load(seg.base_offset)
-            except CorruptTxnIndex as exc:
-                self.recovery_report.notes.append(f"aborted-transaction index of segment {seg.base_offset} rebuilt: {exc}")
-                files.delete(seg.base_offset)
-                rebuild_from = min(rebuild_from, seg.base_offset)
-                continue
-            kept = [e for e in entries if start <= e.last_offset < min(rp, seg.next_offset)]
-            if len(kept) != len(entries):
-                files.rewrite(seg.base_offset, kept)
-            for e in kept:
-                self.txn_index.add(e)
-        return rebuild_from
+        """The aborted-transaction index files on open (:meth:`TxnIndexFiles.load_trusted`);
+        returns the offset from which the replay of producer state must rebuild entries."""
+        return self._txn_files.load_trusted(
+            self.txn_index, self._segments, self._recovery_point, self.log_start_offset, self.recovery_report.notes
+        )
 
     def _txn_index_added(self, entry: AbortedTxn) -> None:
         seg = self._segments[self._segments.position_of(entry.last_offset)]

@@ -19,7 +19,7 @@ import os
 import struct
 from bisect import bisect_left
 from pathlib import Path
-from typing import Iterable, NamedTuple
+from typing import Any, Iterable, NamedTuple, Sequence
 
 from .fs import FileSystem
 
@@ -180,6 +180,35 @@ class TxnIndexFiles:
             self._fs.unlink(self.path(base_offset))
         except FileNotFoundError:
             pass
+
+    def load_trusted(self, index: TxnIndex, segments: Sequence[Any], recovery_point: int, log_start: int, notes: list[str]) -> int:
+        """On open: load into ``index`` the files of segments below ``recovery_point``
+        (fsynced with them), keeping entries in ``[log_start, recovery_point)``; delete the
+        files of later segments (they may miss entries or hold lost ones) and orphans.
+        Returns the offset from which replaying producer state must rebuild entries: the
+        recovery point, or the base of an unreadable file before it (noted in ``notes``)."""
+        bases = {seg.base_offset for seg in segments}
+        for b in self.bases():
+            if b not in bases:
+                self.delete(b)  # its segment was deleted and a crash came in between
+        rebuild_from = recovery_point
+        for seg in segments:
+            if seg.base_offset >= recovery_point:
+                self.delete(seg.base_offset)
+                continue
+            try:
+                entries = self.load(seg.base_offset)
+            except CorruptTxnIndex as exc:
+                notes.append(f"aborted-transaction index of segment {seg.base_offset} rebuilt: {exc}")
+                self.delete(seg.base_offset)
+                rebuild_from = min(rebuild_from, seg.base_offset)
+                continue
+            kept = [e for e in entries if log_start <= e.last_offset < min(recovery_point, seg.next_offset)]
+            if len(kept) != len(entries):
+                self.rewrite(seg.base_offset, kept)
+            for e in kept:
+                index.add(e)
+        return rebuild_from
 
     def bases(self) -> list[int]:
         from .segment import parse_base_offset
