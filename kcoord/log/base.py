@@ -197,9 +197,7 @@ class BaseLog(ABC):
     def last_stable_offset(self, high_watermark: int) -> int:
         """``min(first unstable offset, high_watermark)``: what read_committed readers may
         read below (docs/transactions.md, "Last stable offset")."""
-        state = self.producer_state
-        state.on_high_watermark(high_watermark)
-        first = state.first_unstable_offset()
+        first = self.producer_state.first_unstable_offset(high_watermark)
         return high_watermark if first is None or first > high_watermark else first
 
     def _check_open(self) -> None:

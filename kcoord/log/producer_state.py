@@ -147,14 +147,17 @@ class ProducerStateManager:
         """Producer id -> first offset of its ongoing transaction in this partition."""
         return dict(self._ongoing)
 
-    def first_unstable_offset(self) -> int | None:
+    def first_unstable_offset(self, high_watermark: int | None = None) -> int | None:
         """The smallest first offset over ongoing transactions and completed ones whose
-        marker is not yet below the high watermark; None when there is none."""
+        marker is not yet below the high watermark (given: :meth:`on_high_watermark` first);
+        None when there is none."""
         if not self._ongoing and not self._unreplicated:
-            return None  # the common case: no transactions here
+            return None  # the common case, on every consumer fetch: no transactions here
+        if high_watermark is not None:
+            self.on_high_watermark(high_watermark)
         firsts = list(self._ongoing.values())
         firsts.extend(t.first_offset for t in self._unreplicated)
-        return min(firsts)
+        return min(firsts) if firsts else None
 
     def on_high_watermark(self, hw: int) -> None:
         """Completed transactions whose marker is below ``hw`` are stable now."""
