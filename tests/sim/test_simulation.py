@@ -96,6 +96,23 @@ def test_planted_read_committed_past_the_lso_is_caught(monkeypatch: pytest.Monke
     assert any(v.invariant == "txn-g1a" for r in results for v in r.violations)
 
 
+def test_planted_lso_past_an_unreplicated_marker_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Kafka's unreplicated transactions, forgotten: a transaction counts as stable as soon as
+    its marker is appended, so readers are served it before the marker is committed."""
+    from kcoord.log.producer_state import ProducerStateManager
+
+    original = ProducerStateManager._end_transaction
+
+    def forgetting(self, h, control):
+        done = original(self, h, control)
+        self._unreplicated.clear()
+        return done
+
+    monkeypatch.setattr(ProducerStateManager, "_end_transaction", forgetting)
+    results = [run_seed(s, transactions=True) for s in (0, 1)]
+    assert all(any(v.invariant == "txn-g1a" for v in r.violations) for r in results)
+
+
 def test_planted_consumer_keeping_aborted_batches_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
     from kcoord.client.consumer.segments import AbortedFilter
 

@@ -16,8 +16,10 @@ Invariants (checked as things happen, and once quiet):
   read_committed readers are shown;
 * **txn-control** no control record reaches an application (every record the reader
   returns is a simulation record ``pid:seq``);
-* **txn-g1a** no record of an aborted transaction is returned under read_committed, and every
-  record returned belongs to a transaction that committed by the end;
+* **txn-g1a** no record of an aborted transaction is returned under read_committed, nor one
+  whose transaction's marker no leader had below its HW yet (an outcome a failover could
+  still undo: Kafka's unreplicated transactions), and every record returned belongs to a
+  transaction that committed by the end;
 * **txn-index** the aborted-transaction index is the same on every in-sync replica, for the
   markers below the leader's HW that every one of them holds.
 
@@ -67,6 +69,8 @@ class TxnLedger:
         self.read: dict[tuple[int, int], tuple[str, int]] = {}  # txns read committed -> (reader, when)
         self.lso_seen: dict[tuple[str, int, int], int] = {}  # (partition, broker, epoch) -> LSO shown
         self.leader_lso: dict[tuple[str, int], int] = {}  # (leader process incarnation, epoch) -> LSO
+        self.scanned: dict[tuple[str, int], int] = {}  # (leader process incarnation, epoch) -> HW scanned to
+        self.committed_marker: dict[tuple[str, int, int], int] = {}  # (topic, partition, pid) -> newest marker below a HW
         self.markers = 0
         self.aborts = 0
 
@@ -210,8 +214,9 @@ class CommittedReader(Reader):
         st.pending.append((data, response.aborted_transactions or []))
         decode_chunk(st, True)
         for seg in st.segments:
-            for value in seg.values[seg.start :]:
+            for i, value in enumerate(seg.values[seg.start :]):
                 self.returned += 1
+                offset = seg.base + seg.start + i
                 m = _RECORD.match(value) if isinstance(value, bytes) else None
                 if m is None:
                     history.fail("txn-control", now, f"{where}: a read_committed reader was handed {value!r}, not a record (a control record?)")
@@ -221,6 +226,8 @@ class CommittedReader(Reader):
                     continue
                 if self.ledger.outcome.get(txn) is False:
                     history.fail("txn-g1a", now, f"{where}: read_committed returned record {value.decode()} of aborted transaction {txn}")
+                if self.ledger.committed_marker.get((self.topic, self.partition, txn[0]), -1) <= offset:
+                    history.fail("txn-g1a", now, f"{where}: read_committed returned record {value.decode()} at offset {offset} before any leader had its transaction's marker below the HW")
                 self.ledger.read.setdefault(txn, (self.name, now))
 
 
@@ -232,8 +239,16 @@ def observe_leader_lso(history: "History", proc: "ReplicaProcess", part: "Partit
     ledger: TxnLedger | None = getattr(history.sim, "txn_ledger", None)
     if ledger is None:
         return
-    lso = r.log.last_stable_offset(r.hw)
     key = (proc.incarnation_id, r.leader_epoch)
+    log = r.log
+    start = max(ledger.scanned.get(key, 0), log.log_start_offset)
+    if start < r.hw:  # markers newly below this leader's HW: their outcome is durable
+        for _, h in records.iter_headers(log.read(start, 1 << 40, r.hw)):
+            if h.attributes & records.CONTROL_BIT:
+                marker_key = (proc.topic, proc.partition, h.producer_id)
+                ledger.committed_marker[marker_key] = max(ledger.committed_marker.get(marker_key, -1), h.base_offset)
+        ledger.scanned[key] = r.hw
+    lso = log.last_stable_offset(r.hw)
     seen = ledger.leader_lso.get(key, -1)
     if lso < seen:
         part.fail("txn-lso", now, f"leader {proc.broker} LSO went back from {seen} to {lso} at epoch {r.leader_epoch}")
