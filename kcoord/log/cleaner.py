@@ -30,12 +30,16 @@ One pass of :func:`clean` over a :class:`~kcoord.log.Log`, Kafka's LogCleaner ru
   point: the pass first makes every sealed segment durable (moving the recovery point to
   the active segment), and a gap before a segment below the recovery point can only be the
   cleaner's (fsynced data is not lost); above it a gap is still cut as before.
-- Transactions: every transactional batch and every marker is kept whole, and records of
-  transactional batches do not count as a key's newest value (a transaction that aborts, or
-  is still open, must not supersede anything). So the cleaner never removes aborted data or
-  markers and the aborted-transaction index of a cleaned segment stays as it was. Kafka also
-  removes aborted data and, after delete.retention.ms, markers whose data is gone; kcoord
-  does not yet (docs/transactions.md, "The cleaner").
+- Transactions: nothing at or past the first unstable offset is cleaned (the cleanable end
+  is below the LSO, not only the HW), so every transaction in the cleaned segments has its
+  outcome durable in the log. The data batches of aborted transactions (per the
+  aborted-transaction index, walked as a read_committed consumer does:
+  :class:`~kcoord.record.control.AbortedFilter`) are removed, but a producer's last batch
+  stays as an empty batch (below). Other transactional batches and every marker are kept
+  whole, and records of transactional batches never count as a key's newest value (so an
+  aborted write supersedes nothing). The aborted-transaction index is left as it is: its
+  entries stay true ranges, whatever of their data is gone. Kafka also removes markers once
+  their transaction's data is gone and delete.retention.ms has passed; kcoord keeps them.
 - Each segment is replaced crash-safely (``Log.replace_segment``): a crash at any point
   reopens either the old or the new segment.
 
@@ -51,10 +55,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Protocol, Sequence
 
-from ..record import TRANSACTIONAL_BIT, BatchHeader, DecodedBatch, decode_batch, empty_batch, read_header, rebuild_batch
+from ..record import CONTROL_BIT, TRANSACTIONAL_BIT, BatchHeader, DecodedBatch, decode_batch, empty_batch, read_header, rebuild_batch
 from .config import LogConfig
+from ..record.control import AbortedFilter
 from .producer_state import ProducerStateManager
 from .segment import Segment
+from .txn_index import TxnIndex
 
 _READ_CHUNK = 4 * 2**20
 
@@ -69,6 +75,7 @@ class CleanResult:
     records_read: int = 0
     records_removed: int = 0
     tombstones_removed: int = 0
+    aborted_removed: int = 0  # records of aborted transactions
     keys: int = 0
     dirty_ratio: float = 0.0
     cleanable_end: int = -1
@@ -82,6 +89,7 @@ class CompactableLog(Protocol):
 
     config: LogConfig
     producer_state: ProducerStateManager
+    txn_index: TxnIndex
 
     @property
     def high_watermark(self) -> int: ...
@@ -152,6 +160,9 @@ def compact(log: CompactableLog, now_ms: int, high_watermark: int | None = None,
         return result
     hw = log.high_watermark if high_watermark is None else high_watermark
     log.sync_sealed_segments()  # the recovery point passes every sealed segment (see above)
+    first_unstable = log.producer_state.first_unstable_offset(hw)
+    if first_unstable is not None and first_unstable < hw:
+        hw = first_unstable  # an open (or not yet replicated) transaction: nothing from there on
     all_segments = log.log_segments()
     segs = cleanable_segments(all_segments, cfg, now_ms, hw)
     if not segs:
@@ -191,6 +202,7 @@ def compact(log: CompactableLog, now_ms: int, high_watermark: int | None = None,
     # must find a batch, and a segment rolled while idle leaves the active one empty.
     last_record = log.log_end_offset - 1
     producers_last = set(log.producer_state.last_offsets().items())
+    aborted = AbortedFilter((e.producer_id, e.first_offset) for e in log.txn_index.collect(segs[0].base_offset, end))
     for seg in segs:
         parts: list[bytes] = []
         headers = []
@@ -202,14 +214,19 @@ def compact(log: CompactableLog, now_ms: int, high_watermark: int | None = None,
             n = len(d.values)
             result.records_read += n
             h = d.header
-            if h.attributes & TRANSACTIONAL_BIT:  # transactional data and markers stay whole
-                positions.append(size)
-                headers.append(h)
-                parts.append(raw)
-                size += len(raw)
-                continue
-            keep = _survivors(d, last, horizon, result, last_record)
             producer_last = h.producer_id >= 0 and (h.producer_id, h.last_offset) in producers_last
+            if h.attributes & TRANSACTIONAL_BIT:
+                if not aborted.drops(raw, 0, h) or h.attributes & CONTROL_BIT or not n:
+                    positions.append(size)  # markers, committed data: whole
+                    headers.append(h)
+                    parts.append(raw)
+                    size += len(raw)
+                    continue
+                keep = []  # an aborted transaction's data
+                result.records_removed += n
+                result.aborted_removed += n
+            else:
+                keep = _survivors(d, last, horizon, result, last_record)
             if n and len(keep) == n or not n and producer_last:
                 pieces = [raw]
             else:

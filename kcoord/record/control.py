@@ -166,7 +166,36 @@ def control_to_kafka(buf: Any, pos: int, h: BatchHeader) -> bytes:
     )
 
 
+class AbortedFilter:
+    """Which batches belong to aborted transactions, walking batches in offset order.
+
+    ``aborted``: ``(producer_id, first_offset)`` of the aborted transactions that may have
+    batches in the walk (what a read_committed fetch answers, or the aborted-transaction
+    index). A producer is *aborting* from its transaction's first offset until its ABORT
+    marker; its transactional batches meanwhile are dropped (Kafka's consumer, and the log
+    cleaner removing aborted data). One walk per fetched chunk or cleaner pass."""
+
+    __slots__ = ("_queue", "_aborting")
+
+    def __init__(self, aborted: Any) -> None:
+        self._queue = sorted((first, pid) for pid, first in aborted)
+        self._aborting: set[int] = set()
+
+    def drops(self, buf: Any, pos: int, h: BatchHeader) -> bool:
+        """Whether the batch with header ``h`` at ``pos`` of ``buf`` is an aborted
+        transaction's, or a marker (which no reader returns); call for every batch in order."""
+        queue = self._queue
+        while queue and queue[0][0] <= h.last_offset:
+            self._aborting.add(queue.pop(0)[1])
+        if h.attributes & CONTROL_BIT:
+            if h.producer_id in self._aborting and not read_control(buf, pos, h).commit:
+                self._aborting.discard(h.producer_id)
+            return True
+        return bool(h.attributes & TRANSACTIONAL_BIT) and h.producer_id in self._aborting
+
+
 __all__ = [
+    "AbortedFilter",
     "ControlRecord",
     "ControlType",
     "build_control_batch",

@@ -201,20 +201,48 @@ def test_truncate_fully_removes_every_index_file():
     assert len(log.txn_index) == 0 and not [n for n in disk.listdir(DIR) if n.endswith(".txnindex")]
 
 
-def test_the_cleaner_keeps_transactional_batches_and_markers_and_they_supersede_nothing():
-    disk = SimDisk(random.Random(6), torn=0.0)
-    log = open_log(disk, cleanup_policy="compact", segment_bytes=300, min_cleanable_dirty_ratio=0.0, delete_retention_ms=0)
+def compacted(seed: int):
+    disk = SimDisk(random.Random(seed), torn=0.0)
+    return disk, open_log(disk, cleanup_policy="compact", segment_bytes=300, min_cleanable_dirty_ratio=0.0, delete_retention_ms=0)
+
+
+def test_the_cleaner_removes_aborted_data_keeps_committed_data_and_markers_and_lets_no_transaction_supersede():
+    disk, log = compacted(6)
     w = Writer(log)
-    w.plain(1, key=b"a")  # 0: a's value before the transaction
-    w.data(1, 1, key=b"a")  # 1: a in a transaction that aborts
-    m = w.end(1, commit=False)
-    for i in range(20):
+    w.plain(1, key=b"a")  # 0: a's value before the transactions
+    w.data(1, 1, key=b"a")  # 1: a, in a transaction that aborts
+    w.data(2, 1, key=b"c")  # 2: c, in a transaction that commits
+    w.data(2, 1, key=b"c")  # 3
+    m1 = w.end(1, commit=False)  # 4
+    m2 = w.end(2, commit=True)  # 5
+    for _ in range(20):
         w.plain(1, key=b"b")  # superseded b's, enough to roll segments
     entries = log.txn_index.entries()
-    log.clean(T + 10, log.log_end_offset, force=True)
-    records = [(r.offset, r.key) for r in R.iter_records(log.read(0, 1 << 20))]
-    assert (0, b"a") in records and (1, b"a") in records  # the aborted write superseded nothing
-    kept = [h for _, h in R.iter_headers(log.read(0, 1 << 20))]
-    assert any(h.base_offset == m and h.attributes & R.CONTROL_BIT for h in kept)
-    assert sum(1 for _, k in records if k == b"b") < 20  # the plain records were compacted
+    result = log.clean(T + 10, log.log_end_offset, force=True)
+    data = log.read(0, 1 << 20)
+    records = [(r.offset, r.key) for r in R.iter_records(data)]
+    assert (0, b"a") in records  # the aborted write superseded nothing...
+    assert (1, b"a") not in records and result.aborted_removed == 1  # ...and is gone
+    assert (2, b"c") in records and (3, b"c") in records  # committed transactional data stays whole
+    kept = {h.base_offset: h for _, h in R.iter_headers(data)}
+    assert kept[m1].attributes & R.CONTROL_BIT and kept[m2].attributes & R.CONTROL_BIT  # markers stay
+    assert kept[1].record_count == 0 and kept[1].producer_id == 1  # producer 1's last batch, emptied
+    assert sum(1 for _, k in records if k == b"b") < 20  # plain records were compacted
     assert log.txn_index.entries() == entries and on_disk(disk, log) == entries
+    log.close()
+    again = open_log(disk, cleanup_policy="compact", segment_bytes=300)
+    assert again.txn_index.entries() == entries and again.producer_state.ongoing_transactions() == {}
+
+
+def test_nothing_at_or_past_an_open_transaction_is_cleaned():
+    disk, log = compacted(7)
+    w = Writer(log)
+    for _ in range(6):
+        w.plain(1, key=b"b")
+    first = w.data(1, 1, key=b"x")  # open
+    for _ in range(20):
+        w.plain(1, key=b"b")
+    result = log.clean(T + 10, log.log_end_offset, force=True)
+    assert 0 < result.cleanable_end <= first
+    records = [(r.offset, r.key) for r in R.iter_records(log.read(0, 1 << 20))]
+    assert sum(1 for o, k in records if k == b"b" and o > first) == 20  # nothing after it touched

@@ -16,6 +16,7 @@ from itertools import repeat
 from typing import Any, NamedTuple
 
 from ... import records as _records
+from ...record.control import AbortedFilter
 from ..types import ConsumerRecord, TopicPartition
 from .subscription_state import AssignedPartition
 
@@ -55,31 +56,6 @@ class RecordColumns(NamedTuple):
 
     def __len__(self) -> int:  # type: ignore[override]
         return len(self.values)
-
-
-class AbortedFilter:
-    """read_committed: which batches of a fetched chunk belong to aborted transactions.
-
-    The leader sends, with each fetch, the aborted transactions that may have batches in it
-    as ``(producer_id, first_offset)``. Walking the chunk's batches in offset order, a
-    producer is *aborting* from its transaction's first offset until its ABORT marker, and
-    its transactional batches meanwhile are dropped (Kafka's consumer, per completed fetch)."""
-
-    __slots__ = ("_queue", "_aborting")
-
-    def __init__(self, aborted: list) -> None:
-        self._queue = sorted((first, pid) for pid, first in aborted)
-        self._aborting: set[int] = set()
-
-    def drops(self, data: Any, pos: int, h: Any) -> bool:
-        queue = self._queue
-        while queue and queue[0][0] <= h.last_offset:
-            self._aborting.add(queue.pop(0)[1])
-        if h.attributes & _records.CONTROL_BIT:
-            if h.producer_id in self._aborting and not _records.read_control(data, pos, h).commit:
-                self._aborting.discard(h.producer_id)
-            return True
-        return bool(h.attributes & _records.TRANSACTIONAL_BIT) and h.producer_id in self._aborting
 
 
 def decode_chunk(st: AssignedPartition, check_crcs: bool) -> None:
