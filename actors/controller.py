@@ -23,34 +23,15 @@ from kcoord import channel
 from kcoord.calls import CallFailed, Handles, actor_state
 from kcoord.protocol import names
 from kcoord.protocol.codec import Message
-from kcoord.protocol.controller import (
-    AlterPartitionRequest,
-    CreatePartitionsRequest,
-    CreateTopicsRequest,
-    DeleteTopicsRequest,
-    DescribeClusterRequest,
-    DescribeConfigsRequest,
-    IncrementalAlterConfigsRequest,
-    InitProducerIdRequest,
-    MetadataRequest,
-)
-from kcoord.protocol.errors import DecodeError
-from kcoord.protocol.security import (
-    AlterUserScramCredentialsRequest,
-    CreateAclsRequest,
-    DeleteAclsRequest,
-    DescribeAclsRequest,
-    DescribeUserScramCredentialsRequest,
-    SecurityMetadataRequest,
-)
+from kcoord.protocol.services import CONTROLLER
 from kcoord.replication.controller import ControllerConfig, ReplicaId
-from kcoord.replication.controller_driver import CREATED, EXISTS, FAILED, REPLACED, RESPONSE_FOR, ControllerDriver
+from kcoord.replication.controller_driver import CREATED, EXISTS, FAILED, REPLACED, ControllerDriver
 from kcoord.replication.metadata import PartitionState
 from kcoord.replication.metastore import FileStore, MemoryStore
 
 from .metrics import ControllerMetricsExporter
 from .replica import ReplicaActor
-from .runtime import AsyncioClock, RayTransport, ray_nodes
+from .runtime import AsyncioClock, RayTransport, ray_nodes, rpc_methods, serve_encoded
 
 logger = logging.getLogger("kcoord.controller")
 
@@ -172,6 +153,7 @@ class RayReplicaHost:
         done()
 
 
+@rpc_methods(CONTROLLER)
 class FailoverCoordinator:
     def __init__(
         self,
@@ -272,62 +254,8 @@ class FailoverCoordinator:
 
     # -- APIs (msgpack bytes in and out) ---------------------------------------------------
     async def _serve(self, data: bytes, request_type: type[Message]) -> bytes:
-        response_type = RESPONSE_FOR[request_type]
-        try:
-            req = request_type.decode(data)
-        except DecodeError as exc:
-            return response_type(int(exc.code), exc.message).encode()
-        driver = self._driver()
-        fut: asyncio.Future = asyncio.get_running_loop().create_future()
-        driver.serve(req, lambda response: fut.done() or fut.set_result(response))
-        return (await fut).encode()
-
-    async def metadata(self, data: bytes) -> bytes:
-        return await self._serve(data, MetadataRequest)
-
-    async def create_topic(self, data: bytes) -> bytes:
-        return await self._serve(data, CreateTopicsRequest)
-
-    async def delete_topic(self, data: bytes) -> bytes:
-        return await self._serve(data, DeleteTopicsRequest)
-
-    async def alter_partition(self, data: bytes) -> bytes:
-        return await self._serve(data, AlterPartitionRequest)
-
-    async def init_producer_id(self, data: bytes) -> bytes:
-        return await self._serve(data, InitProducerIdRequest)
-
-    async def describe_cluster(self, data: bytes) -> bytes:
-        return await self._serve(data, DescribeClusterRequest)
-
-    async def describe_configs(self, data: bytes) -> bytes:
-        return await self._serve(data, DescribeConfigsRequest)
-
-    async def alter_configs(self, data: bytes) -> bytes:
-        return await self._serve(data, IncrementalAlterConfigsRequest)
-
-    async def create_partitions(self, data: bytes) -> bytes:
-        return await self._serve(data, CreatePartitionsRequest)
-
-    # SCRAM credentials and ACLs (kcoord.replication.security_metadata); the Kafka
-    # listeners poll security_metadata.
-    async def security_metadata(self, data: bytes) -> bytes:
-        return await self._serve(data, SecurityMetadataRequest)
-
-    async def alter_user_scram_credentials(self, data: bytes) -> bytes:
-        return await self._serve(data, AlterUserScramCredentialsRequest)
-
-    async def describe_user_scram_credentials(self, data: bytes) -> bytes:
-        return await self._serve(data, DescribeUserScramCredentialsRequest)
-
-    async def create_acls(self, data: bytes) -> bytes:
-        return await self._serve(data, CreateAclsRequest)
-
-    async def describe_acls(self, data: bytes) -> bytes:
-        return await self._serve(data, DescribeAclsRequest)
-
-    async def delete_acls(self, data: bytes) -> bytes:
-        return await self._serve(data, DeleteAclsRequest)
+        """Every RPC method (``CONTROLLER``'s table): msgpack bytes in and out."""
+        return (await serve_encoded(data, request_type, lambda req, reply: self._driver().serve(req, reply))).encode()
 
     async def rebalance_leaders(self) -> int:
         """Move leadership back to preferred replicas now (admin/testing)."""

@@ -3,7 +3,7 @@
 Coordinator ``i`` of a cluster (named ``names.group_coordinator(cluster, i)``) owns every
 group that hashes to ``i`` and partition ``i`` of the internal topic ``__consumer_offsets``.
 Loading that partition, fencing older incarnations, the persist pipeline and the timers are
-:class:`~kcoord.group.driver.GroupCoordinatorDriver`'s, the same driver the simulation runs;
+:class:`~kcoord.group.coordinator_driver.GroupCoordinatorDriver`'s, the same driver the simulation runs;
 this shell decodes requests, awaits the driver's replies, logs group changes and exports
 metrics.
 
@@ -26,34 +26,23 @@ from typing import Any, Mapping
 import ray
 
 from kcoord.group import GroupConfig, GroupCoordinatorState
-from kcoord.group.driver import CoordinatorTimeouts, GroupCoordinatorDriver
+from kcoord.group.coordinator_driver import CoordinatorTimeouts, GroupCoordinatorDriver
 from kcoord.protocol import names
 from kcoord.protocol.codec import Message
-from kcoord.protocol.errors import DecodeError, ErrorCode
-from kcoord.protocol.group import (
-    RESPONSE_FOR,
-    DeleteGroupsRequest,
-    DescribeGroupsRequest,
-    FindCoordinatorRequest,
-    GroupHeartbeatRequest,
-    JoinGroupRequest,
-    LeaveGroupRequest,
-    ListGroupsRequest,
-    OffsetCommitRequest,
-    OffsetCommitResponse,
-    OffsetFetchRequest,
-    SyncGroupRequest,
-)
+from kcoord.protocol.errors import ErrorCode
+from kcoord.protocol.group import OffsetCommitResponse
+from kcoord.protocol.services import GROUP_COORDINATOR
 
 from .group_config import stored_config
 from .metrics import GroupMetricsExporter
-from .runtime import AsyncioClock, RayTransport, wall_ms
+from .runtime import AsyncioClock, RayTransport, rpc_methods, serve_encoded, wall_ms
 
 logger = logging.getLogger("kcoord.group")
 
 _METRICS_INTERVAL_S = 2.0
 
 
+@rpc_methods(GROUP_COORDINATOR)
 class GroupCoordinatorActor:
     def __init__(
         self,
@@ -148,51 +137,20 @@ class GroupCoordinatorActor:
 
     # -- APIs: msgpack bytes in, msgpack bytes out ---------------------------------------
     async def _serve(self, data: bytes, request_type: type[Message]) -> bytes:
-        response_type = RESPONSE_FOR[request_type]
-        try:
-            req = request_type.decode(data)
-        except DecodeError as exc:
-            return response_type(error_code=int(exc.code), error_message=exc.message).encode()
-        driver = self._driver()
-        fut: asyncio.Future = asyncio.get_running_loop().create_future()
-        driver.serve(req, lambda response: fut.done() or fut.set_result(response))
-        response = await fut
-        if isinstance(response, OffsetCommitResponse):
-            done = sum(1 for parts in response.topics.values() for c in parts.values() if c == ErrorCode.NONE)
-            self._metrics.committed(req.group_id, done)  # type: ignore[attr-defined]
-        return response.encode()
+        """Every RPC method (``GROUP_COORDINATOR``'s table): msgpack bytes in and out;
+        committed offsets are counted per group."""
 
-    async def find_coordinator(self, data: bytes) -> bytes:
-        return await self._serve(data, FindCoordinatorRequest)
+        def serve(request: Message, reply: Any) -> None:
+            def answered(response: Message) -> None:
+                if isinstance(response, OffsetCommitResponse):
+                    done = sum(1 for parts in response.topics.values() for c in parts.values() if c == ErrorCode.NONE)
+                    self._metrics.committed(request.group_id, done)  # type: ignore[attr-defined]
+                reply(response)
 
-    async def join_group(self, data: bytes) -> bytes:
-        return await self._serve(data, JoinGroupRequest)
+            self._driver().serve(request, answered)
 
-    async def sync_group(self, data: bytes) -> bytes:
-        return await self._serve(data, SyncGroupRequest)
+        return (await serve_encoded(data, request_type, serve)).encode()
 
-    async def heartbeat(self, data: bytes) -> bytes:
-        return await self._serve(data, GroupHeartbeatRequest)
-
-    async def leave_group(self, data: bytes) -> bytes:
-        return await self._serve(data, LeaveGroupRequest)
-
-    async def offset_commit(self, data: bytes) -> bytes:
-        return await self._serve(data, OffsetCommitRequest)
-
-    async def offset_fetch(self, data: bytes) -> bytes:
-        return await self._serve(data, OffsetFetchRequest)
-
-    async def describe_groups(self, data: bytes) -> bytes:
-        return await self._serve(data, DescribeGroupsRequest)
-
-    async def list_groups(self, data: bytes) -> bytes:
-        return await self._serve(data, ListGroupsRequest)
-
-    async def delete_groups(self, data: bytes) -> bytes:
-        return await self._serve(data, DeleteGroupsRequest)
-
-    # -- operations -------------------------------------------------------------------------
     async def reconfigure(self, properties: dict[str, Any]) -> dict[str, int]:
         """Apply group settings now (Kafka names or field names); returns the effective
         config. Callers persist them with :func:`configure_group_coordinators`."""

@@ -26,20 +26,9 @@ from kcoord.log import Log, LogConfig
 from kcoord.log.hints import read_hinted
 from kcoord.protocol import names
 from kcoord.protocol.codec import Message
-from kcoord.protocol.controller import HeartbeatRequest, LeaderAndIsrRequest
-from kcoord.protocol.errors import DecodeError
-from kcoord.protocol.txn import WriteTxnMarkerRequest
-from kcoord.protocol.replication import (
-    DeleteRecordsRequest,
-    DescribeProducersRequest,
-    FetchRequest,
-    InternalProduceRequest,
-    ListOffsetsRequest,
-    OffsetsForLeaderEpochRequest,
-    ProduceRequest,
-)
+from kcoord.protocol.services import REPLICA
 from kcoord.replication.config import ReplicationConfig
-from kcoord.replication.replica import RESPONSE_FOR, Replica
+from kcoord.replication.replica import Replica
 from kcoord.replication.replica_driver import ReplicaDriver
 from kcoord.records import warm_up_codecs
 
@@ -50,7 +39,7 @@ from kcoord.records import warm_up_codecs
 warm_up_codecs()
 
 from .metrics import ReplicaMetricsExporter
-from .runtime import AsyncioClock, RayTransport, wall_ms
+from .runtime import AsyncioClock, RayTransport, rpc_methods, serve_encoded, wall_ms
 
 logger = logging.getLogger("kcoord.replica")
 
@@ -65,7 +54,10 @@ def replica_dir(data_dir: str, topic: str, partition: int, broker: int) -> Path:
     return Path(data_dir) / f"broker-{broker}" / f"{topic}-{partition}"
 
 
+@rpc_methods(REPLICA)
 class ReplicaActor:
+    """Its RPC methods (produce, fetch, ... heartbeat) are ``REPLICA``'s table."""
+
     def __init__(
         self,
         cluster: str,
@@ -151,37 +143,8 @@ class ReplicaActor:
                 self._log("metrics export failed:\n%s", traceback.format_exc(), level=logging.WARNING)
 
     async def _serve(self, data: bytes, request_type: type[Message]) -> bytes:
-        response_type = RESPONSE_FOR[request_type]
-        try:
-            req = request_type.decode(data)
-        except DecodeError as exc:
-            return response_type(int(exc.code), exc.message).encode()
-        driver = self._ensure_started()
-        fut: asyncio.Future = asyncio.get_running_loop().create_future()
-
-        def reply(response: Message) -> None:
-            if not fut.done():
-                fut.set_result(response)
-
-        driver.serve(req, reply)
-        return (await fut).encode()
-
-    # -- client and replica APIs (msgpack bytes in, msgpack bytes out) ----------------------
-    async def produce(self, data: bytes) -> bytes:
-        return await self._serve(data, ProduceRequest)
-
-    async def produce_internal(self, data: bytes) -> bytes:
-        """A coordinator's append to an internal topic (InternalProduceRequest)."""
-        return await self._serve(data, InternalProduceRequest)
-
-    async def fetch(self, data: bytes) -> bytes:
-        return await self._serve(data, FetchRequest)
-
-    async def list_offsets(self, data: bytes) -> bytes:
-        return await self._serve(data, ListOffsetsRequest)
-
-    async def offsets_for_leader_epoch(self, data: bytes) -> bytes:
-        return await self._serve(data, OffsetsForLeaderEpochRequest)
+        """Every RPC method: msgpack bytes of the request in, of the response out."""
+        return (await serve_encoded(data, request_type, lambda req, reply: self._ensure_started().serve(req, reply))).encode()
 
     async def channel(self) -> list[str] | None:
         """This process's endpoint for direct calls from its own node (``kcoord.channel``:
@@ -205,22 +168,6 @@ class ReplicaActor:
 
     async def _direct_call(self, method: str, data: bytes) -> bytes:
         return await getattr(self, method)(data)
-
-    async def delete_records(self, data: bytes) -> bytes:
-        return await self._serve(data, DeleteRecordsRequest)
-
-    async def describe_producers(self, data: bytes) -> bytes:
-        return await self._serve(data, DescribeProducersRequest)
-
-    async def write_txn_marker(self, data: bytes) -> bytes:
-        """A transaction coordinator's WriteTxnMarker (kcoord.replication.txn_markers)."""
-        return await self._serve(data, WriteTxnMarkerRequest)
-
-    async def leader_and_isr(self, data: bytes) -> bytes:
-        return await self._serve(data, LeaderAndIsrRequest)
-
-    async def heartbeat(self, data: bytes) -> bytes:
-        return await self._serve(data, HeartbeatRequest)
 
     # -- operations -----------------------------------------------------------------------
     async def describe(self) -> dict:

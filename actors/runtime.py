@@ -1,8 +1,10 @@
-"""The Ray world behind the drivers' interfaces: an asyncio clock and Ray actor calls.
+"""The Ray world behind the drivers' interfaces: an asyncio clock, Ray actor calls, RPC methods.
 
 :class:`AsyncioClock` and :class:`RayTransport` implement :mod:`kcoord.runtime` for code
 running inside an asyncio Ray actor. The drivers they serve are the same ones the
-simulation runs on its fake clock and network.
+simulation runs on its fake clock and network. :func:`rpc_methods` gives a shell its
+actor methods from its service's table (``kcoord.protocol.services``), and
+:func:`serve_encoded` is what each of them does: decode, serve, await the one reply.
 """
 
 from __future__ import annotations
@@ -14,8 +16,9 @@ from kcoord.calls import DEAD, ERROR, TIMEOUT, ActorCalls, CallFailed, Probing
 from kcoord.calls.direct import DirectCalls
 from kcoord.protocol.codec import Message
 from kcoord.protocol.errors import DecodeError
+from kcoord.protocol.services import RESPONSE_FOR, Service
 from kcoord.records import now_ms as wall_ms
-from kcoord.runtime import Outcome
+from kcoord.runtime import Outcome, ReplyFn
 
 
 class AsyncioClock:
@@ -112,3 +115,46 @@ def ray_nodes() -> tuple[list[str], dict[str, str]]:
     alive = [n["NodeID"] for n in nodes if n.get("Alive")]
     hosts = {n["NodeID"]: n["NodeManagerAddress"] for n in nodes if n.get("NodeManagerAddress")}
     return alive, hosts
+
+
+# -- the RPC surface of a shell ----------------------------------------------------------------
+
+
+async def serve_encoded(data: bytes, request_type: type[Message], serve: Callable[[Message, ReplyFn], None]) -> Message:
+    """Decode ``data`` as ``request_type``, hand it to ``serve(request, reply)`` (a driver's
+    serve loop) and await its one reply. Malformed bytes are answered with the error the
+    decoder names, and the actor carries on."""
+    try:
+        request = request_type.decode(data)
+    except DecodeError as exc:
+        return RESPONSE_FOR[request_type](int(exc.code), exc.message)
+    answer: asyncio.Future = asyncio.get_running_loop().create_future()
+    serve(request, lambda response: answer.done() or answer.set_result(response))
+    return await answer
+
+
+def rpc_methods(service: Service) -> Callable[[type], type]:
+    """Class decorator: one actor method per row of ``service`` -- ``async def
+    <name>(self, data: bytes) -> bytes``, msgpack bytes of the request in and of the
+    response out -- each calling the shell's ``_serve(data, request_type)``. Ray calls
+    methods by name, so the names are the table's (what clusters and other processes call)."""
+
+    def add(cls: type) -> type:
+        for name, request_type in service.methods.items():
+            if name in cls.__dict__:
+                raise TypeError(f"{cls.__name__}.{name} is {service.name}'s RPC method; define _serve, not {name}")
+            setattr(cls, name, _rpc_method(cls, name, request_type))
+        return cls
+
+    return add
+
+
+def _rpc_method(cls: type, name: str, request_type: type[Message]) -> Callable[..., Any]:
+    async def method(self: Any, data: bytes) -> bytes:
+        return await self._serve(data, request_type)
+
+    method.__name__ = name
+    method.__qualname__ = f"{cls.__name__}.{name}"
+    method.__module__ = cls.__module__
+    method.__doc__ = f"{request_type.__name__} -> {RESPONSE_FOR[request_type].__name__} (msgpack bytes in and out)."
+    return method

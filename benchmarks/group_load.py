@@ -36,7 +36,7 @@ from pathlib import Path
 
 from kcoord.bench import script
 from kcoord.group import GroupConfig, GroupCoordinatorState
-from kcoord.group.driver import CoordinatorTimeouts
+from kcoord.group.coordinator_driver import CoordinatorTimeouts
 from kcoord.group.loading import take_in, well_formed
 from kcoord.group.records import (
     OFFSETS_SEGMENT_BYTES,

@@ -12,16 +12,19 @@ or blocks for its answer (:meth:`BlockingCalls.call`, :meth:`BlockingCalls.run`)
 from __future__ import annotations
 
 import asyncio
+import atexit
 import concurrent.futures
 import os
 import threading
 from typing import Any, Coroutine, TypeVar
 
-from .caller import actor_calls
+from .caller import actor_calls, close_actor_calls
 from .probing import Probing
 from .retry import PROBING
 
 T = TypeVar("T")
+
+CLOSE_AT_EXIT_S = 2.0  # how long a process's exit waits for its calls loop to wind down
 
 
 class BlockingCalls:
@@ -34,15 +37,19 @@ class BlockingCalls:
 
     def __init__(self) -> None:
         self.loop = asyncio.new_event_loop()
+        self.pid = os.getpid()
         self.thread = threading.Thread(target=self.loop.run_forever, name="kcoord-calls", daemon=True)
         self.thread.start()
 
     @classmethod
     def shared(cls) -> BlockingCalls:
-        """This process's instance."""
+        """This process's instance, closed when the process exits (:meth:`close`):
+        synchronous callers rarely close what they used, and a daemon thread's loop left
+        running at exit has its connections' reader tasks destroyed pending."""
         with cls._shared_lock:
             if cls._shared is None or cls._shared_pid != os.getpid():
                 cls._shared, cls._shared_pid = cls(), os.getpid()
+                atexit.register(cls._shared.close)
             return cls._shared
 
     def start(self, coro: Coroutine[Any, Any, T]) -> concurrent.futures.Future[T]:
@@ -73,6 +80,31 @@ class BlockingCalls:
         """End the loop thread (tests)."""
         self.loop.call_soon_threadsafe(self.loop.stop)
         self.thread.join(5)
+
+    def close(self, timeout: float = CLOSE_AT_EXIT_S) -> None:
+        """Close the loop's channel connections, cancel the calls still running (they fail
+        as in a process that exits), end the thread and close the loop; at most
+        ``timeout`` seconds. A no-op in a forked child (the thread is the parent's) and
+        once closed."""
+        if self.pid != os.getpid() or not self.thread.is_alive() or threading.current_thread() is self.thread:
+            return
+        try:
+            self.start(_wind_down()).result(timeout)
+        except Exception:  # the loop is stuck or stopping: exit anyway, as a daemon thread would
+            return
+        self.stop()
+        if not self.thread.is_alive():
+            self.loop.close()
+
+
+async def _wind_down() -> None:
+    close_actor_calls()
+    others = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+    for task in others:
+        task.cancel()
+    if others:
+        await asyncio.wait(others)
+    await asyncio.sleep(0)  # the closed transports' own callbacks
 
 
 async def _call(namespace: str, name: str, method: str, args: tuple, timeout: float | None, probing: Probing | None) -> Any:

@@ -27,9 +27,9 @@ A shell (the GroupCoordinatorActor) drives the state machine like this::
             elif isinstance(a, AppendRecords):       # in order, acks=all
                 append_in_order(a.records, done=lambda err, pid=a.persist_id:
                                 run(coord.on_persisted(pid, err, now_ms())))
-        rearm_timer(coord.next_deadline(), lambda: run(coord.tick(now_ms())))
+        rearm_timer(coord.next_deadline(now_ms()), lambda: run(coord.tick(now_ms())))
 
-    # losing the partition (or stopping): run(coord.close(ErrorCode.NOT_COORDINATOR))
+    # losing the partition (or stopping): run(coord.close(now_ms(), ErrorCode.NOT_COORDINATOR))
 """
 
 from .actions import Action, AppendRecords, Reply

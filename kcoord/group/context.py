@@ -13,10 +13,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..protocol.codec import Message
 from ..protocol.errors import ErrorCode
 from ..protocol.group import JoinGroupResponse, SyncGroupResponse
-from .actions import Action, Reply
+from ..runtime.actions import Outbox
 from .config import GroupConfig
 from .metadata import GroupMetadata, MemberMetadata
 from .placement import coordinator_for
@@ -36,7 +35,7 @@ class CoordinatorStats:
 
 
 @dataclass
-class CoordinatorContext:
+class CoordinatorContext(Outbox):
     """The groups, timers, config, counters and pending actions of one coordinator."""
 
     # Replaced whole by the shell when the operator reconfigures; parts read it at use.
@@ -46,7 +45,6 @@ class CoordinatorContext:
     stats: CoordinatorStats = field(default_factory=CoordinatorStats)
     groups: dict[str, GroupMetadata] = field(default_factory=dict)
     timers: Timers = field(default_factory=Timers)
-    out: list[Action] = field(default_factory=list)
 
     # -- placement -----------------------------------------------------------------------
 
@@ -57,17 +55,6 @@ class CoordinatorContext:
         owner = coordinator_for(group_id, self.num_partitions)
         return f"group {group_id!r} belongs to coordinator {owner}, this is {self.partition}"
 
-    # -- output --------------------------------------------------------------------------
-
-    def emit(self, action: Action) -> None:
-        self.out.append(action)
-
-    def reply(self, token: Any, response: Message) -> None:
-        self.out.append(Reply(token, response))
-
-    def take(self) -> list[Action]:
-        out, self.out = self.out, []
-        return out
 
     # -- the rebalance long-polls: a JoinGroup or SyncGroup held until the phase ends ----
 

@@ -10,9 +10,9 @@ Entry points (each returns ``list[Action]``; each first fires the timers due at 
     coord.load(records, now_ms)          # replay partition i before serving (restart)
     coord.handle(request, token, now_ms) # any group request; the reply may come later
     coord.tick(now_ms)                   # timers: sessions, join phases, retention
-    coord.on_persisted(persist_id, error_code, now_ms)  # outcome of a Persist action
-    coord.next_deadline()                # when tick() next has work (None: nothing timed)
-    coord.close(error_code)              # give up the partition: fail everything pending
+    coord.on_persisted(persist_id, error_code, now_ms)  # outcome of an AppendRecords action
+    coord.next_deadline(now_ms)          # when tick() next has work (None: nothing timed)
+    coord.close(now_ms, error_code)      # give up the partition: fail everything pending
 
 ``now_ms`` is wall-clock epoch milliseconds: commit timestamps are stored in the log and
 retention compares them with the clock of whichever coordinator instance reads them later.
@@ -78,7 +78,8 @@ from ..protocol.group import (
     SyncGroupResponse,
     error_response,
 )
-from .actions import Action
+from ..protocol.services import GROUP_COORDINATOR
+from ..runtime.actions import Action, Handlers
 from .admin import GroupAdmin
 from .config import GroupConfig
 from .context import CoordinatorContext, CoordinatorStats
@@ -132,18 +133,21 @@ class GroupCoordinatorState:
         self._offsets = OffsetStore(ctx, self._persistence, self._retention)
         self._admin = GroupAdmin(ctx, self._persistence, self._retention)
         self._closed = False
-        self._handlers: dict[type[Message], Callable[[Any, Any, int], None]] = {
-            JoinGroupRequest: self._join.join_group,
-            SyncGroupRequest: self._sync.sync_group,
-            GroupHeartbeatRequest: self._membership.heartbeat,
-            LeaveGroupRequest: self._membership.leave_group,
-            OffsetCommitRequest: self._offsets.commit,
-            OffsetFetchRequest: self._offsets.fetch,
-            DescribeGroupsRequest: self._admin.describe_groups,
-            ListGroupsRequest: self._admin.list_groups,
-            DeleteGroupsRequest: self._admin.delete_groups,
-            FindCoordinatorRequest: self._admin.find_coordinator,
-        }
+        self._handlers = Handlers(
+            GROUP_COORDINATOR.name,
+            {
+                JoinGroupRequest: self._join.join_group,
+                SyncGroupRequest: self._sync.sync_group,
+                GroupHeartbeatRequest: self._membership.heartbeat,
+                LeaveGroupRequest: self._membership.leave_group,
+                OffsetCommitRequest: self._offsets.commit,
+                OffsetFetchRequest: self._offsets.fetch,
+                DescribeGroupsRequest: self._admin.describe_groups,
+                ListGroupsRequest: self._admin.list_groups,
+                DeleteGroupsRequest: self._admin.delete_groups,
+                FindCoordinatorRequest: self._admin.find_coordinator,
+            },
+        )
 
     # -- what the shell reads (and, for config, replaces) --------------------------------
 
@@ -170,9 +174,7 @@ class GroupCoordinatorState:
         actions, or comes from a later call when the request waits on a rebalance or a
         write."""
         ctx = self._ctx
-        handler = self._handlers.get(type(request))
-        if handler is None:
-            raise TypeError(f"not a group request: {type(request).__name__}")
+        handler = self._handlers.of(request)
         if self._closed:
             ctx.reply(token, error_response(request, E.NOT_COORDINATOR, "coordinator closed"))
             return ctx.take()
@@ -207,7 +209,7 @@ class GroupCoordinatorState:
         self._advance(now_ms)
         return self._ctx.take()
 
-    def load(self, records: Iterable[tuple[bytes, bytes | None]], now_ms: int) -> None:
+    def load(self, records: Iterable[tuple[bytes, bytes | None]], now_ms: int) -> list[Action]:
         """Rebuild every group from a replay of this coordinator's partition, in log order.
 
         Call before serving. Groups with members come back Stable in their persisted
@@ -234,12 +236,13 @@ class GroupCoordinatorState:
                 )
             ctx.groups[group_id] = group
             self._retention.reschedule(group, now_ms)
+        return ctx.take()
 
-    def next_deadline(self) -> int | None:
+    def next_deadline(self, now_ms: int) -> int | None:
         """Earliest time at which :meth:`tick` has work, or None."""
         return None if self._closed else self._ctx.timers.next_deadline()
 
-    def close(self, error_code: int = E.NOT_COORDINATOR) -> list[Action]:
+    def close(self, now_ms: int, error_code: int = E.NOT_COORDINATOR) -> list[Action]:
         """Stop serving (the partition moved or the actor stops): every request still
         waiting -- long-polling joins and syncs, unacknowledged commits -- is answered with
         ``error_code`` so the shell holds no dangling tokens."""

@@ -15,7 +15,7 @@ from typing import Any, Callable
 from ..protocol.errors import ErrorCode
 from ..protocol.group import JoinGroupMember, JoinGroupRequest, JoinGroupResponse, SyncGroupResponse
 from .context import CoordinatorContext
-from .membership import member_error
+from .member_checks import member_error
 from .metadata import COMPLETING, DEAD, EMPTY, PREPARING, STABLE, GroupMetadata, MemberMetadata
 from .persistence import BackgroundWrite, Persistence, StaticJoinWrite, group_error_for_append
 from .retention import Retention

@@ -1,5 +1,5 @@
 """Reading a coordinator's ``__consumer_offsets`` partition for its load: the pure part of
-:class:`kcoord.group.driver.GroupCoordinatorDriver`'s load, kept apart so that anything
+:class:`kcoord.group.coordinator_driver.GroupCoordinatorDriver`'s load, kept apart so that anything
 that holds the partition's bytes (the driver's fetches, ``benchmarks/group_load.py`` over a
 log on disk) replays it the same way.
 

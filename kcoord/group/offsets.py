@@ -21,7 +21,7 @@ from ..protocol.group import (
     error_response,
 )
 from .context import CoordinatorContext
-from .membership import member_error
+from .member_checks import member_error
 from .metadata import COMPLETING, DEAD, CommittedOffset
 from .persistence import CommitWrite, Persistence, commit_error_for_append
 from .records import OffsetKey, OffsetValue, offset_record

@@ -9,7 +9,7 @@ version, as in Kafka: 1 = offset commit, 2 = group metadata):
 * group metadata  key ``[2, group]`` -> :class:`GroupValue`, or ``None`` (group deleted);
 * coordinator epoch key ``[3, partition]`` -> ``{"v": 1, "epoch": E}``: written by each
   coordinator incarnation when it takes over its partition (a fence, see
-  ``kcoord.group.driver``); carries no group state, so replay skips it like any key version
+  ``kcoord.group.coordinator_driver``); carries no group state, so replay skips it like any key version
   it does not know.
 
 Keys are msgpack arrays so that the same logical key always packs to the same bytes (log

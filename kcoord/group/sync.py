@@ -14,7 +14,7 @@ from ..protocol.errors import ErrorCode
 from ..protocol.group import SyncGroupRequest, SyncGroupResponse
 from .context import CoordinatorContext
 from .join import JoinPhase
-from .membership import generation_member
+from .member_checks import generation_member
 from .metadata import COMPLETING, EMPTY, PREPARING, STABLE, GroupMetadata
 from .persistence import Persistence, SyncWrite, group_error_for_append
 

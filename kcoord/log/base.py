@@ -492,10 +492,15 @@ class BaseLog(ABC):
         its log end, without writing in it, must not survive reconciliation with a leader
         that never had it (Kafka's truncateTo). Returns whether any record went.
 
-        Used by a follower to drop records that diverge from the new leader's log.
+        Used by a follower to drop records that diverge from the new leader's log. Below
+        the log start (an unclean leader's log ends there) nothing can be kept: the log
+        restarts empty at ``offset``, as Kafka's truncateTo does.
         """
         self._check_open()
-        offset = max(offset, self.log_start_offset)  # nothing below the log start to keep
+        if offset < self.log_start_offset:
+            went = self.log_end_offset > self.log_start_offset
+            self.truncate_fully_and_start_at(offset)
+            return went
         if offset >= self.log_end_offset:
             self.epoch_cache.truncate_from_end(self.log_end_offset)
             return False

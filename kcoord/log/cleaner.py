@@ -19,14 +19,15 @@ One pass of :func:`clean` over a :class:`~kcoord.log.Log`, Kafka's LogCleaner ru
   records, each with its first record's base offset (so every batch stays contiguous inside,
   as every reader expects, and the log has gaps between batches instead). A segment may
   end early or be left empty.
-- The last batch of every producer in the log's producer state keeps its producer epoch
-  and last sequence (Kafka's RETAIN_EMPTY): losing all its records it stays as an empty
+- Every batch the producer state remembers (the last five of each producer, its dedup
+  window) keeps its producer epoch and sequences (Kafka's RETAIN_EMPTY keeps the last
+  one; a rebuilt replica must dedup a retry of any of the five): losing all its records it stays as an empty
   batch with its header (``records.empty_batch``), losing its tail an empty batch covers
   the tail. A replica that rebuilds producer state from the compacted log (new, wiped or
   truncated) then still refuses the producer's retry of that batch instead of appending it
   after newer values. Kafka keeps a partly kept last batch whole in one header, so the
   retry is a duplicate there; here it is OUT_OF_ORDER_SEQUENCE_NUMBER. An empty batch
-  that is no producer's last any more goes. Recovery tells such a gap from lost data by the recovery
+  that is no longer remembered goes. Recovery tells such a gap from lost data by the recovery
   point: the pass first makes every sealed segment durable (moving the recovery point to
   the active segment), and a gap before a segment below the recovery point can only be the
   cleaner's (fsynced data is not lost); above it a gap is still cut as before.
@@ -34,10 +35,10 @@ One pass of :func:`clean` over a :class:`~kcoord.log.Log`, Kafka's LogCleaner ru
   is below the LSO, not only the HW), so every transaction in the cleaned segments has its
   outcome durable in the log. The data batches of aborted transactions (per the
   aborted-transaction index, walked as a read_committed consumer does:
-  :class:`~kcoord.record.control.AbortedFilter`) are removed, but a producer's last batch
-  stays as an empty batch (below). Other transactional batches and every marker are kept
-  whole, and records of transactional batches never count as a key's newest value (so an
-  aborted write supersedes nothing). The aborted-transaction index is left as it is: its
+  :class:`~kcoord.record.control.AbortedFilter`) are removed, but a batch of a producer's
+  dedup window stays as an empty batch (above). Other transactional batches and every
+  marker are kept whole, and records of transactional batches never count as a key's
+  newest value (so an aborted write supersedes nothing). The aborted-transaction index is left as it is: its
   entries stay true ranges, whatever of their data is gone. Kafka also removes markers once
   their transaction's data is gone and delete.retention.ms has passed; kcoord keeps them.
 - Each segment is replaced crash-safely (``Log.replace_segment``): a crash at any point
@@ -201,7 +202,7 @@ def compact(log: CompactableLog, now_ms: int, high_watermark: int | None = None,
     # The log's last record stays even as an expired tombstone: a read below the log end
     # must find a batch, and a segment rolled while idle leaves the active one empty.
     last_record = log.log_end_offset - 1
-    producers_last = set(log.producer_state.last_offsets().items())
+    retained = log.producer_state.retained_batches()
     aborted = AbortedFilter((e.producer_id, e.first_offset) for e in log.txn_index.collect(segs[0].base_offset, end))
     for seg in segs:
         parts: list[bytes] = []
@@ -214,7 +215,7 @@ def compact(log: CompactableLog, now_ms: int, high_watermark: int | None = None,
             n = len(d.values)
             result.records_read += n
             h = d.header
-            producer_last = h.producer_id >= 0 and (h.producer_id, h.last_offset) in producers_last
+            kept_for_dedup = h.producer_id >= 0 and (h.producer_id, h.last_offset) in retained
             if h.attributes & TRANSACTIONAL_BIT:
                 if not aborted.drops(raw, 0, h) or h.attributes & CONTROL_BIT or not n:
                     positions.append(size)  # markers, committed data: whole
@@ -227,12 +228,12 @@ def compact(log: CompactableLog, now_ms: int, high_watermark: int | None = None,
                 result.aborted_removed += n
             else:
                 keep = _survivors(d, last, horizon, result, last_record)
-            if n and len(keep) == n or not n and producer_last:
+            if n and len(keep) == n or not n and kept_for_dedup:
                 pieces = [raw]
             else:
                 changed = True
                 pieces = [rebuild_batch(d, run) for run in _runs(keep)]
-                if producer_last and (not keep or keep[-1] != n - 1):
+                if kept_for_dedup and (not keep or keep[-1] != n - 1):
                     pieces.append(empty_batch(h, keep[-1] + 1 if keep else 0))
             for p in pieces:
                 positions.append(size)

@@ -141,6 +141,11 @@ class ProducerStateManager:
         lastRecordsOfActiveProducers)."""
         return {pid: e.batches[-1].last_offset for pid, e in self._producers.items() if e.batches}
 
+    def retained_batches(self) -> set[tuple[int, int]]:
+        """(producer id, last offset) of every batch remembered for deduplication (the
+        last five per producer): the cleaner keeps each, emptied if need be."""
+        return {(pid, b.last_offset) for pid, e in self._producers.items() for b in e.batches}
+
     # -- transactions -----------------------------------------------------------------
 
     def ongoing_transactions(self) -> dict[int, int]:

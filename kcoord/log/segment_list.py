@@ -106,13 +106,17 @@ class SegmentList(list[Segment]):
 
     # -- reading ----------------------------------------------------------------------------
 
-    def _holding(self, offset: int) -> tuple[int, int]:
+    def _holding(self, offset: int) -> tuple[int, int] | None:
         """(index, byte position) of the batch holding ``offset``, or the first batch after
-        it (an offset in a gap the cleaner left); ``offset`` is below the log end."""
+        it (an offset in a gap the cleaner left or an emptied segment); None when no batch
+        is left up to the log end (a truncation cut what the cleaner kept)."""
         segs = self
+        last = len(segs) - 1
         i = bisect_right(self._bases, offset) - 1
         found = segs[i].find(offset)
-        while found is None:  # only an empty segment can hold no batch for an offset < LEO
+        while found is None:
+            if i == last:
+                return None
             i += 1
             found = segs[i].find(offset)
         return i, found[0]
@@ -121,7 +125,10 @@ class SegmentList(list[Segment]):
         """Whole batches from the one holding ``from_offset`` (see ``BaseLog.read``)."""
         segs = self
         last = len(segs) - 1
-        i, position = self._holding(from_offset)
+        held = self._holding(from_offset)
+        if held is None:
+            return b""
+        i, position = held
         if i != last:
             self.remember_reader(segs[i])
         data, to_end = segs[i].read(position, max_bytes, max_offset, True)
@@ -141,7 +148,10 @@ class SegmentList(list[Segment]):
         """The spans of segment files :meth:`read` would return, in the same order."""
         segs = self
         last = len(segs) - 1
-        i, start = self._holding(from_offset)
+        held = self._holding(from_offset)
+        if held is None:
+            return []
+        i, start = held
         end, to_end = segs[i].span(start, max_bytes, max_offset, True)
         spans = [(str(segs[i].log_path), start, end - start)] if end > start else []
         total = end - start

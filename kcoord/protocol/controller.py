@@ -118,6 +118,9 @@ class AlterPartitionRequest(Message):
     # The process of each follower in ``new_isr`` whose fetches the leader judged (KIP-903):
     # a member that restarted since (maybe without its log) is refused as ineligible.
     incarnations: dict[int, str] = field(default_factory=dict)
+    # The topic config version the leader judged under (LeaderAndIsrRequest.config_version;
+    # -1: unknown). A proposal judged under an older config than the controller's is refused.
+    config_version: int = -1
 
 
 @register
@@ -361,3 +364,19 @@ class CreatePartitionsResponse(Message):
     error_code: int = 0
     error_message: str | None = None
     topic: TopicMetadata | None = None
+
+
+RESPONSE_FOR: dict[type[Message], type[Message]] = {
+    LeaderAndIsrRequest: LeaderAndIsrResponse,
+    HeartbeatRequest: HeartbeatResponse,
+    MetadataRequest: MetadataResponse,
+    CreateTopicsRequest: CreateTopicsResponse,
+    DeleteTopicsRequest: DeleteTopicsResponse,
+    AlterPartitionRequest: AlterPartitionResponse,
+    InitProducerIdRequest: InitProducerIdResponse,
+    DescribeClusterRequest: DescribeClusterResponse,
+    DescribeConfigsRequest: DescribeConfigsResponse,
+    IncrementalAlterConfigsRequest: IncrementalAlterConfigsResponse,
+    CreatePartitionsRequest: CreatePartitionsResponse,
+}
+"""The answer to each request of this module (``kcoord.protocol.services`` has them all)."""

@@ -234,3 +234,15 @@ class DeleteRecordsResponse(Message):
     # leader waited for (Leader.low_watermark), at least the requested offset.
     low_watermark: int = -1
     leader_epoch: int = -1
+
+
+RESPONSE_FOR: dict[type[Message], type[Message]] = {
+    ProduceRequest: ProduceResponse,
+    InternalProduceRequest: ProduceResponse,
+    FetchRequest: FetchResponse,
+    ListOffsetsRequest: ListOffsetsResponse,
+    OffsetsForLeaderEpochRequest: OffsetsForLeaderEpochResponse,
+    DeleteRecordsRequest: DeleteRecordsResponse,
+    DescribeProducersRequest: DescribeProducersResponse,
+}
+"""The answer to each request of this module (``kcoord.protocol.services`` has them all)."""

@@ -211,3 +211,14 @@ class SecurityMetadataResponse(Message):
     changed: bool = False  # False: the listener's copy is current, nothing else is filled
     users: list[UserCredentials] = field(default_factory=list)
     acls: list[AclRecord] = field(default_factory=list)
+
+
+RESPONSE_FOR: dict[type[Message], type[Message]] = {
+    AlterUserScramCredentialsRequest: AlterUserScramCredentialsResponse,
+    DescribeUserScramCredentialsRequest: DescribeUserScramCredentialsResponse,
+    CreateAclsRequest: CreateAclsResponse,
+    DescribeAclsRequest: DescribeAclsResponse,
+    DeleteAclsRequest: DeleteAclsResponse,
+    SecurityMetadataRequest: SecurityMetadataResponse,
+}
+"""The answer to each request of this module (``kcoord.protocol.services`` has them all)."""

@@ -31,56 +31,28 @@ from typing import Any, Callable, Protocol
 
 from ..protocol.codec import Message
 from ..protocol.controller import (
-    AlterPartitionRequest,
-    AlterPartitionResponse,
     CreatePartitionsRequest,
-    CreatePartitionsResponse,
     CreateTopicsRequest,
-    CreateTopicsResponse,
     DeleteTopicsRequest,
-    DeleteTopicsResponse,
     DescribeClusterRequest,
     DescribeClusterResponse,
-    DescribeConfigsRequest,
-    DescribeConfigsResponse,
     HeartbeatResponse,
     IncrementalAlterConfigsRequest,
-    IncrementalAlterConfigsResponse,
-    InitProducerIdRequest,
-    InitProducerIdResponse,
     LeaderAndIsrResponse,
-    MetadataRequest,
-    MetadataResponse,
 )
 from ..protocol import names
 from ..protocol.errors import ErrorCode
+from ..protocol.services import CONTROLLER, error_response
 from ..runtime import Alarm, Clock, Outcome, ReplyFn, Transport
+from ..runtime.actions import Action
+from ..runtime.serving import Serving
 from .controller import ControllerConfig, ControllerState
 from .metastore import MetadataStore
 from .placement import PLACEMENT_KEY
-from .security_metadata import RESPONSE_FOR as SECURITY_RESPONSE_FOR
-from .controller_actions import CreateReplica, DeleteReplica, Persist, ReplicaId, Reply, SendHeartbeat, SendLeaderAndIsr
+# CreateReplica's outcomes, re-exported for the replica hosts (actors/controller.py, the simulation)
+from .controller_actions import CREATED, EXISTS, FAILED, REPLACED, CreateReplica, DeleteReplica, Persist, ReplicaId, Reply, SendHeartbeat, SendLeaderAndIsr
 
 logger = logging.getLogger("kcoord.controller")
-
-RESPONSE_FOR: dict[type[Message], type[Message]] = {
-    MetadataRequest: MetadataResponse,
-    CreateTopicsRequest: CreateTopicsResponse,
-    DeleteTopicsRequest: DeleteTopicsResponse,
-    AlterPartitionRequest: AlterPartitionResponse,
-    InitProducerIdRequest: InitProducerIdResponse,
-    DescribeClusterRequest: DescribeClusterResponse,
-    DescribeConfigsRequest: DescribeConfigsResponse,
-    IncrementalAlterConfigsRequest: IncrementalAlterConfigsResponse,
-    CreatePartitionsRequest: CreatePartitionsResponse,
-    **SECURITY_RESPONSE_FOR,
-}
-"""The requests a controller serves, and the response type each gets."""
-
-EXISTS = "exists"
-CREATED = "created"
-REPLACED = "replaced"
-FAILED = "failed"
 
 
 class ReplicaHost(Protocol):
@@ -102,7 +74,14 @@ class StoreFailure(Exception):
     (a timeout) -- the driver treats both alike and rereads the store."""
 
 
-class ControllerDriver:
+# Topic changes are answered once every replica heard of them (a new config is in force, new
+# partitions have their leaders told) -- or failed to answer.
+ANSWERED_WHEN_TOLD = (CreateTopicsRequest, DeleteTopicsRequest, IncrementalAlterConfigsRequest, CreatePartitionsRequest)
+
+
+class ControllerDriver(Serving):
+    service = CONTROLLER
+
     def __init__(
         self,
         cluster: str,
@@ -147,7 +126,7 @@ class ControllerDriver:
         self.resigns = 0
         self.store_failures = 0
         self._queued: list[tuple[Message, ReplyFn]] = []
-        self._tokens = 0
+        self._init_serving()
         self._on_boot: list[Callable[[], None]] = []
         self._alarm = Alarm(clock, self._on_alarm, idle_ms=idle_wake_ms)
         self._boot_timer: Any = None
@@ -172,7 +151,7 @@ class ControllerDriver:
         if self._boot_timer is not None:
             self._boot_timer.cancel()
         for request, reply in self._queued:
-            reply(RESPONSE_FOR[type(request)](ErrorCode.NOT_CONTROLLER, "controller stopped"))
+            reply(error_response(request, ErrorCode.NOT_CONTROLLER, "controller stopped"))
         self._queued.clear()
 
     def _boot(self) -> None:
@@ -219,19 +198,19 @@ class ControllerDriver:
     def _tell_nodes(self, core: ControllerState, force: bool = False) -> None:
         if self._alive_nodes is not None and (core.placement.bound or force):
             try:
-                core.on_nodes(self._alive_nodes(), self._node_hosts() if self._node_hosts is not None else None)
+                core.on_nodes(self._alive_nodes(), self._node_hosts() if self._node_hosts is not None else None, self._clock.now_ms())
             except Exception:
                 logger.warning("could not list the cluster's nodes:\n%s", traceback.format_exc())
 
     # ======================================================================================
     # performing actions
     # ======================================================================================
-    def _perform(self, actions: list, replies: dict | None = None) -> bool:
+    def _perform(self, actions: list) -> bool:
         """Run ``actions`` in order. Returns False if a store write failed (the driver
-        resigned and the rest was not run). A Reply answers its token through ``replies``
-        (token -> (reply function, whether it waits)): at once, or -- for a topic creation,
-        deletion, config change or new partitions -- once every LeaderAndIsr and
-        DeleteReplica of the batch has finished."""
+        resigned and the rest was not run). A Reply answers its waiter at once, or -- for
+        a topic creation, deletion, config change or new partitions
+        (:data:`ANSWERED_WHEN_TOLD`) -- once every LeaderAndIsr and DeleteReplica of the
+        batch has finished."""
         core = self.core
         gen = self.generation
         pending = [1]
@@ -270,13 +249,13 @@ class ControllerDriver:
                 pending[0] += 1
                 self._replicas.delete(action.replica, one_done)
             elif isinstance(action, Reply):
-                waiter = (replies or {}).pop(action.token, None)
-                if waiter is not None:
-                    reply, waits = waiter
-                    if waits:
-                        deferred.append((reply, action.response))
-                    else:
-                        reply(action.response)
+                waiter = self._waiters.pop(action.token)
+                if waiter is None:
+                    pass
+                elif waiter.request is None or isinstance(waiter.request, ANSWERED_WHEN_TOLD):
+                    deferred.append((waiter.reply, action.response))
+                else:
+                    waiter.reply(action.response)
             else:  # pragma: no cover - a new action kind this driver must learn
                 raise TypeError(f"unknown controller action {action!r}")
         one_done()
@@ -305,10 +284,7 @@ class ControllerDriver:
         except Exception:
             logger.error("could not create the actor of %s:\n%s", rid, traceback.format_exc())
             return
-        if result == REPLACED:
-            core.on_replica_replaced(rid)
-        elif result == CREATED:
-            core.on_replica_created(rid, True, now)
+        core.on_replica_ensured(rid, result, now)
 
     def _replica_name(self, rid: ReplicaId) -> str:
         return names.replica(self.cluster, rid.topic, rid.partition, rid.broker)
@@ -387,37 +363,34 @@ class ControllerDriver:
     # ======================================================================================
     # requests
     # ======================================================================================
-    def serve(self, request: Message, reply: ReplyFn) -> None:
-        """Any controller request; ``reply(response)`` runs exactly once."""
-        response_type = RESPONSE_FOR.get(type(request))
-        if response_type is None:
-            raise TypeError(f"the controller does not serve {type(request).__name__}")
+    def _admit(self, request: Message, reply: ReplyFn) -> bool:
+        """Requests wait while the core (re)boots; DescribeCluster is the driver's."""
         if self.closed:
-            reply(response_type(ErrorCode.NOT_CONTROLLER, "controller stopped"))
-            return
+            reply(error_response(request, ErrorCode.NOT_CONTROLLER, "controller stopped"))
+            return False
         core = self.core
         if not self.booted or core is None:
             self._queued.append((request, reply))
-            return
+            return False
         if isinstance(request, DescribeClusterRequest):
             reply(self._describe_cluster(core))
-            return
-        self._tokens += 1
-        token = self._tokens
-        # Topic changes are answered once every replica heard of them (a new config is in
-        # force, new partitions have their leaders told) -- or failed to answer.
-        waits = isinstance(request, (CreateTopicsRequest, DeleteTopicsRequest, IncrementalAlterConfigsRequest, CreatePartitionsRequest))
-        replies = {token: (reply, waits)}
-        try:
-            actions = core.handle(request, token, self._clock.now_ms())
-        except Exception:
-            logger.error("controller request %s failed:\n%s", type(request).__name__, traceback.format_exc())
-            reply(response_type(ErrorCode.UNKNOWN_SERVER_ERROR, "internal error in controller; see its logs"))
-            return
-        if not self._perform(actions, replies) and replies:
+            return False
+        return True
+
+    def _handle(self, request: Message, token: int) -> list[Action]:
+        assert self.core is not None
+        return self.core.handle(request, token, self._clock.now_ms())
+
+    def _served(self, request: Message, token: int, actions: list[Action]) -> None:
+        if not self._perform(actions):
             # A store write failed before the answer: the change may or may not have landed.
-            reply(response_type(ErrorCode.REQUEST_TIMED_OUT, "controller metadata store write failed; the outcome is unknown, retry"))
+            waiter = self._waiters.pop(token)
+            if waiter is not None:
+                waiter.reply(error_response(request, ErrorCode.REQUEST_TIMED_OUT, "controller metadata store write failed; the outcome is unknown, retry"))
         self._rearm()
+
+    def _internal_error(self, where: str) -> None:
+        logger.error("controller internal error %s:\n%s", where, traceback.format_exc())
 
     def _describe_cluster(self, core: ControllerState) -> DescribeClusterResponse:
         assert core.cluster is not None
@@ -440,8 +413,9 @@ class ControllerDriver:
             assert core is not None
             actions = core.rebalance_leaders(self._clock.now_ms())
             moved = sum(1 for a in actions if isinstance(a, Persist))
-            replies = {"rebalance": (lambda _: done(moved), True)}
-            if not self._perform([*actions, Reply("rebalance", None)], replies):
+            token = self._waiters.add(lambda _: done(moved), None)  # answered once all are told
+            if not self._perform([*actions, Reply(token, None)]):
+                self._waiters.pop(token)
                 done(0)
             self._rearm()
 

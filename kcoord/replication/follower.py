@@ -16,7 +16,7 @@ from typing import Any
 from ..protocol.errors import ErrorCode, KafkaError
 from ..protocol.replication import FetchRequest, FetchResponse, OffsetsForLeaderEpochRequest, OffsetsForLeaderEpochResponse
 from .actions import SendFetch, SendOffsetsForLeaderEpoch
-from .state import ReplicaState
+from .context import ReplicaContext
 
 
 class Phase(str, enum.Enum):
@@ -29,7 +29,7 @@ FETCHING = Phase.FETCHING
 
 
 class Follower:
-    def __init__(self, state: ReplicaState, leader: int, epoch: int) -> None:
+    def __init__(self, state: ReplicaContext, leader: int, epoch: int) -> None:
         self.state = state
         self.leader = leader
         self.epoch = epoch

@@ -26,6 +26,10 @@ Rules (Kafka's, with time-based lag as in modern Kafka):
   empty, which the leader cannot know before that process fetches (sim seed 1637: the HW
   rose to 22 over ISR [1, 0] while only the leader held those records). Kafka's KIP-903
   closes the same hole for ISR expansion with broker epochs.
+* An ISR member's LEO counts only from its *admitted* process: the one the accepted
+  expansion named, else the first heard in this leadership. Another process's fetches (an
+  old one still running beside its successor) hold the HW until the controller changes the
+  ISR (Kafka fences fetches with a stale broker epoch).
 """
 
 from __future__ import annotations
@@ -50,9 +54,14 @@ class FollowerProgress:
     partition_epoch: int = UNKNOWN
     directory_id: str = ""
     log_start_offset: int = UNKNOWN  # as its latest fetch reported it
-    # The confirmed ISR changed since this follower last fetched: its LEO does not count
-    # for the HW until it fetches again (see the module's rules).
+    # The confirmed ISR changed since this follower last fetched: its LEO counts neither
+    # for the HW nor for rejoining the ISR until it fetches again (see the module's rules).
     reconfirm: bool = False
+    # The process whose figures count for the HW while this follower is an ISR member: the
+    # one the controller admitted (named in the accepted AlterPartition), else the first
+    # heard in this leadership. An older process still running (a twin) must not count.
+    admitted: str = ""
+    admitted_heard_ms: int = UNKNOWN  # the admitted process's latest fetch
 
     def on_fetch(
         self,
@@ -145,21 +154,42 @@ class IsrState:
             return len(self.replicas) + broker
 
     def adopt_isr(self, isr: list[int]) -> bool:
-        """Take ``isr`` as the confirmed ISR. A follower that leaves it forgets its progress:
-        it may have left because it crashed, and what it reported before the crash (a log
-        end it may no longer have) must not bring it back into the ISR; only a fetch made
-        after it left may."""
-        for b in self.isr:
-            if b not in isr and b in self.followers:
-                self.followers[b] = FollowerProgress(b)
+        """Take ``isr`` as the confirmed ISR. Every follower's LEO must be reconfirmed by a
+        fetch: one that left may have crashed, and a log end it may no longer have must not
+        bring it back. Its caught-up time stays (Kafka never resets lastCaughtUpTime on an
+        ISR change): proposed back in, it is not proposed out again at once."""
         changed = set(isr) != set(self.isr)
         if changed:
-            for b in isr:
+            for b in set(isr) | set(self.isr):
                 p = self.followers.get(b)
                 if p is not None:
                     p.reconfirm = True
+                    if b not in isr:
+                        p.admitted = ""  # back in only by an expansion naming its process
         self.isr = list(isr)
         return changed
+
+    def admit(self, request: AlterPartitionRequest) -> None:
+        """``request`` is proposed or accepted: its new members count for the HW only from
+        the processes it names (KIP-903)."""
+        for b, incarnation in request.incarnations.items():
+            p = self.followers.get(b)
+            if p is not None and b in request.new_isr and b not in self.isr:
+                p.admitted = incarnation
+                p.admitted_heard_ms = p.last_fetch_ms
+
+    def heard(self, broker: int, now_ms: int, lag_max_ms: int) -> None:
+        """A fetch of ``broker`` was taken: an ISR member with no admitted process yet is
+        pinned to the one heard first; one whose admitted process has been silent for
+        replica.lag.time.max.ms while another fetches is pinned to that one (it restarted
+        while no controller watched, which leaves the judgement to the leader)."""
+        p = self.followers.get(broker)
+        if p is None or broker not in self.isr or not p.incarnation:
+            return
+        if p.admitted and p.incarnation != p.admitted and now_ms - p.admitted_heard_ms <= lag_max_ms:
+            return
+        p.admitted = p.incarnation
+        p.admitted_heard_ms = now_ms
 
     def update_from_controller(self, isr: list[int], replicas: list[int], partition_epoch: int, now_ms: int) -> bool:
         """A LeaderAndIsr at our epoch with a newer partition epoch (e.g. the controller
@@ -194,7 +224,7 @@ class IsrState:
             if b == self.broker:
                 continue
             p = self.followers.get(b)
-            if p is None or p.log_end_offset < 0 or p.reconfirm:
+            if p is None or p.log_end_offset < 0 or p.reconfirm or (p.admitted and p.incarnation != p.admitted):
                 return UNKNOWN
             hw = min(hw, p.log_end_offset)
         return hw
@@ -217,6 +247,7 @@ class IsrState:
                     wanted.append(b)
             elif (
                 p.log_end_offset >= 0
+                and not p.reconfirm
                 and p.log_end_offset >= high_watermark
                 and p.log_end_offset >= self.epoch_start_offset
                 and p.log_start_offset >= log_start_offset

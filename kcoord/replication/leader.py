@@ -42,7 +42,7 @@ from .actions import SendAlterPartition
 from .config import LOG_APPEND_TIME
 from .isr import IsrState
 from .metadata import INTERNAL_OFFSETS_TOPIC
-from .state import ReplicaState
+from .context import ReplicaContext
 
 # Answers that say the controller could not tell whether it applied a change (its
 # metadata-store write failed or timed out): the same as no answer.
@@ -94,7 +94,7 @@ class FetchWaiter:
 
 
 class Leader:
-    def __init__(self, state: ReplicaState, now_ms: int) -> None:
+    def __init__(self, state: ReplicaContext, now_ms: int) -> None:
         """Take the lead at ``state.leader_epoch``. The new epoch starts at our log end even
         before we append: a follower asking where its older epoch ends is told "here". (The
         epoch checkpoint is written before anything else: if that fails the replica goes
@@ -304,6 +304,7 @@ class Leader:
                     req.replica_directory_id,
                     req.replica_log_start_offset,
                 )
+                self.isr.heard(req.replica_id, now_ms, st.config.replica_lag_time_max_ms)
             self.maybe_advance_hw(now_ms)
             self.maybe_propose_isr(now_ms)
             self._complete_deletes(now_ms)
@@ -422,7 +423,9 @@ class Leader:
             partition_epoch=st.partition_epoch,
             new_isr=proposal,
             incarnations={b: p.incarnation for b, p in isr.followers.items() if b in proposal and p.incarnation},
+            config_version=st.config_version,
         )
+        isr.admit(request)  # a pending addition counts for the HW (KIP-497), from that process only
         isr.pending_isr = proposal
         isr.alter_request = request
         st.emit(SendAlterPartition(request))
@@ -469,6 +472,8 @@ class Leader:
             isr.isr_shrinks += 1
         st.isr = list(response.isr)
         st.partition_epoch = response.partition_epoch
+        if response.error_code == ErrorCode.NONE:
+            isr.admit(request)
         changed = isr.adopt_isr(response.isr)
         isr.unconfirmed = []  # the controller's whole ISR as of now: nothing left to guess
         isr.partition_epoch = response.partition_epoch

@@ -11,7 +11,7 @@ send AlterPartition to the controller), feeds each call's outcome back
 The replica holds what the controller told it (role, epochs, assignment) and plays one role
 at a time: a :class:`~kcoord.replication.leader.Leader` or a
 :class:`~kcoord.replication.follower.Follower`, each built with the
-:class:`~kcoord.replication.state.ReplicaState` they share with it.
+:class:`~kcoord.replication.context.ReplicaContext` they share with it.
 
 Every entry point takes its input and ``now_ms`` and returns the actions it decided; they
 are collected as they are decided, so an entry point that fails half way (a storage error)
@@ -28,7 +28,7 @@ on a reopened log) is the only way back.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import Any, Callable
 
 from ..log.config import LogConfig
 from ..protocol.codec import Message
@@ -36,45 +36,28 @@ from ..protocol.controller import HeartbeatRequest, HeartbeatResponse, LeaderAnd
 from ..protocol.errors import ErrorCode, KafkaError
 from ..protocol.replication import (
     DeleteRecordsRequest,
-    DeleteRecordsResponse,
     DescribeProducersRequest,
-    DescribeProducersResponse,
     FetchRequest,
     FetchResponse,
     InternalProduceRequest,
     ListOffsetsRequest,
-    ListOffsetsResponse,
     OffsetsForLeaderEpochRequest,
     OffsetsForLeaderEpochResponse,
     ProduceRequest,
-    ProduceResponse,
 )
-from .actions import Action, Reply
+from ..protocol.services import REPLICA, RESPONSE_FOR
+from ..protocol.txn import WriteTxnMarkerRequest
+from ..runtime.actions import Action, Handlers
 from .config import ReplicationConfig
 from .entry import entry_point, is_storage_error
 from .follower import Follower
-from ..protocol.txn import WriteTxnMarkerRequest, WriteTxnMarkerResponse
 from .isr import IsrState
 from .leader import Leader
 from .roles import FOLLOWER, LEADER, NONE, OFFLINE, Role
-from .state import ReplicaState
+from .context import ReplicaContext
 
-__all__ = ["FOLLOWER", "LEADER", "NONE", "OFFLINE", "RESPONSE_FOR", "Replica", "Role", "is_storage_error"]
+__all__ = ["FOLLOWER", "LEADER", "NONE", "OFFLINE", "Replica", "Role", "is_storage_error"]
 
-
-RESPONSE_FOR: dict[type[Message], type[Message]] = {
-    ProduceRequest: ProduceResponse,
-    InternalProduceRequest: ProduceResponse,
-    FetchRequest: FetchResponse,
-    ListOffsetsRequest: ListOffsetsResponse,
-    OffsetsForLeaderEpochRequest: OffsetsForLeaderEpochResponse,
-    LeaderAndIsrRequest: LeaderAndIsrResponse,
-    HeartbeatRequest: HeartbeatResponse,
-    DeleteRecordsRequest: DeleteRecordsResponse,
-    DescribeProducersRequest: DescribeProducersResponse,
-    WriteTxnMarkerRequest: WriteTxnMarkerResponse,
-}
-"""The requests a replica serves, and the response type each gets."""
 
 class Replica:
     def __init__(
@@ -93,7 +76,7 @@ class Replica:
         """``config_version``: the version of ``config`` and the log's config, if known
         current (-1: a creation-time config, see :meth:`config_known`)."""
         hw = min(max(log.high_watermark, log.log_start_offset), log.log_end_offset)
-        self.state = ReplicaState(
+        self.state = ReplicaContext(
             topic=topic,
             partition=partition,
             broker=broker,
@@ -124,6 +107,21 @@ class Replica:
         self._next_retention_ms = now_ms + self.state.config.log_retention_check_interval_ms
         self._next_clean_ms = now_ms + self.state.config.log_cleaner_backoff_ms
         self.last_clean: Any = None  # the cleaner's last CleanResult (metrics, tests)
+        self._handlers = Handlers(
+            REPLICA.name,
+            {
+                LeaderAndIsrRequest: self._leader_and_isr_request,
+                HeartbeatRequest: self._heartbeat,
+                ProduceRequest: self._as_leader(Leader.produce),
+                InternalProduceRequest: self._as_leader(Leader.produce),
+                FetchRequest: self._as_leader(Leader.fetch),
+                ListOffsetsRequest: self._as_leader(Leader.list_offsets),
+                DeleteRecordsRequest: self._as_leader(Leader.delete_records),
+                DescribeProducersRequest: self._as_leader(Leader.describe_producers),
+                WriteTxnMarkerRequest: self._as_leader(Leader.write_txn_marker),
+                OffsetsForLeaderEpochRequest: self._as_leader(Leader.offsets_for_leader_epoch),
+            },
+        )
 
     # ------------------------------------------------------------------------------------
     # the shared state, read-only for everyone else (drivers, metrics, tests)
@@ -177,39 +175,37 @@ class Replica:
     def handle(self, request: Message, token: Any, now_ms: int) -> None:
         """Any request a replica serves. Its Reply (carrying ``token``) is among the
         returned actions, or comes from a later call (long-poll fetch, acks=all produce)."""
-        if type(request) not in RESPONSE_FOR:
-            raise TypeError(f"not a replica request: {type(request).__name__}")
+        handler = self._handlers.of(request)
         st = self.state
         if st.role is OFFLINE:
             self._answer_offline(request, token)
             return
         try:
-            if isinstance(request, LeaderAndIsrRequest):
-                st.reply(token, self._answer_leader_and_isr(request, now_ms))
-            elif isinstance(request, HeartbeatRequest):
-                st.reply(token, self.status(now_ms))
-            elif self.leading is None:
-                st.reply(token, self._not_leader(request))
-            elif isinstance(request, ProduceRequest):
-                self.leading.produce(request, token, now_ms)
-            elif isinstance(request, FetchRequest):
-                self.leading.fetch(request, token, now_ms)
-            elif isinstance(request, ListOffsetsRequest):
-                self.leading.list_offsets(request, token, now_ms)
-            elif isinstance(request, DeleteRecordsRequest):
-                self.leading.delete_records(request, token, now_ms)
-            elif isinstance(request, DescribeProducersRequest):
-                self.leading.describe_producers(request, token, now_ms)
-            elif isinstance(request, WriteTxnMarkerRequest):
-                self.leading.write_txn_marker(request, token, now_ms)
-            else:
-                self.leading.offsets_for_leader_epoch(request, token, now_ms)
+            handler(request, token, now_ms)
         except BaseException as exc:
             if not is_storage_error(exc):
                 raise
             self._storage_failed(exc)
-            if not any(isinstance(a, Reply) and a.token == token for a in st.out):
+            if not st.replied(token):
                 self._answer_offline(request, token)
+
+    def _leader_and_isr_request(self, request: LeaderAndIsrRequest, token: Any, now_ms: int) -> None:
+        self.state.reply(token, self._answer_leader_and_isr(request, now_ms))
+
+    def _heartbeat(self, request: HeartbeatRequest, token: Any, now_ms: int) -> None:
+        self.state.reply(token, self.status(now_ms))
+
+    def _as_leader(self, serve: Callable[[Leader, Any, Any, int], None]) -> Callable[[Any, Any, int], None]:
+        """A request only the leader serves: ``serve(leader, request, token, now_ms)``, or
+        NOT_LEADER_OR_FOLLOWER."""
+
+        def handler(request: Any, token: Any, now_ms: int) -> None:
+            if self.leading is None:
+                self.state.reply(token, self._not_leader(request))
+            else:
+                serve(self.leading, request, token, now_ms)
+
+        return handler
 
     # Typed shorthands for tests and tools; the driver uses handle().
     def produce(self, req: ProduceRequest, token: Any, now_ms: int) -> list[Action]:
@@ -469,7 +465,8 @@ class Replica:
     # ------------------------------------------------------------------------------------
     # timers
     # ------------------------------------------------------------------------------------
-    def next_deadline(self) -> int | None:
+    def next_deadline(self, now_ms: int) -> int | None:
+        """When :meth:`tick` next has work (None: nothing timed)."""
         if self.state.role == OFFLINE:
             return None
         deadlines: list[int] = []
@@ -496,8 +493,9 @@ class Replica:
         self._hw_checkpointed = self.state.hw
         self._last_hw_checkpoint_ms = now_ms
 
-    def close(self, now_ms: int = 0) -> None:
-        """Stop: checkpoint the HW (when the log still works) and close the log."""
+    def close(self, now_ms: int) -> list[Action]:
+        """Stop: checkpoint the HW (when the log still works) and close the log. Every
+        waiting request is the driver's to answer."""
         try:
             if self.state.role != OFFLINE:
                 self._checkpoint_hw(now_ms)
@@ -510,3 +508,4 @@ class Replica:
             except BaseException as exc:
                 if not is_storage_error(exc):
                     raise
+        return self.state.take()

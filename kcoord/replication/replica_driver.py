@@ -6,7 +6,7 @@ performs its actions through a :class:`~kcoord.runtime.Transport` and a
 decodes requests and awaits replies; the simulation (``tests/sim``) runs this same class on
 a fake network and clock. What lives here, once:
 
-* request tokens and the reply each one completes;
+* the serve loop (:class:`~kcoord.runtime.serving.Serving`): tokens, waiters, replies;
 * the order actions are performed in (as returned) and the calls they make: Fetch and
   OffsetsForLeaderEpoch to the leader, AlterPartition to the controller, each with its
   timeout, each outcome fed back to the core (``None`` for no answer);
@@ -17,7 +17,6 @@ a fake network and clock. What lives here, once:
 from __future__ import annotations
 
 import dataclasses
-import itertools
 import logging
 import traceback
 from typing import Any, Callable
@@ -27,9 +26,12 @@ from ..protocol.codec import Message
 from ..protocol.controller import AlterPartitionRequest, AlterPartitionResponse
 from ..protocol.errors import ErrorCode
 from ..protocol.replication import FetchResponse, OffsetsForLeaderEpochResponse
+from ..protocol.services import REPLICA, error_response
 from ..runtime import Alarm, Clock, Outcome, ReplyFn, Transport
+from ..runtime.actions import Action
+from ..runtime.serving import Serving
 from .actions import Reply, SendAlterPartition, SendFetch, SendOffsetsForLeaderEpoch
-from .replica import RESPONSE_FOR, Replica
+from .replica import Replica
 
 logger = logging.getLogger("kcoord.replica")
 
@@ -50,7 +52,9 @@ class ReplicaTimeouts:
     idle_wake_ms: int = 30_000
 
 
-class ReplicaDriver:
+class ReplicaDriver(Serving):
+    service = REPLICA
+
     def __init__(
         self,
         replica: Replica,
@@ -75,8 +79,7 @@ class ReplicaDriver:
         self.timeouts = timeouts or ReplicaTimeouts()
         self._read_hint = read_hint
         self._trace = trace
-        self._tokens = itertools.count()
-        self._waiters: dict[int, tuple[ReplyFn, type[Message]]] = {}
+        self._init_serving()
         self._alarm = Alarm(clock, self._on_alarm, idle_ms=self.timeouts.idle_wake_ms)
         self._controller = names.controller(cluster)
         self.closed = False
@@ -97,35 +100,23 @@ class ReplicaDriver:
             return
         self.closed = True
         self._alarm.close()
-        for token, (reply, response_type) in list(self._waiters.items()):
-            reply(response_type(ErrorCode.NOT_LEADER_OR_FOLLOWER, "replica stopped"))
-        self._waiters.clear()
+        self._fail_waiting(ErrorCode.NOT_LEADER_OR_FOLLOWER, "replica stopped")
         self.replica.close(self._clock.now_ms())
 
     # -- incoming requests ------------------------------------------------------------------
-    def serve(self, request: Message, reply: ReplyFn) -> None:
-        """Handle any replica request; ``reply(response)`` is called exactly once, now or
-        later (a long-poll fetch, an acks=all produce)."""
-        response_type = RESPONSE_FOR.get(type(request))
-        if response_type is None:
-            raise TypeError(f"a replica does not serve {type(request).__name__}")
+    def _admit(self, request: Message, reply: ReplyFn) -> bool:
         if self.closed:
-            reply(response_type(ErrorCode.NOT_LEADER_OR_FOLLOWER, "replica stopped"))
-            return
-        token = next(self._tokens)
-        self._waiters[token] = (reply, response_type)
+            reply(error_response(request, ErrorCode.NOT_LEADER_OR_FOLLOWER, "replica stopped"))
+            return False
+        return True
+
+    def _handle(self, request: Message, token: int) -> list[Action]:
         r = self.replica
         before = (r.role, r.leader_epoch, tuple(r.isr))
-        try:
-            actions = r.handle(request, token, self._clock.now_ms())
-        except Exception:
-            self._internal_error()
-            if self._waiters.pop(token, None) is not None:
-                reply(response_type(ErrorCode.UNKNOWN_SERVER_ERROR, "internal error in replica; see actor logs"))
-            return
+        actions = r.handle(request, token, self._clock.now_ms())
         if self._trace is not None and before != (r.role, r.leader_epoch, tuple(r.isr)):
             self._trace(f"now {r.role} (leader {r.leader}, epoch {r.leader_epoch}, ISR {r.isr}, LEO {r.log.log_end_offset}, HW {r.hw})")
-        self._perform(actions)
+        return actions
 
     # -- the core's actions -----------------------------------------------------------------
     def _run(self, fn: Callable[..., list], *args: Any) -> None:
@@ -140,10 +131,10 @@ class ReplicaDriver:
             return
         self._perform(actions)
 
-    def _internal_error(self) -> None:
+    def _internal_error(self, where: str = "") -> None:
         self.internal_errors += 1
         r = self.replica
-        logger.error("[%s-%d broker=%d] internal error:\n%s", r.topic, r.partition, r.broker, traceback.format_exc())
+        logger.error("[%s-%d broker=%d] internal error%s:\n%s", r.topic, r.partition, r.broker, f" {where}" if where else "", traceback.format_exc())
 
     def _perform(self, actions: list) -> None:
         self._execute(actions)
@@ -160,9 +151,7 @@ class ReplicaDriver:
     def _execute(self, actions: list) -> None:
         for action in actions:
             if isinstance(action, Reply):
-                waiter = self._waiters.pop(action.token, None)
-                if waiter is not None:
-                    waiter[0](action.response)
+                self._complete(action)
             elif isinstance(action, SendFetch):
                 self._send_fetch(action)
             elif isinstance(action, SendOffsetsForLeaderEpoch):
@@ -174,7 +163,7 @@ class ReplicaDriver:
 
     def _rearm(self) -> None:
         if not self.closed:
-            self._alarm.arm(self.replica.next_deadline())
+            self._alarm.arm(self.replica.next_deadline(self._clock.now_ms()))
 
     def _on_alarm(self, now_ms: int) -> None:
         if self.closed:
@@ -188,7 +177,7 @@ class ReplicaDriver:
         if self.closed:
             return
         self._stepped()
-        if self._alarm.rearm_after_fire(self.replica.next_deadline(), now_ms):
+        if self._alarm.rearm_after_fire(self.replica.next_deadline(now_ms), now_ms):
             self._spins = 0
         else:
             # The core reported timed work that tick() did not do: a busy loop in the
@@ -248,8 +237,3 @@ class ReplicaDriver:
                 self._trace(f"ISR changed {old} -> {r.isr} (partition epoch {r.partition_epoch})")
 
         self._transport.call(self._controller, "alter_partition", req, AlterPartitionResponse, self.timeouts.call_ms, done)
-
-    # -- views ------------------------------------------------------------------------------
-    @property
-    def pending_requests(self) -> int:
-        return len(self._waiters)

@@ -2,7 +2,7 @@
 the controller core (it owns nothing else and nothing else owns these).
 
 Like every piece of cluster metadata, a change is persisted before anyone hears of it:
-:meth:`SecurityMetadata.handle` returns the :class:`Persist` actions a change needs and
+:meth:`SecurityMetadata.decisions` return the :class:`Persist` actions a change needs and
 the response the driver sends after them; a store failure makes the driver reload the
 core from the store, so memory never runs ahead of it. Keys:
 
@@ -28,7 +28,7 @@ matches that an earlier filter of the same request did not.
 from __future__ import annotations
 
 import hashlib
-from typing import Any
+from typing import Any, Callable
 
 from ..protocol.errors import ErrorCode
 from ..protocol.security import (
@@ -57,16 +57,6 @@ from .controller_actions import Persist
 
 USER_PREFIX = "security/user/"
 ACL_PREFIX = "security/acl/"
-
-RESPONSE_FOR: dict[type, type] = {
-    AlterUserScramCredentialsRequest: AlterUserScramCredentialsResponse,
-    DescribeUserScramCredentialsRequest: DescribeUserScramCredentialsResponse,
-    CreateAclsRequest: CreateAclsResponse,
-    DescribeAclsRequest: DescribeAclsResponse,
-    DeleteAclsRequest: DeleteAclsResponse,
-    SecurityMetadataRequest: SecurityMetadataResponse,
-}
-SECURITY_REQUESTS = tuple(RESPONSE_FOR)
 
 E = ErrorCode
 _SCRAM = {int(ScramMechanism.SCRAM_SHA_256), int(ScramMechanism.SCRAM_SHA_512)}
@@ -115,24 +105,30 @@ class SecurityMetadata:
             elif key.startswith(ACL_PREFIX):
                 self.acls[key] = AclRecord.decode(value)
 
-    def handle(self, request: Any) -> tuple[Any, list[Persist]]:
-        if isinstance(request, SecurityMetadataRequest):
-            return self.snapshot(request), []
-        if isinstance(request, DescribeUserScramCredentialsRequest):
-            return self.describe_users(request), []
-        if isinstance(request, DescribeAclsRequest):
-            return self.describe_acls(request), []
-        if isinstance(request, AlterUserScramCredentialsRequest):
-            response, actions = self.alter_users(request)
-        elif isinstance(request, CreateAclsRequest):
-            response, actions = self.create_acls(request)
-        elif isinstance(request, DeleteAclsRequest):
-            response, actions = self.delete_acls(request)
-        else:
-            raise TypeError(f"not a security request: {type(request).__name__}")
-        if actions:
-            self.version += 1
-        return response, actions
+    def decisions(self) -> dict[type, Callable[[Any, int], tuple[Any, list[Persist]]]]:
+        """How each security request is decided: ``(request, now_ms) -> (response,
+        actions)``; a change that writes anything is a new version for the listeners."""
+
+        def query(answer: Callable[[Any], Any]) -> Callable[[Any, int], tuple[Any, list[Persist]]]:
+            return lambda request, now_ms: (answer(request), [])
+
+        def change(decide: Callable[[Any], tuple[Any, list[Persist]]]) -> Callable[[Any, int], tuple[Any, list[Persist]]]:
+            def decided(request: Any, now_ms: int) -> tuple[Any, list[Persist]]:
+                response, actions = decide(request)
+                if actions:
+                    self.version += 1
+                return response, actions
+
+            return decided
+
+        return {
+            SecurityMetadataRequest: query(self.snapshot),
+            DescribeUserScramCredentialsRequest: query(self.describe_users),
+            DescribeAclsRequest: query(self.describe_acls),
+            AlterUserScramCredentialsRequest: change(self.alter_users),
+            CreateAclsRequest: change(self.create_acls),
+            DeleteAclsRequest: change(self.delete_acls),
+        }
 
     # -- listeners' poll ---------------------------------------------------------------------
     def snapshot(self, req: SecurityMetadataRequest) -> SecurityMetadataResponse:

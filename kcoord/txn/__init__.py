@@ -35,7 +35,7 @@ A driver runs the core like this (the group coordinator's driver is the model)::
                 read_topics(done=lambda counts: run(core.on_metadata(counts, now_ms())))
         rearm_timer(core.next_deadline(now_ms()), lambda: run(core.tick(now_ms())))
 
-    # losing the partition (or stopping): run(core.close(ErrorCode.NOT_COORDINATOR))
+    # losing the partition (or stopping): run(core.close(now_ms(), ErrorCode.NOT_COORDINATOR))
 """
 
 from .actions import Action, AllocateProducerIds, AppendRecords, RefreshMetadata, Reply, SendTxnOffsetMarker, SendWriteTxnMarker

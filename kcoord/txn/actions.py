@@ -2,47 +2,21 @@
 
 Every entry point of :class:`~kcoord.txn.coordinator.TransactionCoordinatorState` returns a
 list of these; the driver performs them in order and feeds each outcome back through the
-entry point the action names. Pending client requests are identified by an opaque ``token``
-the driver chose when it passed the request in.
+entry point the action names. :class:`Reply` and :class:`AppendRecords` (to this
+coordinator's partition of ``__transaction_state``) are the kit's
+(:mod:`kcoord.runtime.actions`), shared with the group coordinator.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
 
-from ..protocol.codec import Message
 from ..protocol.txn import TxnOffsetMarkerRequest, WriteTxnMarkerRequest
+from ..runtime.actions import Action, AppendRecords, Reply
 
 
 @dataclass(frozen=True)
-class Reply:
-    """Complete the pending request ``token`` with ``response`` (EndTxn, InitProducerId and
-    AddPartitionsToTxn are answered only once their record is appended)."""
-
-    token: Any
-    response: Message
-
-
-@dataclass(frozen=True)
-class AppendRecords:
-    """Append ``records`` (key, value-or-tombstone) to this coordinator's partition of
-    ``__transaction_state`` with acks=all, then report the outcome with
-    ``on_persisted(persist_id, error_code, now_ms)`` (0: acknowledged by the ISR).
-
-    Appends must land in the order they were emitted (one append in flight, or an
-    order-preserving pipeline; consecutive ones may be merged as long as each id is
-    reported), and an append reported failed must never land after a later one (the group
-    coordinator's driver moves to a new producer epoch after an unknown outcome). The core
-    applies outcomes in emission order, so its memory is what a replay of the log rebuilds."""
-
-    persist_id: int
-    records: list[tuple[bytes, bytes | None]] = field(default_factory=list)
-    reason: str = ""
-
-
-@dataclass(frozen=True)
-class SendWriteTxnMarker:
+class SendWriteTxnMarker(Action):
     """Send ``request`` to the leader of ``request.topic``-``request.partition`` (finding it
     in the cluster's metadata), and report the outcome with ``on_marker_written(marker_id,
     error_code, now_ms)``: 0 once the leader answered that the marker is written, its error
@@ -55,7 +29,7 @@ class SendWriteTxnMarker:
 
 
 @dataclass(frozen=True)
-class SendTxnOffsetMarker:
+class SendTxnOffsetMarker(Action):
     """Send ``request`` to group coordinator ``request.partition`` (the owner of that
     ``__consumer_offsets`` partition) and report as for :class:`SendWriteTxnMarker`."""
 
@@ -64,7 +38,7 @@ class SendTxnOffsetMarker:
 
 
 @dataclass(frozen=True)
-class AllocateProducerIds:
+class AllocateProducerIds(Action):
     """Ask the controller for ``count`` consecutive fresh producer ids (its
     ``InitProducerIdRequest(count=...)``: persisted before it answers, never handed out
     twice) and report with ``on_producer_ids(first_id, count, error_code, now_ms)``."""
@@ -73,10 +47,21 @@ class AllocateProducerIds:
 
 
 @dataclass(frozen=True)
-class RefreshMetadata:
+class RefreshMetadata(Action):
     """Read the topics' partition counts from the controller and report them with
     ``on_metadata(partitions, now_ms)`` ({topic: partition count}); nothing to report on
     failure (the core asks again when it needs to)."""
 
 
-Action = Reply | AppendRecords | SendWriteTxnMarker | SendTxnOffsetMarker | AllocateProducerIds | RefreshMetadata
+TxnAction = Reply | AppendRecords | SendWriteTxnMarker | SendTxnOffsetMarker | AllocateProducerIds | RefreshMetadata
+
+__all__ = [
+    "Action",
+    "AllocateProducerIds",
+    "AppendRecords",
+    "RefreshMetadata",
+    "Reply",
+    "SendTxnOffsetMarker",
+    "SendWriteTxnMarker",
+    "TxnAction",
+]

@@ -11,12 +11,12 @@ to itself stays in the part.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Mapping
 
 from ..group.placement import coordinator_for as group_coordinator_for
 from ..protocol import names
-from ..protocol.codec import Message
-from .actions import Action, RefreshMetadata, Reply
+from ..runtime.actions import Outbox
+from .actions import RefreshMetadata
 from .config import TxnConfig
 from .metadata import TransactionMetadata
 from .placement import coordinator_for
@@ -46,7 +46,7 @@ class TxnCoordinatorStats:
 
 
 @dataclass
-class TxnContext:
+class TxnContext(Outbox):
     """The ids, timers, config, counters, topics and pending actions of one coordinator."""
 
     # Replaced whole by the shell when the operator reconfigures; parts read it at use.
@@ -60,7 +60,6 @@ class TxnContext:
     stats: TxnCoordinatorStats = field(default_factory=TxnCoordinatorStats)
     transactions: dict[str, TransactionMetadata] = field(default_factory=dict)
     timers: Timers = field(default_factory=Timers)
-    out: list[Action] = field(default_factory=list)
     # {topic: partition count} as last read from the cluster; None until first read.
     topics: dict[str, int] | None = None
     last_refresh_ms: int | None = None
@@ -98,15 +97,3 @@ class TxnContext:
 
     def set_topics(self, partitions: Mapping[str, int]) -> None:
         self.topics = {str(t): int(n) for t, n in partitions.items()}
-
-    # -- output --------------------------------------------------------------------------
-
-    def emit(self, action: Action) -> None:
-        self.out.append(action)
-
-    def reply(self, token: Any, response: Message) -> None:
-        self.out.append(Reply(token, response))
-
-    def take(self) -> list[Action]:
-        out, self.out = self.out, []
-        return out

@@ -17,7 +17,7 @@ Entry points (each returns ``list[Action]``; each first fires the timers due at 
     core.on_producer_ids(first_id, count, error_code, now_ms)  # AllocateProducerIds' answer
     core.tick(now_ms)                        # timers: timeouts, expiry, marker retries
     core.next_deadline(now_ms)               # when tick() next has work (None: nothing timed)
-    core.close(error_code)                   # give up the partition: answer everything pending
+    core.close(now_ms, error_code)           # give up the partition: answer everything pending
 
 ``now_ms`` is wall-clock epoch milliseconds: start and update times are stored in the log and
 compared with the clock of whichever incarnation reads them later.
@@ -42,7 +42,7 @@ admin use persistence and the context.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any, Iterable, Mapping
 
 from ..protocol.codec import Message
 from ..protocol.errors import ErrorCode
@@ -55,7 +55,8 @@ from ..protocol.txn import (
     TxnInitProducerIdRequest,
     error_response,
 )
-from .actions import Action
+from ..protocol.services import TRANSACTION_COORDINATOR
+from ..runtime.actions import Action, Handlers
 from .admin import TxnAdmin
 from .config import TxnConfig
 from .context import TxnContext, TxnCoordinatorStats
@@ -103,14 +104,17 @@ class TransactionCoordinatorState:
         self._expiry = Expiry(ctx, self._persistence, self._ending)
         self._admin = TxnAdmin(ctx)
         self._closed = False
-        self._handlers: dict[type[Message], Callable[[Any, Any, int], None]] = {
-            TxnInitProducerIdRequest: self._init.init_producer_id,
-            AddPartitionsToTxnRequest: self._partitions.add_partitions,
-            AddOffsetsToTxnRequest: self._partitions.add_offsets,
-            EndTxnRequest: self._ending.end_txn,
-            ListTransactionsRequest: self._admin.list_transactions,
-            DescribeTransactionsRequest: self._admin.describe_transactions,
-        }
+        self._handlers = Handlers(
+            TRANSACTION_COORDINATOR.name,
+            {
+                TxnInitProducerIdRequest: self._init.init_producer_id,
+                AddPartitionsToTxnRequest: self._partitions.add_partitions,
+                AddOffsetsToTxnRequest: self._partitions.add_offsets,
+                EndTxnRequest: self._ending.end_txn,
+                ListTransactionsRequest: self._admin.list_transactions,
+                DescribeTransactionsRequest: self._admin.describe_transactions,
+            },
+        )
 
     # -- what the driver reads (and, for config and the epoch, replaces) -----------------
 
@@ -149,9 +153,7 @@ class TransactionCoordinatorState:
         """Process a transaction request. Its Reply (carrying ``token``) is among the returned
         actions, or comes from a later call once the request's record is appended."""
         ctx = self._ctx
-        handler = self._handlers.get(type(request))
-        if handler is None:
-            raise TypeError(f"not a transaction coordinator request: {type(request).__name__}")
+        handler = self._handlers.of(request)
         if self._closed:
             ctx.reply(token, error_response(request, E.NOT_COORDINATOR, "coordinator closed"))
             return ctx.take()
@@ -172,7 +174,7 @@ class TransactionCoordinatorState:
             self._advance(now_ms)
         return self._ctx.take()
 
-    def next_deadline(self, now_ms: int | None = None) -> int | None:
+    def next_deadline(self, now_ms: int) -> int | None:
         """Earliest time at which :meth:`tick` has work, or None."""
         return None if self._closed else self._ctx.timers.next_deadline()
 
@@ -236,7 +238,7 @@ class TransactionCoordinatorState:
         self._advance(now_ms)
         return ctx.take()
 
-    def close(self, error_code: int = E.NOT_COORDINATOR) -> list[Action]:
+    def close(self, now_ms: int, error_code: int = E.NOT_COORDINATOR) -> list[Action]:
         """Stop serving (the partition moved or the actor stops): every request still waiting
         on an append is answered with ``error_code``, so the driver holds no dangling tokens."""
         ctx = self._ctx

@@ -9,7 +9,7 @@ import pytest
 import ray
 
 import kcoord
-from conftest import TEST_CONTROLLER_CONFIG
+from tests.conftest import TEST_CONTROLLER_CONFIG
 from kcoord import records as batch_format
 from kcoord.client.admin import Admin
 from kcoord.client.coordinator.coordinators import GroupCoordinators

@@ -10,7 +10,7 @@ import time
 import pytest
 
 import kcoord
-from conftest import TEST_CONTROLLER_CONFIG
+from tests.conftest import TEST_CONTROLLER_CONFIG
 from kcoord.client.admin import Admin
 from kcoord.client.consumer import Consumer
 from kcoord.client.producer import Producer

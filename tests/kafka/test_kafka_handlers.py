@@ -11,7 +11,7 @@ from kafka.protocol.producer import ProduceRequest
 
 from kcoord import records as R
 from kcoord.kafka.batches import build_kafka_batch
-from kcoord.kafka.handlers import ListenerContext, data, groups
+from kcoord.kafka.handlers import ListenerContext, consumer_groups, data
 from kcoord.kafka.server import Connection
 from kcoord.protocol import group as G
 from kcoord.protocol.errors import ErrorCode
@@ -115,10 +115,10 @@ def test_join_group_v3_rejoins_with_the_assigned_member_id():
     backend = FakeBackend()
     ctx = ListenerContext(backend=backend, host="127.0.0.1")
     req = JoinGroupRequest(group_id="g", session_timeout_ms=10000, rebalance_timeout_ms=10000, member_id="", protocol_type="consumer", protocols=[JoinGroupRequest.JoinGroupRequestProtocol(name="range", metadata=b"x")])
-    resp = asyncio.run(groups.join_group(ctx, Connection(client_id="c"), req, 3))
+    resp = asyncio.run(consumer_groups.join_group(ctx, Connection(client_id="c"), req, 3))
     assert backend.joins == ["", "m-1"] and resp.error_code == 0 and resp.member_id == "m-1" and resp.leader == "m-1"
     backend.joins.clear()
-    resp = asyncio.run(groups.join_group(ctx, Connection(client_id="c"), req, 4))
+    resp = asyncio.run(consumer_groups.join_group(ctx, Connection(client_id="c"), req, 4))
     assert backend.joins == [""] and resp.error_code == ErrorCode.MEMBER_ID_REQUIRED and resp.member_id == "m-1"
 
 

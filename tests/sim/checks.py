@@ -7,13 +7,31 @@ Checked after every event, on the process that handled it:
 * **4** a leader's HW never goes back within its tenure; readers are only served data below
   the HW they are served with; the HW a reader sees never goes back across leader changes.
 * **KIP-497** the controller's ISR is a subset of the current leader's maximal ISR.
-* **ISR** every ISR member holds everything below the leader's HW, and every ELR member
-  everything committed with the durability promise.
+* **ISR** every ISR member, and every ELR member, holds everything below the leader's HW.
 * **epochs** a replica's leader-epoch cache matches the epochs of the batches in its log
   (a leader, or a replica not yet reconciled, may add one epoch it has not written in).
 * **6** a committed group offset never goes back through a commit of an older generation;
   in a Stable generation each subscribed partition has exactly one owner, both as the
   coordinator holds it and as members were told.
+
+Issue 32's invariants, checked after every event too:
+
+* **deleted** records below an acknowledged DeleteRecords, or below the log start every
+  replica of the partition has reached (retention, or DeleteRecords followed), are never
+  readable again: the partition's current leader holds none of them (unless an unclean
+  election came after);
+* **config** an acknowledged topic config is never replaced by an older one on any replica:
+  a topic's configs are numbered in the order the operator's alters were made (each is
+  retried until acknowledged, one at a time), and the number a replica runs never goes
+  back -- across its processes, so a restarted process must not run an older one either;
+* **isr-liveness** a leader never proposes to drop a follower from the ISR that was caught
+  up within ``replica.lag.time.max.ms``, by Kafka's rule (a fetch at or past the leader's
+  log end, or at or past the log end the leader had at that follower's previous fetch)
+  over the fetches of one follower process; ISR members count as caught up when the
+  leader took over (the grace), credited to the process each had then;
+* **5** (also during the run) an idempotent producer's record committed with the promise is
+  never committed again at another offset: a retried batch written twice, compaction
+  included.
 
 Checked once the healed system is quiet: **1** every record acknowledged with acks=all
 while the promise held is in the final leader's log at its offset; **2** replicas agree
@@ -21,10 +39,13 @@ below the HW; what a leader committed with the promise, and what a reader was se
 still there; **5** each idempotent producer's records appear exactly once, in order.
 
 The promise (invariant 1): an acks=all record acknowledged while the ISR had at least
-``min.insync.replicas`` members stays, unless an unclean election happened after it (which
-Kafka allows to lose it). For topics that do not fsync every append the promise also needs
-``min.insync.replicas >= 2``: such a topic survives losing one copy's page cache, not all of
-them, and with 1 the controller may shrink the ISR to a single copy at any time.
+``min.insync.replicas`` members (the leader's config then: operators change it) stays,
+unless an unclean election happened after it (which Kafka allows to lose it). For topics
+that do not fsync every append the promise also needs ``min.insync.replicas >= 2``: such a
+topic survives losing one copy's page cache, not all of them, and with 1 the controller may
+shrink the ISR to a single copy at any time. Records below the log start (retention,
+DeleteRecords) and, on compacted topics, records a later record of the same key supersedes
+may be gone: the final checks are exact about both.
 """
 
 from __future__ import annotations
@@ -34,10 +55,15 @@ from typing import TYPE_CHECKING, Any
 
 from kcoord import records
 from kcoord.group.metadata import STABLE
+from kcoord.protocol.controller import AlterPartitionRequest, LeaderAndIsrRequest
 from kcoord.protocol.group import Assignment
+from kcoord.protocol.replication import FetchRequest
 from kcoord.replication.follower import FETCHING
 from kcoord.replication.metadata import PartitionState
 from kcoord.replication.roles import LEADER, OFFLINE
+
+from . import liveness
+from .configs import ConfigHistory
 
 if TYPE_CHECKING:
     from .processes import CoordinatorProcess, ReplicaProcess
@@ -61,6 +87,47 @@ class Violation:
 
     def __str__(self) -> str:
         return f"[inv {self.invariant} @ {self.at_ms} ms] {self.message}"
+
+
+def read_log(history: "History", tp: tuple[str, int], broker: int, log: Any, start: int, end: int | None = None) -> bytes:
+    """``log.read`` for the checks: a log that cannot serve a read of what it holds is a
+    violation (**log**), not a crash of the harness."""
+    try:
+        return log.read(start, _ALL, end)
+    except Exception as exc:  # noqa: BLE001 - whatever the log raised is the finding
+        if _is_storage_error(exc):
+            raise
+        history.fail("log", history.sim.kernel.now, f"{tp[0]}-{tp[1]}: replica {broker}'s log (start {log.log_start_offset}, end {log.log_end_offset}) cannot be read from {start}: {exc!r}")
+        return b""
+
+
+def _is_storage_error(exc: BaseException) -> bool:
+    from kcoord.replication.entry import is_storage_error
+
+    return is_storage_error(exc)
+
+
+def _records_of(data: bytes) -> dict[int, tuple]:
+    """offset -> (key, value) of every record in ``data``."""
+    out: dict[int, tuple] = {}
+    for pos, h in records.iter_headers(data):
+        d = records.decode_batch(data, pos)
+        keys = d.keys if d.keys is not None else [None] * len(d.values)
+        for i, (k, v) in enumerate(zip(keys, d.values)):
+            out[h.base_offset + i] = (k, v)
+    return out
+
+
+def consistent(a: bytes, b: bytes, compacted: bool) -> bool:
+    """Whether two copies of a batch (same base offset) hold the same records: byte for
+    byte, or -- where the cleaner rewrites batches -- the same key and value at every offset
+    both still hold."""
+    if a == b:
+        return True
+    if not compacted:
+        return False
+    ra, rb = _records_of(a), _records_of(b)
+    return all(ra[o] == rb[o] for o in ra.keys() & rb.keys())
 
 
 @dataclass
@@ -113,21 +180,92 @@ class PartitionHistory:
         self.producer_anomalies: list[tuple[int, str]] = []  # (producer id, what happened)
         self.reader_hw: dict[str, int] = {}
         self.unclean_at: list[int] = []
+        # when operators made the topic lose its promise: min.insync.replicas below 2 on a
+        # page-cache topic (README: its one copy's page cache may then be all there is), and
+        # what was promised before may go with it
+        self.weakened_at: list[int] = []
         self.unclean_epoch = -1  # the newest leader epoch that began with an unclean election
         self.stored: PartitionState | None = None
+        # issue 32
+        self.compacted = spec.compact
+        self.keys: dict[tuple[int, int], bytes] = {}  # (producer id, sequence) -> key
+        self.first_commit: dict[tuple[int, int], tuple[int, int, int, bool]] = {}  # -> (offset, ms, epoch, strong)
+        self.deleted_floor = 0  # below an acknowledged DeleteRecords
+        self.deleted_at = -1
+        self.log_starts: dict[int, int] = {}  # broker -> its log start, as last seen
+        self.retention_floor = 0  # every replica's log start has passed it
+        self.retention_at = -1
+        self.deletions = 0
+        self.isr_watch: dict[tuple[str, int], "IsrWatch"] = {}
 
     def fail(self, invariant: str, now: int, message: str) -> None:
         self.history.fail(invariant, now, f"{self.tp[0]}-{self.tp[1]}: {message}")
 
-    def strong(self, isr_size: int) -> bool:
-        """Whether an acks=all write committed under an ISR of ``isr_size`` is promised.
-        Topics that fsync every append: ISR >= min.insync.replicas. Page-cache topics only
-        with min.insync.replicas >= 2 (README): with 1, the controller may shrink the ISR to
-        one replica at any time, and that replica's page cache is then the only copy."""
-        spec = self.spec
-        if spec.lossy and spec.min_insync < 2:
+    def strong(self, isr_size: int, min_insync: int | None = None) -> bool:
+        """Whether an acks=all write committed under an ISR of ``isr_size`` is promised: the
+        ISR had at least min.insync.replicas members (the leader's config then: operators
+        change it). Page-cache topics only with min.insync.replicas >= 2 (README): with 1,
+        the controller may shrink the ISR to one replica at any time, and that replica's
+        page cache is then the only copy."""
+        min_insync = self.spec.min_insync if min_insync is None else min_insync
+        if self.spec.lossy and min_insync < 2:
             return False
-        return isr_size >= spec.min_insync
+        return isr_size >= min_insync
+
+    # -- issue 32 ---------------------------------------------------------------------------
+    def on_keys(self, producer_id: int, seq: int, keys: list[bytes]) -> None:
+        for i, k in enumerate(keys):
+            self.keys[(producer_id, seq + i)] = k
+
+    def on_records_deleted(self, offset: int, low_watermark: int, broker: int, epoch: int, sent: int, now: int) -> None:
+        """An acknowledged DeleteRecords: nothing below max(offset, low watermark) is
+        readable from now on."""
+        self.deletions += 1
+        floor = max(offset, low_watermark)
+        self.history.sim.trace(f"admin: DeleteRecords {self.tp[0]}-{self.tp[1]} up to {offset} acknowledged by broker {broker} (epoch {epoch}): low watermark {low_watermark}")
+        if floor > self.deleted_floor:
+            self.deleted_floor = floor
+            self.deleted_at = now
+
+    def read_floor(self) -> tuple[int, int, str]:
+        """(offset below which nothing may be read, since when, why)."""
+        d = (self.deleted_floor, self.deleted_at, "an acknowledged DeleteRecords") if not self._unclean_since(self.deleted_at) else (0, -1, "")
+        r = (self.retention_floor, self.retention_at, "the log start of every replica") if not self._unclean_since(self.retention_at) else (0, -1, "")
+        return max(d, r)
+
+    def on_log_start(self, broker: int, log_start: int, assignment: list[int], now: int) -> None:
+        if self.log_starts.get(broker) == log_start:
+            return
+        self.log_starts[broker] = log_start
+        low = min(self.log_starts.get(b, 0) for b in assignment)
+        if low > self.retention_floor:
+            self.retention_floor = low
+            self.retention_at = now
+
+    def on_commit_records(self, h: Any, broker: int, epoch: int, strong: bool, ours: set[int], now: int) -> None:
+        """Invariant 5 as records commit: an idempotent producer's record committed with the
+        promise is never committed again at another offset."""
+        pid = h.producer_id
+        if pid not in ours or h.base_sequence < 0:
+            return
+        first = self.first_commit
+        for i in range(h.record_count):
+            key = (pid, h.base_sequence + i)
+            offset = h.base_offset + i
+            prev = first.get(key)
+            if prev is None:
+                first[key] = (offset, now, epoch, strong)
+            elif prev[0] != offset:
+                if prev[3] and not self.voided(prev[1], prev[2]) and epoch >= self.unclean_epoch:
+                    self.fail(
+                        "5",
+                        now,
+                        f"record {pid}:{key[1]} was committed at offset {prev[0]} (epoch {prev[2]}, {prev[1]} ms) and again at offset "
+                        f"{offset} by leader {broker} (epoch {epoch}): a duplicate{' (compacted topic)' if self.compacted else ''}",
+                    )
+                first[key] = (offset, now, epoch, strong)
+            elif strong and not prev[3]:
+                first[key] = (offset, prev[1], prev[2], True)
 
     # -- invariant 3 ------------------------------------------------------------------------
     def on_leader_append(self, broker: int, epoch: int, stamped: list[int], now: int) -> None:
@@ -149,11 +287,20 @@ class PartitionHistory:
             self.strong_hw = max(self.strong_hw, new_hw)
         if start >= new_hw:
             return
-        data = log.read(start, _ALL, new_hw)
+        data = read_log(self.history, self.tp, broker, log, start, new_hw)
+        ours = self.history.sim_producer_ids
         for pos, h in records.iter_headers(data):
             batch = bytes(data[pos : pos + h.size])
+            if h.producer_id in ours:
+                self.on_commit_records(h, broker, epoch, strong, ours, now)
             prev = self.committed.get(h.base_offset)
-            if prev is not None and prev.data != batch and prev.strong and not self.voided(prev.at_ms, prev.epoch) and epoch >= self.unclean_epoch:
+            if (
+                prev is not None
+                and prev.strong
+                and not consistent(prev.data, batch, self.compacted)
+                and not self.voided(prev.at_ms, prev.epoch)
+                and epoch >= self.unclean_epoch
+            ):
                 self.fail(
                     "2",
                     now,
@@ -172,7 +319,7 @@ class PartitionHistory:
             c = self.committed.get(h.base_offset)
             strong = c is None or c.data != batch or c.strong
             seen = self.consumed.get(h.base_offset)
-            if seen is not None and seen[0] != batch and seen[1] and not self.unclean_at:
+            if seen is not None and seen[1] and not self.lost_any and not consistent(seen[0], batch, self.compacted):
                 self.fail("4", now, f"readers were served two different batches at offset {h.base_offset}, the first one committed with the durability promise")
             self.consumed[h.base_offset] = (batch, strong)
 
@@ -181,7 +328,7 @@ class PartitionHistory:
         durability promise (a HW only a lone copy of a page-cache topic stood behind may
         be lost with that copy, and the HW with it)."""
         seen = self.reader_hw.get(reader, 0)  # the promised part of the highest HW it was shown
-        if hw < seen and not self.unclean_at:
+        if hw < seen and not self.lost_any:
             self.fail("4", now, f"{reader} saw the HW go back from {seen} to {hw} (served by broker {broker})")
         self.reader_hw[reader] = max(seen, min(hw, self.strong_hw))
 
@@ -198,7 +345,13 @@ class PartitionHistory:
         committed) at ``at_ms`` by the leader of ``epoch``: any election of a replica from
         outside the ISR after it, or one whose new epoch is above that leader's (a deposed
         leader that did not know yet still acknowledges at its old epoch)."""
-        return any(t >= at_ms for t in self.unclean_at) or epoch < self.unclean_epoch
+        return any(t >= at_ms for t in self.unclean_at) or epoch < self.unclean_epoch or any(t >= at_ms for t in self.weakened_at)
+
+    @property
+    def lost_any(self) -> bool:
+        """Whether anything promised may have been lost since the start (an unclean
+        election, or an operator's lowering of the promise)."""
+        return bool(self.unclean_at or self.weakened_at)
 
     def _unclean_since(self, at_ms: int) -> bool:
         return any(t >= at_ms for t in self.unclean_at)
@@ -298,6 +451,7 @@ class History:
         self.epoch_checks = 0
         self.sim_producer_ids: set[int] = set()  # ids of the simulation's idempotent producers
         self.coordinator_epochs: dict[tuple[int, int], str] = {}  # (producer id, epoch) -> incarnation
+        self.configs = ConfigHistory(self, sim.scenario.broker_config)
 
     def fail(self, invariant: str, now: int, message: str) -> None:
         if len(self.violations) < 200:
@@ -305,7 +459,11 @@ class History:
 
     def add_topic(self, spec: "TopicSpec") -> None:
         for p in range(spec.partitions):
-            self.parts[(spec.name, p)] = PartitionHistory(self, (spec.name, p), spec)
+            self.add_partition(spec, p)
+        self.configs.add_topic(spec)
+
+    def add_partition(self, spec: "TopicSpec", p: int) -> None:
+        self.parts[(spec.name, p)] = PartitionHistory(self, (spec.name, p), spec)
 
     def partition(self, tp: tuple[str, int]) -> PartitionHistory:
         return self.parts[tp]
@@ -340,6 +498,9 @@ class History:
                 part.unclean_epoch = max(part.unclean_epoch, p.leader_epoch)
                 self.sim.trace(f"{p.topic}-{p.partition}: unclean election of {p.leader} at epoch {p.leader_epoch}")
             part.stored = p
+            nemesis = getattr(self.sim, "nemesis", None)
+            if nemesis is not None:
+                nemesis.on_partition_stored(p)
             if self.sim.tracing:
                 self.sim.trace(f"store: {p.topic}-{p.partition} leader {p.leader} epoch {p.leader_epoch}/{p.partition_epoch} ISR {p.isr} ELR {p.elr}")
             self._check_isr_subset(part, now)
@@ -360,6 +521,34 @@ class History:
     def on_replica_stop(self, proc: "ReplicaProcess") -> None:
         self.views.pop(proc.name, None)
 
+    def on_replica_twin(self, proc: "ReplicaProcess", ghost: "ReplicaProcess") -> None:
+        """``proc`` runs on as ``ghost``: what was checked of it continues under its name."""
+        view = self.views.pop(proc.name, None)
+        if view is not None:
+            self.views[ghost.name] = view
+
+    # -- issue 32: what reaches a replica, and what it sends -----------------------------------
+    def on_replica_request(self, proc: "ReplicaProcess", request: Any) -> Any:
+        """Before ``proc`` handles ``request``; returns what :meth:`after_replica_request`
+        needs."""
+        r = proc.replica
+        if r is None or r.role != LEADER:
+            return None
+        if isinstance(request, FetchRequest) and request.replica_id >= 0:
+            liveness.on_fetch(self.parts[proc.tp], proc, request, self.sim.kernel.now)
+        elif isinstance(request, LeaderAndIsrRequest) and request.leader_epoch == r.leader_epoch and request.partition_epoch > r.partition_epoch:
+            return list(r.isr)
+        return None
+
+    def after_replica_request(self, proc: "ReplicaProcess", request: Any, before: Any) -> None:
+        r = proc.replica
+        if before is not None and r is not None and r.role == LEADER and list(r.isr) != before:
+            liveness.on_controller_isr(self.parts[proc.tp], proc, self.sim.kernel.now)
+
+    def on_replica_call(self, proc: "ReplicaProcess", method: str, request: Any) -> None:
+        if method == "alter_partition" and isinstance(request, AlterPartitionRequest):
+            liveness.on_proposal(self.parts[proc.tp], proc, request, self.sim.kernel.now)
+
     def on_produce_handled(self, proc: "ReplicaProcess", leo_before: int, epoch: int, role: Any) -> None:
         r = proc.replica
         if r is None or r.role == OFFLINE:
@@ -369,7 +558,7 @@ class History:
             now = self.sim.kernel.now
             if role != LEADER:
                 self.parts[proc.tp].fail("3", now, f"broker {proc.broker} appended a produce request as {role}")
-            data = log.read(leo_before, _ALL)
+            data = read_log(self, proc.tp, proc.broker, log, leo_before)
             self.parts[proc.tp].on_leader_append(proc.broker, epoch, [h.leader_epoch for _, h in records.iter_headers(data)], now)
 
     def observe_replica(self, proc: "ReplicaProcess") -> None:
@@ -387,15 +576,22 @@ class History:
             if key != view.lead_key:
                 view.lead_key = key
                 view.lead_hw = min(view.prev_hw, r.hw)
+                liveness.on_lead(part, proc, now)
             if r.hw < view.lead_hw:
                 part.fail("4", now, f"leader {proc.broker} HW went back from {view.lead_hw} to {r.hw} at epoch {r.leader_epoch}")
             elif r.hw > view.lead_hw:
-                part.on_leader_hw(proc.broker, r.leader_epoch, view.lead_hw, r.hw, r.log, part.strong(len(r.isr)), now)
+                part.on_leader_hw(proc.broker, r.leader_epoch, view.lead_hw, r.hw, r.log, part.strong(len(r.isr), r.config.min_insync_replicas), now)
                 view.lead_hw = r.hw
             self._check_isr_subset(part, now)
         view.prev_hw = r.hw
         self._check_epoch_cache(proc, view, now)
         self._check_members_hold(part, now)
+        if not proc.is_ghost:
+            self.configs.check(proc, now)
+            log = r.log
+            part.on_log_start(proc.broker, log.log_start_offset, self.sim.assignments[proc.tp], now)
+            if r.role == LEADER:
+                self._check_deleted(part, proc, now)
         if self.sim.scenario.txn_producers:
             self._check_transactions(proc, part, now)
         self.sim.on_replica_progress(proc)
@@ -418,6 +614,27 @@ class History:
             if m.replica.log.log_end_offset >= hw:
                 members.append(m)
         check_txn_indexes(self, part, leader, members, now)
+
+    def _check_deleted(self, part: PartitionHistory, proc: "ReplicaProcess", now: int) -> None:
+        """Records below an acknowledged DeleteRecords, or below every replica's log start,
+        are not readable from the partition's current leader."""
+        if part.deleted_floor <= 0 and part.retention_floor <= 0:
+            return
+        floor, since, why = part.read_floor()
+        if floor <= 0:
+            return
+        stored = part.stored
+        r = proc.replica
+        if stored is None or stored.leader != proc.broker or stored.leader_epoch != r.leader_epoch:
+            return
+        log = r.log
+        if log.log_start_offset < min(floor, log.log_end_offset):
+            part.fail(
+                "deleted",
+                now,
+                f"leader {proc.broker} (epoch {r.leader_epoch}) holds readable records from offset {log.log_start_offset}, "
+                f"below {floor}: {why} ({since} ms) put them below the log start",
+            )
 
     def _leader_process(self, part: PartitionHistory) -> "ReplicaProcess | None":
         p = part.stored
@@ -449,8 +666,7 @@ class History:
             )
 
     def _check_members_hold(self, part: PartitionHistory, now: int) -> None:
-        """Every ISR member holds everything below the leader's HW; every ELR member
-        everything committed with the promise."""
+        """Every ISR and ELR member holds everything below the leader's HW."""
         proc = self._leader_process(part)
         stored = part.stored
         if proc is None or stored is None:
@@ -463,7 +679,10 @@ class History:
                 continue
             if self.sim.is_damaged(member):
                 continue
-            need = hw if b in stored.isr else min(hw, part.strong_hw)
+            # KIP-966: the HW stands still while the ISR is below min.insync.replicas, so an
+            # ELR member (who left it then) holds everything below it -- whatever the promise
+            # (an ELR kept across a lowered min.insync.replicas breaks this: issue 32 #1)
+            need = hw
             leo = member.replica.log.log_end_offset
             if leo < need:
                 part.fail("isr", now, f"{'ISR' if b in stored.isr else 'ELR'} member {b} holds offsets up to {leo}, below {need} (leader {proc.broker} HW {hw}, epoch {stored.leader_epoch})")
@@ -489,18 +708,32 @@ class History:
             derived = list(derived)
             start = checked_leo
         if leo > start:
-            data = log.read(start, _ALL)
+            data = read_log(self, proc.tp, proc.broker, log, start)
             for _, h in records.iter_headers(data):
                 if not derived or h.leader_epoch > derived[-1][0]:
-                    derived.append((h.leader_epoch, h.base_offset))
+                    # (the batch holding the log start may begin below it: DeleteRecords)
+                    derived.append((h.leader_epoch, max(h.base_offset, log.log_start_offset)))
                 elif h.leader_epoch < derived[-1][0]:
                     self.parts[proc.tp].fail("epochs", now, f"replica {proc.broker}: batch at {h.base_offset} has epoch {h.leader_epoch} after epoch {derived[-1][0]}")
         view.derived = derived
         view.cache_checked = signature
         got = list(entries)
+        if self.parts[proc.tp].compacted or log.config.compact:
+            # The cleaner removes whole batches, the first of an epoch too (the cache keeps
+            # the epoch's start): every batch must be in the epoch the cache says for it.
+            cache = log.epoch_cache
+            for epoch, start in derived:
+                if cache.epoch_for_offset(start) != epoch:
+                    self.parts[proc.tp].fail(
+                        "epochs", now, f"replica {proc.broker} ({r.role}): batch at {start} has epoch {epoch}, its epoch cache {list(entries)} says {cache.epoch_for_offset(start)}"
+                    )
+                    return
+            return
         # a first epoch whose earliest records retention removed starts at the log start
         if got and derived and got[0][0] == derived[0][0] and got[0][1] <= derived[0][1]:
             got[0] = derived[0]
+        if not derived and leo == log.log_start_offset and len(got) <= 1 and all(e[1] <= leo for e in got):
+            return  # everything was deleted: the cache keeps the epoch the log start is in
         extra_ok = not reconciled and len(got) == len(derived) + 1 and got[-1][1] == leo and (not derived or got[-1][0] > derived[-1][0])
         if got != derived and not (extra_ok and got[:-1] == derived):
             self.parts[proc.tp].fail(
@@ -535,23 +768,27 @@ class History:
     def final_checks(self, tp: tuple[str, int], leader: int, logs: dict[int, Any], hw: int, now: int) -> None:
         part = self.parts[tp]
         final = logs[leader]
-        data = final.read(final.log_start_offset, _ALL) if final.log_end_offset > final.log_start_offset else b""
+        data = read_log(self, tp, leader, final, final.log_start_offset) if final.log_end_offset > final.log_start_offset else b""
         batches: dict[int, tuple[records.BatchHeader, bytes]] = {}
         values: dict[int, bytes | None] = {}
+        last_of_key: dict[bytes, int] = {}
         for pos, h in records.iter_headers(data, check_crc=True):
             batch = bytes(data[pos : pos + h.size])
             batches[h.base_offset] = (h, batch)
             for rec in records.decode_batch(batch).records():
                 values[rec.offset] = rec.value
-        self._check_acked(part, leader, batches, values, now)
+                if rec.key is not None:
+                    last_of_key[rec.key] = rec.offset
+        view = FinalLog(final.log_start_offset, batches, values, last_of_key, part.compacted)
+        self._check_acked(part, leader, view, now)
         self._check_replicas_agree(part, leader, logs, hw, now)
-        self._check_committed(part, leader, batches, now)
-        self._check_producers(part, batches, values, now)
+        self._check_committed(part, leader, view, now)
+        self._check_producers(part, view, now)
 
-    def _check_acked(self, part: PartitionHistory, leader: int, batches: dict, values: dict, now: int) -> None:
+    def _check_acked(self, part: PartitionHistory, leader: int, view: "FinalLog", now: int) -> None:
         where_is: dict[tuple[int, int], int] = {}
-        for base in sorted(batches):
-            h, _ = batches[base]
+        for base in sorted(view.batches):
+            h, _ = view.batches[base]
             if h.producer_id >= 0 and h.base_sequence >= 0:
                 for i in range(h.record_count):
                     where_is.setdefault((h.producer_id, h.base_sequence + i), base + i)
@@ -562,12 +799,16 @@ class History:
                 seq = a.base_sequence + i
                 where = where_is.get((a.producer_id, seq))
                 want = a.base_offset + i if a.base_offset >= 0 else None
+                if want is None and (a.producer_id, seq) in part.first_commit:
+                    want = part.first_commit[(a.producer_id, seq)][0]
                 if where is None:
+                    if want is not None and view.gone(want, part.keys.get((a.producer_id, seq))):
+                        continue  # deleted (below the log start) or superseded (compaction)
                     part.fail("1", now, f"record {a.producer_id}:{seq} acked at offset {want} ({a.acked_ms} ms) is missing from leader {leader}'s final log")
                 elif want is not None and where != want:
                     part.fail("1", now, f"record {a.producer_id}:{seq} acked at offset {want} is at offset {where} in the final log")
-                elif values.get(where) != record_value(a.producer_id, seq):
-                    part.fail("1", now, f"offset {where} holds {values.get(where)!r}, not record {a.producer_id}:{seq}")
+                elif view.values.get(where) != record_value(a.producer_id, seq):
+                    part.fail("1", now, f"offset {where} holds {view.values.get(where)!r}, not record {a.producer_id}:{seq}")
 
     def _check_replicas_agree(self, part: PartitionHistory, leader: int, logs: dict[int, Any], hw: int, now: int) -> None:
         ref = logs[leader]
@@ -577,62 +818,140 @@ class History:
             end = min(hw, log.log_end_offset)
             if start >= end:
                 continue
-            mine = log.read(start, _ALL, end)
-            theirs = ref.read(start, _ALL, end)
-            if mine != theirs:
+            mine = read_log(self, part.tp, broker, log, start, end)
+            theirs = read_log(self, part.tp, leader, ref, start, end)
+            if mine == theirs:
+                continue
+            if not part.compacted:
                 part.fail("2", now, f"replica {broker} and leader {leader} differ below HW {hw}: {_first_difference(mine, theirs)}")
+                continue
+            # Replicas clean on their own: they may differ in which superseded records are
+            # still there, never in a record both hold, nor in a key's last record.
+            a = {o: r for o, r in _records_of(mine).items() if start <= o < end}
+            b = {o: r for o, r in _records_of(theirs).items() if start <= o < end}
+            differ = sorted(o for o in a.keys() & b.keys() if a[o] != b[o])
+            last_a = {r[0]: o for o, r in sorted(a.items()) if r[0] is not None}
+            last_b = {r[0]: o for o, r in sorted(b.items()) if r[0] is not None}
+            if differ or last_a != last_b:
+                keys = sorted(k for k in last_a.keys() | last_b.keys() if last_a.get(k) != last_b.get(k))[:5]
+                part.fail(
+                    "2",
+                    now,
+                    f"replica {broker} and leader {leader} differ below HW {hw} (compacted): records at {differ[:5]} differ; "
+                    f"last offsets of keys {[(k, last_a.get(k), last_b.get(k)) for k in keys]}",
+                )
 
-    def _check_committed(self, part: PartitionHistory, leader: int, batches: dict, now: int) -> None:
+    def _check_committed(self, part: PartitionHistory, leader: int, view: "FinalLog", now: int) -> None:
         for base in sorted(part.committed):
             c = part.committed[base]
             if not c.strong or part.voided(c.at_ms, c.epoch):
                 continue
-            got = batches.get(base)
-            if got is None or got[1] != c.data:
-                part.fail(
-                    "1",
-                    now,
-                    f"batch at offset {base} committed by leader {c.leader} at epoch {c.epoch} ({c.at_ms} ms) "
-                    f"is {'missing from' if got is None else 'different in'} the final log of leader {leader}",
-                )
+            got = view.batches.get(base)
+            if (got is not None and got[1] == c.data) or view.rightly_changed(c.data):
+                continue
+            part.fail(
+                "1",
+                now,
+                f"batch at offset {base} committed by leader {c.leader} at epoch {c.epoch} ({c.at_ms} ms) "
+                f"is {'missing from' if got is None else 'different in'} the final log of leader {leader}",
+            )
         for base in sorted(part.consumed):
             data, strong = part.consumed[base]
-            if not strong or part.unclean_at:
+            if not strong or part.lost_any:
                 continue
-            got = batches.get(base)
-            if got is None or got[1] != data:
+            got = view.batches.get(base)
+            if (got is None or got[1] != data) and not view.rightly_changed(data):
                 part.fail("4", now, f"a reader read a batch at offset {base} that the final log does not hold")
 
-    def _check_producers(self, part: PartitionHistory, batches: dict, values: dict, now: int) -> None:
+    def _check_producers(self, part: PartitionHistory, view: "FinalLog", now: int) -> None:
         """Per producer id: epochs never go back in log order (an older incarnation of a
         fenced writer, such as a group coordinator, never lands after a newer one), and
-        within an epoch sequences run 0, 1, 2, ... in offset order -- no duplicate, no
-        reordering. Records of the simulation's producers also name their sequence."""
+        within an epoch sequences rise in offset order -- no duplicate, no reordering, and
+        no gap but records deleted below the log start or superseded by a later record of
+        their key on compacted topics (of the simulation's producers, whose keys are known,
+        exactly; of others, any gap there). Records of the simulation's producers also name
+        their sequence."""
         state: dict[int, tuple[int, int]] = {}  # producer id -> (epoch, next sequence)
-        lossy_ok = bool(part.unclean_at)
+        lossy_ok = part.lost_any
         ours = self.sim_producer_ids
-        for base in sorted(batches):
-            h, _ = batches[base]
+        start = view.log_start
+        for base in sorted(view.batches):
+            h, _ = view.batches[base]
             if h.producer_id < 0 or h.base_sequence < 0:
                 continue
+            first = h.producer_id not in state
             epoch, nxt = state.get(h.producer_id, (h.producer_epoch, 0))
             if h.producer_epoch < epoch:
                 part.fail("5", now, f"producer {h.producer_id}: batch at offset {base} has epoch {h.producer_epoch} after epoch {epoch} (a fenced writer landed)")
                 continue
             if h.producer_epoch > epoch:
                 epoch, nxt = h.producer_epoch, 0
-            if h.base_sequence != nxt and not (lossy_ok and h.base_sequence > nxt):
-                kind = "duplicate" if h.base_sequence < nxt else "gap/reorder"
-                part.fail("5", now, f"producer {h.producer_id} epoch {epoch}: batch at offset {base} has sequence {h.base_sequence}, expected {nxt} ({kind})")
+            if h.base_sequence < nxt:
+                part.fail("5", now, f"producer {h.producer_id} epoch {epoch}: batch at offset {base} has sequence {h.base_sequence}, expected {nxt} (duplicate)")
+            elif h.base_sequence > nxt and not lossy_ok and not self._gap_explained(part, view, h.producer_id, nxt, h.base_sequence, first and start > 0):
+                part.fail("5", now, f"producer {h.producer_id} epoch {epoch}: batch at offset {base} has sequence {h.base_sequence}, expected {nxt} (gap/reorder)")
             state[h.producer_id] = (epoch, max(nxt, h.base_sequence + h.record_count))
             if h.producer_id in ours:
                 for i in range(h.record_count):
-                    if values.get(base + i) != record_value(h.producer_id, h.base_sequence + i):
-                        part.fail("5", now, f"offset {base + i}: value {values.get(base + i)!r} is not producer {h.producer_id} sequence {h.base_sequence + i}")
+                    if view.values.get(base + i) != record_value(h.producer_id, h.base_sequence + i):
+                        part.fail("5", now, f"offset {base + i}: value {view.values.get(base + i)!r} is not producer {h.producer_id} sequence {h.base_sequence + i}")
         if not lossy_ok:  # an unclean election may lose acknowledged batches: sequences then break
             for pid, anomaly in part.producer_anomalies:
                 if all(a.promised for a in part.acked if a.producer_id == pid):
                     part.fail("5", now, anomaly)
+
+    def _gap_explained(self, part: PartitionHistory, view: "FinalLog", pid: int, lo: int, hi: int, at_start: bool) -> bool:
+        """Whether sequences ``lo..hi-1`` of producer ``pid`` may be missing from the final log."""
+        if pid not in self.sim_producer_ids:
+            # a coordinator's: its records' keys are not known here
+            return at_start or part.compacted
+        for seq in range(lo, hi):
+            commit = part.first_commit.get((pid, seq))
+            if commit is None or not view.gone(commit[0], part.keys.get((pid, seq))):
+                return False
+        return True
+
+
+@dataclass
+class FinalLog:
+    """The final leader's log, as the final checks read it."""
+
+    log_start: int
+    batches: dict[int, tuple[records.BatchHeader, bytes]]
+    values: dict[int, bytes | None]
+    last_of_key: dict[bytes, int]
+    compacted: bool
+
+    def gone(self, offset: int, key: bytes | None) -> bool:
+        """Whether a record that was at ``offset`` may rightly be gone: below the log start,
+        or (compacted topics) a later record of its key is in the log."""
+        if offset < self.log_start:
+            return True
+        return self.compacted and key is not None and self.last_of_key.get(key, -1) > offset
+
+    def rightly_changed(self, batch: bytes) -> bool:
+        """Whether a batch that is not in the log as it was (``batch``) may rightly have
+        changed: wholly below the log start, or (compacted topics) every record of it
+        still there or superseded."""
+        h = records.read_header(batch)
+        if h.last_offset < self.log_start:
+            return True
+        return self.compacted and self.holds(batch)
+
+    def holds(self, batch: bytes) -> bool:
+        """Whether every record of ``batch`` is in the log, or rightly gone."""
+        for pos, h in records.iter_headers(batch):
+            if h.last_offset < self.log_start:
+                continue
+            d = records.decode_batch(batch, pos)
+            keys = d.keys if d.keys is not None else [None] * len(d.values)
+            for i, (k, v) in enumerate(zip(keys, d.values)):
+                o = h.base_offset + i
+                if self.gone(o, k):
+                    continue
+                if o not in self.values or self.values[o] != v:
+                    return False
+        return True
 
 
 def _first_difference(a: bytes, b: bytes) -> str:

@@ -262,19 +262,25 @@ class SimDisk:
         self._locks.clear()
         self.power_losses += 1
 
-    def kill(self, under: str = "/") -> None:
+    def kill(self, under: str = "/", since: int = 0) -> None:
         """A process dies: descriptors and locks on paths under ``under`` are dropped; the
-        page cache (every write) stays, as after SIGKILL."""
+        page cache (every write) stays, as after SIGKILL. ``since`` (a :meth:`mark`): only
+        those opened since, when another process still holds some there (an opener that
+        failed on the directory lock of a live predecessor)."""
         root = _norm(under)
         prefix = root.rstrip("/") + "/"
 
         def inside(p: str) -> bool:
             return p == root or p.startswith(prefix)
 
-        for fd in [fd for fd, f in self._fds.items() if inside(f.path)]:
+        for fd in [fd for fd, f in self._fds.items() if fd >= since and inside(f.path)]:
             del self._fds[fd]
-        for p in [p for p in self._locks if inside(p)]:
+        for p in [p for p, h in self._locks.items() if h >= since and inside(p)]:
             del self._locks[p]
+
+    def mark(self) -> int:
+        """Descriptors and lock handles opened from now on number at least this."""
+        return self._next_fd
 
     def wipe(self, path) -> None:
         """The directory ``path`` and everything under it are gone for good, synced or not

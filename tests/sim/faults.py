@@ -21,6 +21,27 @@ Faults, by kind (weights per scenario):
   operator) and its process dies; it comes back on an empty directory on the same machine
   and boot, where its storage lineage alone cannot tell (only its directory id can).
 
+Issue 32's kinds (operators, and two live processes):
+
+* ``alter_config``: an operator's IncrementalAlterConfigs on a user topic: min.insync.replicas
+  down (preferably while a partition's ISR is below it, "to get writes going") and up,
+  flush.messages=1 on and off, unclean election on and off, retention.ms / retention.bytes,
+  segment.bytes / segment.ms. A topic's alters go in order, each retried until acknowledged.
+* ``create_partitions``: a user topic grows by one or two partitions (replication
+  scenarios), each with an idempotent producer and a reader.
+* ``delete_records``: DeleteRecords at a partition's leader, up to an offset at or below its
+  HW (or -1, the HW), retried until acknowledged.
+* ``stray_write``: a client (not a coordinator) produces a batch into a ``__consumer_offsets``
+  partition, as a new user might; internal topics refuse client writes (issue 32, #9).
+* ``twin``: two live processes of one actor for 0.5-4 s. A coordinator, or a replica of
+  logical brokers: its process is cut off from the head (the controller, Ray's GCS) and Ray
+  starts the next one; the old one runs on, reaching its peers, reached by calls made to it
+  before and by callers that have not noticed (a few, picked at random). A replica's next
+  process cannot open the log while the old one holds its directory lock, so it keeps
+  failing to start until the old one is gone. Bound brokers: a whole machine is cut off
+  from the head, every replica process on it runs on, and the controller may recreate
+  them on the spare machine meanwhile.
+
 The failure model for topics that do not fsync every append (``pagecache``, ``flushms``):
 their promise is replication, which survives losing one copy's page cache, so at most one
 replica of such a partition is *damaged* at a time (it lost unsynced data and does not yet
@@ -29,7 +50,8 @@ fsync failures and wipes damage; the scheduler does not inject one that would da
 second replica of a partition. Wipes hit only such topics with ``min.insync.replicas`` >= 2:
 losing a disk is losing a copy, which fsync does not protect against (RF 1 topics are always
 fsync), and with 1 the ISR may shrink to the wiped replica alone -- the partition then
-waits for an operator's unclean election, as in Kafka, which the simulation does not play.
+waits for an operator's unclean election, as in Kafka, which the simulation does not play
+(so topics whose min.insync.replicas operators change are never wiped either).
 A wiped replica stays damaged until it is back in the ISR, not only caught up: the
 controller trusts a replica on another directory again only then.
 """
@@ -38,6 +60,8 @@ from __future__ import annotations
 
 import errno
 from typing import TYPE_CHECKING
+
+from kcoord.group.records import OFFSETS_TOPIC
 
 from .kernel import resume
 from .processes import HEAD, ReplicaProcess
@@ -53,6 +77,10 @@ class Nemesis:
         kinds = [k for k, w in sim.scenario.fault_weights.items() if w > 0]
         self._kinds = kinds
         self._weights = [sim.scenario.fault_weights[k] for k in kinds]
+        # Operators also react to what they see (issue 32): lower min.insync.replicas where an
+        # ISR fell below it, and a leader may fail right after a DeleteRecords.
+        self._operators = sim.scenario.fault_weights.get("alter_config", 0) > 0
+        self._reacting: set[str] = set()
 
     def start(self) -> None:
         self._next()
@@ -151,6 +179,8 @@ class Nemesis:
         on_disk = [p for p in sim.replica_list if p.machine is machine]
         if not all(sim.may_damage(p) for p in on_disk):
             return False
+        for g in [g for g in sim.ghosts if g.machine is machine and g.up]:
+            g.crash("lost power")
         victims = [p for p in on_disk if p.up]
         for p in victims:
             p.crash("lost power")
@@ -230,7 +260,13 @@ class Nemesis:
         procs = [
             p
             for p in sim.replica_list
-            if p.machine is not None and p.spec.lossy and p.spec.min_insync >= 2 and not p.paused and sim.may_damage(p)
+            if p.machine is not None
+            and p.spec.lossy
+            and p.spec.min_insync >= 2
+            and not p.spec.min_isr_alterable
+            and not p.paused
+            and p.ghost is None
+            and sim.may_damage(p)
         ]
         proc = self._pick(procs)
         if proc is None:
@@ -280,3 +316,149 @@ class Nemesis:
             sim.trace(f"{member.name} dies silently")
             member.crash(rng.choice([None, 1000, 4000]))
         return True
+
+    # -- issue 32: operators ----------------------------------------------------------------
+    def _alter_config(self) -> bool:
+        sim = self.sim
+        rng = sim.kernel.rng
+        topics = [t for t in sim.topics if t.alterable and not t.internal and t.name in sim.admin.created]
+        if not topics:
+            return False
+        configs = sim.history.configs
+        # An operator lowers min.insync.replicas to get writes going where an ISR shrank
+        # below it (issue 32, finding 1), now and then.
+        starved = [
+            t
+            for t in topics
+            if t.min_isr_alterable
+            and configs.latest(t.name).get("min.insync.replicas") == "2"
+            and any((p := sim.stored_partition(t.name, i)) is not None and len(p.isr) < 2 for i in range(t.partitions))
+        ]
+        if starved and rng.random() < 0.7:
+            topic = self._pick(starved)
+            sim.trace(f"admin: {topic.name} min.insync.replicas 2 -> 1 (an ISR is below it)")
+            sim.admin.alter_configs(topic.name, {"min.insync.replicas": "1"})
+            return True
+        topic = self._pick(topics)
+        current = configs.latest(topic.name)
+        choices = ["unclean", "segment"]
+        if topic.min_isr_alterable:
+            choices += ["min_isr", "min_isr"]
+        if topic.flush_toggles:
+            choices += ["flush", "flush"]
+        if not topic.compact:
+            choices += ["retention", "retention"]
+        what = rng.choice(choices)
+        if what == "min_isr":
+            changes = {"min.insync.replicas": "1" if current.get("min.insync.replicas") == "2" else "2"}
+        elif what == "flush":
+            changes = {"flush.messages": None if current.get("flush.messages") == "1" else "1"}
+        elif what == "unclean":
+            changes = {"unclean.leader.election.enable": "false" if current.get("unclean.leader.election.enable") == "true" else "true"}
+        elif what == "retention":
+            key = rng.choice(["retention.ms", "retention.bytes"])
+            value = rng.choice([None, "-1", "1500", "5000"] if key == "retention.ms" else [None, "-1", "8192", "20000"])
+            changes = {key: value}
+            if value not in (None, "-1") and "segment.ms" not in current:
+                changes["segment.ms"] = "500"  # so that an idle partition's segment rolls
+        else:
+            key = rng.choice(["segment.bytes", "segment.ms"])
+            changes = {key: rng.choice(["2048", "4096", "8192"]) if key == "segment.bytes" else rng.choice([None, "300", "1000"])}
+        sim.trace(f"admin: alter_configs {topic.name} {changes}")
+        sim.admin.alter_configs(topic.name, changes)
+        return True
+
+    def _create_partitions(self) -> bool:
+        sim = self.sim
+        rng = sim.kernel.rng
+        topics = [t for t in sim.scenario.topics if t.name not in sim.admin._growing and t.partitions < 5]
+        topic = self._pick(topics)
+        if topic is None or not sim.admin.done:
+            return False
+        sim.grow_topic(topic, topic.partitions + rng.choice([1, 1, 2]))
+        return True
+
+    def _delete_records(self) -> bool:
+        sim = self.sim
+        rng = sim.kernel.rng
+        parts = [(t, p) for t in sim.scenario.topics for p in range(t.partitions) if sim.admin._deletes.get((t.name, p)) is None]
+        if not parts:
+            return False
+        spec, p = self._pick(parts)
+        stored = sim.stored_partition(spec.name, p)
+        lead = None if stored is None or stored.leader < 0 else sim.replicas.get((spec.name, p, stored.leader))
+        hw = lead.replica.hw if lead is not None and lead.up and lead.replica is not None and lead.replica.role == "leader" else 0
+        offset = -1 if rng.random() < 0.25 else rng.randint(max(0, hw - 30), hw)
+        sim.trace(f"admin: delete_records {spec.name}-{p} up to {offset} (leader HW {hw})")
+        return sim.admin.delete_records(spec.name, p, offset)
+
+    # -- issue 32: two live processes of one actor ------------------------------------------
+    def _twin(self) -> bool:
+        sim = self.sim
+        rng = sim.kernel.rng
+        coordinators = [c for c in sim.coordinators if c.up and not c.paused and c.driver is not None]
+        if coordinators and rng.random() < 0.4:
+            return sim.twin(self._pick(coordinators), rng.choice([500, 1500, 4000]))
+        if sim.scenario.bound:
+            machines = [m for mid, m in sorted(sim.machines.items()) if mid != HEAD and m.up and not m.cut_off]
+            machine = self._pick(machines)
+            if machine is None:
+                return False
+            return sim.cut_off_machine(machine, rng.choice([500, 1500, 4000]))
+        procs = [p for p in self._live_replicas() if p.ghost is None and p.replica is not None and p.replica.role != "offline"]
+        proc = self._pick(procs)
+        if proc is None:
+            return False
+        return sim.twin(proc, rng.choice([500, 1500, 4000]))
+
+    def _stray_write(self) -> bool:
+        sim = self.sim
+        if not sim.coordinators:
+            return False
+        partition = sim.kernel.rng.randrange(len(sim.coordinators))
+        sim.trace(f"a client writes into {OFFSETS_TOPIC}-{partition}")
+        sim.admin.stray_write(partition)
+        return True
+
+    # -- issue 32: what operators do when they see something ---------------------------------
+    def on_partition_stored(self, p) -> None:
+        """The controller stored ``p``: an operator who watches may lower
+        min.insync.replicas of a topic whose ISR fell below it, to get writes going."""
+        sim = self.sim
+        if not self._operators or sim.phase != "faults" or p.leader < 0 or len(p.isr) >= 2 or p.topic in self._reacting:
+            return
+        spec = next((t for t in sim.topics if t.name == p.topic), None)
+        if spec is None or not spec.min_isr_alterable or sim.history.configs.latest(spec.name).get("min.insync.replicas") != "2":
+            return
+        rng = sim.kernel.rng
+        if rng.random() < 0.5:
+            self._reacting.add(p.topic)
+            sim.kernel.after(rng.randint(50, 800), self._lower_min_isr, spec)
+
+    def _lower_min_isr(self, spec) -> None:
+        sim = self.sim
+        self._reacting.discard(spec.name)
+        if sim.phase != "faults" or sim.history.configs.latest(spec.name).get("min.insync.replicas") != "2":
+            return
+        sim.trace(f"admin: {spec.name} min.insync.replicas 2 -> 1 (an ISR is below it)")
+        sim.admin.alter_configs(spec.name, {"min.insync.replicas": "1"})
+        self.counts["alter_config"] = self.counts.get("alter_config", 0) + 1
+
+    def after_records_deleted(self, tp: tuple[str, int]) -> None:
+        """A DeleteRecords was acknowledged: now and then its leader fails at once, before
+        every follower has heard of the new log start."""
+        sim = self.sim
+        rng = sim.kernel.rng
+        if sim.phase == "faults" and rng.random() < 0.5:
+            sim.kernel.after(rng.randint(0, 150), self._crash_leader_of, tp)
+
+    def _crash_leader_of(self, tp: tuple[str, int]) -> None:
+        sim = self.sim
+        if sim.phase != "faults":
+            return
+        stored = sim.stored_partition(*tp)
+        proc = None if stored is None or stored.leader < 0 else sim.replicas.get((tp[0], tp[1], stored.leader))
+        if proc is not None and proc.up and not proc.paused:
+            sim.trace(f"{proc.name} fails right after a DeleteRecords")
+            self._crash(proc)
+            self.counts["crash_leader"] = self.counts.get("crash_leader", 0) + 1

@@ -140,6 +140,11 @@ class Network:
         self._ids = 0
         self.stats = NetStats()
         self.trace: Callable[[str], None] | None = None  # set to log every message
+        # Two live processes of one actor (the ``twin`` fault): the older one, by (actor
+        # name, incarnation), still gets the calls made to it; and callers that have not
+        # noticed the restart yet, by (caller, actor name), still reach it.
+        self._ghosts: dict[tuple[str, int], Node] = {}
+        self._stale: dict[tuple[str, str], str] = {}
 
     def add(self, node: Node) -> None:
         self.nodes[node.name] = node
@@ -182,6 +187,24 @@ class Network:
     def cuts(self) -> list[tuple[str, str]]:
         return sorted(self._cuts) + sorted(self._one_way)
 
+    # -- two live processes of one actor ----------------------------------------------------
+    def adopt(self, name: str, incarnation: int, ghost: Node) -> None:
+        """``ghost`` (a node of its own name) is incarnation ``incarnation`` of actor
+        ``name``, still running while Ray has given up on it: the calls it made are
+        answered to it, and calls made to that incarnation are delivered to it."""
+        self._ghosts[(name, incarnation)] = ghost
+        for call in self._open.values():
+            if call.src == name and call.src_incarnation == incarnation:
+                call.src = ghost.name
+
+    def route_stale(self, caller: str, name: str, ghost: Node) -> None:
+        """``caller``'s calls to actor ``name`` reach ``ghost`` until it is forgotten."""
+        self._stale[(caller, name)] = ghost.name
+
+    def forget_ghost(self, ghost: Node) -> None:
+        self._ghosts = {k: g for k, g in self._ghosts.items() if g is not ghost}
+        self._stale = {k: n for k, n in self._stale.items() if n != ghost.name}
+
     # -- calls -----------------------------------------------------------------------------
     def _lost(self, a: str, b: str) -> bool:
         if self.is_cut(a, b) or (a, b) in self._one_way:
@@ -205,6 +228,8 @@ class Network:
         """Send ``request`` to ``dst``; ``on_done(response, kind)`` runs exactly once,
         unless the caller itself crashes first."""
         self._ids += 1
+        if self._stale:
+            dst = self._stale.get((src.name, dst), dst)
         target = self.nodes.get(dst)
         if target is None:
             # No actor by that name: Ray's get_actor fails, the caller hears DEAD.
@@ -243,6 +268,12 @@ class Network:
     def _deliver(self, call: Call, data: bytes, request_type: type[Message]) -> None:
         node = self.nodes[call.dst]
         if not node.up or (call.dst_incarnation is not None and node.incarnation != call.dst_incarnation):
+            ghost = self._ghosts.get((call.dst, call.dst_incarnation)) if self._ghosts and call.dst_incarnation is not None else None
+            if ghost is not None and ghost.up:
+                # made to a process that still runs, though Ray has started its next one
+                if not self.is_cut(call.src, ghost.name):
+                    run_on(ghost, self._receive, ghost, ghost.incarnation, call, data, request_type)
+                return
             # The callee died after the call was sent: Ray fails the call, the request
             # never reaches the restarted actor.
             self._finish_later(call, DEAD)

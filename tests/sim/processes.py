@@ -19,7 +19,7 @@ import random
 from typing import TYPE_CHECKING, Any
 
 from kcoord.group import GroupCoordinatorState
-from kcoord.group.driver import CoordinatorTimeouts, GroupCoordinatorDriver
+from kcoord.group.coordinator_driver import CoordinatorTimeouts, GroupCoordinatorDriver
 from kcoord.log import Log, LogConfig
 from kcoord.protocol import names
 from kcoord.protocol.codec import Message
@@ -53,10 +53,14 @@ class Machine:
         self.up = True
         self.disk = SimDisk(rng)
         self.power_losses = 0
+        # cut off from the head (twin): Ray takes it for dead, its processes run on
+        self.cut_off = False
 
 
 class Process:
     """What the network needs of a node, plus crash and pause bookkeeping."""
+
+    is_ghost = False  # an older process Ray gave up on, still running (twin)
 
     def __init__(self, sim: "Simulation", name: str) -> None:
         self.sim = sim
@@ -119,6 +123,10 @@ class ReplicaProcess(Process):
         self.driver: ReplicaDriver | None = None
         self.starting = False
         self.failed_starts = 0
+        # The config its actor was created with (CreateReplica's, from the controller): Ray
+        # restarts an actor with the arguments it was created with.
+        self.create_config: dict[str, str] | None = None
+        self.ghost: "ReplicaGhost | None" = None  # an older process still running (twin)
 
     def directory(self, machine: Machine) -> str:
         return f"/{machine.id}/broker-{self.broker}/{self.topic}-{self.partition}"
@@ -131,11 +139,12 @@ class ReplicaProcess(Process):
         """Start a process of this replica on ``machine``; False if it cannot (machine down,
         or its log does not open: the caller tries again later, as Ray would)."""
         self.starting = False
-        if self.up or not machine.up:
+        if self.up or not machine.up or machine.cut_off:
             return False
         sim = self.sim
         now = sim.kernel.now
-        config = self.spec.config()
+        config = self.create_config if self.create_config is not None else {**sim.scenario.broker_config, **self.spec.config()}
+        mark = machine.disk.mark()
         try:
             log = Log(
                 self.directory(machine),
@@ -147,7 +156,7 @@ class ReplicaProcess(Process):
         except Exception as exc:
             if not is_storage_error(exc):
                 raise
-            machine.disk.kill(under=self.directory(machine))
+            machine.disk.kill(under=self.directory(machine), since=mark)
             self.failed_starts += 1
             sim.trace(f"{self.name} could not open its log on {machine.id}: {exc}")
             return False
@@ -168,7 +177,7 @@ class ReplicaProcess(Process):
         self.driver = ReplicaDriver(
             self.replica,
             cluster=CLUSTER,
-            transport=SimTransport(sim.net, self, identity, after=self.after),
+            transport=SimTransport(sim.net, self, identity, after=self.after, on_call=self._on_call),
             clock=SimClock(sim.kernel, self, after=self.after),
             timeouts=ReplicaTimeouts(call_ms=sim.config.call_timeout_ms, idle_wake_ms=1000),
             trace=(lambda m: sim.trace(f"{self.incarnation_id} {m}")) if sim.tracing else None,
@@ -196,12 +205,20 @@ class ReplicaProcess(Process):
 
     def receive(self, call: Call, request: Message) -> None:
         assert self.driver is not None
-        net = self.sim.net
+        sim = self.sim
+        net = sim.net
         before = (self.replica.log.log_end_offset, self.replica.leader_epoch, self.replica.role) if self.replica.role != "offline" else None
+        noted = sim.history.on_replica_request(self, request)
         self.driver.serve(request, lambda response: net.reply(call, response))
         if call.method in ("produce", "produce_internal", "write_txn_marker") and before is not None:
-            self.sim.history.on_produce_handled(self, *before)
+            sim.history.on_produce_handled(self, *before)
+        if noted is not None:
+            sim.history.after_replica_request(self, request, noted)
         self.after()
+
+    def _on_call(self, method: str, request: Message) -> None:
+        if self.replica is not None:
+            self.sim.history.on_replica_call(self, method, request)
 
     def observe(self) -> None:
         if self.replica is not None:
@@ -301,15 +318,97 @@ class SimReplicaHost:
             return EXISTS
         if sim.scenario.bound:
             machine = sim.machines.get(node or "")
-            if machine is None or not machine.up:
+            if machine is None or not machine.up or machine.cut_off:
                 return FAILED
         else:
             if proc.incarnation > 0:
                 return EXISTS  # Ray is restarting it
             machine = sim.machines[HEAD]
         proc.starting = True
+        proc.create_config = dict(config)
         sim.kernel.after(sim.kernel.rng.randint(1, 30), sim.start_replica, proc, machine)
         return CREATED
 
     def delete(self, replica: ReplicaId, done) -> None:  # pragma: no cover - the simulation never deletes
         raise AssertionError("unexpected DeleteReplica")
+
+
+class _Ghost:
+    """An older process of a replica or coordinator still running after Ray gave up on it
+    (its node lost the head -- the GCS and the controller -- while its peers still reach
+    it) and started the next one: the ``twin`` fault. It keeps its driver, core, files,
+    timers and the calls it had made; calls made to it before (and by callers that have
+    not noticed the restart, see :meth:`Network.route_stale`) still reach it; it cannot
+    reach the controller. It runs until the fault ends (or its machine loses power).
+
+    The ghost is a network node of its own name (``<actor>~<incarnation>``) with the
+    incarnation number it had; the driver's clock and transport are moved over to it."""
+
+    is_ghost = True
+
+    def _adopt(self, proc: Process) -> None:
+        sim = proc.sim
+        self.sim = sim
+        self.of = proc
+        self.name = f"{proc.name}~{proc.incarnation}"
+        self.up = True
+        self.incarnation = proc.incarnation
+        self.paused = False
+        self.deferred = []
+        self.machine = proc.machine
+        self.driver = proc.driver
+        self.actor_incarnation_id = proc.incarnation_id
+        # the driver's clock and transport now belong to this node
+        for part in (self.driver._transport, self.driver._clock):
+            part._node = self
+            part._after = self.after
+        if self.driver._transport._on_call is not None:
+            self.driver._transport._on_call = self._on_call
+        sim.net.add(self)
+        sim.net.adopt(proc.name, proc.incarnation, self)
+
+    @property
+    def incarnation_id(self) -> str:
+        return self.actor_incarnation_id
+
+
+class ReplicaGhost(_Ghost, ReplicaProcess):
+    def __init__(self, proc: ReplicaProcess) -> None:
+        self.spec = proc.spec
+        self.topic = proc.topic
+        self.partition = proc.partition
+        self.broker = proc.broker
+        self.tp = proc.tp
+        self.replica = proc.replica
+        self.starting = False
+        self.failed_starts = 0
+        self.create_config = proc.create_config
+        self._adopt(proc)
+
+    def start(self, machine: Machine) -> bool:  # pragma: no cover - a ghost is never restarted
+        raise AssertionError("a ghost does not start")
+
+    def crash(self, reason: str = "crashed") -> None:
+        of = self.of
+        if of.up and of.machine is self.machine:
+            # The next process runs on the same directory (this one's log went offline and
+            # let the lock go): its descriptors are not this process's to drop.
+            machine, self.machine = self.machine, None
+            super().crash(reason)
+            self.machine = machine
+        else:
+            super().crash(reason)
+        self.sim.net.forget_ghost(self)
+
+
+class CoordinatorGhost(_Ghost, CoordinatorProcess):
+    def __init__(self, proc: CoordinatorProcess) -> None:
+        self.index = proc.index
+        self._adopt(proc)
+
+    def start(self) -> None:  # pragma: no cover
+        raise AssertionError("a ghost does not start")
+
+    def crash(self, reason: str = "crashed") -> None:
+        super().crash(reason)
+        self.sim.net.forget_ghost(self)

@@ -14,9 +14,23 @@ names one scenario. Scenarios mix:
   ``__consumer_offsets`` partitions are replicated like any topic;
 * faults: their kinds, weights and pace, message loss, delay, duplication, store failures.
 
-Kinds added later (``wipe``) are drawn from a side generator seeded by the kernel's state,
-so that the main sequence is unchanged: a seed draws the scenario it drew before they
-existed, and where they weigh nothing the nemesis picks faults as it did.
+Kinds added later (``wipe``, then issue 32's operator actions, background work and two
+live processes) are drawn from a side generator seeded by the kernel's state, so that the
+main sequence is unchanged: a seed draws the scenario it drew before they existed, and
+where they weigh nothing the nemesis picks faults as it did and the run is the same.
+
+Issue 32's additions (about three seeds in four; the rest run exactly as before):
+
+* operators: ``alter_config`` (min.insync.replicas down and up, flush.messages on and off,
+  unclean election on and off, retention.ms/retention.bytes, segment sizes and ages),
+  ``create_partitions`` (replication scenarios: groups would need to rebalance onto them),
+  ``delete_records``;
+* background work on short intervals (``log.retention.check.interval.ms`` and
+  ``log.cleaner.backoff.ms`` as broker configs): time and size retention on user topics, a
+  compacted topic ``c0`` written by keyed idempotent producers, and ``__consumer_offsets``
+  compacted (as deployments create it) under its live coordinators;
+* ``twin``: two live processes of one replica or coordinator for a while;
+* ``stray_write``: a client's produce into ``__consumer_offsets`` (group scenarios).
 """
 
 from __future__ import annotations
@@ -41,6 +55,11 @@ FAULT_KINDS = (
     "rebalance",
     "member",
     "wipe",
+    "alter_config",
+    "create_partitions",
+    "delete_records",
+    "twin",
+    "stray_write",
 )
 
 
@@ -52,10 +71,38 @@ class TopicSpec:
     min_insync: int
     unclean: bool
     mode: str
+    # issue 32 (drawn from the side generator; the defaults are what older seeds drew)
+    compact: bool = False  # cleanup.policy=compact, written by keyed producers
+    keys: int = 0  # key space of the keyed producers (compacted topics)
+    retention_ms: int | None = None
+    retention_bytes: int | None = None
+    segment_ms: int | None = None
+    flush_toggles: bool = False  # operators turn flush.messages=1 on and off
+    min_isr_alterable: bool = False  # operators move min.insync.replicas between 1 and 2
+    alterable: bool = False  # operators change its configs at all
+    internal: bool = False  # __consumer_offsets
+
+    def describe(self) -> str:
+        extra = []
+        if self.compact:
+            extra.append(f"compact keys={self.keys}")
+        if self.retention_ms is not None:
+            extra.append(f"retention.ms={self.retention_ms}")
+        if self.retention_bytes is not None:
+            extra.append(f"retention.bytes={self.retention_bytes}")
+        if self.segment_ms is not None:
+            extra.append(f"segment.ms={self.segment_ms}")
+        if self.flush_toggles:
+            extra.append("flush-toggled")
+        if self.min_isr_alterable:
+            extra.append("min.isr-altered")
+        return f"p={self.partitions} rf={self.rf} min.isr={self.min_insync}{' unclean' if self.unclean else ''} {self.mode}" + "".join(f" {e}" for e in extra)
 
     @property
     def lossy(self) -> bool:
-        return self.mode != "fsync"
+        """Whether a power loss may cost its replicas acknowledged appends: not every
+        append is fsynced, now or at some time (an operator may turn flush.messages off)."""
+        return self.mode != "fsync" or self.flush_toggles
 
     def config(self) -> dict[str, str]:
         cfg = {
@@ -72,6 +119,18 @@ class TopicSpec:
             cfg["flush.messages"] = "1"
         elif self.mode == "flushms":
             cfg["flush.ms"] = "300"
+        if self.compact:
+            cfg["cleanup.policy"] = "compact"
+            cfg["min.cleanable.dirty.ratio"] = "0.2"
+        if self.internal and self.compact:
+            cfg["retention.ms"] = "-1"  # as cluster/groups.py creates it
+            cfg["retention.bytes"] = "-1"
+        if self.retention_ms is not None:
+            cfg["retention.ms"] = str(self.retention_ms)
+        if self.retention_bytes is not None:
+            cfg["retention.bytes"] = str(self.retention_bytes)
+        if self.segment_ms is not None:
+            cfg["segment.ms"] = str(self.segment_ms)
         return cfg
 
 
@@ -95,6 +154,10 @@ class Scenario:
     duplicate_rate: float = 0.0
     max_delay_ms: int = 10
     store_fail_rate: float = 0.0
+    # issue 32 (side generator)
+    keyed_producers: int = 0  # idempotent producers writing keyed records to compacted topics
+    broker_config: dict[str, str] = field(default_factory=dict)  # upkeep intervals
+    offsets_compacted: bool = False
     txn_producers: int = 0  # transactional producers with a read_committed reader: SimConfig.transactions
 
     @classmethod
@@ -134,6 +197,7 @@ class Scenario:
         }
         side = _side_rng(rng)
         weights["wipe"] = side.choice([0, 0, 0, 1, 2])
+        extra = _draw_operations(side, kind, brokers, topics, weights)
         return cls(
             kind=kind,
             brokers=brokers,
@@ -153,20 +217,75 @@ class Scenario:
             duplicate_rate=rng.choice([0.0, 0.0, 0.01]),
             max_delay_ms=rng.choice([3, 10, 30, 60]),
             store_fail_rate=rng.choice([0.05, 0.2]),
+            **extra,
         )
 
     def describe(self) -> str:
         w = ",".join(f"{k}={v}" for k, v in self.fault_weights.items() if v)
-        topics = " ".join(
-            f"{t.name}[p={t.partitions} rf={t.rf} min.isr={t.min_insync}{' unclean' if t.unclean else ''} {t.mode}]" for t in self.topics
+        topics = " ".join(f"{t.name}[{t.describe()}]" for t in self.topics)
+        groups = (
+            f" groups[coordinators={self.coordinators} members={self.members} offsets={self.offsets_mode}{' compacted' if self.offsets_compacted else ''}]"
+            if self.coordinators
+            else ""
         )
-        groups = f" groups[coordinators={self.coordinators} members={self.members} offsets={self.offsets_mode}]" if self.coordinators else ""
         return (
             f"{self.kind} brokers={self.brokers}{' bound' if self.bound else ''} {topics}{groups} "
-            f"producers={self.producers}+{self.acks1_producers}(acks=1){f'+{self.txn_producers}(txn)' if self.txn_producers else ''} in_flight={self.max_in_flight} "
+            f"producers={self.producers}+{self.acks1_producers}(acks=1){f'+{self.keyed_producers}(keyed)' if self.keyed_producers else ''}{f'+{self.txn_producers}(txn)' if self.txn_producers else ''} in_flight={self.max_in_flight} "
             f"drop={self.drop_rate} dup={self.duplicate_rate} delay<={self.max_delay_ms}ms "
             f"fault_gap={self.fault_gap_ms} faults[{w}]"
+            + (f" upkeep[{','.join(f'{k}={v}' for k, v in sorted(self.broker_config.items()))}]" if self.broker_config else "")
         )
+
+
+def _draw_operations(side: random.Random, kind: str, brokers: int, topics: list[TopicSpec], weights: dict[str, int]) -> dict:
+    """Issue 32's part of a scenario, from the side generator (which older seeds never read
+    past ``wipe``). About one seed in four draws none of it and runs as before."""
+    for k in ("alter_config", "create_partitions", "delete_records", "twin", "stray_write"):
+        weights[k] = 0
+    if side.random() < 0.25:
+        return {}
+    weights["alter_config"] = side.choice([0, 1, 2, 3])
+    weights["delete_records"] = side.choice([0, 1, 2])
+    weights["create_partitions"] = side.choice([0, 1]) if kind == "replication" else 0
+    weights["twin"] = side.choice([0, 1, 2])
+    for t in topics:
+        t.alterable = True
+        if side.random() < 0.35:
+            if side.random() < 0.6:
+                t.retention_ms = side.choice([800, 2000, 4000])
+            else:
+                t.retention_bytes = side.choice([8192, 16384])
+            t.segment_ms = side.choice([300, 1000])
+        t.flush_toggles = t.rf > 1 and side.random() < 0.3
+        t.min_isr_alterable = t.rf >= 3 and side.random() < 0.5
+    extra: dict = {
+        "broker_config": {
+            "log.retention.check.interval.ms": str(side.choice([200, 500, 1000])),
+            "log.cleaner.backoff.ms": str(side.choice([200, 500, 1000])),
+        }
+    }
+    if side.random() < 0.5:
+        rf = side.choice([r for r in (3, 3, 5) if r <= brokers])
+        topics.append(
+            TopicSpec(
+                name="c0",
+                partitions=side.choice([1, 1, 2]),
+                rf=rf,
+                min_insync=side.choice([1, 2]),
+                unclean=False,
+                mode=side.choice(MODES),
+                compact=True,
+                keys=side.choice([3, 8, 20]),
+                flush_toggles=side.random() < 0.3,
+                min_isr_alterable=side.random() < 0.5,
+                alterable=True,
+            )
+        )
+        extra["keyed_producers"] = side.choice([1, 2, 3])
+    if kind == "groups":
+        extra["offsets_compacted"] = side.random() < 0.8
+        weights["stray_write"] = side.choice([0, 1])
+    return extra
 
 
 def _side_rng(rng: random.Random) -> random.Random:

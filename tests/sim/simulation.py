@@ -3,7 +3,7 @@
 One seed fixes everything: the scenario (``scenario.py``: cluster shape, topics, clients,
 fault mix) and every later choice -- message delays and losses, fault timing, torn writes.
 The replicas, the controller and the group coordinators are the production drivers
-(``kcoord.replication.replica_driver``, ``controller_driver``, ``kcoord.group.driver``) over
+(``kcoord.replication.replica_driver``, ``controller_driver``, ``kcoord.group.coordinator_driver``) over
 the production cores and the production on-disk ``Log``; only time (``kernel.py``), the
 network (``kernel.py``), disks (``disk.py``), the metadata store (``store.py``) and Ray's
 process management (``processes.py``) are simulated, as TigerBeetle's VOPR and
@@ -35,16 +35,16 @@ from kcoord.group import GroupConfig
 from kcoord.group.records import OFFSETS_TOPIC
 from kcoord.protocol.controller import CreateTopicsRequest
 from kcoord.replication.controller import ControllerConfig
-from kcoord.replication.metadata import PartitionState, decode_trust, partition_key
+from kcoord.replication.metadata import PartitionState, TopicState, decode_trust, partition_key, topic_key
 from kcoord.replication.placement import PLACEMENT_KEY, decode_binding
 from kcoord.replication.roles import LEADER, OFFLINE
 
-from .checks import History, Violation
+from .checks import History, Violation, read_log
 from .clients import Admin, Member, Producer, Reader
 from .security import SecurityAdmin
 from .faults import Nemesis
 from .kernel import Kernel, NetParams, Network, resume
-from .processes import HEAD, ControllerProcess, CoordinatorProcess, Machine, ReplicaProcess
+from .processes import HEAD, ControllerProcess, CoordinatorGhost, CoordinatorProcess, Machine, ReplicaGhost, ReplicaProcess
 from .scenario import Scenario, TopicSpec
 from .store import FaultyStore
 from .transactions import CommittedReader, TxnLedger, TxnProducer
@@ -165,6 +165,7 @@ class Simulation:
             auto_leader_rebalance=True,
             leader_rebalance_interval_ms=3000,
             restart_stuck_ms=10**9,
+            broker_config=dict(sc.broker_config),
         )
         self.group_config = GroupConfig(
             group_min_session_timeout_ms=500,
@@ -175,7 +176,18 @@ class Simulation:
         self.topics: list[TopicSpec] = list(sc.topics)
         if sc.coordinators:
             rf = min(3, sc.brokers)
-            self.topics.append(TopicSpec(OFFSETS_TOPIC, sc.coordinators, rf, min(2, rf), False, "fsync" if rf == 1 else sc.offsets_mode))
+            self.topics.append(
+                TopicSpec(
+                    OFFSETS_TOPIC,
+                    sc.coordinators,
+                    rf,
+                    min(2, rf),
+                    False,
+                    "fsync" if rf == 1 else sc.offsets_mode,
+                    compact=sc.offsets_compacted,
+                    internal=True,
+                )
+            )
         self.replicas: dict[tuple[str, int, int], ReplicaProcess] = {}
         self.assignments: dict[tuple[str, int], list[int]] = {}
         for ti, spec in enumerate(self.topics):
@@ -190,10 +202,16 @@ class Simulation:
         self.coordinators = [CoordinatorProcess(self, i) for i in range(sc.coordinators)]
         self.admin = Admin(self)
         self.producers: list[Producer] = []
-        user_parts = [(t, p) for t in sc.topics for p in range(t.partitions)]
+        plain_parts = [(t, p) for t in sc.topics if not t.compact for p in range(t.partitions)]
         for i in range(sc.producers + sc.acks1_producers):
-            spec, p = user_parts[i % len(user_parts)]
+            spec, p = plain_parts[i % len(plain_parts)]
             self.producers.append(Producer(self, i, spec, p, acks=-1 if i < sc.producers else 1, max_in_flight=sc.max_in_flight, max_batch=sc.max_batch))
+        keyed_parts = [(t, p) for t in sc.topics if t.compact for p in range(t.partitions)]
+        for j in range(sc.keyed_producers if keyed_parts else 0):
+            spec, p = keyed_parts[j % len(keyed_parts)]
+            i = len(self.producers)
+            self.producers.append(Producer(self, i, spec, p, acks=-1, max_in_flight=sc.max_in_flight, max_batch=3, keys=spec.keys))
+        user_parts = [(t, p) for t in sc.topics for p in range(t.partitions)]
         self.readers = [Reader(self, i, t.name, p) for i, (t, p) in enumerate(user_parts)]
         self.txn_ledger = TxnLedger()
         if config.transactions:
@@ -215,6 +233,8 @@ class Simulation:
         self.damaged_until_in_isr: set[tuple[str, int, int]] = set()
         self._restart_gen: dict[str, int] = {}
         self._quiet_state: tuple | None = None
+        self.ghosts: list[Any] = []  # older processes still running (twin)
+        self.grown: set[tuple[str, int]] = set()  # partitions create_partitions added
 
     # -- tracing ----------------------------------------------------------------------------
     def trace(self, message: str) -> None:
@@ -310,7 +330,7 @@ class Simulation:
         for proc in self.replica_list:
             log = proc.log
             if log is not None and proc.replica is not None and proc.replica.role != OFFLINE and log.log_end_offset > log.log_start_offset:
-                self._digest.update(proc.name.encode() + log.read(log.log_start_offset, 1 << 40))
+                self._digest.update(proc.name.encode() + read_log(self.history, proc.tp, proc.broker, log, log.log_start_offset))
         for key in self.store.keys():
             self._digest.update(key.encode() + (self.store.get(key) or b""))
         return SimResult(self.config, self.scenario, list(h.violations), stats, list(self._tail), self._digest.hexdigest())
@@ -328,12 +348,20 @@ class Simulation:
         raw = self.store.get(partition_key(topic, partition))
         return None if raw is None else PartitionState.decode(raw)
 
+    def replica_config(self, topic: str) -> dict[str, str] | None:
+        """The config the controller gives a replica of ``topic`` it creates (CreateReplica):
+        the broker configs and the topic's, as stored."""
+        raw = self.store.get(topic_key(topic))
+        if raw is None:
+            return None
+        return {**self.controller_config.broker_config, **self.controller_config.default_topic_config, **TopicState.decode(raw).config}
+
     def current_binding(self) -> dict[int, str]:
         raw = self.store.get(PLACEMENT_KEY)
         return decode_binding(raw) if raw else dict(self.binding)
 
     def alive_machines(self) -> list[str]:
-        return [mid for mid, m in sorted(self.machines.items()) if m.up]
+        return [mid for mid, m in sorted(self.machines.items()) if m.up and not m.cut_off]
 
     def start_replica(self, proc: ReplicaProcess, machine: Machine) -> None:
         if not proc.start(machine) and not proc.up and not self.scenario.bound and self.phase != "quiet":
@@ -379,6 +407,102 @@ class Simulation:
             proc.crash("restarted by the operator")
             self.start_replica(proc, machine)
 
+    # -- issue 32: operators and two live processes -----------------------------------------
+    def grow_topic(self, spec: TopicSpec, count: int) -> None:
+        """create_partitions: the new partitions' replica processes, producer and reader
+        exist before the request is sent (the controller creates their actors through
+        Ray, i.e. :class:`SimReplicaHost`); they are placed as creation places them."""
+        ti = self.topics.index(spec)
+        assignment = []
+        for p in range(spec.partitions, count):
+            replicas = [(p + ti + j) % self.scenario.brokers for j in range(spec.rf)]
+            assignment.append(replicas)
+            self.assignments[(spec.name, p)] = replicas
+            self.grown.add((spec.name, p))
+            for b in replicas:
+                proc = ReplicaProcess(self, spec, p, b)
+                self.replicas[(spec.name, p, b)] = proc
+                self.net.add(proc)
+            self.history.add_partition(spec, p)
+            producer = Producer(
+                self, len(self.producers), spec, p, acks=-1, max_in_flight=self.scenario.max_in_flight, max_batch=self.scenario.max_batch, keys=spec.keys
+            )
+            self.producers.append(producer)
+            self.net.add(producer)
+            producer.start()
+            self.kernel.after(self.kernel.rng.randint(*self.scenario.produce_gap_ms), self._produce, producer)
+            reader = Reader(self, len(self.readers), spec.name, p)
+            self.readers.append(reader)
+            self.net.add(reader)
+            reader.start()
+        self.replica_list = [self.replicas[k] for k in sorted(self.replicas)]
+        self.trace(f"admin: create_partitions {spec.name} {spec.partitions} -> {count} ({assignment})")
+        spec.partitions = count
+        self.admin.create_partitions(spec.name, count, assignment)
+
+    def twin(self, proc: Any, duration: int) -> bool:
+        """Ray gives up on ``proc`` (its node lost the head) while it runs on, and starts its
+        next process; the old one lives ``duration`` ms more (see faults.py, ``twin``)."""
+        rng = self.kernel.rng
+        if isinstance(proc, ReplicaProcess):
+            ghost: Any = ReplicaGhost(proc)
+            callers = [p.name for p in self.producers + self.readers] + [c.name for c in self.coordinators]
+            callers += [r.name for r in self.replica_list if r.tp == proc.tp and r is not proc]
+            self.history.on_replica_twin(proc, ghost)
+            proc.ghost = ghost
+            proc.replica = None
+        else:
+            ghost = CoordinatorGhost(proc)
+            callers = [m.name for m in self.members]
+            if rng.random() < 0.5:
+                # Its partition's replicas unreachable too: an append times out after
+                # persist_ms and it asks for a newer epoch, as it would against a leader
+                # stuck below min ISR (issue 32, finding 6: only the controller may grant it).
+                for r in self.replica_list:
+                    if r.tp == (OFFSETS_TOPIC, proc.index):
+                        self.net.cut(ghost.name, r.name)
+        self.net.cut(ghost.name, self.controller.name)
+        for caller in callers:
+            if rng.random() < 0.3:
+                self.net.route_stale(caller, proc.name, ghost)
+        proc.driver = None
+        proc.up = False  # Ray's view: gone (its calls are the ghost's now)
+        self.ghosts.append(ghost)
+        self.trace(f"TWIN: {proc.incarnation_id} runs on as {ghost.name}, cut off from the controller, for {duration} ms")
+        self.kernel.after(duration, self.end_twin, ghost)
+        if not (isinstance(proc, ReplicaProcess) and self.scenario.bound):
+            self.restart_later(proc, rng.choice([5, 50, 300]))
+        return True
+
+    def cut_off_machine(self, machine: Machine, duration: int) -> bool:
+        """Bound brokers: ``machine`` loses the head; Ray takes it (and its actors) for dead,
+        while every replica process on it runs on as a ghost."""
+        procs = [
+            p for p in self.replica_list if p.machine is machine and p.up and not p.paused and p.ghost is None and p.replica is not None and p.replica.role != OFFLINE
+        ]
+        machine.cut_off = True
+        self.trace(f"NODE CUT OFF: {machine.id} loses the head for {duration} ms ({len(procs)} replica processes run on)")
+        for p in procs:
+            self.twin(p, duration)
+        self.kernel.after(duration, self._machine_back, machine)
+        return True
+
+    def _machine_back(self, machine: Machine) -> None:
+        if machine.cut_off:
+            machine.cut_off = False
+            self.trace(f"{machine.id} reaches the head again")
+
+    def end_twin(self, ghost: Any) -> None:
+        """The old process is finally stopped (its node is back, and Ray kills what it
+        replaced), or was already gone."""
+        if ghost in self.ghosts:
+            self.ghosts.remove(ghost)
+        if ghost.up:
+            ghost.crash("stopped: Ray replaced it")
+        self.net.heal(ghost.name, self.controller.name)
+        if isinstance(ghost, ReplicaGhost) and ghost.of.ghost is ghost:
+            ghost.of.ghost = None
+
     # -- the failure model of page-cache topics ---------------------------------------------
     def may_damage(self, proc: ReplicaProcess) -> bool:
         """Whether ``proc`` may lose unsynced data now (topics that do not fsync every
@@ -416,7 +540,7 @@ class Simulation:
     def on_replica_progress(self, proc: ReplicaProcess) -> None:
         """A damaged replica is whole again once it holds everything committed so far."""
         key = (proc.topic, proc.partition, proc.broker)
-        if key not in self.damaged or proc.replica is None or proc.replica.role in ("none", OFFLINE):
+        if key not in self.damaged or proc.replica is None or proc.replica.role in ("none", OFFLINE) or proc.is_ghost:
             return
         pending = self.damage_pending.get(key)
         if pending is not None:
@@ -466,11 +590,14 @@ class Simulation:
         self.net.params.drop_rate = 0.0
         self.net.params.duplicate_rate = 0.0
         self.store.fail_rate = 0.0
+        for ghost in list(self.ghosts):
+            self.end_twin(ghost)
         for name in list(self._restart_gen):
             self._restart_gen[name] += 1  # cancel scheduled restarts: restart now instead
         for m in self.machines.values():
             m.disk.clear_faults()
             self.machine_up(m)
+            self._machine_back(m)
         for proc in [*self.replica_list, self.controller, *self.coordinators]:
             if proc.up and proc.paused:
                 resume(proc)
@@ -483,7 +610,13 @@ class Simulation:
         for proc in self.replica_list:
             if proc.up and proc.replica is not None and proc.replica.role == OFFLINE:
                 proc.crash("restarted by the operator")
+            if not proc.up and proc.tp in self.grown and self.stored_partition(proc.topic, proc.partition) is None:
+                continue  # create_partitions not applied yet: the controller creates it
             if not proc.up:
+                if self.scenario.bound:
+                    # what the controller would create it with (Ray restarts a logical
+                    # broker's actor on its creation arguments instead)
+                    proc.create_config = self.replica_config(proc.topic)
                 machine = self.machines[binding[proc.broker]] if self.scenario.bound else self.machines[HEAD]
                 proc.start(machine)
         for m in self.members:
@@ -498,7 +631,7 @@ class Simulation:
         if not self.controller.up or self.controller.driver is None or not self.controller.driver.booted:
             return "controller not up"
         if not self.admin.done:
-            return "topics not created yet"
+            return f"admin busy: {self.admin.busy() or 'topics not created yet'}"
         for (topic, partition), replicas in sorted(self.assignments.items()):
             p = self.stored_partition(topic, partition)
             if p is None or p.leader < 0:

@@ -137,6 +137,60 @@ def test_planted_index_divergence_is_caught(monkeypatch: pytest.MonkeyPatch) -> 
     assert any(v.invariant == "txn-index" for r in results for v in r.violations)
 
 
+# Issue 32: seeds that showed one bug each under its fault model (docs/simulation.md, "What
+# it found"); every one passes with the fixes (schedules have moved since, so some no longer
+# reach the bug: they stay as regression seeds).
+ISSUE_32_SEEDS = {
+    "finding 1 (an ELR kept across a lowered min.insync.replicas or a flush.messages change)": (7, 68, 192, 201),
+    "finding 2 (a vouch for an old process brings it back; a twin process's fetches)": (47, 1979, 2400, 2690),
+    "finding 3 (a new leader proposes out followers within replica.lag.time.max.ms)": (0, 1, 3, 14),
+    "finding 4 (a late LeaderAndIsr rolls a topic config back)": (1086, 1410, 1613),
+    "finding 5 (DeleteRecords answered before the low watermark passed it)": (80, 233, 295, 352),
+    "finding 7 (a half-finished ISR write leaves an ISR member replaced)": (3041,),
+    "finding 8 (the cleaner drops a producer's last batch)": (1676, 2864),
+    "finding 9 (a client's write into __consumer_offsets is acknowledged)": (58, 84, 120),
+    "follower below its log start (an unclean leader's log ends below it)": (531, 2005, 2408, 4431),
+    "twin follower (the leader counts an ISR member's old process for its HW)": (47, 432, 541, 902),
+    "restarted unseen (an ISR member's new process never counted)": (69, 218),
+    "dedup window (the cleaner removed one of a producer's last five batches)": (108, 1855),
+}
+
+
+@pytest.mark.parametrize("seeds", [pytest.param(seeds, id=name.split(" (")[0].replace(" ", "")) for name, seeds in ISSUE_32_SEEDS.items()])
+def test_the_seeds_that_found_issue_32s_bugs_pass(seeds: tuple[int, ...]) -> None:
+    results = run_many(list(seeds), jobs=1)
+    failed = [report for _, ok, report, _ in results if not ok]
+    assert not failed, f"{len(failed)} of {len(seeds)} seeds fail:\n\n" + "\n\n".join(failed[:2])
+
+
+def test_seeds_without_issue_32s_draws_replay_as_before() -> None:
+    """Issue 32's kinds come from the side generator: a seed that draws none of them draws
+    the scenario it drew before they existed, and its main generator goes on exactly as it
+    did, so the nemesis picks the same faults (values recorded on 21e55c5, the commit
+    before them; there the two seeds' full traces were byte-identical too)."""
+    from .kernel import Kernel
+    from .scenario import Scenario
+
+    before = {
+        4: (
+            "replication brokers=3 bound t0[p=1 rf=3 min.isr=1 unclean fsync] producers=1+1(acks=1) in_flight=2 drop=0.002 dup=0.0 "
+            "delay<=30ms fault_gap=(150, 700) faults[crash_replica=5,crash_leader=3,power_loss=3,zombie=2,split=1,one_way=1,rebalance=1]",
+            0.8447892263967683,
+        ),
+        8: (
+            "replication brokers=3 t0[p=1 rf=3 min.isr=1 fsync] producers=1+0(acks=1) in_flight=1 drop=0.002 dup=0.01 delay<=60ms "
+            "fault_gap=(150, 700) faults[crash_replica=5,crash_leader=1,crash_controller=1,pause=2,split=1,one_way=1,storage=1,store=1,rebalance=1]",
+            0.9020643004116283,
+        ),
+    }
+    for seed, (described, next_draw) in before.items():
+        rng = Kernel(seed).rng
+        scenario = Scenario.draw(rng)
+        assert not scenario.broker_config and not any(scenario.fault_weights[k] for k in ("alter_config", "delete_records", "twin")), seed
+        assert scenario.describe() == described, f"seed {seed} draws another scenario"
+        assert rng.random() == next_draw, f"seed {seed}'s main generator moved on differently"
+
+
 def test_same_seed_same_run() -> None:
     for seed in (1, 2, 5):
         a = Simulation(SimConfig(seed=seed)).run()
@@ -205,7 +259,8 @@ def test_planted_hw_bug_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_planted_alter_partition_mismatch_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
     """The AlterPartition bug of issue 12, put back: an answer ends the wait for whatever
     proposal is in flight. The KIP-497 check sees the controller's ISR outgrow the leader's
-    maximal ISR (seeds found by running 400 replication seeds with the bug planted)."""
+    maximal ISR (seeds found by running 400 replication seeds with the bug planted; re-found
+    when issue 32's draws changed the schedules: 89, 129, 204, 237, 247, 275 of 0-799)."""
     from kcoord.replication.leader import Leader
 
     original = Leader.on_alter_partition_response
@@ -216,7 +271,7 @@ def test_planted_alter_partition_mismatch_is_caught(monkeypatch: pytest.MonkeyPa
         return original(self, request, response, now_ms)
 
     monkeypatch.setattr(Leader, "on_alter_partition_response", sloppy)
-    results = [run_seed(s, kind="replication") for s in (129, 300, 306, 340)]
+    results = [run_seed(s, kind="replication") for s in (89, 129, 204, 237)]
     assert sum(any(v.invariant == "kip497" for v in r.violations) for r in results) >= 2
 
 
@@ -226,13 +281,12 @@ def test_planted_wiped_disk_leader_is_caught(monkeypatch: pytest.MonkeyPatch) ->
     is trusted on its ISR or ELR membership and leads with an empty log; the simulation's
     ``wipe`` fault exposes it as acknowledged records lost (seeds found with the hole
     planted: 4 of 2,000 when ``wipe`` came; re-found when heartbeat timing changed the
-    schedules: 714, 729, 967, 1153 and 2803 of seeds 0-2999; and after issue 32 changed
-    them again (producers keep at most five batches unacknowledged, coordinators ask the
-    controller for epochs): 714 and 957 of seeds 0-2999, none with the fix)."""
+    schedules: 714, 729, 967, 1153 and 2803 of seeds 0-2999, none with the fix; and when
+    issue 32 changed them again (its fixes and its draws): 714 and 1722)."""
     from kcoord.replication.trust import TrustLedger
 
     monkeypatch.setattr(TrustLedger, "holds_data", lambda self, rid: True)
-    results = [run_seed(s) for s in (714, 957)]
+    results = [run_seed(s) for s in (714, 1722)]
     assert all(any(v.invariant == "1" for v in r.violations) for r in results)
 
 
@@ -245,8 +299,9 @@ def test_planted_coordinator_load_bug_is_caught(monkeypatch: pytest.MonkeyPatch)
     start of its epoch, so the HW a coordinator reads already covers every acknowledged
     commit; with it the planted bug is harmless (no seed of 0-1999 catches it once
     coordinators take their epochs from the controller, issue 32). So that defense is
-    removed too, and the coordinator's own rule is what stands: seeds 154 and 850 of
-    0-1499 catch the pair, neither catches the leader's hole alone."""
+    removed too, and the coordinator's own rule is what stands: seeds 7, 561, 809 and 966
+    of 0-999 (groups kind, on trust-fixes' schedules) catch the pair, none the leader's
+    hole alone."""
     from kcoord.group import driver
     from kcoord.replication.leader import Leader
 
@@ -260,13 +315,35 @@ def test_planted_coordinator_load_bug_is_caught(monkeypatch: pytest.MonkeyPatch)
 
     monkeypatch.setattr(Leader, "hw_is_stale", lambda self: False)
     monkeypatch.setattr(driver.GroupCoordinatorDriver, "_on_load_fetch", finish_at_hw)
-    results = [run_seed(s, kind="groups") for s in (154, 850)]
+    results = [run_seed(s, kind="groups") for s in (7, 561, 809, 966)]
     assert all(any(v.invariant == "6" for v in r.violations) for r in results)
 
 
 def test_the_code_digest_covers_the_cores_and_the_harness_but_not_the_seed_runner() -> None:
     modules = simulated_modules()
-    for core in ("kcoord.replication.leader", "kcoord.replication.controller_driver", "kcoord.group.driver", "kcoord.log.log", "tests.sim.checks"):
+    for core in ("kcoord.replication.leader", "kcoord.replication.controller_driver", "kcoord.group.coordinator_driver", "kcoord.log.log", "tests.sim.checks"):
         assert core in modules, core
     assert "tests.sim.run" not in modules and "tests.sim.test_simulation" not in modules
     assert code_digest() == code_digest()
+
+
+def test_planted_coordinator_own_epoch_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 32's finding 6, put back: a coordinator incarnation takes a producer epoch one
+    above any it knows instead of asking the controller. A ``twin``'s old process whose
+    append timed out (its partition's replicas cut off) lands on its successor's epoch, and
+    restarts that load a lagging log do the same (check **6**: two incarnations on one
+    epoch). Seeds found with the defect planted (groups kind, seeds 0-79): 48, 61, 74; 61
+    only since the old process may lose its partition's replicas."""
+    from kcoord.group import driver
+
+    def own_epoch(self, then):
+        if self.closed:
+            return
+        self.producer_epoch = max(self.producer_epoch, self._max_epoch_seen) + 1
+        self._next_sequence = 0
+        self._epoch_ready = True
+        then()
+
+    monkeypatch.setattr(driver.GroupCoordinatorDriver, "_renew_epoch", own_epoch)
+    results = [run_seed(s, kind="groups") for s in (48, 61, 74)]
+    assert all(any(v.invariant == "6" for v in r.violations) for r in results)

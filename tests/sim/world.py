@@ -61,11 +61,21 @@ class SimClock:
 class SimTransport:
     """A process's outgoing calls. ``resolve`` maps an actor name to a simulated node."""
 
-    def __init__(self, net: Network, node: Node, resolve: Callable[[str], str], after: Callable[[], None] | None = None) -> None:
+    def __init__(
+        self,
+        net: Network,
+        node: Node,
+        resolve: Callable[[str], str],
+        after: Callable[[], None] | None = None,
+        on_call: Callable[[str, Message], None] | None = None,
+    ) -> None:
+        """``on_call(method, request)`` hears every call the process makes, before it is
+        sent (the checks watch a leader's ISR proposals)."""
         self._net = net
         self._node = node
         self._resolve = resolve
         self._after = after
+        self._on_call = on_call
 
     def call(
         self,
@@ -83,4 +93,6 @@ class SimTransport:
             if self._after is not None:
                 self._after()
 
+        if self._on_call is not None:
+            self._on_call(method, request)
         self._net.call(self._node, self._resolve(target), method, request, response_type, done, timeout_ms)

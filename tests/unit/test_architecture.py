@@ -121,7 +121,7 @@ def _own_attributes(cls: ast.ClassDef) -> set[str]:
 
 def test_core_state_machines_share_state_explicitly_not_through_mixins() -> None:
     """Issue #15: a part of a state machine gets what it shares with the others through its
-    constructor (ReplicaState, CoordinatorContext), so every ``self.x`` a class reads is
+    constructor (ReplicaContext, CoordinatorContext), so every ``self.x`` a class reads is
     defined by that class or a base class of the same package, never by a sibling mixin's
     ``__init__``. (Classes with bases from elsewhere, e.g. enums, are not checked.)"""
     for folder in ("kcoord/group", "kcoord/replication", "kcoord/txn"):
@@ -143,3 +143,50 @@ def test_core_state_machines_share_state_explicitly_not_through_mixins() -> None
             }
             foreign = sorted(a for a in read - defined if not a.startswith("__"))
             assert not foreign, f"{folder}: {name} reads self.{', self.'.join(foreign)} that only another class defines"
+
+
+def _module_imports(path: Path) -> set[str]:
+    """The kcoord modules ``path`` imports (``TYPE_CHECKING`` and function-local imports
+    included), as dotted names resolved from relative imports."""
+    package = ".".join(path.relative_to(REPO).with_suffix("").parts[:-1])
+    out: set[str] = set()
+    for node in ast.walk(_tree(path)):
+        if isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")[: len(package.split(".")) - node.level + 1]
+                mod = ".".join(base + ([node.module] if node.module else []))
+            else:
+                mod = node.module or ""
+            out.add(mod)
+            out.update(f"{mod}.{a.name}" for a in node.names)
+        elif isinstance(node, ast.Import):
+            out.update(a.name for a in node.names)
+    return {m for m in out if m.startswith("kcoord.")}
+
+
+def test_the_cores_and_the_kit_have_no_import_cycles() -> None:
+    """Issue 33: a module of a core (or of the kit in kcoord/runtime) never imports, however
+    indirectly, a module that imports it back -- TYPE_CHECKING imports count too."""
+    graph: dict[str, set[str]] = {}
+    for folder in ("kcoord/group", "kcoord/replication", "kcoord/txn", "kcoord/runtime"):
+        for path in _modules(folder):
+            name = ".".join(path.relative_to(REPO).with_suffix("").parts)
+            graph[name.removesuffix(".__init__")] = _module_imports(path)
+    edges = {m: {d for d in deps if d in graph and d != m} for m, deps in graph.items()}
+    # a package's __init__ re-exports its modules: an edge into it is not a cycle back
+    packages = {m for m in graph if (REPO / m.replace(".", "/") / "__init__.py").exists()}
+
+    def cycle_from(start: str) -> list[str] | None:
+        stack, seen = [(start, [start])], set()
+        while stack:
+            node, path = stack.pop()
+            for nxt in edges[node]:
+                if nxt == start:
+                    return path + [start]
+                if nxt not in seen and nxt not in packages:
+                    seen.add(nxt)
+                    stack.append((nxt, path + [nxt]))
+        return None
+
+    cycles = [c for m in sorted(graph) if m not in packages and (c := cycle_from(m))]
+    assert not cycles, f"import cycles: {cycles[:3]}"

@@ -465,3 +465,54 @@ def test_a_forked_child_gets_its_own_calls_thread(monkeypatch):
     assert os.read(read, 1) == b"1"
     parent.stop()
     parent.loop.close()
+
+
+_EXIT_WITH_A_CONNECTION_OPEN = """
+import sys
+from kcoord.calls import BlockingCalls
+from kcoord.calls.channel import ChannelClient, Endpoint
+
+async def main():
+    return await ChannelClient().call(Endpoint("node-a", "\\0" + sys.argv[1]), "produce", b"x", timeout=5)
+
+print(BlockingCalls.shared().run(main()))
+"""
+
+
+def test_a_process_that_exits_with_channel_connections_open_closes_them_quietly() -> None:
+    """A synchronous caller (the CLI, a script with a consumer) exits without closing
+    anything while the replica it called lives on: the calls thread's connections are
+    closed at exit, with no "Task was destroyed but it is pending!" for their readers on
+    stderr."""
+    import subprocess
+    import sys
+
+    replica = BlockingCalls()  # the replica's process: this one, on a loop of its own
+    server = ChannelServer(Echo(), "node-a")
+    try:
+        ep = replica.start(server.start()).result(5)
+        name = ep.address[1:]  # an abstract socket's address: a NUL, then its name
+        proc = subprocess.run([sys.executable, "-c", _EXIT_WITH_A_CONNECTION_OPEN, name], capture_output=True, text=True, timeout=60)
+        assert (proc.returncode, proc.stdout.strip(), proc.stderr) == (0, "b'produce:x'", "")
+    finally:
+        replica.loop.call_soon_threadsafe(server.close)
+        replica.stop()
+        replica.loop.close()
+
+
+def test_a_call_through_ray_cancelled_by_its_caller_leaves_no_wait_behind() -> None:
+    """A sender that closes cancels its calls still waiting: the wait on the Ray answer
+    ends with them (not a task destroyed pending when the loop closes)."""
+    from kcoord.calls import Probing, call_probing
+
+    async def main():
+        never = asyncio.get_running_loop().create_future()  # a Ray answer that never comes
+        call = asyncio.ensure_future(call_probing(never, None, None, Probing.every(60)))
+        await asyncio.sleep(0.01)
+        call.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await call
+        await until(lambda: never.cancelled(), "the wait on the answer to be cancelled", timeout=1)
+        assert [t for t in asyncio.all_tasks() if t is not asyncio.current_task()] == []
+
+    run(main())

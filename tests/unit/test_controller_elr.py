@@ -99,3 +99,35 @@ def test_no_reload_finds_the_new_config_with_the_old_elr():
             if config.get("min.insync.replicas") != "2":
                 assert h2.stored(i).elr == [], f"after {n} of {len(writes)} writes, partition {i}"
         assert h2.core.topics[TOPIC].config == config
+
+
+def test_a_proposal_judged_under_an_older_config_is_refused_and_the_leader_told_the_new_one():
+    """A page-cache topic at min ISR 1 (no ELR can form): the operator raises it to 2, and
+    the leader, not told yet, proposes to drop its lagging followers. Accepted, ISR [0] and
+    ELR [1, 2] under min ISR 2 -- while the leader, still at min ISR 1, moves the HW alone, so
+    the ELR member lacks acknowledged records. The proposal carries the config version it
+    was judged under; an older one is refused (the leader retries) and the leader is sent
+    the current config."""
+    from kcoord.protocol.controller import AlterPartitionRequest
+
+    h = Harness()
+    h.create(config={"min.insync.replicas": "1"})
+    for b in h.partition().replicas:
+        h.beat(b, incarnation=f"a{b}")
+    p = h.partition()
+    version = h.core.topics[TOPIC].config_version
+    h.apply(alter_configs(h, ("min.insync.replicas", "2")))
+    assert h.core.topics[TOPIC].config_version == version + 1
+
+    def propose(v: int):
+        p = h.partition()
+        req = AlterPartitionRequest(TOPIC, 0, p.leader, p.leader_epoch, p.partition_epoch, [p.leader], config_version=v)
+        return h.core.alter_partition(req, h.now)
+
+    resp, actions = propose(version)
+    assert resp.error_code != 0 and h.partition().isr == p.isr and h.partition().elr == []
+    told = [a for a in actions if isinstance(a, SendLeaderAndIsr) and a.replica.broker == p.leader]
+    assert told and told[0].request.config_version == version + 1
+    resp, actions = propose(version + 1)
+    h.apply(actions)
+    assert resp.error_code == 0 and h.partition().isr == [p.leader] and h.partition().elr

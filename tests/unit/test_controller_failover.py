@@ -6,6 +6,8 @@ from __future__ import annotations
 from kcoord.protocol.controller import LeaderAndIsrResponse, MetadataRequest
 from kcoord.protocol.errors import ErrorCode
 from kcoord.replication.controller import (
+    CREATED,
+    REPLACED,
     CreateReplica,
     Persist,
     ReplicaId,
@@ -122,7 +124,7 @@ def test_dead_replica_is_recreated_by_tick():
     h.dead(2)
     actions = h.apply(h.core.tick(h.now))
     assert ReplicaId(TOPIC, 0, 2) in [a.replica for a in actions if isinstance(a, CreateReplica)]
-    h.core.on_replica_created(ReplicaId(TOPIC, 0, 2), True, h.now)
+    h.core.on_replica_ensured(ReplicaId(TOPIC, 0, 2), CREATED, h.now)
     assert h.core.metrics_snapshot()["replicas_recreated"] == 1
     h.now += 100
     assert not [a for a in h.core.tick(h.now) if isinstance(a, CreateReplica)], "not again before the interval"
@@ -136,7 +138,7 @@ def test_restart_stuck_only_after_failed_for_restart_stuck_ms():
     h.dead(2)
     assert not h.core.restart_stuck(rid, h.now + 9_999)
     assert h.core.restart_stuck(rid, h.now + 10_000)
-    h.core.on_replica_replaced(rid)
+    h.core.on_replica_ensured(rid, REPLACED, h.now)
     assert h.core.metrics_snapshot()["replicas_replaced_stuck"] == 1
     h.beat(2, incarnation="i1")
     assert not h.core.restart_stuck(rid, h.now + 60_000), "back alive: not stuck"
@@ -522,7 +524,7 @@ NODES = {"n0": "h0", "n1": "h1", "n2": "h2"}  # node -> host, broker b on node n
 def bound_harness() -> Harness:
     """Brokers bound to nodes n0-n2, each on its own host."""
     h = Harness(binding={0: "n0", 1: "n1", 2: "n2"})
-    h.core.on_nodes(list(NODES), NODES)
+    h.core.on_nodes(list(NODES), NODES, h.now)
     return h
 
 
@@ -547,12 +549,12 @@ def test_an_offline_partitions_last_isr_member_is_recreated_when_its_machine_ret
     h.dead(0)
     h.dead(2)
     assert (h.partition().leader, h.partition().isr) == (1, [1])
-    h.core.on_nodes(["n0", "n2"], NODES)  # n1 is lost with broker 1's replica
+    h.core.on_nodes(["n0", "n2"], NODES, h.now)  # n1 is lost with broker 1's replica
     h.dead(1)
     assert (h.partition().leader, h.partition().isr) == (NO_LEADER, [1])
-    h.core.on_nodes(["n0", "n2", "spare"], {**NODES, "spare": "h9"})
+    h.core.on_nodes(["n0", "n2", "spare"], {**NODES, "spare": "h9"}, h.now)
     assert creates_after(h, 5_000, broker=1) == []  # a spare node on another host would start it empty
-    h.core.on_nodes(["n0", "n2", "spare", "n1b"], {**NODES, "spare": "h9", "n1b": "h1"})
+    h.core.on_nodes(["n0", "n2", "spare", "n1b"], {**NODES, "spare": "h9", "n1b": "h1"}, h.now)
     (create,) = creates_after(h, 5_000, broker=1)
     assert create.node == "n1b"
     assert decode_binding(h.store.get(PLACEMENT_KEY))[1] == "n1b"
@@ -575,7 +577,7 @@ def test_sole_isr_member_back_on_its_machine_with_an_emptied_disk_does_not_lead(
     h.dead(1)
     assert (h.stored().leader, h.stored().isr, h.stored().elr) == (NO_LEADER, [1], [0, 2])
     h2 = h.restart()
-    h2.core.on_nodes(["n0", "n2", "n1b"], {**NODES, "n1b": "h1"})
+    h2.core.on_nodes(["n0", "n2", "n1b"], {**NODES, "n1b": "h1"}, h2.now)
     h2.beat(0, incarnation="c0", log_end_offset=100)
     h2.beat(2, incarnation="c2", log_end_offset=100)
     assert h2.stored().leader == NO_LEADER, "this controller never saw them leave: no trust"

@@ -12,7 +12,7 @@ from typing import Any, Callable
 
 from kcoord import records
 from kcoord.group import GroupConfig, GroupCoordinatorState
-from kcoord.group.driver import CoordinatorTimeouts, GroupCoordinatorDriver
+from kcoord.group.coordinator_driver import CoordinatorTimeouts, GroupCoordinatorDriver
 from kcoord.group.records import OFFSETS_TOPIC, OffsetKey, OffsetValue, decode_record, offset_record
 from kcoord.log import LogConfig, MemoryLog
 from kcoord.protocol import names

@@ -124,7 +124,7 @@ class Shell:
         """Advance the clock timer by timer until every token is answered; the replies."""
         start = self.now
         while any(t not in self.replies for t in tokens):
-            deadline = self.coord.next_deadline()
+            deadline = self.coord.next_deadline(self.now)
             assert deadline is not None and deadline - start <= limit_ms, "requests never answered"
             self.advance(max(deadline - self.now, 0))
         return [self.replies.pop(t) for t in tokens]

@@ -111,7 +111,7 @@ def test_initial_rebalance_delay_waits_and_extends_while_members_arrive():
     a = s.new_member_id("g")
     ta = s.join("g", a, rebalance=10_000)
     assert s.reply(ta) is None and s.group().state == GroupState.PREPARING_REBALANCE
-    assert s.coord.next_deadline() == s.now + 3_000
+    assert s.coord.next_deadline(s.now) == s.now + 3_000
     s.advance(2_000)
     b = s.new_member_id("g")
     tb = s.join("g", b, rebalance=10_000)  # a new member during the delay extends it
@@ -676,8 +676,8 @@ def test_illegal_transitions_are_refused():
 
 def test_next_deadline_tracks_sessions_and_the_join_phase():
     s = Shell()
-    assert s.coord.next_deadline() is None
+    assert s.coord.next_deadline(s.now) is None
     t = s.join("g", s.new_member_id("g"))
-    assert s.coord.next_deadline() == s.now + FAST.group_initial_rebalance_delay_ms
+    assert s.coord.next_deadline(s.now) == s.now + FAST.group_initial_rebalance_delay_ms
     s.settle(t)
-    assert s.coord.next_deadline() == s.now + SESSION
+    assert s.coord.next_deadline(s.now) == s.now + SESSION

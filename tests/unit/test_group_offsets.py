@@ -311,6 +311,6 @@ def test_empty_group_without_offsets_is_dropped_after_the_check_interval():
 
 def test_next_deadline_reports_the_retention_timer():
     s = Shell()
-    assert s.coord.next_deadline() is None
+    assert s.coord.next_deadline(s.now) is None
     s.reply(s.commit("g", {("t", 0): 1}))
-    assert s.coord.next_deadline() == s.now + HOUR
+    assert s.coord.next_deadline(s.now) == s.now + HOUR

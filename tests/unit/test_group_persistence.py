@@ -185,7 +185,7 @@ def test_restored_retention_counts_from_when_the_group_became_empty():
     s.leave("g", (members[0], None))
     empty_at = s.now
     r = restart(s, advance_ms=1_000)
-    assert r.coord.next_deadline() == empty_at + FAST.offsets_retention_ms
+    assert r.coord.next_deadline(r.now) == empty_at + FAST.offsets_retention_ms
 
 
 def test_load_skips_unknown_key_versions_and_rejects_garbage():
@@ -290,11 +290,11 @@ def test_close_answers_every_waiting_request():
     a, b = members
     join = s.join("g", a)  # long-polling
     commit = s.commit("solo", {("t", 0): 1})  # waiting on its write
-    actions = s.coord.close()
+    actions = s.coord.close(s.now)
     answered = {x.token: x.response for x in actions if isinstance(x, Reply)}
     assert answered[join].error_code == E.NOT_COORDINATOR
     assert answered[commit].topics == {"t": {0: E.NOT_COORDINATOR}}
-    assert s.coord.next_deadline() is None
+    assert s.coord.next_deadline(s.now) is None
     after = s.coord.handle(s_join_request(), 99, s.now)
     assert after[0].response.error_code == E.NOT_COORDINATOR
 

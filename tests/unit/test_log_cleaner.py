@@ -311,12 +311,6 @@ def test_a_producers_partly_superseded_last_batch_keeps_its_last_sequence(tmp_pa
     assert not follower.append_as_leader(nxt, leader_epoch=1, now_ms=T0).duplicate  # it goes on where it was
 
 
-def test_a_batch_that_is_no_producers_last_still_goes_whole(tmp_path):
-    leader, _, at = _superseded_producer(tmp_path, False, [b"b"], [b"a", b"b"])
-    kept = [h for _, h in R.iter_headers(leader.read(0, 1 << 30)) if h.producer_id == 5]
-    assert [h.base_offset for h in kept] == [at]  # the first batch (key a) went entirely
-
-
 # -- the compaction interface (CompactableLog): what a pass may use of a Log ------------------
 
 _INTERFACE = {name for name in dir(CompactableLog) if not name.startswith("_")} | set(CompactableLog.__annotations__)
@@ -382,3 +376,53 @@ def test_replace_segment_swaps_a_sealed_segments_batches_and_refuses_the_active_
     again = compact_log(tmp_path)
     assert again.read(0, 1 << 20)[: len(first_batch)] == first_batch and not again.recovery_report.cut
     again.close()
+def test_a_batch_older_than_a_producers_last_five_still_goes_whole(tmp_path):
+    log = compact_log(tmp_path / "leader")
+    p5 = dict(producer_id=5, producer_epoch=0)
+    at = [log.append_as_leader(_batch([(b"p%d" % i, b"0")], False, base_sequence=i, **p5), leader_epoch=0, now_ms=T0).base_offset for i in range(6)]
+    for i in range(6):
+        log.append_as_leader(_batch([(b"p%d" % i, b"1")], False), leader_epoch=0, now_ms=T0)
+    write(log, 40, keys=3)
+    assert log.clean(T0 + 1000).segments_cleaned
+    kept = [h for _, h in R.iter_headers(log.read(0, 1 << 30)) if h.producer_id == 5]
+    assert [h.base_offset for h in kept] == at[1:]  # the oldest went entirely; the last five stay emptied
+
+
+@pytest.mark.parametrize("kafka", [False, True], ids=["kcoord", "kafka-v2"])
+def test_a_retry_of_any_of_a_producers_last_five_batches_stays_a_duplicate_on_a_rebuilt_replica(tmp_path, kafka):
+    """Sim seeds 108, 1855: a producer's batch (seq 68-70) went unanswered while its four
+    later batches were acknowledged; the cleaner removed that batch (its keys superseded)
+    before a restarted replica fetched past it, so the replica, elected, remembered only
+    the later four and refused the retry as OUT_OF_ORDER_SEQUENCE_NUMBER -- though it was
+    in the log. The cleaner keeps every batch the producer state remembers (the dedup
+    window of five), emptied, as it keeps the last (Kafka's RETAIN_EMPTY)."""
+    log = compact_log(tmp_path / "leader")
+    p5 = dict(producer_id=5, producer_epoch=0)
+    sent = [_batch([(b"p%d" % i, b"0")], kafka, base_sequence=i, **p5) for i in range(5)]
+    at = [log.append_as_leader(b, leader_epoch=0, now_ms=T0).base_offset for b in sent]
+    for i in range(5):
+        log.append_as_leader(_batch([(b"p%d" % i, b"1")], kafka), leader_epoch=0, now_ms=T0)
+    write(log, 40, keys=3, kafka=kafka)
+    assert log.clean(T0 + 1000).segments_cleaned and at[-1] < log.segments[-1].base_offset
+    follower = compact_log(tmp_path / "follower")
+    _replicate(log, follower)
+    for b, offset in zip(sent, at):
+        info = follower.append_as_leader(b, leader_epoch=1, now_ms=T0)
+        assert info.duplicate and info.base_offset == offset
+    assert follower.log_end_offset == log.log_end_offset
+
+
+def test_a_read_below_the_log_end_that_finds_no_batch_returns_nothing(tmp_path):
+    """Sim seed 0 (``--kind replication``, on the merged fault model): the cleaner emptied
+    every sealed segment (all superseded), then a truncation cut the later records away.
+    Every segment was empty below a log end of 80, and the read loop ran past the last
+    segment (IndexError). A read that finds no batch up to the log end returns nothing."""
+    log = compact_log(tmp_path / "l")
+    write(log, 40, keys=3)
+    log.checkpoint_high_watermark(log.log_end_offset)
+    assert log.clean(T0 + 1000).segments_cleaned
+    first_kept = R.read_header(log.read(0, 0)).base_offset
+    log.truncate_to(first_kept - 1)
+    assert log.log_end_offset == first_kept - 1 and all(s.size_bytes == 0 for s in log.segments)
+    assert log.read(0, 1 << 20) == b""
+    assert log.locate(0, 1 << 20, None) in ([], None)

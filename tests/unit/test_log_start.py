@@ -108,3 +108,23 @@ def test_memory_log_moves_its_start_the_same_way():
         log.read(16, 100)
     crashed = log.crash()
     assert crashed.log_start_offset == 17
+
+
+def test_truncating_below_the_log_start_restarts_the_log_empty_there(where):
+    """Sim seeds 2005, 2173, 2408, 4431: after an unclean election the new leader's log
+    ended (40) below a follower's log start (68, a DeleteRecords followed). A truncation
+    clamped to the log start kept the follower fetching past the leader's end forever.
+    Kafka's truncateTo: below the log start the log restarts empty at the offset."""
+    log = where.open("l", segment_bytes=700)
+    fill(log, 12, epoch=1)  # 36 records
+    log.checkpoint_high_watermark(36)
+    assert log.advance_log_start_offset(30)
+    assert log.truncate_to(20) is True
+    assert log.log_start_offset == log.log_end_offset == 20
+    assert log.epoch_cache.entries == []
+    log.append_as_leader(batch(2), leader_epoch=2, now_ms=NOW)
+    assert [r.offset for r in iter_records(log.read(20, 1 << 20), from_offset=20)] == [20, 21]
+    log.close()
+    again = where.open("l", segment_bytes=700)
+    assert again.log_start_offset == 20 and again.log_end_offset == 22
+    again.close()

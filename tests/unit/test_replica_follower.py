@@ -135,7 +135,7 @@ def test_follower_backs_off_on_errors_and_ignores_stale_answers():
     _, acts = leader_and_isr(f, lai(0, 1, (0, 1), replicas=(0, 1)), 0)
     (fetch,) = of_type(acts, SendFetch)  # empty log: straight to fetching
     assert f.on_fetch_response(fetch.request, None, 10) == []  # leader unreachable
-    assert f.next_deadline() == 110
+    assert f.next_deadline(10) == 110
     assert f.tick(50) == []
     (again,) = of_type(f.tick(110), SendFetch)
     # a leader change happens while `again` is in flight; its answer is stale

@@ -71,7 +71,7 @@ def test_not_enough_replicas_before_append_leaves_log_untouched():
 def test_acks_all_times_out_when_isr_cannot_reach_offset():
     r = leader()
     produce(r, batch(), "p", now=0, timeout_ms=300)
-    assert r.next_deadline() == 300
+    assert r.next_deadline(0) == 300
     assert replies(r.tick(299)) == {}
     resp = replies(r.tick(300))["p"]
     assert resp.error_code == ErrorCode.REQUEST_TIMED_OUT
@@ -175,7 +175,7 @@ def test_parked_follower_fetches_due_close_together_are_answered_in_one_wake_up(
     follower_fetch(r, 1, 0, "f1", 0, epoch=1, max_wait_ms=2000)
     follower_fetch(r, 2, 0, "f2", 117, epoch=1, max_wait_ms=2000)  # 117 ms out of step
     consumer_fetch(r, 0, "c", 100, max_wait_ms=2000)
-    assert r.next_deadline() == 2000
+    assert r.next_deadline(0) == 2000
     answered = replies(r.tick(2000))
     assert set(answered) == {"f1", "f2"} and all(a.error_code == 0 and a.records == b"" for a in answered.values())
     assert r.parked_fetches() == {"followers": 0, "consumers": 1}
@@ -183,7 +183,7 @@ def test_parked_follower_fetches_due_close_together_are_answered_in_one_wake_up(
     # in step from now on: both park again at once and expire in the same wake-up
     follower_fetch(r, 1, 0, "g1", 2001, epoch=1, max_wait_ms=2000)
     follower_fetch(r, 2, 0, "g2", 2002, epoch=1, max_wait_ms=2000)
-    assert r.next_deadline() == 4001 and set(replies(r.tick(4001))) == {"g1", "g2"}
+    assert r.next_deadline(0) == 4001 and set(replies(r.tick(4001))) == {"g1", "g2"}
     # a fetch due later than a quarter of its wait stays parked
     follower_fetch(r, 1, 0, "h1", 5000, epoch=1, max_wait_ms=2000)
     follower_fetch(r, 2, 0, "h2", 5600, epoch=1, max_wait_ms=2000)

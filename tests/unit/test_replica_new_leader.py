@@ -58,3 +58,107 @@ def test_another_process_after_the_first_one_heard_still_starts_over():
     acts = follower_fetch(r, 1, 0, "b", 20, epoch=3, incarnation="proc-1b")
     (alter,) = of_type(acts, SendAlterPartition)
     assert alter.request.new_isr == [0, 2]
+
+
+def test_a_follower_proposed_back_into_the_isr_keeps_its_caught_up_time():
+    """Finding 3's second form (sim seed 3): the controller drops follower 2 from the ISR
+    (partition epoch 1) right after the election; it fetches one batch behind, the leader
+    proposes it back and the controller agrees. Kafka never resets a follower's
+    lastCaughtUpTime on an ISR change: it was caught up at the election (0 ms), so it may
+    not be proposed out before replica.lag.time.max.ms has passed since."""
+    from kcoord.protocol.controller import AlterPartitionResponse
+
+    r = _new_leader()
+    leader_and_isr(r, lai(0, 3, (0, 1), partition_epoch=4), 30)
+    produce(r, batch(3), "p", 40, acks=1)
+    acts = follower_fetch(r, 2, 0, "b", 50, epoch=3, incarnation="proc-2")
+    acts += follower_fetch(r, 1, 3, "a", 50, epoch=3, incarnation="proc-1")
+    (alter,) = of_type(acts, SendAlterPartition)
+    assert alter.request.new_isr == [0, 1, 2]
+    acts = r.on_alter_partition_response(alter.request, AlterPartitionResponse(leader=0, leader_epoch=3, partition_epoch=5, isr=[0, 1, 2]), 60)
+    acts += r.tick(61)
+    assert of_type(acts, SendAlterPartition) == [], "caught up at the election, 61 ms ago"
+    # without a fetch at the log end it is out once the lag time has passed since then
+    follower_fetch(r, 1, 3, "c", 900, epoch=3, incarnation="proc-1")
+    (alter,) = of_type(r.tick(1001), SendAlterPartition)
+    assert alter.request.new_isr == [0, 1]
+
+
+def test_a_follower_that_left_the_isr_rejoins_only_on_a_fetch_made_after_it_left():
+    """What resetting its progress guarded, kept: the log end it reported before it left
+    (maybe before a crash) does not bring it back into the ISR."""
+    r = _new_leader()
+    produce(r, batch(3), "p", 5, acks=1)
+    follower_fetch(r, 1, 3, "a", 10, epoch=3, incarnation="proc-1")
+    follower_fetch(r, 2, 3, "b", 10, epoch=3, incarnation="proc-2")
+    _, acts = leader_and_isr(r, lai(0, 3, (0, 1), partition_epoch=4), 20)
+    acts += r.tick(21)
+    assert of_type(acts, SendAlterPartition) == []
+    (alter,) = of_type(follower_fetch(r, 2, 3, "c", 30, epoch=3, incarnation="proc-2"), SendAlterPartition)
+    assert alter.request.new_isr == [0, 1, 2]
+
+
+def test_an_isr_members_old_process_does_not_count_for_the_hw():
+    """Sim seeds 432, 902, 47 (``twin``): follower 2 was recreated on another machine while
+    its old process ran on, cut off from the controller but still fetching. The leader
+    proposed 2 back into the ISR judged on its new process, the controller agreed; then the
+    old process, further ahead, fetched and the HW counted its position while the ISR
+    member (the new process) held less. Only the process the controller admitted counts
+    (KIP-903's broker epoch on the fetch path)."""
+    from kcoord.protocol.controller import AlterPartitionResponse
+
+    r = _new_leader()
+    leader_and_isr(r, lai(0, 3, (0, 1), partition_epoch=4), 5)
+    produce(r, batch(3), "p", 10, acks=1)
+    acts = follower_fetch(r, 1, 3, "a", 20, epoch=3, incarnation="proc-1")
+    acts += follower_fetch(r, 2, 3, "b", 20, epoch=3, incarnation="proc-2-new")
+    (alter,) = of_type(acts, SendAlterPartition)
+    assert alter.request.new_isr == [0, 1, 2] and alter.request.incarnations[2] == "proc-2-new"
+    r.on_alter_partition_response(alter.request, AlterPartitionResponse(leader=0, leader_epoch=3, partition_epoch=5, isr=[0, 1, 2]), 30)
+    follower_fetch(r, 1, 3, "c", 40, epoch=3, incarnation="proc-1")
+    follower_fetch(r, 2, 3, "d", 40, epoch=3, incarnation="proc-2-new")
+    assert r.hw == 3
+    produce(r, batch(2), "q", 50, acks=1)
+    follower_fetch(r, 1, 5, "e", 60, epoch=3, incarnation="proc-1")
+    follower_fetch(r, 2, 5, "f", 60, epoch=3, incarnation="proc-2-old")  # the ghost, ahead
+    assert r.hw == 3, "the admitted process of ISR member 2 holds only 3 records"
+    follower_fetch(r, 2, 4, "g", 70, epoch=3, incarnation="proc-2-new")
+    assert r.hw == 4
+    follower_fetch(r, 2, 5, "h", 80, epoch=3, incarnation="proc-2-old")
+    assert r.hw == 4
+    follower_fetch(r, 2, 5, "i", 90, epoch=3, incarnation="proc-2-new")
+    assert r.hw == 5
+
+
+def test_an_isr_member_pinned_at_its_first_fetch_of_the_leadership():
+    """An ISR member at the election has no admitted process yet: the first one this
+    leadership hears counts; another one's fetches do not, until the controller changes the
+    ISR (it drops a restarted follower) and the leader's expansion names a process again."""
+    r = _new_leader()
+    produce(r, batch(3), "p", 10, acks=1)
+    follower_fetch(r, 1, 3, "a", 20, epoch=3, incarnation="proc-1")
+    follower_fetch(r, 2, 1, "b", 20, epoch=3, incarnation="proc-2")
+    assert r.hw == 1
+    follower_fetch(r, 2, 3, "c", 30, epoch=3, incarnation="proc-2-other")
+    assert r.hw == 1
+    leader_and_isr(r, lai(0, 3, (0, 1), partition_epoch=4), 40)  # the controller drops 2
+    follower_fetch(r, 1, 3, "d", 50, epoch=3, incarnation="proc-1")
+    assert r.hw == 3
+
+
+def test_an_isr_member_restarted_unseen_is_pinned_to_its_new_process_once_the_old_one_is_silent():
+    """Sim seed 69: follower 1 restarted while no controller watched (the next controller
+    first heard the new process, so nothing dropped it from the ISR: the leader judges). Its
+    old process, pinned, never fetches again; after replica.lag.time.max.ms of silence the
+    process that does fetch counts, and the HW moves again."""
+    r = _new_leader()
+    produce(r, batch(3), "p", 10, acks=1)
+    follower_fetch(r, 1, 1, "a", 20, epoch=3, incarnation="proc-1")
+    follower_fetch(r, 2, 3, "b", 20, epoch=3, incarnation="proc-2")
+    assert r.hw == 1
+    follower_fetch(r, 2, 3, "b2", 900, epoch=3, incarnation="proc-2")
+    follower_fetch(r, 1, 3, "c", 900, epoch=3, incarnation="proc-1-next")
+    assert r.hw == 1, "proc-1 fetched 880 ms ago"
+    follower_fetch(r, 2, 3, "d", 1021, epoch=3, incarnation="proc-2")
+    follower_fetch(r, 1, 3, "e", 1021, epoch=3, incarnation="proc-1-next")
+    assert r.hw == 3

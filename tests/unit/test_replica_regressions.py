@@ -30,10 +30,10 @@ def test_timer_does_not_spin_while_an_isr_shrink_is_in_flight():
     follower_fetch(r, 1, 0, "f", 900, epoch=1, max_wait_ms=0)
     (alter,) = of_type(r.tick(1001), SendAlterPartition)
     # while the shrink is in flight tick() cannot do anything about lag: no past deadline
-    deadline = r.next_deadline()
+    deadline = r.next_deadline(0)
     assert deadline is None or deadline > 1001
     assert r.tick(1500) == []
-    deadline = r.next_deadline()
+    deadline = r.next_deadline(0)
     assert deadline is None or deadline > 1500
 
 
@@ -44,16 +44,16 @@ def test_timer_does_not_spin_after_a_rejected_alter_partition():
     r = _leader(replica_lag_time_max_ms=1000, alter_partition_backoff_ms=100)
     (alter,) = of_type(r.tick(1001), SendAlterPartition)
     r.on_alter_partition_response(alter.request, AlterPartitionResponse(ErrorCode.INVALID_UPDATE_VERSION), 1010)
-    assert r.next_deadline() == 1110, "retry after the backoff"
+    assert r.next_deadline(0) == 1110, "retry after the backoff"
     (retry,) = of_type(r.tick(1110), SendAlterPartition)
     r.on_alter_partition_response(
         retry.request, AlterPartitionResponse(leader=0, leader_epoch=1, partition_epoch=2, isr=[0]), 1120
     )
     assert r.isr == [0]
     # the shrink is done and nothing else is pending: no deadline in the past
-    deadline = r.next_deadline()
+    deadline = r.next_deadline(0)
     assert deadline is None or deadline > 1120
-    assert r.tick(5000) == [] and (r.next_deadline() is None or r.next_deadline() > 5000)
+    assert r.tick(5000) == [] and (r.next_deadline(0) is None or r.next_deadline(0) > 5000)
 
 
 def test_follower_that_left_the_isr_needs_a_fresh_fetch_to_rejoin():

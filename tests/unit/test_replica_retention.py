@@ -147,9 +147,9 @@ def test_an_idle_replica_wakes_only_for_the_retention_check():
     r = replica(0)
     leader_and_isr(r, lai(0, 1, (0,), replicas=(0,)))
     r.tick(5)
-    assert r.next_deadline() == CHECK, "nothing else to do: the next wake-up is the retention check"
+    assert r.next_deadline(0) == CHECK, "nothing else to do: the next wake-up is the retention check"
     r.tick(CHECK)
-    assert r.next_deadline() == 2 * CHECK
+    assert r.next_deadline(0) == 2 * CHECK
 
 
 def test_the_cleaner_runs_on_the_timer_for_compacted_topics_only():
@@ -159,7 +159,7 @@ def test_the_cleaner_runs_on_the_timer_for_compacted_topics_only():
         produce(r, data, f"k{i}", 10, acks=1)
     assert r.hw == 6 and len(r.log.segments) > 2
     before = r.log.size_bytes
-    assert r.next_deadline() <= CHECK
+    assert r.next_deadline(0) <= CHECK
     r.tick(CHECK)
     assert r.last_clean is not None and r.last_clean.records_removed > 0
     assert r.log.size_bytes < before
@@ -174,7 +174,7 @@ def test_a_log_that_does_not_compact_says_so_and_is_not_woken_for_the_cleaner():
     r = Replica(TOPIC, 0, 0, log, ReplicationConfig(log_retention_check_interval_ms=10_000, log_cleaner_backoff_ms=10), 0, config_version=0)
     leader_and_isr(r, lai(0, 1, (0,), replicas=(0,)))
     r.tick(1)
-    assert r.next_deadline() == 10_000
+    assert r.next_deadline(0) == 10_000
 
 
 def test_update_config_brings_the_next_check_forward():
@@ -183,6 +183,6 @@ def test_update_config_brings_the_next_check_forward():
     r.tick(EXPIRED)
     assert r.log.log_start_offset == 0
     r.update_config(LogConfig(segment_bytes=150, retention_ms=10_000), ReplicationConfig(log_retention_check_interval_ms=50), EXPIRED)
-    assert r.next_deadline() <= EXPIRED + 50
+    assert r.next_deadline(0) <= EXPIRED + 50
     r.tick(EXPIRED + 50)
     assert r.log.log_start_offset == 2

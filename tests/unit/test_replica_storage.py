@@ -42,7 +42,7 @@ def test_a_failed_checkpoint_in_tick_keeps_the_decided_replies_and_goes_offline(
     out = replies(r.tick(100))
     assert out["p1"].error_code == ErrorCode.REQUEST_TIMED_OUT, "decided before the failure, still returned"
     assert out["p2"].error_code == ErrorCode.KAFKA_STORAGE_ERROR, "a waiter left over is failed, not forgotten"
-    assert r.role == OFFLINE and r.leader_state is None and r.next_deadline() is None
+    assert r.role == OFFLINE and r.leader_state is None and r.next_deadline(0) is None
     status = call(r, HeartbeatRequest())[0]
     assert status.error_code == ErrorCode.KAFKA_STORAGE_ERROR and status.role == "offline"
     fetch = call(r, FetchRequest(TOPIC, 0, 0))[0]
@@ -127,10 +127,10 @@ def test_an_io_error_in_the_replicas_own_upkeep_takes_it_offline(name, err):
     rule = disk.fail(op, pattern, err)
     now = 0
     while r.role is LEADER and now < 120_000:  # the replica's own timers, nothing else
-        now = max(now + 1, r.next_deadline() or now + 1)
+        now = max(now + 1, r.next_deadline(0) or now + 1)
         r.tick(now)
     assert rule.fired == 1, f"{name}: the fault was never hit"
-    assert r.role is OFFLINE and r.log.offline and r.next_deadline() is None
+    assert r.role is OFFLINE and r.log.offline and r.next_deadline(0) is None
     assert r.log.offline_error.errno == err and str(disk.rules) == "[]"
     beat = call(r, HeartbeatRequest(), now)[0]
     assert beat.error_code == ErrorCode.KAFKA_STORAGE_ERROR and beat.role == "offline"
@@ -166,7 +166,7 @@ def test_a_log_that_failed_outside_the_core_is_never_reported_healthy():
         r.log.read(0, 1 << 20)
     beat = call(r, HeartbeatRequest(), 1)[0]
     assert beat.error_code == ErrorCode.KAFKA_STORAGE_ERROR and beat.role == "offline"
-    assert r.role is OFFLINE and r.next_deadline() is None
+    assert r.role is OFFLINE and r.next_deadline(0) is None
 
 
 def test_a_failed_fsync_changes_the_storage_lineage_a_restarted_replica_reports():

@@ -194,7 +194,7 @@ def test_close_answers_every_waiting_request_and_serves_no_more():
     t_end = s.request(EndTxnRequest("t", pid, epoch, True, bump_epoch=True))
     t_add = s.request(AddPartitionsToTxnRequest("u", r.producer_id, r.producer_epoch, {"out": [1]}))
     t_init = s.request(TxnInitProducerIdRequest("v", TIMEOUT))
-    s.run(s.core.close(E.NOT_COORDINATOR))
+    s.run(s.core.close(s.now, E.NOT_COORDINATOR))
     assert s.reply(t_end).error_code == E.NOT_COORDINATOR
     assert s.reply(t_add).results == {"out": {1: E.NOT_COORDINATOR}}
     assert s.reply(t_init).error_code == E.NOT_COORDINATOR
@@ -202,5 +202,5 @@ def test_close_answers_every_waiting_request_and_serves_no_more():
     assert s.init("t").error_code == E.NOT_COORDINATOR
     # late outcomes change nothing
     s.complete()
-    s.run(s.core.close())
+    s.run(s.core.close(s.now))
     assert s.core.snapshot() == {}

@@ -232,7 +232,7 @@ class Shell:
         controller's allocator carries on). The old core is closed first, answering what waits
         on it, as a driver giving up the partition does; its held outcomes are dropped (a
         failed append never lands)."""
-        self.run(self.core.close())
+        self.run(self.core.close(self.now))
         self.appends.clear()
         self.markers.clear()
         self.allocations.clear()

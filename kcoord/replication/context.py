@@ -1,4 +1,4 @@
-"""What a partition replica and its current role share: one explicit object.
+"""What a partition replica and its current role share: one explicit object, the context.
 
 A :class:`~kcoord.replication.replica.Replica` plays one role at a time -- a
 :class:`~kcoord.replication.leader.Leader` or a :class:`~kcoord.replication.follower.Follower`
@@ -14,8 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..protocol.codec import Message
-from .actions import Action, Reply
+from ..runtime.actions import Outbox
 from .config import ReplicationConfig
 from .roles import NONE, Role
 
@@ -34,7 +33,10 @@ def new_metrics() -> dict[str, int]:
 
 
 @dataclass
-class ReplicaState:
+class ReplicaContext(Outbox):
+    """The partition's facts the replica and its role share, and the actions decided so far
+    (the :class:`~kcoord.runtime.actions.Outbox` every core's context is)."""
+
     topic: str
     partition: int
     broker: int
@@ -65,18 +67,7 @@ class ReplicaState:
     # leader's HW it refuses the first leadership it is offered.
     may_have_lost_data: bool = False
     metrics: dict[str, int] = field(default_factory=new_metrics)
-    out: list[Action] = field(default_factory=list)
 
     @property
     def name(self) -> str:
         return f"{self.topic}-{self.partition}"
-
-    def emit(self, action: Action) -> None:
-        self.out.append(action)
-
-    def reply(self, token: Any, response: Message) -> None:
-        self.out.append(Reply(token, response))
-
-    def take(self) -> list[Action]:
-        out, self.out = self.out, []
-        return out

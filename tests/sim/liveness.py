@@ -1,0 +1,133 @@
+"""Invariant **isr-liveness**: a leader never proposes to drop a follower that was caught up
+within ``replica.lag.time.max.ms`` (issue 32, finding 3).
+
+The harness keeps its own account of each follower, from the fetches that reach a leader
+(Kafka's rule, ``Replica.updateFetchState``): a fetch at or past the leader's log end makes
+the follower caught up at its arrival; a fetch at or past the log end the leader had at
+the follower's previous fetch makes it caught up at that previous fetch. The account is
+per follower *process* (the ``replica_incarnation`` its fetches carry): another process's
+fetch starts it over, since that process may hold less. When a replica starts leading an
+epoch, every ISR member counts as caught up then (the leader's grace period), credited to
+the process the harness knows it had at that moment -- not to whatever the leader knew
+(nothing yet). A LeaderAndIsr that changes the ISR during the leadership gives the new
+members without an account the same grace, as the leader does.
+
+A proposal (AlterPartition) that leaves out a member of the leader's confirmed ISR whose
+current process was caught up less than ``replica.lag.time.max.ms`` before is a violation.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .checks import PartitionHistory
+    from .processes import ReplicaProcess
+
+
+@dataclass
+class Account:
+    process: str | None  # the follower process these figures are for (None: unknown)
+    caught_up_ms: int = -1
+    last_fetch_ms: int = -1
+    leader_leo_at_last_fetch: int = -1
+
+
+@dataclass
+class IsrWatch:
+    """One leadership: a leader process at one epoch."""
+
+    started_ms: int
+    accounts: dict[int, Account] = field(default_factory=dict)
+
+
+def leadership_key(proc: "ReplicaProcess") -> tuple[str, int]:
+    assert proc.replica is not None
+    return (proc.incarnation_id, proc.replica.leader_epoch)
+
+
+def on_lead(part: "PartitionHistory", proc: "ReplicaProcess", now: int) -> None:
+    """``proc`` leads a new epoch from now: its ISR members get the grace period."""
+    r = proc.replica
+    assert r is not None
+    watch = IsrWatch(now)
+    for b in r.isr:
+        if b != proc.broker:
+            watch.accounts[b] = Account(_process_of(part, b), caught_up_ms=now)
+    part.isr_watch[leadership_key(proc)] = watch
+
+
+def on_controller_isr(part: "PartitionHistory", proc: "ReplicaProcess", now: int) -> None:
+    """A LeaderAndIsr at the leader's epoch changed its ISR: members without an account
+    get the grace period."""
+    watch = part.isr_watch.get(leadership_key(proc))
+    if watch is None:
+        return
+    for b in proc.replica.isr:
+        if b == proc.broker:
+            continue
+        a = watch.accounts.get(b)
+        if a is None:
+            watch.accounts[b] = Account(_process_of(part, b), caught_up_ms=now)
+        elif a.caught_up_ms < 0:
+            a.caught_up_ms = now
+
+
+def on_fetch(part: "PartitionHistory", proc: "ReplicaProcess", req, now: int) -> None:
+    """A follower's fetch reaches leader ``proc`` (before it is handled)."""
+    r = proc.replica
+    if r is None or r.leading is None:
+        return
+    log = r.log
+    leo = log.log_end_offset
+    if req.current_leader_epoch >= 0 and req.current_leader_epoch != r.leader_epoch:
+        return  # refused
+    if req.replica_id == proc.broker or req.replica_id not in r.replicas:
+        return
+    if req.fetch_offset < log.log_start_offset or req.fetch_offset > leo:
+        return  # refused (OFFSET_OUT_OF_RANGE)
+    watch = part.isr_watch.get(leadership_key(proc))
+    if watch is None:
+        return
+    a = watch.accounts.get(req.replica_id)
+    if a is None or a.process != req.replica_incarnation:
+        a = watch.accounts[req.replica_id] = Account(req.replica_incarnation)
+    if req.fetch_offset >= leo:
+        a.caught_up_ms = now
+    elif a.last_fetch_ms >= 0 and req.fetch_offset >= a.leader_leo_at_last_fetch:
+        a.caught_up_ms = max(a.caught_up_ms, a.last_fetch_ms)
+    a.last_fetch_ms = now
+    a.leader_leo_at_last_fetch = leo
+
+
+def on_proposal(part: "PartitionHistory", proc: "ReplicaProcess", req, now: int) -> None:
+    """Leader ``proc`` sends AlterPartition ``req``."""
+    r = proc.replica
+    if r is None or r.leading is None:
+        return
+    watch = part.isr_watch.get(leadership_key(proc))
+    if watch is None:
+        return
+    lag = r.config.replica_lag_time_max_ms
+    for b in r.leader_state.isr:
+        if b == proc.broker or b in req.new_isr:
+            continue
+        a = watch.accounts.get(b)
+        if a is None or a.caught_up_ms < 0 or now - a.caught_up_ms >= lag:
+            continue
+        since = f"the grace from when the leader took over at {watch.started_ms} ms" if a.caught_up_ms == watch.started_ms else "its fetches"
+        part.fail(
+            "isr-liveness",
+            now,
+            f"leader {proc.broker} (epoch {r.leader_epoch}, {proc.incarnation_id}) proposes ISR {req.new_isr} without follower {b}, "
+            f"whose process {a.process} was caught up {now - a.caught_up_ms} ms ago (by {since}; "
+            f"replica.lag.time.max.ms {lag}; its last fetch {'at ' + str(a.last_fetch_ms) + ' ms' if a.last_fetch_ms >= 0 else 'none yet'})",
+        )
+
+
+def _process_of(part: "PartitionHistory", broker: int) -> str | None:
+    proc = part.history.sim.replicas.get((part.tp[0], part.tp[1], broker))
+    if proc is None or not proc.up or proc.replica is None:
+        return None
+    return proc.incarnation_id
