@@ -17,6 +17,7 @@ from typing import Any
 from .. import record
 from ..protocol.controller import AlterPartitionRequest, AlterPartitionResponse
 from ..protocol.errors import ErrorCode, KafkaError
+from ..protocol.txn import WriteTxnMarkerRequest
 from ..protocol import names
 from ..protocol.replication import (
     EARLIEST_TIMESTAMP,
@@ -43,6 +44,7 @@ from .config import LOG_APPEND_TIME
 from .isr import IsrState
 from .metadata import INTERNAL_OFFSETS_TOPIC
 from .context import ReplicaContext
+from .txn_markers import append_marker
 
 # Answers that say the controller could not tell whether it applied a change (its
 # metadata-store write failed or timed out): the same as no answer.
@@ -228,11 +230,14 @@ class Leader:
         if self.parked and not info.duplicate and info.header.producer_id in self.parked:
             self._release_parked(info.header.producer_id, now_ms)
 
-    def write_txn_marker(self, req: Any, token: Any, now_ms: int) -> None:
-        """A WriteTxnMarker from a transaction coordinator (txn_markers.py)."""
-        from .txn_markers import write_txn_marker
-
-        write_txn_marker(self, req, token, now_ms)
+    def write_txn_marker(self, req: WriteTxnMarkerRequest, token: Any, now_ms: int) -> None:
+        """A WriteTxnMarker from a transaction coordinator (txn_markers.py), answered as an
+        acks=all produce."""
+        response, required = append_marker(self.state, req, self._epoch_error(req.current_leader_epoch), now_ms)
+        if required < 0:
+            self.state.reply(token, response)
+        else:
+            self.wait_for_replication(token, required, now_ms + max(0, req.timeout_ms), response, now_ms)
 
     def wait_for_replication(self, token: Any, required_offset: int, deadline_ms: int, response: Any, now_ms: int) -> None:
         """Answer ``response`` once the HW reaches ``required_offset`` (an append of ours

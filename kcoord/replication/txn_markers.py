@@ -7,23 +7,31 @@ TRANSACTION_COORDINATOR_FENCED, an older producer epoch INVALID_PRODUCER_EPOCH),
 once the marker is below the high watermark, as an acks=all produce: a marker that a
 failover could undo was never written. A marker for a producer with no ongoing transaction
 is written all the same (the coordinator retries markers until they land).
+
+:func:`append_marker` checks and appends on the shared context; the
+:class:`~kcoord.replication.leader.Leader` answers or waits for the HW (this module never
+imports the leader, so the two do not import each other).
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from ..protocol import names
 from ..protocol.errors import ErrorCode, KafkaError
 from ..protocol.txn import WriteTxnMarkerRequest, WriteTxnMarkerResponse
 
 if TYPE_CHECKING:
-    from .leader import Leader
+    from .context import ReplicaContext
 
 
-def write_txn_marker(leader: "Leader", req: WriteTxnMarkerRequest, token: Any, now_ms: int) -> None:
-    st = leader.state
-    err = leader._epoch_error(req.current_leader_epoch)
+def append_marker(
+    st: "ReplicaContext", req: WriteTxnMarkerRequest, epoch_error: tuple[int, str] | None, now_ms: int
+) -> tuple[WriteTxnMarkerResponse, int]:
+    """``(response, required_offset)``: the marker appended, to answer once the HW reaches
+    ``required_offset``; or a refusal to answer now (``required_offset`` -1).
+    ``epoch_error`` is the leader's verdict on the request's leader epoch."""
+    err = epoch_error
     if err is None and (req.topic != st.topic or req.partition != st.partition):
         err = (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"this replica holds {st.name}")
     if err is None and names.is_internal_topic(req.topic):
@@ -39,8 +47,7 @@ def write_txn_marker(leader: "Leader", req: WriteTxnMarkerRequest, token: Any, n
             f"ISR {st.isr} has {len(st.isr)} member(s); min.insync.replicas is {st.config.min_insync_replicas}",
         )
     if err is not None:
-        st.reply(token, WriteTxnMarkerResponse(err[0], err[1], leader_epoch=st.leader_epoch))
-        return
+        return WriteTxnMarkerResponse(err[0], err[1], leader_epoch=st.leader_epoch), -1
     try:
         info = st.log.append_control_as_leader(
             commit=req.commit,
@@ -53,8 +60,6 @@ def write_txn_marker(leader: "Leader", req: WriteTxnMarkerRequest, token: Any, n
     except KafkaError as exc:
         if exc.code == ErrorCode.KAFKA_STORAGE_ERROR:
             raise  # the log failed: the replica goes offline
-        st.reply(token, WriteTxnMarkerResponse(int(exc.code), exc.message, leader_epoch=st.leader_epoch))
-        return
+        return WriteTxnMarkerResponse(int(exc.code), exc.message, leader_epoch=st.leader_epoch), -1
     st.metrics["txn_markers"] = st.metrics.get("txn_markers", 0) + 1
-    response = WriteTxnMarkerResponse(offset=info.base_offset, leader_epoch=st.leader_epoch)
-    leader.wait_for_replication(token, info.last_offset + 1, now_ms + max(0, req.timeout_ms), response, now_ms)
+    return WriteTxnMarkerResponse(offset=info.base_offset, leader_epoch=st.leader_epoch), info.last_offset + 1
