@@ -246,3 +246,26 @@ def test_nothing_at_or_past_an_open_transaction_is_cleaned():
     assert 0 < result.cleanable_end <= first
     records = [(r.offset, r.key) for r in R.iter_records(log.read(0, 1 << 20))]
     assert sum(1 for o, k in records if k == b"b" and o > first) == 20  # nothing after it touched
+
+
+def test_a_crash_after_the_log_start_passed_the_recovery_point_keeps_the_producers_it_deleted():
+    """Producer state outlives its batches (KIP-360): after DeleteRecords past everything a
+    producer wrote and a crash, the log reopens from the snapshot at its log start even
+    though the recovery point is below it, so a retry of the producer's last batch is still
+    a duplicate (sim seed 34 on stage's fault model: it was OUT_OF_ORDER_SEQUENCE_NUMBER)."""
+    disk = SimDisk(random.Random(8), torn=0.0)
+    log = open_log(disk)
+    w = Writer(log)
+    while len(log.segments) < 2:
+        w.data(7, txn=False)  # an idempotent producer (its last batch rolled a segment)
+    last_seq = w.seq[7] - 1
+    while len(log.segments) < 3:
+        w.plain()  # others after it, until the next roll
+    log.advance_log_start_offset(log.segments[-1].base_offset)  # below: all of producer 7's
+    assert log.producer_state.get(7) is not None and log._recovery_point < log.log_start_offset
+    disk.kill()  # the process dies; the page cache stays
+    again = open_log(disk)
+    entry = again.producer_state.get(7)
+    assert entry is not None and entry.last_seq == last_seq
+    retry = R.build_batch([(b"k", b"v0"), (b"k", b"v1")], producer_id=7, producer_epoch=0, base_sequence=last_seq - 1, timestamp_ms=T)
+    assert again.append_as_leader(retry, 0, T).duplicate
