@@ -57,7 +57,9 @@ class ProducerSnapshots:
         ``read_control`` reads a replayed control batch's marker, ``on_completed`` hears the
         transactions replayed markers end; ``at_most``: use no snapshot past this offset
         (the recovery point, so that the replay covers every segment recovery rebuilds the
-        aborted-transaction index of); later ones are kept.
+        aborted-transaction index of); later ones are kept. One at the log start always
+        serves: its replay covers every batch there is, and it holds producers whose batches
+        are all deleted (KIP-360), which a rebuild from the log would forget.
 
         Snapshots outside that range (their batches were truncated or lost) are deleted
         durably before anything new is appended: one that came back after a crash would
@@ -73,7 +75,7 @@ class ProducerSnapshots:
                     fs.unlink(path)  # describes batches that are gone
                     removed = True
                     continue
-                if at_most is not None and off > at_most:
+                if at_most is not None and off > max(at_most, log_start):
                     continue
                 try:
                     state.load(read_producer_snapshot(fs, path))
