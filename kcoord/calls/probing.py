@@ -47,10 +47,18 @@ async def call_probing(ref: Any, handle: Any, timeout: float | None, probing: Pr
     """Await ``ref`` (a call on ``handle``), probing as ``probing`` says: raise
     :class:`ActorGoneError` once the GCS says the actor is gone, ``asyncio.TimeoutError``
     after ``timeout`` seconds (None: no limit). Either way the wait is cancelled (Ray does
-    not cancel the call itself: one queued for a restarting actor runs when it is back)."""
+    not cancel the call itself: one queued for a restarting actor runs when it is back),
+    and so it is when the caller is cancelled."""
+    fut = asyncio.ensure_future(_await(ref))
+    try:
+        return await _probe(fut, handle, timeout, probing)
+    finally:
+        fut.cancel()  # a no-op once it has its answer
+
+
+async def _probe(fut: asyncio.Future, handle: Any, timeout: float | None, probing: Probing) -> Any:
     loop = asyncio.get_running_loop()
     deadline = None if timeout is None else loop.time() + timeout
-    fut = asyncio.ensure_future(_await(ref))
     probed = 0
     wait = probing.first_s
     while True:
@@ -69,8 +77,6 @@ async def call_probing(ref: Any, handle: Any, timeout: float | None, probing: Pr
             # heartbeats, and a stalled controller sees more replicas as silent).
             state = await loop.run_in_executor(None, actor_state, handle)
             if state in GONE:
-                fut.cancel()
                 raise ActorGoneError(state)
         if deadline is not None and loop.time() >= deadline:
-            fut.cancel()
             raise asyncio.TimeoutError()

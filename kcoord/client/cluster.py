@@ -31,7 +31,7 @@ from typing import Any, Callable, TypeVar
 
 import ray
 
-from ..calls import BlockingCalls, CallFailed, HandleCache, actor_calls
+from ..calls import TIMEOUT, BlockingCalls, CallFailed, HandleCache, actor_calls
 from ..calls.probing import Probing
 from ..calls.retry import PROBING, Step, step_after, take_step
 from ..protocol import names
@@ -260,7 +260,9 @@ class ClusterClient:
         whose HW has not caught up yet), a dead or restarting leader, or no answer within
         ``attempt_timeout_s``, follow the retry policy (:mod:`kcoord.calls.retry`: refresh
         the metadata until it names a newer leader, ...) and retry until the deadline
-        (``timeout_ms``, default ``request_timeout_ms``). Returns the last response (which
+        (``timeout_ms``, default ``request_timeout_ms``; an attempt that reached it without
+        an answer is followed by one more, up to ``attempt_timeout_s``, on a fresh lookup
+        of the leader). Returns the last response (which
         may carry a non-retriable error). For requests that are safe to repeat only
         (reads, DeleteRecords); produce has its own retry rules."""
         return self.calls.run(self.acall_leader(topic, partition, method, make_request, response_type, timeout_ms))
@@ -280,11 +282,19 @@ class ClusterClient:
         last_error = "no attempt"
         step: Step | None = None
         epoch = -1
+        silent = extended = False
         while True:
             if step is not None:
-                if time.monotonic() >= deadline:
-                    raise KafkaError(ErrorCode.REQUEST_TIMED_OUT, f"{method} on {topic}-{partition} did not succeed in time: {last_error}")
+                now = time.monotonic()
+                if now >= deadline:
+                    if not silent or extended:
+                        raise KafkaError(ErrorCode.REQUEST_TIMED_OUT, f"{method} on {topic}-{partition} did not succeed in time: {last_error}")
+                    # The attempt that used up the time left got no answer and its handle
+                    # is forgotten: one attempt on a fresh lookup follows, or a timeout no
+                    # longer than an attempt would never get past a silent leader's handle.
+                    deadline, extended = now + self.attempt_timeout_s, True
                 await self.atake_step(step, topic, partition, epoch, self.retry_backoff_ms / 1000, deadline)
+            silent = False
             try:
                 p = await self.apartition_metadata(topic, partition)
             except KafkaError as exc:
@@ -301,7 +311,7 @@ class ClusterClient:
                 raw = await calls.call(self.replica_name(topic, partition, p.leader), method, make_request(epoch).encode(), timeout=attempt)
                 response = response_type.decode(raw)
             except CallFailed as exc:
-                last_error, step = f"leader actor: {exc}", step_after(exc.kind)
+                last_error, step, silent = f"leader actor: {exc}", step_after(exc.kind), exc.kind == TIMEOUT
                 if step is Step.GIVE_UP:
                     raise KafkaError(ErrorCode.UNKNOWN_SERVER_ERROR, f"{method} on {topic}-{partition} failed: {exc.detail}") from None
                 continue

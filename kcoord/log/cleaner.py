@@ -21,13 +21,13 @@ One pass of :func:`clean` over a :class:`~kcoord.log.Log`, Kafka's LogCleaner ru
   end early or be left empty.
 - Every batch the producer state remembers (the last five of each producer, its dedup
   window) keeps its producer epoch and sequences (Kafka's RETAIN_EMPTY keeps the last
-  one; a rebuilt replica must dedup a retry of any of the five): losing all its records it stays as an empty
-  batch with its header (``records.empty_batch``), losing its tail an empty batch covers
-  the tail. A replica that rebuilds producer state from the compacted log (new, wiped or
-  truncated) then still refuses the producer's retry of that batch instead of appending it
-  after newer values. Kafka keeps a partly kept last batch whole in one header, so the
-  retry is a duplicate there; here it is OUT_OF_ORDER_SEQUENCE_NUMBER. An empty batch
-  that is no longer remembered goes. Recovery tells such a gap from lost data by the recovery
+  one; a rebuilt replica must dedup a retry of any of the five): it stays whole while any
+  of its records survives (superseded ones too; split into runs it would no longer match
+  the retry, sim seed 3039), and losing all of them it stays as an empty batch with its
+  header (``records.empty_batch``). A replica that rebuilds producer state from the
+  compacted log (new, wiped or truncated) then answers the producer's retry of that batch
+  as a duplicate instead of appending it after newer values. An empty batch that is no
+  longer remembered goes. Recovery tells such a gap from lost data by the recovery
   point: the pass first makes every sealed segment durable (moving the recovery point to
   the active segment), and a gap before a segment below the recovery point can only be the
   cleaner's (fsynced data is not lost); above it a gap is still cut as before.
@@ -38,9 +38,10 @@ One pass of :func:`clean` over a :class:`~kcoord.log.Log`, Kafka's LogCleaner ru
   :class:`~kcoord.record.control.AbortedFilter`) are removed, but a batch of a producer's
   dedup window stays as an empty batch (above). Other transactional batches and every
   marker are kept whole, and records of transactional batches never count as a key's
-  newest value (so an aborted write supersedes nothing). The aborted-transaction index is left as it is: its
-  entries stay true ranges, whatever of their data is gone. Kafka also removes markers once
-  their transaction's data is gone and delete.retention.ms has passed; kcoord keeps them.
+  newest value (so an aborted write supersedes nothing). The aborted-transaction index is
+  left as it is: its entries stay true ranges, whatever of their data is gone. Kafka also
+  removes markers once their transaction's data is gone and delete.retention.ms has
+  passed; kcoord keeps them.
 - Each segment is replaced crash-safely (``Log.replace_segment``): a crash at any point
   reopens either the old or the new segment.
 
@@ -228,13 +229,13 @@ def compact(log: CompactableLog, now_ms: int, high_watermark: int | None = None,
                 result.aborted_removed += n
             else:
                 keep = _survivors(d, last, horizon, result, last_record)
-            if n and len(keep) == n or not n and kept_for_dedup:
-                pieces = [raw]
+            if n and len(keep) == n or kept_for_dedup and (keep or not n):
+                pieces = [raw]  # a batch of the dedup window stays whole while any record does
             else:
                 changed = True
                 pieces = [rebuild_batch(d, run) for run in _runs(keep)]
-                if kept_for_dedup and (not keep or keep[-1] != n - 1):
-                    pieces.append(empty_batch(h, keep[-1] + 1 if keep else 0))
+                if kept_for_dedup:  # every record went: the header stays, emptied
+                    pieces.append(empty_batch(h, 0))
             for p in pieces:
                 positions.append(size)
                 headers.append(read_header(p))

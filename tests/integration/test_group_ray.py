@@ -87,6 +87,7 @@ class Member:
         self.member.subscribe([topic])
         self.polling = True
         self.errors: list[Exception] = []
+        self.assigned_generation = -1  # the generation whose assignment the host holds
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, daemon=True)
         self._thread.start()
@@ -97,6 +98,9 @@ class Member:
                 continue
             try:
                 self.member.poll()
+                # poll() returns once a new assignment is in the host; the member is
+                # stable (and heartbeats) from the SyncGroup answer on, before that
+                self.assigned_generation = self.member.generation
             except Exception as exc:  # surfaced by the tests
                 self.errors.append(exc)
 
@@ -119,7 +123,7 @@ def stable_with(admin: Admin, group_id: str, members: list[Member], generation_a
     ids = {m.member.member_id for m in members}
     if d["state"] != "Stable" or d["generation"] <= generation_above or {x["member_id"] for x in d["members"]} != ids:
         return None
-    if any(m.member.generation != d["generation"] or m.member.state != "stable" for m in members):
+    if any(m.member.generation != d["generation"] or m.member.state != "stable" or m.assigned_generation != d["generation"] for m in members):
         return None
     return d
 

@@ -91,7 +91,9 @@ def on_fetch(part: "PartitionHistory", proc: "ReplicaProcess", req, now: int) ->
     if watch is None:
         return
     a = watch.accounts.get(req.replica_id)
-    if a is None or a.process != req.replica_incarnation:
+    if a is not None and a.process is None:
+        a.process = req.replica_incarnation  # no process then: the first heard keeps the grace, as at the leader
+    elif a is None or a.process != req.replica_incarnation:
         a = watch.accounts[req.replica_id] = Account(req.replica_incarnation)
     if req.fetch_offset >= leo:
         a.caught_up_ms = now

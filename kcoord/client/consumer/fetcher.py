@@ -36,7 +36,7 @@ from typing import NamedTuple
 import ray
 
 from ... import records as _records
-from ...calls import ERROR, CallFailed
+from ...calls import ERROR, TIMEOUT, CallFailed
 from ...calls.retry import probing_after
 from ...log.hints import read_hinted
 from ...protocol.controller import PartitionMetadata
@@ -296,7 +296,14 @@ class Fetcher:
             if exc.kind == ERROR:
                 logger.warning("fetch of %s from %s failed: %s", st.tp, st.in_flight_actor, exc.detail)
                 return
-            logger.info("leader %s of %s unavailable (%s); refreshing metadata", st.in_flight_actor, st.tp, exc)
+            if exc.kind == TIMEOUT:
+                # alive per Ray but silent past the fetch timeout: not what a healthy leader does
+                logger.warning(
+                    "fetch of %s from %s unanswered for %.1f s (%s); looking the leader up again",
+                    st.tp, st.in_flight_actor, now - st.in_flight_since, exc.detail,
+                )
+            else:
+                logger.info("leader %s of %s unavailable (%s); refreshing metadata", st.in_flight_actor, st.tp, exc)
             self._refresh(st.tp.topic, force=True)
             return
         # Measured when the answer is taken in (in poll()), so it includes time the

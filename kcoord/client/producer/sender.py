@@ -219,11 +219,14 @@ class Sender:
             wait_s = min(self.request_timeout_ms / 1000 + 5, max(0.05, deadline - now))
             sent = _monotonic()
             if self.acks == 0:
-                # Nobody waits for the leader; still wait for the answer before the next
-                # batch of this partition so that batches stay in order.
+                # Nobody waits for the leader: the batch is done once the request is on its
+                # way (as in Kafka, once it is sent; flush() and close() wait for that much).
+                # Still wait for the answer before the next batch of this partition so that
+                # batches stay in order.
+                answer = await self.calls.submit(name, "produce", request, timeout=wait_s)
                 self._complete(batch)
                 try:
-                    await self.calls.call(name, "produce", request, timeout=wait_s)
+                    await answer
                     stats.latency.record((_monotonic() - sent) * 1000)
                 except CallFailed as exc:  # acks=0: errors are not reported, only counted
                     stats.request_errors.add(exc)
