@@ -21,7 +21,8 @@ Invariants (checked as things happen, and once quiet):
   still undo: Kafka's unreplicated transactions), and every record returned belongs to a
   transaction that committed by the end;
 * **txn-index** the aborted-transaction index is the same on every in-sync replica, for the
-  markers below the leader's HW that every one of them holds.
+  markers below the leader's HW that every one of them holds: the same markers, with first
+  offsets that drop the same batches from a read at or past the log starts.
 
 Everything random here comes from a generator seeded by the seed and the producer's index
 (not the kernel's), and these clients exist only in runs with ``SimConfig.transactions``
