@@ -322,28 +322,33 @@ class ClusterClient:
                 continue
             return response
 
-    def list_offsets(self, partitions: list[TopicPartition], timestamp: int, timeout_ms: int | None = None) -> dict[TopicPartition, int]:
+    def list_offsets(
+        self, partitions: list[TopicPartition], timestamp: int, timeout_ms: int | None = None, isolation_level: int = 0
+    ) -> dict[TopicPartition, int]:
         """ListOffsets of ``partitions`` (EARLIEST_TIMESTAMP: log start, LATEST_TIMESTAMP: the
         HW, or a timestamp in ms: the first offset whose record timestamp is >= it, -1 if
         none) from their leaders: sent to every leader at once, and each partition retried
         as :meth:`call_leader` retries, all within ``timeout_ms`` (default
-        ``request_timeout_ms``). Raises the first partition's KafkaError."""
-        return {tp: offset for tp, (offset, _) in self.list_offsets_and_timestamps(partitions, timestamp, timeout_ms).items()}
+        ``request_timeout_ms``). Raises the first partition's KafkaError. ``isolation_level``
+        1 (read_committed): LATEST_TIMESTAMP answers the last stable offset."""
+        return {tp: offset for tp, (offset, _) in self.list_offsets_and_timestamps(partitions, timestamp, timeout_ms, isolation_level).items()}
 
     def list_offsets_and_timestamps(
-        self, partitions: list[TopicPartition], timestamp: int, timeout_ms: int | None = None
+        self, partitions: list[TopicPartition], timestamp: int, timeout_ms: int | None = None, isolation_level: int = 0
     ) -> dict[TopicPartition, tuple[int, int]]:
         """:meth:`list_offsets` with the timestamp the leader reports for each offset (the
         found record's for a timestamp lookup, -1 otherwise): ``{tp: (offset, timestamp)}``."""
-        return self.calls.run(self._alist_offsets(list(partitions), timestamp, timeout_ms))
+        return self.calls.run(self._alist_offsets(list(partitions), timestamp, timeout_ms, isolation_level))
 
-    async def _alist_offsets(self, partitions: list[TopicPartition], timestamp: int, timeout_ms: int | None) -> dict[TopicPartition, tuple[int, int]]:
+    async def _alist_offsets(
+        self, partitions: list[TopicPartition], timestamp: int, timeout_ms: int | None, isolation_level: int = 0
+    ) -> dict[TopicPartition, tuple[int, int]]:
         def one(tp: TopicPartition) -> Any:
             return self.acall_leader(
                 tp.topic,
                 tp.partition,
                 "list_offsets",
-                lambda epoch: ListOffsetsRequest(tp.topic, tp.partition, timestamp=timestamp, current_leader_epoch=epoch),
+                lambda epoch: ListOffsetsRequest(tp.topic, tp.partition, timestamp=timestamp, current_leader_epoch=epoch, isolation_level=isolation_level),
                 ListOffsetsResponse,
                 timeout_ms=timeout_ms,
             )

@@ -21,8 +21,14 @@ from typing import Callable, Iterator, NamedTuple, Sequence, TypeVar
 
 from ..protocol.errors import ErrorCode, KafkaError
 from ..record import (
+    CONTROL_BIT,
+    FORMAT_VERSION,
     BatchHeader,
+    ControlRecord,
+    ControlType,
+    build_control_batch,
     decode_batch,
+    read_control,
     now_ms as wall_clock_ms,
     read_header,
     stamp_prefix,
@@ -34,7 +40,8 @@ from .config import LogConfig
 from .epochs import LeaderEpochCache
 from .errors import LogStorageError, OffsetOutOfRange
 from .flush import FlushPolicy
-from .producer_state import ProducerStateManager
+from .producer_state import CompletedTxn, ProducerStateManager
+from .txn_index import AbortedTxn, TxnIndex
 
 _BufferLike = bytes | bytearray | memoryview
 _F = TypeVar("_F", bound=Callable)
@@ -107,6 +114,8 @@ class BaseLog(ABC):
         self._offline: LogStorageError | None = None  # the I/O error that took the log offline
         self._halted = False  # closed or offline: the one flag the hot paths test
         self.producer_state = ProducerStateManager()
+        # the aborted transactions whose markers are in the log (txn_index.py)
+        self.txn_index = TxnIndex()
 
     # -- storage hooks ------------------------------------------------------------------
 
@@ -158,6 +167,9 @@ class BaseLog(ABC):
     def _restore_producer_state(self) -> None:
         """Make producer state match the batches left after a truncation."""
 
+    def _txn_index_truncated(self, new_leo: int) -> None:
+        """:attr:`txn_index` lost its entries at or after ``new_leo``: persist that."""
+
     @abstractmethod
     def _flush_storage(self) -> None: ...
 
@@ -165,6 +177,28 @@ class BaseLog(ABC):
     def _batches_from_timestamp(self, timestamp_ms: int) -> Iterator[tuple[BatchHeader, bytes]]:
         """Batches (header, bytes) that may hold a record at or after ``timestamp_ms``, in
         offset order; may skip ones whose max timestamp is known to be smaller."""
+
+    def _txn_index_added(self, entry: AbortedTxn) -> None:
+        """Persist an entry just added to :attr:`txn_index` (the file log's per-segment files)."""
+
+    def _read_control(self, h: BatchHeader) -> ControlRecord:
+        """The marker of the control batch with header ``h``, read back from the log (replays)."""
+        return read_control(self._read(h.base_offset, 1, None))
+
+    def _transaction_completed(self, done: CompletedTxn | None) -> None:
+        """A marker ended ``done``: an aborted transaction goes into the index with the last
+        stable offset as of now (Kafka's lastStableOffset(completedTxn))."""
+        if done is None or not done.aborted or done.last_offset < self.log_start_offset:
+            return
+        entry = AbortedTxn(done.producer_id, done.first_offset, done.last_offset, self.producer_state.last_stable_offset_after(done))
+        if self.txn_index.add(entry):
+            self._txn_index_added(entry)
+
+    def last_stable_offset(self, high_watermark: int) -> int:
+        """``min(first unstable offset, high_watermark)``: what read_committed readers may
+        read below (docs/transactions.md, "Last stable offset")."""
+        first = self.producer_state.first_unstable_offset(high_watermark)
+        return high_watermark if first is None or first > high_watermark else first
 
     def _check_open(self) -> None:
         if self._offline is not None:
@@ -294,6 +328,55 @@ class BaseLog(ABC):
             self.flush()
         return AppendInfo(base, base + h.last_offset_delta, h.record_count, h.max_timestamp, nbytes, False, now, h)
 
+    def append_control_as_leader(
+        self,
+        *,
+        commit: bool,
+        producer_id: int,
+        producer_epoch: int,
+        coordinator_epoch: int,
+        leader_epoch: int,
+        now_ms: int | None = None,
+    ) -> AppendInfo:
+        """Append the COMMIT (``commit``) or ABORT marker of ``producer_id``'s transaction as
+        the partition's leader (a WriteTxnMarker). Refused, with nothing written, for a
+        coordinator epoch older than the producer's last marker's
+        (TRANSACTION_COORDINATOR_FENCED) or a producer epoch older than its current one
+        (INVALID_PRODUCER_EPOCH); a producer with no ongoing transaction still gets it."""
+        if self._halted:
+            self._check_open()
+        now = wall_clock_ms() if now_ms is None else now_ms
+        self._now = now
+        cache = self.epoch_cache
+        latest = cache.latest_epoch
+        if leader_epoch < latest or leader_epoch < 0:
+            if leader_epoch < 0:
+                raise ValueError(f"leader epoch must be >= 0, got {leader_epoch}")
+            raise KafkaError(ErrorCode.FENCED_LEADER_EPOCH, f"marker at leader epoch {leader_epoch}, but the log already has epoch {latest}")
+        state = self.producer_state
+        state.check_marker(producer_id, producer_epoch, coordinator_epoch).raise_for_error()
+        base = self.log_end_offset
+        data = build_control_batch(
+            commit=commit,
+            producer_id=producer_id,
+            producer_epoch=producer_epoch,
+            coordinator_epoch=coordinator_epoch,
+            timestamp_ms=now,
+            magic=FORMAT_VERSION,
+        )
+        h = read_header(data)
+        try:
+            self._write_one(stamp_prefix(data, base, leader_epoch), memoryview(data)[16:], len(data), h, base, leader_epoch, now)
+        except OSError as exc:
+            raise self._go_offline(exc, "append") from exc
+        if leader_epoch > latest:
+            cache.assign(leader_epoch, base)
+        stamped = h._replace(base_offset=base, leader_epoch=leader_epoch)
+        self._transaction_completed(state.update(stamped, ControlRecord(ControlType.COMMIT if commit else ControlType.ABORT, coordinator_epoch)))
+        if self._flush_policy.record_append(1, now):
+            self.flush()
+        return AppendInfo(base, base, 1, h.max_timestamp, len(data), False, now, h)
+
     def append_as_follower(self, data: _BufferLike, now_ms: int | None = None, *, verify_crc: bool = True) -> AppendInfo:
         """Append batches fetched from the leader, which assigned their offsets and stamped
         them: they must be whole and valid and start at or after our LEO, offsets
@@ -324,11 +407,14 @@ class BaseLog(ABC):
         state = self.producer_state
         records = 0
         max_ts = -1
-        for h in headers:
+        for i, h in enumerate(headers):
             if h.leader_epoch > latest:
                 cache.assign(h.leader_epoch, h.base_offset)
                 latest = h.leader_epoch
-            state.update(h)
+            if h.attributes & CONTROL_BIT:
+                self._transaction_completed(state.update(h, read_control(data, found.positions[i], h)))
+            else:
+                state.update(h)
             records += h.record_count
             if h.max_timestamp > max_ts:
                 max_ts = h.max_timestamp
@@ -420,6 +506,8 @@ class BaseLog(ABC):
             return False
         new_leo = self._truncate_storage(offset)
         self.epoch_cache.truncate_from_end(new_leo)
+        if self.txn_index.truncate_from(new_leo):
+            self._txn_index_truncated(new_leo)
         self._restore_producer_state()
         self._high_watermark = min(self._high_watermark, new_leo)
         self._flush_policy.flushed(self._now)  # the truncation was made durable

@@ -31,6 +31,17 @@ One pass of :func:`clean` over a :class:`~kcoord.log.Log`, Kafka's LogCleaner ru
   point: the pass first makes every sealed segment durable (moving the recovery point to
   the active segment), and a gap before a segment below the recovery point can only be the
   cleaner's (fsynced data is not lost); above it a gap is still cut as before.
+- Transactions: nothing at or past the first unstable offset is cleaned (the cleanable end
+  is below the LSO, not only the HW), so every transaction in the cleaned segments has its
+  outcome durable in the log. The data batches of aborted transactions (per the
+  aborted-transaction index, walked as a read_committed consumer does:
+  :class:`~kcoord.record.control.AbortedFilter`) are removed, but a batch of a producer's
+  dedup window stays as an empty batch (above). Other transactional batches and every
+  marker are kept whole, and records of transactional batches never count as a key's
+  newest value (so an aborted write supersedes nothing). The aborted-transaction index is
+  left as it is: its entries stay true ranges, whatever of their data is gone. Kafka also
+  removes markers once their transaction's data is gone and delete.retention.ms has
+  passed; kcoord keeps them.
 - Each segment is replaced crash-safely (``Log.replace_segment``): a crash at any point
   reopens either the old or the new segment.
 
@@ -46,10 +57,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Protocol, Sequence
 
-from ..record import BatchHeader, DecodedBatch, decode_batch, empty_batch, read_header, rebuild_batch
+from ..record import CONTROL_BIT, TRANSACTIONAL_BIT, BatchHeader, DecodedBatch, decode_batch, empty_batch, read_header, rebuild_batch
 from .config import LogConfig
+from ..record.control import AbortedFilter
 from .producer_state import ProducerStateManager
 from .segment import Segment
+from .txn_index import TxnIndex
 
 _READ_CHUNK = 4 * 2**20
 
@@ -64,6 +77,7 @@ class CleanResult:
     records_read: int = 0
     records_removed: int = 0
     tombstones_removed: int = 0
+    aborted_removed: int = 0  # records of aborted transactions
     keys: int = 0
     dirty_ratio: float = 0.0
     cleanable_end: int = -1
@@ -77,6 +91,7 @@ class CompactableLog(Protocol):
 
     config: LogConfig
     producer_state: ProducerStateManager
+    txn_index: TxnIndex
 
     @property
     def high_watermark(self) -> int: ...
@@ -147,6 +162,9 @@ def compact(log: CompactableLog, now_ms: int, high_watermark: int | None = None,
         return result
     hw = log.high_watermark if high_watermark is None else high_watermark
     log.sync_sealed_segments()  # the recovery point passes every sealed segment (see above)
+    first_unstable = log.producer_state.first_unstable_offset(hw)
+    if first_unstable is not None and first_unstable < hw:
+        hw = first_unstable  # an open (or not yet replicated) transaction: nothing from there on
     all_segments = log.log_segments()
     segs = cleanable_segments(all_segments, cfg, now_ms, hw)
     if not segs:
@@ -173,7 +191,7 @@ def compact(log: CompactableLog, now_ms: int, high_watermark: int | None = None,
             continue
         for _, _, d in _batches(seg):
             keys = d.keys
-            if keys is None:
+            if keys is None or d.header.attributes & TRANSACTIONAL_BIT:
                 continue
             base = d.header.base_offset
             last.update(zip(keys, range(base, base + len(keys))))
@@ -186,6 +204,7 @@ def compact(log: CompactableLog, now_ms: int, high_watermark: int | None = None,
     # must find a batch, and a segment rolled while idle leaves the active one empty.
     last_record = log.log_end_offset - 1
     retained = log.producer_state.retained_batches()
+    aborted = AbortedFilter((e.producer_id, e.first_offset) for e in log.txn_index.collect(segs[0].base_offset, end))
     for seg in segs:
         parts: list[bytes] = []
         headers = []
@@ -196,9 +215,20 @@ def compact(log: CompactableLog, now_ms: int, high_watermark: int | None = None,
             result.bytes_read += len(raw)
             n = len(d.values)
             result.records_read += n
-            keep = _survivors(d, last, horizon, result, last_record)
             h = d.header
             kept_for_dedup = h.producer_id >= 0 and (h.producer_id, h.last_offset) in retained
+            if h.attributes & TRANSACTIONAL_BIT:
+                if not aborted.drops(raw, 0, h) or h.attributes & CONTROL_BIT or not n:
+                    positions.append(size)  # markers, committed data: whole
+                    headers.append(h)
+                    parts.append(raw)
+                    size += len(raw)
+                    continue
+                keep = []  # an aborted transaction's data
+                result.records_removed += n
+                result.aborted_removed += n
+            else:
+                keep = _survivors(d, last, horizon, result, last_record)
             if n and len(keep) == n or kept_for_dedup and (keep or not n):
                 pieces = [raw]  # a batch of the dedup window stays whole while any record does
             else:

@@ -12,6 +12,8 @@ Layout of a log directory::
                                           (DeleteRecords, a follower that learnt it from its leader)
     cleaner-offset-checkpoint             compacted topics: where the cleaner's dirty section starts
     00000000000000001234.producer-snapshot  producer state as of offset 1234 (msgpack)
+    00000000000000001234.txnindex         aborted transactions whose ABORT marker is in that
+                                          segment (Kafka's 34-byte entries, txn_index.py)
     .kcoord-clean-shutdown                present only between close() and the next open
     .lock                                 flock'ed while a Log has the directory open
 
@@ -21,7 +23,10 @@ while their segment is still on disk). After compaction a segment may have gaps 
 batches (offsets never change); readers skip them like Kafka's.
 
 Producer state is derived from batch headers and snapshotted at each segment roll and on
-close (``producer_snapshots.py``).
+close (``producer_snapshots.py``). The aborted-transaction index of a segment is written
+when an ABORT marker lands in it and fsynced with the segment; opening the log trusts the
+files of segments below the recovery point and rebuilds the rest by replaying producer state
+from a snapshot at or below the recovery point.
 
 Rolling a segment does not fsync it on the produce path (that could stall an append for
 the time it takes to write back a whole segment): the sealed segment is fsynced by the
@@ -66,6 +71,7 @@ from .recovery import RecoveryReport, load_epoch_cache, load_segments
 from .rolling import must_roll, plan_runs
 from .segment import Segment, SegmentInfo
 from .segment_list import SegmentList
+from .txn_index import AbortedTxn, TxnIndexFiles
 
 __all__ = ["Log", "SegmentInfo", "AppendInfo"]
 
@@ -94,6 +100,7 @@ class Log(BaseLog):
         self._file_hints = fs.supports_file_hints
         self._segments = SegmentList()
         self._snapshots = ProducerSnapshots(fs, self.directory)
+        self._txn_files = TxnIndexFiles(fs, self.directory)
         try:
             make_directory(fs, self.directory)
             self._lock = DirectoryLock(self.directory, wait_s=lock_wait_s, fs=fs)
@@ -151,12 +158,14 @@ class Log(BaseLog):
         )
         self._checkpointed_hw = self._read_offset_checkpoint(HW_CHECKPOINT, "high watermark", self.log_start_offset)
         self._high_watermark = self._clamp_high_watermark(self._checkpointed_hw)
-        self._restore_producer_state()
+        rebuild_from = self._load_txn_index()
+        self._restore_producer_state(at_most=rebuild_from)
         if self._recovery_point < self.log_end_offset:
             # What recovery kept may still be only in the page cache of a crashed process.
             for seg in self._segments:
                 if seg.next_offset > self._recovery_point:
                     seg.flush(fsync_index=True)
+                    self._txn_files.sync(seg.base_offset)
         # A recovery point past the LEO (recovery cut fsynced data, or a crash inside
         # truncate_fully_and_start_at) would let later segments skip their CRC scan.
         self._set_recovery_point(self.log_end_offset)
@@ -215,12 +224,35 @@ class Log(BaseLog):
             write_offset(self._fs, self.directory / RECOVERY_POINT, offset)
             self._recovery_point = offset
 
-    def _restore_producer_state(self) -> None:
-        """From the newest snapshot not past the LEO and the headers after it (on open and
-        after a truncation)."""
+    def _restore_producer_state(self, at_most: int | None = None) -> None:
+        """From the newest snapshot not past the LEO (nor ``at_most``) and the headers after
+        it (on open and after a truncation); the markers replayed fill in the
+        aborted-transaction index (entries already there are kept as they are)."""
         self._snapshots.restore(
-            self.producer_state, self.log_start_offset, self.log_end_offset, self._segments.headers_from, self.recovery_report.notes
+            self.producer_state,
+            self.log_start_offset,
+            self.log_end_offset,
+            self._segments.headers_from,
+            self.recovery_report.notes,
+            self._read_control,
+            self._transaction_completed,
+            at_most,
         )
+
+    def _load_txn_index(self) -> int:
+        """The aborted-transaction index files on open (:meth:`TxnIndexFiles.load_trusted`);
+        returns the offset from which the replay of producer state must rebuild entries."""
+        return self._txn_files.load_trusted(
+            self.txn_index, self._segments, self._recovery_point, self.log_start_offset, self.recovery_report.notes
+        )
+
+    def _txn_index_added(self, entry: AbortedTxn) -> None:
+        seg = self._segments[self._segments.position_of(entry.last_offset)]
+        self._txn_files.append(seg.base_offset, entry)
+
+    def _txn_index_truncated(self, new_leo: int) -> None:
+        seg = self._segments[-1]  # later segments went with their files
+        self._txn_files.rewrite(seg.base_offset, self.txn_index.between(seg.base_offset, new_leo))
 
     # -- basic facts ----------------------------------------------------------------------
 
@@ -320,7 +352,7 @@ class Log(BaseLog):
         old.index.sync()
         self._segments.unsynced.append(old)
         base = old.next_offset
-        self._snapshots.write(base, self.producer_state, self._pending, sync_dir=False)
+        self._snapshots.write(base, self.producer_state, self._pending, sync_dir=False, read_control=self._read_control)
         seg = Segment.create(self.directory, base, self.config.index_interval_bytes, now_ms, self._fs)
         self._segments.add(seg)  # before anything else can fail: an offline log closes it
         self._fs.fsync_dir(self.directory)  # the snapshot's rename and the new segment's files
@@ -352,6 +384,8 @@ class Log(BaseLog):
             # Lowered first: a crash part-way through the cut must not find a gap between
             # segments below the recovery point, which recovery would take for the cleaner's.
             self._set_recovery_point(new_leo)
+        for later in segs[i + 1 :]:
+            self._txn_files.delete(later.base_offset)
         deleted = segs.delete_after(i)
         segs.cut(i, position, new_leo)
         if deleted:
@@ -376,6 +410,9 @@ class Log(BaseLog):
         self._set_recovery_point(min(offset, self._segments[0].base_offset))
         self.epoch_cache.clear()
         self._snapshots.delete_all()
+        for b in self._txn_files.bases():
+            self._txn_files.delete(b)
+        self.txn_index.clear()
         fs.fsync_dir(self.directory)
         old = self._segments
         old.close()
@@ -434,11 +471,13 @@ class Log(BaseLog):
                 if not (too_old or too_big):
                     break
             self._segments.delete_first()
+            self._txn_files.delete(seg.base_offset)
             deleted += 1
         if deleted:
             self._fs.fsync_dir(self.directory)
             self._set_log_start(max(self._log_start, self._segments[0].base_offset))
             self.epoch_cache.truncate_from_start(self.log_start_offset)
+            self.txn_index.drop_below(self.log_start_offset)
             self._high_watermark = max(self._high_watermark, self.log_start_offset)
             self._snapshots.prune(self.log_start_offset)
         return deleted
@@ -455,6 +494,7 @@ class Log(BaseLog):
             return False
         self._set_log_start(offset)
         self.epoch_cache.truncate_from_start(offset)
+        self.txn_index.drop_below(offset)
         self._high_watermark = max(self._high_watermark, offset)
         self._delete_old_segments(self._now, None, False)
         return True
@@ -523,6 +563,7 @@ class Log(BaseLog):
             return False
         for seg in unsynced:
             seg.flush(fsync_index=True)
+            self._txn_files.sync(seg.base_offset)
         unsynced.clear()
         self._set_recovery_point(self._segments[-1].base_offset)
         return True
@@ -536,6 +577,7 @@ class Log(BaseLog):
             write_offset(self._fs, self.directory / HW_CHECKPOINT, hw)
             self._checkpointed_hw = hw
         self._high_watermark = hw
+        self.producer_state.on_high_watermark(hw)
 
     def close(self) -> None:
         """Flush, snapshot producer state, mark the shutdown clean, close files. Idempotent.
@@ -548,6 +590,7 @@ class Log(BaseLog):
             if self._offline is None:
                 self.sync_sealed_segments()
                 self._segments[-1].flush(fsync_index=True)
+                self._txn_files.sync(self._segments[-1].base_offset)
                 self._set_recovery_point(self.log_end_offset)
                 self._snapshots.write(self.log_end_offset, self.producer_state)
                 self._snapshots.prune(self.log_start_offset)

@@ -83,6 +83,7 @@ class MemoryLog(BaseLog):
             self._size -= span.size
             del self._spans[0]
         self.epoch_cache.truncate_from_start(offset)
+        self.txn_index.drop_below(self.log_start_offset)
         self._high_watermark = max(self._high_watermark, offset)
         return True
 
@@ -201,7 +202,7 @@ class MemoryLog(BaseLog):
         span.max_timestamp = max((h.max_timestamp for h in kept), default=-1)
 
     def _restore_producer_state(self) -> None:
-        self.producer_state.rebuild(self._headers)
+        self.producer_state.rebuild(self._headers, self._read_control, self._transaction_completed)
 
     def _flush_storage(self) -> None:
         self._sealed_unsynced = False
@@ -225,6 +226,7 @@ class MemoryLog(BaseLog):
         self._flushed = 0
         self.epoch_cache.clear()
         self.producer_state.clear()
+        self.txn_index.clear()
         self._high_watermark = offset
         self._start_floor = offset
         self._flush_policy.flushed(self._now)
@@ -251,6 +253,7 @@ class MemoryLog(BaseLog):
             deleted += 1
         if deleted:
             self.epoch_cache.truncate_from_start(self.log_start_offset)
+            self.txn_index.drop_below(self.log_start_offset)
             self._high_watermark = max(self._high_watermark, self.log_start_offset)
         return deleted
 
@@ -259,6 +262,7 @@ class MemoryLog(BaseLog):
         hw = self._clamp_high_watermark(hw)
         self._checkpointed_hw = hw
         self._high_watermark = hw
+        self.producer_state.on_high_watermark(hw)
 
     def close(self) -> None:
         if not self._closed:
@@ -291,7 +295,7 @@ class MemoryLog(BaseLog):
         for h in log._headers:  # recovery re-learns epochs from the batches it keeps
             if h.leader_epoch > log.epoch_cache.latest_epoch:
                 log.epoch_cache.assign(h.leader_epoch, h.base_offset)
-        log.producer_state.rebuild(log._headers)
+        log.producer_state.rebuild(log._headers, log._read_control, log._transaction_completed)
         log._checkpointed_hw = self._checkpointed_hw
         log._high_watermark = log._clamp_high_watermark(self._checkpointed_hw)
         return log

@@ -21,7 +21,7 @@ from .checkpoint import (
     write_producer_snapshot,
 )
 from .fs import FileSystem
-from .producer_state import ProducerStateManager
+from .producer_state import CompletedTxn, ProducerStateManager, ReadControl
 from .segment import parse_base_offset
 
 KEEP_PRODUCER_SNAPSHOTS = 3
@@ -48,9 +48,18 @@ class ProducerSnapshots:
         log_end: int,
         headers_from: Callable[[int], Iterator[BatchHeader]],
         notes: list[str],
+        read_control: ReadControl | None = None,
+        on_completed: Callable[[CompletedTxn], None] | None = None,
+        at_most: int | None = None,
     ) -> None:
         """Load ``state`` from the newest usable snapshot in [log start, LEO], then replay the
         headers after it (``headers_from(offset)``); without one, rebuild from the start.
+        ``read_control`` reads a replayed control batch's marker, ``on_completed`` hears the
+        transactions replayed markers end; ``at_most``: use no snapshot past this offset
+        (the recovery point, so that the replay covers every segment recovery rebuilds the
+        aborted-transaction index of); later ones are kept. One at the log start always
+        serves: its replay covers every batch there is, and it holds producers whose batches
+        are all deleted (KIP-360), which a rebuild from the log would forget.
 
         Snapshots outside that range (their batches were truncated or lost) are deleted
         durably before anything new is appended: one that came back after a crash would
@@ -66,6 +75,8 @@ class ProducerSnapshots:
                     fs.unlink(path)  # describes batches that are gone
                     removed = True
                     continue
+                if at_most is not None and off > max(at_most, log_start):
+                    continue
                 try:
                     state.load(read_producer_snapshot(fs, path))
                 except (CheckpointError, KeyError, TypeError, ValueError) as exc:
@@ -73,20 +84,28 @@ class ProducerSnapshots:
                     fs.unlink(path)
                     removed = True
                     continue
-                state.replay(headers_from(off))
+                state.replay(headers_from(off), read_control, on_completed)
                 return
-            state.rebuild(headers_from(log_start))
+            state.rebuild(headers_from(log_start), read_control, on_completed)
         finally:
             if removed:
                 fs.fsync_dir(self.directory)
 
-    def write(self, offset: int, state: ProducerStateManager, pending: Sequence[BatchHeader] = (), *, sync_dir: bool = True) -> None:
+    def write(
+        self,
+        offset: int,
+        state: ProducerStateManager,
+        pending: Sequence[BatchHeader] = (),
+        *,
+        sync_dir: bool = True,
+        read_control: ReadControl | None = None,
+    ) -> None:
         """Snapshot ``state`` as of ``offset``; ``pending``: batches already written below
         ``offset`` but not yet applied to ``state`` (a roll in the middle of an append)."""
         if pending:
             state_then = ProducerStateManager()
             state_then.load(state.snapshot())
-            state_then.replay(pending)
+            state_then.replay(pending, read_control)
             state = state_then
         write_producer_snapshot(self._fs, producer_snapshot_path(self.directory, offset), state.snapshot(), sync_dir=sync_dir)
 

@@ -17,16 +17,27 @@ the same log: a follower that becomes leader deduplicates exactly like its prede
 
 Sequence numbers are int32 in the batch header; kcoord ignores wrap-around (a producer
 would need two billion batches per partition under one producer epoch to reach it).
+
+Transactions (docs/transactions.md, section 1): each producer also has the first offset of
+its ongoing transaction in this partition (-1: none) and the coordinator epoch of the last
+marker it got. A transactional data batch with no ongoing transaction starts one at its
+base offset; a control batch ends it (a :class:`CompletedTxn`, aborted or committed). A
+completed transaction stays *unstable* until its marker is below the high watermark
+(:meth:`ProducerStateManager.on_high_watermark`), so the first unstable offset
+(:meth:`ProducerStateManager.first_unstable_offset`) covers ongoing transactions and those
+whose outcome a failover could still undo (Kafka's unreplicated transactions). A marker
+needs its batch's record (which end, which coordinator epoch): :meth:`update` takes it, and
+replays are given a ``read_control`` to fetch it from the log.
 """
 
 from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass
-from typing import Any, Iterable, NamedTuple
+from typing import Any, Callable, Iterable, NamedTuple
 
 from ..protocol.errors import ErrorCode, KafkaError
-from ..record import BatchHeader
+from ..record import CONTROL_BIT, TRANSACTIONAL_BIT, BatchHeader, ControlRecord
 
 CACHED_BATCHES = 5  # Kafka's max.in.flight.requests.per.connection limit for idempotence
 
@@ -38,13 +49,29 @@ class BatchMetadata(NamedTuple):
     last_offset: int
 
 
+class CompletedTxn(NamedTuple):
+    """A transaction a marker ended in this partition: its first offset (the marker's own
+    when none was ongoing, as Kafka), the marker's offset, and how it ended."""
+
+    producer_id: int
+    first_offset: int
+    last_offset: int
+    aborted: bool
+
+
+ReadControl = Callable[[BatchHeader], ControlRecord]
+
+
 @dataclass
 class ProducerEntry:
-    """One producer's epoch and its most recent batches (oldest first)."""
+    """One producer's epoch and its most recent batches (oldest first); the first offset of
+    its ongoing transaction here (-1: none) and the coordinator epoch of its last marker."""
 
     producer_id: int
     epoch: int
     batches: deque[BatchMetadata]
+    txn_first_offset: int = -1
+    coordinator_epoch: int = -1
 
     @property
     def last_seq(self) -> int:
@@ -86,6 +113,8 @@ class ProducerStateManager:
 
     def __init__(self) -> None:
         self._producers: dict[int, ProducerEntry] = {}
+        self._ongoing: dict[int, int] = {}  # producer id -> first offset of its ongoing transaction
+        self._unreplicated: list[CompletedTxn] = []  # completed, marker not yet below the HW
 
     def __len__(self) -> int:
         return len(self._producers)
@@ -117,6 +146,55 @@ class ProducerStateManager:
         last five per producer): the cleaner keeps each, emptied if need be."""
         return {(pid, b.last_offset) for pid, e in self._producers.items() for b in e.batches}
 
+    # -- transactions -----------------------------------------------------------------
+
+    def ongoing_transactions(self) -> dict[int, int]:
+        """Producer id -> first offset of its ongoing transaction in this partition."""
+        return dict(self._ongoing)
+
+    def first_unstable_offset(self, high_watermark: int | None = None) -> int | None:
+        """The smallest first offset over ongoing transactions and completed ones whose
+        marker is not yet below the high watermark (given: :meth:`on_high_watermark` first);
+        None when there is none."""
+        if not self._ongoing and not self._unreplicated:
+            return None  # the common case, on every consumer fetch: no transactions here
+        if high_watermark is not None:
+            self.on_high_watermark(high_watermark)
+        firsts = list(self._ongoing.values())
+        firsts.extend(t.first_offset for t in self._unreplicated)
+        return min(firsts) if firsts else None
+
+    def on_high_watermark(self, hw: int) -> None:
+        """Completed transactions whose marker is below ``hw`` are stable now."""
+        if self._unreplicated:
+            self._unreplicated = [t for t in self._unreplicated if t.last_offset >= hw]
+
+    def last_stable_offset_after(self, completed: CompletedTxn) -> int:
+        """Kafka's lastStableOffset(completedTxn), stored with an aborted transaction: the
+        first offset of another producer's ongoing transaction, else just past the marker."""
+        others = [first for pid, first in self._ongoing.items() if pid != completed.producer_id]
+        return min(others) if others else completed.last_offset + 1
+
+    def check_marker(self, producer_id: int, producer_epoch: int, coordinator_epoch: int) -> ProducerCheck:
+        """Whether the leader may append a marker of ``producer_id``: never one from an
+        older coordinator epoch than the last marker's (TRANSACTION_COORDINATOR_FENCED), nor
+        at an older producer epoch (INVALID_PRODUCER_EPOCH). A marker for a producer with no
+        ongoing transaction is fine (a retried marker must succeed)."""
+        entry = self._producers.get(producer_id)
+        if entry is None:
+            return OK
+        if coordinator_epoch < entry.coordinator_epoch:
+            return ProducerCheck(
+                error=ErrorCode.TRANSACTION_COORDINATOR_FENCED,
+                message=f"marker of producer {producer_id} from coordinator epoch {coordinator_epoch}, but epoch {entry.coordinator_epoch} wrote its last one",
+            )
+        if producer_epoch < entry.epoch:
+            return ProducerCheck(
+                error=ErrorCode.INVALID_PRODUCER_EPOCH,
+                message=f"marker of producer {producer_id} at epoch {producer_epoch}, older than its current epoch {entry.epoch}",
+            )
+        return OK
+
     def check(self, h: BatchHeader) -> ProducerCheck:
         """Decide whether the leader may append batch ``h`` (see the module docstring)."""
         if not _tracked(h):
@@ -124,6 +202,11 @@ class ProducerStateManager:
         entry = self._producers.get(h.producer_id)
         first, last = h.base_sequence, h.last_sequence
         pid = h.producer_id
+        if entry is not None and entry.txn_first_offset >= 0 and not h.attributes & TRANSACTIONAL_BIT and h.producer_epoch >= entry.epoch:
+            return ProducerCheck(
+                error=ErrorCode.INVALID_TXN_STATE,
+                message=f"producer {pid} has a transaction ongoing here since offset {entry.txn_first_offset}: expected a transactional batch",
+            )
         if entry is None:
             if first != 0:
                 return ProducerCheck(
@@ -154,44 +237,105 @@ class ProducerStateManager:
             message=f"producer {pid} epoch {entry.epoch}: expected sequence {entry.last_seq + 1}, got {first}..{last} ({where})",
         )
 
-    def update(self, h: BatchHeader) -> None:
-        """Record an appended batch (leader and follower paths alike)."""
+    def update(self, h: BatchHeader, control: ControlRecord | None = None) -> CompletedTxn | None:
+        """Record an appended batch (leader and follower paths alike). A control batch needs
+        its ``control`` record; the transaction it ends is returned."""
+        if h.attributes & CONTROL_BIT:
+            if h.producer_id < 0:
+                return None
+            if control is None:
+                raise ValueError(f"the control batch at offset {h.base_offset} needs its control record")
+            return self._end_transaction(h, control)
         if not _tracked(h):
-            return
+            return None
         meta = BatchMetadata(h.base_sequence, h.last_sequence, h.base_offset, h.last_offset)
-        entry = self._producers.get(h.producer_id)
+        pid = h.producer_id
+        entry = self._producers.get(pid)
         if entry is None or h.producer_epoch != entry.epoch:
-            # A new epoch starts the sequence over, so older batches can no longer match.
-            self._producers[h.producer_id] = ProducerEntry(h.producer_id, h.producer_epoch, deque([meta], CACHED_BATCHES))
+            # A new epoch starts the sequence over, so older batches can no longer match;
+            # an ongoing transaction and the coordinator epoch carry over (its marker ends it).
+            old = entry
+            entry = ProducerEntry(pid, h.producer_epoch, deque([meta], CACHED_BATCHES))
+            if old is not None:
+                entry.txn_first_offset, entry.coordinator_epoch = old.txn_first_offset, old.coordinator_epoch
+            self._producers[pid] = entry
         else:
             entry.batches.append(meta)
+        if h.attributes & TRANSACTIONAL_BIT and entry.txn_first_offset < 0:
+            entry.txn_first_offset = h.base_offset
+            self._ongoing[pid] = h.base_offset
+        return None
 
-    def rebuild(self, headers: Iterable[BatchHeader]) -> None:
+    def _end_transaction(self, h: BatchHeader, control: ControlRecord) -> CompletedTxn:
+        pid = h.producer_id
+        entry = self._producers.get(pid)
+        if entry is None:
+            entry = self._producers[pid] = ProducerEntry(pid, h.producer_epoch, deque((), CACHED_BATCHES))
+        elif h.producer_epoch != entry.epoch:
+            # the marker may carry a newer epoch (KIP-890 part 2, a fence, KIP-939's keep):
+            # the producer's next batch starts that epoch at sequence 0
+            entry.epoch = h.producer_epoch
+            entry.batches = deque((), CACHED_BATCHES)
+        first = entry.txn_first_offset if entry.txn_first_offset >= 0 else h.base_offset
+        done = CompletedTxn(pid, first, h.last_offset, not control.commit)
+        entry.txn_first_offset = -1
+        entry.coordinator_epoch = control.coordinator_epoch
+        self._ongoing.pop(pid, None)
+        self._unreplicated.append(done)
+        return done
+
+    def rebuild(self, headers: Iterable[BatchHeader], read_control: ReadControl | None = None, on_completed: Callable[[CompletedTxn], None] | None = None) -> None:
         """Forget everything and replay ``headers`` (the batches left in the log)."""
-        self._producers.clear()
-        self.replay(headers)
+        self.clear()
+        self.replay(headers, read_control, on_completed)
 
-    def replay(self, headers: Iterable[BatchHeader]) -> None:
+    def replay(self, headers: Iterable[BatchHeader], read_control: ReadControl | None = None, on_completed: Callable[[CompletedTxn], None] | None = None) -> None:
+        """Apply ``headers`` in order; ``read_control(h)`` gives a control batch's record,
+        ``on_completed`` hears each transaction a marker ends."""
+        update = self.update
         for h in headers:
-            self.update(h)
+            if h.attributes & CONTROL_BIT and h.producer_id >= 0:
+                if read_control is None:
+                    raise ValueError(f"replaying the control batch at offset {h.base_offset} needs read_control")
+                done = update(h, read_control(h))
+                if on_completed is not None and done is not None:
+                    on_completed(done)
+            else:
+                update(h)
 
     def clear(self) -> None:
         self._producers.clear()
+        self._ongoing.clear()
+        self._unreplicated.clear()
 
     # -- persistence and describe ---------------------------------------------------------
 
     def snapshot(self) -> dict[int, dict[str, Any]]:
         """Plain data (msgpack-able): ``{producer_id: {"epoch", "batches": [[first_seq,
-        last_seq, base_offset, last_offset], ...]}}``."""
-        return {
-            pid: {"epoch": e.epoch, "batches": [list(b) for b in e.batches]}
-            for pid, e in sorted(self._producers.items())
-        }
+        last_seq, base_offset, last_offset], ...], "txn_first_offset", "coordinator_epoch"}}``
+        (the last two only when set, so a snapshot without transactions is as before)."""
+        out: dict[int, dict[str, Any]] = {}
+        for pid, e in sorted(self._producers.items()):
+            d: dict[str, Any] = {"epoch": e.epoch, "batches": [list(b) for b in e.batches]}
+            if e.txn_first_offset >= 0:
+                d["txn_first_offset"] = e.txn_first_offset
+            if e.coordinator_epoch >= 0:
+                d["coordinator_epoch"] = e.coordinator_epoch
+            out[pid] = d
+        return out
 
     def load(self, snapshot: dict[int, dict[str, Any]]) -> None:
-        """Replace the state with one produced by :meth:`snapshot`."""
+        """Replace the state with one produced by :meth:`snapshot`; a snapshot written before
+        transactions loads as "none ongoing". Completed transactions not yet below the HW are
+        not in a snapshot (as in Kafka): a restart counts them stable."""
         producers: dict[int, ProducerEntry] = {}
+        ongoing: dict[int, int] = {}
         for pid, data in snapshot.items():
             batches = deque((BatchMetadata(*map(int, b)) for b in data["batches"]), CACHED_BATCHES)
-            producers[int(pid)] = ProducerEntry(int(pid), int(data["epoch"]), batches)
+            entry = ProducerEntry(int(pid), int(data["epoch"]), batches, int(data.get("txn_first_offset", -1)), int(data.get("coordinator_epoch", -1)))
+            producers[entry.producer_id] = entry
+            if entry.txn_first_offset >= 0:
+                ongoing[entry.producer_id] = entry.txn_first_offset
         self._producers = producers
+        self._ongoing = ongoing
+        self._unreplicated = []

@@ -20,6 +20,10 @@ EARLIEST_TIMESTAMP = -2
 # Fetch replica_id for consumers (anything >= 0 is a follower's broker id).
 CONSUMER_REPLICA_ID = -1
 
+# Fetch and ListOffsets isolation_level (Kafka's numbering).
+READ_UNCOMMITTED = 0
+READ_COMMITTED = 1
+
 
 @register
 class ProduceRequest(Message):
@@ -88,6 +92,9 @@ class FetchRequest(Message):
     # DeleteRecords waits for it, and a follower joins the ISR only once it reports the
     # leader's.
     replica_log_start_offset: int = -1
+    # READ_COMMITTED: read up to the last stable offset, with the aborted transactions in
+    # range (docs/transactions.md section 1, "Fetch"); followers read everything.
+    isolation_level: int = READ_UNCOMMITTED
 
 
 @register
@@ -105,6 +112,10 @@ class FetchResponse(Message):
     # Instead of ``records``, for a requester on the leader's node: [(path, position,
     # length)] spans of the leader's segment files to read (see kcoord.log.hints).
     file_hint: list[tuple[str, int, int]] | None = None
+    # To consumers: min(first unstable offset, HW), and, for READ_COMMITTED, the aborted
+    # transactions that may have batches in what was returned: [(producer_id, first_offset)].
+    last_stable_offset: int = -1
+    aborted_transactions: list[tuple[int, int]] | None = None
 
 
 @register
@@ -115,6 +126,9 @@ class ListOffsetsRequest(Message):
     partition: int
     timestamp: int = LATEST_TIMESTAMP
     current_leader_epoch: int = -1
+    # READ_COMMITTED: LATEST answers the last stable offset, and a time lookup ignores
+    # records at or past it.
+    isolation_level: int = READ_UNCOMMITTED
 
 
 @register
@@ -164,6 +178,8 @@ class ProducerState(Message):
     producer_epoch: int
     last_sequence: int = -1
     last_offset: int = -1  # where its last batch ends in the log
+    coordinator_epoch: int = -1  # of the last transaction marker it got here
+    current_txn_start_offset: int = -1  # first offset of its ongoing transaction here
 
 
 @register

@@ -63,6 +63,7 @@ from .txn import (
     EndTxnRequest,
     ListTransactionsRequest,
     TxnInitProducerIdRequest,
+    WriteTxnMarkerRequest,
 )
 
 RESPONSE_FOR: dict[type[Message], type[Message]] = {
@@ -106,6 +107,7 @@ REPLICA = Service(
         "offsets_for_leader_epoch": OffsetsForLeaderEpochRequest,
         "delete_records": DeleteRecordsRequest,
         "describe_producers": DescribeProducersRequest,
+        "write_txn_marker": WriteTxnMarkerRequest,  # a transaction coordinator's COMMIT/ABORT
         "leader_and_isr": LeaderAndIsrRequest,
         "heartbeat": HeartbeatRequest,
     },

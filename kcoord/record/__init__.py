@@ -16,8 +16,10 @@ One concept per module, each importing only those before it here:
 - ``framing``: one batch's framing and CRC, walking concatenated batches (``scan``);
 - ``decoded``, ``columns``, ``kafka_v2``: decoded batches; the two formats (build, decode,
   payload checks);
-- ``decoding``, ``validation``, ``rebuild``, ``conversion``: reading records, what a
-  leader and a follower check, the log cleaner's rewrites, the Kafka consumers' view.
+- ``control``: transaction markers (control batches) in both formats, built and read;
+- ``decoding``, ``validation``, ``rebuild``, ``conversion``: reading records (never a
+  control record), what a leader and a follower check, the log cleaner's rewrites, the
+  Kafka consumers' view.
 
 The package depends on nothing in kcoord but :mod:`kcoord.protocol.errors`. Kafka's v2
 codec (aiokafka, ~0.1 s to import) is imported on first use, or at a server's start by
@@ -28,6 +30,7 @@ from __future__ import annotations
 
 from .columns import build_batch, build_batch_columns, decode_columns, now_ms, validate_columns
 from .compression import CODEC_IDS, CODECS, KAFKA_CODECS, Codec, available_codecs, codec_id, register_codec
+from .control import ControlRecord, ControlType, build_control_batch, is_control, is_transactional, read_control
 from .crc import CRC_FUNCTIONS, compute_crc, crc32, crc32c
 from .decoded import DecodedBatch, Record
 from .decoding import decode_batch, iter_batches, iter_records, warm_up_codecs
@@ -73,6 +76,8 @@ __all__ = [
     "CRC_START",
     "CREATE_TIME",
     "Codec",
+    "ControlRecord",
+    "ControlType",
     "CorruptRecordError",
     "DecodedBatch",
     "FORMAT_VERSION",
@@ -101,6 +106,7 @@ __all__ = [
     "batches_info",
     "build_batch",
     "build_batch_columns",
+    "build_control_batch",
     "codec_id",
     "compute_crc",
     "crc32",
@@ -109,10 +115,13 @@ __all__ = [
     "decode_columns",
     "empty_batch",
     "invalid_record",
+    "is_control",
+    "is_transactional",
     "iter_batches",
     "iter_headers",
     "iter_records",
     "now_ms",
+    "read_control",
     "read_header",
     "rebuild_batch",
     "register_codec",

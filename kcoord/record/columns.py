@@ -29,6 +29,7 @@ from .header import (
     NO_SEQUENCE,
     TAIL,
     TIMESTAMP_TYPE_BIT,
+    TRANSACTIONAL_BIT,
     BatchHeader,
     CorruptRecordError,
     invalid_record,
@@ -55,10 +56,12 @@ def build_batch_columns(
     base_sequence: int = NO_SEQUENCE,
     base_offset: int = 0,
     leader_epoch: int = -1,
+    transactional: bool = False,
 ) -> bytes:
     """Pack records given as columns into one batch. The fast path for bulk producers.
 
     ``keys``/``headers``/``timestamps`` may be None (all null / none / all ``timestamp_ms``).
+    ``transactional``: a batch of the producer's ongoing transaction (bit 0x10).
     """
     n = len(values)
     if n == 0:
@@ -94,7 +97,7 @@ def build_batch_columns(
             raise KafkaError(ErrorCode.UNSUPPORTED_COMPRESSION_TYPE, f"compression codec {compression} is not registered")
         payload = codec.compress(payload)
     tail = TAIL.pack(
-        compression & COMPRESSION_MASK,
+        (compression & COMPRESSION_MASK) | (TRANSACTIONAL_BIT if transactional else 0),
         n - 1,
         first_ts,
         max_ts,
@@ -116,6 +119,7 @@ def build_batch(
     producer_epoch: int = NO_PRODUCER_EPOCH,
     base_sequence: int = NO_SEQUENCE,
     timestamp_ms: int | None = None,
+    transactional: bool = False,
 ) -> bytes:
     """Pack ``(key, value[, headers[, timestamp_ms]])`` tuples into one batch."""
     keys: list = []
@@ -140,6 +144,7 @@ def build_batch(
         producer_id=producer_id,
         producer_epoch=producer_epoch,
         base_sequence=base_sequence,
+        transactional=transactional,
     )
 
 

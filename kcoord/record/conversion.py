@@ -2,7 +2,8 @@
 
 Magic-2 batches are passed through; kcoord (magic 1) batches are re-encoded as v2 batches
 with the same offsets, leader epoch, producer id/epoch/sequence, timestamps (and timestamp
-type), headers and compression codec (:func:`kcoord_to_kafka`).
+type), headers and compression codec (:func:`kcoord_to_kafka`); a magic-1 control batch
+becomes Kafka's control batch (same marker, transactional and control bits).
 """
 
 from __future__ import annotations
@@ -12,18 +13,22 @@ from typing import Any
 from aiokafka.record._crecords.default_records import DefaultRecordBatchBuilder
 
 from .decoding import decode_batch
-from .header import FORMAT_VERSION, HEADER_SIZE, KAFKA_FORMAT, TIMESTAMP_TYPE_BIT, BatchHeader, read_header
+from .header import CONTROL_BIT, FORMAT_VERSION, HEADER_SIZE, KAFKA_FORMAT, TIMESTAMP_TYPE_BIT, TRANSACTIONAL_BIT, BatchHeader, read_header
 from .kafka_v2 import HUGE, stamp_into
 from .rebuild import empty_batch
 
 
 def kcoord_to_kafka(buf: Any, pos: int, h: BatchHeader) -> bytes:
     """Re-encode the kcoord (magic 1) batch at ``pos`` as a Kafka v2 batch, same offsets."""
+    if h.attributes & CONTROL_BIT:  # a transaction marker: Kafka's control batch
+        from .control import control_to_kafka
+
+        return control_to_kafka(buf, pos, h)
     if not h.record_count:  # emptied by the cleaner: the same header is a Kafka empty batch
         return empty_batch(h._replace(magic=KAFKA_FORMAT, attributes=h.attributes & TIMESTAMP_TYPE_BIT))
     d = decode_batch(buf, pos, check_crc=False)
     compression = h.compression if h.compression in (1, 2, 3, 4) else 0
-    builder = DefaultRecordBatchBuilder(2, compression, 0, h.producer_id, h.producer_epoch, h.base_sequence, HUGE)
+    builder = DefaultRecordBatchBuilder(2, compression, int(bool(h.attributes & TRANSACTIONAL_BIT)), h.producer_id, h.producer_epoch, h.base_sequence, HUGE)
     append = builder.append
     n = len(d.values)
     ts = d.timestamps if d.timestamps is not None else [h.first_timestamp] * n

@@ -7,14 +7,16 @@ from typing import Iterator
 from .columns import decode_columns
 from .decoded import DecodedBatch, Record
 from .framing import iter_headers, validate_batch
-from .header import KAFKA_FORMAT
+from .header import CONTROL_BIT, KAFKA_FORMAT
 
 
 def decode_batch(buf: bytes | bytearray | memoryview, pos: int = 0, *, check_crc: bool = True) -> DecodedBatch:
-    """Decode the records of the batch at ``pos`` (consumer side only)."""
+    """Decode the records of the batch at ``pos`` (consumer side only). A control batch (a
+    transaction marker) has no records for applications: it decodes to none, in either
+    format (:func:`kcoord.record.control.read_control` reads its marker)."""
     h = validate_batch(buf, pos, check_crc=check_crc)
-    if not h.record_count:
-        return DecodedBatch(h, None, None, [], None)  # an emptied batch (empty_batch)
+    if not h.record_count or h.attributes & CONTROL_BIT:
+        return DecodedBatch(h, None, None, [], None)  # an emptied batch (empty_batch) or a marker
     if h.magic == KAFKA_FORMAT:
         from .kafka_v2 import decode_kafka_batch  # compiled v2 record codec, imported on first use
 

@@ -8,7 +8,8 @@ recognise it)::
     12 leader_epoch       int32   stamped by the leader on append
     16 magic              int8    payload format: 1 kcoord columns, 2 Kafka v2 records
     17 crc                uint32  CRC of bytes [21, end): zlib CRC-32 (magic 1), CRC-32C (magic 2)
-    21 attributes         int16   bits 0-2 compression codec, bit 3 timestamp type
+    21 attributes         int16   bits 0-2 compression codec, bit 3 timestamp type,
+                                  bit 4 transactional, bit 5 control (a transaction marker)
     23 last_offset_delta  int32   record_count - 1
     27 first_timestamp    int64   ms
     35 max_timestamp      int64   ms
@@ -45,8 +46,8 @@ assert HEADER_SIZE == 61
 
 COMPRESSION_MASK = 0x07
 TIMESTAMP_TYPE_BIT = 0x08
-TRANSACTIONAL_BIT = 0x10  # Kafka v2 only; kcoord has no transactions and refuses them
-CONTROL_BIT = 0x20
+TRANSACTIONAL_BIT = 0x10  # a batch of a transaction (both formats)
+CONTROL_BIT = 0x20  # a transaction marker (control.py), always also transactional
 CREATE_TIME = 0
 LOG_APPEND_TIME = 1
 

@@ -131,9 +131,10 @@ def build_kafka_batch(
     producer_id: int = -1,
     producer_epoch: int = -1,
     base_sequence: int = -1,
+    transactional: bool = False,
 ) -> bytes:
     """A Kafka v2 batch of ``(key, value, headers, timestamp_ms)`` records (tests, tools)."""
-    builder = DefaultRecordBatchBuilder(2, compression, 0, producer_id, producer_epoch, base_sequence, HUGE)
+    builder = DefaultRecordBatchBuilder(2, compression, int(transactional), producer_id, producer_epoch, base_sequence, HUGE)
     for i, (k, v, hs, ts) in enumerate(records):
         builder.append(i, ts, k, v, list(hs))
     return bytes(builder.build())

@@ -9,7 +9,7 @@ from .columns import build_batch_columns
 from .compression import CODECS, KAFKA_CODECS
 from .crc import CRC_FUNCTIONS
 from .decoded import DecodedBatch
-from .header import COMPRESSION_MASK, HEAD, HEADER_SIZE, KAFKA_FORMAT, LENGTH_PREFIX, TAIL, TIMESTAMP_TYPE_BIT, BatchHeader
+from .header import COMPRESSION_MASK, HEAD, HEADER_SIZE, KAFKA_FORMAT, LENGTH_PREFIX, TAIL, TIMESTAMP_TYPE_BIT, TRANSACTIONAL_BIT, BatchHeader
 from .stamping import set_log_append_time
 
 
@@ -62,6 +62,7 @@ def rebuild_batch(d: DecodedBatch, keep: Sequence[int]) -> bytes:
             producer_id=h.producer_id,
             producer_epoch=h.producer_epoch,
             base_sequence=seq,
+            transactional=bool(h.attributes & TRANSACTIONAL_BIT),
         )
         return set_offsets(out, h.base_offset + lo, h.leader_epoch, log_append_time=h.max_timestamp if log_append else None)
     out = build_batch_columns(
@@ -75,6 +76,7 @@ def rebuild_batch(d: DecodedBatch, keep: Sequence[int]) -> bytes:
         base_sequence=seq,
         base_offset=h.base_offset + lo,
         leader_epoch=h.leader_epoch,
+        transactional=bool(h.attributes & TRANSACTIONAL_BIT),
     )
     if log_append:
         out = set_log_append_time(out, h.max_timestamp)

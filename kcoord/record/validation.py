@@ -50,8 +50,11 @@ def validate_produce_batch(
     :func:`~kcoord.record.kafka_v2.validate_kafka_records`).
     """
     attrs = h.attributes
-    if attrs & (TRANSACTIONAL_BIT | CONTROL_BIT):
-        raise invalid_record(h, "transactional and control batches are not supported")
+    if attrs & CONTROL_BIT:
+        # markers are written by partition leaders for the transaction coordinator only
+        raise invalid_record(h, "a producer cannot write a control batch (transaction markers come from the transaction coordinator)")
+    if attrs & TRANSACTIONAL_BIT and (h.producer_id < 0 or h.base_sequence < 0):
+        raise invalid_record(h, "a transactional batch needs a producer id and sequence numbers")
     if h.first_timestamp < -1 or h.max_timestamp < -1:
         raise invalid_record(h, f"negative timestamps ({h.first_timestamp}, {h.max_timestamp})")
     if h.magic == KAFKA_FORMAT:

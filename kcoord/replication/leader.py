@@ -17,10 +17,13 @@ from typing import Any
 from .. import record
 from ..protocol.controller import AlterPartitionRequest, AlterPartitionResponse
 from ..protocol.errors import ErrorCode, KafkaError
+from ..protocol.txn import WriteTxnMarkerRequest
 from ..protocol import names
 from ..protocol.replication import (
     EARLIEST_TIMESTAMP,
     LATEST_TIMESTAMP,
+    READ_COMMITTED,
+    READ_UNCOMMITTED,
     DeleteRecordsRequest,
     DeleteRecordsResponse,
     DescribeProducersRequest,
@@ -41,6 +44,7 @@ from .config import LOG_APPEND_TIME
 from .isr import IsrState
 from .metadata import INTERNAL_OFFSETS_TOPIC
 from .context import ReplicaContext
+from .txn_markers import append_marker
 
 # Answers that say the controller could not tell whether it applied a change (its
 # metadata-store write failed or timed out): the same as no answer.
@@ -226,6 +230,25 @@ class Leader:
         if self.parked and not info.duplicate and info.header.producer_id in self.parked:
             self._release_parked(info.header.producer_id, now_ms)
 
+    def write_txn_marker(self, req: WriteTxnMarkerRequest, token: Any, now_ms: int) -> None:
+        """A WriteTxnMarker from a transaction coordinator (txn_markers.py), answered as an
+        acks=all produce."""
+        response, required = append_marker(self.state, req, self._epoch_error(req.current_leader_epoch), now_ms)
+        if required < 0:
+            self.state.reply(token, response)
+        else:
+            self.wait_for_replication(token, required, now_ms + max(0, req.timeout_ms), response, now_ms)
+
+    def wait_for_replication(self, token: Any, required_offset: int, deadline_ms: int, response: Any, now_ms: int) -> None:
+        """Answer ``response`` once the HW reaches ``required_offset`` (an append of ours
+        that must be committed before anyone hears of it, as acks=all)."""
+        self._wake_fetchers(now_ms, followers=True)
+        self.maybe_advance_hw(now_ms)
+        if self.state.hw >= required_offset:
+            self.state.reply(token, self._acked(response))
+        else:
+            self.produce_waiters.append(ProduceWaiter(token, required_offset, deadline_ms, response))
+
     def _acked(self, response: ProduceResponse) -> ProduceResponse:
         st = self.state
         if len(st.isr) < st.config.min_insync_replicas:
@@ -253,6 +276,8 @@ class Leader:
             err = (ErrorCode.NOT_LEADER_OR_FOLLOWER, f"broker {req.replica_id} is not a follower of {st.name} (replicas {st.replicas})")
         if err is None and req.max_bytes <= 0:
             err = (ErrorCode.INVALID_FETCH_SIZE, f"max_bytes must be positive, got {req.max_bytes}")
+        if err is None and req.isolation_level not in (READ_UNCOMMITTED, READ_COMMITTED):
+            err = (ErrorCode.INVALID_REQUEST, f"isolation_level must be 0 (read_uncommitted) or 1 (read_committed), got {req.isolation_level}")
         if err is not None:
             st.reply(token, FetchResponse(err[0], err[1], leader_epoch=st.leader_epoch))
             return
@@ -316,11 +341,16 @@ class Leader:
                 leader_epoch=st.leader_epoch,
             )
         log = st.log
-        max_offset = None if waiter.from_follower else st.hw
+        if waiter.from_follower:
+            max_offset = None
+            lso = -1
+        else:
+            lso = log.last_stable_offset(st.hw)
+            max_offset = lso if req.isolation_level == READ_COMMITTED else st.hw
         data = b""
         spans = None
         size = 0
-        if req.fetch_offset < (log.log_end_offset if waiter.from_follower else st.hw):
+        if req.fetch_offset < (log.log_end_offset if max_offset is None else max_offset):
             if st.node_id and req.node_id == st.node_id:
                 spans = log.locate(req.fetch_offset, req.max_bytes, max_offset)
             if spans is None:
@@ -331,6 +361,9 @@ class Leader:
         if not force and size < max(1, req.min_bytes):
             return None
         st.metrics["fetch_bytes"] += size
+        aborted = None
+        if req.isolation_level == READ_COMMITTED and not waiter.from_follower and size:
+            aborted = [(e.producer_id, e.first_offset) for e in log.txn_index.collect(req.fetch_offset, lso)]
         return FetchResponse(
             high_watermark=st.hw,
             log_start_offset=log.log_start_offset,
@@ -338,6 +371,8 @@ class Leader:
             leader_epoch=st.leader_epoch,
             records=data,
             file_hint=spans or None,
+            last_stable_offset=lso,
+            aborted_transactions=aborted,
         )
 
     def _wake_fetchers(self, now_ms: int, *, followers: bool, force: bool = False) -> None:
@@ -527,6 +562,8 @@ class Leader:
     def _list_offsets(self, req: ListOffsetsRequest) -> ListOffsetsResponse:
         st = self.state
         err = self._epoch_error(req.current_leader_epoch)
+        if err is None and req.isolation_level not in (READ_UNCOMMITTED, READ_COMMITTED):
+            err = (ErrorCode.INVALID_REQUEST, f"isolation_level must be 0 (read_uncommitted) or 1 (read_committed), got {req.isolation_level}")
         if err is not None:
             return ListOffsetsResponse(err[0], err[1], leader_epoch=st.leader_epoch)
         log = st.log
@@ -538,12 +575,13 @@ class Leader:
                 f"leader {st.broker} of {st.name} has not caught its high watermark up yet; retry",
                 leader_epoch=st.leader_epoch,
             )
+        visible = log.last_stable_offset(st.hw) if req.isolation_level == READ_COMMITTED else st.hw
         if req.timestamp == LATEST_TIMESTAMP:
-            return ListOffsetsResponse(offset=st.hw, leader_epoch=st.leader_epoch)
+            return ListOffsetsResponse(offset=visible, leader_epoch=st.leader_epoch)
         if req.timestamp < 0:
             return ListOffsetsResponse(ErrorCode.INVALID_REQUEST, f"timestamp {req.timestamp} is not -1, -2 or >= 0")
         found = log.offset_for_timestamp(req.timestamp)
-        if found is None or found[0] >= st.hw:
+        if found is None or found[0] >= visible:
             return ListOffsetsResponse(offset=-1, timestamp=-1, leader_epoch=st.leader_epoch)
         return ListOffsetsResponse(offset=found[0], timestamp=found[1], leader_epoch=st.leader_epoch)
 
@@ -569,8 +607,9 @@ class Leader:
         found = []
         for pid in wanted:
             entry = state.get(pid)
-            if entry is not None and entry.batches:
-                found.append(ProducerState(pid, entry.epoch, entry.last_seq, entry.batches[-1].last_offset))
+            if entry is not None and (entry.batches or entry.txn_first_offset >= 0 or entry.coordinator_epoch >= 0):
+                last = entry.batches[-1].last_offset if entry.batches else -1
+                found.append(ProducerState(pid, entry.epoch, entry.last_seq, last, entry.coordinator_epoch, entry.txn_first_offset))
         st.reply(token, DescribeProducersResponse(producers=found, high_watermark=st.hw, leader_epoch=st.leader_epoch))
 
     # ------------------------------------------------------------------------------------
@@ -584,7 +623,7 @@ class Leader:
                 if w.deadline_ms <= now_ms:
                     st.reply(
                         w.token,
-                        ProduceResponse(
+                        type(w.response)(
                             ErrorCode.REQUEST_TIMED_OUT,
                             f"offset {w.required_offset - 1} not replicated to the ISR {st.isr} in time (HW {st.hw})",
                             leader_epoch=st.leader_epoch,
@@ -663,7 +702,7 @@ class Leader:
         st = self.state
         while self.produce_waiters:
             w = self.produce_waiters.popleft()
-            st.reply(w.token, ProduceResponse(code, message, leader_epoch=st.leader_epoch))
+            st.reply(w.token, type(w.response)(code, message, leader_epoch=st.leader_epoch))
         for w in self.fetch_waiters.values():
             st.reply(w.token, FetchResponse(code, message, leader_epoch=st.leader_epoch))
         self.fetch_waiters.clear()

@@ -46,6 +46,7 @@ from ..protocol.replication import (
     ProduceRequest,
 )
 from ..protocol.services import REPLICA, RESPONSE_FOR
+from ..protocol.txn import WriteTxnMarkerRequest
 from ..runtime.actions import Action, Handlers
 from .config import ReplicationConfig
 from .entry import entry_point, is_storage_error
@@ -117,6 +118,7 @@ class Replica:
                 ListOffsetsRequest: self._as_leader(Leader.list_offsets),
                 DeleteRecordsRequest: self._as_leader(Leader.delete_records),
                 DescribeProducersRequest: self._as_leader(Leader.describe_producers),
+                WriteTxnMarkerRequest: self._as_leader(Leader.write_txn_marker),
                 OffsetsForLeaderEpochRequest: self._as_leader(Leader.offsets_for_leader_epoch),
             },
         )

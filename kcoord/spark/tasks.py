@@ -302,7 +302,7 @@ def records_to_arrow(topic: str, partition: int, data: bytes, start: int, end: i
             continue
         if h.base_offset >= end:
             break
-        if not h.record_count:  # an emptied batch (compaction)
+        if not h.record_count or h.attributes & _records.CONTROL_BIT:  # emptied (compaction), or a marker
             continue
         b = _records.decode_batch(data, pos, check_crc=check_crc)
         count = len(b.values)

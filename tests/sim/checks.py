@@ -592,7 +592,28 @@ class History:
             part.on_log_start(proc.broker, log.log_start_offset, self.sim.assignments[proc.tp], now)
             if r.role == LEADER:
                 self._check_deleted(part, proc, now)
+        if self.sim.scenario.txn_producers:
+            self._check_transactions(proc, part, now)
         self.sim.on_replica_progress(proc)
+
+    def _check_transactions(self, proc: "ReplicaProcess", part: PartitionHistory, now: int) -> None:
+        """The LSO and the aborted-transaction index (tests/sim/transactions.py)."""
+        from .transactions import check_txn_indexes, observe_leader_lso
+
+        observe_leader_lso(self, proc, part, now)
+        leader = self._leader_process(part)
+        stored = part.stored
+        if leader is None or stored is None:
+            return
+        hw = leader.replica.hw
+        members = []
+        for b in stored.isr:
+            m = self.sim.replicas.get((part.tp[0], part.tp[1], b))
+            if m is None or m is leader or not m.up or m.replica is None or m.replica.role == OFFLINE or self.sim.is_damaged(m):
+                continue
+            if m.replica.log.log_end_offset >= hw:
+                members.append(m)
+        check_txn_indexes(self, part, leader, members, now)
 
     def _check_deleted(self, part: PartitionHistory, proc: "ReplicaProcess", now: int) -> None:
         """Records below an acknowledged DeleteRecords, or below every replica's log start,

@@ -210,7 +210,7 @@ class ReplicaProcess(Process):
         before = (self.replica.log.log_end_offset, self.replica.leader_epoch, self.replica.role) if self.replica.role != "offline" else None
         noted = sim.history.on_replica_request(self, request)
         self.driver.serve(request, lambda response: net.reply(call, response))
-        if call.method in ("produce", "produce_internal") and before is not None:
+        if call.method in ("produce", "produce_internal", "write_txn_marker") and before is not None:
             sim.history.on_produce_handled(self, *before)
         if noted is not None:
             sim.history.after_replica_request(self, request, noted)

@@ -83,32 +83,34 @@ class _Hasher:
         pass
 
 
-def trace_digest(seed: int, kind=None, mode=None, events=None, ms=None, security: bool = False) -> str:
+def trace_digest(seed: int, kind=None, mode=None, events=None, ms=None, security: bool = False, transactions: bool = False) -> str:
     """A hash of everything ``-vv`` prints for ``seed`` (every event and message, in order):
     equal digests before and after a refactoring show that it changed nothing a run does."""
     import contextlib
 
     out = _Hasher()
     with contextlib.redirect_stdout(out):  # type: ignore[arg-type]
-        result = run_seed(seed, kind, mode, events, 2, ms, security)
+        result = run_seed(seed, kind, mode, events, 2, ms, security, transactions)
     out.write(result.summary())
     return out.h.hexdigest()[:16]
 
 
 def _one(args: tuple) -> tuple[int, bool, str, float]:
-    seed, kind, mode, events, ms, security, digest = args
+    seed, kind, mode, events, ms, security, transactions, digest = args
     quiet_logs()
     started = time.perf_counter()
     if digest:
-        return seed, True, f"{seed} {trace_digest(seed, kind, mode, events, ms, security)}", time.perf_counter() - started
-    result = run_seed(seed, kind, mode, events, 0, ms, security)
+        return seed, True, f"{seed} {trace_digest(seed, kind, mode, events, ms, security, transactions)}", time.perf_counter() - started
+    result = run_seed(seed, kind, mode, events, 0, ms, security, transactions)
     return seed, result.ok, result.report() if not result.ok else result.summary(), time.perf_counter() - started
 
 
-def run_many(seeds: list[int], *, kind=None, mode=None, events=None, ms=None, jobs: int = 1, on_result=None, security: bool = False, digest: bool = False) -> list[tuple[int, bool, str, float]]:
+def run_many(
+    seeds: list[int], *, kind=None, mode=None, events=None, ms=None, jobs: int = 1, on_result=None, security: bool = False, digest: bool = False, transactions: bool = False
+) -> list[tuple[int, bool, str, float]]:
     """Run ``seeds`` on ``jobs`` processes; results in seed order (``digest``: each result's
     text is the seed's trace digest instead of its summary)."""
-    work = [(s, kind, mode, events, ms, security, digest) for s in seeds]
+    work = [(s, kind, mode, events, ms, security, transactions, digest) for s in seeds]
     if jobs <= 1:
         results = []
         for w in work:
@@ -141,6 +143,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--jobs", "-j", type=int, default=1, help=f"processes (default 1; this machine has {os.cpu_count()} cores)")
     ap.add_argument("--verbose", "-v", action="count", default=0, help="print traced events (-vv: every message too)")
     ap.add_argument("--security", action="store_true", help="an admin also alters users and ACLs through the controller (tests/sim/security.py)")
+    ap.add_argument("--transactions", action="store_true", help="a transactional producer and a read_committed reader join (tests/sim/transactions.py)")
     ap.add_argument(
         "--trace-digest",
         metavar="FILE",
@@ -151,13 +154,13 @@ def main(argv: list[str] | None = None) -> int:
     quiet_logs(args.verbose)
     if args.trace_digest:
         seeds = [args.seed] if args.seed is not None else parse_seeds(args.seeds)
-        results = run_many(seeds, kind=args.kind, mode=args.mode, events=args.events, ms=args.ms, jobs=args.jobs, security=args.security, digest=True)
+        results = run_many(seeds, kind=args.kind, mode=args.mode, events=args.events, ms=args.ms, jobs=args.jobs, security=args.security, digest=True, transactions=args.transactions)
         lines = "".join(r[2] + "\n" for r in results)
         Path(args.trace_digest).write_text(lines)
         print(f"{len(seeds)} seeds, traces digest {hashlib.sha256(lines.encode()).hexdigest()[:16]} (per seed: {args.trace_digest})")
         return 0
     if args.seed is not None:
-        result = run_seed(args.seed, args.kind, args.mode, args.events, args.verbose, args.ms, args.security)
+        result = run_seed(args.seed, args.kind, args.mode, args.events, args.verbose, args.ms, args.security, args.transactions)
         print(result.report() if not result.ok else result.summary())
         return 0 if result.ok else 1
     seeds = parse_seeds(args.seeds)
@@ -170,7 +173,7 @@ def main(argv: list[str] | None = None) -> int:
             failed.append(r[0])
             print(r[2], flush=True)
 
-    run_many(seeds, kind=args.kind, mode=args.mode, events=args.events, ms=args.ms, jobs=args.jobs, on_result=show, security=args.security)
+    run_many(seeds, kind=args.kind, mode=args.mode, events=args.events, ms=args.ms, jobs=args.jobs, on_result=show, security=args.security, transactions=args.transactions)
     elapsed = time.perf_counter() - started
     print(f"{len(seeds)} seeds, {len(failed)} failed, {elapsed:.1f} s ({len(seeds) / elapsed:.1f} seeds/s)" + (f"; failed: {failed}" if failed else ""))
     return 1 if failed else 0

@@ -158,6 +158,7 @@ class Scenario:
     keyed_producers: int = 0  # idempotent producers writing keyed records to compacted topics
     broker_config: dict[str, str] = field(default_factory=dict)  # upkeep intervals
     offsets_compacted: bool = False
+    txn_producers: int = 0  # transactional producers with a read_committed reader: SimConfig.transactions
 
     @classmethod
     def draw(cls, rng, kind: str | None = None, mode: str | None = None) -> "Scenario":
@@ -229,7 +230,7 @@ class Scenario:
         )
         return (
             f"{self.kind} brokers={self.brokers}{' bound' if self.bound else ''} {topics}{groups} "
-            f"producers={self.producers}+{self.acks1_producers}(acks=1){f'+{self.keyed_producers}(keyed)' if self.keyed_producers else ''} in_flight={self.max_in_flight} "
+            f"producers={self.producers}+{self.acks1_producers}(acks=1){f'+{self.keyed_producers}(keyed)' if self.keyed_producers else ''}{f'+{self.txn_producers}(txn)' if self.txn_producers else ''} in_flight={self.max_in_flight} "
             f"drop={self.drop_rate} dup={self.duplicate_rate} delay<={self.max_delay_ms}ms "
             f"fault_gap={self.fault_gap_ms} faults[{w}]"
             + (f" upkeep[{','.join(f'{k}={v}' for k, v in sorted(self.broker_config.items()))}]" if self.broker_config else "")

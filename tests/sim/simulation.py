@@ -47,6 +47,8 @@ from .kernel import Kernel, NetParams, Network, resume
 from .processes import HEAD, ControllerProcess, CoordinatorGhost, CoordinatorProcess, Machine, ReplicaGhost, ReplicaProcess
 from .scenario import Scenario, TopicSpec
 from .store import FaultyStore
+from .transactions import CommittedReader, TxnLedger, TxnProducer
+from .transactions import final_checks as txn_final_checks
 
 KINDS = ("replication", "groups")
 MODES = ("fsync", "pagecache", "flushms")
@@ -66,6 +68,9 @@ class SimConfig:
     consumer_wait_ms: int = 200
     verbose: int = 0  # 1: trace events (faults, roles, elections); 2: also every message
     security: bool = False  # an admin alters users and ACLs through the controller (security.py)
+    # A transactional producer and a read_committed reader join the seed's scenario
+    # (transactions.py); opt-in, so that every seed without it runs as before.
+    transactions: bool = False
 
     def replay_command(self) -> str:
         cmd = f"python -m tests.sim.run --seed {self.seed}"
@@ -79,6 +84,8 @@ class SimConfig:
             cmd += f" --ms {self.fault_ms}"
         if self.security:
             cmd += " --security"
+        if self.transactions:
+            cmd += " --transactions"
         return cmd + " --verbose"
 
 
@@ -206,6 +213,13 @@ class Simulation:
             self.producers.append(Producer(self, i, spec, p, acks=-1, max_in_flight=sc.max_in_flight, max_batch=3, keys=spec.keys))
         user_parts = [(t, p) for t in sc.topics for p in range(t.partitions)]
         self.readers = [Reader(self, i, t.name, p) for i, (t, p) in enumerate(user_parts)]
+        self.txn_ledger = TxnLedger()
+        if config.transactions:
+            sc.txn_producers = 1
+        for i in range(sc.txn_producers):
+            spec, p = user_parts[i % len(user_parts)]
+            self.producers.append(TxnProducer(self, i, spec, p, max_in_flight=sc.max_in_flight, max_batch=sc.max_batch))
+            self.readers.append(CommittedReader(self, i, spec.name, p))
         self.members = [Member(self, i, "g", [t.name for t in sc.topics]) for i in range(sc.members)]
         self.security_admin = SecurityAdmin(self) if config.security else None
         for node in [*self.replica_list, self.controller, *self.coordinators, self.admin, *self.producers, *self.readers, *self.members]:
@@ -283,6 +297,8 @@ class Simulation:
             self.history.final_checks((topic, partition), p.leader, logs, leader.replica.hw, self.kernel.now)
         if self.security_admin is not None and self.controller.core is not None:
             self.security_admin.check(self.controller.core)
+        if self.scenario.txn_producers:
+            txn_final_checks(self)
 
     def _result(self) -> SimResult:
         h = self.history
@@ -303,6 +319,12 @@ class Simulation:
             "store_failures": self.store.failures,
             "power_losses": sum(m.power_losses for m in self.machines.values()),
         }
+        if self.scenario.txn_producers:
+            ledger = self.txn_ledger
+            stats["txn_markers"] = ledger.markers
+            stats["txn_aborts"] = ledger.aborts
+            stats["txn_read"] = len(ledger.read)
+            stats["committed_records_read"] = sum(r.returned for r in self.readers if isinstance(r, CommittedReader))
         for kind, n in self.nemesis.counts.items():
             stats[f"fault_{kind}"] = n
         for proc in self.replica_list:
@@ -600,6 +622,9 @@ class Simulation:
         for m in self.members:
             if not m.alive:
                 m.start()
+        for prod in self.producers:
+            if isinstance(prod, TxnProducer):
+                prod.finish()  # its open transaction ends, as a coordinator's timeout would end it
 
     def _not_quiet(self) -> str | None:
         """Why the cluster is not quiet yet, or None when it is."""
@@ -673,10 +698,11 @@ def run_seed(
     verbose: int = 0,
     fault_ms: int | None = None,
     security: bool = False,
+    transactions: bool = False,
 ) -> SimResult:
     """One run. ``max_events`` alone also lifts the time bound, so that more events means
     a longer run."""
-    cfg = SimConfig(seed=seed, kind=kind, mode=mode, verbose=verbose, security=security)
+    cfg = SimConfig(seed=seed, kind=kind, mode=mode, verbose=verbose, security=security, transactions=transactions)
     if max_events is not None:
         cfg.max_events = max_events
         cfg.fault_ms = max(cfg.fault_ms, max_events * 2)

@@ -327,7 +327,7 @@ class _OnlyTheInterface:
 
 def test_a_pass_uses_nothing_of_the_log_but_the_compaction_interface(tmp_path):
     assert _INTERFACE == {
-        "config", "producer_state", "high_watermark", "log_end_offset", "cleaner_offset",
+        "config", "producer_state", "txn_index", "high_watermark", "log_end_offset", "cleaner_offset",
         "log_segments", "sync_sealed_segments", "replace_segment", "checkpoint_cleaner_offset",
     }
     through, direct = compact_log(tmp_path / "a"), compact_log(tmp_path / "b")

@@ -46,7 +46,8 @@ CASES = {
     "unknown codec": (forge(columns(None, None, [b"a"], None), n=1, attributes=6), ErrorCode.UNSUPPORTED_COMPRESSION_TYPE),
     "gzip flag, payload not gzip": (forge(columns(None, None, [b"a"], None), n=1, attributes=1), ErrorCode.CORRUPT_MESSAGE),
     "zstd flag, payload not zstd": (forge(columns(None, None, [b"a"], None), n=1, attributes=4), ErrorCode.CORRUPT_MESSAGE),
-    "transactional": (forge(columns(None, None, [b"a"], None), n=1, attributes=R.TRANSACTIONAL_BIT), ErrorCode.INVALID_RECORD),
+    "transactional without a producer id": (forge(columns(None, None, [b"a"], None), n=1, attributes=R.TRANSACTIONAL_BIT), ErrorCode.INVALID_RECORD),
+    "a control batch from a producer": (forge(columns(None, None, [b"a"], None), n=1, attributes=R.CONTROL_BIT | R.TRANSACTIONAL_BIT), ErrorCode.INVALID_RECORD),
     "bad crc": (forge(columns(None, None, [b"a"], None), n=1, crc_ok=False), ErrorCode.CORRUPT_MESSAGE),
 }
 

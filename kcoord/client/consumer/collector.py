@@ -100,6 +100,8 @@ class RecordCollector:
                 if hi >= len(seg.values):
                     st.segments.popleft()
             if not pieces:
+                if advance:
+                    _skip_unreturned(st)
                 continue
             last_seg, _, last_hi = pieces[-1]
             deserialize = self.key_deserializer is not None or self.value_deserializer is not None
@@ -133,6 +135,7 @@ class RecordCollector:
             if advance:
                 st.position = last_seg.base + last_hi
                 self.metrics["records_consumed"] += n_taken
+                _skip_unreturned(st)
             if want <= 0:
                 self._rotation = (self._rotation + j + 1) % n
                 break
@@ -178,3 +181,11 @@ class RecordCollector:
             # every poll() raises until the user seeks past it (as Kafka's consumer does).
             self.subscriptions.reposition(st, st.decode_from if st.decode_from >= 0 else st.position)
             raise
+
+
+def _skip_unreturned(st: AssignedPartition) -> None:
+    """Past the last decoded batch when nothing of it is left to return: a position then
+    moves over transaction markers, aborted batches and emptied batches at the end of what
+    was fetched, so a consumer's lag reaches 0 (Kafka's consumer does the same)."""
+    if not st.segments and not st.pending and st.position is not None and st.decode_from > st.position:
+        st.position = st.decode_from

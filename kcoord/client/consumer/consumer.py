@@ -31,7 +31,7 @@ import time
 from typing import Any, Iterable, Iterator
 
 from ...protocol.errors import ErrorCode, KafkaError
-from ...protocol.replication import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
+from ...protocol.replication import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, READ_COMMITTED, READ_UNCOMMITTED
 from ..cluster import ClusterClient, connect
 from ..coordinator import GroupMember
 from ..metrics import RequestStats
@@ -42,6 +42,9 @@ from .segments import RecordColumns
 from .subscription_state import RESET_POLICIES, SubscriptionState
 
 logger = logging.getLogger("kcoord.consumer")
+
+# kafka-python's isolation_level names -> Kafka's Fetch/ListOffsets ids
+ISOLATION_LEVELS = {"read_uncommitted": READ_UNCOMMITTED, "read_committed": READ_COMMITTED}
 
 _monotonic = time.monotonic
 
@@ -63,7 +66,11 @@ class Consumer:
     from ``poll()``.
 
     Consumers only see records below the high watermark (the leader enforces it), so
-    everything returned was acknowledged by the ISR. ``ConsumerRecord.headers`` is a sequence
+    everything returned was acknowledged by the ISR. ``isolation_level="read_committed"``
+    (kafka-python's name) reads only below the last stable offset and drops the records of
+    aborted transactions; "read_uncommitted" (the default) returns transactional records
+    whatever their outcome. Transaction markers are never returned, and a position moves
+    past them. ``end_offsets()`` answers the last stable offset under read_committed. ``ConsumerRecord.headers`` is a sequence
     of ``(str, bytes)`` pairs, empty when a record has none. :meth:`poll_columns` returns the
     same records as columns (no per-record objects) for bulk readers.
 
@@ -112,7 +119,10 @@ class Consumer:
         key_deserializer: Any = None,
         value_deserializer: Any = None,
         metadata_max_age_ms: int = 300_000,
+        isolation_level: str = "read_uncommitted",
     ) -> None:
+        if isolation_level not in ISOLATION_LEVELS:
+            raise ValueError(f"isolation_level must be one of {tuple(ISOLATION_LEVELS)}, got {isolation_level!r}")
         if auto_offset_reset not in RESET_POLICIES:
             raise ValueError(f"auto_offset_reset must be one of {RESET_POLICIES}, got {auto_offset_reset!r}")
         for name, value, minimum in (
@@ -147,6 +157,8 @@ class Consumer:
         self.key_deserializer = key_deserializer
         self.value_deserializer = value_deserializer
         self.metadata_max_age_ms = metadata_max_age_ms
+        self.isolation_level = isolation_level
+        level = ISOLATION_LEVELS[isolation_level]
         self._pattern: re.Pattern | None = None
         self._pattern_callbacks: tuple[Any, Any, Any] = (None, None, None)
         self._pattern_checked = 0.0
@@ -155,7 +167,7 @@ class Consumer:
         self._backoff_s = retry_backoff_ms / 1000
         self._subscriptions = SubscriptionState(
             auto_offset_reset,
-            lambda tps, timestamp: self.cluster.list_offsets(tps, timestamp, timeout_ms=self.request_timeout_ms),
+            lambda tps, timestamp: self.cluster.list_offsets(tps, timestamp, timeout_ms=self.request_timeout_ms, isolation_level=level),
         )
         self._fetcher = Fetcher(
             self.cluster,
@@ -166,6 +178,7 @@ class Consumer:
             request_timeout_ms=request_timeout_ms,
             retry_backoff_ms=retry_backoff_ms,
             stats=self._stats,
+            isolation_level=level,
         )
         self._records = RecordCollector(
             self._subscriptions,
@@ -350,8 +363,11 @@ class Consumer:
         return self.cluster.list_offsets([TopicPartition(*tp) for tp in partitions], EARLIEST_TIMESTAMP, timeout_ms=self.request_timeout_ms)
 
     def end_offsets(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
-        """The high watermark of each partition: the offset the next acknowledged record gets."""
-        return self.cluster.list_offsets([TopicPartition(*tp) for tp in partitions], LATEST_TIMESTAMP, timeout_ms=self.request_timeout_ms)
+        """The high watermark of each partition: the offset the next acknowledged record gets
+        (under read_committed, the last stable offset)."""
+        return self.cluster.list_offsets(
+            [TopicPartition(*tp) for tp in partitions], LATEST_TIMESTAMP, timeout_ms=self.request_timeout_ms, isolation_level=ISOLATION_LEVELS[self.isolation_level]
+        )
 
     def offsets_for_times(self, timestamps: "dict[TopicPartition, int]") -> dict[TopicPartition, OffsetAndTimestamp | None]:
         """For each partition, the earliest offset whose record timestamp is >= the given

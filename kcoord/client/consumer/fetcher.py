@@ -102,8 +102,11 @@ class SentFetch(NamedTuple):
 class LeaderFetches:
     """Sends Fetch requests to partition leaders for one process (see the module doc)."""
 
-    def __init__(self, cluster: ClusterClient, *, max_bytes: int, min_bytes: int, max_wait_ms: int, request_timeout_ms: int) -> None:
+    def __init__(
+        self, cluster: ClusterClient, *, max_bytes: int, min_bytes: int, max_wait_ms: int, request_timeout_ms: int, isolation_level: int = 0
+    ) -> None:
         self.cluster = cluster
+        self.isolation_level = isolation_level  # READ_COMMITTED: up to the last stable offset
         self.max_bytes = max_bytes
         self.min_bytes = min_bytes
         self.max_wait_ms = max_wait_ms
@@ -124,6 +127,7 @@ class LeaderFetches:
             max_wait_ms=self.max_wait_ms,
             current_leader_epoch=pm.leader_epoch,
             node_id=self.node_id if hinted else "",
+            isolation_level=self.isolation_level,
         )
         answer = self.cluster.submit(name, "fetch", request.encode(), timeout=self.timeout_s, probing=self.probing)
         return SentFetch(answer, name, pm.leader, pm.leader_epoch, offset, _monotonic())
@@ -144,12 +148,18 @@ class Fetcher:
         request_timeout_ms: int,
         retry_backoff_ms: int,
         stats: RequestStats,
+        isolation_level: int = 0,
     ) -> None:
         self.cluster = cluster
         self.subscriptions = subscriptions
         self.stats = stats  # fetch latency and failed fetches (the consumer's metrics())
         self._leaders = LeaderFetches(
-            cluster, max_bytes=max_partition_fetch_bytes, min_bytes=fetch_min_bytes, max_wait_ms=fetch_max_wait_ms, request_timeout_ms=request_timeout_ms
+            cluster,
+            max_bytes=max_partition_fetch_bytes,
+            min_bytes=fetch_min_bytes,
+            max_wait_ms=fetch_max_wait_ms,
+            request_timeout_ms=request_timeout_ms,
+            isolation_level=isolation_level,
         )
         self._backoff_s = retry_backoff_ms / 1000
         # A fetch in flight is checked (who leads now) once overdue.
@@ -321,7 +331,8 @@ class Fetcher:
                     last = h
                 if last is not None and last.next_offset > st.fetch_offset:
                     st.fetch_offset = last.next_offset
-                    st.pending.append(data)
+                    # read_committed: the aborted transactions travel with their chunk
+                    st.pending.append((data, resp.aborted_transactions) if resp.aborted_transactions else data)
             return
         err = KafkaError(code, resp.error_message or "")
         stats.request_errors.add(err)

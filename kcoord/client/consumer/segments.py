@@ -16,6 +16,7 @@ from itertools import repeat
 from typing import Any, NamedTuple
 
 from ... import records as _records
+from ...record.control import AbortedFilter
 from ..types import ConsumerRecord, TopicPartition
 from .subscription_state import AssignedPartition
 
@@ -58,14 +59,23 @@ class RecordColumns(NamedTuple):
 
 
 def decode_chunk(st: AssignedPartition, check_crcs: bool) -> None:
-    """Decode one fetched chunk into column segments, skipping rows below decode_from."""
-    data = st.pending.popleft()
+    """Decode one fetched chunk into column segments, skipping rows below decode_from, and
+    batches of aborted transactions (a chunk fetched read_committed comes as ``(bytes,
+    aborted transactions)``)."""
+    item = st.pending.popleft()
+    if type(item) is tuple:
+        data, aborted = item
+        dropping: AbortedFilter | None = AbortedFilter(aborted)
+    else:
+        data, dropping = item, None
     start = st.decode_from
     segments = []
     for pos, h in _records.iter_headers(data):
         if h.next_offset <= start:
             continue
-        if not h.record_count:  # an emptied batch (compaction): nothing to return
+        if (dropping is not None and dropping.drops(data, pos, h)) or not h.record_count or h.attributes & _records.CONTROL_BIT:
+            # an aborted transaction's batch, an emptied batch (compaction) or a transaction
+            # marker: nothing to return
             start = h.next_offset
             continue
         batch = _records.decode_batch(data, pos, check_crc=check_crcs)

@@ -213,8 +213,13 @@ async def fetch(ctx: ListenerContext, conn: Any, req: Any, version: int) -> Any:
         for p in t.partitions
     ]
 
+    isolation = getattr(req, "isolation_level", 0) or 0  # Fetch v4+: 1 is read_committed
+
     def kreq(topic: str, part: int, offset: int, max_bytes: int, epoch: int, wait_ms: int) -> FetchRequest:
-        return FetchRequest(topic=topic, partition=part, fetch_offset=offset, max_bytes=max(1, max_bytes), min_bytes=1, max_wait_ms=wait_ms, current_leader_epoch=epoch if epoch is not None else -1)
+        return FetchRequest(
+            topic=topic, partition=part, fetch_offset=offset, max_bytes=max(1, max_bytes), min_bytes=1, max_wait_ms=wait_ms,
+            current_leader_epoch=epoch if epoch is not None else -1, isolation_level=isolation,
+        )
 
     first = await asyncio.gather(*(ctx.backend.fetch(kreq(*w, 0)) for w in wanted))
     results = dict(zip(range(len(wanted)), first))
@@ -251,14 +256,16 @@ async def fetch(ctx: ListenerContext, conn: Any, req: Any, version: int) -> Any:
             records = to_kafka(records)
             total += len(records)
         hw = r.high_watermark
+        PD = F.FetchableTopicResponse.PartitionData
+        aborted = [PD.AbortedTransaction(producer_id=pid, first_offset=first) for pid, first in r.aborted_transactions or ()]
         by_topic.setdefault(topic, []).append(
-            F.FetchableTopicResponse.PartitionData(
+            PD(
                 partition_index=part,
                 error_code=r.error_code,
                 high_watermark=hw,
-                last_stable_offset=hw,
+                last_stable_offset=r.last_stable_offset if r.last_stable_offset >= 0 else hw,
                 log_start_offset=r.log_start_offset,
-                aborted_transactions=None if r.error_code else [],
+                aborted_transactions=None if r.error_code else aborted,
                 preferred_read_replica=-1,
                 records=records,
             )
@@ -307,7 +314,10 @@ async def list_offsets(ctx: ListenerContext, conn: Any, req: Any, version: int) 
     async def one(topic: str, p: Any) -> Any:
         epoch = getattr(p, "current_leader_epoch", -1)
         r = await ctx.backend.list_offsets(
-            ListOffsetsRequest(topic=topic, partition=p.partition_index, timestamp=p.timestamp, current_leader_epoch=-1 if epoch is None else epoch)
+            ListOffsetsRequest(
+                topic=topic, partition=p.partition_index, timestamp=p.timestamp, current_leader_epoch=-1 if epoch is None else epoch,
+                isolation_level=getattr(req, "isolation_level", 0) or 0,  # v2+: 1 answers latest with the LSO
+            )
         )
         if r.error_code:
             return PR(partition_index=p.partition_index, error_code=r.error_code, timestamp=-1, offset=-1, leader_epoch=-1)
