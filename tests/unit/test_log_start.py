@@ -128,3 +128,23 @@ def test_truncating_below_the_log_start_restarts_the_log_empty_there(where):
     again = where.open("l", segment_bytes=700)
     assert again.log_start_offset == 20 and again.log_end_offset == 22
     again.close()
+
+
+def test_a_high_watermark_checkpointed_after_restarting_below_the_log_start_survives_reopen(where):
+    """Found by the log's state machine: a log opened with no HW checkpoint took its log start
+    (33) for the checkpointed HW; restarted empty below it (32), it took a later checkpoint of
+    33 for one already written and skipped the write, so a reopen came back with HW 32."""
+    from kcoord.records import stamp
+
+    log = where.open("l", segment_bytes=700)
+    log.truncate_fully_and_start_at(33)
+    log.close()
+    log = where.open("l", segment_bytes=700)
+    assert log.truncate_to(32) is False
+    log.append_as_follower(stamp(batch(1), 32, 0), now_ms=NOW)
+    log.checkpoint_high_watermark(33)
+    assert log.high_watermark == 33
+    log.close()
+    again = where.open("l", segment_bytes=700)
+    assert (again.log_start_offset, again.log_end_offset, again.high_watermark) == (32, 33, 33)
+    again.close()
