@@ -426,7 +426,10 @@ class Log(BaseLog):
         self._set_recovery_point(offset)
         self._set_log_start(offset)
         self.producer_state.clear()
-        self._high_watermark = offset
+        # Written, not assumed: with no checkpoint a reopen takes the log start for the HW, and
+        # a start moved down would otherwise make a later checkpoint look written already.
+        write_offset(self._fs, self.directory / HW_CHECKPOINT, offset)
+        self._checkpointed_hw = self._high_watermark = offset
         self._flush_policy.flushed(self._now)
 
     # -- retention, the log start offset, rolling by time ------------------------------
