@@ -73,7 +73,8 @@ class Model:
         return b"".join(out)
 
     def truncate(self, offset: int) -> None:
-        if offset >= self.leo:
+        if offset >= self.leo:  # no record goes, but an epoch starting at the log end does
+            self.epochs = [e for e in self.epochs if e[1] < self.leo]
             return
         self.batches = [b for b in self.batches if b[1] < offset]
         self.hw = min(self.hw, self.leo)
