@@ -142,10 +142,12 @@ class Run:
     def op_truncate_fully(self) -> None:
         m = self.model
         offset = m.leo + self.rng.randint(0, 20)
-        # the new empty log, or what is left of the old one (deleted newest segment first)
-        self.inflight = [Model(start=offset, durable=offset, hw=m.hw), replace(m, durable=m.start)]
+        # the new empty log (its HW checkpoint written last, at the offset), or what is left
+        # of the old one (deleted newest segment first)
+        self.inflight = [Model(start=offset, durable=offset, hw=offset), Model(start=offset, durable=offset, hw=m.hw),
+                         replace(m, durable=m.start)]
         self.log.truncate_fully_and_start_at(offset)
-        self.model = Model(start=offset, durable=offset, hw=self.model.hw)
+        self.model = Model(start=offset, durable=offset, hw=offset)
         self.producer_lost_batches()
 
     def op_checkpoint_hw(self) -> None:
