@@ -207,7 +207,7 @@ class FailureDetector:
         if incarnation is not None and incarnation == h.dead_incarnation:
             # A process Ray reported dead cannot be alive again, whatever a voucher says: a
             # leader still holding a fetch that process sent before it died (delayed in
-            # the network, or parked) reports it as heard just now (sim seed 1829).
+            # the network, or parked) reports it as heard just now.
             return None
         if not h.answered or (incarnation is not None and h.incarnation is not None and incarnation != h.incarnation):
             # Not the process that answered us (or none has yet): newer or older, only its

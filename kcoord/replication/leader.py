@@ -400,7 +400,7 @@ class Leader:
             # did not move without them; a consumer must not read what a failover undoes.
             # The committed ISR counts, not the maximal one: a member whose addition the
             # controller has not confirmed is in neither its ISR nor its ELR, so an
-            # election there could not pick it (sim seed 131426).
+            # election there could not pick it.
             return
         candidate = self.isr.high_watermark_candidate(st.log.log_end_offset)
         if candidate <= st.hw:

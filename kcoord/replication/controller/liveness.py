@@ -112,7 +112,7 @@ class Liveness:
         if new_process and event == OK and p is not None and p.leader == replica.broker:
             event = RESTARTED  # a restarted leader lost its leadership: fail it over
         # A designated leader first seen not leading its epoch restarted unseen: its storage
-        # before is unknown, which counts as changed (seed 28240). Followers are the leader's
+        # before is unknown, which counts as changed. Followers are the leader's
         # to judge (KIP-903 incarnations).
         unseen_restart = bool(
             not known
@@ -137,11 +137,11 @@ class Liveness:
             event = RECOVERED
         if p is not None and p.leader == replica.broker and not self.ctx.trust.holds_data(replica):
             # A designated leader on a replaced directory holds nothing of its epoch: fail it
-            # over, never re-send the epoch, even to a process already known (seed 18876).
+            # over, never re-send the epoch, even to a process already known.
             actions += self.elect(p, now_ms, failed_leader=True)
         elif directory_changed and p is not None and (dropped := self.isr.drop_from_isr(p, replica.broker)):
             # An ISR follower on a replaced directory leaves the ISR now (KIP-858); the
-            # leader's expansion re-admits and re-trusts it once caught up (seed 23499).
+            # leader's expansion re-admits and re-trusts it once caught up.
             actions += dropped
         elif event == RECOVERED:
             actions += self._on_recovered(replica, now_ms)
@@ -196,7 +196,7 @@ class Liveness:
         if response.error_code != ErrorCode.NONE:
             return []
         # The directory an answer names is recorded when none is (a new leader may say
-        # nothing else before a controller fails; seed 8536); a change waits for a
+        # nothing else before a controller fails); a change waits for a
         # heartbeat or a vouch, which no late answer of an older process can undo.
         actions: list[ControllerAction] = []
         if response.directory_id and not self.ctx.trust.directory.get(replica):
