@@ -62,6 +62,11 @@ async def _alter_resources(ctx: ListenerContext, conn: Any, req: Any, ops_for) -
     return out
 
 
+def _alter_response(R: Any, results: list[tuple[int, str | None, Any]]) -> Any:
+    """An (Incremental)AlterConfigs response of ``R``: per resource, its error code and message."""
+    return R(throttle_time_ms=0, responses=[R.AlterConfigsResourceResponse(error_code=c, error_message=m, resource_type=r.resource_type, resource_name=r.resource_name) for c, m, r in results])
+
+
 # -- IncrementalAlterConfigs (44) -------------------------------------------------------------
 
 
@@ -72,13 +77,11 @@ async def incremental_alter_configs(ctx: ListenerContext, conn: Any, req: Any, v
         return [AlterConfigOp(name=c.name, op=c.config_operation, value=c.value) for c in res.configs]
 
     results = await _alter_resources(ctx, conn, req, ops)
-    return R(throttle_time_ms=0, responses=[R.AlterConfigsResourceResponse(error_code=c, error_message=m, resource_type=r.resource_type, resource_name=r.resource_name) for c, m, r in results])
+    return _alter_response(R, results)
 
 
 def incremental_alter_configs_error(req: Any, version: int, code: int, message: str | None) -> Any:
-    R = IncrementalAlterConfigsResponse
-    resources = [] if req is None else req.resources
-    return R(throttle_time_ms=0, responses=[R.AlterConfigsResourceResponse(error_code=code, error_message=message, resource_type=r.resource_type, resource_name=r.resource_name) for r in resources])
+    return _alter_response(IncrementalAlterConfigsResponse, [(code, message, r) for r in ([] if req is None else req.resources)])
 
 
 # -- AlterConfigs (33) ------------------------------------------------------------------------
@@ -98,13 +101,11 @@ async def alter_configs(ctx: ListenerContext, conn: Any, req: Any, version: int)
         return out
 
     results = await _alter_resources(ctx, conn, req, ops)
-    return R(throttle_time_ms=0, responses=[R.AlterConfigsResourceResponse(error_code=c, error_message=m, resource_type=r.resource_type, resource_name=r.resource_name) for c, m, r in results])
+    return _alter_response(R, results)
 
 
 def alter_configs_error(req: Any, version: int, code: int, message: str | None) -> Any:
-    R = AlterConfigsResponse
-    resources = [] if req is None else req.resources
-    return R(throttle_time_ms=0, responses=[R.AlterConfigsResourceResponse(error_code=code, error_message=message, resource_type=r.resource_type, resource_name=r.resource_name) for r in resources])
+    return _alter_response(AlterConfigsResponse, [(code, message, r) for r in ([] if req is None else req.resources)])
 
 
 # -- CreatePartitions (37) --------------------------------------------------------------------
