@@ -71,13 +71,10 @@ def _alter_response(R: Any, results: list[tuple[int, str | None, Any]]) -> Any:
 
 
 async def incremental_alter_configs(ctx: ListenerContext, conn: Any, req: Any, version: int) -> Any:
-    R = IncrementalAlterConfigsResponse
-
     async def ops(res: Any) -> list[AlterConfigOp]:
         return [AlterConfigOp(name=c.name, op=c.config_operation, value=c.value) for c in res.configs]
 
-    results = await _alter_resources(ctx, conn, req, ops)
-    return _alter_response(R, results)
+    return _alter_response(IncrementalAlterConfigsResponse, await _alter_resources(ctx, conn, req, ops))
 
 
 def incremental_alter_configs_error(req: Any, version: int, code: int, message: str | None) -> Any:
@@ -88,8 +85,6 @@ def incremental_alter_configs_error(req: Any, version: int, code: int, message: 
 
 
 async def alter_configs(ctx: ListenerContext, conn: Any, req: Any, version: int) -> Any:
-    R = AlterConfigsResponse
-
     async def ops(res: Any) -> list[AlterConfigOp] | tuple[int, str | None]:
         # the whole set: keys set on the topic today and not named go back to their default
         current = await ctx.backend.describe_configs(DescribeConfigsRequest(topic=res.resource_name))
@@ -100,8 +95,7 @@ async def alter_configs(ctx: ListenerContext, conn: Any, req: Any, version: int)
         out += [AlterConfigOp(name=e.name, op=AlterOp.DELETE) for e in current.configs if e.source == ConfigSource.DYNAMIC_TOPIC_CONFIG and e.name not in given]
         return out
 
-    results = await _alter_resources(ctx, conn, req, ops)
-    return _alter_response(R, results)
+    return _alter_response(AlterConfigsResponse, await _alter_resources(ctx, conn, req, ops))
 
 
 def alter_configs_error(req: Any, version: int, code: int, message: str | None) -> Any:
