@@ -6,31 +6,51 @@ periodically, so the cores stay free of Ray.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Mapping
 
 from ray.util.metrics import Counter, Gauge, Histogram
 
 FAILOVER_BOUNDARIES_MS = [50, 100, 200, 500, 1000, 2000, 5000, 10000]
 
 
+def _metrics(kind: type, prefix: str, tags: tuple[str, ...], described: tuple[tuple[str, str], ...]) -> dict[str, Any]:
+    """``{name: kind(prefix + name, description)}`` for each ``(name, description)``."""
+    return {name: kind(f"{prefix}{name}", description, tag_keys=tags) for name, description in described}
+
+
+def _add_deltas(counters: dict[str, Any], totals: Mapping[str, float], exported: dict[str, float], tags: dict[str, str]) -> None:
+    """Add to each Ray counter what its running total in ``totals`` grew by since the last
+    export (``exported`` holds the totals as last exported)."""
+    for name, counter in counters.items():
+        value = float(totals.get(name, 0))
+        delta = value - exported.get(name, 0.0)
+        if delta > 0:
+            counter.inc(delta, tags=tags)
+        exported[name] = value
+
+
 class ControllerMetricsExporter:
     def __init__(self, cluster: str) -> None:
         tags = ("cluster",)
         self._tags = {"cluster": cluster}
-        self._gauges = {
-            name: Gauge(f"kcoord_{name}", description, tag_keys=tags)
-            for name, description in (
+        self._gauges = _metrics(
+            Gauge,
+            "kcoord_",
+            tags,
+            (
                 ("partitions", "Partitions in the cluster"),
                 ("under_replicated_partitions", "Partitions whose ISR is smaller than their replica set"),
                 ("offline_partitions", "Partitions without a leader"),
                 ("offline_log_replicas", "Replicas whose log an I/O error took offline (until restarted)"),
                 ("replaced_directory_replicas", "Replicas back with a wiped disk, not yet in sync (they do not lead)"),
                 ("controller_epoch", "Current controller epoch"),
-            )
-        }
-        self._counters = {
-            name: Counter(f"kcoord_{name}", description, tag_keys=tags)
-            for name, description in (
+            ),
+        )
+        self._counters = _metrics(
+            Counter,
+            "kcoord_",
+            tags,
+            (
                 ("failovers_total", "Leader failovers that elected a new leader"),
                 ("failovers_failed", "Leader failures that left a partition offline"),
                 ("unclean_elections", "Unclean leader elections"),
@@ -40,8 +60,8 @@ class ControllerMetricsExporter:
                 ("replicas_recreated", "Replica actors recreated after dying"),
                 ("replicas_replaced_stuck", "Replica actors replaced after a Ray restart that hung"),
                 ("directories_replaced", "Replicas seen back with another log directory (a wiped disk)"),
-            )
-        }
+            ),
+        )
         self._failover = Histogram(
             "kcoord_failover_duration_ms",
             "Failure detection to new leader accepting writes (ms)",
@@ -55,12 +75,7 @@ class ControllerMetricsExporter:
         snap = core.metrics_snapshot()
         for name, gauge in self._gauges.items():
             gauge.set(float(snap.get(name, 0)), tags=self._tags)
-        for name, counter in self._counters.items():
-            value = float(snap.get(name, 0))
-            delta = value - self._exported.get(name, 0.0)
-            if delta > 0:
-                counter.inc(delta, tags=self._tags)
-            self._exported[name] = value
+        _add_deltas(self._counters, snap, self._exported, self._tags)
         durations = list(core.metrics.failover_ms)
         total = core.metrics.failovers_total
         new = min(len(durations), max(0, total - self._observed))
@@ -84,9 +99,11 @@ class ReplicaMetricsExporter:
         self._tags = {"cluster": cluster, "topic": topic, "partition": str(partition), "broker": str(broker)}
         self.interval_s = interval_s
         self._last = float("-inf")
-        self._gauges = {
-            name: Gauge(f"kcoord_replica_{name}", description, tag_keys=tags)
-            for name, description in (
+        self._gauges = _metrics(
+            Gauge,
+            "kcoord_replica_",
+            tags,
+            (
                 ("log_end_offset", "Log end offset (LEO) of the replica"),
                 ("high_watermark", "High watermark the replica knows"),
                 ("log_start_offset", "First offset still in the replica's log"),
@@ -95,11 +112,13 @@ class ReplicaMetricsExporter:
                 ("leader_epoch", "Leader epoch the replica is at"),
                 ("size_bytes", "Bytes of log on disk"),
                 ("follower_lag", "Leader's log end minus this follower's (0 on the leader)"),
-            )
-        }
-        self._counters = {
-            name: Counter(f"kcoord_replica_{name}", description, tag_keys=tags)
-            for name, description in (
+            ),
+        )
+        self._counters = _metrics(
+            Counter,
+            "kcoord_replica_",
+            tags,
+            (
                 ("produce_requests", "Produce requests handled"),
                 ("produce_bytes", "Record bytes appended by produce requests"),
                 ("fetch_requests", "Fetch requests served (consumers and followers)"),
@@ -108,8 +127,8 @@ class ReplicaMetricsExporter:
                 ("isr_expands", "ISR expansions proposed by this replica as leader"),
                 ("truncations", "Log truncations while reconciling with a leader"),
                 ("truncated_records", "Records removed by those truncations"),
-            )
-        }
+            ),
+        )
         self._exported: dict[str, float] = {}
         self._gauge_values: dict[str, float] = {}
 
@@ -136,12 +155,7 @@ class ReplicaMetricsExporter:
             if self._gauge_values.get(name) != value:  # an idle replica sets nothing
                 gauge.set(value, tags=self._tags)
                 self._gauge_values[name] = value
-        for name, counter in self._counters.items():
-            value = float(replica.metrics.get(name, 0))
-            delta = value - self._exported.get(name, 0.0)
-            if delta > 0:
-                counter.inc(delta, tags=self._tags)
-            self._exported[name] = value
+        _add_deltas(self._counters, replica.metrics, self._exported, self._tags)
 
 
 class GroupMetricsExporter:

@@ -40,6 +40,7 @@ from kcoord.protocol import names
 
 from .deploy_info import DEPLOY_INFO_KEY, deploy_info
 from .listeners import create_users
+from .named_actors import kill_named, wait_gone
 from .broker_nodes import broker_placement, ray_alive_nodes, ray_head_node
 
 # A per-user data directory (~/.local/share/kcoord/data on Linux): logs must outlive reboots
@@ -312,16 +313,8 @@ def teardown(
     actor_names = _cluster_actor_names(name, namespace)
     # The controller goes first so it does not recreate what we kill next.
     ordered = sorted(actor_names, key=lambda n: n != names.controller(name))
-    killed = 0
-    for actor_name in ordered:
-        try:
-            ray.kill(ray.get_actor(actor_name, namespace=namespace), no_restart=True)
-            killed += 1
-        except ValueError:
-            pass
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline and any(_alive(n, namespace) for n in ordered):
-        time.sleep(0.05)
+    killed = kill_named(ordered, namespace)
+    wait_gone(ordered, namespace)
     try:  # the listeners are gone: their addresses are stale
         from kcoord.kafka.addresses import forget_listeners
 
@@ -340,14 +333,6 @@ def teardown(
             path = DEFAULT_DATA_ROOT / name
         _remove_data_everywhere(path)
     return killed
-
-
-def _alive(actor_name: str, namespace: str) -> bool:
-    try:
-        ray.get_actor(actor_name, namespace=namespace)
-        return True
-    except ValueError:
-        return False
 
 
 def _coordinator_health(client: ClusterClient, count: int, timeout_s: float = 5.0) -> list[dict[str, Any]]:

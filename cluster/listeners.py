@@ -14,6 +14,7 @@ from kcoord.kafka.addresses import bootstrap_servers  # noqa: F401 - part of thi
 from kcoord.protocol import names
 
 from .deploy_info import DEPLOY_INFO_KEY, deploy_info
+from .named_actors import kill_named, wait_gone
 
 logger = logging.getLogger("kcoord.kafka")
 
@@ -86,34 +87,12 @@ def start_listeners(
 
 def stop_listeners(cluster: str, namespace: str = names.DEFAULT_NAMESPACE) -> int:
     """Kill every listener of ``cluster`` recorded in the GCS; forget their addresses."""
-    import ray
-
-    import time
-
-    killed = 0
     names_ = [listener_name(cluster, node_id) for node_id in addresses.listener_nodes(cluster)]
-    for name in names_:
-        try:
-            ray.kill(ray.get_actor(name, namespace=namespace), no_restart=True)
-            killed += 1
-        except ValueError:
-            pass
+    killed = kill_named(names_, namespace)
     addresses.forget_listeners(cluster)
     # Gone before anyone starts a listener of the same name again (restart_listeners).
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline and any(_named(name, namespace) for name in names_):
-        time.sleep(0.05)
+    wait_gone(names_, namespace)
     return killed
-
-
-def _named(name: str, namespace: str) -> bool:
-    import ray
-
-    try:
-        ray.get_actor(name, namespace=namespace)
-        return True
-    except ValueError:
-        return False
 
 
 def listener_actor_names(cluster: str) -> list[str]:

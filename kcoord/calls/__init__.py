@@ -6,7 +6,8 @@ actors (docs/architecture.md, "Calling actors").
   :class:`CallFailed` verdict (:data:`DEAD`, :data:`TIMEOUT`, :data:`ERROR`);
   :func:`actor_calls` gives each event loop its own.
 * :mod:`.blocking` -- :class:`BlockingCalls`: the same calls for synchronous callers, on
-  one event loop thread per process.
+  one event loop thread per process; :func:`blocking` makes a coroutine method's
+  synchronous flavour.
 * :mod:`.retry` -- the one retry policy: when a late call asks Ray's GCS whether its actor
   is gone, and what follows a failed attempt.
 * :mod:`.channel` (the Unix-socket wire), :mod:`.direct` (endpoints, suspects),
@@ -15,7 +16,7 @@ actors (docs/architecture.md, "Calling actors").
 
 from __future__ import annotations
 
-from .blocking import BlockingCalls
+from .blocking import BlockingCalls, blocking
 from .caller import RESENDABLE, ActorCalls, actor_calls, close_actor_calls
 from .handles import GONE, HandleCache, actor_state, is_gone
 from .probing import ActorGoneError, Probing, call_probing
@@ -38,6 +39,7 @@ __all__ = [
     "RESENDABLE",
     "TIMEOUT",
     "actor_calls",
+    "blocking",
     "actor_state",
     "call_probing",
     "close_actor_calls",

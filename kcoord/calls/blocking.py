@@ -16,15 +16,38 @@ import atexit
 import concurrent.futures
 import os
 import threading
-from typing import Any, Coroutine, TypeVar
+import functools
+import inspect
+from typing import Any, Callable, Concatenate, Coroutine, ParamSpec, TypeVar
 
 from .caller import actor_calls, close_actor_calls
 from .probing import Probing
 from .retry import PROBING
 
 T = TypeVar("T")
+S = TypeVar("S")
+P = ParamSpec("P")
 
 CLOSE_AT_EXIT_S = 2.0  # how long a process's exit waits for its calls loop to wind down
+
+
+def blocking(method: Callable[Concatenate[S, P], Coroutine[Any, Any, T]]) -> Callable[Concatenate[S, P], T]:
+    """The synchronous flavour of the ``a``-prefixed coroutine method ``method``, named
+    without the ``a``: it runs ``method`` on the instance's :class:`BlockingCalls`
+    (``self.calls``) and waits, so each call has one body and two thin flavours.
+    ``call_leader = blocking(acall_leader)`` in a class body."""
+    if not method.__name__.startswith("a"):
+        raise ValueError(f"blocking() wants an a-prefixed coroutine method, got {method.__name__!r}")
+    name = method.__name__[1:]
+
+    @functools.wraps(method)
+    def run(self: Any, *args: P.args, **kwargs: P.kwargs) -> T:
+        return self.calls.run(getattr(self, method.__name__)(*args, **kwargs))  # a subclass's override too
+
+    run.__name__ = name
+    run.__qualname__ = method.__qualname__[: -len(method.__name__)] + name
+    run.__doc__ = f"{inspect.cleandoc(method.__doc__ or '')}\n\nBlocks for the answer: :meth:`{method.__name__}` on kcoord's calls thread."
+    return run
 
 
 class BlockingCalls:

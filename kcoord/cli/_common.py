@@ -3,6 +3,7 @@ turning expected errors into one line on stderr, and rich output helpers."""
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 from dataclasses import dataclass, field
@@ -10,6 +11,7 @@ from typing import IO, Any, Callable, Iterable
 
 import click
 from rich.console import Console
+from rich.table import Table
 
 from ..protocol import names
 
@@ -147,6 +149,21 @@ def describe_exception(exc: BaseException) -> str | None:
     if isinstance(exc, RayActorError):
         return f"a kcoord actor died during the request ({type(exc).__name__}); try again"
     return None
+
+
+def make_table(title: str, columns: Iterable[str], right: Iterable[str] = ()) -> Table:
+    """A table titled on the left with these columns; those in ``right`` (numbers) are
+    right-aligned."""
+    right = set(right)
+    out = Table(title=title, title_justify="left")
+    for col in columns:
+        out.add_column(col, justify="right" if col in right else "left")
+    return out
+
+
+def echo_json(env: Env, value: Any, **dumps: Any) -> None:
+    """``value`` as JSON on the command's stdout (``dumps``: ``json.dumps`` options)."""
+    click.echo(json.dumps(value, **dumps), file=env.stdout)
 
 
 def parse_properties(items: Iterable[str], what: str = "--config") -> dict[str, str]:

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import click
 from rich.table import Table
 
-from ._common import CliError, Env, parse_properties
+from ._common import CliError, Env, echo_json, make_table, parse_properties
 from .security_cmds import kafka_security_options, security_from_options
 
 pass_env = click.make_pass_decorator(Env)
@@ -186,9 +185,7 @@ def _status_tables(snap: dict[str, Any], internal: bool) -> list[Any]:
     )
     overview.add_row("failovers", f"{int(metrics.get('failovers_total', 0))} (last {metrics.get('failover_ms_last', -1):.0f} ms)" if metrics.get("failovers_total") else "0")
 
-    coord = Table(title="coordinators", title_justify="left")
-    for col in ("actor", "alive", "loaded", "groups"):
-        coord.add_column(col)
+    coord = make_table("coordinators", ("actor", "alive", "loaded", "groups"))
     c = snap["coordinators"]["controller"]
     coord.add_row(c["name"], "[green]yes[/]", f"epoch {c['epoch']}", "-")
     for g in snap["coordinators"]["groups"]:
@@ -201,18 +198,14 @@ def _status_tables(snap: dict[str, Any], internal: bool) -> list[Any]:
 
     tables: list[Any] = [overview, coord]
     if bound:
-        brokers = Table(title="brokers", title_justify="left")
-        for col in ("broker", "node", "node alive"):
-            brokers.add_column(col)
+        brokers = make_table("brokers", ("broker", "node", "node alive"))
         waiting = set(placement.get("waiting", []))
         for b, v in sorted(bound.items(), key=lambda kv: int(kv[0])):
             state = "[green]yes[/]" if v["alive"] else ("[red]no (waiting for a node)[/]" if int(b) in waiting else "[red]no[/]")
             brokers.add_row(str(b), v["node"][:12], state)
         tables.append(brokers)
 
-    parts = Table(title="partitions", title_justify="left")
-    for col in ("topic", "partition", "leader", "epoch", "replicas", "ISR", "HW", "LEO", "state"):
-        parts.add_column(col, justify="right" if col in ("partition", "leader", "epoch", "HW", "LEO") else "left")
+    parts = partitions_table("partitions")
     for topic, desc in sorted(snap["topics"].items()):
         if desc.get("internal") and not internal:
             continue
@@ -220,6 +213,11 @@ def _status_tables(snap: dict[str, Any], internal: bool) -> list[Any]:
             parts.add_row(*partition_row(topic, p))
     tables.append(parts)
     return tables
+
+
+def partitions_table(title: str) -> Table:
+    """A table for :func:`partition_row`'s rows."""
+    return make_table(title, ("topic", "partition", "leader", "epoch", "replicas", "ISR", "HW", "LEO", "state"), right=("partition", "leader", "epoch", "HW", "LEO"))
 
 
 def partition_row(topic: str, p: dict[str, Any]) -> list[str]:
@@ -269,7 +267,7 @@ def status(env: Env, internal: bool, as_json: bool) -> None:
     env.connect_ray()
     snap = cluster_status(env.name, address=None, namespace=env.namespace)
     if as_json:
-        click.echo(json.dumps(snap, indent=2, sort_keys=True, default=str), file=env.stdout)
+        echo_json(env, snap, indent=2, sort_keys=True, default=str)
         return
     for table in _status_tables(snap, internal):
         env.out.print(table)

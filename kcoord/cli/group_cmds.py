@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-import json
-
 import click
-from rich.table import Table
 
 from ..client.types import TopicPartition
-from ._common import CliError, Env, parse_offsets
+from ._common import CliError, Env, echo_json, make_table, parse_offsets
 
 pass_env = click.make_pass_decorator(Env)
 
@@ -39,11 +36,9 @@ def list_(env: Env, states: tuple[str, ...], as_json: bool) -> None:
     """
     found = env.admin().list_groups(list(states) or None)
     if as_json:
-        click.echo(json.dumps(found, sort_keys=True, default=str), file=env.stdout)
+        echo_json(env, found, sort_keys=True, default=str)
         return
-    table = Table(title=f"{len(found)} consumer groups", title_justify="left")
-    for col in ("group", "state", "protocol type", "coordinator"):
-        table.add_column(col)
+    table = make_table(f"{len(found)} consumer groups", ("group", "state", "protocol type", "coordinator"))
     for g in found:
         table.add_row(g["group_id"], g["state"], g["protocol_type"] or "-", str(g["coordinator"]))
     env.out.print(table)
@@ -63,23 +58,19 @@ def describe(env: Env, group: str, as_json: bool) -> None:
     """
     desc = env.admin().describe_group(group)
     if as_json:
-        click.echo(json.dumps(desc, indent=2, sort_keys=True, default=str), file=env.stdout)
+        echo_json(env, desc, indent=2, sort_keys=True, default=str)
         return
     env.out.print(
         f"group [bold]{desc['group_id']}[/]: state {desc['state']}, generation {desc['generation']}, "
         f"{len(desc['members'])} members, coordinator {desc['coordinator']}, total lag {desc['lag']}"
     )
     if desc["members"]:
-        members = Table(title="members", title_justify="left")
-        for col in ("member", "instance", "client", "host", "assignment"):
-            members.add_column(col)
+        members = make_table("members", ("member", "instance", "client", "host", "assignment"))
         for m in desc["members"]:
             assignment = "; ".join(f"{t}: {','.join(map(str, ps))}" for t, ps in sorted(m["assignment"].items())) or "-"
             members.add_row(m["member_id"], m["group_instance_id"] or "-", m["client_id"] or "-", m["client_host"] or "-", assignment)
         env.out.print(members)
-    offsets = Table(title="offsets", title_justify="left")
-    for col in ("topic", "partition", "committed", "log end", "lag", "member"):
-        offsets.add_column(col, justify="right" if col in ("partition", "committed", "log end", "lag") else "left")
+    offsets = make_table("offsets", ("topic", "partition", "committed", "log end", "lag", "member"), right=("partition", "committed", "log end", "lag"))
     for o in desc["offsets"]:
         offsets.add_row(
             o["topic"],
@@ -176,11 +167,9 @@ def reset_offsets(
         if moves:
             admin.alter_consumer_group_offsets(group, moves)  # every topic in one commit
     if as_json:
-        click.echo(json.dumps({"group": group, "executed": execute, "partitions": rows}), file=env.stdout)
+        echo_json(env, {"group": group, "executed": execute, "partitions": rows})
     else:
-        table = Table(title=f"group {group!r}: {'new committed offsets' if execute else 'plan (dry run)'}", title_justify="left")
-        for col in ("topic", "partition", "current", "new"):
-            table.add_column(col, justify="left" if col == "topic" else "right")
+        table = make_table(f"group {group!r}: {'new committed offsets' if execute else 'plan (dry run)'}", ("topic", "partition", "current", "new"), right=("partition", "current", "new"))
         for r in rows:
             table.add_row(r["topic"], str(r["partition"]), "-" if r["current"] is None else str(r["current"]), "-" if r["new"] is None else str(r["new"]))
         env.out.print(table)

@@ -7,14 +7,12 @@ from the command line, where every user of the machine could read them in ``ps``
 
 from __future__ import annotations
 
-import json
 import os
 from typing import Any, Callable
 
 import click
-from rich.table import Table
 
-from ._common import CliError, Env, parse_properties
+from ._common import CliError, Env, echo_json, make_table, parse_properties
 
 pass_env = click.make_pass_decorator(Env)
 
@@ -235,11 +233,9 @@ def users_list(env: Env, as_json: bool) -> None:
     described = env.admin().describe_user_scram_credentials()
     rows = {u: [(c["mechanism"].mechanism_name, c["iterations"]) for c in d["credential_infos"]] for u, d in sorted(described.items())}
     if as_json:
-        click.echo(json.dumps({u: [{"mechanism": m, "iterations": i} for m, i in cs] for u, cs in rows.items()}, indent=2), file=env.stdout)
+        echo_json(env, {u: [{"mechanism": m, "iterations": i} for m, i in cs] for u, cs in rows.items()}, indent=2)
         return
-    table = Table(title="users", title_justify="left")
-    table.add_column("user")
-    table.add_column("credentials")
+    table = make_table("users", ("user", "credentials"))
     for user, creds in rows.items():
         table.add_row(user, ", ".join(f"{m} ({i} iterations)" for m, i in creds))
     env.out.print(table)
@@ -299,28 +295,24 @@ def resource_options(fn: Callable) -> Callable:
 
 def _print_acls(env: Env, acls: list, as_json: bool) -> None:
     if as_json:
-        click.echo(
-            json.dumps(
-                [
-                    {
-                        "resource_type": a.resource_pattern.resource_type.name,
-                        "resource_name": a.resource_pattern.resource_name,
-                        "pattern_type": a.resource_pattern.pattern_type.name,
-                        "principal": a.principal,
-                        "host": a.host,
-                        "operation": a.operation.name,
-                        "permission_type": a.permission_type.name,
-                    }
-                    for a in acls
-                ],
-                indent=2,
-            ),
-            file=env.stdout,
+        echo_json(
+            env,
+            [
+                {
+                    "resource_type": a.resource_pattern.resource_type.name,
+                    "resource_name": a.resource_pattern.resource_name,
+                    "pattern_type": a.resource_pattern.pattern_type.name,
+                    "principal": a.principal,
+                    "host": a.host,
+                    "operation": a.operation.name,
+                    "permission_type": a.permission_type.name,
+                }
+                for a in acls
+            ],
+            indent=2,
         )
         return
-    table = Table(title="ACLs", title_justify="left")
-    for col in ("resource", "pattern", "principal", "host", "operation", "permission"):
-        table.add_column(col)
+    table = make_table("ACLs", ("resource", "pattern", "principal", "host", "operation", "permission"))
     for a in acls:
         p = a.resource_pattern
         table.add_row(f"{p.resource_type.name}:{p.resource_name}", p.pattern_type.name, a.principal, a.host, a.operation.name, a.permission_type.name)

@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-import json
-
 import click
-from rich.table import Table
 
-from ._common import Env, parse_properties
-from .cluster_cmds import partition_row
+from ._common import Env, echo_json, make_table, parse_properties
+from .cluster_cmds import partition_row, partitions_table
 from ..replication.topic_plan import default_replication_factor
 
 pass_env = click.make_pass_decorator(Env)
@@ -81,7 +78,7 @@ def list_(env: Env, internal: bool, as_json: bool) -> None:
     """
     names = env.admin().list_topics(internal=internal)
     if as_json:
-        click.echo(json.dumps(names), file=env.stdout)
+        echo_json(env, names)
         return
     for name in names:
         click.echo(name, file=env.stdout)
@@ -101,12 +98,10 @@ def describe(env: Env, topic: str, as_json: bool) -> None:
     """
     desc = env.admin().describe_topic(topic)
     if as_json:
-        click.echo(json.dumps(desc, indent=2, sort_keys=True), file=env.stdout)
+        echo_json(env, desc, indent=2, sort_keys=True)
         return
     config = ", ".join(f"{k}={v}" for k, v in sorted(desc["config"].items())) or "(defaults)"
-    table = Table(title=f"topic {topic!r}  config: {config}", title_justify="left")
-    for col in ("topic", "partition", "leader", "epoch", "replicas", "ISR", "HW", "LEO", "state"):
-        table.add_column(col, justify="right" if col in ("partition", "leader", "epoch", "HW", "LEO") else "left")
+    table = partitions_table(f"topic {topic!r}  config: {config}")
     for p in desc["partitions"]:
         table.add_row(*partition_row(topic, p))
     env.out.print(table)
@@ -157,11 +152,9 @@ def describe_config(env: Env, topic: str, overrides: bool, as_json: bool) -> Non
     if overrides:
         configs = {k: v for k, v in configs.items() if not v["is_default"]}
     if as_json:
-        click.echo(json.dumps(configs, indent=2, sort_keys=True), file=env.stdout)
+        echo_json(env, configs, indent=2, sort_keys=True)
         return
-    table = Table(title=f"topic {topic!r} config", title_justify="left")
-    for col in ("key", "value", "source"):
-        table.add_column(col)
+    table = make_table(f"topic {topic!r} config", ("key", "value", "source"))
     for key, entry in sorted(configs.items()):
         source = entry["source"] + (" (read-only)" if entry["read_only"] else "")
         table.add_row(key, "" if entry["value"] is None else str(entry["value"]), source)

@@ -143,12 +143,7 @@ class GroupAdmin:
         }
 
     def alter_consumer_group_offsets(self, group_id: str, offsets: Mapping[Any, Any]) -> dict[TopicPartition, OffsetAndMetadata]:
-        """Set the group's committed offsets, across topics (kafka-python's
-        ``alter_consumer_group_offsets``): ``{TopicPartition: offset | OffsetAndMetadata}``.
-        Each offset must lie within [0, high watermark] (OFFSET_OUT_OF_RANGE) of an
-        existing partition (UNKNOWN_TOPIC_OR_PARTITION); refused while the group has
-        members (NON_EMPTY_GROUP). The same standalone commit as ``kcoord.spark.commit`` and
-        :meth:`reset_offsets`. Returns what was committed."""
+        """:meth:`kcoord.Admin.alter_consumer_group_offsets`."""
         normalized = normalize_offsets(offsets)
         wanted: dict[str, dict[int, tuple[int, str]]] = {}
         for tp, om in normalized.items():

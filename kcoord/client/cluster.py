@@ -31,7 +31,7 @@ from typing import Any, Callable, TypeVar
 
 import ray
 
-from ..calls import TIMEOUT, BlockingCalls, CallFailed, HandleCache, actor_calls
+from ..calls import TIMEOUT, BlockingCalls, CallFailed, HandleCache, actor_calls, blocking
 from ..calls.probing import Probing
 from ..calls.retry import PROBING, Step, step_after, take_step
 from ..protocol import names
@@ -139,11 +139,8 @@ class ClusterClient:
         return self.calls.call(self.namespace, actor_name, method, *args, timeout=timeout, probing=probing)
 
     # -- controller calls -------------------------------------------------------------------
-    def call_controller(self, method: str, request: Message, response_type: type[R], timeout_ms: int | None = None) -> R:
-        """Call the FailoverCoordinator, riding out its restarts until the deadline."""
-        return self.calls.run(self.acall_controller(method, request, response_type, timeout_ms))
-
     async def acall_controller(self, method: str, request: Message, response_type: type[R], timeout_ms: int | None = None) -> R:
+        """Call the FailoverCoordinator, riding out its restarts until the deadline."""
         deadline = time.monotonic() + (timeout_ms or self.request_timeout_ms) / 1000
         calls = actor_calls(self.namespace)
         name = names.controller(self.name)
@@ -161,6 +158,8 @@ class ClusterClient:
             # no epoch to wait for: one backoff, then the name is looked up again
             await asyncio.sleep(min(self.retry_backoff_ms / 1000, max(0.0, deadline - time.monotonic())))
 
+    call_controller = blocking(acall_controller)
+
     # -- metadata ---------------------------------------------------------------------------
     def _apply_metadata(self, response: MetadataResponse, topics: list[str] | None) -> None:
         with self._lock:
@@ -175,13 +174,13 @@ class ClusterClient:
                         self._topics.pop(t.name, None)
             self._last_refresh = time.monotonic()
 
-    def refresh_metadata(self, topics: list[str] | None = None, timeout_ms: int | None = None) -> MetadataResponse:
-        return self.calls.run(self.arefresh_metadata(topics, timeout_ms))
-
     async def arefresh_metadata(self, topics: list[str] | None = None, timeout_ms: int | None = None) -> MetadataResponse:
+        """Fetch the metadata of ``topics`` (None: every topic) and cache it."""
         response = await self.acall_controller("metadata", MetadataRequest(topics=topics), MetadataResponse, timeout_ms=timeout_ms)
         self._apply_metadata(response, topics)
         return response
+
+    refresh_metadata = blocking(arefresh_metadata)
 
     def invalidate(self, topic: str | None = None) -> None:
         with self._lock:
@@ -224,13 +223,11 @@ class ClusterClient:
         return _partition(await self.atopic(topic, refresh=refresh), topic, partition)
 
     # -- the retry policy's steps (kcoord.calls.retry) ------------------------------------------
-    def take_step(self, step: Step, topic: str, partition: int, epoch: int, backoff_s: float, deadline: float) -> None:
+    async def atake_step(self, step: Step, topic: str, partition: int, epoch: int, backoff_s: float, deadline: float) -> None:
         """Do the retry policy's ``step`` before the next attempt at ``topic``-``partition``,
         whose last attempt went to the leader of ``epoch`` (-1: none); never past
         ``deadline`` (``time.monotonic()``)."""
-        self.calls.run(self.atake_step(step, topic, partition, epoch, backoff_s, deadline))
 
-    async def atake_step(self, step: Step, topic: str, partition: int, epoch: int, backoff_s: float, deadline: float) -> None:
         async def refresh() -> None:
             try:
                 await self.arefresh_metadata([topic])
@@ -245,8 +242,10 @@ class ClusterClient:
 
         await take_step(step, refresh=refresh, leader_epoch=leader_epoch, epoch=epoch, backoff_s=backoff_s, deadline=deadline)
 
+    take_step = blocking(atake_step)
+
     # -- leader calls with retry ----------------------------------------------------------------
-    def call_leader(
+    async def acall_leader(
         self,
         topic: str,
         partition: int,
@@ -265,18 +264,6 @@ class ClusterClient:
         of the leader). Returns the last response (which
         may carry a non-retriable error). For requests that are safe to repeat only
         (reads, DeleteRecords); produce has its own retry rules."""
-        return self.calls.run(self.acall_leader(topic, partition, method, make_request, response_type, timeout_ms))
-
-    async def acall_leader(
-        self,
-        topic: str,
-        partition: int,
-        method: str,
-        make_request: Callable[[int], Message],
-        response_type: type[R],
-        timeout_ms: int | None = None,
-    ) -> R:
-        """:meth:`call_leader` on the running loop."""
         deadline = time.monotonic() + (timeout_ms or self.request_timeout_ms) / 1000
         calls = actor_calls(self.namespace)
         last_error = "no attempt"
@@ -321,6 +308,8 @@ class ClusterClient:
                 step = step_after(stale_metadata=code in METADATA_REFRESH)
                 continue
             return response
+
+    call_leader = blocking(acall_leader)
 
     def list_offsets(
         self, partitions: list[TopicPartition], timestamp: int, timeout_ms: int | None = None, isolation_level: int = 0

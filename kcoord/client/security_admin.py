@@ -125,13 +125,19 @@ def describe_user_scram_credentials(cluster: Any, users: Iterable[str] | None = 
     }
 
 
+def _all_of(items: Iterable[Any], cls: type, what: str) -> list[Any]:
+    """``items`` as a list, each an instance of ``cls``; TypeError ``what, got <type>`` if not."""
+    items = list(items)
+    for item in items:
+        if not isinstance(item, cls):
+            raise TypeError(f"{what}, got {type(item).__name__}")
+    return items
+
+
 def create_acls(cluster: Any, acls: Iterable[ACL]) -> dict[str, list]:
     """kafka-python's shape: ``{"succeeded": [ACL, ...], "failed": [error, ...]}`` where
     each failure is the KafkaError (with its message) of an ACL refused."""
-    acls = list(acls)
-    for acl in acls:
-        if not isinstance(acl, ACL):
-            raise TypeError(f"create_acls takes ACL objects, got {type(acl).__name__}")
+    acls = _all_of(acls, ACL, "create_acls takes ACL objects")
     resp = cluster.call_controller("create_acls", CreateAclsRequest(acls=[record_from_acl(a) for a in acls]), CreateAclsResponse)
     raise_for_error(resp.error_code, resp.error_message or "")
     out: dict[str, list] = {"succeeded": [], "failed": []}
@@ -154,10 +160,7 @@ def describe_acls(cluster: Any, acl_filter: ACLFilter) -> tuple[list[ACL], type]
 
 def delete_acls(cluster: Any, acl_filters: Iterable[ACLFilter]) -> list[tuple[ACLFilter, list[ACL], type]]:
     """For each filter: ``(filter, the ACLs it deleted, NoError or the error's class)``."""
-    filters = list(acl_filters)
-    for f in filters:
-        if not isinstance(f, ACLFilter):
-            raise TypeError(f"delete_acls takes ACLFilter objects, got {type(f).__name__}")
+    filters = _all_of(acl_filters, ACLFilter, "delete_acls takes ACLFilter objects")
     resp = cluster.call_controller("delete_acls", DeleteAclsRequest(filters=[record_from_filter(f) for f in filters]), DeleteAclsResponse)
     raise_for_error(resp.error_code, resp.error_message or "")
     return [(f, [acl_from_record(a) for a in r.acls], for_code(r.error_code) if r.error_code else NoError) for f, r in zip(filters, resp.results)]

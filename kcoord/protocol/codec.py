@@ -169,14 +169,6 @@ def _converter(tp: Any) -> Callable[[Any], Any]:
             return None if v is None else inner(v)
 
         return conv_opt
-    if tp is int:
-
-        def conv_int(v: Any) -> int:
-            if type(v) is int:
-                return v
-            raise _ConvError(f"expected int, got {type(v).__name__}")
-
-        return conv_int
     if tp is float:
 
         def conv_float(v: Any) -> float:
@@ -185,30 +177,8 @@ def _converter(tp: Any) -> Callable[[Any], Any]:
             raise _ConvError(f"expected float, got {type(v).__name__}")
 
         return conv_float
-    if tp is bool:
-
-        def conv_bool(v: Any) -> bool:
-            if type(v) is bool:
-                return v
-            raise _ConvError(f"expected bool, got {type(v).__name__}")
-
-        return conv_bool
-    if tp is str:
-
-        def conv_str(v: Any) -> str:
-            if type(v) is str:
-                return v
-            raise _ConvError(f"expected str, got {type(v).__name__}")
-
-        return conv_str
-    if tp is bytes:
-
-        def conv_bytes(v: Any) -> bytes:
-            if type(v) is bytes:
-                return v
-            raise _ConvError(f"expected bytes, got {type(v).__name__}")
-
-        return conv_bytes
+    if tp in (int, bool, str, bytes):
+        return _exactly(tp)
     if _is_message(tp):
         return lambda v: tp.from_obj(v)
     if origin is list:
@@ -249,6 +219,17 @@ def _converter(tp: Any) -> Callable[[Any], Any]:
 
         return conv_dict
     raise TypeError(f"unsupported field type in protocol message: {_type_name(tp)}")
+
+
+def _exactly(tp: type) -> Callable[[Any], Any]:
+    """A converter that takes values of type ``tp`` exactly (a bool is no int here)."""
+
+    def conv_exact(v: Any) -> Any:
+        if type(v) is tp:
+            return v
+        raise _ConvError(f"expected {tp.__name__}, got {type(v).__name__}")
+
+    return conv_exact
 
 
 def _to_wire(tp: Any) -> Callable[[Any], Any] | None:

@@ -16,7 +16,7 @@ from ..client.cluster import ClusterClient
 from ..client.coordinator.commits import commit_offsets_outside_group
 from ..protocol.errors import ErrorCode, KafkaError
 from ..protocol.replication import LATEST_TIMESTAMP
-from .offsets import OffsetPlan, group_offsets, list_offsets
+from .offsets import OffsetPlan, group_offsets, list_offsets, partition_number
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -62,12 +62,9 @@ def _normalize(offsets: Any) -> dict[str, dict[int, tuple[int, str]]]:
     def put(topic: Any, partition: Any, value: Any) -> None:
         if not isinstance(topic, str) or not topic:
             raise ValueError(f"topic must be a non-empty string, got {topic!r}")
-        try:
-            p = int(partition)
-            if isinstance(partition, bool) or (isinstance(partition, str) and str(p) != partition.strip()):
-                raise ValueError
-        except (TypeError, ValueError):
-            raise ValueError(f"partition {partition!r} of topic {topic!r} is not an integer") from None
+        p = partition_number(partition)
+        if p is None:
+            raise ValueError(f"partition {partition!r} of topic {topic!r} is not an integer")
         metadata = ""
         if isinstance(value, tuple):
             value, metadata = value

@@ -36,6 +36,18 @@ LATEST = -1
 GROUP_PREFIX = "group:"
 
 
+def partition_number(key: Any) -> int | None:
+    """A partition number given as an int or a string of one (a JSON object's key); None
+    for anything else (a bool, ``"1.0"``, ``"x"``)."""
+    try:
+        p = int(key)
+    except (TypeError, ValueError):
+        return None
+    if isinstance(key, bool) or (isinstance(key, str) and str(p) != key.strip()):
+        return None
+    return p
+
+
 class OffsetSpecError(ValueError):
     """A ``starting_offsets``/``ending_offsets`` value that cannot be understood."""
 
@@ -129,12 +141,9 @@ def parse_spec(spec: Any, which: str, topic: str, partitions: list[int]) -> str 
             raise OffsetSpecError(f"{which}[{topic!r}] must map partitions to offsets, got {type(per_partition).__name__}")
     out: dict[int, int] = {}
     for key, offset in per_partition.items():
-        try:
-            p = int(key)
-            if isinstance(key, bool) or (isinstance(key, str) and str(p) != key.strip()):
-                raise ValueError
-        except (TypeError, ValueError):
-            raise OffsetSpecError(f"{which}: partition {key!r} of topic {topic!r} is not an integer") from None
+        p = partition_number(key)
+        if p is None:
+            raise OffsetSpecError(f"{which}: partition {key!r} of topic {topic!r} is not an integer")
         if p not in partitions:
             raise OffsetSpecError(f"{which}: topic {topic!r} has no partition {p} (it has {len(partitions)}: 0..{len(partitions) - 1})")
         if not isinstance(offset, int) or isinstance(offset, bool):

@@ -176,3 +176,10 @@ def test_executors_get_the_drivers_ray_token_authentication(monkeypatch):
     assert S.ray_auth_configs() == {"spark.executorEnv.RAY_AUTH_MODE": "token", "spark.executorEnv.RAY_AUTH_TOKEN_PATH": "/etc/ray/token"}
     monkeypatch.setattr(S, "token_auth_enabled", lambda: False)
     assert S.ray_auth_configs() == {"spark.executorEnv.RAY_AUTH_MODE": "disabled"}
+
+
+def test_partition_number_takes_ints_and_their_strings_only() -> None:
+    from kcoord.spark.offsets import partition_number
+
+    assert [partition_number(k) for k in (0, 7, "3", " 4 ")] == [0, 7, 3, 4]
+    assert [partition_number(k) for k in (True, "1.0", "x", None, "")] == [None] * 5

@@ -10,7 +10,7 @@ import socket
 
 import pytest
 
-from kcoord.calls import DEAD, ERROR, TIMEOUT, ActorCalls, BlockingCalls, CallFailed, HandleCache
+from kcoord.calls import DEAD, ERROR, TIMEOUT, ActorCalls, BlockingCalls, CallFailed, HandleCache, blocking
 from kcoord.calls import channel
 from kcoord.calls.channel import HEADER, ChannelClient, ChannelServer, ChannelUnavailable, Endpoint, RemoteError
 from kcoord.calls.direct import DirectCalls
@@ -439,6 +439,37 @@ def test_blocking_calls_run_on_one_loop_thread_and_refuse_to_wait_for_themselves
     finally:
         blocking.stop()
         blocking.loop.close()
+
+
+def test_blocking_makes_the_synchronous_flavour_of_a_coroutine_method() -> None:
+    class Client:
+        def __init__(self) -> None:
+            self.calls = BlockingCalls()
+            self.loops: list[object] = []
+
+        async def aanswer(self, x: int, *, plus: int = 0) -> int:
+            """Add."""
+            self.loops.append(asyncio.get_running_loop())
+            return x + plus
+
+        answer = blocking(aanswer)
+
+    class Overriding(Client):
+        async def aanswer(self, x: int, *, plus: int = 0) -> int:
+            return -x
+
+    c = Client()
+    try:
+        assert c.answer(2, plus=3) == 5
+        assert c.loops == [c.calls.loop]  # ran on the calls thread's loop
+        assert Client.answer.__name__ == "answer" and Client.answer.__doc__.startswith("Add.")
+        o = Overriding()
+        assert o.answer(2) == -2  # the flavour calls the instance's coroutine, overrides too
+        o.calls.close()
+    finally:
+        c.calls.close()
+    with pytest.raises(ValueError, match="a-prefixed"):
+        blocking(Client.__init__)  # type: ignore[arg-type]
 
 
 async def _close(calls: ActorCalls, server: ChannelServer) -> None:

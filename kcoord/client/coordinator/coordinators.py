@@ -20,7 +20,7 @@ import asyncio
 import time
 from typing import Any, TypeVar
 
-from ...calls import CallFailed, actor_calls
+from ...calls import BlockingCalls, CallFailed, actor_calls, blocking
 from ...calls.retry import Step, step_after
 from ...group.placement import coordinator_for
 from ...protocol import names
@@ -73,7 +73,7 @@ class GroupCoordinators:
     def forget(self, index: int) -> None:
         self.cluster.forget(self.name(index))
 
-    def call(
+    async def acall(
         self,
         index: int,
         method: str,
@@ -87,19 +87,6 @@ class GroupCoordinators:
         coordinator-unavailable cases (see module doc) until ``timeout_s`` passes. After the
         deadline the last retriable answer is returned, or REQUEST_TIMED_OUT raised if there
         was none. ``attempt_timeout_s`` bounds one call (long-polls pass their own)."""
-        return self.cluster.calls.run(self.acall(index, method, request, response_type, timeout_s, attempt_timeout_s=attempt_timeout_s))
-
-    async def acall(
-        self,
-        index: int,
-        method: str,
-        request: Message,
-        response_type: type[R],
-        timeout_s: float,
-        *,
-        attempt_timeout_s: float | None = None,
-    ) -> R:
-        """:meth:`call` on the running loop."""
         deadline = time.monotonic() + timeout_s
         calls = actor_calls(self.cluster.namespace)
         name = self.name(index)
@@ -128,6 +115,13 @@ class GroupCoordinators:
                     return last
                 raise KafkaError(ErrorCode.REQUEST_TIMED_OUT, f"{method} to group coordinator {index}: {last_error}")
             await asyncio.sleep(min(self.retry_backoff_ms / 1000, max(0.0, deadline - time.monotonic())))
+
+    call = blocking(acall)
+
+    @property
+    def calls(self) -> BlockingCalls:
+        """The cluster client's calls thread, where :meth:`call` runs :meth:`acall`."""
+        return self.cluster.calls
 
     def call_group(self, group_id: str, method: str, request: Message, response_type: type[R], timeout_s: float, **kw: Any) -> R:
         return self.call(self.index_for(group_id), method, request, response_type, timeout_s, **kw)

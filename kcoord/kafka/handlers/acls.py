@@ -36,15 +36,37 @@ def _cluster(ctx: ListenerContext, conn: Any, operation: Op) -> bool:
     return ctx.allowed(conn, operation, RT.CLUSTER, CLUSTER_NAME)
 
 
+def _acl_refusal(ctx: ListenerContext, conn: Any, operation: Op) -> tuple[int, str | None] | None:
+    """Why an ACL request needing ``operation`` on the cluster is refused (code, message):
+    no authorizer, or not authorized; None: it is served."""
+    if ctx.security is None:
+        return E.SECURITY_DISABLED, NO_AUTHORIZER
+    if not _cluster(ctx, conn, operation):
+        return E.CLUSTER_AUTHORIZATION_FAILED, None
+    return None
+
+
+def _filter_record(f: Any) -> S.AclFilterRecord:
+    """kcoord's record of a Kafka ACL filter (a DescribeAcls request, a DeleteAcls filter);
+    v0 has no pattern type: LITERAL (3)."""
+    return S.AclFilterRecord(
+        resource_type=f.resource_type_filter,
+        resource_name=f.resource_name_filter,
+        pattern_type=getattr(f, "pattern_type_filter", 3),
+        principal=f.principal_filter,
+        host=f.host_filter,
+        operation=f.operation,
+        permission_type=f.permission_type,
+    )
+
+
 # -- CreateAcls (30) --------------------------------------------------------------------------
 
 
 async def create_acls(ctx: ListenerContext, conn: Any, req: Any, version: int) -> Any:
     R = CreateAclsResponse
-    if ctx.security is None:
-        return create_acls_error(req, version, E.SECURITY_DISABLED, NO_AUTHORIZER)
-    if not _cluster(ctx, conn, Op.ALTER):
-        return create_acls_error(req, version, E.CLUSTER_AUTHORIZATION_FAILED, None)
+    if refused := _acl_refusal(ctx, conn, Op.ALTER):
+        return create_acls_error(req, version, *refused)
     records = [
         S.AclRecord(c.resource_type, c.resource_name, getattr(c, "resource_pattern_type", 3), c.principal, c.host, c.operation, c.permission_type)
         for c in req.creations
@@ -75,20 +97,9 @@ async def _refresh(ctx: ListenerContext) -> None:
 
 async def describe_acls(ctx: ListenerContext, conn: Any, req: Any, version: int) -> Any:
     R = DescribeAclsResponse
-    if ctx.security is None:
-        return describe_acls_error(req, version, E.SECURITY_DISABLED, NO_AUTHORIZER)
-    if not _cluster(ctx, conn, Op.DESCRIBE):
-        return describe_acls_error(req, version, E.CLUSTER_AUTHORIZATION_FAILED, None)
-    f = S.AclFilterRecord(
-        resource_type=req.resource_type_filter,
-        resource_name=req.resource_name_filter,
-        pattern_type=getattr(req, "pattern_type_filter", 3),
-        principal=req.principal_filter,
-        host=req.host_filter,
-        operation=req.operation,
-        permission_type=req.permission_type,
-    )
-    resp = await ctx.backend.describe_acls(S.DescribeAclsRequest(filter=f))
+    if refused := _acl_refusal(ctx, conn, Op.DESCRIBE):
+        return describe_acls_error(req, version, *refused)
+    resp = await ctx.backend.describe_acls(S.DescribeAclsRequest(filter=_filter_record(req)))
     if resp.error_code:
         return describe_acls_error(req, version, resp.error_code, resp.error_message)
     grouped: dict[tuple[int, str, int], list] = {}
@@ -109,23 +120,9 @@ def describe_acls_error(req: Any, version: int, code: int, message: str | None) 
 
 async def delete_acls(ctx: ListenerContext, conn: Any, req: Any, version: int) -> Any:
     R = DeleteAclsResponse
-    if ctx.security is None:
-        return delete_acls_error(req, version, E.SECURITY_DISABLED, NO_AUTHORIZER)
-    if not _cluster(ctx, conn, Op.ALTER):
-        return delete_acls_error(req, version, E.CLUSTER_AUTHORIZATION_FAILED, None)
-    filters = [
-        S.AclFilterRecord(
-            resource_type=f.resource_type_filter,
-            resource_name=f.resource_name_filter,
-            pattern_type=getattr(f, "pattern_type_filter", 3),
-            principal=f.principal_filter,
-            host=f.host_filter,
-            operation=f.operation,
-            permission_type=f.permission_type,
-        )
-        for f in req.filters
-    ]
-    resp = await ctx.backend.delete_acls(S.DeleteAclsRequest(filters=filters))
+    if refused := _acl_refusal(ctx, conn, Op.ALTER):
+        return delete_acls_error(req, version, *refused)
+    resp = await ctx.backend.delete_acls(S.DeleteAclsRequest(filters=[_filter_record(f) for f in req.filters]))
     if resp.error_code:
         return delete_acls_error(req, version, resp.error_code, resp.error_message)
     await _refresh(ctx)

@@ -62,31 +62,29 @@ async def _alter_resources(ctx: ListenerContext, conn: Any, req: Any, ops_for) -
     return out
 
 
+def _alter_response(R: Any, results: list[tuple[int, str | None, Any]]) -> Any:
+    """An (Incremental)AlterConfigs response of ``R``: per resource, its error code and message."""
+    return R(throttle_time_ms=0, responses=[R.AlterConfigsResourceResponse(error_code=c, error_message=m, resource_type=r.resource_type, resource_name=r.resource_name) for c, m, r in results])
+
+
 # -- IncrementalAlterConfigs (44) -------------------------------------------------------------
 
 
 async def incremental_alter_configs(ctx: ListenerContext, conn: Any, req: Any, version: int) -> Any:
-    R = IncrementalAlterConfigsResponse
-
     async def ops(res: Any) -> list[AlterConfigOp]:
         return [AlterConfigOp(name=c.name, op=c.config_operation, value=c.value) for c in res.configs]
 
-    results = await _alter_resources(ctx, conn, req, ops)
-    return R(throttle_time_ms=0, responses=[R.AlterConfigsResourceResponse(error_code=c, error_message=m, resource_type=r.resource_type, resource_name=r.resource_name) for c, m, r in results])
+    return _alter_response(IncrementalAlterConfigsResponse, await _alter_resources(ctx, conn, req, ops))
 
 
 def incremental_alter_configs_error(req: Any, version: int, code: int, message: str | None) -> Any:
-    R = IncrementalAlterConfigsResponse
-    resources = [] if req is None else req.resources
-    return R(throttle_time_ms=0, responses=[R.AlterConfigsResourceResponse(error_code=code, error_message=message, resource_type=r.resource_type, resource_name=r.resource_name) for r in resources])
+    return _alter_response(IncrementalAlterConfigsResponse, [(code, message, r) for r in ([] if req is None else req.resources)])
 
 
 # -- AlterConfigs (33) ------------------------------------------------------------------------
 
 
 async def alter_configs(ctx: ListenerContext, conn: Any, req: Any, version: int) -> Any:
-    R = AlterConfigsResponse
-
     async def ops(res: Any) -> list[AlterConfigOp] | tuple[int, str | None]:
         # the whole set: keys set on the topic today and not named go back to their default
         current = await ctx.backend.describe_configs(DescribeConfigsRequest(topic=res.resource_name))
@@ -97,14 +95,11 @@ async def alter_configs(ctx: ListenerContext, conn: Any, req: Any, version: int)
         out += [AlterConfigOp(name=e.name, op=AlterOp.DELETE) for e in current.configs if e.source == ConfigSource.DYNAMIC_TOPIC_CONFIG and e.name not in given]
         return out
 
-    results = await _alter_resources(ctx, conn, req, ops)
-    return R(throttle_time_ms=0, responses=[R.AlterConfigsResourceResponse(error_code=c, error_message=m, resource_type=r.resource_type, resource_name=r.resource_name) for c, m, r in results])
+    return _alter_response(AlterConfigsResponse, await _alter_resources(ctx, conn, req, ops))
 
 
 def alter_configs_error(req: Any, version: int, code: int, message: str | None) -> Any:
-    R = AlterConfigsResponse
-    resources = [] if req is None else req.resources
-    return R(throttle_time_ms=0, responses=[R.AlterConfigsResourceResponse(error_code=code, error_message=message, resource_type=r.resource_type, resource_name=r.resource_name) for r in resources])
+    return _alter_response(AlterConfigsResponse, [(code, message, r) for r in ([] if req is None else req.resources)])
 
 
 # -- CreatePartitions (37) --------------------------------------------------------------------
