@@ -372,3 +372,22 @@ def test_transactional_offsets_through_the_driver_survive_a_new_incarnation():
     clock.run_until(clock.now + 1_000)
     assert answered[0].error_code == ErrorCode.NONE
     assert fetch_offset(second, clock, "g").offsets["t"][0].offset == 17
+
+
+def test_transactional_requests_while_loading_or_stopped_get_their_own_error_responses():
+    """Found by the groups simulation with --transactions: the driver answered a
+    TxnOffsetCommit arriving while it loaded with the group protocol's error_response, which
+    raised TypeError for a transaction message."""
+    from kcoord.protocol.errors import ErrorCode
+    from kcoord.protocol.txn import TxnOffsetCommitRequest, TxnOffsetCommitResponse, TxnOffsetMarkerRequest, TxnOffsetMarkerResponse
+
+    clock = ManualClock(1_000_000)
+    d = driver_on(Leader(clock), clock)  # not loaded yet: no time has passed
+    got: list = []
+    d.serve(TxnOffsetCommitRequest("tx", "g", 1, 0, topics={"t": {0: OffsetCommitPartition(1)}}), got.append)
+    d.serve(TxnOffsetMarkerRequest(1, 1, 0, True, 0), got.append)
+    assert isinstance(got[0], TxnOffsetCommitResponse) and got[0].topics == {"t": {0: ErrorCode.COORDINATOR_LOAD_IN_PROGRESS}}
+    assert isinstance(got[1], TxnOffsetMarkerResponse) and got[1].error_code == ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
+    d.close()
+    d.serve(TxnOffsetMarkerRequest(1, 1, 0, True, 0), got.append)
+    assert got[2].error_code == ErrorCode.NOT_COORDINATOR
