@@ -67,6 +67,8 @@ def test_txn_offsets_pending_across_kills_then_committed_by_the_marker(kcluster)
 
     _kill_and_wait(kcluster, index)  # pending offsets are replayed from __consumer_offsets
     assert _fetch(gc, group_id, True) == unstable
+    handle = ray.get_actor(names.group_coordinator(kcluster.name, index), namespace=kcluster.namespace)
+    assert ray.get(handle.describe.remote(), timeout=30)["groups"][group_id]["pending_txn"] == {pid: {"in-0": 42, "in-1": 7}}
     # a stale producer epoch is fenced; the marker of an older coordinator epoch too, later
     stale = TxnOffsetCommitRequest("etl-1", group_id, pid, 0, topics={"in": {0: OffsetCommitPartition(1)}})
     marker = gc.call(index, "txn_offset_marker", TxnOffsetMarkerRequest(pid, 1, 3, True, index, "etl-1"), TxnOffsetMarkerResponse, 60)
