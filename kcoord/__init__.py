@@ -51,6 +51,7 @@ _LAZY = {
     "ConsumerRecord": "kcoord.client.types",
     "TopicPartition": "kcoord.client.types",
     "OffsetAndMetadata": "kcoord.client.types",
+    "ConsumerGroupMetadata": "kcoord.client.types",
     "OffsetAndTimestamp": "kcoord.client.types",
     "KafkaError": "kcoord.protocol.errors",
     "ErrorCode": "kcoord.protocol.errors",

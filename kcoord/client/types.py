@@ -45,3 +45,15 @@ class OffsetAndMetadata(NamedTuple):
     offset: int
     metadata: str = ""
     leader_epoch: int = -1
+
+
+class ConsumerGroupMetadata(NamedTuple):
+    """A snapshot of a consumer's group membership (kafka-python 3's name and fields), what
+    ``Producer.send_offsets_to_transaction`` sends so the group coordinator fences a stale
+    consumer instance (KIP-447). Unjoined: generation -1 and member id ""; no group: group_id
+    None."""
+
+    group_id: str | None = None
+    generation_id: int = -1
+    member_id: str = ""
+    group_instance_id: str | None = None

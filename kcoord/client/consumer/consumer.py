@@ -35,7 +35,7 @@ from ...protocol.replication import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, READ_C
 from ..cluster import ClusterClient, connect
 from ..coordinator import GroupMember
 from ..metrics import RequestStats
-from ..types import ConsumerRecord, OffsetAndMetadata, OffsetAndTimestamp, TopicPartition
+from ..types import ConsumerGroupMetadata, ConsumerRecord, OffsetAndMetadata, OffsetAndTimestamp, TopicPartition
 from .collector import RecordCollector
 from .fetcher import Fetcher
 from .segments import RecordColumns
@@ -518,6 +518,15 @@ class Consumer:
         self._check_open()
         self._require_group("commit_async()")
         return self._group.commit_async(offsets, callback)
+
+    def group_metadata(self) -> ConsumerGroupMetadata:
+        """A snapshot of this consumer's group membership, for
+        ``Producer.send_offsets_to_transaction`` (KIP-447: the group coordinator fences a
+        stale instance by it). Without ``group_id``: ``group_id=None``, unjoined."""
+        if self._group is None:
+            return ConsumerGroupMetadata(group_id=None)
+        generation, member_id, instance = self._group.group_metadata()
+        return ConsumerGroupMetadata(self.group_id, generation, member_id, instance)
 
     def committed(self, partition: TopicPartition) -> int | None:
         """The group's committed offset of ``partition``, or None."""

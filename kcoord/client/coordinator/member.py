@@ -380,6 +380,11 @@ class GroupMember:
             self.commit_async(positions, callback=done)
 
     # The Membership protocol of kcoord.client.coordinator.commits.
+    def group_metadata(self) -> tuple[int, str, str | None]:
+        """(generation, member id, group instance id) as they are now, joined or not."""
+        with self._lock:
+            return self._st.generation, self._st.member_id, self.group_instance_id
+
     def commit_generation(self) -> tuple[int, str, str | None]:
         with self._lock:
             if not self.subscribed:
