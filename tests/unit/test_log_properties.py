@@ -213,16 +213,16 @@ class LogMachine(RuleBasedStateMachine):
         m = self.model
         offset = data.draw(st.integers(max(0, m.start - 2), m.leo + 2))
         self.both("truncate_to", offset)
-        if offset < m.start:  # below the log start: the log restarts empty there
-            self.model = Model(start=offset, hw=offset, checkpointed_hw=m.checkpointed_hw)
+        if offset < m.start:  # below the log start: the log restarts empty there, HW checkpointed
+            self.model = Model(start=offset, hw=offset, checkpointed_hw=offset)
         else:
             m.truncate(offset)
 
     @rule(gap=st.integers(0, 50))
     def truncate_fully_and_start_at(self, gap):
         offset = self.model.leo + gap
-        self.both("truncate_fully_and_start_at", offset)
-        self.model = Model(start=offset, hw=offset, checkpointed_hw=self.model.checkpointed_hw)
+        self.both("truncate_fully_and_start_at", offset)  # the new log's HW is checkpointed
+        self.model = Model(start=offset, hw=offset, checkpointed_hw=offset)
 
     @rule(data=st.data())
     def checkpoint_hw(self, data):
@@ -298,3 +298,30 @@ class LogMachine(RuleBasedStateMachine):
 
 TestLogMachine = LogMachine.TestCase
 TestLogMachine.settings = SETTINGS
+
+
+class _Drawn:
+    """A fixed draw, to replay an example hypothesis found."""
+
+    def __init__(self, value: int) -> None:
+        self.value = value
+
+    def draw(self, strategy) -> int:
+        return self.value
+
+
+def test_truncating_below_the_start_checkpoints_the_new_hw_and_a_crash_reopens_at_it():
+    """The log checkpoints the HW of a log restarted empty (so a crash cannot reopen above the
+    records that followed): the model must expect that checkpoint, not the one before."""
+    state = LogMachine()
+    try:
+        state.open(segment_bytes=200, segment_ms=1_000_000_000, index_interval=0, retention_bytes=-1)
+        state.truncate_fully_and_start_at(gap=1)
+        state.checkpoint_hw(_Drawn(1))
+        state.truncate_to(_Drawn(0))
+        state.append_leader_many(count=2, size=0)
+        state.reopen(clean=False)
+        state.offsets_size_segments_and_caches_agree()
+        assert state.log.high_watermark == 0
+    finally:
+        state.teardown()
