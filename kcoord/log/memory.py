@@ -227,7 +227,9 @@ class MemoryLog(BaseLog):
         self.epoch_cache.clear()
         self.producer_state.clear()
         self.txn_index.clear()
-        self._high_watermark = offset
+        # The HW checkpoint moves with the restart, as the file log writes it (a crash then
+        # reopens at this offset, not at a checkpoint of the log that was dropped).
+        self._checkpointed_hw = self._high_watermark = offset
         self._start_floor = offset
         self._flush_policy.flushed(self._now)
 
