@@ -42,15 +42,7 @@ class SegmentList(list[Segment]):
         self.append(seg)
         self._bases.append(seg.base_offset)
 
-    def write_to(
-        self,
-        seg: Segment,
-        chunks: Sequence[_BufferLike],
-        nbytes: int,
-        headers: Sequence[BatchHeader],
-        positions: Sequence[int],
-        now_ms: int,
-    ) -> None:
+    def write_to(self, seg: Segment, chunks: Sequence[_BufferLike], nbytes: int, headers: Sequence[BatchHeader], positions: Sequence[int], now_ms: int) -> None:
         """Append whole batches to ``seg`` (the active segment)."""
         seg.append(chunks, nbytes, headers, positions, now_ms)
         self.size += nbytes
