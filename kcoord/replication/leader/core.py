@@ -12,9 +12,10 @@ parts', each a concept with its own file, all sharing the replica's
 
 The ISR and HW rules themselves are :mod:`kcoord.replication.isr`; what the leader keeps to
 itself is who waits for what (acks=all producers, parked fetches) and the proposal in flight.
-The parts call each other only through the three hooks below (:meth:`Leader._appended`,
-:meth:`Leader._follower_fetched`, :meth:`Leader.maybe_advance_hw`), so the order of what
-follows an append, a fetch or an answer is written once, here.
+The parts that need the HW are handed the :class:`~.watermark.HighWatermark`; whatever
+else follows an append, a follower's fetch or an AlterPartition answer across parts is
+ordered once, here (:meth:`Leader._appended`, :meth:`Leader._follower_fetched`,
+:meth:`Leader.maybe_advance_hw`, :meth:`Leader.on_alter_partition_response`).
 """
 
 from __future__ import annotations
