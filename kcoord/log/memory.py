@@ -76,14 +76,18 @@ class MemoryLog(BaseLog):
             return False
         self._start_floor = offset
         while len(self._spans) > 1 and self._spans[1].base_offset <= offset:
-            span, next_base = self._spans[0], self._spans[1].base_offset
-            k = bisect_left(self._bases, next_base)
-            del self._batches[:k], self._headers[:k], self._bases[:k]
-            self._flushed = max(0, self._flushed - k)
-            self._size -= span.size
-            del self._spans[0]
+            self._delete_first_span()
         self._start_moved(offset)  # the log start offset is ``offset`` now
         return True
+
+    def _delete_first_span(self) -> None:
+        """Drop the oldest virtual segment and its batches (never the active one)."""
+        span, next_base = self._spans[0], self._spans[1].base_offset
+        k = bisect_left(self._bases, next_base)
+        del self._batches[:k], self._headers[:k], self._bases[:k]
+        self._flushed = max(0, self._flushed - k)
+        self._size -= span.size
+        del self._spans[0]
 
     @property
     def log_end_offset(self) -> int:
@@ -241,11 +245,7 @@ class MemoryLog(BaseLog):
                 break
             if not past_retention(cfg, now_ms, span.max_timestamp, span.size, self._size):
                 break
-            k = bisect_left(self._bases, next_base)
-            del self._batches[:k], self._headers[:k], self._bases[:k]
-            self._flushed = max(0, self._flushed - k)
-            self._size -= span.size
-            del self._spans[0]
+            self._delete_first_span()
             deleted += 1
         if deleted:
             self._start_moved(self.log_start_offset)
