@@ -560,5 +560,12 @@ class BaseLog(ABC):
         to roll; its virtual segments follow appends)."""
         return False
 
+    def _start_moved(self, offset: int) -> None:
+        """The log start offset moved up to ``offset``: the epochs, aborted transactions
+        and HW below it go with the records (file and memory log alike)."""
+        self.epoch_cache.truncate_from_start(offset)
+        self.txn_index.drop_below(offset)
+        self._high_watermark = max(self._high_watermark, offset)
+
     def _clamp_high_watermark(self, hw: int) -> int:
         return max(self.log_start_offset, min(hw, self.log_end_offset))

@@ -122,6 +122,17 @@ def read_offset(fs: FileSystem, path: Path) -> int | None:
         raise CheckpointError(f"{path.name}: malformed ({exc})") from None
 
 
+def read_offset_or(fs: FileSystem, path: Path, what: str, default: int, notes: list[str]) -> int:
+    """:func:`read_offset`, or ``default`` when there is no file or it does not parse (noted
+    in ``notes``: recovery goes on without it)."""
+    try:
+        value = read_offset(fs, path)
+    except CheckpointError as exc:
+        notes.append(f"{what} checkpoint ignored: {exc}")
+        value = None
+    return default if value is None else value
+
+
 def producer_snapshot_path(directory: Path, offset: int) -> Path:
     return directory / f"{offset:020d}{PRODUCER_SNAPSHOT_SUFFIX}"
 

@@ -19,6 +19,7 @@ from array import array
 from bisect import bisect_right
 from pathlib import Path
 
+from .checkpoint import write_synced
 from .fs import FileSystem
 
 ENTRY = struct.Struct(">ii")
@@ -110,15 +111,7 @@ class OffsetIndex:
 
     def rewrite(self) -> None:
         """Replace the file with exactly the in-memory entries (after a rebuild)."""
-        data = memoryview(_encode(self._rel, self._pos))
-        fs = self.fs
-        fd = fs.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        try:
-            while data:
-                data = data[fs.write(fd, data) :]
-            fs.fsync(fd)
-        finally:
-            fs.close(fd)
+        write_synced(self.fs, self.path, _encode(self._rel, self._pos))
         self._persisted = len(self._rel)
 
     def same_entries(self, other: "OffsetIndex") -> bool:

@@ -1,21 +1,6 @@
 """The durable, segmented partition log.
 
-Layout of a log directory::
-
-    00000000000000000000.log              batches, exactly as appended
-    00000000000000000000.index            sparse offset index of that segment
-    00000000000000001234.log / .index     the next segment, starting at offset 1234
-    leader-epoch-checkpoint               epoch -> start offset (text)
-    high-watermark-checkpoint             last checkpointed HW (text)
-    recovery-point-checkpoint             segments ending at or before it are fsynced (text)
-    log-start-offset-checkpoint           the log start offset, when above the first segment's base
-                                          (DeleteRecords, a follower that learnt it from its leader)
-    cleaner-offset-checkpoint             compacted topics: where the cleaner's dirty section starts
-    00000000000000001234.producer-snapshot  producer state as of offset 1234 (msgpack)
-    00000000000000001234.txnindex         aborted transactions whose ABORT marker is in that
-                                          segment (Kafka's 34-byte entries, txn_index.py)
-    .kcoord-clean-shutdown                present only between close() and the next open
-    .lock                                 flock'ed while a Log has the directory open
+The files of its directory are listed in :mod:`kcoord.log`.
 
 The LEO is the last segment's next offset. The log start offset is the first segment's
 base offset or, if higher, the checkpointed one (records below it are gone for readers even
@@ -52,9 +37,8 @@ from .checkpoint import (
     HW_CHECKPOINT,
     LOG_START_CHECKPOINT,
     RECOVERY_POINT,
-    CheckpointError,
     read_lost_pages,
-    read_offset,
+    read_offset_or,
     write_atomic,
     write_epochs,
     write_offset,
@@ -68,7 +52,7 @@ from .fs import OS_FILE_SYSTEM, FileSystem
 from .lock import DirectoryLock
 from .producer_snapshots import ProducerSnapshots
 from .recovery import RecoveryReport, load_epoch_cache, load_segments
-from .rolling import must_roll, plan_runs
+from .rolling import must_roll, past_retention, plan_runs
 from .segment import Segment, SegmentInfo
 from .segment_list import SegmentList
 from .txn_index import AbortedTxn, TxnIndexFiles
@@ -129,7 +113,7 @@ class Log(BaseLog):
         marker = self.directory / CLEAN_SHUTDOWN
         report.clean_shutdown = fs.exists(marker)
         self.recovery_report = report
-        self._recovery_point = self._read_offset_checkpoint(RECOVERY_POINT, "recovery point", 0)
+        self._recovery_point = read_offset_or(fs, self.directory / RECOVERY_POINT, "recovery point", 0, report.notes)
 
         transitions: list[tuple[int, int]] = []  # epoch changes seen in the verified segments
 
@@ -141,9 +125,9 @@ class Log(BaseLog):
             load_segments(fs, self.directory, self.config.index_interval_bytes, self._now, report, self._recovery_point, note_epoch)
         )
         self._log_start = self._segments[0].base_offset
-        stored_start = self._read_offset_checkpoint(LOG_START_CHECKPOINT, "log start offset", 0)
+        stored_start = read_offset_or(fs, self.directory / LOG_START_CHECKPOINT, "log start offset", 0, report.notes)
         self._log_start = max(self._log_start, min(stored_start, self._segments[-1].next_offset))
-        self._cleaner_offset = self._read_offset_checkpoint(CLEANER_CHECKPOINT, "cleaner offset", 0)
+        self._cleaner_offset = read_offset_or(fs, self.directory / CLEANER_CHECKPOINT, "cleaner offset", 0, report.notes)
         for seg in self._segments[:-1]:
             self._segments.remember_reader(seg)  # bounds the handles recovery opened
         self.epoch_cache = load_epoch_cache(
@@ -156,7 +140,7 @@ class Log(BaseLog):
             transitions,
             self._persist_epochs,
         )
-        self._checkpointed_hw = self._read_offset_checkpoint(HW_CHECKPOINT, "high watermark", self.log_start_offset)
+        self._checkpointed_hw = read_offset_or(fs, self.directory / HW_CHECKPOINT, "high watermark", self.log_start_offset, report.notes)
         self._high_watermark = self._clamp_high_watermark(self._checkpointed_hw)
         rebuild_from = self._load_txn_index()
         self._restore_producer_state(at_most=rebuild_from)
@@ -210,14 +194,6 @@ class Log(BaseLog):
         if self._offline is None:
             self._record_lost_pages()
         return super()._go_offline(exc, what)
-
-    def _read_offset_checkpoint(self, name: str, what: str, default: int) -> int:
-        try:
-            value = read_offset(self._fs, self.directory / name)
-        except CheckpointError as exc:
-            self.recovery_report.notes.append(f"{what} checkpoint ignored: {exc}")
-            value = None
-        return default if value is None else value
 
     def _set_recovery_point(self, offset: int) -> None:
         if offset != self._recovery_point:
@@ -274,10 +250,7 @@ class Log(BaseLog):
         """Reads the disk once per segment (its largest timestamp, computed on first use)."""
         if self._offline is not None:
             self._check_open()
-        return [
-            SegmentInfo(s.base_offset, s.size, s.next_offset, s.created_ms, s.last_modified_ms, s.max_timestamp)
-            for s in self._segments
-        ]
+        return self._segments.infos()
 
     # -- appending ------------------------------------------------------------------------
 
@@ -297,7 +270,7 @@ class Log(BaseLog):
         seg = self._segments[-1]
         runs = plan_runs(self.config, seg.size, seg.base_offset, seg.created_ms, headers, now_ms)
         if len(runs) == 1 and not runs[0][2]:
-            self._append_to(seg, chunks, nbytes, headers, positions, now_ms)
+            self._segments.write_to(seg, chunks, nbytes, headers, positions, now_ms)
             return
         (data,) = chunks
         view = memoryview(data)
@@ -308,7 +281,7 @@ class Log(BaseLog):
                     self._pending = headers[:i]
                     seg = self._roll(now_ms)
                 a, b = positions[i], ends[j - 1]
-                self._append_to(seg, (view[a:b],), b - a, headers[i:j], [p - a for p in positions[i:j]], now_ms)
+                self._segments.write_to(seg, (view[a:b],), b - a, headers[i:j], [p - a for p in positions[i:j]], now_ms)
         finally:
             self._pending = ()
 
@@ -328,18 +301,6 @@ class Log(BaseLog):
         if seg.size and must_roll(self.config, seg.size, seg.base_offset, seg.created_ms, nbytes, last, now_ms):
             seg = self._roll(now_ms)
         seg.append_one((prefix, body), nbytes, base_offset, last + 1, h.max_timestamp, now_ms)
-        self._segments.size += nbytes
-
-    def _append_to(
-        self,
-        seg: Segment,
-        chunks: Sequence[_BufferLike],
-        nbytes: int,
-        headers: Sequence[BatchHeader],
-        positions: Sequence[int],
-        now_ms: int,
-    ) -> None:
-        seg.append(chunks, nbytes, headers, positions, now_ms)
         self._segments.size += nbytes
 
     def _roll(self, now_ms: int) -> Segment:
@@ -410,8 +371,7 @@ class Log(BaseLog):
         self._set_recovery_point(min(offset, self._segments[0].base_offset))
         self.epoch_cache.clear()
         self._snapshots.delete_all()
-        for b in self._txn_files.bases():
-            self._txn_files.delete(b)
+        self._txn_files.delete_all()
         self.txn_index.clear()
         fs.fsync_dir(self.directory)
         old = self._segments
@@ -469,9 +429,7 @@ class Log(BaseLog):
             else:
                 if not by_policy or (high_watermark is not None and next_base > high_watermark):
                     break
-                too_old = cfg.retention_ms >= 0 and now_ms - seg.max_timestamp > cfg.retention_ms
-                too_big = cfg.retention_bytes >= 0 and self._segments.size - seg.size >= cfg.retention_bytes
-                if not (too_old or too_big):
+                if not past_retention(cfg, now_ms, seg.max_timestamp, seg.size, self._segments.size):
                     break
             self._segments.delete_first()
             self._txn_files.delete(seg.base_offset)
@@ -479,9 +437,7 @@ class Log(BaseLog):
         if deleted:
             self._fs.fsync_dir(self.directory)
             self._set_log_start(max(self._log_start, self._segments[0].base_offset))
-            self.epoch_cache.truncate_from_start(self.log_start_offset)
-            self.txn_index.drop_below(self.log_start_offset)
-            self._high_watermark = max(self._high_watermark, self.log_start_offset)
+            self._start_moved(self.log_start_offset)
             self._snapshots.prune(self.log_start_offset)
         return deleted
 
@@ -496,9 +452,7 @@ class Log(BaseLog):
         if offset <= self._log_start:
             return False
         self._set_log_start(offset)
-        self.epoch_cache.truncate_from_start(offset)
-        self.txn_index.drop_below(offset)
-        self._high_watermark = max(self._high_watermark, offset)
+        self._start_moved(offset)
         self._delete_old_segments(self._now, None, False)
         return True
 

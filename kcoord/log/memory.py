@@ -25,7 +25,7 @@ from ..record import BatchHeader
 from .base import BaseLog, _BufferLike
 from .config import LogConfig
 from .epochs import EpochEntry, LeaderEpochCache
-from .rolling import must_roll, plan_runs
+from .rolling import must_roll, past_retention, plan_runs
 from .segment import SegmentInfo
 
 
@@ -76,16 +76,18 @@ class MemoryLog(BaseLog):
             return False
         self._start_floor = offset
         while len(self._spans) > 1 and self._spans[1].base_offset <= offset:
-            span, next_base = self._spans[0], self._spans[1].base_offset
-            k = bisect_left(self._bases, next_base)
-            del self._batches[:k], self._headers[:k], self._bases[:k]
-            self._flushed = max(0, self._flushed - k)
-            self._size -= span.size
-            del self._spans[0]
-        self.epoch_cache.truncate_from_start(offset)
-        self.txn_index.drop_below(self.log_start_offset)
-        self._high_watermark = max(self._high_watermark, offset)
+            self._delete_first_span()
+        self._start_moved(offset)  # the log start offset is ``offset`` now
         return True
+
+    def _delete_first_span(self) -> None:
+        """Drop the oldest virtual segment and its batches (never the active one)."""
+        span, next_base = self._spans[0], self._spans[1].base_offset
+        k = bisect_left(self._bases, next_base)
+        del self._batches[:k], self._headers[:k], self._bases[:k]
+        self._flushed = max(0, self._flushed - k)
+        self._size -= span.size
+        del self._spans[0]
 
     @property
     def log_end_offset(self) -> int:
@@ -243,20 +245,12 @@ class MemoryLog(BaseLog):
             span, next_base = self._spans[0], self._spans[1].base_offset
             if not cfg.delete or (high_watermark is not None and next_base > high_watermark):
                 break
-            too_old = cfg.retention_ms >= 0 and now_ms - span.max_timestamp > cfg.retention_ms
-            too_big = cfg.retention_bytes >= 0 and self._size - span.size >= cfg.retention_bytes
-            if not (too_old or too_big):
+            if not past_retention(cfg, now_ms, span.max_timestamp, span.size, self._size):
                 break
-            k = bisect_left(self._bases, next_base)
-            del self._batches[:k], self._headers[:k], self._bases[:k]
-            self._flushed = max(0, self._flushed - k)
-            self._size -= span.size
-            del self._spans[0]
+            self._delete_first_span()
             deleted += 1
         if deleted:
-            self.epoch_cache.truncate_from_start(self.log_start_offset)
-            self.txn_index.drop_below(self.log_start_offset)
-            self._high_watermark = max(self._high_watermark, self.log_start_offset)
+            self._start_moved(self.log_start_offset)
         return deleted
 
     def checkpoint_high_watermark(self, hw: int) -> None:

@@ -1,8 +1,9 @@
-"""When the active segment is rolled: one rule for the file log and the memory log.
+"""When the active segment is rolled, and when retention deletes the oldest: one rule each
+for the file log and the memory log.
 
 The memory log mirrors the file log's segment boundaries (its retention deletes whole
 segments, and a roll makes earlier data durable), so both must decide identically where
-a new segment starts; the decision lives here once.
+a new segment starts and which old one goes; the decisions live here once.
 """
 
 from __future__ import annotations
@@ -61,3 +62,12 @@ def plan_runs(
         size = used
         i = j
     return runs
+
+
+def past_retention(config: LogConfig, now_ms: int, max_timestamp: int, size: int, log_size: int) -> bool:
+    """Whether the oldest segment (``size`` bytes, newest record at ``max_timestamp``, of a
+    log of ``log_size`` bytes) is past retention.ms, or the log without it still holds
+    retention.bytes."""
+    too_old = config.retention_ms >= 0 and now_ms - max_timestamp > config.retention_ms
+    too_big = config.retention_bytes >= 0 and log_size - size >= config.retention_bytes
+    return too_old or too_big

@@ -10,10 +10,11 @@ from __future__ import annotations
 
 from bisect import bisect_right
 from collections import OrderedDict
-from typing import Iterator
+from typing import Iterator, Sequence
 
 from ..record import BatchHeader
-from .segment import Segment
+from .fs import _BufferLike
+from .segment import Segment, SegmentInfo
 
 MAX_OPEN_READERS = 64  # file handles kept open for reading older segments
 
@@ -40,6 +41,11 @@ class SegmentList(list[Segment]):
         """A new active segment (a roll)."""
         self.append(seg)
         self._bases.append(seg.base_offset)
+
+    def write_to(self, seg: Segment, chunks: Sequence[_BufferLike], nbytes: int, headers: Sequence[BatchHeader], positions: Sequence[int], now_ms: int) -> None:
+        """Append whole batches to ``seg`` (the active segment)."""
+        seg.append(chunks, nbytes, headers, positions, now_ms)
+        self.size += nbytes
 
     def delete_first(self) -> Segment:
         """Delete the oldest segment's files."""
@@ -164,6 +170,9 @@ class SegmentList(list[Segment]):
                 spans.append((str(segs[i].log_path), 0, end))
                 total += end
         return spans
+
+    def infos(self) -> list[SegmentInfo]:
+        return [SegmentInfo(s.base_offset, s.size, s.next_offset, s.created_ms, s.last_modified_ms, s.max_timestamp) for s in self]
 
     def headers_from(self, from_offset: int) -> Iterator[BatchHeader]:
         """Headers of every batch from the one containing ``from_offset`` to the end."""

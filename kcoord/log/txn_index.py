@@ -210,6 +210,11 @@ class TxnIndexFiles:
                 index.add(e)
         return rebuild_from
 
+    def delete_all(self) -> None:
+        """Unlink every segment's file (the caller fsyncs the directory)."""
+        for b in self.bases():
+            self.delete(b)
+
     def bases(self) -> list[int]:
         from .segment import parse_base_offset
 

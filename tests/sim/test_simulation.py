@@ -346,7 +346,7 @@ def test_planted_coordinator_load_bug_is_caught(monkeypatch: pytest.MonkeyPatch)
     of 0-999 (groups kind, on trust-fixes' schedules) catch the pair, none the leader's
     hole alone."""
     from kcoord.group import driver
-    from kcoord.replication.leader import Leader
+    from kcoord.replication.leader.watermark import HighWatermark
 
     original = driver.GroupCoordinatorDriver._on_load_fetch
 
@@ -356,7 +356,7 @@ def test_planted_coordinator_load_bug_is_caught(monkeypatch: pytest.MonkeyPatch)
             return None
         return original(self, resp, outcome)
 
-    monkeypatch.setattr(Leader, "hw_is_stale", lambda self: False)
+    monkeypatch.setattr(HighWatermark, "stale", lambda self: False)
     monkeypatch.setattr(driver.GroupCoordinatorDriver, "_on_load_fetch", finish_at_hw)
     results = [run_seed(s, kind="groups") for s in (7, 561, 809, 966)]
     assert all(any(v.invariant == "6" for v in r.violations) for r in results)

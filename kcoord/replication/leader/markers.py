@@ -8,32 +8,23 @@ once the marker is below the high watermark, as an acks=all produce: a marker th
 failover could undo was never written. A marker for a producer with no ongoing transaction
 is written all the same (the coordinator retries markers until they land).
 
-:func:`append_marker` checks and appends on the shared context; the
-:class:`~kcoord.replication.leader.Leader` answers or waits for the HW (this module never
-imports the leader, so the two do not import each other).
+:func:`append_marker` checks and appends on the shared context; the produce path
+(:mod:`.produce`) answers or waits for the HW.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-from ..protocol import names
-from ..protocol.errors import ErrorCode, KafkaError
-from ..protocol.txn import WriteTxnMarkerRequest, WriteTxnMarkerResponse
-
-if TYPE_CHECKING:
-    from .context import ReplicaContext
+from ...protocol import names
+from ...protocol.errors import ErrorCode, KafkaError
+from ...protocol.txn import WriteTxnMarkerRequest, WriteTxnMarkerResponse
+from ..context import ReplicaContext
+from .checks import min_isr_error, partition_error
 
 
-def append_marker(
-    st: "ReplicaContext", req: WriteTxnMarkerRequest, epoch_error: tuple[int, str] | None, now_ms: int
-) -> tuple[WriteTxnMarkerResponse, int]:
+def append_marker(st: ReplicaContext, req: WriteTxnMarkerRequest, now_ms: int) -> tuple[WriteTxnMarkerResponse, int]:
     """``(response, required_offset)``: the marker appended, to answer once the HW reaches
-    ``required_offset``; or a refusal to answer now (``required_offset`` -1).
-    ``epoch_error`` is the leader's verdict on the request's leader epoch."""
-    err = epoch_error
-    if err is None and (req.topic != st.topic or req.partition != st.partition):
-        err = (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"this replica holds {st.name}")
+    ``required_offset``; or a refusal to answer now (``required_offset`` -1)."""
+    err = partition_error(st, req)
     if err is None and names.is_internal_topic(req.topic):
         err = (
             ErrorCode.INVALID_TOPIC_EXCEPTION,
@@ -41,11 +32,8 @@ def append_marker(
         )
     if err is None and (req.producer_id < 0 or req.producer_epoch < 0):
         err = (ErrorCode.INVALID_REQUEST, f"a marker needs a producer id and epoch, got {req.producer_id}/{req.producer_epoch}")
-    if err is None and len(st.isr) < st.config.min_insync_replicas:
-        err = (
-            ErrorCode.NOT_ENOUGH_REPLICAS,
-            f"ISR {st.isr} has {len(st.isr)} member(s); min.insync.replicas is {st.config.min_insync_replicas}",
-        )
+    if err is None:
+        err = min_isr_error(st)
     if err is not None:
         return WriteTxnMarkerResponse(err[0], err[1], leader_epoch=st.leader_epoch), -1
     try:
