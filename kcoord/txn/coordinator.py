@@ -264,6 +264,12 @@ class TransactionCoordinatorState:
         """The live metadata of an id. Read it; never mutate it."""
         return self._ctx.transactions.get(transactional_id)
 
+    def partition_exists(self, topic: str, partition: int) -> bool | None:
+        """Whether ``topic``-``partition`` exists in the topics as last read (None: none read
+        yet); a driver may read the topics again before handing over a request naming one
+        that does not."""
+        return self._ctx.partition_exists(topic, partition)
+
     def transactional_ids(self) -> list[str]:
         return sorted(tid for tid, m in self._ctx.transactions.items() if m.value is not None)
 
