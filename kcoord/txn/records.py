@@ -19,7 +19,7 @@ Readers skip keys of unknown versions (a newer kcoord wrote them) and raise
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Iterable
+from typing import Iterable
 
 from ..coordination.records import COORDINATOR_KEY_VERSION, coordinator_epoch_record
 from ..coordination.records import field_of as _field
