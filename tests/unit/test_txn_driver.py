@@ -55,6 +55,8 @@ class World:
         self.calls: list[tuple[str, str, Any]] = []
         self.down: set[str] = set()  # targets whose calls die
         self.group_serves_markers = False
+        self.leader_epochs = {tp: 1 for tp in self.replicas}
+        self.deleted: set[str] = set()  # topics the metadata no longer lists
         self._tick()
 
     def _replica(self, topic: str, partition: int) -> Replica:
@@ -85,11 +87,12 @@ class World:
             if method == "metadata":
                 topics = [
                     TopicMetadata(TRANSACTION_STATE_TOPIC, partitions=[PartitionMetadata(0, leader=0, leader_epoch=1)], internal=True),
-                    TopicMetadata("t", partitions=[PartitionMetadata(p, leader=0, leader_epoch=1) for p in (0, 1)]),
+                    TopicMetadata("t", partitions=[PartitionMetadata(p, leader=0, leader_epoch=self.leader_epochs[("t", p)]) for p in (0, 1)]),
                 ]
+                topics = [t for t in topics if t.name not in self.deleted]
                 if request.topics is not None:
                     topics = [t for t in topics if t.name in request.topics] + [
-                        TopicMetadata(n, error_code=E.UNKNOWN_TOPIC_OR_PARTITION) for n in request.topics if n not in ("t", TRANSACTION_STATE_TOPIC)
+                        TopicMetadata(n, error_code=E.UNKNOWN_TOPIC_OR_PARTITION) for n in request.topics if n not in {t.name for t in topics}
                     ]
                 self._later(on_done, MetadataResponse(topics=topics))
             else:
@@ -109,6 +112,11 @@ class World:
             token = next(self._tokens)
             self._pending[token] = on_done
             self._deliver(self.replicas[(topic, int(partition))].handle(request, token, self.clock.now))
+
+    def new_leader_epoch(self, topic: str, partition: int) -> None:
+        """The partition's leader is elected again (same broker, next epoch)."""
+        epoch = self.leader_epochs[(topic, partition)] = self.leader_epochs[(topic, partition)] + 1
+        self._deliver(self.replicas[(topic, partition)].handle(LeaderAndIsrRequest(1, topic, partition, leader=0, leader_epoch=epoch, partition_epoch=epoch, isr=[0], replicas=[0]), None, self.clock.now))
 
     def produce(self, topic: str, partition: int, data: bytes) -> Any:
         token = next(self._tokens)
@@ -213,3 +221,22 @@ def test_partitions_of_an_unknown_topic_are_refused_after_reading_the_metadata()
     init = ask(d, clock, TxnInitProducerIdRequest("tx"))
     r = ask(d, clock, AddPartitionsToTxnRequest("tx", init.producer_id, init.producer_epoch, {"nope": [0], "t": [5]}))
     assert r.results == {"nope": {0: E.UNKNOWN_TOPIC_OR_PARTITION}, "t": {5: E.UNKNOWN_TOPIC_OR_PARTITION}}
+
+
+def test_a_marker_follows_a_new_leader_epoch_and_a_deleted_partition_is_dropped():
+    clock = ManualClock(1_000_000)
+    world = World(clock)
+    d = driver_on(world, clock)
+    init = ask(d, clock, TxnInitProducerIdRequest("tx"))
+    ask(d, clock, AddPartitionsToTxnRequest("tx", init.producer_id, init.producer_epoch, {"t": [0, 1]}))
+    world.new_leader_epoch("t", 0)  # the driver's cached leader epoch (1) is stale now
+    world.down.add(names.replica(CLUSTER, "t", 1, 0))  # t-1's leader is unreachable
+    assert ask(d, clock, EndTxnRequest("tx", init.producer_id, init.producer_epoch, commit=True)).error_code == E.NONE
+    clock.run_until(clock.now + 2_000)
+    sent = markers_in(world, "t", 0)
+    assert [m.current_leader_epoch for m in sent] == [1, 2], "refused at the stale epoch, re-sent at the new one"
+    assert d.core.pending_markers("tx") == {("t", 1)}
+    world.deleted.add("t")  # t is deleted: t-1's marker can never be written
+    clock.run_until(clock.now + 10_000)
+    assert d.core.transaction("tx").state == TransactionState.COMPLETE_COMMIT  # t-1 dropped
+    assert d.core.stats.markers_dropped >= 1
