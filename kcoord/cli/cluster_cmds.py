@@ -198,6 +198,13 @@ def _status_tables(snap: dict[str, Any], internal: bool) -> list[Any]:
             "[green]yes[/]" if g["loaded"] else "[yellow]no[/]",
             str(g["groups"]) if g["alive"] else "-",
         )
+    for t in snap["coordinators"].get("transactions", []):
+        coord.add_row(
+            t["name"],
+            "[green]yes[/]" if t["alive"] else "[red]no[/]",
+            "[green]yes[/]" if t["loaded"] else "[yellow]no[/]",
+            f"{t['transactional_ids']} transactional ids" if t["alive"] else "-",
+        )
 
     tables: list[Any] = [overview, coord]
     if bound:
