@@ -9,7 +9,8 @@ persist every change with acks=all before anyone hears of it. That machinery is 
   coordinators' drivers derive from (load, fence, the one-in-flight append pipeline, the
   timer, the serve loop);
 * :mod:`.loading` -- reading fetched batches for a load, dropping malformed records;
-* :mod:`.settling` -- applying append outcomes in emission order (the cores' side).
+* :mod:`.settling` -- applying append outcomes in emission order, :mod:`.routing` -- how a
+  core takes a request, :mod:`.records` -- the record formats' shared pieces (the cores' side).
 """
 
 from .loading import take_in, well_formed
