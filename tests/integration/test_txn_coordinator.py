@@ -94,18 +94,18 @@ class TxnProducer:
         return call_until_settled(self.cluster, EndTxnRequest(self.tid, self.pid, self.epoch, commit))
 
 
-def read_all(cluster, topic: str, partitions: int, isolation_level: str, want: int, settle_s: float = 0.0) -> list[bytes]:
-    """Every record a fresh consumer reads from the start, polling until ``want`` arrived
-    (then ``settle_s`` more, to see that no more come) or 30 s passed."""
+def read_all(cluster, topic: str, partitions: int, isolation_level: str) -> list[bytes]:
+    """Every record a fresh consumer reads from the start up to the end offsets of its
+    isolation level (the LSO for read_committed: it moves past markers and aborted batches),
+    polling until its positions reach them (30 s at most)."""
     got: list[bytes] = []
+    tps = [TopicPartition(topic, p) for p in range(partitions)]
     with Consumer(cluster=cluster, auto_offset_reset="earliest", isolation_level=isolation_level) as c:
-        c.assign([TopicPartition(topic, p) for p in range(partitions)])
+        c.assign(tps)
+        ends = c.end_offsets(tps)
         deadline = time.monotonic() + 30
-        while time.monotonic() < deadline and len(got) < want:
-            for recs in c.poll(timeout_ms=200).values():
-                got.extend(r.value for r in recs)
-        end = time.monotonic() + settle_s
-        while time.monotonic() < end:
+        while any(c.position(tp) < ends[tp] for tp in tps):
+            assert time.monotonic() < deadline, f"positions {[c.position(tp) for tp in tps]} never reached {ends}"
             for recs in c.poll(timeout_ms=200).values():
                 got.extend(r.value for r in recs)
     return sorted(got)
@@ -159,7 +159,7 @@ def test_init_producer_id_bumps_the_epoch_and_fences_the_older_instance(txn_clus
     assert newest.epoch == new.epoch + 2  # the abort's bump, then this instance's
     assert state_of(txn_cluster, t) == "Empty"
     assert new.end(commit=True).error_code == E.PRODUCER_FENCED
-    assert read_all(txn_cluster, topic, 1, "read_committed", want=1, settle_s=0.5) == []
+    assert read_all(txn_cluster, topic, 1, "read_committed") == []
     assert lso(txn_cluster, topic, 0) == 2  # the zombie's record and the abort marker
 
 
@@ -181,7 +181,7 @@ def test_commit_writes_markers_and_read_committed_sees_the_records(txn_cluster, 
     assert r.error_code == E.NONE, r
     wait_until(lambda: state_of(txn_cluster, p.tid) == "CompleteCommit", timeout=30, what="the markers of the commit")
     completed_s = time.monotonic() - started
-    assert read_all(txn_cluster, topic, 2, "read_committed", want=3) == [b"a-0", b"a-1", b"b-0"]
+    assert read_all(txn_cluster, topic, 2, "read_committed") == [b"a-0", b"a-1", b"b-0"]
     assert lso(txn_cluster, topic, 0) == first + 3  # two records and the marker
     print(f"\nEndTxn commit answered in {answered_s * 1000:.0f} ms, markers written in {completed_s * 1000:.0f} ms")
 
@@ -192,13 +192,14 @@ def test_abort_hides_the_records_from_read_committed_only(txn_cluster, topic):
     p.send(topic, 0, [b"x-0", b"x-1"])
     assert p.end(commit=False).error_code == E.NONE
     wait_until(lambda: state_of(txn_cluster, p.tid) == "CompleteAbort", timeout=30, what="the abort markers")
-    assert read_all(txn_cluster, topic, 1, "read_uncommitted", want=2) == [b"x-0", b"x-1"]
-    assert read_all(txn_cluster, topic, 1, "read_committed", want=1, settle_s=0.5) == []
+    assert read_all(txn_cluster, topic, 1, "read_uncommitted") == [b"x-0", b"x-1"]
+    assert read_all(txn_cluster, topic, 1, "read_committed") == []
     # The next transaction of the same producer commits as usual.
     assert p.add(topic, [0]).results[topic][0] == E.NONE
     p.send(topic, 0, [b"y-0"])
     assert p.end(commit=True).error_code == E.NONE
-    assert read_all(txn_cluster, topic, 1, "read_committed", want=1) == [b"y-0"]
+    wait_until(lambda: state_of(txn_cluster, p.tid) == "CompleteCommit", timeout=30, what="the commit markers")
+    assert read_all(txn_cluster, topic, 1, "read_committed") == [b"y-0"]
 
 
 def test_a_transaction_completes_after_its_coordinator_is_killed(txn_cluster, topic):
@@ -217,7 +218,7 @@ def test_a_transaction_completes_after_its_coordinator_is_killed(txn_cluster, to
     after = ray.get(coordinator(txn_cluster).describe.remote(), timeout=30)
     assert after["incarnation"] != before["incarnation"]
     assert after["coordinator_epoch"] > before["coordinator_epoch"]
-    assert read_all(txn_cluster, topic, 2, "read_committed", want=2) == [b"k-0", b"k-1"]
+    assert read_all(txn_cluster, topic, 2, "read_committed") == [b"k-0", b"k-1"]
 
 
 def test_a_transaction_that_outlives_its_timeout_is_aborted_and_its_producer_fenced(txn_cluster, topic):
@@ -226,7 +227,7 @@ def test_a_transaction_that_outlives_its_timeout_is_aborted_and_its_producer_fen
     p.send(topic, 0, [b"late"])
     wait_until(lambda: state_of(txn_cluster, p.tid) == "CompleteAbort", timeout=30, what="the timeout's abort")
     assert p.end(commit=True).error_code == E.PRODUCER_FENCED
-    assert read_all(txn_cluster, topic, 1, "read_committed", want=1, settle_s=0.5) == []
+    assert read_all(txn_cluster, topic, 1, "read_committed") == []
     assert lso(txn_cluster, topic, 0) == 2  # the record and the abort marker: stable again
 
 
