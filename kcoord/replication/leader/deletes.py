@@ -5,11 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from ...protocol import names
 from ...protocol.errors import ErrorCode
 from ...protocol.replication import DeleteRecordsRequest, DeleteRecordsResponse
 from ..context import ReplicaContext
 from ..isr import IsrState
-from ..metadata import INTERNAL_OFFSETS_TOPIC
 from .checks import partition_error
 from .watermark import HighWatermark
 
@@ -50,8 +50,8 @@ class RecordDeletion:
         """Validate, and move the leader's log start; a refusal, or None."""
         st = self.state
         err = partition_error(st, req)
-        if err is None and st.topic == INTERNAL_OFFSETS_TOPIC:
-            err = (ErrorCode.POLICY_VIOLATION, f"records of internal topic {st.topic!r} are the groups' committed offsets and cannot be deleted")
+        if err is None and names.is_internal_topic(st.topic):
+            err = (ErrorCode.POLICY_VIOLATION, f"records of internal topic {st.topic!r} are its coordinators' state and cannot be deleted")
         if err is None:
             err = self.watermark.stale_error()
         offset = st.hw if req.offset == -1 else req.offset
