@@ -23,6 +23,7 @@ from ..protocol.group import (
 from .context import CoordinatorContext
 from .member_checks import member_error
 from .metadata import COMPLETING, DEAD, CommittedOffset
+from .offset_requests import accept_offsets
 from .persistence import CommitWrite, Persistence, commit_error_for_append
 from .records import OffsetKey, OffsetValue, offset_record
 from .retention import Retention
@@ -78,19 +79,8 @@ class OffsetStore:
                 return
             self.ctx.touch(group, group.members[req.member_id], now_ms)
 
-        limit = self.ctx.config.offset_metadata_max_bytes
         expire = now_ms + req.retention_time_ms if req.retention_time_ms >= 0 else None
-        codes: dict[str, dict[int, int]] = {}
-        accepted: dict[tuple[str, int], CommittedOffset] = {}
-        for topic, partitions in req.topics.items():
-            codes[topic] = {}
-            for partition, p in partitions.items():
-                metadata = p.metadata or ""
-                if len(metadata.encode()) > limit:
-                    codes[topic][partition] = E.OFFSET_METADATA_TOO_LARGE
-                    continue
-                codes[topic][partition] = E.NONE
-                accepted[(topic, partition)] = CommittedOffset(p.offset, metadata, p.leader_epoch, now_ms, expire)
+        codes, accepted = accept_offsets(req.topics, self.ctx.config.offset_metadata_max_bytes, now_ms, expire)
         if not accepted:
             self.ctx.reply(token, OffsetCommitResponse(topics=codes))
             return
@@ -145,3 +135,4 @@ class OffsetStore:
             mapped = commit_error_for_append(code)
             codes = {t: {p: (mapped if c == E.NONE else c) for p, c in parts.items()} for t, parts in codes.items()}
         self.ctx.reply(pending.token, OffsetCommitResponse(topics=codes))
+

@@ -43,6 +43,7 @@ from ..protocol.txn import (
 from .context import CoordinatorContext
 from .member_checks import member_error
 from .metadata import DEAD, EMPTY, CommittedOffset, GroupMetadata, TxnOffset
+from .offset_requests import accept_offsets
 from .persistence import MarkerWrite, Persistence, TxnCommitWrite, commit_error_for_append
 from .records import (
     OffsetKey,
@@ -120,18 +121,7 @@ class TxnOffsetStore:
         if group is None:
             self.ctx.reply(token, error_response(req, error, message))
             return
-        limit = self.ctx.config.offset_metadata_max_bytes
-        codes: dict[str, dict[int, int]] = {}
-        accepted: dict[tuple[str, int], CommittedOffset] = {}
-        for topic, partitions in req.topics.items():
-            codes[topic] = {}
-            for partition, p in partitions.items():
-                metadata = p.metadata or ""
-                if len(metadata.encode()) > limit:
-                    codes[topic][partition] = E.OFFSET_METADATA_TOO_LARGE
-                    continue
-                codes[topic][partition] = E.NONE
-                accepted[(topic, partition)] = CommittedOffset(p.offset, metadata, p.leader_epoch, now_ms, None)
+        codes, accepted = accept_offsets(req.topics, self.ctx.config.offset_metadata_max_bytes, now_ms, None)
         if not accepted:
             self.ctx.reply(token, TxnOffsetCommitResponse(topics=codes))
             return
