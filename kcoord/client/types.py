@@ -45,3 +45,15 @@ class OffsetAndMetadata(NamedTuple):
     offset: int
     metadata: str = ""
     leader_epoch: int = -1
+
+
+class ConsumerGroupMetadata(NamedTuple):
+    """A consumer's group membership (kafka-python's ``ConsumerGroupMetadata``), from
+    :meth:`Consumer.group_metadata`: give it to ``Producer.send_offsets_to_transaction`` so
+    the group coordinator refuses offsets from a consumer whose generation is over
+    (KIP-447). ``generation_id`` -1 and ``member_id`` "" skip that check (a bare group id)."""
+
+    group_id: str | None
+    generation_id: int = -1
+    member_id: str = ""
+    group_instance_id: str | None = None
