@@ -35,7 +35,7 @@ from ...protocol.replication import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, READ_C
 from ..cluster import ClusterClient, connect
 from ..coordinator import GroupMember
 from ..metrics import RequestStats
-from ..types import ConsumerRecord, OffsetAndMetadata, OffsetAndTimestamp, TopicPartition
+from ..types import ConsumerGroupMetadata, ConsumerRecord, OffsetAndMetadata, OffsetAndTimestamp, TopicPartition
 from .collector import RecordCollector
 from .fetcher import Fetcher
 from .segments import RecordColumns
@@ -518,6 +518,15 @@ class Consumer:
         self._check_open()
         self._require_group("commit_async()")
         return self._group.commit_async(offsets, callback)
+
+    def group_metadata(self) -> ConsumerGroupMetadata:
+        """This consumer's group membership (kafka-python's ``group_metadata()``): pass it
+        to ``Producer.send_offsets_to_transaction`` so the group coordinator refuses the
+        offsets if this consumer's generation is over (KIP-447). Without a group,
+        ``group_id`` is None; outside a generation, ``generation_id`` -1 and ``member_id`` ""."""
+        if self._group is None:
+            return ConsumerGroupMetadata(None)
+        return self._group.group_metadata()
 
     def committed(self, partition: TopicPartition) -> int | None:
         """The group's committed offset of ``partition``, or None."""
