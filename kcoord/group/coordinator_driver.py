@@ -45,9 +45,9 @@ from ..protocol import names
 from ..protocol.codec import Message
 from ..protocol.controller import InitProducerIdRequest, InitProducerIdResponse, MetadataRequest, MetadataResponse
 from ..protocol.errors import METADATA_REFRESH, RETRIABLE, DecodeError, ErrorCode, error_name
-from ..protocol.group import FindCoordinatorRequest, error_response
+from ..protocol.group import FindCoordinatorRequest
 from ..protocol.replication import FetchRequest, FetchResponse, InternalProduceRequest, ProduceResponse
-from ..protocol.services import GROUP_COORDINATOR
+from ..protocol.services import GROUP_COORDINATOR, error_response
 from ..runtime import Alarm, Clock, Outcome, ReplyFn, Transport
 from ..runtime.actions import Action
 from ..runtime.serving import Serving

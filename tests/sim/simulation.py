@@ -49,6 +49,7 @@ from .scenario import Scenario, TopicSpec
 from .store import FaultyStore
 from .transactions import CommittedReader, TxnLedger, TxnProducer
 from .transactions import final_checks as txn_final_checks
+from .txn_groups import TxnOffsetCommitter
 
 KINDS = ("replication", "groups")
 MODES = ("fsync", "pagecache", "flushms")
@@ -221,8 +222,10 @@ class Simulation:
             self.producers.append(TxnProducer(self, i, spec, p, max_in_flight=sc.max_in_flight, max_batch=sc.max_batch))
             self.readers.append(CommittedReader(self, i, spec.name, p))
         self.members = [Member(self, i, "g", [t.name for t in sc.topics]) for i in range(sc.members)]
+        # with --transactions, a transactional offset committer per groups run (txn_groups.py)
+        self.txn_committers = [TxnOffsetCommitter(self, 0)] if config.transactions and sc.coordinators else []
         self.security_admin = SecurityAdmin(self) if config.security else None
-        for node in [*self.replica_list, self.controller, *self.coordinators, self.admin, *self.producers, *self.readers, *self.members]:
+        for node in [*self.replica_list, self.controller, *self.coordinators, self.admin, *self.producers, *self.readers, *self.members, *self.txn_committers]:
             self.net.add(node)
         self.nemesis = Nemesis(self)
         self.phase = "faults"
@@ -272,6 +275,8 @@ class Simulation:
             r.start()
         for m in self.members:
             k.after(k.rng.randint(100, 1000), m.start)
+        for c in self.txn_committers:
+            c.start()
         if self.security_admin is not None:
             self.security_admin.start()
         self.nemesis.start()
@@ -299,6 +304,8 @@ class Simulation:
             self.security_admin.check(self.controller.core)
         if self.scenario.txn_producers:
             txn_final_checks(self)
+        for c in self.txn_committers:
+            c.final_check()
 
     def _result(self) -> SimResult:
         h = self.history
@@ -325,6 +332,9 @@ class Simulation:
             stats["txn_aborts"] = ledger.aborts
             stats["txn_read"] = len(ledger.read)
             stats["committed_records_read"] = sum(r.returned for r in self.readers if isinstance(r, CommittedReader))
+        for c in self.txn_committers:
+            for name, n in c.stats.items():
+                stats[f"txg_{name}"] = n
         for kind, n in self.nemesis.counts.items():
             stats[f"fault_{kind}"] = n
         for proc in self.replica_list:
@@ -661,6 +671,9 @@ class Simulation:
         for c in self.coordinators:
             if c.driver is None or not c.driver.loaded:
                 return f"{c.name} has not loaded its partition"
+        for c in self.txn_committers:
+            if not c.idle:
+                return f"{c.name} has transaction {c.txn} open"
         if self.members:
             gens = {m.generation for m in self.members}
             if any(m.state != "stable" for m in self.members) or len(gens) != 1:

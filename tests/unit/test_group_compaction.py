@@ -333,3 +333,62 @@ def test_the_newest_producer_epoch_survives_cleaning_so_the_next_incarnation_fen
     second.serve(OffsetCommitRequest("g", -1, "", topics={"t": {0: OffsetCommitPartition(7)}}), got.append)
     clock.run_until(clock.now + 10)
     assert got[0].topics["t"][0] == ErrorCode.NONE
+
+
+# -- transactional offsets (KIP-447) ---------------------------------------------------------
+
+
+def random_txn_history(seed: int) -> Shell:
+    """Transactional commits of three producers to a few groups, their COMMIT and ABORT
+    markers, plain commits, DeleteGroups and retention, all persisted."""
+    from kcoord.protocol.txn import TxnOffsetCommitRequest, TxnOffsetMarkerRequest
+    from kcoord.protocol.group import OffsetCommitPartition
+
+    rng = random.Random(seed)
+    s = Shell()
+    epochs = {11: 0, 12: 0, 13: 0}
+    for _ in range(200):
+        op = rng.random()
+        gid = rng.choice(["a", "b", "c"])
+        pid = rng.choice(list(epochs))
+        if op < 0.4:
+            topics = {"t": {rng.randrange(3): OffsetCommitPartition(rng.randrange(10_000))}}
+            s.send(TxnOffsetCommitRequest("tx", gid, pid, epochs[pid], topics=topics))
+        elif op < 0.55:
+            s.commit(gid, {("t", rng.randrange(3)): rng.randrange(10_000)})
+        elif op < 0.8:
+            epochs[pid] += 1
+            s.send(TxnOffsetMarkerRequest(pid, epochs[pid], 0, rng.random() < 0.6, 0))
+        elif op < 0.85:
+            s.send(DeleteGroupsRequest([gid]))
+        else:
+            s.advance(rng.choice([10, 1_000, 600_000, 3_700_000]))
+        s.replies.clear()
+    return s
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_pending_transactional_offsets_load_the_same_after_cleaning(tmp_path, seed):
+    """The cleaner keeps pending offsets ([4, ...] keys without a tombstone yet) and drops
+    resolved ones: a coordinator loading the cleaned partition has the same pending and
+    committed offsets and producer epochs as the one that wrote it."""
+    s = random_txn_history(seed)
+    rng = random.Random(seed)
+    recs = list(s.log) + [coordinator_epoch_record(0, i) for i in range(40)]
+    log = write_log(tmp_path, recs, rng, delete_retention_ms=rng.choice([0, DAY_MS]))
+    result = clean_until_done(log, s.now)
+    compacted = read_back(log)
+    assert result.records_removed > 0
+    after = loaded(compacted, s.now)
+    groups = set(s.coord.group_ids()) | set(after.group_ids())
+    assert {g: after.committed_offsets(g) for g in groups} == {g: s.coord.committed_offsets(g) for g in groups}
+    assert {g: after.pending_txn_offsets(g) for g in groups} == {g: s.coord.pending_txn_offsets(g) for g in groups}
+    assert after.txn_producers() == s.coord.txn_producers()
+
+
+
+def test_txn_histories_leave_pending_offsets_to_check():
+    """The histories above are not vacuous: most end with offsets pending and committed."""
+    ends = [random_txn_history(seed).coord for seed in range(8)]
+    assert sum(any(c.pending_txn_offsets(g) for g in c.group_ids()) for c in ends) >= 5
+    assert sum(any(c.committed_offsets(g) for g in c.group_ids()) for c in ends) >= 5

@@ -342,3 +342,52 @@ def test_an_out_of_order_answer_fails_the_commit_retriably_and_moves_to_a_new_ep
     (h,) = [h for _, h in records.iter_headers(leader.produced[-1].records)]
     assert (h.producer_epoch, h.base_sequence) == (epoch + 1, 0)
     assert offsets_in_log(leader) == [6]
+
+
+def test_transactional_offsets_through_the_driver_survive_a_new_incarnation():
+    """TxnOffsetCommit and TxnOffsetMarker are served by the driver (the actor's methods); the
+    pending offset is in the partition, so the next incarnation loads it pending and commits
+    it when the marker arrives there."""
+    from kcoord.protocol.errors import ErrorCode
+    from kcoord.protocol.txn import TxnOffsetCommitRequest, TxnOffsetMarkerRequest
+
+    clock = ManualClock(1_700_000_000_000)
+    leader = Leader(clock)
+    first = driver_on(leader, clock)
+    clock.run_until(clock.now + 1_000)
+    got: list = []
+    first.serve(TxnOffsetCommitRequest("tx", "g", 42, 0, topics={"t": {0: OffsetCommitPartition(17)}}), got.append)
+    clock.run_until(clock.now + 1_000)
+    assert got[0].topics == {"t": {0: ErrorCode.NONE}}
+    first.close()
+    second = driver_on(leader, clock)
+    clock.run_until(clock.now + 1_000)
+    assert second.loaded
+    stable: list = []
+    second.serve(OffsetFetchRequest("g", {"t": [0]}, require_stable=True), stable.append)
+    clock.run_until(clock.now + 10)
+    assert stable[0].offsets["t"][0].error_code == ErrorCode.UNSTABLE_OFFSET_COMMIT
+    answered: list = []
+    second.serve(TxnOffsetMarkerRequest(42, 1, 0, True, 0), answered.append)
+    clock.run_until(clock.now + 1_000)
+    assert answered[0].error_code == ErrorCode.NONE
+    assert fetch_offset(second, clock, "g").offsets["t"][0].offset == 17
+
+
+def test_transactional_requests_while_loading_or_stopped_get_their_own_error_responses():
+    """Found by the groups simulation with --transactions: the driver answered a
+    TxnOffsetCommit arriving while it loaded with the group protocol's error_response, which
+    raised TypeError for a transaction message."""
+    from kcoord.protocol.errors import ErrorCode
+    from kcoord.protocol.txn import TxnOffsetCommitRequest, TxnOffsetCommitResponse, TxnOffsetMarkerRequest, TxnOffsetMarkerResponse
+
+    clock = ManualClock(1_000_000)
+    d = driver_on(Leader(clock), clock)  # not loaded yet: no time has passed
+    got: list = []
+    d.serve(TxnOffsetCommitRequest("tx", "g", 1, 0, topics={"t": {0: OffsetCommitPartition(1)}}), got.append)
+    d.serve(TxnOffsetMarkerRequest(1, 1, 0, True, 0), got.append)
+    assert isinstance(got[0], TxnOffsetCommitResponse) and got[0].topics == {"t": {0: ErrorCode.COORDINATOR_LOAD_IN_PROGRESS}}
+    assert isinstance(got[1], TxnOffsetMarkerResponse) and got[1].error_code == ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
+    d.close()
+    d.serve(TxnOffsetMarkerRequest(1, 1, 0, True, 0), got.append)
+    assert got[2].error_code == ErrorCode.NOT_COORDINATOR
