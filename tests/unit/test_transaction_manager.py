@@ -359,6 +359,17 @@ def test_offsets_and_group_metadata_are_checked_before_anything_is_sent():
         _group_metadata(ConsumerGroupMetadata("g", 5, ""))
 
 
+def test_offsets_whose_outcome_is_unknown_leave_only_an_abort_that_sends_end_txn():
+    m = in_txn()
+    m.add_offsets_request("g")  # sent; no answer before max_block_ms
+    m.on_unknown_outcome(KafkaError(ErrorCode.REQUEST_TIMED_OUT, "no answer"))
+    assert m.state is S.ABORTABLE_ERROR and not m.started
+    with pytest.raises(kcoord.RequestTimedOutError, match="abort_transaction"):
+        m.begin_commit()
+    m.begin_abort()
+    assert m.end_request(False) is not None  # the coordinator may hold the group's partition
+
+
 # -- two-phase (KIP-939) -------------------------------------------------------------------
 
 

@@ -335,8 +335,10 @@ class TransactionManager:
                 return Verdict.RETRY
             return self._failed(worst, response.error_message, "AddPartitionsToTxn failed")
 
-    def give_up_adding(self, error: KafkaError) -> KafkaError:
-        """The retries of an AddPartitionsToTxn ran out of time: the transaction is abortable."""
+    def on_unknown_outcome(self, error: KafkaError) -> KafkaError:
+        """A request of the transaction (AddPartitionsToTxn, AddOffsetsToTxn, TxnOffsetCommit)
+        ran out of time or failed without an answer: what landed is unknown, so the
+        transaction can only be aborted (and the abort sends EndTxn all the same)."""
         with self.cond:
             return self._abortable(error)
 

@@ -22,6 +22,7 @@ again (the coordinator recognises a retried EndTxn).
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import logging
 import time
 from typing import Any, Callable, Mapping
@@ -227,7 +228,7 @@ class Transactions:
             await self._retrying("AddPartitionsToTxn", lambda s: self._txn_call(request, s), m.on_add_partitions, deadline)
         except KafkaError as exc:
             if m.state not in (S.ABORTABLE_ERROR, S.FATAL_ERROR):
-                m.give_up_adding(exc)
+                m.on_unknown_outcome(exc)
             raise
         finally:
             self._adding = None
@@ -241,7 +242,10 @@ class Transactions:
         """Wait for the AddPartitionsToTxn in flight on the sender's loop, if any."""
         if self._adding is None:
             return
-        asyncio.run_coroutine_threadsafe(self._adds_done(), sender_loop).result(max(0.0, timeout_s))
+        try:
+            asyncio.run_coroutine_threadsafe(self._adds_done(), sender_loop).result(max(0.0, timeout_s))
+        except concurrent.futures.TimeoutError:
+            raise KafkaError(ErrorCode.REQUEST_TIMED_OUT, f"AddPartitionsToTxn of transactional_id {self.transactional_id!r} still in flight after max_block_ms") from None
 
     # -- send_offsets_to_transaction -----------------------------------------------------------
     def send_offsets_to_transaction(self, offsets: Mapping[Any, Any], group_metadata: Any) -> None:
@@ -271,8 +275,8 @@ class Transactions:
         try:
             self._run(run())
         except KafkaError as exc:
-            if exc.code == ErrorCode.UNKNOWN_SERVER_ERROR and m.state is S.IN_TRANSACTION:
-                m.give_up_adding(exc)  # the call itself failed: nothing says what landed
+            if m.state is S.IN_TRANSACTION:
+                m.on_unknown_outcome(exc)  # out of time or the call failed: what landed is unknown
             raise
 
     # -- ending ------------------------------------------------------------------------------
