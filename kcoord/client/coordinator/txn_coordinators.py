@@ -5,9 +5,8 @@ Kafka's placement of transactional ids, ``kcoord.txn.coordinator_for(transaction
 and the actors ``names.transaction_coordinator(cluster, i)`` serving
 :data:`~kcoord.protocol.services.TRANSACTION_COORDINATOR`.
 
-``N`` is the number of ``__transaction_state`` partitions: the controller's DescribeCluster
-``transaction_coordinators`` when it reports it, else the number of group coordinators (the
-default, docs/transactions.md).
+``N`` is the number of ``__transaction_state`` partitions (coordinator i owns partition i),
+or the controller's DescribeCluster ``transaction_coordinators`` when it reports it.
 """
 
 from __future__ import annotations
@@ -19,7 +18,7 @@ from ...protocol.codec import Message
 from ...protocol.controller import DescribeClusterRequest, DescribeClusterResponse
 from ...protocol.errors import ErrorCode, KafkaError
 from ...protocol.services import TRANSACTION_COORDINATOR
-from ...txn.placement import coordinator_for
+from ...txn.placement import TRANSACTION_STATE_TOPIC, coordinator_for
 from .coordinators import GroupCoordinators
 
 R = TypeVar("R", bound=Message)
@@ -29,15 +28,26 @@ class TransactionCoordinators(GroupCoordinators):
     """The cluster's transaction coordinators as seen from one client (thread-safe)."""
 
     def count(self) -> int:
+        """How many transaction coordinators the cluster runs: the partitions of
+        ``__transaction_state`` (coordinator i owns partition i), unless the controller's
+        DescribeCluster reports ``transaction_coordinators`` itself. Cached: it never changes."""
         if self._count is None:
             response = self.cluster.call_controller("describe_cluster", DescribeClusterRequest(), DescribeClusterResponse)
             if response.error_code:
                 raise KafkaError(response.error_code, response.error_message or "describe_cluster failed")
-            n = int(getattr(response, "transaction_coordinators", 0) or response.group_coordinators)
+            n = int(getattr(response, "transaction_coordinators", 0) or 0)
+            if n < 1:
+                try:
+                    n = len(self.cluster.topic(TRANSACTION_STATE_TOPIC).partitions)
+                except KafkaError as exc:
+                    if exc.code != ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
+                        raise
+                    n = 0
             if n < 1:
                 raise KafkaError(
                     ErrorCode.COORDINATOR_NOT_AVAILABLE,
-                    f"cluster {self.cluster.name!r} has no transaction coordinators (it was deployed without group coordinators)",
+                    f"cluster {self.cluster.name!r} runs no transaction coordinators (no {TRANSACTION_STATE_TOPIC} topic): "
+                    "deploy it with transaction coordinators",
                 )
             self._count = n
         return self._count
