@@ -35,11 +35,6 @@ class FutureRecordMetadata:
         state = "pending" if not b.is_done else ("failed" if b.error is not None else "done")
         return f"FutureRecordMetadata({b.topic}-{b.partition}, {state})"
 
-    @property
-    def topic_partition(self) -> TopicPartition:
-        """Where the record goes (known once ``send()`` returned)."""
-        return TopicPartition(self._batch.topic, self._batch.partition)
-
     # -- state ------------------------------------------------------------------------------
     @property
     def is_done(self) -> bool:

@@ -311,26 +311,9 @@ class Producer:
         a failed transaction, that failure's error until ``abort_transaction()``).
         """
         txn = self._txn
-        if txn is None:
-            return self._queue(topic, value, key, headers, partition, timestamp_ms)
-        txn.manager.before_append()
-        queued = None
-        try:
-            queued = self._queue(topic, value, key, headers, partition, timestamp_ms)
-            return queued
-        finally:
-            txn.manager.after_append(None if queued is None else queued.topic_partition)
-
-    def _queue(
-        self,
-        topic: str,
-        value: bytes | None,
-        key: bytes | None,
-        headers: Sequence[tuple[str, bytes]] | None,
-        partition: int | None,
-        timestamp_ms: int | None,
-    ) -> FutureRecordMetadata:
-        """:meth:`send` once allowed."""
+        if txn is not None:  # a transactional producer sends inside a transaction only
+            txn.manager.before_append()
+        b = None
         # Hot path: a few microseconds per record. Checks here, then one lock round in the
         # accumulator (two list appends for a record without key or headers).
         try:
@@ -375,6 +358,9 @@ class Producer:
         except KafkaError as exc:  # a record that failed before it was queued
             self._stats.record_errors.add(exc)
             raise
+        finally:
+            if txn is not None:  # its partition joins the transaction
+                txn.manager.after_append(None if b is None else TopicPartition(b.topic, b.partition))
 
     def partitions_for(self, topic: str) -> set[int]:
         """The partition ids of ``topic`` (kafka-python's ``partitions_for``)."""
