@@ -180,6 +180,20 @@ def test_new_partitions_are_batched_into_one_add_partitions_request():
     assert m.add_partitions_request() is None  # already in the transaction
 
 
+def test_a_batch_drained_before_its_send_registered_the_partition_adds_it_all_the_same():
+    m = in_txn()
+    m.before_append()  # send() has queued the record; the sender drains it before after_append
+    request = m.add_partitions_request(TP1)
+    assert request.topics == {"out": [1]}
+    m.after_append(TP1)  # pending: not registered twice
+    assert not m.new_partitions
+    m.on_add_partitions(AddPartitionsToTxnResponse(results={"out": {1: 0}}))
+    m.begin_commit()  # batches still being flushed during the commit are added too
+    assert m.add_partitions_request(TP0).topics == {"out": [0]}
+    m = ready()
+    assert m.add_partitions_request(TP0) is None  # never outside a transaction
+
+
 def test_an_unknown_topic_is_retried_and_the_others_are_not_added_meanwhile():
     m = in_txn(TP0, TP2)
     m.add_partitions_request()

@@ -298,11 +298,16 @@ class TransactionManager:
         with self.cond:
             return tp in self.partitions
 
-    def add_partitions_request(self) -> AddPartitionsToTxnRequest | None:
-        """Every partition registered since the last request, moved to pending; None when
-        there is none or the transaction cannot take partitions now."""
+    def add_partitions_request(self, tp: TopicPartition | None = None) -> AddPartitionsToTxnRequest | None:
+        """Every partition registered since the last request, and ``tp`` (the partition of a
+        batch about to be sent: its ``send()`` may not have registered it yet), moved to
+        pending; None when there is none or the transaction cannot take partitions now."""
         with self.cond:
-            if not self.new_partitions or self.state is not S.IN_TRANSACTION:
+            if self.state not in (S.IN_TRANSACTION, S.COMMITTING_TRANSACTION):
+                return None
+            if tp is not None and tp not in self.partitions and tp not in self.pending_partitions:
+                self.new_partitions.add(tp)
+            if not self.new_partitions:
                 return None
             self.pending_partitions |= self.new_partitions
             self.new_partitions.clear()

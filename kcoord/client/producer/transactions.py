@@ -168,6 +168,7 @@ class Transactions:
                 if not exc.retriable:
                     raise
                 last = str(exc)
+                await asyncio.sleep(max(0.0, min(self._backoff_s, deadline - _monotonic())))
                 continue
             if on_answer(answer) is Verdict.DONE:
                 return
@@ -209,11 +210,11 @@ class Transactions:
                 return None
             task = self._adding
             if task is None:
-                request = m.add_partitions_request()
+                request = m.add_partitions_request(tp)
                 if request is None:
                     if m.is_added(tp) or m.state is not state:
                         continue
-                    return IllegalStateError(f"{tp} is not in the transaction of transactional_id {self.transactional_id!r} (state {state.name})")
+                    return IllegalStateError(f"a batch to {tp} outside a transaction of transactional_id {self.transactional_id!r} (state {state.name})")
                 task = self._adding = asyncio.get_running_loop().create_task(self._add_partitions(request, deadline))
             try:
                 await asyncio.wait_for(asyncio.shield(task), max(0.0, deadline - _monotonic()))
