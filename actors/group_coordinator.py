@@ -170,6 +170,11 @@ class GroupCoordinatorActor:
                     "members": sorted(g.members),
                     "leader": g.leader,
                     "offsets": {f"{t}-{p}": o.offset for (t, p), o in sorted(g.offsets.items())},
+                    # transactional offsets pending their markers, by producer id (None: uncertain)
+                    "pending_txn": {
+                        pid: {f"{t}-{p}": (None if o is None else o.offset) for (t, p), o in sorted(offsets.items())}
+                        for pid, offsets in self.core.pending_txn_offsets(group_id).items()
+                    },
                 }
         return {
             "index": self.index,

@@ -51,6 +51,7 @@ _LAZY = {
     "ConsumerRecord": "kcoord.client.types",
     "TopicPartition": "kcoord.client.types",
     "OffsetAndMetadata": "kcoord.client.types",
+    "ConsumerGroupMetadata": "kcoord.client.types",
     "OffsetAndTimestamp": "kcoord.client.types",
     "KafkaError": "kcoord.protocol.errors",
     "ErrorCode": "kcoord.protocol.errors",
@@ -61,7 +62,6 @@ _LAZY = {
     # transactions (kafka-python's names; KIP-939's PreparedTxnState)
     "IllegalStateError": "kcoord.client.errors",
     "TransactionAbortedError": "kcoord.client.errors",
-    "ConsumerGroupMetadata": "kcoord.client.types",
     "PreparedTxnState": "kcoord.client.producer.transaction_manager",
 }
 # One exception class per Kafka error code, named as in kafka-python (kcoord.protocol.errors).

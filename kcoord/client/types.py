@@ -48,12 +48,12 @@ class OffsetAndMetadata(NamedTuple):
 
 
 class ConsumerGroupMetadata(NamedTuple):
-    """A consumer's group membership (kafka-python's ``ConsumerGroupMetadata``), from
-    :meth:`Consumer.group_metadata`: give it to ``Producer.send_offsets_to_transaction`` so
-    the group coordinator refuses offsets from a consumer whose generation is over
-    (KIP-447). ``generation_id`` -1 and ``member_id`` "" skip that check (a bare group id)."""
+    """A snapshot of a consumer's group membership (kafka-python 3's name and fields), what
+    ``Producer.send_offsets_to_transaction`` sends so the group coordinator fences a stale
+    consumer instance (KIP-447). Unjoined: generation -1 and member id ""; no group: group_id
+    None."""
 
-    group_id: str | None
+    group_id: str | None = None
     generation_id: int = -1
     member_id: str = ""
     group_instance_id: str | None = None

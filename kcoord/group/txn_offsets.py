@@ -261,7 +261,10 @@ class TxnOffsetStore:
                     offsets.pop(tp, None)
                 if not offsets:
                     group.txn_offsets.pop(pid, None)
-                group.offsets.update(pending.materialized.get(group_id, {}))
+                for tp, offset in pending.materialized.get(group_id, {}).items():
+                    group.offsets[tp] = offset
+                    # a committed record newer than other producers' pending ones: as replay sees it
+                    self.on_plain_commit(group, tp)
                 self.retention.reschedule(group, now_ms)
             self.producers[pid] = pending.producer
         response = TxnOffsetMarkerResponse(error_code=commit_error_for_append(code))

@@ -286,6 +286,11 @@ class OffsetFetchRequest(Message):
     topics: dict[str, list[int]] | None = None
     require_stable: bool = False
 
+    def __repr__(self) -> str:
+        # require_stable shown only when set: traces of fetches without it read as before.
+        stable = ", require_stable=True" if self.require_stable else ""
+        return f"OffsetFetchRequest(group_id={self.group_id!r}, topics={self.topics!r}{stable})"
+
 
 @register
 class OffsetFetchResponse(Message):

@@ -121,6 +121,49 @@ def test_planted_consumer_keeping_aborted_batches_is_caught(monkeypatch: pytest.
     assert any(v.invariant == "txn-g1a" for r in results for v in r.violations)
 
 
+def test_transactional_offset_commits_commit_abort_and_survive_coordinator_crashes() -> None:
+    """Groups runs with --transactions carry a transactional offset committer (txn_groups.py)."""
+    stats = [run_seed(s, kind="groups", transactions=True).stats for s in (1, 2, 9)]
+    assert all(st["txg_commits"] > 0 and st["txg_aborts"] > 0 and st["txg_crashes"] > 0 for st in stats), stats
+    assert sum(st["txg_unstable"] for st in stats) > 0, stats
+
+
+def test_planted_replay_forgetting_pending_offsets_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A coordinator that does not rebuild pending transactional offsets on load: their
+    COMMIT markers find nothing after a failover."""
+    import kcoord.group.coordinator as coordinator
+
+    original = coordinator.replay
+
+    def forgetful(records):
+        replayed = original(records)
+        replayed.txn_offsets.clear()
+        return replayed
+
+    monkeypatch.setattr(coordinator, "replay", forgetful)
+    results = [run_seed(s, kind="groups", transactions=True) for s in (1, 9)]
+    assert all(any(v.invariant in ("txg-durable", "txg-final", "txg-stable") for v in r.violations) for r in results)
+
+
+def test_planted_abort_marker_committing_offsets_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    import dataclasses
+
+    from kcoord.group.txn_offsets import TxnOffsetStore
+
+    original = TxnOffsetStore._resolve
+    monkeypatch.setattr(TxnOffsetStore, "_resolve", lambda self, req, token, known: original(self, dataclasses.replace(req, commit=True), token, known))
+    results = [run_seed(s, kind="groups", transactions=True) for s in (1, 4)]
+    assert all(any(v.invariant == "txg-visible" for v in r.violations) for r in results)
+
+
+def test_planted_require_stable_ignoring_pending_offsets_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    from kcoord.group.metadata import GroupMetadata
+
+    monkeypatch.setattr(GroupMetadata, "has_pending_txn_offset", lambda self, tp: False)
+    results = [run_seed(s, kind="groups", transactions=True) for s in (4, 8)]
+    assert all(any(v.invariant == "txg-stable" for v in r.violations) for r in results)
+
+
 def test_planted_index_divergence_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
     """A follower that does not index the aborts it replicates."""
     from kcoord.log.base import BaseLog

@@ -45,12 +45,17 @@ def replayed(s: Shell) -> GroupCoordinatorState:
     return fresh
 
 
+def txn_state(core: GroupCoordinatorState, group_id: str) -> dict:
+    group = core.group(group_id)
+    return {} if group is None else {pid: dict(offsets) for pid, offsets in group.txn_offsets.items()}
+
+
 def assert_replay_matches(s: Shell, *groups: str) -> None:
     """Memory equals what a replay of the log rebuilds (the durability rule)."""
     fresh = replayed(s)
     for g in groups:
         assert fresh.committed_offsets(g) == s.coord.committed_offsets(g), g
-        assert fresh.pending_txn_offsets(g) == s.coord.pending_txn_offsets(g), g
+        assert txn_state(fresh, g) == txn_state(s.coord, g), g
     assert fresh.txn_producers() == s.coord.txn_producers()
 
 
@@ -127,6 +132,17 @@ def test_one_marker_resolves_every_group_of_the_producer():
     s.reply(marker(s, commit=True))
     assert fetch(s, "a", {"t": [0]}) == {("t", 0): 1} and fetch(s, "b", {"t": [0]}) == {("t", 0): 2}
     assert_replay_matches(s, "a", "b")
+
+
+def test_a_committed_marker_supersedes_other_producers_pending_offsets_in_memory_as_in_replay():
+    s = Shell()
+    s.reply(txn_commit(s, "g", {("t", 0): 10}, pid=1))
+    s.reply(txn_commit(s, "g", {("t", 0): 20}, pid=2))
+    s.reply(marker(s, commit=True, pid=2))
+    assert_replay_matches(s, "g")
+    s.reply(marker(s, commit=True, pid=1))  # its pending offset is older than the committed 20
+    assert fetch(s, "g", {"t": [0]}) == {("t", 0): 20}
+    assert_replay_matches(s, "g")
 
 
 def test_a_plain_commit_after_the_transactional_one_wins_as_in_kafka():

@@ -520,13 +520,13 @@ class Consumer:
         return self._group.commit_async(offsets, callback)
 
     def group_metadata(self) -> ConsumerGroupMetadata:
-        """This consumer's group membership (kafka-python's ``group_metadata()``): pass it
-        to ``Producer.send_offsets_to_transaction`` so the group coordinator refuses the
-        offsets if this consumer's generation is over (KIP-447). Without a group,
-        ``group_id`` is None; outside a generation, ``generation_id`` -1 and ``member_id`` ""."""
+        """A snapshot of this consumer's group membership, for
+        ``Producer.send_offsets_to_transaction`` (KIP-447: the group coordinator fences a
+        stale instance by it). Without ``group_id``: ``group_id=None``, unjoined."""
         if self._group is None:
-            return ConsumerGroupMetadata(None)
-        return self._group.group_metadata()
+            return ConsumerGroupMetadata(group_id=None)
+        generation, member_id, instance = self._group.group_metadata()
+        return ConsumerGroupMetadata(self.group_id, generation, member_id, instance)
 
     def committed(self, partition: TopicPartition) -> int | None:
         """The group's committed offset of ``partition``, or None."""

@@ -37,7 +37,7 @@ from ...protocol.errors import ErrorCode, KafkaError, error_name
 from ...protocol.group import NO_GENERATION, NO_MEMBER_ID, Assignment, LeaveGroupMember, LeaveGroupRequest, LeaveGroupResponse, Subscription
 from ..cluster import ClusterClient
 from ..errors import CommitFailedError
-from ..types import ConsumerGroupMetadata, OffsetAndMetadata, TopicPartition
+from ..types import OffsetAndMetadata, TopicPartition
 from .commits import CommitCallback, OffsetCommitter
 from .coordinators import GroupCoordinators
 from .heartbeat import HeartbeatThread
@@ -379,13 +379,12 @@ class GroupMember:
 
             self.commit_async(positions, callback=done)
 
-    def group_metadata(self) -> ConsumerGroupMetadata:
-        """This member's identity now (KIP-447), for a transactional producer's offsets:
-        generation -1 and member id "" when it holds no generation."""
-        with self._lock:
-            return ConsumerGroupMetadata(self.group_id, self._st.generation, self._st.member_id, self.group_instance_id)
-
     # The Membership protocol of kcoord.client.coordinator.commits.
+    def group_metadata(self) -> tuple[int, str, str | None]:
+        """(generation, member id, group instance id) as they are now, joined or not."""
+        with self._lock:
+            return self._st.generation, self._st.member_id, self.group_instance_id
+
     def commit_generation(self) -> tuple[int, str, str | None]:
         with self._lock:
             if not self.subscribed:
