@@ -179,10 +179,11 @@ def test_many_transactions_in_a_row_each_with_its_own_epoch(txn_cluster, make_to
             p.send(topic, value=b"%d-0" % i, partition=0)
             p.send(topic, value=b"%d-1" % i, partition=1)
             if i % 5 == 4:
+                p.flush()  # written, so the coordinator has the transaction and ends it at the next epoch
                 p.abort_transaction()
             else:
                 p.commit_transaction()
-        assert (p.producer_id, p.producer_epoch) == (start[0], start[1] + n)
+        assert (p.producer_id, p.producer_epoch) == (start[0], start[1] + n)  # one epoch per transaction
     expected = sorted(b"%d-%d" % (i, q) for i in range(n) if i % 5 != 4 for q in (0, 1))
     assert sorted(read_values(txn_cluster, topic, len(expected))) == expected
 
