@@ -59,6 +59,10 @@ _LAZY = {
     "CommitFailedError": "kcoord.client.errors",
     "ClusterNotFoundError": "kcoord.client.errors",
     "SerializationError": "kcoord.client.errors",
+    # transactions (kafka-python's names; KIP-939's PreparedTxnState)
+    "IllegalStateError": "kcoord.client.errors",
+    "TransactionAbortedError": "kcoord.client.errors",
+    "PreparedTxnState": "kcoord.client.producer.transaction_manager",
 }
 # One exception class per Kafka error code, named as in kafka-python (kcoord.protocol.errors).
 _LAZY.update(dict.fromkeys(importlib.import_module("kcoord.protocol.errors").ERROR_CLASS_NAMES, "kcoord.protocol.errors"))

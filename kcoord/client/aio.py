@@ -6,6 +6,13 @@ Names follow aiokafka: ``await start()`` / ``await stop()`` (or ``async with``),
 ``await consumer.getmany(timeout_ms=...)``, ``await consumer.getone()`` and
 ``async for record in consumer``.
 
+Transactions follow aiokafka too: ``AIOProducer(cluster, transactional_id="etl-1")``,
+``await start()`` initialises them (InitProducerId), then ``async with producer.transaction():``
+begins one, commits it when the block ends and aborts it when the block raises;
+``await producer.send_offsets_to_transaction(offsets, group_id_or_metadata)`` inside it.
+``begin_transaction()``, ``await commit_transaction()`` and ``await abort_transaction()`` are
+there too. The transactional logic is the blocking Producer's (one copy).
+
 Each wraps the blocking client and runs its blocking calls on one worker thread of its own
 (so calls keep the order they were made in, and the client -- the Consumer is not
 thread-safe -- is only ever used by one thread at a time); delivery reports come back to
@@ -22,6 +29,7 @@ from functools import partial
 from typing import Any, Callable, TypeVar
 
 from .cluster import ClusterClient
+from .producer.transaction_manager import TransactionState
 from .types import ConsumerRecord, RecordMetadata, TopicPartition
 
 T = TypeVar("T")
@@ -70,11 +78,40 @@ class AIOProducer(_Wrapped):
         self._cluster, self._settings = cluster, settings
 
     async def start(self) -> None:
-        """Create the producer (its producer id comes from the controller: a Ray call)."""
+        """Create the producer (its producer id comes from the controller: a Ray call);
+        with ``transactional_id``, initialise its transactions (``init_transactions()``)."""
         from .producer import Producer
 
         if self._client is None:
-            self._client = await self._run(Producer, self._cluster, **self._settings)
+            producer = await self._run(Producer, self._cluster, **self._settings)
+            if self._settings.get("transactional_id") is not None:
+                try:
+                    await self._run(producer.init_transactions)
+                except BaseException:
+                    await self._run(producer.close)
+                    raise
+            self._client = producer
+
+    # -- transactions (aiokafka's names) --------------------------------------------------------
+    def transaction(self) -> "TransactionContext":
+        """``async with producer.transaction():`` -- begin; commit at the end of the block,
+        abort if it raises (not after a fatal error such as ProducerFencedError: that is
+        raised as it is)."""
+        return TransactionContext(self)
+
+    def begin_transaction(self) -> None:
+        self._require().begin_transaction()
+
+    async def commit_transaction(self) -> None:
+        await self._run(self._require().commit_transaction)
+
+    async def abort_transaction(self) -> None:
+        await self._run(self._require().abort_transaction)
+
+    async def send_offsets_to_transaction(self, offsets: dict, group_id: Any) -> None:
+        """``Producer.send_offsets_to_transaction``: ``group_id`` a group id str (aiokafka)
+        or ``ConsumerGroupMetadata`` (kafka-python)."""
+        await self._run(self._require().send_offsets_to_transaction, offsets, group_id)
 
     async def send(self, topic: str, value: Any = None, key: Any = None, **kwargs: Any) -> "asyncio.Future[RecordMetadata]":
         """Queue one record (``Producer.send``'s arguments) and return an asyncio Future
@@ -109,6 +146,25 @@ class AIOProducer(_Wrapped):
 
     async def partitions_for(self, topic: str) -> set[int]:
         return await self._run(self._require().partitions_for, topic)
+
+
+class TransactionContext:
+    """What ``AIOProducer.transaction()`` returns (aiokafka's TransactionContext)."""
+
+    def __init__(self, producer: AIOProducer) -> None:
+        self._producer = producer
+
+    async def __aenter__(self) -> "TransactionContext":
+        self._producer.begin_transaction()
+        return self
+
+    async def __aexit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        if exc_type is None:
+            await self._producer.commit_transaction()
+            return
+        if self._producer._require()._txn.manager.state is TransactionState.FATAL_ERROR:
+            return  # nothing to abort: the producer is done, the block's error goes on
+        await self._producer.abort_transaction()
 
 
 class AIOConsumer(_Wrapped):
@@ -183,6 +239,10 @@ class AIOConsumer(_Wrapped):
         """``Consumer.commit``; without offsets, the positions after the records handed out."""
         self._rewind_unread()
         await self._run(self._require().commit, offsets)
+
+    def group_metadata(self) -> Any:
+        """``Consumer.group_metadata()``, for ``AIOProducer.send_offsets_to_transaction``."""
+        return self._require().group_metadata()
 
     async def committed(self, partition: TopicPartition) -> int | None:
         return await self._run(self._require().committed, partition)

@@ -4,7 +4,7 @@ Every error with a Kafka error code is a :class:`~kcoord.protocol.errors.KafkaEr
 ``.code`` and ``.retriable``, raised as the code's own subclass named as in kafka-python
 (``UnknownTopicOrPartitionError``, ``NotLeaderForPartitionError``, ``RequestTimedOutError``,
 ``TopicAlreadyExistsError``...: :data:`~kcoord.protocol.errors.ERROR_CLASSES`, all exported
-from ``kcoord``). Beyond those, the client raises the two below, as kafka-python does.
+from ``kcoord``). Beyond those, the client raises the ones below, as kafka-python does.
 """
 
 from __future__ import annotations
@@ -41,3 +41,25 @@ class SerializationError(ValueError):
     """A producer's ``key_serializer``/``value_serializer`` or a consumer's
     ``key_deserializer``/``value_deserializer`` raised; the message names the record's
     topic and partition (and offset, when consuming), the cause is chained."""
+
+
+class IllegalStateError(KafkaError):
+    """A call the object's state does not allow (kafka-python's IllegalStateError): a
+    transactional method on a producer without ``transactional_id``, ``send()`` outside a
+    transaction on a transactional producer, ``commit_transaction()`` without
+    ``begin_transaction()``, ``begin_transaction()`` twice... Raised at once, before
+    anything is sent. Code INVALID_TXN_STATE, the code Kafka gives a transactional operation
+    in an invalid state; it is not an :class:`InvalidTxnStateError` (the coordinator's
+    answer)."""
+
+    errno = int(ErrorCode.INVALID_TXN_STATE)
+
+
+class TransactionAbortedError(KafkaError):
+    """A record's future fails with this when its transaction was aborted before the record
+    was sent (kafka-python's and Kafka's TransactionAbortedException). Not fatal: the
+    producer goes on with the next transaction. Code OPERATION_NOT_ATTEMPTED: the record was
+    never sent."""
+
+    errno = int(ErrorCode.OPERATION_NOT_ATTEMPTED)
+

@@ -79,6 +79,7 @@ class ProducerBatch:
     producer_id: int = -1
     producer_epoch: int = -1
     base_sequence: int = -1
+    transactional: bool = False  # a batch of a transaction (attribute bit 0x10)
     data: bytes | None = None
     attempts: int = 0
     # Outcome.
@@ -131,6 +132,7 @@ class ProducerBatch:
             producer_id=self.producer_id,
             producer_epoch=self.producer_epoch,
             base_sequence=self.base_sequence,
+            transactional=self.transactional,
         )
 
     # -- outcome -----------------------------------------------------------------------------

@@ -83,7 +83,9 @@ class ProducerIdentity:
         batch.base_sequence = ps.next_sequence
         ps.next_sequence = sequence_after(ps.next_sequence, len(batch))
 
-    def on_failed(self, batch: ProducerBatch) -> None:
+    transactional = False
+
+    def on_failed(self, batch: ProducerBatch, error: BaseException | None = None) -> None:
         """``batch`` failed for good: if its sequence was assigned, its partition now has a
         hole the leader would reject, so an auto-identity producer bumps its epoch."""
         if self.idempotent and batch.base_sequence >= 0 and not self.explicit:

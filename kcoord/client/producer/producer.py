@@ -23,10 +23,12 @@ from typing import Any, Callable, Iterable, Sequence
 
 from ... import records as _records
 from ...protocol.errors import ErrorCode, KafkaError
+from ...protocol.txn import DEFAULT_TRANSACTION_TIMEOUT_MS
 from ...records import now_ms
 from ..cluster import ClusterClient
-from ..errors import SerializationError
+from ..errors import IllegalStateError, SerializationError
 from ..metrics import RequestStats
+from ..types import TopicPartition
 from . import partitioner as _part
 from .accumulator import RecordAccumulator, TopicQueue
 from .batch import RECORD_OVERHEAD, headers_size
@@ -34,7 +36,9 @@ from .bulk import PartitionWrite, Plan, build_bulk_batches, partition_writes, pl
 from .futures import FutureRecordMetadata
 from .idempotence import ProducerIdentity
 from .sender import Sender, Wakeup
-from .validation import as_bytes, bulk_columns, check_headers, check_int
+from .transaction_manager import PreparedTxnState, TransactionManager
+from .transactions import TransactionalIdentity, Transactions
+from .validation import as_bytes, bulk_columns, check_headers, check_int, check_transactional
 
 def _serialize(f: Callable[[Any], bytes], what: str, data: Any, topic: str, partition: int | None) -> bytes:
     try:
@@ -142,6 +146,9 @@ class Producer:
         metadata_refresh_ms: int = 50,
         key_serializer: Callable[[Any], bytes] | None = None,
         value_serializer: Callable[[Any], bytes] | None = None,
+        transactional_id: str | None = None,
+        transaction_timeout_ms: int = DEFAULT_TRANSACTION_TIMEOUT_MS,
+        enable_two_phase_commit: bool = False,
     ) -> None:
         if not isinstance(cluster, ClusterClient):
             raise TypeError(f"Producer needs a ClusterClient (kcoord.connect() or kcoord.local_cluster()), got {type(cluster).__name__}")
@@ -149,6 +156,13 @@ class Producer:
             self.acks: int = _ACKS[acks]
         except (KeyError, TypeError):
             raise ValueError(f"acks must be 0, 1 or 'all' (-1), got {acks!r}") from None
+        manager = None
+        if transactional_id is not None:
+            check_transactional(transactional_id, producer_id, enable_idempotence, self.acks, acks)
+            enable_idempotence = True
+            manager = TransactionManager(transactional_id, transaction_timeout_ms, two_phase=enable_two_phase_commit)
+        elif enable_two_phase_commit:
+            raise ValueError("enable_two_phase_commit needs a transactional_id")
         if producer_id is not None:
             if enable_idempotence is False:
                 raise ValueError("an explicit producer_id means an idempotent producer; do not pass enable_idempotence=False")
@@ -191,9 +205,18 @@ class Producer:
 
         # Producer identity. Epoch bumps are counted in metrics, so metrics comes first.
         self._metrics = {"batches_sent": 0, "requests": 0, "retries": 0, "records_sent": 0, "duplicates": 0, "epoch_bumps": 0, "merged_requests": 0}
-        self._identity = ProducerIdentity(
-            cluster, self._metrics, idempotent=self.enable_idempotence, producer_id=producer_id, producer_epoch=producer_epoch
-        )
+        self.transactional_id = transactional_id
+        self._identity: ProducerIdentity | TransactionalIdentity
+        self._txn: Transactions | None = None
+        if manager is not None:  # the identity comes from the transaction coordinator
+            self._identity = TransactionalIdentity(manager)
+            self._txn = Transactions(
+                cluster, manager, flush=self.flush, retry_backoff_ms=retry_backoff_ms, max_block_ms=max_block_ms, request_timeout_ms=request_timeout_ms
+            )
+        else:
+            self._identity = ProducerIdentity(
+                cluster, self._metrics, idempotent=self.enable_idempotence, producer_id=producer_id, producer_epoch=producer_epoch
+            )
         self._stats = RequestStats("request_latency", "request_error")
         # Where null-key records of a bulk write start (deterministic per identity).
         self._bulk_seed = self._identity.producer_id if self._identity.producer_id >= 0 else random.randrange(1 << 30)
@@ -226,12 +249,14 @@ class Producer:
             linger_ms=linger_ms,
             max_in_flight=max_in_flight,
             metadata_refresh_ms=metadata_refresh_ms,
+            transactions=self._txn,
         )
         self._closed = False
         self._sender.start()
 
     def __repr__(self) -> str:
-        return f"Producer(cluster={self.cluster.name!r}, acks={self.acks}, idempotent={self.enable_idempotence}, producer_id={self._identity.producer_id})"
+        txn = f", transactional_id={self.transactional_id!r}" if self.transactional_id is not None else ""
+        return f"Producer(cluster={self.cluster.name!r}, acks={self.acks}, idempotent={self.enable_idempotence}{txn}, producer_id={self._identity.producer_id})"
 
     def __enter__(self) -> "Producer":
         return self
@@ -281,8 +306,14 @@ class Producer:
 
         ``value``/``key`` are bytes or None, ``headers`` a list of ``(str, bytes)``. Raises at
         once for bad input (TypeError), an unknown topic or partition, and a record larger
-        than the topic's ``max.message.bytes`` (KafkaError MESSAGE_TOO_LARGE).
+        than the topic's ``max.message.bytes`` (KafkaError MESSAGE_TOO_LARGE). On a
+        transactional producer, only inside a transaction (IllegalStateError otherwise; after
+        a failed transaction, that failure's error until ``abort_transaction()``).
         """
+        txn = self._txn
+        if txn is not None:  # a transactional producer sends inside a transaction only
+            txn.manager.before_append()
+        b = None
         # Hot path: a few microseconds per record. Checks here, then one lock round in the
         # accumulator (two list appends for a record without key or headers).
         try:
@@ -327,6 +358,9 @@ class Producer:
         except KafkaError as exc:  # a record that failed before it was queued
             self._stats.record_errors.add(exc)
             raise
+        finally:
+            if txn is not None:  # its partition joins the transaction
+                txn.manager.after_append(None if b is None else TopicPartition(b.topic, b.partition))
 
     def partitions_for(self, topic: str) -> set[int]:
         """The partition ids of ``topic`` (kafka-python's ``partitions_for``)."""
@@ -391,7 +425,15 @@ class Producer:
             check_int("batch_size", batch_size, 1)
         plan = self._plan_bulk(t, values, keys, headers, partition, partitions, batch_size)
         batches, by_partition = build_bulk_batches(t, plan, values, keys, headers, timestamps, default_ts)
-        self._accumulator.append_sealed(t, by_partition)
+        txn = self._txn
+        if txn is None:
+            self._accumulator.append_sealed(t, by_partition)
+        else:  # inside a transaction only, as send()
+            txn.manager.before_append()
+            try:
+                self._accumulator.append_sealed(t, by_partition)
+            finally:
+                txn.manager.after_append(*(TopicPartition(topic, p) for p in by_partition))
         deadline = None if timeout is None else _monotonic() + timeout
         for b in batches:
             remaining = None if deadline is None else max(0.0, deadline - _monotonic())
@@ -422,6 +464,65 @@ class Producer:
             t, values, keys, headers, partition, partitions, batch_size,
             partitioner=acc.partitioner, seed=self._bulk_seed, partition_for=acc.partition_for,
         )
+
+    # ------------------------------------------------------------------------------------
+    # transactions (kafka-python's methods; the logic is in .transactions and
+    # .transaction_manager)
+    # ------------------------------------------------------------------------------------
+    def _transactions(self, what: str) -> Transactions:
+        if self._txn is None:
+            raise IllegalStateError(f"{what} needs a transactional producer: Producer(cluster, transactional_id=...)")
+        self._not_in_sender(what)
+        return self._txn
+
+    def init_transactions(self, keep_prepared_txn: bool = False) -> None:
+        """Get this ``transactional_id``'s producer id and a new epoch from its transaction
+        coordinator, fencing every older instance (their open transaction is aborted, or
+        completed if it was already committing). Once per producer; calling it again
+        does nothing. ``keep_prepared_txn`` (KIP-939, needs ``enable_two_phase_commit``):
+        keep a transaction an older instance prepared, for :meth:`complete_transaction`.
+        Bounded by ``max_block_ms`` (RequestTimedOutError; call again to keep waiting)."""
+        self._transactions("init_transactions()").init_transactions(keep_prepared_txn)
+
+    def begin_transaction(self) -> None:
+        """Start a transaction (after ``init_transactions()``; one at a time)."""
+        self._transactions("begin_transaction()").manager.begin_transaction()
+
+    def send_offsets_to_transaction(self, offsets: dict, group_metadata: Any) -> None:
+        """Commit a consumer group's offsets (``{TopicPartition: OffsetAndMetadata}``) as
+        part of the transaction: they become the group's committed offsets if and only if the
+        transaction commits. ``group_metadata``: ``Consumer.group_metadata()`` (the group
+        coordinator then refuses offsets of a consumer whose generation is over, KIP-447) or
+        a group id str. Blocks until the group coordinator has them (pending)."""
+        self._transactions("send_offsets_to_transaction()").send_offsets_to_transaction(offsets, group_metadata)
+
+    def commit_transaction(self) -> None:
+        """Flush, then commit: every record sent and every offset sent in the transaction
+        becomes visible to read_committed readers together. Raises the error of a failed
+        record or request (then only ``abort_transaction()`` is allowed), ProducerFencedError
+        if a newer instance took over, RequestTimedOutError after ``max_block_ms`` (call
+        again to keep waiting; an abort is not allowed then: the commit may be under way)."""
+        txn = self._transactions("commit_transaction()")
+        txn.end_transaction(True, self._sender._loop)
+
+    def abort_transaction(self) -> None:
+        """Abort: records not yet sent fail with TransactionAbortedError, the others are
+        discarded for read_committed readers, offsets sent in it are dropped."""
+        self._transactions("abort_transaction()").end_transaction(False, self._sender._loop)
+
+    def prepare_transaction(self) -> PreparedTxnState:
+        """KIP-939 (``enable_two_phase_commit=True``): flush and leave the transaction
+        prepared: it has no timeout and survives this process; returns its producer id and
+        epoch for whoever decides, who commits or aborts it here (``commit_transaction()``,
+        ``abort_transaction()``) or through a new instance's :meth:`complete_transaction`."""
+        return self._transactions("prepare_transaction()").prepare_transaction(self._sender._loop)
+
+    def complete_transaction(self, prepared: PreparedTxnState) -> bool:
+        """KIP-939: after ``init_transactions(keep_prepared_txn=True)`` kept a prepared
+        transaction, commit it if ``prepared`` (what ``prepare_transaction()`` returned)
+        names it, else abort it. Returns True if it committed. IllegalStateError when no
+        prepared transaction was kept."""
+        return self._transactions("complete_transaction()").complete_transaction(prepared, self._sender._loop)
 
     # ------------------------------------------------------------------------------------
     # flush / close

@@ -15,6 +15,7 @@ import asyncio
 import logging
 import threading
 import time
+from typing import TYPE_CHECKING
 
 from ...calls import ERROR, ActorCalls, CallFailed, actor_calls, close_actor_calls
 from ...calls.retry import Step, step_after, take_step
@@ -22,10 +23,14 @@ from ...protocol.errors import DecodeError, ErrorCode, KafkaError
 from ...protocol.replication import DescribeProducersRequest, DescribeProducersResponse, ProduceRequest, ProduceResponse
 from ..cluster import ClusterClient
 from ..metrics import RequestStats
+from ..types import TopicPartition
 from .accumulator import PartitionQueue, RecordAccumulator
 from .batch import ProducerBatch
 from .futures import run_callbacks
 from .idempotence import SEND, WAIT, WRITTEN, ProducerIdentity, resume_verdict
+
+if TYPE_CHECKING:
+    from .transactions import TransactionalIdentity, Transactions
 
 logger = logging.getLogger("kcoord.producer")
 
@@ -59,7 +64,7 @@ class Sender:
         self,
         cluster: ClusterClient,
         accumulator: RecordAccumulator,
-        identity: ProducerIdentity,
+        identity: "ProducerIdentity | TransactionalIdentity",
         metrics: dict[str, int],
         stats: RequestStats,
         wakeup: Wakeup,
@@ -73,8 +78,11 @@ class Sender:
         linger_ms: float,
         max_in_flight: int,
         metadata_refresh_ms: int,
+        transactions: "Transactions | None" = None,
     ) -> None:
         self.cluster = cluster
+        # A transactional producer's: adds a batch's partition to the transaction first.
+        self.transactions = transactions
         self.accumulator = accumulator
         self.identity = identity
         self.metrics = metrics
@@ -180,6 +188,11 @@ class Sender:
         deadline = batch.created + self.delivery_timeout_ms / 1000
         last_error = "no attempt yet"
         retries_left = self.retries
+        if self.transactions is not None:
+            refused = await self.transactions.before_send(TopicPartition(topic, p), deadline)
+            if refused is not None:  # aborted, failed, or not added to the transaction
+                self._complete(batch, error=refused)
+                return
         self.identity.assign_sequence(ps, batch)
         if batch.data is None:
             try:
@@ -368,7 +381,7 @@ class Sender:
     def _fail(self, batch: ProducerBatch, error: BaseException) -> None:
         """Fail ``batch``; if its sequence was assigned, the partition now has a hole the
         leader would reject, so an auto-identity producer bumps its epoch."""
-        self.identity.on_failed(batch)
+        self.identity.on_failed(batch, error)
         self._complete(batch, error=error)
 
     def _complete(

@@ -133,3 +133,19 @@ def bulk_columns(
         if not all(type(ts) is int and ts >= 0 for ts in timestamps):
             raise TypeError("timestamps must be non-negative ints (ms since the epoch)")
     return values, keys, headers, timestamps
+
+
+def check_transactional(transactional_id: object, producer_id: object, enable_idempotence: object, acks: int, given_acks: object) -> None:
+    """A transactional producer's settings: idempotent, acks=all, its identity from the
+    transaction coordinator (never an explicit ``producer_id``)."""
+    if not isinstance(transactional_id, str) or not transactional_id:
+        raise ValueError(f"transactional_id must be a non-empty str, got {transactional_id!r}")
+    if producer_id is not None:
+        raise ValueError(
+            f"transactional_id={transactional_id!r} with producer_id={producer_id!r}: a transactional producer gets its "
+            "producer id and epoch from the transaction coordinator (init_transactions()); pass one or the other"
+        )
+    if enable_idempotence is False:
+        raise ValueError(f"transactional_id={transactional_id!r} needs an idempotent producer; do not pass enable_idempotence=False")
+    if acks != -1:
+        raise ValueError(f"transactional_id={transactional_id!r} needs acks='all' (got acks={given_acks!r})")
