@@ -9,29 +9,13 @@ leader's Fetch and Produce) and a :class:`~kcoord.runtime.Clock`. A subclass nam
 the records' decoder and the fence record, loads the core, and performs the actions of its own
 kinds; the Ray actors and the simulation run the same subclasses.
 
-**Load.** Coordinator ``i`` keeps no files: partition ``i`` of its topic is its state. On
-start it replays the partition from the log start, and it never stops below the leader's log
-end: while the high watermark lags the log end (a new leader whose HW has not caught up yet, a
-follower still fetching) it waits, answering COORDINATOR_LOAD_IN_PROGRESS. Stopping at a
-lagging HW would skip acknowledged records and make state go backwards.
-
-**Fencing.** Every coordinator incarnation writes with an idempotent producer id and epoch
-it gets from the controller (InitProducerId for the owner ``<topic>-<i>``, with its
-incarnation; ``kcoord.replication.owned_producers``): the controller hands each incarnation a
-higher epoch once and persists it before answering, so an older incarnation -- even one cut
-off from Ray's control plane but still running -- never gets an epoch at or above a newer
-one's. Before serving it appends a coordinator-epoch record at that epoch and replays up to
-it: from then on the partition leader refuses writes of any older incarnation
-(INVALID_PRODUCER_EPOCH), so a straggling append of a dead or paused predecessor can never
-land after this incarnation's and roll state back. A retried append reuses its sequence
-numbers and is deduplicated; after an append whose outcome stays unknown the driver asks the
-controller for the next epoch (presenting the one it holds), so that append can no longer
-land behind later ones either; appends wait meanwhile. An incarnation that finds itself
-fenced (by the leader or the controller) stops serving.
-
-**Append pipeline.** The core's AppendRecords actions are appended in emission order, one
-append in flight, consecutive ones merged into one batch, each retried on retriable errors
-until ``persist_ms``; every id's outcome is reported back in order.
+The rules (docs/architecture.md, "Group coordinators"): **load** replays the partition from the log
+start and never stops below the leader's log end (COORDINATOR_LOAD_IN_PROGRESS meanwhile), so
+acknowledged state never goes back; **fence**: each incarnation writes with a producer epoch the
+controller grants its owner ``<topic>-<i>`` once, starting with a coordinator-epoch record, so
+no older incarnation's append can land after it (after an unknown outcome it asks for the next
+epoch); **append** in emission order, one in flight, consecutive ones merged, each retried
+until ``persist_ms``, outcomes reported in order.
 """
 
 from __future__ import annotations
