@@ -303,6 +303,37 @@ class Backend:
         except DecodeError as exc:
             return error_response(req, int(exc.code), exc.message)
 
+    # -- transaction coordinators (docs/transactions.md) ----------------------------------------
+    async def transaction_coordinators(self) -> int:
+        """N of ``kcoord.txn.coordinator_for(transactional_id, N)``: the cluster's
+        ``transaction_coordinators``, which defaults to its number of group coordinators."""
+        info = await self.describe_cluster()
+        return int(getattr(info, "transaction_coordinators", 0) or info.group_coordinators)
+
+    async def txn_call(self, method: str, req: Message, index: int, timeout: float = 60.0) -> Any:
+        """``method`` on transaction coordinator ``index``. One that is gone, or that does not
+        answer in time, is COORDINATOR_NOT_AVAILABLE: every transactional client finds the
+        coordinator again and retries on it (a timed-out EndTxn that landed is recognised as
+        its own retry by the coordinator)."""
+        return await self._coordinator_call(names.transaction_coordinator(self.cluster, index), f"transaction coordinator {index}", method, req, timeout)
+
+    async def txn_offset_commit(self, req: Message, index: int, timeout: float = 60.0) -> Any:
+        """TxnOffsetCommit on group coordinator ``index`` (KIP-447)."""
+        return await self._coordinator_call(names.group_coordinator(self.cluster, index), f"group coordinator {index}", "txn_offset_commit", req, timeout)
+
+    async def _coordinator_call(self, name: str, who: str, method: str, req: Message, timeout: float) -> Any:
+        from ..protocol.services import RESPONSE_FOR as ANSWERS, error_response as failed
+
+        try:
+            raw = await self._call(name, method, req.encode(), timeout)
+            return ANSWERS[type(req)].decode(raw)
+        except _Gone as exc:
+            return failed(req, ErrorCode.COORDINATOR_NOT_AVAILABLE, f"{who}: {exc}")
+        except asyncio.TimeoutError:
+            return failed(req, ErrorCode.COORDINATOR_NOT_AVAILABLE, f"{who} did not answer in {timeout:.0f} s")
+        except DecodeError as exc:
+            return failed(req, int(exc.code), exc.message)
+
     # -- listeners ------------------------------------------------------------------------------
     def listeners(self) -> dict[str, dict]:
         """Ray node id -> {"host": advertised host, "ports": {broker: port}} of every
