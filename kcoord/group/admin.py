@@ -32,6 +32,7 @@ from .placement import coordinator_for
 from .records import GroupKey, OffsetKey, Record, group_record, offset_record
 from .retention import Retention
 from .timers import TimerKind
+from .txn_offsets import TxnOffsetStore
 
 E = ErrorCode
 
@@ -122,6 +123,7 @@ class GroupAdmin:
         for group in eligible:
             partitions = set(group.offsets) | set(group.pending_offset_commits)
             records.extend(offset_record(OffsetKey(group.group_id, t, p), None) for t, p in sorted(partitions))
+            records.extend(TxnOffsetStore.tombstones(group))  # pending transactional offsets go too
             records.append(group_record(GroupKey(group.group_id), None))
             for member_id in list(group.pending_members):
                 self.ctx.timers.cancel((TimerKind.SESSION, group.group_id, member_id))

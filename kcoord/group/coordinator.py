@@ -76,9 +76,9 @@ from ..protocol.group import (
     OffsetFetchRequest,
     SyncGroupRequest,
     SyncGroupResponse,
-    error_response,
 )
-from ..protocol.services import GROUP_COORDINATOR
+from ..protocol.services import GROUP_COORDINATOR, error_response
+from ..protocol.txn import TxnOffsetCommitRequest, TxnOffsetCommitResponse, TxnOffsetMarkerRequest, TxnOffsetMarkerResponse
 from ..runtime.actions import Action, Handlers
 from .admin import GroupAdmin
 from .config import GroupConfig
@@ -92,15 +92,19 @@ from .persistence import (
     DeleteWrite,
     Persistence,
     PendingWrite,
+    MarkerWrite,
     StaticJoinWrite,
     SyncWrite,
+    TxnCommitWrite,
     commit_error_for_append,
+    committed,
     group_error_for_append,
     replay,
 )
 from .retention import Retention
 from .sync import SyncPhase
 from .timers import TimerKind, Timers
+from .txn_offsets import TxnOffsetStore
 
 E = ErrorCode
 
@@ -130,7 +134,8 @@ class GroupCoordinatorState:
         self._join = JoinPhase(ctx, self._persistence, self._retention, member_id_factory or _default_member_id)
         self._sync = SyncPhase(ctx, self._persistence, self._join)
         self._membership = Membership(ctx, self._join, self._retention)
-        self._offsets = OffsetStore(ctx, self._persistence, self._retention)
+        self._txn_offsets = TxnOffsetStore(ctx, self._persistence, self._retention)
+        self._offsets = OffsetStore(ctx, self._persistence, self._retention, self._txn_offsets)
         self._admin = GroupAdmin(ctx, self._persistence, self._retention)
         self._closed = False
         self._handlers = Handlers(
@@ -142,6 +147,8 @@ class GroupCoordinatorState:
                 LeaveGroupRequest: self._membership.leave_group,
                 OffsetCommitRequest: self._offsets.commit,
                 OffsetFetchRequest: self._offsets.fetch,
+                TxnOffsetCommitRequest: self._txn_offsets.commit,
+                TxnOffsetMarkerRequest: self._txn_offsets.marker,
                 DescribeGroupsRequest: self._admin.describe_groups,
                 ListGroupsRequest: self._admin.list_groups,
                 DeleteGroupsRequest: self._admin.delete_groups,
@@ -219,23 +226,24 @@ class GroupCoordinatorState:
         ctx = self._ctx
         if self._persistence.pending_ids() or any(g.members or g.pending_members for g in ctx.groups.values()):
             raise RuntimeError("load() must run before the coordinator serves requests")
-        group_values, offsets = replay(records)
+        replayed = replay(records)
         ctx.groups.clear()
         ctx.timers = Timers()
-        for group_id in sorted(set(group_values) | set(offsets)):
-            gv = group_values.get(group_id)
-            group_offsets = offsets.get(group_id, {})
-            if gv is None and not group_offsets:
+        for group_id in sorted(set(replayed.group_values) | set(replayed.offsets) | set(replayed.txn_offsets)):
+            gv = replayed.group_values.get(group_id)
+            group_offsets = replayed.offsets.get(group_id, {})
+            txn_offsets = replayed.txn_offsets.get(group_id, {})
+            if gv is None and not group_offsets and not txn_offsets:
                 continue
             group = GroupMetadata(group_id)
             if gv is not None:
                 self._persistence.restore_group(group, gv, now_ms)
-            for (topic, partition), ov in group_offsets.items():
-                group.offsets[(topic, partition)] = CommittedOffset(
-                    ov.offset, ov.metadata, ov.leader_epoch, ov.commit_timestamp_ms, ov.expire_timestamp_ms
-                )
+            for tp, ov in group_offsets.items():
+                group.offsets[tp] = committed(ov)
+            group.txn_offsets = txn_offsets
             ctx.groups[group_id] = group
             self._retention.reschedule(group, now_ms)
+        self._txn_offsets.restore(replayed.producers)
         return ctx.take()
 
     def next_deadline(self, now_ms: int) -> int | None:
@@ -266,6 +274,13 @@ class GroupCoordinatorState:
                 results = dict(p.results)
                 results.update({g: error_code for g in p.group_ids})
                 ctx.reply(p.token, DeleteGroupsResponse(results=results))
+            elif isinstance(p, TxnCommitWrite):
+                codes = {t: {q: error_code for q in parts} for t, parts in p.codes.items()}
+                ctx.reply(p.token, TxnOffsetCommitResponse(error_code=error_code, topics=codes))
+            elif isinstance(p, MarkerWrite):
+                for token in p.tokens:
+                    ctx.reply(token, TxnOffsetMarkerResponse(error_code=error_code, error_message="coordinator closed"))
+        self._txn_offsets.close(error_code)
         ctx.groups.clear()
         ctx.timers = Timers()
         return ctx.take()
@@ -285,6 +300,18 @@ class GroupCoordinatorState:
     def committed_offsets(self, group_id: str) -> dict[tuple[str, int], CommittedOffset]:
         group = self._ctx.groups.get(group_id)
         return dict(group.offsets) if group else {}
+
+    def pending_txn_offsets(self, group_id: str) -> dict[int, dict[tuple[str, int], CommittedOffset | None]]:
+        """The group's transactional offsets pending their markers, by producer id (None: an
+        append that failed and may have landed)."""
+        group = self._ctx.groups.get(group_id)
+        if group is None:
+            return {}
+        return {pid: {tp: e.offset for tp, e in offsets.items()} for pid, offsets in group.txn_offsets.items()}
+
+    def txn_producers(self) -> dict[int, tuple[int, int]]:
+        """Per transactional producer id: (producer epoch, coordinator epoch) accepted last."""
+        return {pid: (v.producer_epoch, v.coordinator_epoch) for pid, v in self._txn_offsets.producers.items()}
 
     def pending_persists(self) -> list[int]:
         return self._persistence.pending_ids()
@@ -317,6 +344,10 @@ class GroupCoordinatorState:
             self._join.complete_static_join(pending, code)
         elif isinstance(pending, DeleteWrite):
             self._admin.complete_delete(pending, code, now_ms)
+        elif isinstance(pending, TxnCommitWrite):
+            self._txn_offsets.complete_commit(pending, code, now_ms)
+        elif isinstance(pending, MarkerWrite):
+            self._txn_offsets.complete_marker(pending, code, now_ms)
 
 
 __all__ = ["CoordinatorStats", "GroupCoordinatorState", "commit_error_for_append", "group_error_for_append"]

@@ -108,6 +108,17 @@ class CommittedOffset:
 
 
 @dataclass
+class TxnOffset:
+    """A transactional offset pending its transaction's marker (KIP-447). ``offset`` None: an
+    append of it failed and may still have landed, so the marker tombstones it but never
+    commits it. ``superseded``: a plain commit of the partition landed after it; Kafka keeps
+    the newer of the two, so the marker does not commit it."""
+
+    offset: CommittedOffset | None
+    superseded: bool = False
+
+
+@dataclass
 class GroupMetadata:
     """A group. ``members`` keeps join order (the first joined member leads by default);
     ``pending_members`` maps member ids handed out with MEMBER_ID_REQUIRED to their expiry."""
@@ -125,6 +136,10 @@ class GroupMetadata:
     offsets: dict[tuple[str, int], CommittedOffset] = field(default_factory=dict)
     # (topic, partition) -> number of commits written but not yet acknowledged.
     pending_offset_commits: Counter = field(default_factory=Counter)
+    # producer id -> (topic, partition) -> its transactional offset, pending the marker.
+    txn_offsets: dict[int, dict[tuple[str, int], TxnOffset]] = field(default_factory=dict)
+    # (producer id, (topic, partition)) -> TxnOffsetCommits written, not yet acknowledged.
+    pending_txn_commits: Counter = field(default_factory=Counter)
     # Join phase bookkeeping (Kafka's InitialDelayedJoin / DelayedJoin).
     in_initial_delay: bool = False
     initial_delay_remaining_ms: int = 0
@@ -224,7 +239,17 @@ class GroupMetadata:
 
     # -- offsets -------------------------------------------------------------------------
     def has_offsets(self) -> bool:
-        return bool(self.offsets) or bool(self.pending_offset_commits)
+        return bool(self.offsets) or bool(self.pending_offset_commits) or self.has_txn_offsets()
+
+    def has_txn_offsets(self) -> bool:
+        return bool(self.txn_offsets) or bool(self.pending_txn_commits)
+
+    def has_pending_txn_offset(self, tp: tuple[str, int]) -> bool:
+        """Whether a transaction holds an offset of ``tp`` (acknowledged or in flight):
+        OffsetFetch with ``require_stable`` answers UNSTABLE_OFFSET_COMMIT, retention waits."""
+        return any(tp in offsets for offsets in self.txn_offsets.values()) or any(
+            key[1] == tp for key in self.pending_txn_commits
+        )
 
     def is_removable(self) -> bool:
         """Nothing left worth keeping: no members (joined or pending), no offsets, nothing

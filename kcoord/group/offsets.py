@@ -26,6 +26,7 @@ from .metadata import COMPLETING, DEAD, CommittedOffset
 from .persistence import CommitWrite, Persistence, commit_error_for_append
 from .records import OffsetKey, OffsetValue, offset_record
 from .retention import Retention
+from .txn_offsets import TxnOffsetStore
 
 E = ErrorCode
 
@@ -34,10 +35,11 @@ class OffsetStore:
     """Offset commits and fetches. Commits change what retention expires, hence the
     retention part it is given."""
 
-    def __init__(self, ctx: CoordinatorContext, persistence: Persistence, retention: Retention) -> None:
+    def __init__(self, ctx: CoordinatorContext, persistence: Persistence, retention: Retention, txn: TxnOffsetStore) -> None:
         self.ctx = ctx
         self.persistence = persistence
         self.retention = retention
+        self.txn = txn
 
     def commit(self, req: OffsetCommitRequest, token: Any, now_ms: int) -> None:
         def fail(code: int, message: str | None = None) -> None:
@@ -108,20 +110,23 @@ class OffsetStore:
         offsets: dict[tuple[str, int], CommittedOffset] = {}
         if group is not None and group.state != DEAD:
             offsets = group.offsets
+        else:
+            group = None
+
+        def answer(tp: tuple[str, int]) -> OffsetFetchPartition:
+            # require_stable (KIP-447): a transaction's offset may be about to replace this one.
+            if req.require_stable and group is not None and group.has_pending_txn_offset(tp):
+                return OffsetFetchPartition(NO_OFFSET, "", -1, error_code=E.UNSTABLE_OFFSET_COMMIT)
+            o = offsets.get(tp)
+            return OffsetFetchPartition(NO_OFFSET, "", -1) if o is None else OffsetFetchPartition(o.offset, o.metadata, o.leader_epoch)
+
         out: dict[str, dict[int, OffsetFetchPartition]] = {}
         if req.topics is None:
-            for (topic, partition), o in sorted(offsets.items()):
-                out.setdefault(topic, {})[partition] = OffsetFetchPartition(o.offset, o.metadata, o.leader_epoch)
+            for topic, partition in sorted(offsets):
+                out.setdefault(topic, {})[partition] = answer((topic, partition))
         else:
             for topic, partitions in req.topics.items():
-                out[topic] = {}
-                for partition in partitions:
-                    o = offsets.get((topic, partition))
-                    out[topic][partition] = (
-                        OffsetFetchPartition(NO_OFFSET, "", -1)
-                        if o is None
-                        else OffsetFetchPartition(o.offset, o.metadata, o.leader_epoch)
-                    )
+                out[topic] = {partition: answer((topic, partition)) for partition in partitions}
         self.ctx.reply(token, OffsetFetchResponse(offsets=out))
 
     def complete_commit(self, pending: CommitWrite, code: int, now_ms: int) -> None:
@@ -133,6 +138,7 @@ class OffsetStore:
                     del group.pending_offset_commits[tp]
                 if code == E.NONE:
                     group.offsets[tp] = committed
+                    self.txn.on_plain_commit(group, tp)
             self.retention.reschedule(group, now_ms)
         codes = pending.codes
         if code != E.NONE:

@@ -18,7 +18,7 @@ from typing import Any, Iterable
 from ..protocol.errors import ErrorCode
 from .actions import AppendRecords
 from .context import CoordinatorContext
-from .metadata import EMPTY, STABLE, CommittedOffset, GroupMetadata, MemberMetadata
+from .metadata import EMPTY, STABLE, CommittedOffset, GroupMetadata, MemberMetadata, TxnOffset
 from .records import (
     GroupKey,
     GroupValue,
@@ -26,6 +26,9 @@ from .records import (
     OffsetKey,
     OffsetValue,
     Record,
+    TxnOffsetKey,
+    TxnProducerKey,
+    TxnProducerValue,
     decode_record,
     group_record,
 )
@@ -117,7 +120,32 @@ class BackgroundWrite:
     """Nobody waits on it (Empty-group record, retention tombstones)."""
 
 
-PendingWrite = CommitWrite | SyncWrite | StaticJoinWrite | DeleteWrite | BackgroundWrite
+@dataclass
+class TxnCommitWrite:
+    """A TxnOffsetCommit's pending offsets (and its producer's epoch, when newer)."""
+
+    token: Any
+    group_id: str
+    producer_id: int
+    producer: TxnProducerValue | None
+    accepted: dict[tuple[str, int], CommittedOffset]
+    codes: dict[str, dict[int, int]]
+
+
+@dataclass
+class MarkerWrite:
+    """A TxnOffsetMarker: the committed offsets it materialises per group, the pending keys
+    it tombstones per group, the producer's epochs after it; every marker waiting on it."""
+
+    tokens: list[Any]
+    producer_id: int
+    commit: bool
+    materialized: dict[str, dict[tuple[str, int], CommittedOffset]]
+    resolved: dict[str, list[tuple[str, int]]]
+    producer: TxnProducerValue
+
+
+PendingWrite = CommitWrite | SyncWrite | StaticJoinWrite | DeleteWrite | BackgroundWrite | TxnCommitWrite | MarkerWrite
 
 
 @dataclass
@@ -126,29 +154,67 @@ class InflightWrite:
     outcome: int | None = None
 
 
-def replay(
-    records: Iterable[tuple[bytes, bytes | None]],
-) -> tuple[dict[str, GroupValue | None], dict[str, dict[tuple[str, int], OffsetValue]]]:
-    """The last group record and the live offsets of every group in a replay of the
-    partition, in log order (tombstones remove). Raises DecodeError on a malformed record."""
-    group_values: dict[str, GroupValue | None] = {}
-    offsets: dict[str, dict[tuple[str, int], OffsetValue]] = {}
+def committed(v: OffsetValue) -> CommittedOffset:
+    return CommittedOffset(v.offset, v.metadata, v.leader_epoch, v.commit_timestamp_ms, v.expire_timestamp_ms)
+
+
+@dataclass
+class Replayed:
+    """What a replay of the partition rebuilds: per group its last group record, its live
+    offsets and its pending transactional offsets (producer id -> partition -> offset); per
+    transactional producer id its newest epochs."""
+
+    group_values: dict[str, GroupValue | None]
+    offsets: dict[str, dict[tuple[str, int], OffsetValue]]
+    txn_offsets: dict[str, dict[int, dict[tuple[str, int], TxnOffset]]]
+    producers: dict[int, TxnProducerValue]
+
+
+def replay(records: Iterable[tuple[bytes, bytes | None]]) -> Replayed:
+    """Rebuild a partition's state from its records in log order (tombstones remove). It
+    depends only on the last record of each key and the order of those, which is what
+    compaction keeps. Raises DecodeError on a malformed record."""
+    out = Replayed({}, {}, {}, {})
     for key, value in records:
         decoded = decode_record(key, value)
         if decoded is None:
             continue
         k, v = decoded
         if isinstance(k, OffsetKey):
-            per_group = offsets.setdefault(k.group_id, {})
+            tp = (k.topic, k.partition)
+            per_group = out.offsets.setdefault(k.group_id, {})
             if v is None:
-                per_group.pop((k.topic, k.partition), None)
+                per_group.pop(tp, None)
             else:
                 assert isinstance(v, OffsetValue)
-                per_group[(k.topic, k.partition)] = v
+                per_group[tp] = v
+                # A plain commit after a pending transactional one wins (Kafka keeps the newer).
+                for pending in out.txn_offsets.get(k.group_id, {}).values():
+                    if tp in pending:
+                        pending[tp].superseded = True
+        elif isinstance(k, TxnOffsetKey):
+            tp = (k.topic, k.partition)
+            by_producer = out.txn_offsets.setdefault(k.group_id, {})
+            if v is None:
+                pending = by_producer.get(k.producer_id, {})
+                pending.pop(tp, None)
+                if not pending:
+                    by_producer.pop(k.producer_id, None)
+                if not by_producer:
+                    del out.txn_offsets[k.group_id]
+            else:
+                assert isinstance(v, OffsetValue)
+                by_producer.setdefault(k.producer_id, {})[tp] = TxnOffset(committed(v))
+        elif isinstance(k, TxnProducerKey):
+            if v is None:
+                out.producers.pop(k.producer_id, None)
+            else:
+                assert isinstance(v, TxnProducerValue)
+                out.producers[k.producer_id] = v
         else:
             assert v is None or isinstance(v, GroupValue)
-            group_values[k.group_id] = v
-    return group_values, offsets
+            out.group_values[k.group_id] = v
+    return out
 
 
 class Persistence:

@@ -11,6 +11,12 @@ version, as in Kafka: 1 = offset commit, 2 = group metadata):
   coordinator incarnation when it takes over its partition (a fence, see
   ``kcoord.group.coordinator_driver``); carries no group state, so replay skips it like any key version
   it does not know.
+* pending transactional offset key ``[4, group, topic, partition, producer_id]`` ->
+  :class:`OffsetValue` (the committed offsets' format), or ``None`` once the transaction's
+  TxnOffsetMarker resolved it (KIP-447; docs/transactions.md section 3);
+* transactional producer key ``[5, producer_id]`` -> :class:`TxnProducerValue`: the newest
+  producer epoch and transaction-coordinator epoch this coordinator accepted for it, so a
+  zombie's commit or a stale coordinator's marker stays fenced after a failover.
 
 Keys are msgpack arrays so that the same logical key always packs to the same bytes (log
 compaction keeps the last value per key bytes). Values are msgpack maps with a ``"v"``
@@ -45,6 +51,8 @@ OFFSETS_SEGMENT_BYTES = 16 * 2**20
 OFFSET_KEY_VERSION = 1
 GROUP_KEY_VERSION = 2
 COORDINATOR_KEY_VERSION = 3
+TXN_OFFSET_KEY_VERSION = 4
+TXN_PRODUCER_KEY_VERSION = 5
 OFFSET_VALUE_VERSION = 1
 GROUP_VALUE_VERSION = 1
 
@@ -61,6 +69,29 @@ class OffsetKey:
 @dataclass(frozen=True)
 class GroupKey:
     group_id: str
+
+
+@dataclass(frozen=True)
+class TxnOffsetKey:
+    """A transactional offset of ``producer_id``'s open transaction, pending its marker."""
+
+    group_id: str
+    topic: str
+    partition: int
+    producer_id: int
+
+
+@dataclass(frozen=True)
+class TxnProducerKey:
+    producer_id: int
+
+
+@dataclass(frozen=True)
+class TxnProducerValue:
+    """The newest epochs accepted for a transactional producer id (-1: none seen)."""
+
+    producer_epoch: int
+    coordinator_epoch: int = -1
 
 
 @dataclass(frozen=True)
@@ -118,9 +149,16 @@ def _unpack(data: bytes, what: str) -> Any:
         raise DecodeError(ErrorCode.CORRUPT_MESSAGE, f"{what}: not msgpack ({exc})") from None
 
 
-def encode_key(key: OffsetKey | GroupKey) -> bytes:
+Key = OffsetKey | GroupKey | TxnOffsetKey | TxnProducerKey
+
+
+def encode_key(key: Key) -> bytes:
     if isinstance(key, OffsetKey):
         return _pack([OFFSET_KEY_VERSION, key.group_id, key.topic, key.partition])
+    if isinstance(key, TxnOffsetKey):
+        return _pack([TXN_OFFSET_KEY_VERSION, key.group_id, key.topic, key.partition, key.producer_id])
+    if isinstance(key, TxnProducerKey):
+        return _pack([TXN_PRODUCER_KEY_VERSION, key.producer_id])
     return _pack([GROUP_KEY_VERSION, key.group_id])
 
 
@@ -129,7 +167,7 @@ def coordinator_epoch_record(partition: int, epoch: int) -> Record:
     return _pack([COORDINATOR_KEY_VERSION, partition]), _pack({"v": 1, "epoch": epoch})
 
 
-def decode_key(data: bytes) -> OffsetKey | GroupKey | None:
+def decode_key(data: bytes) -> Key | None:
     """The key, or None for a key version this reader does not know."""
     obj = _unpack(data, "__consumer_offsets key")
     if not isinstance(obj, list) or not obj or not isinstance(obj[0], int):
@@ -144,6 +182,14 @@ def decode_key(data: bytes) -> OffsetKey | GroupKey | None:
             _, group = obj
             if isinstance(group, str):
                 return GroupKey(group)
+        elif version == TXN_OFFSET_KEY_VERSION:
+            _, group, topic, partition, producer_id = obj
+            if isinstance(group, str) and isinstance(topic, str) and type(partition) is int and type(producer_id) is int:
+                return TxnOffsetKey(group, topic, partition, producer_id)
+        elif version == TXN_PRODUCER_KEY_VERSION:
+            _, producer_id = obj
+            if type(producer_id) is int:
+                return TxnProducerKey(producer_id)
         else:
             return None
     except ValueError:
@@ -164,6 +210,19 @@ def encode_offset_value(value: OffsetValue) -> bytes:
             "commit_ts": value.commit_timestamp_ms,
             "expire_ts": value.expire_timestamp_ms,
         }
+    )
+
+
+def encode_txn_producer_value(value: TxnProducerValue) -> bytes:
+    return _pack({"v": 1, "producer_epoch": value.producer_epoch, "coordinator_epoch": value.coordinator_epoch})
+
+
+def decode_txn_producer_value(data: bytes) -> TxnProducerValue:
+    what = "transactional producer value"
+    obj = _map(data, what)
+    return TxnProducerValue(
+        producer_epoch=_field(obj, "producer_epoch", (int,), what),
+        coordinator_epoch=_field(obj, "coordinator_epoch", (int,), what),
     )
 
 
@@ -262,13 +321,28 @@ def group_record(key: GroupKey, value: GroupValue | None) -> Record:
     return encode_key(key), None if value is None else encode_group_value(value)
 
 
+def txn_offset_record(key: TxnOffsetKey, value: OffsetValue | None) -> Record:
+    return encode_key(key), None if value is None else encode_offset_value(value)
+
+
+def txn_producer_record(key: TxnProducerKey, value: TxnProducerValue) -> Record:
+    return encode_key(key), encode_txn_producer_value(value)
+
+
 def decode_record(
     key: bytes, value: bytes | None
-) -> tuple[OffsetKey, OffsetValue | None] | tuple[GroupKey, GroupValue | None] | None:
+) -> (
+    tuple[OffsetKey | TxnOffsetKey, OffsetValue | None]
+    | tuple[GroupKey, GroupValue | None]
+    | tuple[TxnProducerKey, TxnProducerValue | None]
+    | None
+):
     """Decode one record of the topic; None when its key version is unknown (skip it)."""
     k = decode_key(key)
     if k is None:
         return None
-    if isinstance(k, OffsetKey):
+    if isinstance(k, (OffsetKey, TxnOffsetKey)):
         return k, None if value is None else decode_offset_value(value)
+    if isinstance(k, TxnProducerKey):
+        return k, None if value is None else decode_txn_producer_value(value)
     return k, None if value is None else decode_group_value(value)

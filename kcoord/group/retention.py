@@ -51,7 +51,9 @@ class Retention:
             ctx.timers.cancel(key)
             return
         deadlines = [
-            self._offset_expiry(group, o) for tp, o in group.offsets.items() if tp not in group.pending_offset_commits
+            self._offset_expiry(group, o)
+            for tp, o in group.offsets.items()
+            if tp not in group.pending_offset_commits and not group.has_pending_txn_offset(tp)
         ]
         if group.is_removable():
             since = group.state_timestamp_ms if group.state_timestamp_ms is not None else now_ms
@@ -68,7 +70,10 @@ class Retention:
         expired = sorted(
             tp
             for tp, o in group.offsets.items()
-            if tp not in group.pending_offset_commits and self._offset_expiry(group, o) <= now_ms
+            # Kafka keeps an offset while a transaction holds a pending one for its partition.
+            if tp not in group.pending_offset_commits
+            and not group.has_pending_txn_offset(tp)
+            and self._offset_expiry(group, o) <= now_ms
         )
         records: list[Record] = [offset_record(OffsetKey(group.group_id, t, p), None) for t, p in expired]
         for tp in expired:

@@ -276,12 +276,15 @@ class OffsetFetchPartition(Message):
 
 @register
 class OffsetFetchRequest(Message):
-    """``topics=None`` fetches every committed offset of the group."""
+    """``topics=None`` fetches every committed offset of the group. ``require_stable``
+    (KIP-447, OffsetFetch v7): a partition with a transactional offset pending its marker
+    answers UNSTABLE_OFFSET_COMMIT (retriable) instead of the last committed offset."""
 
     API_KEY: ClassVar[int] = 9
     VERSION: ClassVar[int] = 1
     group_id: str
     topics: dict[str, list[int]] | None = None
+    require_stable: bool = False
 
 
 @register

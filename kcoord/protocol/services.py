@@ -63,6 +63,8 @@ from .txn import (
     EndTxnRequest,
     ListTransactionsRequest,
     TxnInitProducerIdRequest,
+    TxnOffsetCommitRequest,
+    TxnOffsetMarkerRequest,
     WriteTxnMarkerRequest,
 )
 
@@ -148,6 +150,10 @@ GROUP_COORDINATOR = Service(
         "describe_groups": DescribeGroupsRequest,
         "list_groups": ListGroupsRequest,
         "delete_groups": DeleteGroupsRequest,
+        # KIP-447: a transactional producer's offsets, pending until the transaction
+        # coordinator's marker commits or drops them
+        "txn_offset_commit": TxnOffsetCommitRequest,
+        "txn_offset_marker": TxnOffsetMarkerRequest,
     },
 )
 
