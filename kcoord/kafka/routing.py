@@ -53,6 +53,8 @@ from ..protocol.group import RESPONSE_FOR, error_response
 from ..protocol.replication import (
     DeleteRecordsRequest,
     DeleteRecordsResponse,
+    DescribeProducersRequest,
+    DescribeProducersResponse,
     FetchRequest,
     FetchResponse,
     ListOffsetsRequest,
@@ -234,6 +236,9 @@ class Backend:
 
     async def list_offsets(self, req: ListOffsetsRequest) -> ListOffsetsResponse:
         return await self._replica_call("list_offsets", req, ListOffsetsResponse, 30.0)
+
+    async def describe_producers(self, req: DescribeProducersRequest) -> DescribeProducersResponse:
+        return await self._replica_call("describe_producers", req, DescribeProducersResponse, 30.0)
 
     async def delete_records(self, req: DeleteRecordsRequest) -> DeleteRecordsResponse:
         return await self._replica_call("delete_records", req, DeleteRecordsResponse, 30.0)

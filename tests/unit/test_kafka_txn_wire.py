@@ -10,6 +10,8 @@ from typing import Any
 
 import pytest
 from kafka.protocol.admin.transactions import (
+    DescribeProducersRequest,
+    DescribeProducersResponse,
     DescribeTransactionsRequest,
     DescribeTransactionsResponse,
     ListTransactionsRequest,
@@ -123,6 +125,14 @@ class FakeBackend:
     async def produce(self, req: Any) -> Any:
         return await (await self.submit_produce(req))
 
+    async def describe_producers(self, req: Any) -> Any:
+        from kcoord.protocol.replication import DescribeProducersResponse as Answer, ProducerState
+
+        self.calls.append(("replica.describe_producers", req.partition, req))
+        if req.topic not in self.topics:
+            return Answer(E.UNKNOWN_TOPIC_OR_PARTITION, "no such topic")
+        return Answer(producers=[ProducerState(4000 + req.partition, 3, last_sequence=9, last_offset=20, coordinator_epoch=2, current_txn_start_offset=11)])
+
 
 class FakeSecurity:
     """ACLs as a set of allowed (operation, resource type, name)."""
@@ -157,10 +167,10 @@ def sent(ctx: ListenerContext, method: str) -> list[tuple[int, Any]]:
 
 def test_api_versions_advertise_exactly_the_transactional_versions_served():
     served = served_versions()
-    assert {k: served[k] for k in (22, 24, 25, 26, 28, 65, 66)} == {22: (0, 4), 24: (0, 3), 25: (0, 3), 26: (0, 3), 28: (0, 3), 65: (0, 0), 66: (0, 1)}
+    assert {k: served[k] for k in (22, 24, 25, 26, 28, 61, 65, 66)} == {22: (0, 4), 24: (0, 3), 25: (0, 3), 26: (0, 3), 28: (0, 3), 61: (0, 0), 65: (0, 0), 66: (0, 1)}
     apis = build_apis(make_ctx())
     assert {k: (a.min_version, a.max_version) for k, a in apis.items()} == served
-    for key in (24, 25, 26, 28, 65, 66):  # kafka-python has the schema of every served version
+    for key in (24, 25, 26, 28, 61, 65, 66):  # kafka-python has the schema of every served version
         assert apis[key].request.max_version >= served[key][1] and apis[key].response.max_version >= served[key][1]
 
 
@@ -387,6 +397,20 @@ def test_list_transactions_lists_the_coordinators_of_the_connections_broker(vers
     assert sorted(seen) == sorted(f"tx-of-{i}" for i in range(COORDINATORS))  # each once
     for index, kreq in sent(ctx, "list_transactions"):
         assert (kreq.states_filter, kreq.producer_ids_filter, kreq.duration_filter_ms) == (["Ongoing", "Nope"], [4001], 1000 if version >= 1 else -1)
+
+
+def test_describe_producers_answers_each_partition_from_its_leader():
+    ctx = make_ctx(security=FakeSecurity({(Op.READ, RT.TOPIC, "t"), (Op.READ, RT.TOPIC, "missing")}))
+    Q = DescribeProducersRequest
+    req = Q(topics=[Q.TopicRequest(name="t", partition_indexes=[0, 2]), Q.TopicRequest(name="u", partition_indexes=[0]), Q.TopicRequest(name="missing", partition_indexes=[1])])
+    resp = wire(transactions.describe_producers, ctx, req, 0, DescribeProducersResponse)
+    got = {(t.name, p.partition_index): (p.error_code, [(s.producer_id, s.producer_epoch, s.last_sequence, s.last_timestamp, s.coordinator_epoch, s.current_txn_start_offset) for s in p.active_producers]) for t in resp.topics for p in t.partitions}
+    assert got == {
+        ("t", 0): (0, [(4000, 3, 9, -1, 2, 11)]),
+        ("t", 2): (0, [(4002, 3, 9, -1, 2, 11)]),
+        ("u", 0): (E.TOPIC_AUTHORIZATION_FAILED, []),
+        ("missing", 1): (E.UNKNOWN_TOPIC_OR_PARTITION, []),
+    }
 
 
 # -- Produce ---------------------------------------------------------------------------------

@@ -70,6 +70,8 @@ from kafka.protocol.metadata import (
 )
 from kafka.protocol.admin.topics import DeleteRecordsRequest, DeleteRecordsResponse
 from kafka.protocol.admin.transactions import (
+    DescribeProducersRequest,
+    DescribeProducersResponse,
     DescribeTransactionsRequest,
     DescribeTransactionsResponse,
     ListTransactionsRequest,
@@ -124,6 +126,7 @@ _TABLE = [
     (28, TxnOffsetCommitRequest, TxnOffsetCommitResponse, 0, 3, transactions.txn_offset_commit, transactions.txn_offset_commit_error, True),
     (65, DescribeTransactionsRequest, DescribeTransactionsResponse, 0, 0, transactions.describe_transactions, transactions.describe_transactions_error, False),
     (66, ListTransactionsRequest, ListTransactionsResponse, 0, 1, transactions.list_transactions, transactions.list_transactions_error, False),
+    (61, DescribeProducersRequest, DescribeProducersResponse, 0, 0, transactions.describe_producers, transactions.describe_producers_error, False),
     # security (handlers/sasl.py, handlers/acls.py); after SaslHandshake v0 tokens come bare
     (17, SaslHandshakeRequest, SaslHandshakeResponse, 0, 1, sasl.sasl_handshake, sasl.sasl_handshake_error, False),
     (36, SaslAuthenticateRequest, SaslAuthenticateResponse, 0, 2, sasl.sasl_authenticate, sasl.sasl_authenticate_error, False),

@@ -1,6 +1,6 @@
 """Transactions on the wire (docs/transactions.md section 4): InitProducerId with a
 transactional id, AddPartitionsToTxn v0-3, AddOffsetsToTxn, EndTxn, TxnOffsetCommit,
-DescribeTransactions and ListTransactions, mapped onto kcoord's transaction coordinators
+DescribeTransactions, ListTransactions and DescribeProducers (the partition leaders'), mapped onto kcoord's transaction coordinators
 (``{cluster}/txn/{i}``, placed by ``kcoord.txn.coordinator_for``) and, for TxnOffsetCommit,
 the group coordinators; and the check a transactional Produce gets before its batches go to
 their leaders.
@@ -20,7 +20,7 @@ import asyncio
 import logging
 from typing import Any
 
-from kafka.protocol.admin.transactions import DescribeTransactionsResponse, ListTransactionsResponse
+from kafka.protocol.admin.transactions import DescribeProducersResponse, DescribeTransactionsResponse, ListTransactionsResponse
 from kafka.protocol.producer import (
     AddOffsetsToTxnResponse,
     AddPartitionsToTxnResponse,
@@ -33,6 +33,7 @@ from ...group.placement import coordinator_for as group_for
 from ...protocol import txn as T
 from ...protocol.group import OffsetCommitPartition
 from ...protocol.errors import ErrorCode
+from ...protocol.replication import DescribeProducersRequest as ReplicaDescribeProducers
 from ...security.acl import ACLOperation as Op, ResourceType as RT
 from ...txn.placement import coordinator_for
 from ...txn.state import TransactionState
@@ -353,6 +354,50 @@ async def list_transactions(ctx: ListenerContext, conn: Any, req: Any, version: 
 
 def list_transactions_error(req: Any, version: int, code: int, message: str | None) -> Any:
     return ListTransactionsResponse(throttle_time_ms=0, error_code=code, unknown_state_filters=[], transaction_states=[])
+
+
+# -- DescribeProducers (61) -----------------------------------------------------------------
+
+
+async def describe_producers(ctx: ListenerContext, conn: Any, req: Any, version: int) -> Any:
+    """Each partition's leader's producer state (KIP-664), READ on the topic (Kafka's rule).
+    kcoord keeps no last timestamp per producer: -1."""
+    R = DescribeProducersResponse
+    TR = R.TopicResponse
+    PR = TR.PartitionResponse
+
+    async def one(topic: str, index: int) -> Any:
+        if not ctx.allowed(conn, Op.READ, RT.TOPIC, topic):
+            return PR(partition_index=index, error_code=E.TOPIC_AUTHORIZATION_FAILED, error_message=None, active_producers=[])
+        resp = await ctx.backend.describe_producers(ReplicaDescribeProducers(topic=topic, partition=index))
+        if resp.error_code:
+            return PR(partition_index=index, error_code=resp.error_code, error_message=resp.error_message, active_producers=[])
+        producers = [
+            PR.ProducerState(
+                producer_id=p.producer_id,
+                producer_epoch=p.producer_epoch,
+                last_sequence=p.last_sequence,
+                last_timestamp=-1,
+                coordinator_epoch=p.coordinator_epoch,
+                current_txn_start_offset=p.current_txn_start_offset,
+            )
+            for p in resp.producers
+        ]
+        return PR(partition_index=index, error_code=0, error_message=None, active_producers=producers)
+
+    wanted = [(t.name, list(t.partition_indexes or [])) for t in req.topics or []]
+    answers = await asyncio.gather(*(asyncio.gather(*(one(t, i) for i in parts)) for t, parts in wanted))
+    return R(throttle_time_ms=0, topics=[TR(name=t, partitions=list(ps)) for (t, _), ps in zip(wanted, answers)])
+
+
+def describe_producers_error(req: Any, version: int, code: int, message: str | None) -> Any:
+    R = DescribeProducersResponse
+    TR = R.TopicResponse
+    topics = [] if req is None else (req.topics or [])
+    return R(
+        throttle_time_ms=0,
+        topics=[TR(name=t.name, partitions=[TR.PartitionResponse(partition_index=i, error_code=code, error_message=message, active_producers=[]) for i in t.partition_indexes or []]) for t in topics],
+    )
 
 
 # -- Produce (0): the transactional check ----------------------------------------------------
