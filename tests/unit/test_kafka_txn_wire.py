@@ -502,3 +502,31 @@ def R_attributes(batch: bytes) -> int:
     from kcoord import records as R
 
     return R.read_header(batch).attributes
+
+
+# -- OffsetFetch v7 require_stable (KIP-447) ----------------------------------------------------
+
+
+@pytest.mark.parametrize("version", [5, 6, 7])
+def test_offset_fetch_passes_require_stable_from_v7_and_answers_unstable_offsets(version):
+    from kafka.protocol.consumer import OffsetFetchRequest, OffsetFetchResponse
+
+    from kcoord.kafka.handlers import consumer_groups
+    from kcoord.protocol import group as G
+
+    asked = []
+
+    class Groups(FakeBackend):
+        async def group_call(self, method: str, req: Any, index: int, timeout: float = 330.0) -> Any:
+            asked.append(req)
+            code = E.UNSTABLE_OFFSET_COMMIT if req.require_stable else 0
+            return G.OffsetFetchResponse(offsets={"t": {0: G.OffsetFetchPartition(offset=-1 if code else 5, error_code=code)}})
+
+    assert served_versions()[9] == (1, 7)
+    ctx = make_ctx(Groups())
+    Q = OffsetFetchRequest
+    req = Q(group_id="g", topics=[Q.OffsetFetchRequestTopic(name="t", partition_indexes=[0])], require_stable=True)
+    resp = wire(consumer_groups.offset_fetch, ctx, req, version, OffsetFetchResponse)
+    [p] = resp.topics[0].partitions
+    assert [r.require_stable for r in asked] == [version >= 7]
+    assert (p.error_code, p.committed_offset) == ((E.UNSTABLE_OFFSET_COMMIT, -1) if version >= 7 else (0, 5))

@@ -105,7 +105,7 @@ _TABLE = [
     (2, ListOffsetsRequest, ListOffsetsResponse, 1, 5, data.list_offsets, data.list_offsets_error, False),
     (3, MetadataRequest, MetadataResponse, 1, 8, cluster.metadata, cluster.metadata_error, False),
     (8, OffsetCommitRequest, OffsetCommitResponse, 2, 7, consumer_groups.offset_commit, consumer_groups.offset_commit_error, True),
-    (9, OffsetFetchRequest, OffsetFetchResponse, 1, 5, consumer_groups.offset_fetch, consumer_groups.offset_fetch_error, False),
+    (9, OffsetFetchRequest, OffsetFetchResponse, 1, 7, consumer_groups.offset_fetch, consumer_groups.offset_fetch_error, False),
     (10, FindCoordinatorRequest, FindCoordinatorResponse, 0, 2, cluster.find_coordinator, cluster.find_coordinator_error, False),
     (11, JoinGroupRequest, JoinGroupResponse, 0, 5, consumer_groups.join_group, consumer_groups.join_group_error, False),
     (12, HeartbeatRequest, HeartbeatResponse, 0, 3, consumer_groups.heartbeat, consumer_groups.heartbeat_error, False),
