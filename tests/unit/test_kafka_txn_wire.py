@@ -530,3 +530,13 @@ def test_offset_fetch_passes_require_stable_from_v7_and_answers_unstable_offsets
     [p] = resp.topics[0].partitions
     assert [r.require_stable for r in asked] == [version >= 7]
     assert (p.error_code, p.committed_offset) == ((E.UNSTABLE_OFFSET_COMMIT, -1) if version >= 7 else (0, 5))
+
+
+def test_the_memory_of_verified_transactions_is_bounded(monkeypatch):
+    monkeypatch.setattr(transactions, "MAX_VERIFIED_TRANSACTIONS", 3)
+    ctx = make_ctx()
+    for pid in range(5):
+        ctx.backend.ongoing[("tx", pid, 0)] = {("t", 0)}
+        resp = wire(data.produce, ctx, _produce("tx", {("t", 0): _txn_batch(0, pid=pid, epoch=0)}), 8, ProduceResponse)
+        assert _produce_codes(resp) == {("t", 0): 0}
+    assert list(ctx.verified_txn_partitions) == [("tx", 2, 0), ("tx", 3, 0), ("tx", 4, 0)]

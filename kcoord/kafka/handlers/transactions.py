@@ -431,8 +431,16 @@ async def verify_partitions(ctx: ListenerContext, transactional_id: str, produce
             mapped = PRODUCE_ERROR_FOR_VERIFY.get(code, code)
             refused[(t, p)] = (mapped, f"transactional id {transactional_id!r} (producer {producer_id}, epoch {producer_epoch}): {t}-{p} is not in its ongoing transaction ({_name(code)}; AddPartitionsToTxn comes first)")
     if ok:
-        ctx.verified_txn_partitions.setdefault(key, set()).update(ok)
+        remembered = ctx.verified_txn_partitions
+        if key not in remembered and len(remembered) >= MAX_VERIFIED_TRANSACTIONS:
+            del remembered[next(iter(remembered))]  # the oldest: it is checked again if it writes
+        remembered.setdefault(key, set()).update(ok)
     return refused
+
+
+#: transactions whose verified partitions a listener remembers (ids that vanish without an
+#: EndTxn through this listener would otherwise stay forever)
+MAX_VERIFIED_TRANSACTIONS = 10_000
 
 
 PRODUCE_ERROR_FOR_VERIFY = {
