@@ -84,6 +84,7 @@ class Backend:
         self._topics: dict[str, tuple[float, TopicMetadata]] = {}
         self._cluster_info: tuple[float, DescribeClusterResponse] | None = None
         self._placement: tuple[float, dict[int, str]] | None = None
+        self._deployed: tuple[float, dict] | None = None  # the deployment record and when read
 
     # -- plumbing -------------------------------------------------------------------------
     @property
@@ -310,10 +311,24 @@ class Backend:
 
     # -- transaction coordinators (docs/transactions.md) ----------------------------------------
     async def transaction_coordinators(self) -> int:
-        """N of ``kcoord.txn.coordinator_for(transactional_id, N)``: the cluster's
-        ``transaction_coordinators``, which defaults to its number of group coordinators."""
+        """N of ``kcoord.txn.coordinator_for(transactional_id, N)``: what the controller
+        reports, else the deployment record's ``transaction_coordinators`` (GCS KV, read at
+        most every 5 s), else the number of group coordinators (the deployment's default)."""
         info = await self.describe_cluster()
-        return int(getattr(info, "transaction_coordinators", 0) or info.group_coordinators)
+        reported = getattr(info, "transaction_coordinators", None)
+        if reported is not None:
+            return int(reported)
+        now = time.monotonic()
+        if self._deployed is None or now - self._deployed[0] > _CLUSTER_TTL_S:
+            try:
+                from .addresses import deployment_record
+
+                record = deployment_record(self.cluster)
+            except Exception:  # noqa: BLE001 - no record readable: the default below
+                record = {}
+            self._deployed = (now, record)
+        count = self._deployed[1].get("transaction_coordinators")
+        return int(info.group_coordinators if count is None else count)
 
     async def txn_call(self, method: str, req: Message, index: int, timeout: float = 60.0) -> Any:
         """``method`` on transaction coordinator ``index``. One that is gone, or that does not

@@ -540,3 +540,11 @@ def test_the_memory_of_verified_transactions_is_bounded(monkeypatch):
         resp = wire(data.produce, ctx, _produce("tx", {("t", 0): _txn_batch(0, pid=pid, epoch=0)}), 8, ProduceResponse)
         assert _produce_codes(resp) == {("t", 0): 0}
     assert list(ctx.verified_txn_partitions) == [("tx", 2, 0), ("tx", 3, 0), ("tx", 4, 0)]
+
+
+def test_the_listener_reads_the_deployment_record_where_deployment_writes_it():
+    from cluster.deploy_info import DEPLOY_INFO_KEY
+
+    from kcoord.kafka.addresses import DEPLOY_INFO_KEY as READ_AT
+
+    assert READ_AT == DEPLOY_INFO_KEY
