@@ -26,10 +26,11 @@ def txn_cluster(kcluster):
 
     from kcoord.protocol import names
 
+    actor = names.transaction_coordinator(kcluster.name, 0)
     try:
-        ray.get_actor(names.transaction_coordinator(kcluster.name, 0), namespace=kcluster.namespace)
+        ray.get_actor(actor, namespace=kcluster.namespace)
     except ValueError:
-        pytest.skip("no transaction coordinator actor ({cluster}/txn/0) in the test cluster: its driver and actor (branch txn-driver) are not merged yet")
+        pytest.skip(f"no transaction coordinator actor ({actor}) in the test cluster: its driver and actor (branch txn-driver) are not merged yet")
     return kcluster
 
 
