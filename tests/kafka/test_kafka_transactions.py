@@ -286,3 +286,36 @@ def test_bad_transactional_requests_get_kafka_error_codes(txn_cluster, kafka_boo
         assert kc.end_offsets([KTP(topic, 1)])[KTP(topic, 1)] == 0
     finally:
         kc.close()
+
+
+def test_kafka_python_consume_transform_produce_commits_the_groups_offsets_with_the_output(txn_cluster, kafka_bootstrap):
+    from kafka import KafkaConsumer, KafkaProducer, TopicPartition as KTP
+    from kafka.structs import OffsetAndMetadata
+
+    source, sink = new_topic(txn_cluster, partitions=1), new_topic(txn_cluster, partitions=1)
+    seed = KafkaProducer(bootstrap_servers=kafka_bootstrap)
+    for i in range(4):
+        seed.send(source, f"x{i}".encode(), partition=0)
+    seed.flush()
+    seed.close()
+    group = f"g-{uuid.uuid4().hex[:6]}"
+    c = KafkaConsumer(source, bootstrap_servers=kafka_bootstrap, group_id=group, auto_offset_reset="earliest", enable_auto_commit=False, isolation_level="read_committed")
+    p = KafkaProducer(bootstrap_servers=kafka_bootstrap, transactional_id=tid())
+    try:
+        got = []
+        deadline = time.monotonic() + 60
+        while len(got) < 4 and time.monotonic() < deadline:
+            for recs in c.poll(timeout_ms=500).values():
+                got += recs
+        assert [r.value for r in got] == [b"x0", b"x1", b"x2", b"x3"]
+        p.init_transactions()
+        p.begin_transaction()
+        for r in got:
+            p.send(sink, r.value + b"!", partition=0)
+        p.send_offsets_to_transaction({KTP(source, 0): OffsetAndMetadata(got[-1].offset + 1, "", -1)}, c.group_metadata())
+        p.commit_transaction()
+        assert wait_until(lambda: c.committed(KTP(source, 0)) == got[-1].offset + 1, timeout=30, what="the group's offset after the commit")
+    finally:
+        p.close()
+        c.close()
+    assert read_values(kafka_bootstrap, sink, "read_committed", until=b"x3!") == [b"x0!", b"x1!", b"x2!", b"x3!"]
