@@ -96,6 +96,8 @@ def deploy(
     kafka_local: bool = False,
     kafka_options: dict | None = None,
     kafka_security: dict | None = None,
+    transaction_coordinators: int | None = None,
+    txn_config: dict[str, Any] | None = None,
 ) -> ClusterClient:
     """Create cluster ``name`` on the Ray cluster at ``address`` and return a client.
 
@@ -114,6 +116,11 @@ def deploy(
     to every replica: ``log.retention.check.interval.ms``, ``log.cleaner.enable``,
     ``log.cleaner.backoff.ms``. An unknown key or a bad value is a ValueError.
 
+    ``transaction_coordinators``: how many transaction coordinators (and partitions of
+    ``__transaction_state``) to start; None: as many as group coordinators (0 without
+    them). ``txn_config``: their Kafka-named settings (``transaction.max.timeout.ms``,
+    ``transactional.id.expiration.ms``...).
+
     Refuses (``ClusterExistsError``) if a cluster of that name is already running. If a
     step fails, whatever was created is removed again (the stored metadata of an earlier
     deployment of the same name is kept), so the deploy can simply be retried.
@@ -124,6 +131,12 @@ def deploy(
         raise ValueError(f"brokers must be >= 1, got {brokers}")
     if group_coordinators < 0:
         raise ValueError(f"group_coordinators must be >= 0, got {group_coordinators}")
+    if transaction_coordinators is None:
+        transaction_coordinators = group_coordinators
+    if transaction_coordinators < 0:
+        raise ValueError(f"transaction_coordinators must be >= 0, got {transaction_coordinators}")
+    if transaction_coordinators and not group_coordinators:
+        raise ValueError("transaction coordinators need group coordinators (AddOffsetsToTxn, TxnOffsetCommit)")
     from kcoord.replication.config import validate_broker_config
 
     broker_cfg = validate_broker_config(broker_config)
@@ -189,6 +202,7 @@ def deploy(
             "namespace": namespace,
             "brokers": brokers,
             "group_coordinators": group_coordinators,
+            "transaction_coordinators": transaction_coordinators,
             "data_dir": str(data_path),
             "store": store,
             "placement": {str(b): n for b, n in binding.items()},
@@ -213,6 +227,10 @@ def deploy(
                 create_users(client, users)
         if group_coordinators:
             _deploy_group_coordinators(client, group_coordinators, str(data_path), timeout_s)
+        if transaction_coordinators:
+            from .txn_coordinators import deploy_txn_coordinators
+
+            deploy_txn_coordinators(client, transaction_coordinators, group_coordinators, timeout_s, txn_config)
         if kafka_port is not None:
             from kcoord.kafka.addresses import listener_records
 
@@ -259,6 +277,7 @@ def _cluster_actor_names(name: str, namespace: str) -> list[str]:
     except Exception:
         pass
     found += [names.group_coordinator(name, i) for i in range(coordinators)]
+    found += [names.transaction_coordinator(name, i) for i in range(int(deploy_info(name).get("transaction_coordinators", 0) or 0))]
     try:
         from .listeners import listener_actor_names
 
@@ -371,10 +390,18 @@ def _coordinator_health(client: ClusterClient, count: int, timeout_s: float = 5.
     return out
 
 
+def _txn_coordinator_health(client: ClusterClient, count: int) -> list[dict[str, Any]]:
+    if not count:
+        return []
+    from .txn_coordinators import txn_coordinator_health
+
+    return txn_coordinator_health(client, count)
+
+
 def status(name: str = "kcoord", address: str | None = "auto", namespace: str = names.DEFAULT_NAMESPACE) -> dict:
     """A snapshot of cluster ``name``: brokers and controller metrics (``cluster``), every
     topic with its partitions (``topics``), the broker -> node binding (``placement``),
-    the health of the controller and group coordinators (``coordinators``), the Ray nodes
+    the health of the controller, group and transaction coordinators (``coordinators``), the Ray nodes
     (``nodes``), the deployment record (``deploy``), the Kafka listeners (``listeners``)
     and ``warnings`` (a listener open to anyone). Raises ClusterNotFoundError."""
     from kcoord.client.admin import Admin
@@ -390,6 +417,7 @@ def status(name: str = "kcoord", address: str | None = "auto", namespace: str = 
     coordinators = {
         "controller": {"name": names.controller(name), "alive": True, "epoch": cluster["controller_epoch"]},
         "groups": _coordinator_health(client, int(cluster.get("group_coordinators", 0))),
+        "transactions": _txn_coordinator_health(client, int(deploy_info(name).get("transaction_coordinators", 0) or 0)),
     }
     nodes = [
         {"node_id": n["NodeID"], "address": n.get("NodeManagerAddress"), "alive": bool(n.get("Alive"))} for n in ray.nodes()

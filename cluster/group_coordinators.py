@@ -15,66 +15,25 @@ from kcoord.client.cluster import ClusterClient
 from kcoord.group import GroupConfig
 from kcoord.group.records import OFFSETS_SEGMENT_BYTES, OFFSETS_TOPIC
 from kcoord.protocol import names
-from kcoord.protocol.errors import ErrorCode, KafkaError
-from kcoord.replication.topic_plan import default_replication_factor
+from kcoord.protocol.errors import ErrorCode
 
 from kcoord.actors.group_config import CONFIG_KEY, stored_config
 from kcoord.actors.group_coordinator import GroupCoordinatorActor
+
+from .internal_topics import ensure_internal_topic, internal_topic_config
 
 E = ErrorCode
 logger = logging.getLogger("kcoord.group")
 
 
 def offsets_topic_config(brokers: int) -> tuple[int, dict[str, Any]]:
-    """Replication factor and config of ``__consumer_offsets`` for a cluster of ``brokers``.
-
-    Compacted, as in Kafka: every record has a key (a group's metadata, or a group's offset
-    of one partition) and removals write tombstones, so the cleaner keeps only the live
-    state and a coordinator's load stays bounded by it rather than by the history.
-    Time/size retention stays off: deleting old segments would delete live offsets."""
-    rf = default_replication_factor(brokers)
-    return rf, {
-        "cleanup.policy": "compact",
-        "segment.bytes": OFFSETS_SEGMENT_BYTES,
-        "min.insync.replicas": min(2, rf),
-        "retention.ms": -1,
-        "retention.bytes": -1,
-    }
-
-
-def _warn_if_not_compacted(client: ClusterClient) -> None:
-    """Clusters deployed before ``__consumer_offsets`` was compacted keep their topic's
-    config (a deploy does not rewrite it): say so, since their coordinators replay the
-    whole history on every start until the topic's cleanup.policy is set to compact."""
-    policy = str(client.topic(OFFSETS_TOPIC).config.get("cleanup.policy", "delete"))
-    if "compact" not in policy:
-        logger.warning(
-            "%s of cluster %s has cleanup.policy=%s (created by an older kcoord): it is not compacted, "
-            "so group coordinators replay its whole history on start; set cleanup.policy=compact on it",
-            OFFSETS_TOPIC, client.name, policy,
-        )
+    """Replication factor and config of ``__consumer_offsets`` for a cluster of ``brokers``
+    (compacted, no time/size retention: :func:`kcoord.cluster.internal_topics.internal_topic_config`)."""
+    return internal_topic_config(brokers, OFFSETS_SEGMENT_BYTES)
 
 
 def _ensure_offsets_topic(client: ClusterClient, count: int, timeout_s: float) -> None:
-    from kcoord.client.admin import Admin
-
-    admin = Admin(client)
-    rf, config = offsets_topic_config(len(client.brokers))
-    try:
-        admin.create_topic(OFFSETS_TOPIC, partitions=count, replication_factor=rf, config=config, timeout_ms=int(timeout_s * 1000))
-        return
-    except KafkaError as exc:
-        if exc.code != E.TOPIC_ALREADY_EXISTS:
-            raise
-    existing = len(client.topic(OFFSETS_TOPIC, refresh=True).partitions)
-    if existing != count:
-        raise KafkaError(
-            E.INVALID_PARTITIONS,
-            f"{OFFSETS_TOPIC} has {existing} partitions but {count} group coordinators were requested; "
-            f"the count cannot change once groups are placed",
-        )
-    admin.wait_for_leaders(OFFSETS_TOPIC, timeout_ms=int(timeout_s * 1000))
-    _warn_if_not_compacted(client)
+    ensure_internal_topic(client, OFFSETS_TOPIC, count, OFFSETS_SEGMENT_BYTES, "group coordinators", timeout_s)
 
 
 RemoteGroupCoordinator = ray.remote(GroupCoordinatorActor)

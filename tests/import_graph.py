@@ -27,7 +27,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("record", ("kcoord.record", "kcoord.records", "kcoord.kafka.batches")),
     ("log", ("kcoord.log",)),
     ("runtime", ("kcoord.runtime", "kcoord.security", "kcoord.extras")),
-    ("cores", ("kcoord.replication", "kcoord.group", "kcoord.txn")),
+    ("cores", ("kcoord.coordination", "kcoord.replication", "kcoord.group", "kcoord.txn")),
     ("calls", ("kcoord.calls", "kcoord.channel", "kcoord.actors.runtime", "kcoord.actors.gcs_store")),
     ("kafka", ("kcoord.kafka",)),
     ("client", ("kcoord.client",)),

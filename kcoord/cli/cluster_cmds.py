@@ -18,6 +18,7 @@ pass_env = click.make_pass_decorator(Env)
 @click.option("--brokers", type=click.IntRange(min=1), default=3, show_default=True, help="Number of brokers (each replica of a partition lives on a different one).")
 @click.option("--data-dir", type=click.Path(file_okay=False), default=None, help="Log directory on every node [default: the per-user data directory, ~/.local/share/kcoord/data/NAME on Linux, or $KCOORD_DATA_DIR/NAME].")
 @click.option("--group-coordinators", type=click.IntRange(min=0), default=3, show_default=True, help="Group coordinator actors (0: no consumer groups).")
+@click.option("--transaction-coordinators", type=click.IntRange(min=0), default=None, help="Transaction coordinator actors [default: as many as group coordinators; 0: no transactions].")
 @click.option("--topic-config", "topic_config", multiple=True, metavar="KEY=VALUE", help="Default topic config, e.g. min.insync.replicas=2 (repeatable).")
 @click.option("--broker-config", "broker_config", multiple=True, metavar="KEY=VALUE", help="Cluster-wide broker config, e.g. log.retention.check.interval.ms=60000 (repeatable; log.retention.check.interval.ms, log.cleaner.enable, log.cleaner.backoff.ms).")
 @click.option("--min-nodes", type=click.IntRange(min=1), default=1, show_default=True, help="Wait until the Ray cluster has this many nodes before binding brokers to nodes.")
@@ -33,6 +34,7 @@ def up(
     brokers: int,
     data_dir: str | None,
     group_coordinators: int,
+    transaction_coordinators: int | None,
     topic_config: tuple[str, ...],
     broker_config: tuple[str, ...],
     min_nodes: int,
@@ -45,7 +47,7 @@ def up(
 ) -> None:
     """Deploy a kcoord cluster onto the running Ray cluster.
 
-    Creates the controller and the group coordinators as named, detached actors: the
+    Creates the controller, the group and the transaction coordinators as named, detached actors: the
     cluster keeps running after this command exits. On a multi-node Ray cluster each broker
     is bound to its own node. Refused if a cluster of this name is already running.
 
@@ -87,6 +89,7 @@ def up(
                 brokers=brokers,
                 data_dir=data_dir,
                 group_coordinators=group_coordinators,
+                transaction_coordinators=transaction_coordinators,
                 address=None,
                 namespace=env.namespace,
                 default_topic_config=defaults or None,
@@ -113,7 +116,7 @@ def up(
     from kcoord.cluster.deploy import deploy_info
 
     info = deploy_info(env.name)
-    env.out.print(f"[bold green]kcoord cluster {env.name!r} is up[/]: {brokers} brokers {where}, {group_coordinators} group coordinators")
+    env.out.print(f"[bold green]kcoord cluster {env.name!r} is up[/]: {brokers} brokers {where}, {group_coordinators} group coordinators, {info.get('transaction_coordinators', 0)} transaction coordinators")
     env.out.print(f"  namespace {env.namespace!r}, data in {info.get('data_dir', data_dir)}")
     env.out.print(f"  use it from Python: kcoord.connect({env.name!r})  ·  remove it: kcoord --name {env.name} down")
     if not no_kafka:
@@ -197,6 +200,13 @@ def _status_tables(snap: dict[str, Any], internal: bool) -> list[Any]:
             "[green]yes[/]" if g["alive"] else "[red]no[/]",
             "[green]yes[/]" if g["loaded"] else "[yellow]no[/]",
             str(g["groups"]) if g["alive"] else "-",
+        )
+    for t in snap["coordinators"].get("transactions", []):
+        coord.add_row(
+            t["name"],
+            "[green]yes[/]" if t["alive"] else "[red]no[/]",
+            "[green]yes[/]" if t["loaded"] else "[yellow]no[/]",
+            f"{t['transactional_ids']} transactional ids" if t["alive"] else "-",
         )
 
     tables: list[Any] = [overview, coord]

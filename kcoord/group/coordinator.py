@@ -59,6 +59,7 @@ from __future__ import annotations
 import uuid
 from typing import Any, Callable, Iterable
 
+from ..coordination.routing import route
 from ..protocol.codec import Message
 from ..protocol.errors import ErrorCode
 from ..protocol.group import (
@@ -180,21 +181,10 @@ class GroupCoordinatorState:
         """Process a group request. Its Reply (carrying ``token``) is among the returned
         actions, or comes from a later call when the request waits on a rebalance or a
         write."""
-        ctx = self._ctx
-        handler = self._handlers.of(request)
-        if self._closed:
-            ctx.reply(token, error_response(request, E.NOT_COORDINATOR, "coordinator closed"))
-            return ctx.take()
-        self._advance(now_ms)
-        group_id = getattr(request, "group_id", None)
-        if group_id is not None and not group_id:
-            ctx.reply(token, error_response(request, E.INVALID_GROUP_ID, "group id is empty"))
-        elif group_id is not None and not ctx.owns(group_id):
-            ctx.reply(token, error_response(request, E.NOT_COORDINATOR, ctx.not_mine(group_id)))
-        else:
-            handler(request, token, now_ms)
-        self._advance(now_ms)
-        return ctx.take()
+        return route(
+            self._ctx, self._handlers, request, token, now_ms,
+            closed=self._closed, advance=self._advance, key="group_id", empty=(E.INVALID_GROUP_ID, "group id is empty"), error_response=error_response,
+        )
 
     def tick(self, now_ms: int) -> list[Action]:
         """Fire every timer due at ``now_ms``."""

@@ -11,12 +11,11 @@
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any, Iterable
 
+from ..coordination.settling import InOrderWrites
 from ..protocol.errors import ErrorCode
-from .actions import AppendRecords
 from .context import CoordinatorContext
 from .metadata import EMPTY, STABLE, CommittedOffset, GroupMetadata, MemberMetadata, TxnOffset
 from .records import (
@@ -148,12 +147,6 @@ class MarkerWrite:
 PendingWrite = CommitWrite | SyncWrite | StaticJoinWrite | DeleteWrite | BackgroundWrite | TxnCommitWrite | MarkerWrite
 
 
-@dataclass
-class InflightWrite:
-    pending: PendingWrite
-    outcome: int | None = None
-
-
 def committed(v: OffsetValue) -> CommittedOffset:
     return CommittedOffset(v.offset, v.metadata, v.leader_epoch, v.commit_timestamp_ms, v.expire_timestamp_ms)
 
@@ -217,51 +210,16 @@ def replay(records: Iterable[tuple[bytes, bytes | None]]) -> Replayed:
     return out
 
 
-class Persistence:
-    """The AppendRecords in flight, in emission order, and the group record format."""
+class Persistence(InOrderWrites[PendingWrite]):
+    """The AppendRecords in flight, in emission order (:class:`InOrderWrites`), and the group
+    record format."""
 
     def __init__(self, ctx: CoordinatorContext) -> None:
+        super().__init__(ctx.emit)
         self.ctx = ctx
-        self._next_persist_id = 1
-        self._inflight: OrderedDict[int, InflightWrite] = OrderedDict()
 
     def persist(self, records: list[Record], pending: PendingWrite, reason: str) -> int:
-        pid = self._next_persist_id
-        self._next_persist_id += 1
-        self._inflight[pid] = InflightWrite(pending)
-        self.ctx.emit(AppendRecords(pid, records, reason))
-        return pid
-
-    def __contains__(self, persist_id: int) -> bool:
-        return persist_id in self._inflight
-
-    def pending_ids(self) -> list[int]:
-        return list(self._inflight)
-
-    def settle(self, persist_id: int, error_code: int) -> list[tuple[int, PendingWrite, int]]:
-        """Record the outcome of AppendRecords ``persist_id`` and release, in emission order,
-        every write whose outcome is known and has no unsettled write before it: applying
-        outcomes in order keeps memory equal to what a replay of the log rebuilds. Unknown
-        ids release nothing."""
-        entry = self._inflight.get(persist_id)
-        if entry is None:
-            return []
-        entry.outcome = int(error_code)
-        done: list[tuple[int, PendingWrite, int]] = []
-        while self._inflight:
-            first_id, first = next(iter(self._inflight.items()))
-            if first.outcome is None:
-                break
-            del self._inflight[first_id]
-            done.append((first_id, first.pending, first.outcome))
-        return done
-
-    def abandon(self) -> list[PendingWrite]:
-        """Forget every write in flight (the partition is given up); returns them so their
-        waiters can be answered."""
-        pending = [entry.pending for entry in self._inflight.values()]
-        self._inflight.clear()
-        return pending
+        return self._append(records, pending, reason)
 
     def group_record(self, group: GroupMetadata, assignments: dict[str, bytes], now_ms: int) -> Record:
         group.has_persisted_metadata = True

@@ -33,8 +33,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-import msgpack
-
+from ..coordination.records import COORDINATOR_KEY_VERSION, coordinator_epoch_record
+from ..coordination.records import field_of as _field
+from ..coordination.records import pack as _pack
+from ..coordination.records import unpack as _unpack
 from ..protocol import names
 from ..protocol.errors import DecodeError, ErrorCode
 
@@ -50,7 +52,6 @@ OFFSETS_SEGMENT_BYTES = 16 * 2**20
 
 OFFSET_KEY_VERSION = 1
 GROUP_KEY_VERSION = 2
-COORDINATOR_KEY_VERSION = 3
 TXN_OFFSET_KEY_VERSION = 4
 TXN_PRODUCER_KEY_VERSION = 5
 OFFSET_VALUE_VERSION = 1
@@ -138,17 +139,6 @@ class GroupValue:
 # -- keys ------------------------------------------------------------------------------------
 
 
-def _pack(obj: Any) -> bytes:
-    return msgpack.packb(obj, use_bin_type=True)
-
-
-def _unpack(data: bytes, what: str) -> Any:
-    try:
-        return msgpack.unpackb(data, raw=False, strict_map_key=False)
-    except Exception as exc:
-        raise DecodeError(ErrorCode.CORRUPT_MESSAGE, f"{what}: not msgpack ({exc})") from None
-
-
 Key = OffsetKey | GroupKey | TxnOffsetKey | TxnProducerKey
 
 
@@ -160,11 +150,6 @@ def encode_key(key: Key) -> bytes:
     if isinstance(key, TxnProducerKey):
         return _pack([TXN_PRODUCER_KEY_VERSION, key.producer_id])
     return _pack([GROUP_KEY_VERSION, key.group_id])
-
-
-def coordinator_epoch_record(partition: int, epoch: int) -> Record:
-    """The record a coordinator incarnation writes first, at its new producer epoch."""
-    return _pack([COORDINATOR_KEY_VERSION, partition]), _pack({"v": 1, "epoch": epoch})
 
 
 def decode_key(data: bytes) -> Key | None:
@@ -251,15 +236,6 @@ def encode_group_value(value: GroupValue) -> bytes:
             "members": [_member_obj(m) for m in value.members],
         }
     )
-
-
-def _field(obj: dict, name: str, types: tuple[type, ...], what: str) -> Any:
-    if name not in obj:
-        raise DecodeError(ErrorCode.CORRUPT_MESSAGE, f"{what}: missing field {name!r}")
-    v = obj[name]
-    if type(v) not in types:
-        raise DecodeError(ErrorCode.CORRUPT_MESSAGE, f"{what}: field {name!r} has type {type(v).__name__}")
-    return v
 
 
 def _map(data: bytes, what: str) -> dict:

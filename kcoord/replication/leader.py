@@ -42,7 +42,6 @@ from ..protocol.replication import (
 from .actions import SendAlterPartition
 from .config import LOG_APPEND_TIME
 from .isr import IsrState
-from .metadata import INTERNAL_OFFSETS_TOPIC
 from .context import ReplicaContext
 from .txn_markers import append_marker
 
@@ -544,8 +543,8 @@ class Leader:
         err = self._epoch_error(req.current_leader_epoch)
         if err is None and (req.topic != st.topic or req.partition != st.partition):
             err = (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"this replica holds {st.name}")
-        if err is None and st.topic == INTERNAL_OFFSETS_TOPIC:
-            err = (ErrorCode.POLICY_VIOLATION, f"records of internal topic {st.topic!r} are the groups' committed offsets and cannot be deleted")
+        if err is None and names.is_internal_topic(st.topic):
+            err = (ErrorCode.POLICY_VIOLATION, f"records of internal topic {st.topic!r} are its coordinators' state and cannot be deleted")
         if err is None and self.hw_is_stale():
             err = (ErrorCode.OFFSET_NOT_AVAILABLE, f"leader {st.broker} of {st.name} has not caught its high watermark up yet; retry")
         offset = st.hw if req.offset == -1 else req.offset

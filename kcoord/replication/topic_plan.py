@@ -8,7 +8,8 @@ from typing import Collection, Mapping
 from ..protocol.controller import CreateTopicsRequest
 from ..protocol.errors import ErrorCode, KafkaError
 from .config import BROKER_KEYS, REPLICATION_KEYS, ReplicationConfig
-from .metadata import INTERNAL_OFFSETS_TOPIC, PartitionState, TopicState, validate_topic_name
+from ..protocol import names
+from .metadata import PartitionState, TopicState, validate_topic_name
 
 # Topic config keys the controller accepts (Kafka names); the log's keys are checked by
 # the log's own parser when replicas open.
@@ -56,7 +57,7 @@ def plan_topic(
     brokers (or the explicit assignment), the first replica of each partition leading at
     epoch 0 with every replica in the ISR. Raises KafkaError naming the problem."""
     validate_topic_name(req.name)
-    if req.name.startswith("__") and req.name != INTERNAL_OFFSETS_TOPIC:
+    if req.name.startswith("__") and not names.is_internal_topic(req.name):
         raise KafkaError(ErrorCode.INVALID_TOPIC_EXCEPTION, f"topic names starting with '__' are reserved for internal topics: {req.name!r}")
     if req.name in existing:
         raise KafkaError(ErrorCode.TOPIC_ALREADY_EXISTS, f"topic {req.name!r} already exists")
@@ -76,7 +77,7 @@ def plan_topic(
         assignment = check_assignment(req, brokers)
     else:
         assignment = spread_replicas(req.name, brokers, req.replication_factor, range(req.partitions))
-    topic = TopicState(req.name, req.partitions, req.replication_factor, config, req.name == INTERNAL_OFFSETS_TOPIC, now_ms)
+    topic = TopicState(req.name, req.partitions, req.replication_factor, config, names.is_internal_topic(req.name), now_ms)
     parts = [
         PartitionState(req.name, i, list(assignment[i]), leader=assignment[i][0], leader_epoch=0, partition_epoch=0, isr=list(assignment[i]))
         for i in range(req.partitions)

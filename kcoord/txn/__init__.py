@@ -11,31 +11,10 @@ docs/transactions.md).
   :mod:`.state` -- the states and their transitions; :mod:`.metadata` -- the in-memory model.
 * :mod:`.placement` -- ``coordinator_for(transactional_id, n)``.
 * :mod:`.config` -- :class:`TxnConfig`.
-
-A driver runs the core like this (the group coordinator's driver is the model)::
-
-    core = TransactionCoordinatorState(config, partition=i, num_partitions=n,
-                                       offsets_partitions=groups, coordinator_epoch=epoch)
-    run(core.load(read_partition(i), now_ms()))        # replay; resumes PREPARE_* markers
-
-    def run(actions):
-        for a in actions:
-            if isinstance(a, Reply):
-                resolve(a.token, a.response)
-            elif isinstance(a, AppendRecords):         # in order, acks=all
-                append_in_order(a.records, done=lambda err, pid=a.persist_id:
-                                run(core.on_persisted(pid, err, now_ms())))
-            elif isinstance(a, (SendWriteTxnMarker, SendTxnOffsetMarker)):
-                send_marker(a.request, done=lambda err, mid=a.marker_id:
-                            run(core.on_marker_written(mid, err, now_ms())))
-            elif isinstance(a, AllocateProducerIds):   # the controller's InitProducerId(count)
-                allocate(a.count, done=lambda first, n, err:
-                         run(core.on_producer_ids(first, n, err, now_ms())))
-            elif isinstance(a, RefreshMetadata):
-                read_topics(done=lambda counts: run(core.on_metadata(counts, now_ms())))
-        rearm_timer(core.next_deadline(now_ms()), lambda: run(core.tick(now_ms())))
-
-    # losing the partition (or stopping): run(core.close(now_ms(), ErrorCode.NOT_COORDINATOR))
+* :mod:`.driver` -- :class:`~kcoord.txn.driver.TransactionCoordinatorDriver`, the one driver
+  that runs the core (on the partition machinery it shares with the group coordinators,
+  :mod:`kcoord.coordination`): it performs the actions and feeds each outcome back through
+  the entry point the action names. Not imported here: the core stays importable alone.
 """
 
 from .actions import Action, AllocateProducerIds, AppendRecords, RefreshMetadata, Reply, SendTxnOffsetMarker, SendWriteTxnMarker

@@ -44,6 +44,7 @@ from __future__ import annotations
 
 from typing import Any, Iterable, Mapping
 
+from ..coordination.routing import route
 from ..protocol.codec import Message
 from ..protocol.errors import ErrorCode
 from ..protocol.txn import (
@@ -152,21 +153,10 @@ class TransactionCoordinatorState:
     def handle(self, request: Message, token: Any, now_ms: int) -> list[Action]:
         """Process a transaction request. Its Reply (carrying ``token``) is among the returned
         actions, or comes from a later call once the request's record is appended."""
-        ctx = self._ctx
-        handler = self._handlers.of(request)
-        if self._closed:
-            ctx.reply(token, error_response(request, E.NOT_COORDINATOR, "coordinator closed"))
-            return ctx.take()
-        self._advance(now_ms)
-        tid = getattr(request, "transactional_id", None)
-        if tid is not None and not tid:
-            ctx.reply(token, error_response(request, E.INVALID_REQUEST, "transactional id is empty"))
-        elif tid is not None and not ctx.owns(tid):
-            ctx.reply(token, error_response(request, E.NOT_COORDINATOR, ctx.not_mine(tid)))
-        else:
-            handler(request, token, now_ms)
-        self._advance(now_ms)
-        return ctx.take()
+        return route(
+            self._ctx, self._handlers, request, token, now_ms,
+            closed=self._closed, advance=self._advance, key="transactional_id", empty=(E.INVALID_REQUEST, "transactional id is empty"), error_response=error_response,
+        )
 
     def tick(self, now_ms: int) -> list[Action]:
         """Fire every timer due at ``now_ms``."""
@@ -263,6 +253,12 @@ class TransactionCoordinatorState:
     def transaction(self, transactional_id: str) -> TransactionMetadata | None:
         """The live metadata of an id. Read it; never mutate it."""
         return self._ctx.transactions.get(transactional_id)
+
+    def partition_exists(self, topic: str, partition: int) -> bool | None:
+        """Whether ``topic``-``partition`` exists in the topics as last read (None: none read
+        yet); a driver may read the topics again before handing over a request naming one
+        that does not."""
+        return self._ctx.partition_exists(topic, partition)
 
     def transactional_ids(self) -> list[str]:
         return sorted(tid for tid, m in self._ctx.transactions.items() if m.value is not None)

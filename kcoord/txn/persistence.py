@@ -10,14 +10,13 @@
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
 from ..group.persistence import group_error_for_append
 from ..protocol.codec import Message
+from ..coordination.settling import InOrderWrites
 from ..protocol.errors import ErrorCode
-from .actions import AppendRecords
 from .context import TxnContext
 from .records import TxnValue, txn_record
 
@@ -93,54 +92,13 @@ class ExpireWrite:
 PendingWrite = InitWrite | AddWrite | PrepareWrite | CompleteWrite | ExpireWrite
 
 
-@dataclass
-class _Inflight:
-    pending: PendingWrite
-    outcome: int | None = None
-
-
-class Persistence:
-    """The AppendRecords in flight, in emission order."""
+class Persistence(InOrderWrites[PendingWrite]):
+    """The AppendRecords in flight, in emission order (:class:`InOrderWrites`)."""
 
     def __init__(self, ctx: TxnContext) -> None:
+        super().__init__(ctx.emit)
         self.ctx = ctx
-        self._next_persist_id = 1
-        self._inflight: OrderedDict[int, _Inflight] = OrderedDict()
 
     def persist(self, pending: PendingWrite, reason: str) -> int:
         """Append ``pending``'s record; the id's transition is in flight until it settles."""
-        pid = self._next_persist_id
-        self._next_persist_id += 1
-        self._inflight[pid] = _Inflight(pending)
-        self.ctx.emit(AppendRecords(pid, [txn_record(pending.transactional_id, pending.value)], reason))
-        return pid
-
-    def __contains__(self, persist_id: int) -> bool:
-        return persist_id in self._inflight
-
-    def pending_ids(self) -> list[int]:
-        return list(self._inflight)
-
-    def settle(self, persist_id: int, error_code: int) -> list[tuple[int, PendingWrite, int]]:
-        """Record the outcome of AppendRecords ``persist_id`` and release, in emission order,
-        every write whose outcome is known and has no unsettled write before it. Unknown or
-        already reported ids release nothing."""
-        entry = self._inflight.get(persist_id)
-        if entry is None or entry.outcome is not None:
-            return []
-        entry.outcome = int(error_code)
-        done: list[tuple[int, PendingWrite, int]] = []
-        while self._inflight:
-            first_id, first = next(iter(self._inflight.items()))
-            if first.outcome is None:
-                break
-            del self._inflight[first_id]
-            done.append((first_id, first.pending, first.outcome))
-        return done
-
-    def abandon(self) -> list[PendingWrite]:
-        """Forget every write in flight (the partition is given up); returns them so their
-        waiters can be answered."""
-        pending = [entry.pending for entry in self._inflight.values()]
-        self._inflight.clear()
-        return pending
+        return self._append([txn_record(pending.transactional_id, pending.value)], pending, reason)

@@ -19,10 +19,12 @@ Readers skip keys of unknown versions (a newer kcoord wrote them) and raise
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Iterable
+from typing import Iterable
 
-import msgpack
-
+from ..coordination.records import COORDINATOR_KEY_VERSION, coordinator_epoch_record
+from ..coordination.records import field_of as _field
+from ..coordination.records import pack as _pack
+from ..coordination.records import unpack as _unpack
 from ..protocol import names
 from ..protocol.errors import DecodeError, ErrorCode
 from .state import MAX_PRODUCER_EPOCH, PERSISTED_STATES, TransactionState
@@ -35,7 +37,6 @@ TRANSACTION_STATE_TOPIC = names.TRANSACTION_STATE_TOPIC
 TRANSACTION_STATE_SEGMENT_BYTES = 16 * 2**20
 
 TXN_KEY_VERSION = 1
-COORDINATOR_KEY_VERSION = 3
 TXN_VALUE_VERSION = 1
 
 NO_PRODUCER_ID = -1
@@ -84,17 +85,6 @@ class TxnValue:
 # -- encoding --------------------------------------------------------------------------------
 
 
-def _pack(obj: Any) -> bytes:
-    return msgpack.packb(obj, use_bin_type=True)
-
-
-def _unpack(data: bytes, what: str) -> Any:
-    try:
-        return msgpack.unpackb(data, raw=False, strict_map_key=False)
-    except Exception as exc:
-        raise DecodeError(ErrorCode.CORRUPT_MESSAGE, f"{what}: not msgpack ({exc})") from None
-
-
 def encode_key(key: TxnKey) -> bytes:
     return _pack([TXN_KEY_VERSION, key.transactional_id])
 
@@ -125,11 +115,6 @@ def txn_record(transactional_id: str, value: TxnValue | None) -> Record:
     return encode_key(TxnKey(transactional_id)), None if value is None else encode_value(value)
 
 
-def coordinator_epoch_record(partition: int, epoch: int) -> Record:
-    """The record a coordinator incarnation writes first, at its new producer epoch."""
-    return _pack([COORDINATOR_KEY_VERSION, partition]), _pack({"v": 1, "epoch": epoch})
-
-
 # -- decoding --------------------------------------------------------------------------------
 
 
@@ -144,15 +129,6 @@ def decode_key(data: bytes) -> TxnKey | None:
     if len(obj) == 2 and type(obj[1]) is str and obj[1]:
         return TxnKey(obj[1])
     raise DecodeError(ErrorCode.CORRUPT_MESSAGE, f"{what}: malformed {obj!r}")
-
-
-def _field(obj: dict, name: str, types: tuple[type, ...], what: str) -> Any:
-    if name not in obj:
-        raise DecodeError(ErrorCode.CORRUPT_MESSAGE, f"{what}: missing field {name!r}")
-    v = obj[name]
-    if type(v) not in types:
-        raise DecodeError(ErrorCode.CORRUPT_MESSAGE, f"{what}: field {name!r} has type {type(v).__name__}")
-    return v
 
 
 def _bad(what: str, why: str) -> DecodeError:

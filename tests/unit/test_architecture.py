@@ -31,7 +31,7 @@ ACTION_TYPES = {
     "SendLeaderAndIsr",
     "SendHeartbeat",
 }
-CORE_PACKAGES = ("kcoord/replication", "kcoord/group", "kcoord/txn", "kcoord/log", "kcoord/runtime", "kcoord/protocol", "kcoord/security")
+CORE_PACKAGES = ("kcoord/replication", "kcoord/coordination", "kcoord/group", "kcoord/txn", "kcoord/log", "kcoord/runtime", "kcoord/protocol", "kcoord/security")
 
 
 def _modules(folder: str) -> list[Path]:
