@@ -240,7 +240,7 @@ def test_bad_transactional_requests_get_kafka_error_codes(txn_cluster, kafka_boo
     from kcoord.kafka.batches import build_kafka_batch
     from kcoord.protocol.errors import ErrorCode as E
 
-    from .wire import RawClient
+    from wire import RawClient
 
     topic = new_topic(txn_cluster, partitions=2)
     c = RawClient(int(kafka_bootstrap.split(",")[0].rsplit(":", 1)[1]), timeout=60)
