@@ -41,6 +41,14 @@ def recorded_listener(cluster: str, node_id: str) -> dict | None:
     return _parse(_store(cluster).get_json_dict(LISTENER_KEY_PREFIX + node_id))
 
 
+DEPLOY_INFO_KEY = "deploy/info"  # cluster/deploy_info.py writes the deployment record there
+
+
+def deployment_record(cluster: str) -> dict:
+    """The cluster's deployment record ({} if none): how many coordinators of each kind."""
+    return _store(cluster).get_json_dict(DEPLOY_INFO_KEY) or {}
+
+
 def listener_records(cluster: str) -> dict[str, dict]:
     store = _store(cluster)
     out = {}

@@ -53,6 +53,8 @@ from ..protocol.group import RESPONSE_FOR, error_response
 from ..protocol.replication import (
     DeleteRecordsRequest,
     DeleteRecordsResponse,
+    DescribeProducersRequest,
+    DescribeProducersResponse,
     FetchRequest,
     FetchResponse,
     ListOffsetsRequest,
@@ -82,6 +84,7 @@ class Backend:
         self._topics: dict[str, tuple[float, TopicMetadata]] = {}
         self._cluster_info: tuple[float, DescribeClusterResponse] | None = None
         self._placement: tuple[float, dict[int, str]] | None = None
+        self._deployed: tuple[float, dict] | None = None  # the deployment record and when read
 
     # -- plumbing -------------------------------------------------------------------------
     @property
@@ -235,6 +238,9 @@ class Backend:
     async def list_offsets(self, req: ListOffsetsRequest) -> ListOffsetsResponse:
         return await self._replica_call("list_offsets", req, ListOffsetsResponse, 30.0)
 
+    async def describe_producers(self, req: DescribeProducersRequest) -> DescribeProducersResponse:
+        return await self._replica_call("describe_producers", req, DescribeProducersResponse, 30.0)
+
     async def delete_records(self, req: DeleteRecordsRequest) -> DeleteRecordsResponse:
         return await self._replica_call("delete_records", req, DeleteRecordsResponse, 30.0)
 
@@ -302,6 +308,51 @@ class Backend:
             return error_response(req, ErrorCode.REQUEST_TIMED_OUT, f"group coordinator {index} did not answer in time")
         except DecodeError as exc:
             return error_response(req, int(exc.code), exc.message)
+
+    # -- transaction coordinators (docs/transactions.md) ----------------------------------------
+    async def transaction_coordinators(self) -> int:
+        """N of ``kcoord.txn.coordinator_for(transactional_id, N)``: what the controller
+        reports, else the deployment record's ``transaction_coordinators`` (GCS KV, read at
+        most every 5 s), else the number of group coordinators (the deployment's default)."""
+        info = await self.describe_cluster()
+        reported = getattr(info, "transaction_coordinators", None)
+        if reported is not None:
+            return int(reported)
+        now = time.monotonic()
+        if self._deployed is None or now - self._deployed[0] > _CLUSTER_TTL_S:
+            try:
+                from .addresses import deployment_record
+
+                record = deployment_record(self.cluster)
+            except Exception:  # noqa: BLE001 - no record readable: the default below
+                record = {}
+            self._deployed = (now, record)
+        count = self._deployed[1].get("transaction_coordinators")
+        return int(info.group_coordinators if count is None else count)
+
+    async def txn_call(self, method: str, req: Message, index: int, timeout: float = 60.0) -> Any:
+        """``method`` on transaction coordinator ``index``. One that is gone, or that does not
+        answer in time, is COORDINATOR_NOT_AVAILABLE: every transactional client finds the
+        coordinator again and retries on it (a timed-out EndTxn that landed is recognised as
+        its own retry by the coordinator)."""
+        return await self._coordinator_call(names.transaction_coordinator(self.cluster, index), f"transaction coordinator {index}", method, req, timeout)
+
+    async def txn_offset_commit(self, req: Message, index: int, timeout: float = 60.0) -> Any:
+        """TxnOffsetCommit on group coordinator ``index`` (KIP-447)."""
+        return await self._coordinator_call(names.group_coordinator(self.cluster, index), f"group coordinator {index}", "txn_offset_commit", req, timeout)
+
+    async def _coordinator_call(self, name: str, who: str, method: str, req: Message, timeout: float) -> Any:
+        from ..protocol.services import RESPONSE_FOR as ANSWERS, error_response as failed
+
+        try:
+            raw = await self._call(name, method, req.encode(), timeout)
+            return ANSWERS[type(req)].decode(raw)
+        except _Gone as exc:
+            return failed(req, ErrorCode.COORDINATOR_NOT_AVAILABLE, f"{who}: {exc}")
+        except asyncio.TimeoutError:
+            return failed(req, ErrorCode.COORDINATOR_NOT_AVAILABLE, f"{who} did not answer in {timeout:.0f} s")
+        except DecodeError as exc:
+            return failed(req, int(exc.code), exc.message)
 
     # -- listeners ------------------------------------------------------------------------------
     def listeners(self) -> dict[str, dict]:

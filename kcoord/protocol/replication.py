@@ -36,6 +36,10 @@ class ProduceRequest(Message):
     timeout_ms: int = 30000
     # The leader epoch the producer believes current, or -1 to skip the check.
     current_leader_epoch: int = -1
+    # The transactional producer's id, as sent in Kafka's Produce (None: not transactional).
+    # Carried for the leader's KIP-890 check with the transaction coordinator; the
+    # transactional bit of each batch is what marks its records transactional.
+    transactional_id: str | None = None
 
 
 @register

@@ -1,6 +1,6 @@
 """Kafka API handlers, one module per family, and the table of what the listener serves:
-``cluster``, ``data``, ``groups``, ``sasl`` (authentication), ``acls`` (ACLs and SCRAM
-users) and ``admin`` (configs, partitions, records). Every handler checks the ACLs of
+``cluster``, ``data``, ``groups``, ``transactions``, ``sasl`` (authentication), ``acls``
+(ACLs and SCRAM users) and ``admin`` (configs, partitions, records). Every handler checks the ACLs of
 what it touches through ``ctx.allowed`` (always true without ``kafka_security``).
 
 A handler is ``async (ctx, conn, request, version) -> response`` on kafka-python's
@@ -69,11 +69,32 @@ from kafka.protocol.metadata import (
     MetadataResponse,
 )
 from kafka.protocol.admin.topics import DeleteRecordsRequest, DeleteRecordsResponse
-from kafka.protocol.producer import InitProducerIdRequest, InitProducerIdResponse, ProduceRequest, ProduceResponse
+from kafka.protocol.admin.transactions import (
+    DescribeProducersRequest,
+    DescribeProducersResponse,
+    DescribeTransactionsRequest,
+    DescribeTransactionsResponse,
+    ListTransactionsRequest,
+    ListTransactionsResponse,
+)
+from kafka.protocol.producer import (
+    AddOffsetsToTxnRequest,
+    AddOffsetsToTxnResponse,
+    AddPartitionsToTxnRequest,
+    AddPartitionsToTxnResponse,
+    EndTxnRequest,
+    EndTxnResponse,
+    InitProducerIdRequest,
+    InitProducerIdResponse,
+    ProduceRequest,
+    ProduceResponse,
+    TxnOffsetCommitRequest,
+    TxnOffsetCommitResponse,
+)
 from kafka.protocol.sasl import SaslAuthenticateRequest, SaslAuthenticateResponse, SaslHandshakeRequest, SaslHandshakeResponse
 
 from ..server import Api
-from . import acls, admin, cluster, consumer_groups, data, sasl
+from . import acls, admin, cluster, consumer_groups, data, sasl, transactions
 from ._base import ListenerContext
 
 # (key, request, response, min, max, handler, error builder, ordered per connection)
@@ -84,7 +105,7 @@ _TABLE = [
     (2, ListOffsetsRequest, ListOffsetsResponse, 1, 5, data.list_offsets, data.list_offsets_error, False),
     (3, MetadataRequest, MetadataResponse, 1, 8, cluster.metadata, cluster.metadata_error, False),
     (8, OffsetCommitRequest, OffsetCommitResponse, 2, 7, consumer_groups.offset_commit, consumer_groups.offset_commit_error, True),
-    (9, OffsetFetchRequest, OffsetFetchResponse, 1, 5, consumer_groups.offset_fetch, consumer_groups.offset_fetch_error, False),
+    (9, OffsetFetchRequest, OffsetFetchResponse, 1, 7, consumer_groups.offset_fetch, consumer_groups.offset_fetch_error, False),
     (10, FindCoordinatorRequest, FindCoordinatorResponse, 0, 2, cluster.find_coordinator, cluster.find_coordinator_error, False),
     (11, JoinGroupRequest, JoinGroupResponse, 0, 5, consumer_groups.join_group, consumer_groups.join_group_error, False),
     (12, HeartbeatRequest, HeartbeatResponse, 0, 3, consumer_groups.heartbeat, consumer_groups.heartbeat_error, False),
@@ -94,8 +115,18 @@ _TABLE = [
     (16, ListGroupsRequest, ListGroupsResponse, 0, 3, consumer_groups.list_groups, consumer_groups.list_groups_error, False),
     (19, CreateTopicsRequest, CreateTopicsResponse, 0, 4, cluster.create_topics, cluster.create_topics_error, True),
     (20, DeleteTopicsRequest, DeleteTopicsResponse, 0, 3, cluster.delete_topics, cluster.delete_topics_error, True),
-    (22, InitProducerIdRequest, InitProducerIdResponse, 0, 1, cluster.init_producer_id, cluster.init_producer_id_error, False),
+    (22, InitProducerIdRequest, InitProducerIdResponse, 0, 4, cluster.init_producer_id, cluster.init_producer_id_error, False),
     (32, DescribeConfigsRequest, DescribeConfigsResponse, 0, 4, cluster.describe_configs, cluster.describe_configs_error, False),
+    # transactions (handlers/transactions.py): the versions Kafka clients with a transactional
+    # id send before KIP-890 part 2 (AddPartitionsToTxn v4+ is broker to broker; EndTxn v5
+    # bumps the epoch per transaction)
+    (24, AddPartitionsToTxnRequest, AddPartitionsToTxnResponse, 0, 3, transactions.add_partitions_to_txn, transactions.add_partitions_to_txn_error, True),
+    (25, AddOffsetsToTxnRequest, AddOffsetsToTxnResponse, 0, 3, transactions.add_offsets_to_txn, transactions.add_offsets_to_txn_error, True),
+    (26, EndTxnRequest, EndTxnResponse, 0, 3, transactions.end_txn, transactions.end_txn_error, True),
+    (28, TxnOffsetCommitRequest, TxnOffsetCommitResponse, 0, 3, transactions.txn_offset_commit, transactions.txn_offset_commit_error, True),
+    (65, DescribeTransactionsRequest, DescribeTransactionsResponse, 0, 0, transactions.describe_transactions, transactions.describe_transactions_error, False),
+    (66, ListTransactionsRequest, ListTransactionsResponse, 0, 1, transactions.list_transactions, transactions.list_transactions_error, False),
+    (61, DescribeProducersRequest, DescribeProducersResponse, 0, 0, transactions.describe_producers, transactions.describe_producers_error, False),
     # security (handlers/sasl.py, handlers/acls.py); after SaslHandshake v0 tokens come bare
     (17, SaslHandshakeRequest, SaslHandshakeResponse, 0, 1, sasl.sasl_handshake, sasl.sasl_handshake_error, False),
     (36, SaslAuthenticateRequest, SaslAuthenticateResponse, 0, 2, sasl.sasl_authenticate, sasl.sasl_authenticate_error, False),

@@ -43,6 +43,9 @@ class ListenerContext:
     # kcoord.kafka.listener_security.ListenerSecurity; None: a plaintext listener that authorizes
     # everything, as a Kafka broker without an authorizer
     security: Any = None
+    # (transactional id, producer id, epoch) -> partitions its transaction was verified to
+    # hold (handlers/transactions.py); dropped when its EndTxn or InitProducerId passes here
+    verified_txn_partitions: dict = field(default_factory=dict)
     _listeners_cache: tuple[float, dict[str, dict]] = field(default=(0.0, {}))
 
     def allowed(self, conn: Any, operation: Any, resource_type: Any, name: str) -> bool:
@@ -86,6 +89,12 @@ class ListenerContext:
         if home is None:
             home = brokers[0][0]
         return BrokerView(brokers, controller_id=home, home=home)
+
+
+def coordinator_broker(view: BrokerView, index: int) -> int:
+    """The Kafka broker id that stands for coordinator ``index`` (group or transaction)."""
+    ids = [b for b, _, _ in view.brokers]
+    return ids[index % len(ids)]
 
 
 def error_name(code: int) -> str:

@@ -1,5 +1,6 @@
 """ApiVersions, Metadata, FindCoordinator, InitProducerId, CreateTopics, DeleteTopics,
-DescribeConfigs: Kafka requests mapped onto the controller's msgpack messages."""
+DescribeConfigs: Kafka requests mapped onto the controller's msgpack messages (a
+transactional InitProducerId goes on to handlers/transactions.py)."""
 
 from __future__ import annotations
 
@@ -15,18 +16,20 @@ from kafka.protocol.metadata import ApiVersionsResponse, FindCoordinatorResponse
 from kafka.protocol.producer import InitProducerIdResponse
 
 from ...group.placement import coordinator_for
+from ...txn.placement import coordinator_for as txn_coordinator_for
 from ...protocol.controller import CreateTopicsRequest, DeleteTopicsRequest, InitProducerIdRequest
 from ...protocol.controller import DescribeConfigsRequest as ControllerDescribeConfigs
 from ...protocol.errors import ErrorCode
 from ...replication.topic_plan import default_replication_factor
 from ...security.acl import CLUSTER_NAME, ACLOperation as Op, ResourceType as RT
 from ...security.authorizer import OPERATIONS
-from ._base import OFFSETS_TOPIC, ListenerContext
+from ._base import OFFSETS_TOPIC, ListenerContext, coordinator_broker
+from .transactions import init_transactional_producer_id
 
 logger = logging.getLogger("kcoord.kafka")
 
 E = ErrorCode
-TRANSACTIONS_UNSUPPORTED = "kcoord has no transactions: use an idempotent producer without transactional.id"
+KEY_TYPE_GROUP, KEY_TYPE_TRANSACTION = 0, 1  # FindCoordinator key types
 
 
 # -- ApiVersions (18) ----------------------------------------------------------------------
@@ -165,11 +168,24 @@ def metadata_error(req: Any, version: int, code: int, message: str | None) -> An
 
 
 async def find_coordinator(ctx: ListenerContext, conn: Any, req: Any, version: int) -> Any:
+    """Key type 0: a group's coordinator; 1: a transactional id's (``kcoord.txn.coordinator_for``).
+    Any listener reaches any coordinator, so the answer is a broker at a listener; which one
+    is a function of the coordinator, so ListGroups/ListTransactions on each broker list
+    each group and transaction once."""
     R = FindCoordinatorResponse
-    if getattr(req, "key_type", 0) != 0:
+    key_type = getattr(req, "key_type", 0)
+    if key_type == KEY_TYPE_TRANSACTION:
         if not ctx.allowed(conn, Op.DESCRIBE, RT.TRANSACTIONAL_ID, req.key):
             return R(error_code=E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, error_message=None, node_id=-1, host="", port=-1)
-        return R(error_code=E.COORDINATOR_NOT_AVAILABLE, error_message=TRANSACTIONS_UNSUPPORTED, node_id=-1, host="", port=-1)
+        count = await ctx.backend.transaction_coordinators()
+        if count < 1:
+            return R(error_code=E.COORDINATOR_NOT_AVAILABLE, error_message="this kcoord cluster has no transaction coordinators", node_id=-1, host="", port=-1)
+        view = await ctx.broker_view()
+        broker = coordinator_broker(view, txn_coordinator_for(req.key, count))
+        host, port = view.address(broker)
+        return R(error_code=0, error_message=None, node_id=broker, host=host, port=port)
+    if key_type != KEY_TYPE_GROUP:
+        return R(error_code=E.INVALID_REQUEST, error_message=f"coordinator key type {key_type}: kcoord serves 0 (group) and 1 (transaction)", node_id=-1, host="", port=-1)
     if not ctx.allowed(conn, Op.DESCRIBE, RT.GROUP, req.key):
         return R(error_code=E.GROUP_AUTHORIZATION_FAILED, error_message=None, node_id=-1, host="", port=-1)
     count = await ctx.backend.group_coordinators()
@@ -181,12 +197,6 @@ async def find_coordinator(ctx: ListenerContext, conn: Any, req: Any, version: i
     broker = coordinator_broker(view, group_index(req.key, count))
     host, port = view.address(broker)
     return R(error_code=0, error_message=None, node_id=broker, host=host, port=port)
-
-
-def coordinator_broker(view: Any, index: int) -> int:
-    """The Kafka broker id that stands for group coordinator ``index``."""
-    ids = [b for b, _, _ in view.brokers]
-    return ids[index % len(ids)]
 
 
 def find_coordinator_error(req: Any, version: int, code: int, message: str | None) -> Any:
@@ -201,11 +211,12 @@ def group_index(group_id: str, count: int) -> int:
 
 
 async def init_producer_id(ctx: ListenerContext, conn: Any, req: Any, version: int) -> Any:
+    """With a transactional id: its transaction coordinator (handlers/transactions.py).
+    Without: the controller's allocator, a fresh producer id at epoch 0 (an idempotent
+    producer's KIP-360 bump with its id and epoch gets a fresh id too)."""
     R = InitProducerIdResponse
     if req.transactional_id is not None:
-        if not ctx.allowed(conn, Op.WRITE, RT.TRANSACTIONAL_ID, req.transactional_id):
-            return R(error_code=E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, producer_id=-1, producer_epoch=-1)
-        return R(error_code=E.INVALID_REQUEST, producer_id=-1, producer_epoch=-1)
+        return await init_transactional_producer_id(ctx, conn, req, version)
     # KIP-679: an idempotent producer needs IDEMPOTENT_WRITE on the cluster or WRITE on any topic
     if not (ctx.allowed(conn, Op.IDEMPOTENT_WRITE, RT.CLUSTER, CLUSTER_NAME) or ctx.allowed_any(conn, Op.WRITE, RT.TOPIC)):
         return R(error_code=E.CLUSTER_AUTHORIZATION_FAILED, producer_id=-1, producer_epoch=-1)

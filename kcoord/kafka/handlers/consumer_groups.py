@@ -225,7 +225,8 @@ def offset_commit_error(req: Any, version: int, code: int, message: str | None) 
 async def offset_fetch(ctx: ListenerContext, conn: Any, req: Any, version: int) -> Any:
     """DESCRIBE on the group (else GROUP_AUTHORIZATION_FAILED); offsets only of topics the
     principal may DESCRIBE (a named one refused: TOPIC_AUTHORIZATION_FAILED; all topics:
-    the others left out)."""
+    the others left out). v7's ``require_stable`` (read_committed consumers): a partition
+    with a transactional offset pending its marker is UNSTABLE_OFFSET_COMMIT, retried."""
     R = OffsetFetchResponse
     T = R.OffsetFetchResponseTopic
     P = T.OffsetFetchResponsePartition
@@ -237,7 +238,8 @@ async def offset_fetch(ctx: ListenerContext, conn: Any, req: Any, version: int) 
         wanted = {n: ps for n, ps in (wanted or {}).items() if n not in refused}
     if wanted == {} and refused:
         return R(throttle_time_ms=0, error_code=0, topics=[T(name=n, partitions=[P(partition_index=p, committed_offset=-1, committed_leader_epoch=-1, metadata="", error_code=E.TOPIC_AUTHORIZATION_FAILED) for p in ps]) for n, ps in refused.items()])
-    resp = await _call(ctx, "offset_fetch", G.OffsetFetchRequest(group_id=req.group_id, topics=wanted), req.group_id)
+    stable = bool(getattr(req, "require_stable", False)) if version >= 7 else False  # KIP-447
+    resp = await _call(ctx, "offset_fetch", G.OffsetFetchRequest(group_id=req.group_id, topics=wanted, require_stable=stable), req.group_id)
     if resp.error_code and version < 2:
         # v0/v1 have no top-level error: put it on every partition
         return R(topics=[T(name=t, partitions=[P(partition_index=p, committed_offset=-1, metadata="", error_code=resp.error_code) for p in ps]) for t, ps in (wanted or {}).items()])

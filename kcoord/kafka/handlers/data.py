@@ -14,6 +14,7 @@ from kafka.protocol.producer import ProduceResponse
 from ... import record as R
 from ...protocol.errors import ErrorCode
 from ...protocol.replication import FetchRequest, ListOffsetsRequest, ProduceRequest
+from ...protocol.replication import ProduceResponse as ReplicaProduceResponse
 from ...record.conversion import to_kafka
 from ...security.acl import ACLOperation as Op, ResourceType as RT
 from ._base import ListenerContext
@@ -40,8 +41,8 @@ def _split_batches(data: bytes) -> tuple[list[bytes], int, str | None]:
             return [], E.INVALID_RECORD, f"record batch magic {h.magic}: Produce v3+ carries v2 (magic 2) batches"
         if h.batch_length < R.HEADER_SIZE - R.LENGTH_PREFIX or pos + h.size > len(data):
             return [], E.CORRUPT_MESSAGE, f"record batch at byte {pos} has length {h.batch_length}, {len(data) - pos} bytes left"
-        if h.attributes & (R.TRANSACTIONAL_BIT | R.CONTROL_BIT):
-            return [], E.INVALID_RECORD, "transactional and control batches are not supported (kcoord has no transactions)"
+        if h.attributes & R.CONTROL_BIT:
+            return [], E.INVALID_RECORD, "a control batch from a client: only transaction coordinators write markers"
         spans.append((pos, pos + h.size))
         pos += h.size
     if len(spans) == 1 and isinstance(data, bytes):
@@ -75,12 +76,12 @@ async def _answer_in_time(ctx: ListenerContext, kreq: ProduceRequest, pending: A
     return resp
 
 
-async def _append_in_order(ctx: ListenerContext, topic: str, index: int, batches: list[bytes], acks: int, timeout_ms: int) -> Any:
+async def _append_in_order(ctx: ListenerContext, topic: str, index: int, batches: list[bytes], acks: int, timeout_ms: int, transactional_id: str | None) -> Any:
     """Append a partition's batches one after the other; the first error stops it. The
     answer carries the first batch's base offset."""
     first = None
     for batch in batches:
-        resp = await ctx.backend.produce(ProduceRequest(topic=topic, partition=index, records=batch, acks=acks, timeout_ms=timeout_ms))
+        resp = await ctx.backend.produce(ProduceRequest(topic=topic, partition=index, records=batch, acks=acks, timeout_ms=timeout_ms, transactional_id=transactional_id))
         if resp.error_code:
             return resp
         if first is None:
@@ -88,12 +89,26 @@ async def _append_in_order(ctx: ListenerContext, topic: str, index: int, batches
     return first
 
 
-async def _chained(ctx: ListenerContext, kreqs: list[ProduceRequest], before: tuple | None, after_answer: bool, sent: asyncio.Future) -> Any:
+async def _verify(ctx: ListenerContext, tid: str, by_producer: dict[tuple[int, int], list[tuple[str, int]]]) -> dict:
+    from .transactions import verify_partitions
+
+    refused: dict[tuple[str, int], tuple[int, str | None]] = {}
+    for (pid, epoch), tps in by_producer.items():
+        refused.update(await verify_partitions(ctx, tid, pid, epoch, tps))
+    return refused
+
+
+async def _chained(ctx: ListenerContext, kreqs: list[ProduceRequest], before: tuple | None, after_answer: bool, sent: asyncio.Future, gate: Any = None) -> Any:
     """One link of a partition's chain: wait for the batch before it (its sending, or its
-    answer when ``after_answer``), send, then wait for the answer."""
+    answer when ``after_answer``), and for a transactional batch its check (``gate``), send,
+    then wait for the answer."""
     try:
         if before is not None:
             await asyncio.wait([before[2] if after_answer else before[1]])
+        if gate is not None:
+            refusal = (await gate).get((kreqs[0].topic, kreqs[0].partition))
+            if refusal is not None:
+                return ReplicaProduceResponse(error_code=refusal[0], error_message=refusal[1])
         if len(kreqs) == 1 and not after_answer:
             pending = await ctx.backend.submit_produce(kreqs[0])
             sent.set_result(True)
@@ -101,7 +116,7 @@ async def _chained(ctx: ListenerContext, kreqs: list[ProduceRequest], before: tu
         sent.set_result(True)
         if len(kreqs) == 1:
             return await _answer_in_time(ctx, kreqs[0], await ctx.backend.submit_produce(kreqs[0]))
-        return await _append_in_order(ctx, kreqs[0].topic, kreqs[0].partition, [k.records for k in kreqs], kreqs[0].acks, kreqs[0].timeout_ms)
+        return await _append_in_order(ctx, kreqs[0].topic, kreqs[0].partition, [k.records for k in kreqs], kreqs[0].acks, kreqs[0].timeout_ms, kreqs[0].transactional_id)
     finally:
         if not sent.done():
             sent.set_result(False)
@@ -118,19 +133,35 @@ async def produce(ctx: ListenerContext, conn: Any, req: Any, version: int) -> An
     so a large batch, and the batch after one, also wait for the answer before them."""
     P = ProduceResponse
     acks = req.acks
-    if req.transactional_id is not None:
-        if not ctx.allowed(conn, Op.WRITE, RT.TRANSACTIONAL_ID, req.transactional_id):
-            return produce_error(req, version, E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, None)
-        return produce_error(req, version, E.INVALID_REQUEST, "kcoord has no transactions (transactional.id is set)")
+    tid = req.transactional_id
     started = time.perf_counter()
     STATS["produce_requests"] += 1
+    split: dict[tuple[str, int], tuple[list[bytes], int, str | None]] = {}
+    for td in req.topic_data:
+        for pd in td.partition_data:
+            split[(td.name, pd.index)] = _split_batches(pd.records or b"")
+    # Kafka: a request with transactional batches needs WRITE on its transactional id, and
+    # each such batch a partition of the producer's ongoing transaction (KIP-890's check,
+    # made here until partition leaders make it themselves).
+    txn_heads = {tp: R.read_header(bs[0]) for tp, (bs, code, _) in split.items() if not code and any(R.read_header(b).attributes & R.TRANSACTIONAL_BIT for b in bs)}
+    if txn_heads and (tid is None or not ctx.allowed(conn, Op.WRITE, RT.TRANSACTIONAL_ID, tid)):
+        return produce_error(req, version, E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, "transactional batches need the request's transactional id and WRITE on it")
+    gate = None
+    if txn_heads:
+        # Checked while the batches wait in their partitions' chains (nothing is awaited
+        # before they join them, so pipelined requests keep their order).
+        by_producer: dict[tuple[int, int], list[tuple[str, int]]] = {}
+        for tp, h in txn_heads.items():
+            if ctx.allowed(conn, Op.WRITE, RT.TOPIC, tp[0]):
+                by_producer.setdefault((h.producer_id, h.producer_epoch), []).append(tp)
+        gate = asyncio.ensure_future(_verify(ctx, tid, by_producer))
     slots: list[tuple[str, int, Any]] = []
     for td in req.topic_data:
         if not ctx.allowed(conn, Op.WRITE, RT.TOPIC, td.name):
             slots += [(td.name, pd.index, _ready((E.TOPIC_AUTHORIZATION_FAILED, None))) for pd in td.partition_data]
             continue
         for pd in td.partition_data:
-            batches, code, message = _split_batches(pd.records or b"")
+            batches, code, message = split[(td.name, pd.index)]
             if not code and acks not in (0, 1, -1):
                 code, message = E.INVALID_REQUIRED_ACKS, f"acks must be 0, 1 or -1, got {acks}"
             if code:
@@ -143,9 +174,9 @@ async def produce(ctx: ListenerContext, conn: Any, req: Any, version: int) -> An
             large = any(len(b) > INLINE_BYTES for b in batches)
             idempotent = len(batches) == 1 and R.read_header(batches[0]).producer_id >= 0
             after_answer = not idempotent or large or (before is not None and before[0])
-            kreqs = [ProduceRequest(topic=td.name, partition=pd.index, records=b, acks=acks, timeout_ms=req.timeout_ms) for b in batches]
+            kreqs = [ProduceRequest(topic=td.name, partition=pd.index, records=b, acks=acks, timeout_ms=req.timeout_ms, transactional_id=tid) for b in batches]
             sent = asyncio.get_running_loop().create_future()
-            answer = asyncio.ensure_future(_chained(ctx, kreqs, before, after_answer, sent))
+            answer = asyncio.ensure_future(_chained(ctx, kreqs, before, after_answer, sent, gate if key in txn_heads else None))
             conn.in_flight[key] = (large or not idempotent, sent, answer)
             slots.append((td.name, pd.index, answer))
     answers = await asyncio.gather(*(aw for _, _, aw in slots))
