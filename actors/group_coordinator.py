@@ -15,7 +15,6 @@ overrides are kept in Ray's GCS key/value store so they survive actor restarts.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import os
 import time
@@ -35,7 +34,7 @@ from kcoord.protocol.services import GROUP_COORDINATOR
 
 from .group_config import stored_config
 from .metrics import GroupMetricsExporter
-from .runtime import AsyncioClock, RayTransport, rpc_methods, serve_encoded, wall_ms
+from .runtime import coordinator_io, rpc_methods, serve_encoded, wait_loaded, wall_ms
 
 logger = logging.getLogger("kcoord.group")
 
@@ -80,12 +79,10 @@ class GroupCoordinatorActor:
                 logger.warning("[coordinator %d] could not read config overrides:\n%s", self.index, traceback.format_exc())
             if overrides:
                 self._set_config(overrides)
-            loop = asyncio.get_running_loop()
             self.driver = GroupCoordinatorDriver(
                 self.cluster,
                 self.core,
-                transport=RayTransport(self.namespace, loop),
-                clock=AsyncioClock(loop),
+                **coordinator_io(self.namespace),
                 timeouts=self.timeouts,
                 on_change=self._observe,
                 after_tick=self._export_metrics,
@@ -96,11 +93,7 @@ class GroupCoordinatorActor:
 
     async def ready(self, timeout_s: float | None = None) -> str:
         """Wait until the partition is loaded; returns this incarnation's id."""
-        driver = self._driver()
-        if not driver.loaded:
-            fut: asyncio.Future = asyncio.get_running_loop().create_future()
-            driver.when_loaded(lambda: fut.done() or fut.set_result(None))
-            await asyncio.wait_for(asyncio.shield(fut), timeout_s)
+        await wait_loaded(self._driver(), timeout_s)
         return self.incarnation
 
     def _set_config(self, overrides: Mapping[str, Any]) -> None:

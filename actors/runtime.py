@@ -120,6 +120,21 @@ def ray_nodes() -> tuple[list[str], dict[str, str]]:
 # -- the RPC surface of a shell ----------------------------------------------------------------
 
 
+def coordinator_io(namespace: str) -> dict[str, Any]:
+    """A coordinator driver's transport and clock, on this actor's event loop."""
+    loop = asyncio.get_running_loop()
+    return {"transport": RayTransport(namespace, loop), "clock": AsyncioClock(loop)}
+
+
+async def wait_loaded(driver: Any, timeout_s: float | None) -> None:
+    """Wait until a coordinator's driver has loaded its partition (``driver.when_loaded``);
+    asyncio.TimeoutError after ``timeout_s`` (None: no limit)."""
+    if not driver.loaded:
+        fut: asyncio.Future = asyncio.get_running_loop().create_future()
+        driver.when_loaded(lambda: fut.done() or fut.set_result(None))
+        await asyncio.wait_for(asyncio.shield(fut), timeout_s)
+
+
 async def serve_encoded(data: bytes, request_type: type[Message], serve: Callable[[Message, ReplyFn], None]) -> Message:
     """Decode ``data`` as ``request_type``, hand it to ``serve(request, reply)`` (a driver's
     serve loop) and await its one reply. Malformed bytes are answered with the error the

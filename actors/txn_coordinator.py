@@ -12,7 +12,6 @@ awaits the driver's replies and describes itself. Its RPC methods are the rows o
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import os
 import uuid
@@ -26,7 +25,7 @@ from kcoord.protocol.services import TRANSACTION_COORDINATOR
 from kcoord.txn import TransactionCoordinatorState, TxnConfig
 from kcoord.txn.driver import CoordinatorTimeouts, TransactionCoordinatorDriver
 
-from .runtime import AsyncioClock, RayTransport, rpc_methods, serve_encoded, wall_ms
+from .runtime import coordinator_io, rpc_methods, serve_encoded, wait_loaded, wall_ms
 
 logger = logging.getLogger("kcoord.txn")
 
@@ -63,12 +62,10 @@ class TransactionCoordinatorActor:
 
     def _driver(self) -> TransactionCoordinatorDriver:
         if self.driver is None:
-            loop = asyncio.get_running_loop()
             self.driver = TransactionCoordinatorDriver(
                 self.cluster,
                 self.core,
-                transport=RayTransport(self.namespace, loop),
-                clock=AsyncioClock(loop),
+                **coordinator_io(self.namespace),
                 timeouts=self.timeouts,
                 incarnation=self.incarnation,
             )
@@ -77,11 +74,7 @@ class TransactionCoordinatorActor:
 
     async def ready(self, timeout_s: float | None = None) -> str:
         """Wait until the partition is loaded; returns this incarnation's id."""
-        driver = self._driver()
-        if not driver.loaded:
-            fut: asyncio.Future = asyncio.get_running_loop().create_future()
-            driver.when_loaded(lambda: fut.done() or fut.set_result(None))
-            await asyncio.wait_for(asyncio.shield(fut), timeout_s)
+        await wait_loaded(self._driver(), timeout_s)
         return self.incarnation
 
     async def _serve(self, data: bytes, request_type: type[Message]) -> bytes:

@@ -356,23 +356,9 @@ def teardown(
 
 def _coordinator_health(client: ClusterClient, count: int, timeout_s: float = 5.0) -> list[dict[str, Any]]:
     """Ping every group coordinator: alive, loaded (replayed its partition), groups."""
-    refs = {}
-    out: list[dict[str, Any]] = []
-    for i in range(count):
-        try:
-            refs[i] = ray.get_actor(names.group_coordinator(client.name, i), namespace=client.namespace).describe.remote()
-        except ValueError:
-            pass
-    for i in range(count):
-        entry: dict[str, Any] = {"index": i, "name": names.group_coordinator(client.name, i), "alive": False, "loaded": False, "groups": 0}
-        if i in refs:
-            try:
-                d = ray.get(refs[i], timeout=timeout_s)
-                entry.update(alive=True, loaded=bool(d.get("loaded")), groups=len(d.get("groups", {})), pid=d.get("pid"))
-            except Exception as exc:
-                entry["error"] = type(exc).__name__
-        out.append(entry)
-    return out
+    from .coordinator_actors import coordinator_health
+
+    return coordinator_health(client, count, names.group_coordinator, ("groups", "groups"), timeout_s)
 
 
 def _txn_coordinator_health(client: ClusterClient, count: int) -> list[dict[str, Any]]:

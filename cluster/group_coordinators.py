@@ -20,6 +20,7 @@ from kcoord.protocol.errors import ErrorCode
 from kcoord.actors.group_config import CONFIG_KEY, stored_config
 from kcoord.actors.group_coordinator import GroupCoordinatorActor
 
+from .coordinator_actors import start_coordinators
 from .internal_topics import ensure_internal_topic, internal_topic_config
 
 E = ErrorCode
@@ -54,29 +55,14 @@ def deploy_group_coordinators(
     if count < 1:
         raise ValueError(f"count must be >= 1, got {count}")
     _ensure_offsets_topic(client, count, timeout_s)
-    handles = []
-    for i in range(count):
-        name = names.group_coordinator(client.name, i)
-        try:
-            handles.append(ray.get_actor(name, namespace=client.namespace))
-            continue
-        except ValueError:
-            pass
-        try:
-            handle = RemoteGroupCoordinator.options(
-                name=name,
-                namespace=client.namespace,
-                lifetime="detached",
-                num_cpus=0,
-                max_restarts=-1,
-                max_task_retries=0,
-                max_concurrency=10_000,
-            ).remote(client.name, i, count, client.namespace, dict(config or {}))
-        except ValueError:  # created concurrently
-            handle = ray.get_actor(name, namespace=client.namespace)
-        handles.append(handle)
-    ray.get([h.ready.remote() for h in handles], timeout=timeout_s)
-    return handles
+    return start_coordinators(
+        client,
+        count,
+        names.group_coordinator,
+        RemoteGroupCoordinator,
+        lambda i: (client.name, i, count, client.namespace, dict(config or {})),
+        timeout_s,
+    )
 
 
 def configure_group_coordinators(client: ClusterClient, properties: Mapping[str, Any], timeout_s: float = 60.0) -> dict[str, int]:

@@ -15,6 +15,7 @@ from kcoord.txn.records import TRANSACTION_STATE_SEGMENT_BYTES
 
 from kcoord.actors.txn_coordinator import TransactionCoordinatorActor
 
+from .coordinator_actors import coordinator_health, start_coordinators
 from .internal_topics import ensure_internal_topic
 
 RemoteTransactionCoordinator = ray.remote(TransactionCoordinatorActor)
@@ -39,47 +40,16 @@ def deploy_txn_coordinators(
         raise ValueError("transactions need the group coordinators (AddOffsetsToTxn, TxnOffsetCommit)")
     TxnConfig.from_properties(dict(config or {}))  # a bad value fails before anything starts
     ensure_internal_topic(client, TRANSACTION_STATE_TOPIC, count, TRANSACTION_STATE_SEGMENT_BYTES, "transaction coordinators", timeout_s)
-    handles = []
-    for i in range(count):
-        name = names.transaction_coordinator(client.name, i)
-        try:
-            handles.append(ray.get_actor(name, namespace=client.namespace))
-            continue
-        except ValueError:
-            pass
-        try:
-            handle = RemoteTransactionCoordinator.options(
-                name=name,
-                namespace=client.namespace,
-                lifetime="detached",
-                num_cpus=0,
-                max_restarts=-1,
-                max_task_retries=0,
-                max_concurrency=10_000,
-            ).remote(client.name, i, count, group_coordinators, client.namespace, dict(config or {}))
-        except ValueError:  # created concurrently
-            handle = ray.get_actor(name, namespace=client.namespace)
-        handles.append(handle)
-    ray.get([h.ready.remote() for h in handles], timeout=timeout_s)
-    return handles
+    return start_coordinators(
+        client,
+        count,
+        names.transaction_coordinator,
+        RemoteTransactionCoordinator,
+        lambda i: (client.name, i, count, group_coordinators, client.namespace, dict(config or {})),
+        timeout_s,
+    )
 
 
 def txn_coordinator_health(client: ClusterClient, count: int, timeout_s: float = 5.0) -> list[dict[str, Any]]:
     """Ping every transaction coordinator: alive, loaded (replayed its partition), ids."""
-    refs = {}
-    out: list[dict[str, Any]] = []
-    for i in range(count):
-        try:
-            refs[i] = ray.get_actor(names.transaction_coordinator(client.name, i), namespace=client.namespace).describe.remote()
-        except ValueError:
-            pass
-    for i in range(count):
-        entry: dict[str, Any] = {"index": i, "name": names.transaction_coordinator(client.name, i), "alive": False, "loaded": False, "transactional_ids": 0}
-        if i in refs:
-            try:
-                d = ray.get(refs[i], timeout=timeout_s)
-                entry.update(alive=True, loaded=bool(d.get("loaded")), transactional_ids=len(d.get("transactions", {})), pid=d.get("pid"))
-            except Exception as exc:
-                entry["error"] = type(exc).__name__
-        out.append(entry)
-    return out
+    return coordinator_health(client, count, names.transaction_coordinator, ("transactional_ids", "transactions"), timeout_s)

@@ -190,3 +190,15 @@ def test_the_cores_and_the_kit_have_no_import_cycles() -> None:
 
     cycles = [c for m in sorted(graph) if m not in packages and (c := cycle_from(m))]
     assert not cycles, f"import cycles: {cycles[:3]}"
+
+
+def test_no_two_test_modules_share_a_name():
+    """pytest imports test modules by basename (no packages under tests/): a second module
+    of the same name fails the whole collection."""
+    seen: dict[str, Path] = {}
+    clashes = []
+    for path in sorted((REPO / "tests").rglob("test_*.py")):
+        if path.name in seen:
+            clashes.append(f"{seen[path.name].relative_to(REPO)} and {path.relative_to(REPO)}")
+        seen.setdefault(path.name, path)
+    assert not clashes, "test modules with the same name: " + "; ".join(clashes)
