@@ -78,6 +78,7 @@ def head():
 
 def actor_names(status: dict) -> list[str]:
     out = [f"{NAME}/controller"] + [f"{NAME}/group/{i}" for i in range(status["cluster"]["group_coordinators"])]
+    out += [f"{NAME}/txn/{i}" for i in range(status["deploy"]["transaction_coordinators"])]
     for topic, desc in status["topics"].items():
         for p in desc["partitions"]:
             out += [f"{NAME}/replica/{topic}/{p['partition']}/{b}" for b in p["replicas"]]
@@ -115,10 +116,11 @@ def test_ray_start_kcoord_up_drivers_and_down(head, tmp_path):
 
     status = json.loads(run_kcoord(head, "--name", NAME, "status", "--json", check=True).stdout)
     assert status["cluster"]["metrics"]["offline_partitions"] == 0
-    assert {"orders", "__consumer_offsets"} <= set(status["topics"])
+    assert {"orders", "__consumer_offsets", "__transaction_state"} <= set(status["topics"])
     assert status["deploy"]["data_dir"] == str(data_dir)
     names = actor_names(status)
-    assert len(names) == 1 + 1 + 2 * 3 + 3  # controller, coordinator, orders replicas, offsets replicas
+    # controller, group and transaction coordinators, orders replicas, their topics' replicas
+    assert len(names) == 1 + 1 + 1 + 2 * 3 + 3 + 3
     assert alive_actors(head, names)[0] == names
 
     # `down` keeps logs and metadata: `up` again brings the topic, its records and the
