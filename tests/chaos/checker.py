@@ -34,9 +34,16 @@ liveness
                   partition while it had a live leader (see below)
 
 Waits: a producer's wait for a record is send -> acknowledgement; a consumer's wait for an
-offset is the producer's acknowledgement of it -> the first poll that returned it. From
-both, the time the partition had no live leader (the observer found no replica answering
-as the leader the controller named, or did not sample for over ``GAP_S``) is subtracted.
+offset is the producer's acknowledgement of it -> the first poll that returned it. A wait
+counts only the time something could have served it: from a producer's wait the time the
+partition had no live leader (the observer found no replica answering as the leader the
+controller named, or did not sample for over ``GAP_S``) is subtracted; from a consumer's,
+also the time the group had no live coordinator (the group's coordinator did not answer
+the observer within a second or had not loaded its partition) and the time that
+coordinator's ``__consumer_offsets`` partition had no live leader (a rebalance cannot
+persist its assignment without one). Histories without coordinator or
+``__consumer_offsets`` samples leave those out. The raw figures (nothing subtracted) are
+reported next to them.
 
 Prints the violations found (a few of each) and one summary line; exits 1 on any
 violation, 0 otherwise. Also writes ``check.json`` with the counts and examples.
@@ -56,6 +63,7 @@ from pathlib import Path
 from .history import parse_value, read_lines
 
 GAP_S = 5.0  # observer samples further apart than this: the partition's state is unknown
+OFFSETS = "__consumer_offsets"
 
 VIOLATIONS = (
     "lost",
@@ -401,19 +409,56 @@ class Leaderless:
             total += self.ends[i - 1] - self.starts[i - 1]
         return total
 
+    def union(self, other: "Leaderless") -> "Leaderless":
+        """Time either lacked what it tracks; sampled only where both were."""
+        out = Leaderless([])
+        if self.first is None or other.first is None:
+            return out
+        merged: list[list[float]] = []
+        for s, e in sorted(zip(self.starts + other.starts, self.ends + other.ends)):
+            if merged and s <= merged[-1][1]:
+                merged[-1][1] = max(merged[-1][1], e)
+            else:
+                merged.append([s, e])
+        out.starts = [s for s, _ in merged]
+        out.ends = [e for _, e in merged]
+        out.first, out.last = max(self.first, other.first), min(self.last, other.last)
+        for s, e in merged:
+            out.cum.append(out.cum[-1] + e - s)
+        return out
 
-def leaderless_by_partition(run: Run) -> dict[int, Leaderless]:
+
+def leaderless_by_partition(run: Run, topic: str | None = None) -> dict[int, Leaderless]:
+    """{partition: Leaderless} of the data topic, or of ``topic``."""
+    want = (None, run.final.get("topic")) if topic is None else (topic,)
     samples: dict[int, list[tuple[float, bool]]] = defaultdict(list)
     for e in run.observer:
-        if e["type"] == "replicas" and e.get("topic") in (None, run.final.get("topic")):
+        if e["type"] == "replicas" and e.get("topic") in want:
             samples[e["partition"]].append((e["t"], bool(e.get("live_leader"))))
     return {p: Leaderless(s) for p, s in samples.items()}
+
+
+def group_unserved(run: Run) -> Leaderless | None:
+    """Time the group could not be served: its coordinator not answering or not loaded,
+    or that coordinator's ``__consumer_offsets`` partition without a live leader. None when
+    the history has no coordinator samples (an older run): nothing is known then."""
+    samples = [(e["t"], bool(e.get("live"))) for e in run.observer if e["type"] == "coordinator"]
+    if not samples:
+        return None
+    out = Leaderless(samples)
+    index = next((e.get("index") for e in run.observer if e["type"] == "coordinator"), None)
+    offsets = leaderless_by_partition(run, OFFSETS).get(index)
+    return out.union(offsets) if offsets is not None else out
 
 
 def check_waits(run: Run, rep: Report, first_seen: dict[int, dict[int, float]], stall_threshold: float) -> None:
     leaderless = leaderless_by_partition(run)
     none = Leaderless([])
+    unserved = group_unserved(run)
+    # a consumer waits out its partition's leader and its group's coordinator
+    consumer_lz = {p: (lz.union(unserved) if unserved is not None else lz) for p, lz in leaderless.items()}
     worst_p = (0.0, None)
+    raw_p = raw_c = 0.0
     acked_at: dict[tuple[int, int], float] = {}
     for pr in run.producers.values():
         # records sent together to one partition share their wait: the latest ack counts
@@ -427,6 +472,7 @@ def check_waits(run: Run, rep: Report, first_seen: dict[int, dict[int, float]], 
             key = (p, t_inv)
             latest[key] = max(latest.get(key, 0.0), t_ack)
         for (p, t_inv), t_ack in latest.items():
+            raw_p = max(raw_p, t_ack - t_inv)
             w = (t_ack - t_inv) - leaderless.get(p, none).measure(t_inv, t_ack)
             if w > worst_p[0]:
                 worst_p = (w, {"producer": pr.name, "partition": p, "sent": t_inv, "acked": t_ack, "raw": t_ack - t_inv})
@@ -441,19 +487,25 @@ def check_waits(run: Run, rep: Report, first_seen: dict[int, dict[int, float]], 
                 worst_p = (w, {"producer": pr.name, "seq": seq, "sent": t_inv, "gave_up": end, "indeterminate": True})
     worst_c = (0.0, None)
     for p, seen in first_seen.items():
-        lz = leaderless.get(p, none)
+        lz = consumer_lz.get(p, none)
         for o, t_seen in seen.items():
             t_av = acked_at.get((p, o))
             if t_av is None or t_seen <= t_av:
                 continue
+            raw_c = max(raw_c, t_seen - t_av)
             w = (t_seen - t_av) - lz.measure(t_av, t_seen)
             if w > worst_c[0]:
-                worst_c = (w, {"partition": p, "offset": o, "acked": t_av, "consumed": t_seen, "raw": t_seen - t_av})
+                worst_c = (w, {"partition": p, "offset": o, "acked": t_av, "consumed": t_seen, "raw": t_seen - t_av,
+                               "leaderless": leaderless.get(p, none).measure(t_av, t_seen),
+                               "group_unserved": None if unserved is None else unserved.measure(t_av, t_seen)})
     rep.figures["producer_max_wait_s"] = round(worst_p[0], 2)
     rep.figures["producer_max_wait"] = worst_p[1]
+    rep.figures["producer_max_wait_raw_s"] = round(raw_p, 2)
     rep.figures["consumer_max_wait_s"] = round(worst_c[0], 2)
     rep.figures["consumer_max_wait"] = worst_c[1]
+    rep.figures["consumer_max_wait_raw_s"] = round(raw_c, 2)
     rep.figures["leaderless_s"] = {p: round(lz.cum[-1], 1) for p, lz in sorted(leaderless.items())}
+    rep.figures["group_unserved_s"] = None if unserved is None else round(unserved.cum[-1], 1)
     for who, (w, ex) in (("producer", worst_p), ("consumer", worst_c)):
         if w > stall_threshold:
             rep.flag("stalls", {"client": who, "wait_s": round(w, 2), **(ex or {})})
@@ -521,6 +573,7 @@ def summary_line(rep: Report) -> str:
         f"node_losses={f.get('node_losses', 0)}",
         f"producer_max_wait={f.get('producer_max_wait_s', 0)}s",
         f"consumer_max_wait={f.get('consumer_max_wait_s', 0)}s",
+        f"raw_waits={f.get('producer_max_wait_raw_s', 0)}s/{f.get('consumer_max_wait_raw_s', 0)}s",
     ]
     return "chaos-check " + " ".join(parts) + (" OK" if rep.ok else " FAILED")
 

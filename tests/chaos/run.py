@@ -7,7 +7,7 @@ clients in their own processes, a nemesis from one seed, then the checker.
    brokers bound one per node, so the replicas of every partition are on three nodes. The
    controller sits on the head, which the nemesis never removes.
 2. Topic ``chaos`` (3 partitions, RF 3, min.insync.replicas 2) and a consumer group over
-   it; the undisturbed catch-up rate is measured first on a topic ``calm``.
+   it.
 3. Producer and group-member processes (:mod:`tests.chaos.clients`) append their histories
    while the nemesis (:mod:`tests.chaos.nemesis`) injects its schedule and an observer
    thread records every replica's view of itself and the group's state.
@@ -16,7 +16,10 @@ clients in their own processes, a nemesis from one seed, then the checker.
    to heal (every ISR full, every replica caught up) and the group to commit everything;
    it reads every replica's log (replicas must agree byte for byte), reads the topic
    again with a fresh consumer (the catch-up rate after the run) and writes ``final.json``
-   and ``final-log.jsonl``.
+   and ``final-log.jsonl``. The undisturbed rate it is compared with is measured then too,
+   on a topic ``calm`` created on the healed cluster and written with as many records in
+   batches of the same size (a reader's cost depends on the batch size as well as the
+   record count); each topic is read ``READS`` times and the medians compared.
 5. The checker (:mod:`tests.chaos.checker`) runs over the directory. The last line printed
    is a JSON summary; the exit status is 0 only if the checker found nothing and the
    nemesis managed ``--min-kills`` kills.
@@ -58,6 +61,7 @@ EXIT_RAY_STARTUP = 75
 # faults drawn past --seconds, injected only while fewer than --min-kills kills have landed
 # (a slower machine skips more kills whose targets are still restarting)
 OVERTIME = 0.3
+READS = 3  # catch-up reads of each topic; the median counts
 
 # kcoord's own Ray settings for many small actors on a small machine, without usage stats.
 RAY_ENV = {**LOCAL_RAY_ENV, "RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": os.environ.get("RAY_AUTH_MODE", "disabled")}
@@ -177,10 +181,10 @@ class Clients:
         return {k: v for k, v in self.exits.items() if v not in (0, -9)}
 
 
-def run_reader(clients: Clients, topic: str, out_file: str, timeout: float) -> dict:
+def run_reader(clients: Clients, topic: str, out_file: str, timeout: float, repeat: int = 1) -> dict:
     cmd = [sys.executable, "-m", "tests.chaos.clients", "reader", "--cluster", clients.cluster_name, "--address", clients.address,
-           "--namespace", NAMESPACE, "--topic", topic, "--out", out_file, "--timeout", str(timeout)]
-    proc = subprocess.run(cmd, cwd=str(REPO), env=clients.env, capture_output=True, text=True, timeout=timeout + 120)
+           "--namespace", NAMESPACE, "--topic", topic, "--out", out_file, "--timeout", str(timeout), "--repeat", str(repeat)]
+    proc = subprocess.run(cmd, cwd=str(REPO), env=clients.env, capture_output=True, text=True, timeout=timeout * repeat + 120)
     lines = [line for line in proc.stdout.strip().splitlines() if line.startswith("{")]
     if not lines:
         return {"ok": False, "error": proc.stderr[-2000:]}
@@ -197,13 +201,31 @@ class Observer(threading.Thread):
     itself) twice a second and the group once a second; the checker uses the samples for
     invariants 3, 4 and 6 and to know when a partition had a live leader."""
 
-    def __init__(self, cluster, admin, history: History) -> None:
+    def __init__(self, cluster, admin, history: History, coordinators: int = 2) -> None:
         super().__init__(daemon=True)
         self.cluster = cluster
         self.admin = admin
         self.history = history
         self.stop_event = threading.Event()
         self.samples = 0
+        from kcoord.group.placement import coordinator_for
+
+        self.coordinator = coordinator_for(GROUP, coordinators)  # the group's coordinator
+        self._coordinator_handle = None
+
+    def _ask_coordinator(self):
+        """describe() of the group's coordinator (None if its actor cannot be found)."""
+        import ray
+
+        from kcoord.protocol import names
+
+        try:
+            if self._coordinator_handle is None:
+                self._coordinator_handle = ray.get_actor(names.group_coordinator(self.cluster.name, self.coordinator), namespace=NAMESPACE)
+            return self._coordinator_handle.describe.remote()
+        except Exception:  # noqa: BLE001 - restarting, or its node is gone
+            self._coordinator_handle = None
+            return None
 
     def run(self) -> None:
         import ray
@@ -230,9 +252,11 @@ class Observer(threading.Thread):
                         except Exception:  # noqa: BLE001
                             pass
                 sent.append((topic, md, refs))
-            all_refs = [r for _, _, refs in sent for r in refs.values()]
+            coordinator_ref = self._ask_coordinator()
+            all_refs = [r for _, _, refs in sent for r in refs.values()] + ([coordinator_ref] if coordinator_ref is not None else [])
             ready, _ = ray.wait(all_refs, num_returns=len(all_refs), timeout=1.0)
             ready = set(ready)
+            self._coordinator_sample(t, coordinator_ref if coordinator_ref in ready else None)
             for topic, md, refs in sent:
                 for pm in md.partitions:
                     reps, live = [], False
@@ -249,6 +273,25 @@ class Observer(threading.Thread):
                     self.history.write("replicas", t=t, topic=topic, partition=pm.partition, leader=pm.leader, epoch=pm.leader_epoch,
                                        isr=list(pm.isr), replicas=reps, live_leader=live)
             self.samples += 1
+
+    def _coordinator_sample(self, t: float, ref) -> None:
+        """The group's coordinator: live if it answered within the second and has loaded
+        its partition (it serves the group only then); with its group's state."""
+        import ray
+
+        info = None
+        if ref is not None:
+            try:
+                info = ray.get(ref, timeout=0)
+            except Exception:  # noqa: BLE001
+                info = None
+        if info is None:
+            self.history.write("coordinator", t=t, index=self.coordinator, live=False)
+            return
+        g = info.get("groups", {}).get(GROUP) or {}
+        self.history.write("coordinator", t=t, index=self.coordinator, live=bool(info.get("loaded")), incarnation=info.get("incarnation"),
+                           pid=info.get("pid"), load=info.get("load"), state=g.get("state"), gen=g.get("generation"),
+                           members=len(g.get("members", [])))
 
     def _watch_group(self) -> None:
         """The group once a second, in its own thread: describe_group asks every leader for
@@ -324,13 +367,13 @@ def read_replica(cluster, topic: str, partition: int, broker: int):
     return digest.hexdigest(), out, epochs
 
 
-def records_per_batch(cluster, topic: str) -> float:
-    """Mean records per batch in the leaders' logs of ``topic``."""
+def batch_shape(cluster, topic: str) -> dict:
+    """Records, batches, mean records and bytes per batch in the leaders' logs of ``topic``."""
     import ray
 
     from kcoord import records
 
-    n_records = n_batches = 0
+    n_records = n_batches = n_bytes = 0
     for pm in cluster.topic(topic, refresh=True).partitions:
         if pm.leader < 0:
             continue  # offline (a run that did not heal, which the checker reports)
@@ -342,9 +385,37 @@ def records_per_batch(cluster, topic: str) -> float:
             if not headers:
                 break
             n_batches += len(headers)
+            n_bytes += len(raw)
             n_records += headers[-1].next_offset - max(offset, headers[0].base_offset)
             offset = headers[-1].next_offset
-    return round(n_records / n_batches, 2) if n_batches else 0.0
+    return {
+        "log_records": n_records,
+        "batches": n_batches,
+        "records_per_batch": round(n_records / n_batches, 2) if n_batches else 0.0,
+        "bytes_per_batch": round(n_bytes / n_batches) if n_batches else 0,
+    }
+
+
+def undisturbed_rate(cluster, admin, clients: Clients, shape: dict) -> dict:
+    """The catch-up rate of topic ``calm``, created on the healed cluster and written with
+    as many records as the chaos topic holds, with the same keys and value sizes, in batches
+    of the chaos topic's mean size; nothing is injected meanwhile."""
+    import kcoord
+    from tests.chaos.clients import PAD
+
+    admin.create_topic(CALM, partitions=PARTITIONS, replication_factor=3, config={"min.insync.replicas": 2})
+    admin.wait_for_leaders(CALM)
+    n = max(1, shape["log_records"])
+    with kcoord.Producer(cluster, acks="all", linger_ms=5) as p:
+        step = 50_000
+        for lo in range(0, n, step):
+            idx = range(lo, min(n, lo + step))
+            p.send_batch(CALM, values=[b"p9:%d" % i + PAD for i in idx], keys=[b"k%d" % (i % 97) for i in idx],
+                         batch_size=max(1, int(shape["bytes_per_batch"])), timeout=300)
+    result = run_reader(clients, CALM, "", timeout=600, repeat=READS)
+    result.update(batch_shape(cluster, CALM))
+    admin.delete_topic(CALM)
+    return result
 
 
 # ----------------------------------------------------------------------------------------
@@ -435,30 +506,15 @@ def main(argv: list[str] | None = None) -> int:
                          controller_config=CONTROLLER_CONFIG)
         configure_group_coordinators(cluster, GROUP_CONFIG)
         admin = kcoord.Admin(cluster)
-        for topic in (TOPIC,) if args.no_baseline else (TOPIC, CALM):
-            admin.create_topic(topic, partitions=PARTITIONS, replication_factor=3, config={"min.insync.replicas": 2})
-            admin.wait_for_leaders(topic)
+        admin.create_topic(TOPIC, partitions=PARTITIONS, replication_factor=3, config={"min.insync.replicas": 2})
+        admin.wait_for_leaders(TOPIC)
         placement = ray.get(cluster.controller.placement.remote(), timeout=30)
         log(f"Ray cluster of {len(rc.worker_nodes) + 1} nodes, kcoord {name!r} deployed; brokers on nodes "
             f"{ {int(b): v['node'][:8] for b, v in placement['brokers'].items()} }")
         timings["setup_s"] = time.monotonic() - T0
 
-        # -- the undisturbed catch-up rate ---------------------------------------------------
         clients = Clients(args, rc.address, name, out)
         final["baseline"] = {}
-        if not args.no_baseline:
-            baseline_records = int(min(400_000, max(200_000, args.rate * args.seconds)))
-            from tests.chaos.clients import PAD
-
-            with kcoord.Producer(cluster, acks="all", linger_ms=5) as p:
-                for i in range(baseline_records):
-                    p.send(CALM, value=b"calm:%d" % i + PAD, key=b"k%d" % (i % 97))
-                p.flush(timeout=300)
-            final["baseline"] = run_reader(clients, CALM, "", timeout=600)
-            final["baseline"]["records_per_batch"] = records_per_batch(cluster, CALM)
-            log(f"undisturbed catch-up: {final['baseline']}")
-            admin.delete_topic(CALM)
-        timings["baseline_s"] = time.monotonic() - T0 - timings["setup_s"]
 
         # -- clients, observer, nemesis ---------------------------------------------------------
         clients.start_members()
@@ -467,11 +523,11 @@ def main(argv: list[str] | None = None) -> int:
         clients.start_producers()
         ok, _ = wait_for("the first acknowledged writes", lambda: sum(admin.list_offsets(TOPIC, "latest").values()) > 200, timeout=120)
         obs_client = kcoord.ClusterClient(name, namespace=NAMESPACE, address=None, request_timeout_ms=3000)
-        observer = Observer(obs_client, kcoord.Admin(obs_client), History(out / "observer.jsonl"))
+        observer = Observer(obs_client, kcoord.Admin(obs_client), History(out / "observer.jsonl"), coordinators=2)
         observer.start()
         nem_client = kcoord.ClusterClient(name, namespace=NAMESPACE, address=None, request_timeout_ms=5000)
         nemesis = Nemesis(nem_client, rc, WORKER_ARGS, TOPIC, data_dir, History(out / "nemesis.jsonl"), clients.kill_member, 2, log)
-        timings["clients_start_s"] = time.monotonic() - T0 - timings["setup_s"] - timings["baseline_s"]
+        timings["clients_start_s"] = time.monotonic() - T0 - timings["setup_s"]
         t_chaos = time.monotonic()
         log("nemesis starts")
         nemesis.run(plan, args.seconds, min_kills=min_kills)
@@ -531,12 +587,17 @@ def main(argv: list[str] | None = None) -> int:
                     final["epochs_decrease"].append(pm.partition)
                 for o, v in recs:
                     f.write(json.dumps([pm.partition, o, v.split(b"|", 1)[0].decode()]) + "\n")
-        final["catchup"] = run_reader(clients, TOPIC, str(out / "reader-final.jsonl"), timeout=900)
-        final["catchup"]["records_per_batch"] = records_per_batch(cluster, TOPIC)
+        shape = batch_shape(cluster, TOPIC)
+        if not args.no_baseline:
+            t_base = time.monotonic()
+            final["baseline"] = undisturbed_rate(cluster, admin, clients, shape)
+            timings["baseline_s"] = time.monotonic() - t_base
+            log(f"undisturbed catch-up: {final['baseline']}")
+        final["catchup"] = run_reader(clients, TOPIC, str(out / "reader-final.jsonl"), timeout=900, repeat=READS)
+        final["catchup"].update(shape)
         base, after = final["baseline"].get("rate", 0.0), final["catchup"].get("rate", 0.0)
         final["catchup_ratio"] = round(after / base, 3) if base else None
-        # A reader's cost is per batch as much as per record, and the chaos producers' batch
-        # size follows the machine's load: the same ratio in batches/s.
+        # the same ratio in batches/s (equal when the batch shapes match, as they should)
         rpb_base, rpb_after = final["baseline"].get("records_per_batch"), final["catchup"].get("records_per_batch")
         final["catchup_ratio_batches"] = round((after / rpb_after) / (base / rpb_base), 3) if base and rpb_base and rpb_after else None
         log(f"catch-up after the run: {final['catchup']} ({final['catchup_ratio']}x the undisturbed rate in records/s, "
@@ -581,6 +642,9 @@ def main(argv: list[str] | None = None) -> int:
         "stale_reads": report["counts"]["stale_reads"],
         "producer_max_wait_s": fig["producer_max_wait_s"],
         "consumer_max_wait_s": fig["consumer_max_wait_s"],
+        "producer_max_wait_raw_s": fig.get("producer_max_wait_raw_s"),
+        "consumer_max_wait_raw_s": fig.get("consumer_max_wait_raw_s"),
+        "group_unserved_s": fig.get("group_unserved_s"),
         "catchup_rate": round(final.get("catchup", {}).get("rate", 0.0)),
         "baseline_rate": round(final.get("baseline", {}).get("rate", 0.0)),
         "catchup_ratio": final.get("catchup_ratio"),

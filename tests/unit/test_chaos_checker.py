@@ -347,3 +347,37 @@ def test_the_nemesis_plans_a_skipped_node_loss_again_until_one_lands(monkeypatch
     n.run(plan, seconds=0.6, min_kills=1)
     losses = [round(f.at, 1) for f in n.injected if f.kind == "node-loss"]
     assert losses == [0.0, 0.2, 0.4, 0.5], "planned again until one landed, and the second one as planned"
+
+
+def test_a_consumer_wait_leaves_out_time_the_group_had_no_live_coordinator(hist):
+    # p0:0 (partition 0, acked at T+1) is first polled at T+50
+    hist.member[2] = {**hist.member[2], "t": T + 50}
+    hist.member[3] = {**hist.member[3], "t": T + 50.1}
+    sample = hist.replicas[-1]
+    hist.replicas = [{**sample, "partition": p, "t": T + i * 0.5} for i in range(140) for p in (0, 1)]
+    rep = run_check(hist, stall_threshold=30)
+    only(rep, "stalls")  # no coordinator samples (an older history): all 49 s count
+    assert rep.figures["consumer_max_wait_s"] == pytest.approx(49.0, abs=0.6)
+    assert rep.figures["group_unserved_s"] is None
+    # the group's coordinator answered but had not loaded from T+5 to T+40
+    coordinator = [{"t": T + i * 0.5, "index": 0, "live": not (T + 5 <= T + i * 0.5 <= T + 40)} for i in range(140)]
+    d = hist.write()
+    h = History(d / "observer.jsonl")
+    for c in coordinator:
+        h.write("coordinator", **c)
+    h.close()
+    rep = checker.check(checker.load(d), stall_threshold=30)
+    only(rep)
+    assert rep.figures["consumer_max_wait_s"] == pytest.approx(14.0, abs=1.1)
+    assert rep.figures["consumer_max_wait_raw_s"] == pytest.approx(49.0, abs=0.1)
+    assert rep.figures["consumer_max_wait"]["group_unserved"] == pytest.approx(35.0, abs=1.1)
+    # ... and its __consumer_offsets partition had no live leader from T+40 to T+46
+    h = History(d / "observer.jsonl")
+    for i in range(140):
+        t = T + i * 0.5
+        h.write("replicas", **{**sample, "topic": "__consumer_offsets", "partition": 0, "t": t, "live_leader": not (T + 40 < t <= T + 46)})
+    h.close()
+    rep = checker.check(checker.load(d), stall_threshold=30)
+    assert rep.figures["consumer_max_wait_s"] == pytest.approx(7.0, abs=1.1)
+    # a producer's wait does not depend on the group
+    assert rep.figures["producer_max_wait_s"] == pytest.approx(rep.figures["producer_max_wait_raw_s"], abs=0.01)
