@@ -37,8 +37,10 @@ Waits: a producer's wait for a record is send -> acknowledgement; a consumer's w
 offset is the producer's acknowledgement of it -> the first poll that returned it. A wait
 counts only the time something could have served it: from a producer's wait the time the
 partition had no live leader (the observer found no replica answering as the leader the
-controller named, or did not sample for over ``GAP_S``) is subtracted; from a consumer's,
-also the time the group had no live coordinator (the group's coordinator did not answer
+controller named, or did not sample for over ``GAP_S``) or fewer live replicas than its
+``min.insync.replicas`` (an acks=all write cannot be acknowledged then; ``final.json``'s
+``min_insync_replicas``) is subtracted; from a consumer's, the time without a live leader,
+the time the group had no live coordinator (the group's coordinator did not answer
 the observer within a second or had not loaded its partition) and the time that
 coordinator's ``__consumer_offsets`` partition had no live leader (a rebalance cannot
 persist its assignment without one). Histories without coordinator or
@@ -428,13 +430,14 @@ class Leaderless:
         return out
 
 
-def leaderless_by_partition(run: Run, topic: str | None = None) -> dict[int, Leaderless]:
-    """{partition: Leaderless} of the data topic, or of ``topic``."""
+def leaderless_by_partition(run: Run, topic: str | None = None, min_live: int = 0) -> dict[int, Leaderless]:
+    """{partition: Leaderless} of the data topic, or of ``topic``; with ``min_live``, a
+    partition with fewer replicas answering the observer counts as leaderless too."""
     want = (None, run.final.get("topic")) if topic is None else (topic,)
     samples: dict[int, list[tuple[float, bool]]] = defaultdict(list)
     for e in run.observer:
         if e["type"] == "replicas" and e.get("topic") in want:
-            samples[e["partition"]].append((e["t"], bool(e.get("live_leader"))))
+            samples[e["partition"]].append((e["t"], bool(e.get("live_leader")) and len(e.get("replicas", [])) >= min_live))
     return {p: Leaderless(s) for p, s in samples.items()}
 
 
@@ -453,12 +456,14 @@ def group_unserved(run: Run) -> Leaderless | None:
 
 def check_waits(run: Run, rep: Report, first_seen: dict[int, dict[int, float]], stall_threshold: float) -> None:
     leaderless = leaderless_by_partition(run)
+    # an acks=all write also needs min.insync.replicas live replicas
+    unwritable = leaderless_by_partition(run, min_live=int(run.final.get("min_insync_replicas", 0)))
     none = Leaderless([])
     unserved = group_unserved(run)
     # a consumer waits out its partition's leader and its group's coordinator
     consumer_lz = {p: (lz.union(unserved) if unserved is not None else lz) for p, lz in leaderless.items()}
     worst_p = (0.0, None)
-    raw_p = raw_c = 0.0
+    raw_p = raw_c = live_p = 0.0
     acked_at: dict[tuple[int, int], float] = {}
     for pr in run.producers.values():
         # records sent together to one partition share their wait: the latest ack counts
@@ -473,16 +478,18 @@ def check_waits(run: Run, rep: Report, first_seen: dict[int, dict[int, float]], 
             latest[key] = max(latest.get(key, 0.0), t_ack)
         for (p, t_inv), t_ack in latest.items():
             raw_p = max(raw_p, t_ack - t_inv)
-            w = (t_ack - t_inv) - leaderless.get(p, none).measure(t_inv, t_ack)
+            live_p = max(live_p, (t_ack - t_inv) - leaderless.get(p, none).measure(t_inv, t_ack))
+            w = (t_ack - t_inv) - unwritable.get(p, none).measure(t_inv, t_ack)
             if w > worst_p[0]:
-                worst_p = (w, {"producer": pr.name, "partition": p, "sent": t_inv, "acked": t_ack, "raw": t_ack - t_inv})
+                worst_p = (w, {"producer": pr.name, "partition": p, "sent": t_inv, "acked": t_ack, "raw": t_ack - t_inv,
+                               "leaderless": leaderless.get(p, none).measure(t_inv, t_ack)})
         end = pr.ended or pr.last_t
         for seq in pr.info:
             t_inv = pr.invoke_time(seq)
             if t_inv is None:
                 continue
             # unknown partition: count what the producer waited, less no leader anywhere
-            w = (end - t_inv) - min((lz.measure(t_inv, end) for lz in leaderless.values()), default=0.0)
+            w = (end - t_inv) - min((lz.measure(t_inv, end) for lz in unwritable.values()), default=0.0)
             if w > worst_p[0]:
                 worst_p = (w, {"producer": pr.name, "seq": seq, "sent": t_inv, "gave_up": end, "indeterminate": True})
     worst_c = (0.0, None)
@@ -500,15 +507,30 @@ def check_waits(run: Run, rep: Report, first_seen: dict[int, dict[int, float]], 
                                "group_unserved": None if unserved is None else unserved.measure(t_av, t_seen)})
     rep.figures["producer_max_wait_s"] = round(worst_p[0], 2)
     rep.figures["producer_max_wait"] = worst_p[1]
+    rep.figures["producer_max_wait_live_leader_s"] = round(live_p, 2)
     rep.figures["producer_max_wait_raw_s"] = round(raw_p, 2)
     rep.figures["consumer_max_wait_s"] = round(worst_c[0], 2)
     rep.figures["consumer_max_wait"] = worst_c[1]
     rep.figures["consumer_max_wait_raw_s"] = round(raw_c, 2)
     rep.figures["leaderless_s"] = {p: round(lz.cum[-1], 1) for p, lz in sorted(leaderless.items())}
     rep.figures["group_unserved_s"] = None if unserved is None else round(unserved.cum[-1], 1)
+    rep.figures["coordinator_loads"] = coordinator_loads(run)
     for who, (w, ex) in (("producer", worst_p), ("consumer", worst_c)):
         if w > stall_threshold:
             rep.flag("stalls", {"client": who, "wait_s": round(w, 2), **(ex or {})})
+
+
+def coordinator_loads(run: Run) -> dict | None:
+    """How long the group's coordinator took to load, over the incarnations the observer saw
+    loaded (time a loading coordinator leaves out of consumer waits, kept in view here)."""
+    loads: dict[str, int] = {}
+    for e in run.observer:
+        if e["type"] == "coordinator" and e.get("live") and (e.get("load") or {}).get("load_ms") is not None:
+            loads[e.get("incarnation") or ""] = int(e["load"]["load_ms"])
+    if not loads:
+        return None
+    ms = sorted(loads.values())
+    return {"incarnations": len(ms), "median_ms": ms[len(ms) // 2], "max_ms": ms[-1]}
 
 
 def check_liveness(run: Run, rep: Report) -> None:

@@ -57,6 +57,7 @@ CALM = "calm"
 GROUP = "chaos-group"
 OFFSETS = "__consumer_offsets"
 PARTITIONS = 3
+MIN_ISR = 2
 EXIT_RAY_STARTUP = 75
 # faults drawn past --seconds, injected only while fewer than --min-kills kills have landed
 # (a slower machine skips more kills whose targets are still restarting)
@@ -403,15 +404,21 @@ def undisturbed_rate(cluster, admin, clients: Clients, shape: dict) -> dict:
     import kcoord
     from tests.chaos.clients import PAD
 
-    admin.create_topic(CALM, partitions=PARTITIONS, replication_factor=3, config={"min.insync.replicas": 2})
+    admin.create_topic(CALM, partitions=PARTITIONS, replication_factor=3, config={"min.insync.replicas": MIN_ISR})
     admin.wait_for_leaders(CALM)
+    from kcoord.client.producer.batch import BATCH_OVERHEAD, record_size
+
     n = max(1, shape["log_records"])
+    # the bulk writer cuts batches by its own estimate of a record's size: aim at the chaos
+    # topic's mean records per batch through it
+    typical = record_size(b"p9:%d" % (n // 2) + PAD, b"k%d" % 48)
+    batch_size = BATCH_OVERHEAD + typical * max(1, round(shape["records_per_batch"]))
     with kcoord.Producer(cluster, acks="all", linger_ms=5) as p:
         step = 50_000
         for lo in range(0, n, step):
             idx = range(lo, min(n, lo + step))
             p.send_batch(CALM, values=[b"p9:%d" % i + PAD for i in idx], keys=[b"k%d" % (i % 97) for i in idx],
-                         batch_size=max(1, int(shape["bytes_per_batch"])), timeout=300)
+                         batch_size=batch_size, timeout=300)
     result = run_reader(clients, CALM, "", timeout=600, repeat=READS)
     result.update(batch_shape(cluster, CALM))
     admin.delete_topic(CALM)
@@ -500,13 +507,13 @@ def main(argv: list[str] | None = None) -> int:
     clients = None
     nemesis = None
     observer = None
-    final: dict = {"topic": TOPIC, "group": GROUP, "seed": args.seed, "seconds": args.seconds}
+    final: dict = {"topic": TOPIC, "group": GROUP, "seed": args.seed, "seconds": args.seconds, "min_insync_replicas": MIN_ISR}
     try:
         cluster = deploy(name, brokers=3, data_dir=data_dir, group_coordinators=2, address=None, namespace=NAMESPACE,
                          controller_config=CONTROLLER_CONFIG)
         configure_group_coordinators(cluster, GROUP_CONFIG)
         admin = kcoord.Admin(cluster)
-        admin.create_topic(TOPIC, partitions=PARTITIONS, replication_factor=3, config={"min.insync.replicas": 2})
+        admin.create_topic(TOPIC, partitions=PARTITIONS, replication_factor=3, config={"min.insync.replicas": MIN_ISR})
         admin.wait_for_leaders(TOPIC)
         placement = ray.get(cluster.controller.placement.remote(), timeout=30)
         log(f"Ray cluster of {len(rc.worker_nodes) + 1} nodes, kcoord {name!r} deployed; brokers on nodes "

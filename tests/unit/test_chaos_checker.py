@@ -381,3 +381,23 @@ def test_a_consumer_wait_leaves_out_time_the_group_had_no_live_coordinator(hist)
     assert rep.figures["consumer_max_wait_s"] == pytest.approx(7.0, abs=1.1)
     # a producer's wait does not depend on the group
     assert rep.figures["producer_max_wait_s"] == pytest.approx(rep.figures["producer_max_wait_raw_s"], abs=0.01)
+
+
+def test_a_producer_wait_leaves_out_time_below_min_insync_replicas_alive(hist):
+    # p0:5 (partition 1, sent T+1.5) acknowledged at T+31.5; from T+5 to T+25 only its leader
+    # answered the observer (both followers dead): no acks=all write could be acknowledged
+    hist.acks[5] = [5, 1, 2, T + 31.5]
+    sample = hist.replicas[-1]
+    hist.replicas = [{**sample, "partition": p, "t": T + i * 0.5} for i in range(80) for p in (0, 1)]
+    for r in hist.replicas:
+        if r["partition"] == 1 and T + 5 <= r["t"] <= T + 25:
+            r["replicas"] = r["replicas"][:1]
+    rep = run_check(hist, stall_threshold=20)
+    only(rep, "stalls")  # an older history (no min_insync_replicas): the live leader is all that counts
+    assert rep.figures["producer_max_wait_s"] == pytest.approx(30.0, abs=0.1)
+    hist.final["min_insync_replicas"] = 2
+    rep = run_check(hist, stall_threshold=20)
+    only(rep)
+    assert rep.figures["producer_max_wait_s"] == pytest.approx(9.0, abs=1.1)
+    assert rep.figures["producer_max_wait_live_leader_s"] == pytest.approx(30.0, abs=0.1)
+    assert rep.figures["producer_max_wait_raw_s"] == pytest.approx(30.0, abs=0.1)
