@@ -78,7 +78,8 @@ def test_chaos_run_checked_by_the_history_checker(tmp_path):
         f"\nchaos seed={s['seed']} nemesis={s['seconds']:.0f}s wall={s['wall_s']}s kills={s['kills']} pauses={s['pauses']} "
         f"node_losses={s['node_losses']} acked={s['acked']} lost={s['lost']} duplicated={s['duplicated']} "
         f"reordered={s['reordered']} stale_reads={s['stale_reads']} producer_max_wait={s['producer_max_wait_s']}s "
-        f"consumer_max_wait={s['consumer_max_wait_s']}s catchup_ratio={s['catchup_ratio']} faults={s['faults']}"
+        f"consumer_max_wait={s['consumer_max_wait_s']}s (raw {s.get('producer_max_wait_raw_s')}s/{s.get('consumer_max_wait_raw_s')}s) "
+        f"catchup_ratio={s['catchup_ratio']} faults={s['faults']}"
     )
     assert not s["violations"], f"violations {s['violations']} (seed {s['seed']}); histories in {s['history']}"
     assert s["kills"] >= s["min_kills"], f"only {s['kills']} kills (at least {s['min_kills']} wanted): {s['faults']}"
