@@ -597,7 +597,11 @@ def main(argv: list[str] | None = None) -> int:
         shape = batch_shape(cluster, TOPIC)
         if not args.no_baseline:
             t_base = time.monotonic()
-            final["baseline"] = undisturbed_rate(cluster, admin, clients, shape)
+            try:
+                final["baseline"] = undisturbed_rate(cluster, admin, clients, shape)
+            except Exception as exc:  # noqa: BLE001 - a run that did not heal: no ratio, the rest is checked
+                log(f"the undisturbed rate could not be measured: {exc!r:.300}")
+                final["baseline"] = {"error": repr(exc)[:300]}
             timings["baseline_s"] = time.monotonic() - t_base
             log(f"undisturbed catch-up: {final['baseline']}")
         final["catchup"] = run_reader(clients, TOPIC, str(out / "reader-final.jsonl"), timeout=900, repeat=READS)
