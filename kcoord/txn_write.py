@@ -130,7 +130,7 @@ def check_prefix(prefix: Any) -> str:
 
 def task_transactional_id(prefix: str, task: int, attempt: str) -> str:
     """The transactional id of one attempt of task ``task``: ``{prefix}/{task}/{attempt}``
-    (``attempt``: unique per attempt, e.g. Spark's ``"{stage attempt}.{attempt}"``)."""
+    (``attempt``: unique per attempt, e.g. Spark's ``"{attempt number}.{task attempt id}"``)."""
     if "/" in attempt:
         raise ValueError(f"attempt {attempt!r} must not contain '/'")
     return f"{prefix}/{int(task)}/{attempt}"
@@ -142,7 +142,7 @@ def prepare_task(
     """Run in a task: ``write(producer)`` inside a new transaction of ``transactional_id``
     (two-phase; fencing any older instance of that id), then prepare it. ``write`` returns
     ``{partition: [records, ...]}`` (what it wrote; the first number is the records) or
-    anything whose ``items()`` give that; it is returned too. If ``write`` raises, the
+    ``send_batch``'s ``{partition: PartitionWrite}``; it is returned too. If ``write`` raises, the
     transaction is aborted. The transaction is left prepared for the driver."""
     producer = Producer(cluster, transactional_id=transactional_id, enable_two_phase_commit=True, acks="all", **producer_config)
     try:
@@ -159,8 +159,16 @@ def prepare_task(
             raise
     finally:
         producer.close(timeout=30)
-    written = {int(p): int(v[0] if isinstance(v, (list, tuple)) else v) for p, v in dict(result).items()}  # type: ignore[call-overload]
+    written = {int(p): _records_of(v) for p, v in dict(result).items()}  # type: ignore[call-overload]
     return PreparedTask(task, transactional_id, state.producer_id, state.epoch, written), result
+
+
+def _records_of(v: Any) -> int:
+    """Records written to one partition: a PartitionWrite (``send_batch``), a list whose first
+    item is the count (``produce_batches``), or the count."""
+    if "count" in getattr(v, "_fields", ()):
+        return int(v.count)
+    return int(v[0] if isinstance(v, (list, tuple)) else v)
 
 
 class TransactionalWrite:

@@ -221,7 +221,7 @@ def _write_task(
         raise RuntimeError(f"write planned {tasks} Spark partitions but task {task} ran: the DataFrame's partitioning changed between planning and execution")
     if txn_prefix is not None:
         # Every attempt in its own transaction, left prepared for the driver (kcoord.txn_write).
-        tid = task_transactional_id(txn_prefix, task, f"{ctx.stageAttemptNumber()}.{attempt}")
+        tid = task_transactional_id(txn_prefix, task, f"{attempt}.{ctx.taskAttemptId()}")  # taskAttemptId: unique in the app
 
         def produce(producer: Any) -> dict[int, list[int]]:
             return _tasks.produce_batches(
@@ -294,7 +294,7 @@ def write(
     readers exactly once whatever the DataFrame (deterministic or not) and however often a
     task runs (retries, speculation, stage retries, a task killed after writing). Every
     task attempt writes its rows in its own transaction (transactional id
-    ``<prefix>/<partition>/<stage attempt>.<attempt>``) and leaves it prepared (KIP-939);
+    ``<prefix>/<partition>/<attempt>.<Spark's task attempt id>``) and leaves it prepared (KIP-939);
     the driver records its decision in the topic ``_kcoord-txn-writes``, commits the
     attempt Spark reported for each partition and aborts the others
     (:mod:`kcoord.txn_write`). The prefix names this one write: run again under the same

@@ -183,9 +183,8 @@ class RangeReader:
         # chunk they return (``aborted``), which the caller drops (AbortedFilter).
         self.isolation_level = isolation_level
         self.aborted: list = []
-        self._leaders = LeaderFetches(
-            client, max_bytes=max_bytes, min_bytes=1, max_wait_ms=FETCH_MAX_WAIT_MS, request_timeout_ms=client.request_timeout_ms, isolation_level=isolation_level
-        )
+        fetches = {"max_bytes": max_bytes, "min_bytes": 1, "max_wait_ms": FETCH_MAX_WAIT_MS, "request_timeout_ms": client.request_timeout_ms}
+        self._leaders = LeaderFetches(client, isolation_level=isolation_level, **fetches)
         self._no_hint = False
 
     def _send(self, offset: int) -> SentFetch:
@@ -387,9 +386,8 @@ def read_range(
     check_crc: bool = True,
     isolation_level: int = READ_UNCOMMITTED,
 ) -> Iterator[pa.RecordBatch]:
-    """Arrow record batches holding exactly the records ``[start, end)`` of a partition;
-    READ_COMMITTED: without the records of aborted transactions (``end`` must not pass the
-    LSO the plan saw)."""
+    """Arrow record batches holding exactly the records ``[start, end)`` of a partition
+    (READ_COMMITTED: ``end`` at most the LSO, aborted transactions dropped)."""
     committed = isolation_level == READ_COMMITTED
     reader = RangeReader(ref.client(), topic, partition, start, end, max_bytes=max_bytes, timeout_s=timeout_s, isolation_level=isolation_level)
     for data, verified in reader.chunks():
@@ -398,9 +396,8 @@ def read_range(
         enabled = gc.isenabled()
         gc.disable()
         try:
-            batch = records_to_arrow(
-                topic, partition, data, start, end, check_crc=check_crc and not verified, aborted=reader.aborted if committed else None
-            )
+            aborted = reader.aborted if committed else None
+            batch = records_to_arrow(topic, partition, data, start, end, check_crc=check_crc and not verified, aborted=aborted)
         finally:
             if enabled:
                 gc.enable()
@@ -493,8 +490,7 @@ def produce_batches(
     they already have. One thread sends the chunks, in order, while this one converts the
     next chunk from Arrow.
 
-    ``producer``: send with this producer instead (e.g. a transactional one inside its
-    transaction, :func:`kcoord.txn_write.prepare_task`); the caller closes it.
+    ``producer``: send with it instead (a transactional one, :func:`kcoord.txn_write.prepare_task`).
     """
     from concurrent.futures import Future, ThreadPoolExecutor
 
@@ -503,12 +499,9 @@ def produce_batches(
     client = ref.client()
     nparts = len(client.topic(topic).partitions)
     owned = producer is None
-    if producer is not None:
-        pass
-    elif producer_id is not None:
-        producer = Producer(client, acks="all", producer_id=producer_id, producer_epoch=0, linger_ms=0, batch_size=batch_bytes)
-    else:
-        producer = Producer(client, acks=acks, linger_ms=0, batch_size=batch_bytes)
+    if owned:
+        identity = {"acks": "all", "producer_id": producer_id, "producer_epoch": 0} if producer_id is not None else {"acks": acks}
+        producer = Producer(client, linger_ms=0, batch_size=batch_bytes, **identity)
     stats: dict[int, list[int]] = {}
     pending: list[pa.RecordBatch] = []
     pending_bytes = 0
