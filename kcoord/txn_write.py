@@ -277,6 +277,8 @@ class TransactionalWrite:
             producer.init_transactions()
 
     def _commit_one(self, task: PreparedTask) -> None:
+        if not task.records:
+            return  # a task with no rows: its transaction never reached the coordinator
         state = self._state(task.transactional_id)
         if state in ("PrepareCommit", "CompleteCommit"):
             return  # committed already (by a driver that died before recording DONE)
