@@ -70,3 +70,13 @@ def test_the_arrow_reader_drops_an_aborted_transaction_and_keeps_a_committed_one
     assert records_to_arrow("t", 0, data, 0, 7).column("value").to_pylist() == [b"a0", b"a1", b"c0", b"c1", b"a2"]
     # A range starting inside the aborted transaction drops the rest of it too.
     assert records_to_arrow("t", 0, data, 1, 7, aborted=[(1, 0)]).column("offset").to_pylist() == [2, 3, 6]
+
+
+def test_kcoord_consume_takes_an_isolation_level_and_refuses_others():
+    from click.testing import CliRunner
+
+    from kcoord.cli import cli
+
+    assert "--isolation-level" in CliRunner().invoke(cli, ["consume", "--help"]).output
+    result = CliRunner().invoke(cli, ["consume", "t", "--isolation-level", "serializable"])
+    assert result.exit_code == 2 and "read_committed" in result.output
