@@ -286,7 +286,7 @@ def write(
     within one write.
 
     ``on_task_written(task, attempt)``, if given, runs in the executor after a task's rows
-    were produced and acknowledged, before the task reports them (``task`` is the Spark
+    were produced and acknowledged (transactional: prepared), before the task reports them (``task`` is the Spark
     partition, ``attempt`` Spark's attempt number); an exception it raises fails that task
     attempt, and Spark retries the task. It must be picklable (a function or closure).
 
