@@ -17,7 +17,8 @@ from .extras import require
 
 require("data", "kcoord.ray_data", "pyarrow", "ray.data")
 
-from typing import Any, Callable, Iterable
+import uuid
+from typing import Any, Callable, Iterable, Mapping, NamedTuple
 
 import pyarrow as pa
 import ray
@@ -26,11 +27,23 @@ from .client.cluster import ClusterClient
 from .protocol.errors import KafkaError
 from .spark import tasks as _tasks
 from .spark.frames import VALUE_FORMATS, WriteResult, allocate_producer_ids
-from .spark.offsets import OffsetPlan, plan_offsets, topic_metadata
+from .spark.frames import ISOLATION_NAMES, check_transactional_write, result_of_decision
+from .txn_write import PreparedTask, TransactionalWrite, prepare_task, task_transactional_id
+from .spark.offsets import OffsetPlan, isolation_level_id, plan_offsets, topic_metadata
 
 __all__ = ["read", "read_plan", "write", "ARROW_SCHEMA"]
 
 ARROW_SCHEMA = _tasks.ARROW_SCHEMA
+
+
+class _StatsRow(NamedTuple):
+    """One block's writes to one partition, shaped like a Spark write's stats row."""
+
+    task: int
+    partition: int
+    records: int
+    batches: int
+    duplicate_batches: int
 
 
 def read(
@@ -43,12 +56,16 @@ def read(
     max_fetch_bytes: int = _tasks.DEFAULT_FETCH_BYTES,
     timeout_s: float = 120.0,
     ray_remote_args: dict[str, Any] | None = None,
+    isolation_level: str | None = None,
+    options: Mapping[str, Any] | None = None,
 ) -> "ray.data.Dataset":
     """``topic`` as a Dataset with the columns of Spark's Kafka source (``key``, ``value``,
     ``topic``, ``partition``, ``offset``, ``timestamp`` (UTC), ``timestampType``,
-    ``headers``); offsets as in :func:`kcoord.spark.read`. Lazy: the records are fetched
-    when the Dataset executes, one read task per range."""
-    plan = plan_offsets(cluster, topic, starting_offsets, ending_offsets, min_partitions)
+    ``headers``); offsets and ``isolation_level`` (or ``options={"kafka.isolation.level":
+    ...}``) as in :func:`kcoord.spark.read`. Lazy: the records are fetched when the Dataset
+    executes, one read task per range."""
+    level = isolation_level_id(isolation_level, options)
+    plan = plan_offsets(cluster, topic, starting_offsets, ending_offsets, min_partitions, isolation_level=ISOLATION_NAMES[level])
     return read_plan(cluster, plan, max_fetch_bytes=max_fetch_bytes, timeout_s=timeout_s, ray_remote_args=ray_remote_args)
 
 
@@ -70,8 +87,10 @@ class _RangeDatasource(ray.data.Datasource):
 
         out = []
         for r in self._plan.ranges:
-            def read_fn(r: Any = r, ref: _tasks.ClusterRef = self._ref, max_bytes: int = self._max_bytes, timeout_s: float = self._timeout_s) -> Iterable[pa.Table]:
-                batches = list(_tasks.read_range(ref, r.topic, r.partition, r.start, r.end, max_bytes=max_bytes, timeout_s=timeout_s))
+            def read_fn(
+                r: Any = r, ref: _tasks.ClusterRef = self._ref, max_bytes: int = self._max_bytes, timeout_s: float = self._timeout_s, level: int = self._plan.isolation_level
+            ) -> Iterable[pa.Table]:
+                batches = list(_tasks.read_range(ref, r.topic, r.partition, r.start, r.end, max_bytes=max_bytes, timeout_s=timeout_s, isolation_level=level))
                 yield pa.Table.from_batches(batches, schema=ARROW_SCHEMA)
 
             out.append(ReadTask(read_fn, BlockMetadata(num_rows=r.size, size_bytes=None, exec_stats=None, input_files=None), schema=ARROW_SCHEMA))
@@ -104,15 +123,28 @@ def _write_block(
     value_format: str,
     columns: dict[str, str],
     on_block_written: Callable[[int], Any] | None,
-) -> tuple[int, int, dict[int, list[int]]]:
+    txn_prefix: str | None = None,
+) -> tuple[int, int, dict[int, list[int]], PreparedTask | None]:
     renamed = {}
     for target, source in columns.items():
         renamed[target] = block.column(source)
     table = pa.table(renamed)
+    if txn_prefix is not None:
+        # Every attempt in its own transaction, left prepared for the driver (kcoord.txn_write);
+        # Ray does not tell a task its attempt number, so a random one names the attempt.
+        tid = task_transactional_id(txn_prefix, index, uuid.uuid4().hex[:12])
+
+        def produce(producer: Any) -> dict[int, list[int]]:
+            return _tasks.produce_batches(ref, topic, table.to_batches(), producer_id=None, value_format=value_format, producer=producer)
+
+        prepared, stats = prepare_task(ref.client(), tid, index, produce, linger_ms=0, batch_size=_tasks.DEFAULT_BATCH_BYTES)
+        if on_block_written is not None:
+            on_block_written(index)
+        return index, prepared.producer_id, stats, prepared
     stats = _tasks.produce_batches(ref, topic, table.to_batches(), producer_id=producer_id, acks=acks, value_format=value_format)
     if on_block_written is not None:
         on_block_written(index)
-    return index, producer_id if producer_id is not None else -1, stats
+    return index, producer_id if producer_id is not None else -1, stats, None
 
 
 def write(
@@ -127,6 +159,7 @@ def write(
     *,
     value_format: str = "json",
     on_block_written: Callable[[int], Any] | None = None,
+    transactional_id: str | None = None,
 ) -> WriteResult:
     """Produce every row of ``ds`` to ``topic``, one Ray task per dataset block; columns and
     value encodings as in :func:`kcoord.spark.write`.
@@ -139,11 +172,17 @@ def write(
     ``on_block_written(index)``, if given, runs in the task after block ``index`` was
     produced and acknowledged; a KafkaError it raises fails the task, which Ray retries (up
     to 3 times). It must be picklable (a function or closure).
+
+    ``transactional_id="<prefix>"``: a transactional write as in :func:`kcoord.spark.write`
+    (every block attempt in its own prepared transaction ``<prefix>/<block>/<random>``; the
+    driver commits the one per block whose result it got and aborts the others; a re-run
+    under the same prefix writes nothing twice). Needs ``acks="all"``.
     """
     from .spark.frames import ColumnError
 
     if value_format not in VALUE_FORMATS:
         raise ValueError(f"value_format must be one of {VALUE_FORMATS}, got {value_format!r}")
+    check_transactional_write(transactional_id, acks)
     topic_metadata(cluster, topic)
     schema = ds.schema()
     names = list(schema.names) if schema is not None else []
@@ -154,11 +193,31 @@ def write(
         if name not in names:
             raise ColumnError(f"{what}={name!r}: the dataset has no column {name!r}; its columns are {names}")
         columns[target] = name
-    refs = ds.to_arrow_refs()  # materializes: the blocks, and their order, are now fixed
     exactly_once = acks in ("all", -1, "-1")
-    result = WriteResult(topic=topic, exactly_once=exactly_once)
+    result = WriteResult(topic=topic, exactly_once=exactly_once, transactional_id=transactional_id)
+    txn: TransactionalWrite | None = None
+    if transactional_id is not None:
+        txn = TransactionalWrite(cluster, transactional_id, topic=topic)
+        done = txn.start()
+        if done is not None:
+            return result_of_decision(result, done)
+    refs = ds.to_arrow_refs()  # materializes: the blocks, and their order, are now fixed
     if not refs:
         return result
+    if txn is not None:
+        ref = _tasks.ClusterRef.of(cluster)
+        futures = [_write_block.remote(block, i, ref, topic, None, acks, value_format, columns, on_block_written, transactional_id) for i, block in enumerate(refs)]
+        try:
+            answers = ray.get(futures)
+        except BaseException:
+            txn.abort_open()  # nothing was decided: no attempt's transaction may stay open
+            raise
+        rows = [
+            _StatsRow(index, p, records, batches, dups)
+            for index, _, stats, _ in answers
+            for p, (records, batches, dups) in (stats.items() or [(-1, (0, 0, 0))])
+        ]
+        return result_of_decision(result, txn.commit(prepared for *_, prepared in answers), rows=rows)
     ids = allocate_producer_ids(cluster, len(refs)) if exactly_once else range(0)
     result.producer_ids = ids
     ref = _tasks.ClusterRef.of(cluster)
@@ -166,7 +225,7 @@ def write(
         _write_block.remote(block, i, ref, topic, ids.start + i if exactly_once else None, acks, value_format, columns, on_block_written)
         for i, block in enumerate(refs)
     ]
-    for index, _, stats in ray.get(futures):
+    for index, _, stats, _ in ray.get(futures):
         for p, (records, batches, dups) in stats.items():
             result.add(index, p, records, batches, dups)
     return result.sort()

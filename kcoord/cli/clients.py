@@ -165,6 +165,13 @@ class _Delivery:
 @click.option("--print-key", is_flag=True, help="Print KEY<separator>VALUE.")
 @click.option("--print-offset", is_flag=True, help="Prefix each record with PARTITION:OFFSET.")
 @click.option("--key-separator", default="\t", show_default="tab", help="Separator for --print-key.")
+@click.option(
+    "--isolation-level",
+    type=click.Choice(["read_uncommitted", "read_committed"]),
+    default="read_uncommitted",
+    show_default=True,
+    help="read_committed: only records of committed transactions, up to the last stable offset (kcat's -X isolation.level).",
+)
 @pass_env
 def consume(
     env: Env,
@@ -180,6 +187,7 @@ def consume(
     print_key: bool,
     print_offset: bool,
     key_separator: str,
+    isolation_level: str,
 ) -> None:
     """Print the records of TOPIC to stdout, one value per line (bytes as stored).
 
@@ -220,6 +228,7 @@ def consume(
             raise click.BadParameter(str(exc), param_hint="--format") from None
 
     from ..client.consumer import Consumer
+    from ..client.consumer.consumer import ISOLATION_LEVELS
     from ..client.types import TopicPartition
 
     cluster = env.client()
@@ -229,14 +238,14 @@ def consume(
         raise CliError(f"topic {topic!r} has no partition {bad[0]} (it has {len(known)})")
     reset = "earliest" if start.kind == "earliest" else "latest"
     if group_id is not None:
-        consumer = Consumer(topic, cluster=cluster, group_id=group_id, auto_offset_reset=reset, enable_auto_commit=False)
+        consumer = Consumer(topic, cluster=cluster, group_id=group_id, auto_offset_reset=reset, enable_auto_commit=False, isolation_level=isolation_level)
     else:
-        consumer = Consumer(topic, cluster=cluster, auto_offset_reset=reset, enable_auto_commit=False)
+        consumer = Consumer(topic, cluster=cluster, auto_offset_reset=reset, enable_auto_commit=False, isolation_level=isolation_level)
         chosen = sorted(set(partitions)) if partitions else sorted(known)
         if partitions or start.kind not in ("earliest", "latest"):
             consumer.assign([TopicPartition(topic, p) for p in chosen])
         if start.kind not in ("earliest", "latest"):
-            for p, pos in _start_positions(cluster, topic, chosen, start).items():
+            for p, pos in _start_positions(cluster, topic, chosen, start, ISOLATION_LEVELS[isolation_level]).items():
                 consumer.seek(TopicPartition(topic, p), pos)
     printed = _Printed()
     # Ctrl-C is how an open-ended consume ends, not an error. It only raises a flag: a
@@ -252,9 +261,9 @@ def consume(
     env.err.print(f"consumed {printed.count} records from {topic!r}" + (f" as group {group_id!r}" if group_id else ""))
 
 
-def _start_positions(cluster: Any, topic: str, partitions: list[int], start: Any) -> dict[int, int]:
+def _start_positions(cluster: Any, topic: str, partitions: list[int], start: Any, isolation_level: int = 0) -> dict[int, int]:
     """``--offset`` N, -N or @TS as one position per partition, from the leaders' log start
-    and end offsets (and the timestamp index)."""
+    and end offsets (the LSO read committed) and the timestamp index."""
     from ..client.types import TopicPartition
     from ..protocol.replication import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
     from .formats import start_positions
@@ -262,7 +271,7 @@ def _start_positions(cluster: Any, topic: str, partitions: list[int], start: Any
     tps = [TopicPartition(topic, p) for p in partitions]
 
     def lookup(ts: int) -> dict[int, int]:
-        return {tp.partition: off for tp, off in cluster.list_offsets(tps, ts).items()}
+        return {tp.partition: off for tp, off in cluster.list_offsets(tps, ts, isolation_level=isolation_level).items()}
 
     by_time = lookup(start.value) if start.kind == "timestamp" else None
     return start_positions(start, lookup(EARLIEST_TIMESTAMP), lookup(LATEST_TIMESTAMP), by_time)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import contextlib
 import functools
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping
 
 import pyarrow as pa
 
@@ -22,7 +22,10 @@ from ..client.cluster import ClusterClient
 from ..protocol.controller import InitProducerIdRequest, InitProducerIdResponse
 from ..protocol.errors import ErrorCode, KafkaError, raise_for_error
 from . import tasks as _tasks
-from .offsets import OffsetPlan, plan_offsets, topic_metadata
+from ..txn_write import Decision, PreparedTask, TransactionalWrite, check_prefix, prepare_task, task_transactional_id
+from .offsets import ISOLATION_LEVELS, OffsetPlan, isolation_level_id, plan_offsets, topic_metadata
+
+ISOLATION_NAMES = {v: k for k, v in ISOLATION_LEVELS.items()}
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -75,7 +78,10 @@ class WriteResult:
     ``tasks``: records per Spark partition; ``producer_ids``: the block of producer ids
     (the write id; Spark partition i used ``producer_ids[0] + i``), empty unless
     ``exactly_once``; ``duplicate_batches``: batches the leaders already had (re-sent by a
-    retried task attempt and dropped)."""
+    retried task attempt and dropped). A transactional write (``transactional_id``, the
+    prefix): ``transactions``, the transactional id committed per task;
+    ``already_written``, True when an earlier run under this prefix had written it (nothing
+    was written now; the counts are that run's)."""
 
     topic: str
     records: int = 0
@@ -86,6 +92,9 @@ class WriteResult:
     duplicate_batches: int = 0
     producer_ids: range = field(default_factory=lambda: range(0))
     exactly_once: bool = True
+    transactional_id: str | None = None
+    transactions: dict[int, str] = field(default_factory=dict)
+    already_written: bool = False
 
     def add(self, task: int, partition: int, records: int, batches: int, duplicate_batches: int) -> None:
         """Count what ``task`` wrote to ``partition`` (-1: a task that wrote nothing)."""
@@ -201,6 +210,7 @@ def _write_task(
     chunk_bytes: int,
     batch_bytes: int,
     on_task_written: Callable[[int, int], Any] | None,
+    txn_prefix: str | None = None,
 ) -> Iterator[pa.RecordBatch]:
     from pyspark import TaskContext
 
@@ -209,6 +219,20 @@ def _write_task(
     task, attempt = ctx.partitionId(), ctx.attemptNumber()
     if task >= tasks:
         raise RuntimeError(f"write planned {tasks} Spark partitions but task {task} ran: the DataFrame's partitioning changed between planning and execution")
+    if txn_prefix is not None:
+        # Every attempt in its own transaction, left prepared for the driver (kcoord.txn_write).
+        tid = task_transactional_id(txn_prefix, task, f"{attempt}.{ctx.taskAttemptId()}")  # taskAttemptId: unique in the app
+
+        def produce(producer: Any) -> dict[int, list[int]]:
+            return _tasks.produce_batches(
+                ref, topic, batches, producer_id=None, value_format=value_format, chunk_bytes=chunk_bytes, batch_bytes=batch_bytes, producer=producer
+            )
+
+        prepared, stats = prepare_task(ref.client(), tid, task, produce, linger_ms=0, batch_size=batch_bytes)
+        if on_task_written is not None:
+            on_task_written(task, attempt)
+        yield _tasks.stats_batch(task, attempt, prepared.producer_id, stats, tid, prepared.epoch)
+        return
     producer_id = base_id + task if base_id is not None else None
     stats = _tasks.produce_batches(
         ref, topic, batches, producer_id=producer_id, acks=acks, value_format=value_format, chunk_bytes=chunk_bytes, batch_bytes=batch_bytes
@@ -232,6 +256,7 @@ def write(
     chunk_bytes: int = _tasks.DEFAULT_CHUNK_BYTES,
     batch_bytes: int = _tasks.DEFAULT_BATCH_BYTES,
     on_task_written: Callable[[int, int], Any] | None = None,
+    transactional_id: str | None = None,
 ) -> WriteResult:
     """Produce every row of ``df`` to ``topic`` from inside the Spark executors.
 
@@ -261,9 +286,21 @@ def write(
     within one write.
 
     ``on_task_written(task, attempt)``, if given, runs in the executor after a task's rows
-    were produced and acknowledged, before the task reports them (``task`` is the Spark
+    were produced and acknowledged (transactional: prepared), before the task reports them (``task`` is the Spark
     partition, ``attempt`` Spark's attempt number); an exception it raises fails that task
     attempt, and Spark retries the task. It must be picklable (a function or closure).
+
+    ``transactional_id="<prefix>"``: a transactional write, visible to read_committed
+    readers exactly once whatever the DataFrame (deterministic or not) and however often a
+    task runs (retries, speculation, stage retries, a task killed after writing). Every
+    task attempt writes its rows in its own transaction (transactional id
+    ``<prefix>/<partition>/<attempt>.<Spark's task attempt id>``) and leaves it prepared (KIP-939);
+    the driver records its decision in the topic ``_kcoord-txn-writes``, commits the
+    attempt Spark reported for each partition and aborts the others
+    (:mod:`kcoord.txn_write`). The prefix names this one write: run again under the same
+    prefix (after the driver died, say), it finishes or aborts what the earlier run left
+    and writes nothing twice (``WriteResult.already_written``); use a new prefix for new
+    data. Needs ``acks="all"`` and transaction coordinators.
 
     Returns a :class:`WriteResult`; raises if the topic does not exist or a column is
     missing or of the wrong type, before any task runs.
@@ -274,15 +311,50 @@ def write(
         raise ValueError(f"acks must be 'all' (-1), 1 or 0, got {acks!r}")
     if not isinstance(cluster, ClusterClient):
         raise TypeError(f"write() needs a ClusterClient, got {type(cluster).__name__}")
+    check_transactional_write(transactional_id, acks)
     topic_metadata(cluster, topic)  # UNKNOWN_TOPIC_OR_PARTITION with a hint, before any task
     projected = _project(df, key_col, value_col, headers_col, partition_col, value_format)
     spark = df.sparkSession
     exactly_once = acks in ("all", -1, "-1")
-    result = WriteResult(topic=topic, exactly_once=exactly_once)
+    result = WriteResult(topic=topic, exactly_once=exactly_once, transactional_id=transactional_id)
+    txn: TransactionalWrite | None = None
+    if transactional_id is not None:
+        txn = TransactionalWrite(cluster, transactional_id, topic=topic)
+        done = txn.start()
+        if done is not None:
+            return result_of_decision(result, done)
     with _sql_conf(spark, {"spark.sql.adaptive.enabled": "false"}):
         n = projected._jdf.rdd().getNumPartitions()
         if n == 0:
             return result
+        if txn is not None:
+            fn = functools.partial(
+                _write_task,
+                ref=_tasks.ClusterRef.of(cluster),
+                topic=topic,
+                base_id=None,
+                tasks=n,
+                acks=acks,
+                value_format=value_format,
+                chunk_bytes=chunk_bytes,
+                batch_bytes=batch_bytes,
+                on_task_written=on_task_written,
+                txn_prefix=transactional_id,
+            )
+            try:
+                rows = projected.mapInArrow(fn, _stats_ddl()).collect()
+            except BaseException:
+                txn.abort_open()  # nothing was decided: no attempt's transaction may stay open
+                raise
+            for r in rows:
+                result.attempts[r.task] = r.attempt
+            prepared: dict[int, PreparedTask] = {}
+            for r in rows:
+                p = prepared.get(r.task) or PreparedTask(r.task, r.transactional_id, r.producer_id, r.producer_epoch, {})
+                if r.partition >= 0:
+                    p.written[r.partition] = r.records
+                prepared[r.task] = p
+            return result_of_decision(result, txn.commit(prepared.values()), rows=rows)
         ids = allocate_producer_ids(cluster, n) if exactly_once else range(0)
         result.producer_ids = ids
         fn = functools.partial(
@@ -305,7 +377,36 @@ def write(
 
 
 def _stats_ddl() -> str:
-    return "task int, attempt int, producer_id long, partition int, records long, batches int, duplicate_batches int"
+    return (
+        "task int, attempt int, producer_id long, partition int, records long, batches int, duplicate_batches int, "
+        "transactional_id string, producer_epoch int"
+    )
+
+
+def check_transactional_write(transactional_id: str | None, acks: Any) -> None:
+    """A transactional write's options: a valid prefix, and ``acks="all"``."""
+    if transactional_id is None:
+        return
+    check_prefix(transactional_id)
+    if acks not in ("all", -1, "-1"):
+        raise ValueError(f"transactional_id needs acks='all' (a transaction's records must survive a leader failover), got acks={acks!r}")
+
+
+def result_of_decision(result: WriteResult, decision: Decision, rows: Any = None) -> WriteResult:
+    """Fill ``result`` from a transactional write's decision (``rows``: the tasks' stats
+    rows, for batch counts; without them the write happened in an earlier run)."""
+    if rows is None:
+        result.already_written = True
+        for t in decision.tasks:
+            if not t.written:
+                result.add(t.task, -1, 0, 0, 0)
+            for p, n in t.written.items():
+                result.add(t.task, p, n, 0, 0)
+    else:
+        for r in rows:
+            result.add(r.task, r.partition, r.records, r.batches, r.duplicate_batches)
+    result.transactions = {t.task: t.transactional_id for t in decision.tasks}
+    return result.sort()
 
 
 # ------------------------------------------------------------------------------------------
@@ -318,12 +419,13 @@ def _read_task(
     ranges: list[tuple[str, int, int, int]],
     max_bytes: int,
     timeout_s: float,
+    isolation_level: int = 0,
 ) -> Iterator[pa.RecordBatch]:
     _tasks.drop_jars_from_sys_path()
     for batch in batches:
         for i in batch.column(0).to_pylist():
             topic, partition, start, end = ranges[i]
-            yield from _tasks.read_range(ref, topic, partition, start, end, max_bytes=max_bytes, timeout_s=timeout_s)
+            yield from _tasks.read_range(ref, topic, partition, start, end, max_bytes=max_bytes, timeout_s=timeout_s, isolation_level=isolation_level)
 
 
 def read(
@@ -336,6 +438,8 @@ def read(
     *,
     max_fetch_bytes: int = _tasks.DEFAULT_FETCH_BYTES,
     timeout_s: float = 120.0,
+    isolation_level: str | None = None,
+    options: Mapping[str, Any] | None = None,
 ) -> "DataFrame":
     """Read ``topic`` as a DataFrame with exactly the schema of Spark's Kafka source:
     ``key binary, value binary, topic string, partition int, offset long, timestamp
@@ -354,8 +458,16 @@ def read(
     high watermark. Raises KafkaError UNKNOWN_TOPIC_OR_PARTITION for a missing topic,
     KafkaError OFFSET_OUT_OF_RANGE (with the valid range) for offsets outside the log, and
     OffsetSpecError (a ValueError) for a spec that makes no sense.
+
+    ``isolation_level``: ``"read_uncommitted"`` (default) or ``"read_committed"`` (also as
+    Spark's Kafka source option, ``options={"kafka.isolation.level": "read_committed"}``):
+    read committed, ``"latest"`` is the last stable offset (LSO), so the read stops before
+    the first record of a transaction still open, and the records of aborted transactions
+    are dropped (their offsets are missing from the result, as in Spark's Kafka source).
+    An unknown level or option is a ValueError.
     """
-    plan = plan_offsets(cluster, topic, starting_offsets, ending_offsets, min_partitions)
+    level = isolation_level_id(isolation_level, options)
+    plan = plan_offsets(cluster, topic, starting_offsets, ending_offsets, min_partitions, isolation_level=ISOLATION_NAMES[level])
     return read_plan(spark, cluster, plan, max_fetch_bytes=max_fetch_bytes, timeout_s=timeout_s)
 
 
@@ -368,11 +480,14 @@ def read_plan(
     timeout_s: float = 120.0,
 ) -> "DataFrame":
     """The records of an already resolved :class:`OffsetPlan` as a DataFrame (see
-    :func:`read`); lets a pipeline keep the plan it read, to commit its ``ending``."""
+    :func:`read`); lets a pipeline keep the plan it read, to commit its ``ending``. Read at
+    the plan's ``isolation_level``."""
     schema = kafka_schema()
     if not plan.ranges:
         return spark.createDataFrame([], schema)
     ranges = [(r.topic, r.partition, r.start, r.end) for r in plan.ranges]
     n = len(ranges)
-    fn = functools.partial(_read_task, ref=_tasks.ClusterRef.of(cluster), ranges=ranges, max_bytes=max_fetch_bytes, timeout_s=timeout_s)
+    fn = functools.partial(
+        _read_task, ref=_tasks.ClusterRef.of(cluster), ranges=ranges, max_bytes=max_fetch_bytes, timeout_s=timeout_s, isolation_level=plan.isolation_level
+    )
     return spark.range(0, n, 1, n).mapInArrow(fn, schema)

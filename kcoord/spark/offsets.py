@@ -15,6 +15,11 @@ Accepted specs (the names and numbers of Spark's Kafka source options):
 * ``"group:<group_id>"`` (starting only) — the group's committed offsets; partitions the
   group never committed start at earliest.
 
+``isolation_level`` (Spark's ``kafka.isolation.level``, kafka-python's name):
+``"read_uncommitted"`` (default) or ``"read_committed"``, where ``"latest"`` means the last
+stable offset (LSO) instead of the HW, as a read_committed consumer's ListOffsets answers,
+and no offset past the LSO may be named: records of transactions still open are not read.
+
 Engine-neutral: used by :mod:`kcoord.spark` and :mod:`kcoord.ray_data`; no Spark import.
 """
 
@@ -29,11 +34,35 @@ from ..client.cluster import ClusterClient
 from ..client.coordinator.coordinators import GroupCoordinators
 from ..client.types import TopicPartition
 from ..protocol.errors import ErrorCode, KafkaError
-from ..protocol.replication import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
+from ..protocol.replication import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, READ_COMMITTED, READ_UNCOMMITTED
 
 EARLIEST = -2
 LATEST = -1
 GROUP_PREFIX = "group:"
+# kafka-python's (and Spark's kafka.isolation.level) names -> Kafka's Fetch/ListOffsets ids
+ISOLATION_LEVELS = {"read_uncommitted": READ_UNCOMMITTED, "read_committed": READ_COMMITTED}
+
+
+def isolation_level_id(isolation_level: Any, options: Mapping[str, Any] | None = None) -> int:
+    """Kafka's id of ``isolation_level`` (``"read_uncommitted"``/``"read_committed"``),
+    also accepted as Spark's option ``{"kafka.isolation.level": ...}`` in ``options``;
+    anything else is a ValueError naming what is accepted."""
+    spark_name = "kafka.isolation.level"
+    if options:
+        unknown = sorted(k for k in options if k != spark_name)
+        if unknown:
+            raise ValueError(f"unknown option(s) {unknown}: the only Spark Kafka source option taken here is {spark_name!r}")
+        if spark_name in options:
+            given = options[spark_name]
+            if isolation_level not in (None, "read_uncommitted", given):
+                raise ValueError(f"isolation_level={isolation_level!r} and {spark_name}={given!r} disagree: give one of them")
+            isolation_level = given
+    if isolation_level is None:
+        isolation_level = "read_uncommitted"
+    level = ISOLATION_LEVELS.get(isolation_level) if isinstance(isolation_level, str) else None
+    if level is None:
+        raise ValueError(f"isolation_level must be one of {tuple(ISOLATION_LEVELS)} (Spark's {spark_name}), got {isolation_level!r}")
+    return level
 
 
 def partition_number(key: Any) -> int | None:
@@ -81,6 +110,9 @@ class OffsetPlan:
     log_start: dict[int, int]
     high_watermark: dict[int, int]
     ranges: list[OffsetRange] = field(default_factory=list)
+    #: READ_COMMITTED: ``high_watermark`` holds the last stable offsets and tasks read
+    #: committed records only (aborted transactions dropped).
+    isolation_level: int = READ_UNCOMMITTED
 
     @property
     def rows(self) -> int:
@@ -159,10 +191,11 @@ def parse_spec(spec: Any, which: str, topic: str, partitions: list[int]) -> str 
 # ------------------------------------------------------------------------------------------
 # resolving
 # ------------------------------------------------------------------------------------------
-def list_offsets(cluster: ClusterClient, topic: str, partitions: list[int], timestamp: int) -> dict[int, int]:
-    """ListOffsets (earliest: log start, latest: HW) of ``partitions`` of ``topic``, from
-    every partition's leader at once (:meth:`ClusterClient.list_offsets`)."""
-    found = cluster.list_offsets([TopicPartition(topic, p) for p in partitions], timestamp)
+def list_offsets(cluster: ClusterClient, topic: str, partitions: list[int], timestamp: int, isolation_level: int = READ_UNCOMMITTED) -> dict[int, int]:
+    """ListOffsets (earliest: log start, latest: HW, or the LSO with READ_COMMITTED) of
+    ``partitions`` of ``topic``, from every partition's leader at once
+    (:meth:`ClusterClient.list_offsets`)."""
+    found = cluster.list_offsets([TopicPartition(topic, p) for p in partitions], timestamp, isolation_level=isolation_level)
     return {tp.partition: offset for tp, offset in found.items()}
 
 
@@ -187,14 +220,17 @@ def plan_offsets(
     starting_offsets: Any = "earliest",
     ending_offsets: Any = "latest",
     min_partitions: int | None = None,
+    isolation_level: str = "read_uncommitted",
 ) -> OffsetPlan:
     """Resolve the specs against the live log (ListOffsets on the leaders, OffsetFetch for a
     group) into an :class:`OffsetPlan`.
 
     Raises KafkaError UNKNOWN_TOPIC_OR_PARTITION for a missing topic, KafkaError
-    OFFSET_OUT_OF_RANGE for an offset outside ``[log start, HW]`` (the message gives the
-    valid range), and :class:`OffsetSpecError` for a spec that makes no sense.
+    OFFSET_OUT_OF_RANGE for an offset outside ``[log start, HW]`` (``[log start, LSO]``
+    read_committed; the message gives the valid range), :class:`OffsetSpecError` for a spec
+    that makes no sense and ValueError for an unknown ``isolation_level``.
     """
+    level = isolation_level_id(isolation_level)
     if not isinstance(topic, str) or not topic:
         raise OffsetSpecError(f"topic must be a non-empty string, got {topic!r}")
     if min_partitions is not None and (not isinstance(min_partitions, int) or isinstance(min_partitions, bool) or min_partitions < 1):
@@ -204,10 +240,11 @@ def plan_offsets(
     start_spec = parse_spec(starting_offsets, "starting_offsets", topic, partitions)
     end_spec = parse_spec(ending_offsets, "ending_offsets", topic, partitions)
     log_start = list_offsets(cluster, topic, partitions, EARLIEST_TIMESTAMP)
-    hw = list_offsets(cluster, topic, partitions, LATEST_TIMESTAMP)
+    hw = list_offsets(cluster, topic, partitions, LATEST_TIMESTAMP, level)
+    upper = "last stable offset: records of open transactions are not read committed" if level == READ_COMMITTED else "high watermark"
 
     def valid(p: int) -> str:
-        return f"the valid range is [{log_start[p]}, {hw[p]}] (log start offset, high watermark)"
+        return f"the valid range is [{log_start[p]}, {hw[p]}] (log start offset, {upper})"
 
     start: dict[int, int] = {}
     group = start_spec[len(GROUP_PREFIX) :] if isinstance(start_spec, str) and start_spec.startswith(GROUP_PREFIX) else None
@@ -241,7 +278,7 @@ def plan_offsets(
             raise OffsetSpecError(f"ending offset {off} for {topic}-{p} is before its starting offset {start[p]}")
         end[p] = off
     ranges = [OffsetRange(topic, p, start[p], end[p]) for p in partitions if end[p] > start[p]]
-    return OffsetPlan(topic, start, end, log_start, hw, split_ranges(ranges, min_partitions))
+    return OffsetPlan(topic, start, end, log_start, hw, split_ranges(ranges, min_partitions), level)
 
 
 def topic_metadata(cluster: ClusterClient, topic: str) -> Any:

@@ -29,7 +29,8 @@ from ..calls.retry import Step, step_after
 from ..client.cluster import ClusterClient
 from ..client.consumer.fetcher import LeaderFetches, SentFetch, fetched_records
 from ..protocol.errors import METADATA_REFRESH, ErrorCode, KafkaError
-from ..protocol.replication import FetchResponse
+from ..protocol.replication import READ_COMMITTED, READ_UNCOMMITTED, FetchResponse
+from ..record.control import AbortedFilter
 
 # Spark's Kafka source schema as Arrow: exactly what pyspark's to_arrow_schema() gives for
 # it, so mapInArrow output needs no conversion in the JVM.
@@ -59,6 +60,9 @@ WRITE_STATS_SCHEMA = pa.schema(
         pa.field("records", pa.int64()),
         pa.field("batches", pa.int32()),
         pa.field("duplicate_batches", pa.int32()),
+        # a transactional write's prepared transaction (kcoord.txn_write.PreparedTask)
+        pa.field("transactional_id", pa.string()),
+        pa.field("producer_epoch", pa.int32()),
     ]
 )
 
@@ -164,6 +168,7 @@ class RangeReader:
         max_bytes: int = DEFAULT_FETCH_BYTES,
         timeout_s: float = 120.0,
         backoff_s: float = 0.05,
+        isolation_level: int = READ_UNCOMMITTED,
     ) -> None:
         self.client = client
         self.topic = topic
@@ -174,7 +179,12 @@ class RangeReader:
         self.timeout_s = timeout_s
         self.backoff_s = backoff_s
         self.retries = 0
-        self._leaders = LeaderFetches(client, max_bytes=max_bytes, min_bytes=1, max_wait_ms=FETCH_MAX_WAIT_MS, request_timeout_ms=client.request_timeout_ms)
+        # READ_COMMITTED: fetches stop at the LSO and carry the aborted transactions of the
+        # chunk they return (``aborted``), which the caller drops (AbortedFilter).
+        self.isolation_level = isolation_level
+        self.aborted: list = []
+        fetches = {"max_bytes": max_bytes, "min_bytes": 1, "max_wait_ms": FETCH_MAX_WAIT_MS, "request_timeout_ms": client.request_timeout_ms}
+        self._leaders = LeaderFetches(client, isolation_level=isolation_level, **fetches)
         self._no_hint = False
 
     def _send(self, offset: int) -> SentFetch:
@@ -220,7 +230,8 @@ class RangeReader:
     def chunks(self) -> Iterator[tuple[bytes, bool]]:
         """Yield the fetched record-batch bytes in order, and whether their CRCs were
         checked already (file hints are); the first batch may start before ``start`` and
-        the last may end after ``end`` (callers trim)."""
+        the last may end after ``end`` (callers trim). Read committed, :attr:`aborted` holds
+        the aborted transactions of the chunk just yielded (``(producer_id, first_offset)``)."""
         offset = self.start
         pending: SentFetch | None = None
         last_error = "no attempt"
@@ -232,6 +243,7 @@ class RangeReader:
                 response = self._wait(pending)
                 pending = None
                 data, verified = fetched_records(response, offset)
+                aborted = response.aborted_transactions or []
                 if data is None:
                     # The leader's files changed under us (truncation, retention): ask for
                     # the bytes themselves this time.
@@ -269,6 +281,7 @@ class RangeReader:
                     pending = self._send(nxt)  # the next fetch travels while this one decodes
                 except _Retry:
                     pending = None
+            self.aborted = aborted
             yield data, verified
             offset = nxt
 
@@ -287,9 +300,14 @@ def _headers_array(headers: list, n: int) -> pa.Array:
     return pa.ListArray.from_arrays(pa.array(offsets), items, type=HEADERS_TYPE)
 
 
-def records_to_arrow(topic: str, partition: int, data: bytes, start: int, end: int, *, check_crc: bool = True) -> pa.RecordBatch | None:
+def records_to_arrow(
+    topic: str, partition: int, data: bytes, start: int, end: int, *, check_crc: bool = True, aborted: Iterable[tuple[int, int]] | None = None
+) -> pa.RecordBatch | None:
     """The records of ``data`` (concatenated batches) with offsets in ``[start, end)`` as
-    one Arrow record batch of :data:`ARROW_SCHEMA`, or None if there are none."""
+    one Arrow record batch of :data:`ARROW_SCHEMA`, or None if there are none.
+    ``aborted`` (read committed: what the fetch answered): the batches of those aborted
+    transactions are dropped, with the consumer's algorithm (AbortedFilter)."""
+    dropping = AbortedFilter(aborted) if aborted is not None else None
     values: list = []
     keys: list | None = None
     headers: list | None = None
@@ -298,10 +316,13 @@ def records_to_arrow(topic: str, partition: int, data: bytes, start: int, end: i
     segments: list = []
     n = 0
     for pos, h in _records.iter_headers(data):
-        if h.next_offset <= start:
-            continue
         if h.base_offset >= end:
             break
+        # every batch goes through the filter in order: a marker before ``start`` ends its abort
+        if dropping is not None and dropping.drops(data, pos, h):  # an aborted transaction's batch, or a marker
+            continue
+        if h.next_offset <= start:
+            continue
         if not h.record_count or h.attributes & _records.CONTROL_BIT:  # emptied (compaction), or a marker
             continue
         b = _records.decode_batch(data, pos, check_crc=check_crc)
@@ -363,16 +384,20 @@ def read_range(
     max_bytes: int = DEFAULT_FETCH_BYTES,
     timeout_s: float = 120.0,
     check_crc: bool = True,
+    isolation_level: int = READ_UNCOMMITTED,
 ) -> Iterator[pa.RecordBatch]:
-    """Arrow record batches holding exactly the records ``[start, end)`` of a partition."""
-    reader = RangeReader(ref.client(), topic, partition, start, end, max_bytes=max_bytes, timeout_s=timeout_s)
+    """Arrow record batches holding exactly the records ``[start, end)`` of a partition
+    (READ_COMMITTED: ``end`` at most the LSO, aborted transactions dropped)."""
+    committed = isolation_level == READ_COMMITTED
+    reader = RangeReader(ref.client(), topic, partition, start, end, max_bytes=max_bytes, timeout_s=timeout_s, isolation_level=isolation_level)
     for data, verified in reader.chunks():
         # Decoding creates many short-lived lists; a cyclic collection in the middle of it
         # walks them all for nothing (see Consumer._decode_next).
         enabled = gc.isenabled()
         gc.disable()
         try:
-            batch = records_to_arrow(topic, partition, data, start, end, check_crc=check_crc and not verified)
+            aborted = reader.aborted if committed else None
+            batch = records_to_arrow(topic, partition, data, start, end, check_crc=check_crc and not verified, aborted=aborted)
         finally:
             if enabled:
                 gc.enable()
@@ -452,6 +477,7 @@ def produce_batches(
     chunk_bytes: int = DEFAULT_CHUNK_BYTES,
     batch_bytes: int = DEFAULT_BATCH_BYTES,
     timeout_s: float | None = None,
+    producer: Any = None,
 ) -> dict[int, list[int]]:
     """Produce the rows of ``batches`` (columns ``value`` and optionally ``key``,
     ``headers``, ``partition``) to ``topic``; returns ``{partition: [records, batches,
@@ -463,6 +489,8 @@ def produce_batches(
     retried task re-sends exactly what the failed attempt sent, and the leaders drop what
     they already have. One thread sends the chunks, in order, while this one converts the
     next chunk from Arrow.
+
+    ``producer``: send with it instead (a transactional one, :func:`kcoord.txn_write.prepare_task`).
     """
     from concurrent.futures import Future, ThreadPoolExecutor
 
@@ -470,10 +498,10 @@ def produce_batches(
 
     client = ref.client()
     nparts = len(client.topic(topic).partitions)
-    if producer_id is not None:
-        producer = Producer(client, acks="all", producer_id=producer_id, producer_epoch=0, linger_ms=0, batch_size=batch_bytes)
-    else:
-        producer = Producer(client, acks=acks, linger_ms=0, batch_size=batch_bytes)
+    owned = producer is None
+    if owned:
+        identity = {"acks": "all", "producer_id": producer_id, "producer_epoch": 0} if producer_id is not None else {"acks": acks}
+        producer = Producer(client, linger_ms=0, batch_size=batch_bytes, **identity)
     stats: dict[int, list[int]] = {}
     pending: list[pa.RecordBatch] = []
     pending_bytes = 0
@@ -524,7 +552,8 @@ def produce_batches(
         flush()
         account(in_flight)
     finally:
-        producer.close(timeout=30)
+        if owned:
+            producer.close(timeout=30)
         sender.shutdown(wait=True)
     return stats
 
@@ -544,8 +573,11 @@ def _fill_partitions(partitions: list, keys: list | None, nparts: int, seed: int
     return out
 
 
-def stats_batch(task: int, attempt: int, producer_id: int, stats: dict[int, list[int]]) -> pa.RecordBatch:
-    """The per-task write statistics as an Arrow batch of :data:`WRITE_STATS_SCHEMA`."""
+def stats_batch(
+    task: int, attempt: int, producer_id: int, stats: dict[int, list[int]], transactional_id: str | None = None, producer_epoch: int = -1
+) -> pa.RecordBatch:
+    """The per-task write statistics as an Arrow batch of :data:`WRITE_STATS_SCHEMA`
+    (``transactional_id``, ``producer_epoch``: the task's prepared transaction, if any)."""
     parts = sorted(stats)
     if not parts:
         parts, rows = [-1], [[0, 0, 0]]
@@ -561,6 +593,8 @@ def stats_batch(task: int, attempt: int, producer_id: int, stats: dict[int, list
             pa.array([r[0] for r in rows], pa.int64()),
             pa.array([r[1] for r in rows], pa.int32()),
             pa.array([r[2] for r in rows], pa.int32()),
+            pa.array([transactional_id] * k, pa.string()),
+            pa.array([producer_epoch] * k, pa.int32()),
         ],
         schema=WRITE_STATS_SCHEMA,
     )
