@@ -71,11 +71,14 @@ class ReplicaDriver(Serving):
         read_hint: HintReader | None = None,
         trace: Callable[[str], None] | None = None,
         after_step: Callable[[int], None] | None = None,
+        txn_coordinators: int | None = None,
     ) -> None:
         """``trace(message)`` hears role changes, truncations and ISR changes (the shell
         logs them); ``after_step(now_ms)`` runs after every call into the core -- a
         request, an answer, a timer -- for the shell's periodic work (metrics), which
-        thus needs no wake-up of its own on a replica that hears from its peers."""
+        thus needs no wake-up of its own on a replica that hears from its peers.
+        ``txn_coordinators``: how many transaction coordinators the cluster runs, when the
+        caller knows (else the controller is asked, at the first verification)."""
         self.replica = replica
         self._after_step = after_step
         self.cluster = cluster
@@ -90,7 +93,7 @@ class ReplicaDriver(Serving):
         # How many transaction coordinators (partitions of __transaction_state): asked of the
         # controller at the first verification, kept once known (it never changes); the
         # verifications waiting for the answer.
-        self._txn_coordinators: int | None = None
+        self._txn_coordinators: int | None = txn_coordinators
         self._verifications_waiting: list[VerifyTxn] | None = None
         self.closed = False
         self.hinted_fetches = 0
