@@ -254,22 +254,11 @@ class ProducerStateManager:
     def check(self, h: BatchHeader, guard: VerificationGuard | None = None) -> ProducerCheck:
         """Decide whether the leader may append batch ``h`` (see the module docstring).
         ``guard``: None when no verification is required (replication, verification
-        disabled); else a batch that would start a transaction must present its producer's
-        current guard (INVALID_TXN_STATE otherwise), checked after deduplication as Kafka."""
+        disabled, a batch that is not transactional); else a batch that would start a
+        transaction must present its producer's current guard (INVALID_TXN_STATE
+        otherwise), checked after deduplication as Kafka does (:meth:`_verified`)."""
         if not _tracked(h):
             return OK
-        verdict = self._check_sequence(h)
-        if guard is not None and verdict.ok and h.attributes & TRANSACTIONAL_BIT and not self.has_ongoing(h.producer_id, h.producer_epoch):
-            held = self._guards.get(h.producer_id)
-            if held is None or held is not guard or guard.epoch != h.producer_epoch:
-                why = "it was not verified with its transaction coordinator" if guard is NO_GUARD else "its transaction ended (or its epoch changed) since it was verified"
-                return ProducerCheck(
-                    error=ErrorCode.INVALID_TXN_STATE,
-                    message=f"producer {h.producer_id} epoch {h.producer_epoch}: a transactional batch that would start a transaction here, but {why}",
-                )
-        return verdict
-
-    def _check_sequence(self, h: BatchHeader) -> ProducerCheck:
         entry = self._producers.get(h.producer_id)
         first, last = h.base_sequence, h.last_sequence
         pid = h.producer_id
@@ -284,7 +273,7 @@ class ProducerStateManager:
                     error=ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER,
                     message=f"producer {pid} is unknown here, so its first batch must have sequence 0, got {first}",
                 )
-            return OK
+            return OK if guard is None else self._verified(h, guard)
         if h.producer_epoch < entry.epoch:
             return ProducerCheck(
                 error=ErrorCode.INVALID_PRODUCER_EPOCH,
@@ -296,16 +285,30 @@ class ProducerStateManager:
                     error=ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER,
                     message=f"producer {pid} started epoch {h.producer_epoch} at sequence {first}, expected 0",
                 )
-            return OK
+            return OK if guard is None else self._verified(h, guard)
         for b in entry.batches:
             if b.first_seq == first and b.last_seq == last:
                 return ProducerCheck(duplicate=True, duplicate_base_offset=b.base_offset)
         if first == entry.last_seq + 1:
-            return OK
+            return OK if guard is None else self._verified(h, guard)
         where = f"behind, and not one of its last {CACHED_BATCHES} batches" if first <= entry.last_seq else "after a gap"
         return ProducerCheck(
             error=ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER,
             message=f"producer {pid} epoch {entry.epoch}: expected sequence {entry.last_seq + 1}, got {first}..{last} ({where})",
+        )
+
+    def _verified(self, h: BatchHeader, guard: VerificationGuard) -> ProducerCheck:
+        """A batch that passed the sequence checks: one that would start a transaction
+        needs ``guard`` to be its producer's current one at its epoch."""
+        if not h.attributes & TRANSACTIONAL_BIT or self.has_ongoing(h.producer_id, h.producer_epoch):
+            return OK
+        held = self._guards.get(h.producer_id)
+        if held is not None and held is guard and guard.epoch == h.producer_epoch:
+            return OK
+        why = "it was not verified with its transaction coordinator" if guard is NO_GUARD else "its transaction ended (or its epoch changed) since it was verified"
+        return ProducerCheck(
+            error=ErrorCode.INVALID_TXN_STATE,
+            message=f"producer {h.producer_id} epoch {h.producer_epoch}: a transactional batch that would start a transaction here, but {why}",
         )
 
     def update(self, h: BatchHeader, control: ControlRecord | None = None) -> CompletedTxn | None:

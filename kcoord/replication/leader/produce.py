@@ -67,13 +67,16 @@ class ProducePath:
         h = record.read_header(req.records) if len(req.records) >= record.HEADER_SIZE else None
         if h is not None and self._park_if_ahead(req, h, token, now_ms):
             return
-        self._admit(req, h, token, now_ms)
+        if h is not None and h.attributes & record.TRANSACTIONAL_BIT:
+            self._admit(req, h, token, now_ms)
+        else:
+            self._append(req, h, token, now_ms)  # the hot path: no transaction to verify
 
     def _admit(self, req: ProduceRequest, h: record.BatchHeader | None, token: Any, now_ms: int) -> None:
         """Append the batch, or first verify it with its transaction coordinator when it
         would start a transaction (KIP-890); the append then needs the guard taken here."""
         if h is None or not h.attributes & record.TRANSACTIONAL_BIT or not self.state.config.transaction_partition_verification:
-            self._append(req, h, token, now_ms)  # the hot path: not transactional
+            self._append(req, h, token, now_ms)
             return
         st = self.state
         ps = st.log.producer_state
