@@ -7,10 +7,11 @@ coordinator). Until the simulation runs the real coordinator (the txn-sim work),
 :class:`CoordinatorStandIn` answers from the :class:`~.transactions.TxnProducer` that plays
 its own coordinator: a partition is in the producer's ongoing transaction at epoch 0 from
 its first batch until its marker is first sent (the coordinator's PREPARE_*, then
-COMPLETE_*).
+COMPLETE_*), each answer sent up to 150 ms late (a busy coordinator), so a "yes" can reach the
+leader after the transaction's marker did.
 
-Fault: once healing began and a transactional producer's last transaction is ending (every
-batch acknowledged, its marker about to be sent, in flight, or written), a
+Fault: once healing began and a transactional producer's last transaction is ending (its
+last batch sent, its marker soon to be sent, in flight, or written), a
 :class:`LateWriter` sends one more transactional batch of that producer (its identity, the
 next sequence): a retried or zombie write of the ending transaction, racing its marker.
 Without verification a write landing after the marker opens a transaction at the partition
@@ -20,7 +21,8 @@ after it, which the leader's guard must refuse.
 Invariants:
 
 * **txn-late** the late write either landed before its transaction's marker (it is part of
-  that transaction) or was refused INVALID_TXN_STATE;
+  that transaction) or was refused (INVALID_TXN_STATE; OUT_OF_ORDER_SEQUENCE_NUMBER when
+  retention removed the producer's batches, so its sequence is a gap);
 * **txn-hang** once quiet, no transaction is open at any partition leader and its last
   stable offset reaches its high watermark (no transaction stays open after its
   coordinator ended it).
@@ -31,6 +33,7 @@ the kernel's generator.
 
 from __future__ import annotations
 
+import random
 from typing import TYPE_CHECKING, Any
 
 from kcoord import records
@@ -59,6 +62,8 @@ class CoordinatorStandIn(Client):
         super().__init__(sim, coordinator_name(cluster))
         self.producers = producers
         self.answered = 0
+        # a coordinator takes its time: an answer may reach the leader after the marker did
+        self.side = random.Random(f"txn-stand-in:{sim.config.seed}")
 
     def receive(self, call: Call, request: Message) -> None:
         assert isinstance(request, AddPartitionsToTxnRequest) and request.verify_only, request
@@ -73,7 +78,8 @@ class CoordinatorStandIn(Client):
         else:
             ongoing = p.txn_batches > 0
             code = E.NONE if ongoing and request.topics == {p.topic: [p.partition]} else E.TRANSACTION_ABORTABLE
-        self.sim.net.reply(call, AddPartitionsToTxnResponse(results={t: {q: code for q in ps} for t, ps in request.topics.items()}))
+        answer = AddPartitionsToTxnResponse(results={t: {q: code for q in ps} for t, ps in request.topics.items()})
+        self.later(self.side.randint(0, 150), self.sim.net.reply, call, answer)
 
 
 class LateWriter(Client):
@@ -101,8 +107,7 @@ class LateWriter(Client):
         if p.fatal is not None:
             self.outcome = -1  # the producer stopped: nothing to be late for
             return
-        ending = p.ending is not None and not p.unacked()
-        if not (ending or (p.idle and p.txn > 0)) or p.leader < 0:
+        if not (p.ending is not None or (p.idle and p.txn > 0)) or p.leader < 0:
             self.later(20, self._wait)
             return
         self.txn = p.txn if p.ending is not None else p.txn - 1
@@ -122,7 +127,10 @@ class LateWriter(Client):
 
     def _done(self, response: Any, kind: str) -> None:
         code = response.error_code if isinstance(response, ProduceResponse) else None
-        if kind != OK or code in RETRIABLE_METADATA or code in (E.NOT_ENOUGH_REPLICAS, E.REQUEST_TIMED_OUT, E.OUT_OF_ORDER_SEQUENCE_NUMBER):
+        # out of order: ahead of the producer's own last batches, until they land (after that it
+        # is final: e.g. retention removed every batch of the producer, so any sequence is a gap)
+        ahead = code == E.OUT_OF_ORDER_SEQUENCE_NUMBER and self.producer.unacked() > 0 and self.producer.fatal is None
+        if kind != OK or code in RETRIABLE_METADATA or code in (E.NOT_ENOUGH_REPLICAS, E.REQUEST_TIMED_OUT) or ahead:
             if kind != OK or code in RETRIABLE_METADATA:
                 self.producer.refresh_metadata()
             self.later(self.sim.config.client_backoff_ms, self._send)
@@ -133,8 +141,8 @@ class LateWriter(Client):
         marker = self.producer.marker_offsets.get(self.txn)
         if code == E.NONE and marker is not None and self.offset > marker:
             self.sim.history.fail("txn-late", self.sim.kernel.now, f"{self.name}: the late write of transaction {self.txn} landed at {self.offset}, after its marker at {marker}: a transaction no marker will end")
-        elif code not in (E.NONE, E.INVALID_TXN_STATE):
-            self.sim.history.fail("txn-late", self.sim.kernel.now, f"{self.name}: the late write was answered {code}; expected NONE (before its marker) or INVALID_TXN_STATE")
+        elif code not in (E.NONE, E.INVALID_TXN_STATE, E.OUT_OF_ORDER_SEQUENCE_NUMBER):
+            self.sim.history.fail("txn-late", self.sim.kernel.now, f"{self.name}: the late write was answered {code}; expected NONE (before its marker) or a refusal")
 
 
 def final_checks(sim: "Simulation", writers: list[LateWriter]) -> None:
