@@ -112,7 +112,8 @@ class LateWriter(Client):
             return
         self.txn = p.txn if p.ending is not None else p.txn - 1
         p.ledger.sent(p.producer_id, p.next_seq, 1, self.txn)  # it belongs to the ending transaction
-        self._send()
+        # before the marker now and then (inside the transaction), mostly after it
+        self.later(random.Random(f"late-writer:{self.sim.config.seed}").randint(0, 400), self._send)
 
     def _send(self) -> None:
         p = self.producer
