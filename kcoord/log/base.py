@@ -40,7 +40,7 @@ from .config import LogConfig
 from .epochs import LeaderEpochCache
 from .errors import LogStorageError, OffsetOutOfRange
 from .flush import FlushPolicy
-from .producer_state import CompletedTxn, ProducerStateManager
+from .producer_state import CompletedTxn, ProducerStateManager, VerificationGuard
 from .txn_index import AbortedTxn, TxnIndex
 
 _BufferLike = bytes | bytearray | memoryview
@@ -281,12 +281,16 @@ class BaseLog(ABC):
         now_ms: int | None = None,
         *,
         header: BatchHeader | None = None,
+        verification_guard: VerificationGuard | None = None,
     ) -> AppendInfo:
         """Append one producer batch as the partition's leader: validate it, deduplicate and
         sequence-check it by its producer, assign its offsets (base offset = LEO) and stamp
         them and ``leader_epoch`` on its first 16 bytes (the rest is written as is).
         ``header``: the batch's header if the caller parsed it already (it is not parsed
-        again); the result carries it. Nothing is written unless everything checks.
+        again); the result carries it. ``verification_guard``: for a client's batch, the
+        producer's guard the leader verified under (or ``NO_GUARD``): a batch that would start
+        a transaction needs the producer's current one (KIP-890, the producer state's check,
+        made here in the same step as the append). Nothing is written unless everything checks.
         """
         if self._halted:
             self._check_open()
@@ -309,7 +313,7 @@ class BaseLog(ABC):
         state = self.producer_state
         idempotent = h.producer_id >= 0
         if idempotent:
-            verdict = state.check(h)
+            verdict = state.check(h, verification_guard)
             if verdict.duplicate:
                 dup = verdict.duplicate_base_offset
                 return AppendInfo(dup, dup + h.last_offset_delta, h.record_count, h.max_timestamp, len(data), True, -1, h)

@@ -28,6 +28,16 @@ completed transaction stays *unstable* until its marker is below the high waterm
 whose outcome a failover could still undo (Kafka's unreplicated transactions). A marker
 needs its batch's record (which end, which coordinator epoch): :meth:`update` takes it, and
 replays are given a ``read_control`` to fetch it from the log.
+
+Verification (KIP-890 part 1, docs/transactions.md section 1): a transactional batch that
+would *start* a transaction here (none ongoing for its producer at its epoch) is appended
+only with the producer's current :class:`VerificationGuard`, which the leader takes
+(:meth:`ProducerStateManager.start_verification`) before it asks the transaction coordinator
+whether this partition is in the producer's ongoing transaction. Any transactional batch or
+marker of that producer applied after that (a marker ending the transaction, a data batch
+starting it) drops the guard, and so does a verification at another epoch: an answer that
+arrives after the transaction ended cannot let a late write open a transaction no marker
+will end. Guards live in memory only, on the leader; a replay of the log keeps them.
 """
 
 from __future__ import annotations
@@ -103,6 +113,26 @@ class ProducerCheck:
 OK = ProducerCheck()
 
 
+class VerificationGuard:
+    """Proof that a verification began for one producer at one epoch (compared by identity,
+    Kafka's VerificationGuard). The append that starts a transaction must present the one
+    its producer still holds."""
+
+    __slots__ = ("producer_id", "epoch")
+
+    def __init__(self, producer_id: int, epoch: int) -> None:
+        self.producer_id = producer_id
+        self.epoch = epoch
+
+    def __repr__(self) -> str:
+        return f"VerificationGuard(producer {self.producer_id}, epoch {self.epoch}, id {id(self):#x})"
+
+
+#: what a leader presents for a batch it did not verify: a transaction-starting batch with it
+#: is refused (``None`` instead: verification not required, as for replication)
+NO_GUARD = VerificationGuard(-1, -1)
+
+
 def _tracked(h: BatchHeader) -> bool:
     # A batch without a producer id, or without a sequence, is not idempotent.
     return h.producer_id >= 0 and h.base_sequence >= 0
@@ -115,6 +145,7 @@ class ProducerStateManager:
         self._producers: dict[int, ProducerEntry] = {}
         self._ongoing: dict[int, int] = {}  # producer id -> first offset of its ongoing transaction
         self._unreplicated: list[CompletedTxn] = []  # completed, marker not yet below the HW
+        self._guards: dict[int, VerificationGuard] = {}  # producer id -> its verification guard
 
     def __len__(self) -> int:
         return len(self._producers)
@@ -175,6 +206,31 @@ class ProducerStateManager:
         others = [first for pid, first in self._ongoing.items() if pid != completed.producer_id]
         return min(others) if others else completed.last_offset + 1
 
+    def has_ongoing(self, producer_id: int, epoch: int) -> bool:
+        """Whether ``producer_id`` has a transaction ongoing here at ``epoch`` (a batch at
+        another epoch does not belong to it: it starts a transaction, so it is verified)."""
+        entry = self._producers.get(producer_id)
+        return entry is not None and entry.txn_first_offset >= 0 and entry.epoch == epoch
+
+    def needs_verification(self, h: BatchHeader) -> bool:
+        """Whether batch ``h`` would start a transaction here (Kafka's
+        maybeStartTransactionVerification): transactional data with no transaction of its
+        producer ongoing at its epoch."""
+        return bool(h.attributes & TRANSACTIONAL_BIT) and not h.attributes & CONTROL_BIT and h.producer_id >= 0 and not self.has_ongoing(h.producer_id, h.producer_epoch)
+
+    def start_verification(self, producer_id: int, epoch: int) -> VerificationGuard:
+        """The guard a leader holds while it asks the transaction coordinator about
+        ``producer_id`` at ``epoch``: the producer's current one at that epoch, else a new one
+        (a guard of another epoch is dropped). Concurrent requests share it, so the first to
+        append starts the transaction and the others find it ongoing."""
+        guard = self._guards.get(producer_id)
+        if guard is None or guard.epoch != epoch:
+            guard = self._guards[producer_id] = VerificationGuard(producer_id, epoch)
+        return guard
+
+    def verification_guard(self, producer_id: int) -> VerificationGuard | None:
+        return self._guards.get(producer_id)
+
     def check_marker(self, producer_id: int, producer_epoch: int, coordinator_epoch: int) -> ProducerCheck:
         """Whether the leader may append a marker of ``producer_id``: never one from an
         older coordinator epoch than the last marker's (TRANSACTION_COORDINATOR_FENCED), nor
@@ -195,8 +251,12 @@ class ProducerStateManager:
             )
         return OK
 
-    def check(self, h: BatchHeader) -> ProducerCheck:
-        """Decide whether the leader may append batch ``h`` (see the module docstring)."""
+    def check(self, h: BatchHeader, guard: VerificationGuard | None = None) -> ProducerCheck:
+        """Decide whether the leader may append batch ``h`` (see the module docstring).
+        ``guard``: None when no verification is required (replication, verification
+        disabled, a batch that is not transactional); else a batch that would start a
+        transaction must present its producer's current guard (INVALID_TXN_STATE
+        otherwise), checked after deduplication as Kafka does (:meth:`_verified`)."""
         if not _tracked(h):
             return OK
         entry = self._producers.get(h.producer_id)
@@ -213,7 +273,7 @@ class ProducerStateManager:
                     error=ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER,
                     message=f"producer {pid} is unknown here, so its first batch must have sequence 0, got {first}",
                 )
-            return OK
+            return OK if guard is None else self._verified(h, guard)
         if h.producer_epoch < entry.epoch:
             return ProducerCheck(
                 error=ErrorCode.INVALID_PRODUCER_EPOCH,
@@ -225,21 +285,38 @@ class ProducerStateManager:
                     error=ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER,
                     message=f"producer {pid} started epoch {h.producer_epoch} at sequence {first}, expected 0",
                 )
-            return OK
+            return OK if guard is None else self._verified(h, guard)
         for b in entry.batches:
             if b.first_seq == first and b.last_seq == last:
                 return ProducerCheck(duplicate=True, duplicate_base_offset=b.base_offset)
         if first == entry.last_seq + 1:
-            return OK
+            return OK if guard is None else self._verified(h, guard)
         where = f"behind, and not one of its last {CACHED_BATCHES} batches" if first <= entry.last_seq else "after a gap"
         return ProducerCheck(
             error=ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER,
             message=f"producer {pid} epoch {entry.epoch}: expected sequence {entry.last_seq + 1}, got {first}..{last} ({where})",
         )
 
+    def _verified(self, h: BatchHeader, guard: VerificationGuard) -> ProducerCheck:
+        """A batch that passed the sequence checks: one that would start a transaction
+        needs ``guard`` to be its producer's current one at its epoch."""
+        if not h.attributes & TRANSACTIONAL_BIT or self.has_ongoing(h.producer_id, h.producer_epoch):
+            return OK
+        held = self._guards.get(h.producer_id)
+        if held is not None and held is guard and guard.epoch == h.producer_epoch:
+            return OK
+        why = "it was not verified with its transaction coordinator" if guard is NO_GUARD else "its transaction ended (or its epoch changed) since it was verified"
+        return ProducerCheck(
+            error=ErrorCode.INVALID_TXN_STATE,
+            message=f"producer {h.producer_id} epoch {h.producer_epoch}: a transactional batch that would start a transaction here, but {why}",
+        )
+
     def update(self, h: BatchHeader, control: ControlRecord | None = None) -> CompletedTxn | None:
         """Record an appended batch (leader and follower paths alike). A control batch needs
         its ``control`` record; the transaction it ends is returned."""
+        if self._guards and h.attributes & TRANSACTIONAL_BIT:
+            # a marker ended the transaction, or data started it: the guard served its turn
+            self._guards.pop(h.producer_id, None)
         if h.attributes & CONTROL_BIT:
             if h.producer_id < 0:
                 return None
@@ -285,9 +362,13 @@ class ProducerStateManager:
         return done
 
     def rebuild(self, headers: Iterable[BatchHeader], read_control: ReadControl | None = None, on_completed: Callable[[CompletedTxn], None] | None = None) -> None:
-        """Forget everything and replay ``headers`` (the batches left in the log)."""
+        """Forget everything and replay ``headers`` (the batches left in the log). The
+        verification guards are kept: history replayed is no news about a transaction."""
+        guards = self._guards
         self.clear()
+        self._guards = {}
         self.replay(headers, read_control, on_completed)
+        self._guards = guards
 
     def replay(self, headers: Iterable[BatchHeader], read_control: ReadControl | None = None, on_completed: Callable[[CompletedTxn], None] | None = None) -> None:
         """Apply ``headers`` in order; ``read_control(h)`` gives a control batch's record,
@@ -307,6 +388,7 @@ class ProducerStateManager:
         self._producers.clear()
         self._ongoing.clear()
         self._unreplicated.clear()
+        self._guards = {}
 
     # -- persistence and describe ---------------------------------------------------------
 

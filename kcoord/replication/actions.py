@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from ..protocol.controller import AlterPartitionRequest
 from ..protocol.replication import FetchRequest, OffsetsForLeaderEpochRequest
+from ..protocol.txn import AddPartitionsToTxnRequest
 from ..runtime.actions import Action, Reply
 
 
@@ -41,6 +42,16 @@ class SendAlterPartition(Action):
     request: AlterPartitionRequest
 
 
-ReplicaAction = Reply | SendFetch | SendOffsetsForLeaderEpoch | SendAlterPartition
+@dataclass(frozen=True)
+class VerifyTxn(Action):
+    """Leader: ask the transaction coordinator of ``request.transactional_id`` whether this
+    partition is in the producer's ongoing transaction (``request.verify_only``, KIP-890);
+    report via ``Replica.on_txn_verified(verify_id, response, now_ms)`` (None: no answer)."""
 
-__all__ = ["Action", "Reply", "ReplicaAction", "SendAlterPartition", "SendFetch", "SendOffsetsForLeaderEpoch"]
+    verify_id: int
+    request: AddPartitionsToTxnRequest
+
+
+ReplicaAction = Reply | SendFetch | SendOffsetsForLeaderEpoch | SendAlterPartition | VerifyTxn
+
+__all__ = ["Action", "Reply", "ReplicaAction", "SendAlterPartition", "SendFetch", "SendOffsetsForLeaderEpoch", "VerifyTxn"]

@@ -63,6 +63,11 @@ class ReplicationConfig:
     log_retention_check_interval_ms: int = 300_000  # log.retention.check.interval.ms
     log_cleaner_enable: bool = True  # log.cleaner.enable
     log_cleaner_backoff_ms: int = 15_000  # log.cleaner.backoff.ms
+    # transaction.partition.verification.enable (Kafka's broker config, KIP-890): a
+    # transactional batch that would start a transaction is appended only after the
+    # transaction coordinator confirmed the partition is in it. Off only for a cluster
+    # whose transactional writers have no coordinator (tools, tests of the log alone).
+    transaction_partition_verification: bool = True
 
     # Kafka config name -> (field, parser)
     _KEYS = {
@@ -78,6 +83,7 @@ class ReplicationConfig:
         "log.retention.check.interval.ms": ("log_retention_check_interval_ms", lambda k, v: _parse_int(k, v, 1)),
         "log.cleaner.enable": ("log_cleaner_enable", _parse_bool),
         "log.cleaner.backoff.ms": ("log_cleaner_backoff_ms", lambda k, v: _parse_int(k, v, 1)),
+        "transaction.partition.verification.enable": ("transaction_partition_verification", _parse_bool),
     }
 
     @classmethod
@@ -102,7 +108,7 @@ def _parse_timestamp_type(key: str, value: Any) -> str:
 REPLICATION_KEYS = frozenset(ReplicationConfig._KEYS)
 # Cluster-wide settings (Kafka broker configs): given as ``broker_config`` at deploy time,
 # never as a topic's config.
-BROKER_KEYS = frozenset({"log.retention.check.interval.ms", "log.cleaner.enable", "log.cleaner.backoff.ms"})
+BROKER_KEYS = frozenset({"log.retention.check.interval.ms", "log.cleaner.enable", "log.cleaner.backoff.ms", "transaction.partition.verification.enable"})
 
 
 def validate_broker_config(config: Mapping[str, Any] | None) -> dict[str, str]:

@@ -67,6 +67,9 @@ class ReplicaContext(Outbox):
     # leader's HW it refuses the first leadership it is offered.
     may_have_lost_data: bool = False
     metrics: dict[str, int] = field(default_factory=new_metrics)
+    # The last id given to a transaction verification (KIP-890): unique across leaderships,
+    # so an answer from an earlier tenure is recognised as stale.
+    last_verify_id: int = 0
 
     @property
     def name(self) -> str:

@@ -297,6 +297,14 @@ class Replica:
             self.following.on_offsets_for_leader_epoch_response(request, response, now_ms)
 
     @entry_point
+    def on_txn_verified(self, verify_id: int, response: Any, now_ms: int) -> None:
+        """The transaction coordinator's answer to a leader's :class:`~.actions.VerifyTxn`
+        (None: no answer); ignored once this replica no longer leads (its produce was
+        answered when it stepped down)."""
+        if self.leading is not None:
+            self.leading.on_txn_verified(verify_id, response, now_ms)
+
+    @entry_point
     def on_alter_partition_response(self, request: Any, response: Any, now_ms: int) -> None:
         if self.leading is not None:
             self.leading.on_alter_partition_response(request, response, now_ms)

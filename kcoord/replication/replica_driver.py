@@ -8,7 +8,10 @@ a fake network and clock. What lives here, once:
 
 * the serve loop (:class:`~kcoord.runtime.serving.Serving`): tokens, waiters, replies;
 * the order actions are performed in (as returned) and the calls they make: Fetch and
-  OffsetsForLeaderEpoch to the leader, AlterPartition to the controller, each with its
+  OffsetsForLeaderEpoch to the leader, AlterPartition to the controller, a leader's
+  transaction verification (KIP-890) to the transactional id's transaction coordinator
+  (``add_partitions_to_txn`` with ``verify_only``; which coordinator: Kafka's placement over
+  the partitions of ``__transaction_state``, asked of the controller once), each with its
   timeout, each outcome fed back to the core (``None`` for no answer);
 * reading a same-node leader's file hint (or fetching the bytes when the hint went stale);
 * the single timer, re-armed from ``next_deadline()`` after every call into the core.
@@ -23,14 +26,16 @@ from typing import Any, Callable
 
 from ..protocol import names
 from ..protocol.codec import Message
-from ..protocol.controller import AlterPartitionRequest, AlterPartitionResponse
+from ..protocol.controller import AlterPartitionRequest, AlterPartitionResponse, MetadataRequest, MetadataResponse
 from ..protocol.errors import ErrorCode
 from ..protocol.replication import FetchResponse, OffsetsForLeaderEpochResponse
 from ..protocol.services import REPLICA, error_response
 from ..runtime import Alarm, Clock, Outcome, ReplyFn, Transport
 from ..runtime.actions import Action
+from ..protocol.txn import AddPartitionsToTxnResponse
 from ..runtime.serving import Serving
-from .actions import Reply, SendAlterPartition, SendFetch, SendOffsetsForLeaderEpoch
+from ..txn.placement import TRANSACTION_STATE_TOPIC, coordinator_for
+from .actions import Reply, SendAlterPartition, SendFetch, SendOffsetsForLeaderEpoch, VerifyTxn
 from .replica import Replica
 
 logger = logging.getLogger("kcoord.replica")
@@ -66,11 +71,14 @@ class ReplicaDriver(Serving):
         read_hint: HintReader | None = None,
         trace: Callable[[str], None] | None = None,
         after_step: Callable[[int], None] | None = None,
+        txn_coordinators: int | None = None,
     ) -> None:
         """``trace(message)`` hears role changes, truncations and ISR changes (the shell
         logs them); ``after_step(now_ms)`` runs after every call into the core -- a
         request, an answer, a timer -- for the shell's periodic work (metrics), which
-        thus needs no wake-up of its own on a replica that hears from its peers."""
+        thus needs no wake-up of its own on a replica that hears from its peers.
+        ``txn_coordinators``: how many transaction coordinators the cluster runs, when the
+        caller knows (else the controller is asked, at the first verification)."""
         self.replica = replica
         self._after_step = after_step
         self.cluster = cluster
@@ -82,6 +90,11 @@ class ReplicaDriver(Serving):
         self._init_serving()
         self._alarm = Alarm(clock, self._on_alarm, idle_ms=self.timeouts.idle_wake_ms)
         self._controller = names.controller(cluster)
+        # How many transaction coordinators (partitions of __transaction_state): asked of the
+        # controller at the first verification, kept once known (it never changes); the
+        # verifications waiting for the answer.
+        self._txn_coordinators: int | None = txn_coordinators
+        self._verifications_waiting: list[VerifyTxn] | None = None
         self.closed = False
         self.hinted_fetches = 0
         self.internal_errors = 0
@@ -158,6 +171,8 @@ class ReplicaDriver(Serving):
                 self._send_offsets_for_epoch(action)
             elif isinstance(action, SendAlterPartition):
                 self._send_alter_partition(action)
+            elif isinstance(action, VerifyTxn):
+                self._verify_txn(action)
             else:  # pragma: no cover - a new action kind this driver must learn
                 raise TypeError(f"unknown replica action {action!r}")
 
@@ -237,3 +252,36 @@ class ReplicaDriver(Serving):
                 self._trace(f"ISR changed {old} -> {r.isr} (partition epoch {r.partition_epoch})")
 
         self._transport.call(self._controller, "alter_partition", req, AlterPartitionResponse, self.timeouts.call_ms, done)
+
+    def _verify_txn(self, action: VerifyTxn) -> None:
+        """Ask ``action.request.transactional_id``'s coordinator; first learn how many there
+        are (the partitions of ``__transaction_state``), once."""
+        if self._txn_coordinators is not None:
+            self._send_verify_txn(action)
+            return
+        if self._verifications_waiting is not None:
+            self._verifications_waiting.append(action)
+            return
+        self._verifications_waiting = [action]
+
+        def done(response: MetadataResponse | None, outcome: Outcome) -> None:
+            waiting, self._verifications_waiting = self._verifications_waiting or [], None
+            topic = next((t for t in response.topics if t.name == TRANSACTION_STATE_TOPIC), None) if response is not None else None
+            if topic is not None and not topic.error_code and topic.partitions:
+                self._txn_coordinators = len(topic.partitions)
+            for a in waiting:
+                if self._txn_coordinators is not None:
+                    self._send_verify_txn(a)
+                else:  # no coordinators known: the produce hears a retriable error
+                    self._run(self.replica.on_txn_verified, a.verify_id, None, self._clock.now_ms())
+
+        self._transport.call(self._controller, "metadata", MetadataRequest([TRANSACTION_STATE_TOPIC]), MetadataResponse, self.timeouts.call_ms, done)
+
+    def _send_verify_txn(self, action: VerifyTxn) -> None:
+        req = action.request
+        target = names.transaction_coordinator(self.cluster, coordinator_for(req.transactional_id, self._txn_coordinators or 1))
+
+        def done(response: AddPartitionsToTxnResponse | None, outcome: Outcome) -> None:
+            self._run(self.replica.on_txn_verified, action.verify_id, response, self._clock.now_ms())
+
+        self._transport.call(target, "add_partitions_to_txn", req, AddPartitionsToTxnResponse, self.timeouts.call_ms, done)

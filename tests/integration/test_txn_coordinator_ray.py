@@ -85,7 +85,7 @@ class TxnProducer:
         batch = R.build_batch([(None, v) for v in values], producer_id=self.pid, producer_epoch=self.epoch, base_sequence=seq, transactional=True)
         self.sequences[(topic, partition)] = seq + len(values)
         resp = self.cluster.call_leader(
-            topic, partition, "produce", lambda le: ProduceRequest(topic, partition, batch, acks=-1, current_leader_epoch=le), ProduceResponse
+            topic, partition, "produce", lambda le: ProduceRequest(topic, partition, batch, acks=-1, current_leader_epoch=le, transactional_id=self.tid), ProduceResponse
         )
         assert resp.error_code == E.NONE, resp
         return resp.base_offset

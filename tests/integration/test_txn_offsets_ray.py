@@ -14,22 +14,19 @@ import pytest
 import ray
 
 from waiting import wait_until
-from kcoord import records as R
 from kcoord.client.admin import Admin
+from kcoord.client.producer import Producer
 from kcoord.client.consumer import Consumer
 from kcoord.client.coordinator.coordinators import GroupCoordinators
 from kcoord.client.types import ConsumerGroupMetadata, TopicPartition
 from kcoord.protocol import names
 from kcoord.protocol.errors import ErrorCode
 from kcoord.protocol.group import OffsetCommitPartition, OffsetFetchRequest, OffsetFetchResponse
-from kcoord.protocol.replication import ProduceRequest, ProduceResponse
 from kcoord.protocol.txn import (
     TxnOffsetCommitRequest,
     TxnOffsetCommitResponse,
     TxnOffsetMarkerRequest,
     TxnOffsetMarkerResponse,
-    WriteTxnMarkerRequest,
-    WriteTxnMarkerResponse,
 )
 
 pytestmark = pytest.mark.ray
@@ -93,17 +90,18 @@ def test_a_group_consumer_reaches_lag_zero_past_markers_and_reports_its_group_me
     group_id = f"lag-{uuid.uuid4().hex[:6]}"
     admin = Admin(kcluster)
     admin.create_topic(topic, partitions=1, replication_factor=1)
-    pid = 7_100_000 + uuid.uuid4().int % 100_000
     tp = TopicPartition(topic, 0)
     try:
-        batch = R.build_batch([(None, b"t-1"), (None, b"t-2")], producer_id=pid, producer_epoch=0, base_sequence=0, transactional=True)
-        produced = kcluster.call_leader(topic, 0, "produce", lambda e: ProduceRequest(topic, 0, batch, acks=-1, current_leader_epoch=e), ProduceResponse)
-        assert produced.error_code == 0, produced
-        marked = kcluster.call_leader(
-            topic, 0, "write_txn_marker", lambda e: WriteTxnMarkerRequest(pid, 0, 1, True, topic, 0, current_leader_epoch=e), WriteTxnMarkerResponse
-        )
-        assert marked.error_code == 0, marked
-        end = marked.offset + 1  # the log ends with the COMMIT marker
+        producer = Producer(kcluster, transactional_id=f"lag-{uuid.uuid4().hex[:6]}", acks="all")
+        try:
+            producer.init_transactions()
+            producer.begin_transaction()
+            producer.send(topic, value=b"t-1", partition=0)
+            producer.send(topic, value=b"t-2", partition=0)
+            producer.commit_transaction()
+        finally:
+            producer.close()
+        end = 3  # t-1, t-2, and the log ends with the COMMIT marker the coordinator writes
         with Consumer(topic, cluster=kcluster, group_id=group_id, auto_offset_reset="earliest", isolation_level="read_committed", enable_auto_commit=False) as c:
             assert c.group_metadata() == ConsumerGroupMetadata(group_id, -1, "", None)  # not joined yet
             got: list[bytes] = []

@@ -384,6 +384,8 @@ class PendingBatch:
 
 
 class Producer(Client, _Metadata):
+    transactional_id: str | None = None  # a transactional producer's (transactions.py)
+
     def __init__(
         self, sim: "Simulation", index: int, spec: "TopicSpec", partition: int, *, acks: int, max_in_flight: int, max_batch: int, keys: int = 0
     ) -> None:
@@ -482,7 +484,9 @@ class Producer(Client, _Metadata):
         b.in_flight = True
         b.attempts += 1
         self.sends += 1
-        req = ProduceRequest(self.topic, self.partition, b.data, acks=self.acks, timeout_ms=cfg.produce_timeout_ms, current_leader_epoch=self.leader_epoch)
+        req = ProduceRequest(
+            self.topic, self.partition, b.data, acks=self.acks, timeout_ms=cfg.produce_timeout_ms, current_leader_epoch=self.leader_epoch, transactional_id=self.transactional_id
+        )
         predecessors_acked = all(x.acked for x in self.batches[self._first_unacked :] if x.seq < b.seq)
         self.call(self.leader_name(), req, ProduceResponse, partial(self._done, b, self.leader, predecessors_acked), cfg.produce_timeout_ms + cfg.call_timeout_ms)
 

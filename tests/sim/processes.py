@@ -181,6 +181,7 @@ class ReplicaProcess(Process):
             clock=SimClock(sim.kernel, self, after=self.after),
             timeouts=ReplicaTimeouts(call_ms=sim.config.call_timeout_ms, idle_wake_ms=1000),
             trace=(lambda m: sim.trace(f"{self.incarnation_id} {m}")) if sim.tracing else None,
+            txn_coordinators=1,  # the leaders' KIP-890 checks go to txn_verify.py's coordinator stand-in
         )
         sim.history.on_replica_start(self)
         sim.trace(f"{self.incarnation_id} started on {machine.id}: LEO {log.log_end_offset} HW {self.replica.hw} epochs {[tuple(e) for e in log.epoch_cache.entries]}")

@@ -44,11 +44,13 @@ from .clients import Admin, Member, Producer, Reader
 from .security import SecurityAdmin
 from .faults import Nemesis
 from .kernel import Kernel, NetParams, Network, resume
-from .processes import HEAD, ControllerProcess, CoordinatorGhost, CoordinatorProcess, Machine, ReplicaGhost, ReplicaProcess
+from .processes import CLUSTER, HEAD, ControllerProcess, CoordinatorGhost, CoordinatorProcess, Machine, ReplicaGhost, ReplicaProcess
 from .scenario import Scenario, TopicSpec
 from .store import FaultyStore
 from .transactions import CommittedReader, TxnLedger, TxnProducer
 from .transactions import final_checks as txn_final_checks
+from .txn_verify import CoordinatorStandIn, LateWriter
+from .txn_verify import final_checks as late_write_checks
 from .txn_groups import TxnOffsetCommitter
 
 KINDS = ("replication", "groups")
@@ -221,11 +223,14 @@ class Simulation:
             spec, p = user_parts[i % len(user_parts)]
             self.producers.append(TxnProducer(self, i, spec, p, max_in_flight=sc.max_in_flight, max_batch=sc.max_batch))
             self.readers.append(CommittedReader(self, i, spec.name, p))
+        txn_producers = [p for p in self.producers if isinstance(p, TxnProducer)]
+        self.late_writers = [LateWriter(self, p) for p in txn_producers]
+        txn_stand_in = [CoordinatorStandIn(self, CLUSTER, txn_producers)] if txn_producers else []
         self.members = [Member(self, i, "g", [t.name for t in sc.topics]) for i in range(sc.members)]
         # with --transactions, a transactional offset committer per groups run (txn_groups.py)
         self.txn_committers = [TxnOffsetCommitter(self, 0)] if config.transactions and sc.coordinators else []
         self.security_admin = SecurityAdmin(self) if config.security else None
-        for node in [*self.replica_list, self.controller, *self.coordinators, self.admin, *self.producers, *self.readers, *self.members, *self.txn_committers]:
+        for node in [*self.replica_list, self.controller, *self.coordinators, self.admin, *self.producers, *self.readers, *self.members, *self.txn_committers, *self.late_writers, *txn_stand_in]:
             self.net.add(node)
         self.nemesis = Nemesis(self)
         self.phase = "faults"
@@ -304,6 +309,7 @@ class Simulation:
             self.security_admin.check(self.controller.core)
         if self.scenario.txn_producers:
             txn_final_checks(self)
+            late_write_checks(self, self.late_writers)
         for c in self.txn_committers:
             c.final_check()
 
@@ -635,6 +641,8 @@ class Simulation:
         for prod in self.producers:
             if isinstance(prod, TxnProducer):
                 prod.finish()  # its open transaction ends, as a coordinator's timeout would end it
+        for w in self.late_writers:
+            w.arm()
 
     def _not_quiet(self) -> str | None:
         """Why the cluster is not quiet yet, or None when it is."""
@@ -674,6 +682,9 @@ class Simulation:
         for c in self.txn_committers:
             if not c.idle:
                 return f"{c.name} has transaction {c.txn} open"
+        for w in self.late_writers:
+            if not w.idle:
+                return f"{w.name} has not heard the final answer to its late write"
         if self.members:
             gens = {m.generation for m in self.members}
             if any(m.state != "stable" for m in self.members) or len(gens) != 1:

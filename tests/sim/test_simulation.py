@@ -113,6 +113,17 @@ def test_planted_lso_past_an_unreplicated_marker_is_caught(monkeypatch: pytest.M
     assert all(any(v.invariant == "txn-g1a" for v in r.violations) for r in results)
 
 
+def test_planted_leader_without_kip890_verification_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Leaders that append a transaction's first batch unverified (kcoord before KIP-890 at
+    the leader): the late write of an ended transaction opens one no marker ends."""
+    from kcoord.log.producer_state import OK, ProducerStateManager
+
+    monkeypatch.setattr(ProducerStateManager, "needs_verification", lambda self, h: False)
+    monkeypatch.setattr(ProducerStateManager, "_verified", lambda self, h, guard: OK)
+    results = [run_seed(s, transactions=True) for s in (0, 3)]  # 4 of seeds 0-7 catch it
+    assert all(any(v.invariant == "txn-late" for v in r.violations) for r in results)
+
+
 def test_planted_consumer_keeping_aborted_batches_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
     from kcoord.client.consumer.segments import AbortedFilter
 

@@ -98,6 +98,9 @@ class TxnProducer(Producer):
         self.txn_size = self.side.randint(1, 6)
         self.ending: bool | None = None  # the decision while its marker is written
         self.marker_in_flight = False
+        self.marker_sent = False  # since its first marker went out (the coordinator's PREPARE_*)
+        self.marker_offsets: dict[int, int] = {}  # transaction -> where its marker landed
+        self.transactional_id = f"txn-{self.name}"  # the leaders verify with it (txn_verify.py)
 
     def send_new(self) -> None:
         if self.producer_id < 0 or self.fatal is not None or self.ending is not None:
@@ -137,6 +140,7 @@ class TxnProducer(Producer):
             return  # every batch of the transaction first (a coordinator's EndTxn comes after them)
         cfg = self.sim.config
         self.marker_in_flight = True
+        self.marker_sent = True
         req = WriteTxnMarkerRequest(
             self.producer_id, 0, 0, self.ending, self.topic, self.partition, current_leader_epoch=self.leader_epoch, timeout_ms=cfg.produce_timeout_ms
         )
@@ -147,6 +151,8 @@ class TxnProducer(Producer):
         if isinstance(response, WriteTxnMarkerResponse) and response.error_code == 0:
             assert self.ending is not None
             self.ledger.ended(self.producer_id, self.txn, self.ending)
+            self.marker_offsets[self.txn] = response.offset
+            self.marker_sent = False
             self.sim.trace(f"{self.name} {'committed' if self.ending else 'aborted'} transaction {self.txn} (marker at {response.offset})")
             self.txn += 1
             self.txn_batches = 0

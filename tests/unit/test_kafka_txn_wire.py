@@ -437,65 +437,38 @@ def test_a_transactional_batch_needs_a_transactional_id():
     assert _produce_codes(resp) == {("t", 0): E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED}
 
 
-def test_a_transactional_batch_lands_only_in_a_partition_of_the_ongoing_transaction():
+def test_transactional_batches_go_to_their_leaders_with_the_transactional_id_and_no_check_here():
+    """The leaders verify a transaction's first batch with the coordinator (KIP-890 part 1,
+    atomically with the append: tests/unit/test_txn_verification.py); the listener asks
+    nobody, so a transactional produce costs no extra round trip here."""
     ctx = make_ctx()
-    wire(transactions.add_partitions_to_txn, ctx, _add("tx", {"t": [0]}), 3, AddPartitionsToTxnResponse)
     resp = wire(data.produce, ctx, _produce("tx", {("t", 0): _txn_batch(0), ("t", 1): _txn_batch(0)}), 8, ProduceResponse)
-    assert _produce_codes(resp) == {("t", 0): 0, ("t", 1): E.INVALID_TXN_STATE}
-    assert [(r.topic, r.partition, r.transactional_id) for r in ctx.backend.produced] == [("t", 0, "tx")]
+    assert _produce_codes(resp) == {("t", 0): 0, ("t", 1): 0}
+    assert sorted((r.topic, r.partition, r.transactional_id) for r in ctx.backend.produced) == [("t", 0, "tx"), ("t", 1, "tx")]
     assert R_attributes(ctx.backend.produced[0].records) & 0x10  # stored as sent: transactional
-    # verified once per transaction: the next batch to t-0 goes straight to its leader
-    wire(data.produce, ctx, _produce("tx", {("t", 0): _txn_batch(1)}), 8, ProduceResponse)
-    assert len(sent(ctx, "add_partitions_to_txn")) == 2  # the add and one verification
-    # its EndTxn ends what was verified: the next transaction is checked again
-    wire(transactions.end_txn, ctx, EndTxnRequest(transactional_id="tx", producer_id=4000, producer_epoch=3, committed=True), 3, EndTxnResponse)
-    ctx.backend.ongoing.clear()
-    resp = wire(data.produce, ctx, _produce("tx", {("t", 0): _txn_batch(2)}), 8, ProduceResponse)
+    assert not sent(ctx, "add_partitions_to_txn")
+
+
+def test_a_leaders_refusal_of_an_unverified_batch_reaches_the_client():
+    from kcoord.protocol.replication import ProduceResponse as ReplicaProduceResponse
+
+    class Refusing(FakeBackend):
+        async def submit_produce(self, req: Any) -> Any:
+            self.produced.append(req)
+
+            async def answer() -> ReplicaProduceResponse:
+                return ReplicaProduceResponse(E.INVALID_TXN_STATE, "t-0 is not in its ongoing transaction")
+
+            return answer()
+
+    resp = wire(data.produce, make_ctx(Refusing()), _produce("tx", {("t", 0): _txn_batch(0)}), 8, ProduceResponse)
     assert _produce_codes(resp) == {("t", 0): E.INVALID_TXN_STATE}
-    assert [r.verify_only for _, r in sent(ctx, "add_partitions_to_txn")] == [False, True, True]
-
-
-@pytest.mark.parametrize(
-    "coordinator,produce",
-    [
-        (E.CONCURRENT_TRANSACTIONS, E.NOT_ENOUGH_REPLICAS),
-        (E.COORDINATOR_NOT_AVAILABLE, E.NOT_ENOUGH_REPLICAS),
-        (E.PRODUCER_FENCED, E.INVALID_PRODUCER_EPOCH),
-        (E.INVALID_PRODUCER_ID_MAPPING, E.INVALID_PRODUCER_ID_MAPPING),
-    ],
-)
-def test_the_coordinators_verification_errors_become_codes_produce_clients_know(coordinator, produce):
-    ctx = make_ctx()
-    ctx.backend.answers["add_partitions_to_txn"] = lambda r: T.error_response(r, coordinator)
-    resp = wire(data.produce, ctx, _produce("tx", {("t", 0): _txn_batch()}), 8, ProduceResponse)
-    assert _produce_codes(resp) == {("t", 0): produce} and not ctx.backend.produced
 
 
 def test_a_control_batch_from_a_client_is_invalid_record():
     marker = build_control_batch(commit=True, producer_id=4000, producer_epoch=3, coordinator_epoch=0, timestamp_ms=1)
     resp = wire(data.produce, make_ctx(), _produce("tx", {("t", 0): marker}), 8, ProduceResponse)
     assert _produce_codes(resp) == {("t", 0): E.INVALID_RECORD}
-
-
-def test_pipelined_transactional_produces_keep_their_order_while_one_is_verified():
-    """The second request's batch is already verified; it still goes after the first."""
-    backend = FakeBackend()
-    ctx = make_ctx(backend)
-    backend.ongoing[("tx", 4000, 3)] = {("t", 0)}
-    ctx.verified_txn_partitions[("tx", 4000, 3)] = set()
-
-    async def main() -> None:
-        conn = Connection()
-        first = asyncio.ensure_future(data.produce(ctx, conn, _produce("tx", {("t", 0): _txn_batch(0)}), 8))
-        await asyncio.sleep(0)
-        ctx.verified_txn_partitions[("tx", 4000, 3)] = {("t", 0)}  # as if verified meanwhile
-        second = asyncio.ensure_future(data.produce(ctx, conn, _produce("tx", {("t", 0): _txn_batch(1)}), 8))
-        await asyncio.gather(first, second)
-
-    asyncio.run(main())
-    from kcoord import records as R
-
-    assert [R.read_header(r.records).base_sequence for r in backend.produced] == [0, 1]
 
 
 def R_attributes(batch: bytes) -> int:
@@ -530,16 +503,6 @@ def test_offset_fetch_passes_require_stable_from_v7_and_answers_unstable_offsets
     [p] = resp.topics[0].partitions
     assert [r.require_stable for r in asked] == [version >= 7]
     assert (p.error_code, p.committed_offset) == ((E.UNSTABLE_OFFSET_COMMIT, -1) if version >= 7 else (0, 5))
-
-
-def test_the_memory_of_verified_transactions_is_bounded(monkeypatch):
-    monkeypatch.setattr(transactions, "MAX_VERIFIED_TRANSACTIONS", 3)
-    ctx = make_ctx()
-    for pid in range(5):
-        ctx.backend.ongoing[("tx", pid, 0)] = {("t", 0)}
-        resp = wire(data.produce, ctx, _produce("tx", {("t", 0): _txn_batch(0, pid=pid, epoch=0)}), 8, ProduceResponse)
-        assert _produce_codes(resp) == {("t", 0): 0}
-    assert list(ctx.verified_txn_partitions) == [("tx", 2, 0), ("tx", 3, 0), ("tx", 4, 0)]
 
 
 def test_the_listener_reads_the_deployment_record_where_deployment_writes_it():

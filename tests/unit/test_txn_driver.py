@@ -29,6 +29,7 @@ from kcoord.protocol.txn import (
 )
 from kcoord.replication.controller import ControllerState, Persist
 from kcoord.replication.replica import Replica
+from kcoord.replication.actions import VerifyTxn
 from kcoord.runtime import Outcome
 from kcoord.txn import TRANSACTION_STATE_TOPIC, TransactionCoordinatorState, TransactionState, TxnConfig
 from kcoord.txn.driver import FIRST_PRODUCER_ID, CoordinatorTimeouts, TransactionCoordinatorDriver
@@ -54,6 +55,7 @@ class World:
         self.store: dict[str, bytes] = {}
         self.calls: list[tuple[str, str, Any]] = []
         self.down: set[str] = set()  # targets whose calls die
+        self.txn: Any = None  # the transaction coordinator driver, which serves the leaders' KIP-890 checks
         self.group_serves_markers = False
         self.leader_epochs = {tp: 1 for tp in self.replicas}
         self.deleted: set[str] = set()  # topics the metadata no longer lists
@@ -69,8 +71,17 @@ class World:
             self._deliver(r.tick(self.clock.now))
         self.clock.call_at(self.clock.now + 50, self._tick)
 
-    def _deliver(self, actions) -> None:
+    def _deliver(self, actions, replica=None) -> None:
         for a in actions:
+            if isinstance(a, VerifyTxn):
+                # a leader's KIP-890 check, served by the transaction coordinator under test
+                self.calls.append(("txn", "add_partitions_to_txn", a.request))
+
+                def verified(response, a=a, replica=replica):
+                    self.clock.call_at(self.clock.now + 1, lambda: self._deliver(replica.on_txn_verified(a.verify_id, response, self.clock.now), replica))
+
+                self.txn.serve(a.request, verified)
+                continue
             done = self._pending.pop(getattr(a, "token", None), None)
             if done is not None:
                 response = a.response
@@ -111,18 +122,20 @@ class World:
             _, _, topic, partition, broker = target.split("/")
             token = next(self._tokens)
             self._pending[token] = on_done
-            self._deliver(self.replicas[(topic, int(partition))].handle(request, token, self.clock.now))
+            r = self.replicas[(topic, int(partition))]
+            self._deliver(r.handle(request, token, self.clock.now), r)
 
     def new_leader_epoch(self, topic: str, partition: int) -> None:
         """The partition's leader is elected again (same broker, next epoch)."""
         epoch = self.leader_epochs[(topic, partition)] = self.leader_epochs[(topic, partition)] + 1
         self._deliver(self.replicas[(topic, partition)].handle(LeaderAndIsrRequest(1, topic, partition, leader=0, leader_epoch=epoch, partition_epoch=epoch, isr=[0], replicas=[0]), None, self.clock.now))
 
-    def produce(self, topic: str, partition: int, data: bytes) -> Any:
+    def produce(self, topic: str, partition: int, data: bytes, transactional_id: str | None = "tx") -> Any:
         token = next(self._tokens)
         out = []
         self._pending[token] = lambda r, o: out.append(r)
-        self._deliver(self.replicas[(topic, partition)].handle(ProduceRequest(topic, partition, data, acks=1), token, self.clock.now))
+        r = self.replicas[(topic, partition)]
+        self._deliver(r.handle(ProduceRequest(topic, partition, data, acks=1, transactional_id=transactional_id), token, self.clock.now), r)
         self.clock.run_until(self.clock.now + 10)
         return out[0]
 
@@ -130,6 +143,7 @@ class World:
 def driver_on(world: World, clock: ManualClock, config: TxnConfig | None = None) -> TransactionCoordinatorDriver:
     core = TransactionCoordinatorState(config or TxnConfig(), partition=0, num_partitions=1, offsets_partitions=1)
     d = TransactionCoordinatorDriver(CLUSTER, core, transport=world, clock=clock, timeouts=CoordinatorTimeouts(persist_ms=2_000))
+    world.txn = d
     d.start()
     clock.run_until(clock.now + 1_000)
     assert d.loaded

@@ -14,10 +14,14 @@ from kcoord.protocol.txn import WriteTxnMarkerRequest, WriteTxnMarkerResponse
 from kcoord.replication.config import ReplicationConfig
 
 T = 1000
+# The log's side alone: these tests write transactional batches with no transaction
+# coordinator, so the leaders do not verify them (KIP-890 has its own tests,
+# test_txn_verification.py).
+UNVERIFIED = {"transaction_partition_verification": False}
 
 
 def sole_leader(epoch=1):
-    r = make_replica(0, ReplicationConfig(min_insync_replicas=1))
+    r = make_replica(0, ReplicationConfig(min_insync_replicas=1, **UNVERIFIED))
     resp, _ = leader_and_isr(r, lai(0, epoch, (0,), replicas=(0,)), 0)
     assert resp.error_code == 0
     return r
@@ -98,7 +102,7 @@ def test_a_bad_isolation_level_is_refused():
 
 
 def test_a_marker_is_acked_only_once_replicated_and_a_fenced_one_is_refused():
-    r = make_replica(0, ReplicationConfig(min_insync_replicas=2))
+    r = make_replica(0, ReplicationConfig(min_insync_replicas=2, **UNVERIFIED))
     leader_and_isr(r, lai(0, 1, (0, 1), replicas=(0, 1)), 0)
     r.handle(ProduceRequest(TOPIC, 0, txn(5, 0), acks=1), "p", 0)
     token = "m"
@@ -119,7 +123,7 @@ def test_markers_are_refused_for_other_partitions_internal_topics_and_non_leader
     r = sole_leader()
     other, _ = call(r, WriteTxnMarkerRequest(1, 0, 0, True, "other", 0))
     assert other.error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-    follower = make_replica(1)
+    follower = make_replica(1, ReplicationConfig(**UNVERIFIED))
     leader_and_isr(follower, lai(0, 1, (0, 1)), 0)
     not_leader, _ = call(follower, WriteTxnMarkerRequest(1, 0, 0, True, TOPIC, 0))
     assert isinstance(not_leader, WriteTxnMarkerResponse) and not_leader.error_code == ErrorCode.NOT_LEADER_OR_FOLLOWER
@@ -128,7 +132,7 @@ def test_markers_are_refused_for_other_partitions_internal_topics_and_non_leader
 
 
 def _follower_with_open_transaction(until_hw: bool):
-    cfg = ReplicationConfig(min_insync_replicas=1)
+    cfg = ReplicationConfig(min_insync_replicas=1, **UNVERIFIED)
     old = make_replica(0, cfg)
     leader_and_isr(old, lai(0, 1, (0, 1)), 0)
     new = make_replica(1, cfg)

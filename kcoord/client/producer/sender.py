@@ -223,7 +223,9 @@ class Sender:
                 continue
             name = self.cluster.replica_name(topic, p, md.leader)
             request = ProduceRequest(
-                topic, p, batch.data, acks=self.acks, timeout_ms=self.request_timeout_ms, current_leader_epoch=md.leader_epoch
+                topic, p, batch.data, acks=self.acks, timeout_ms=self.request_timeout_ms, current_leader_epoch=md.leader_epoch,
+                # the leader verifies a transaction's first batch with its coordinator (KIP-890)
+                transactional_id=self.transactions.transactional_id if self.transactions is not None else None,
             ).encode()
             batch.attempts += 1
             self.metrics["requests"] += 1

@@ -43,9 +43,6 @@ class ListenerContext:
     # kcoord.kafka.listener_security.ListenerSecurity; None: a plaintext listener that authorizes
     # everything, as a Kafka broker without an authorizer
     security: Any = None
-    # (transactional id, producer id, epoch) -> partitions its transaction was verified to
-    # hold (handlers/transactions.py); dropped when its EndTxn or InitProducerId passes here
-    verified_txn_partitions: dict = field(default_factory=dict)
     _listeners_cache: tuple[float, dict[str, dict]] = field(default=(0.0, {}))
 
     def allowed(self, conn: Any, operation: Any, resource_type: Any, name: str) -> bool:

@@ -14,7 +14,6 @@ from kafka.protocol.producer import ProduceResponse
 from ... import record as R
 from ...protocol.errors import ErrorCode
 from ...protocol.replication import FetchRequest, ListOffsetsRequest, ProduceRequest
-from ...protocol.replication import ProduceResponse as ReplicaProduceResponse
 from ...record.conversion import to_kafka
 from ...security.acl import ACLOperation as Op, ResourceType as RT
 from ._base import ListenerContext
@@ -89,26 +88,12 @@ async def _append_in_order(ctx: ListenerContext, topic: str, index: int, batches
     return first
 
 
-async def _verify(ctx: ListenerContext, tid: str, by_producer: dict[tuple[int, int], list[tuple[str, int]]]) -> dict:
-    from .transactions import verify_partitions
-
-    refused: dict[tuple[str, int], tuple[int, str | None]] = {}
-    for (pid, epoch), tps in by_producer.items():
-        refused.update(await verify_partitions(ctx, tid, pid, epoch, tps))
-    return refused
-
-
-async def _chained(ctx: ListenerContext, kreqs: list[ProduceRequest], before: tuple | None, after_answer: bool, sent: asyncio.Future, gate: Any = None) -> Any:
+async def _chained(ctx: ListenerContext, kreqs: list[ProduceRequest], before: tuple | None, after_answer: bool, sent: asyncio.Future) -> Any:
     """One link of a partition's chain: wait for the batch before it (its sending, or its
-    answer when ``after_answer``), and for a transactional batch its check (``gate``), send,
-    then wait for the answer."""
+    answer when ``after_answer``), send, then wait for the answer."""
     try:
         if before is not None:
             await asyncio.wait([before[2] if after_answer else before[1]])
-        if gate is not None:
-            refusal = (await gate).get((kreqs[0].topic, kreqs[0].partition))
-            if refusal is not None:
-                return ReplicaProduceResponse(error_code=refusal[0], error_message=refusal[1])
         if len(kreqs) == 1 and not after_answer:
             pending = await ctx.backend.submit_produce(kreqs[0])
             sent.set_result(True)
@@ -140,21 +125,12 @@ async def produce(ctx: ListenerContext, conn: Any, req: Any, version: int) -> An
     for td in req.topic_data:
         for pd in td.partition_data:
             split[(td.name, pd.index)] = _split_batches(pd.records or b"")
-    # Kafka: a request with transactional batches needs WRITE on its transactional id, and
-    # each such batch a partition of the producer's ongoing transaction (KIP-890's check,
-    # made here until partition leaders make it themselves).
-    txn_heads = {tp: R.read_header(bs[0]) for tp, (bs, code, _) in split.items() if not code and any(R.read_header(b).attributes & R.TRANSACTIONAL_BIT for b in bs)}
-    if txn_heads and (tid is None or not ctx.allowed(conn, Op.WRITE, RT.TRANSACTIONAL_ID, tid)):
+    # Kafka: a request with transactional batches needs WRITE on its transactional id. Each
+    # partition's leader verifies a transaction's first batch there with the transaction
+    # coordinator (KIP-890 part 1), so the id goes with every batch.
+    transactional = any(not code and any(R.read_header(b).attributes & R.TRANSACTIONAL_BIT for b in bs) for bs, code, _ in split.values())
+    if transactional and (tid is None or not ctx.allowed(conn, Op.WRITE, RT.TRANSACTIONAL_ID, tid)):
         return produce_error(req, version, E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, "transactional batches need the request's transactional id and WRITE on it")
-    gate = None
-    if txn_heads:
-        # Checked while the batches wait in their partitions' chains (nothing is awaited
-        # before they join them, so pipelined requests keep their order).
-        by_producer: dict[tuple[int, int], list[tuple[str, int]]] = {}
-        for tp, h in txn_heads.items():
-            if ctx.allowed(conn, Op.WRITE, RT.TOPIC, tp[0]):
-                by_producer.setdefault((h.producer_id, h.producer_epoch), []).append(tp)
-        gate = asyncio.ensure_future(_verify(ctx, tid, by_producer))
     slots: list[tuple[str, int, Any]] = []
     for td in req.topic_data:
         if not ctx.allowed(conn, Op.WRITE, RT.TOPIC, td.name):
@@ -176,7 +152,7 @@ async def produce(ctx: ListenerContext, conn: Any, req: Any, version: int) -> An
             after_answer = not idempotent or large or (before is not None and before[0])
             kreqs = [ProduceRequest(topic=td.name, partition=pd.index, records=b, acks=acks, timeout_ms=req.timeout_ms, transactional_id=tid) for b in batches]
             sent = asyncio.get_running_loop().create_future()
-            answer = asyncio.ensure_future(_chained(ctx, kreqs, before, after_answer, sent, gate if key in txn_heads else None))
+            answer = asyncio.ensure_future(_chained(ctx, kreqs, before, after_answer, sent))
             conn.in_flight[key] = (large or not idempotent, sent, answer)
             slots.append((td.name, pd.index, answer))
     answers = await asyncio.gather(*(aw for _, _, aw in slots))

@@ -2,8 +2,8 @@
 transactional id, AddPartitionsToTxn v0-3, AddOffsetsToTxn, EndTxn, TxnOffsetCommit,
 DescribeTransactions, ListTransactions and DescribeProducers (the partition leaders'), mapped onto kcoord's transaction coordinators
 (``{cluster}/txn/{i}``, placed by ``kcoord.txn.coordinator_for``) and, for TxnOffsetCommit,
-the group coordinators; and the check a transactional Produce gets before its batches go to
-their leaders.
+the group coordinators. (A transactional Produce's batches are verified by their partitions'
+leaders, KIP-890 part 1: ``kcoord.replication.leader.txn_verification``.)
 
 Every request carries ``wire_version``, the Kafka version it came at, so the coordinator
 answers a client that predates PRODUCER_FENCED (KIP-588) with INVALID_PRODUCER_EPOCH.
@@ -56,13 +56,6 @@ async def txn_call(ctx: ListenerContext, method: str, req: Any, transactional_id
     return await ctx.backend.txn_call(method, req, index)
 
 
-def forget_verified(ctx: ListenerContext, transactional_id: str) -> None:
-    """The partitions checked for a transactional id's produces belong to its transaction:
-    an EndTxn or InitProducerId through this listener ends that."""
-    for key in [k for k in ctx.verified_txn_partitions if k[0] == transactional_id]:
-        del ctx.verified_txn_partitions[key]
-
-
 # -- InitProducerId (22) with a transactional id -------------------------------------------
 
 
@@ -81,8 +74,6 @@ async def init_transactional_producer_id(ctx: ListenerContext, conn: Any, req: A
         wire_version=version,
     )
     resp = await txn_call(ctx, "init_producer_id", kreq, tid)
-    if resp.error_code == 0:
-        forget_verified(ctx, tid)
     _log(conn, "InitProducerId", tid, resp)
     return R(throttle_time_ms=0, error_code=resp.error_code, producer_id=resp.producer_id if not resp.error_code else -1, producer_epoch=resp.producer_epoch if not resp.error_code else -1)
 
@@ -180,8 +171,6 @@ async def end_txn(ctx: ListenerContext, conn: Any, req: Any, version: int) -> An
         wire_version=version,
     )
     resp = await txn_call(ctx, "end_txn", kreq, tid)
-    if resp.error_code == 0:
-        forget_verified(ctx, tid)
     _log(conn, "EndTxn", tid, resp)
     return R(throttle_time_ms=0, error_code=resp.error_code)
 
@@ -398,59 +387,6 @@ def describe_producers_error(req: Any, version: int, code: int, message: str | N
         throttle_time_ms=0,
         topics=[TR(name=t.name, partitions=[TR.PartitionResponse(partition_index=i, error_code=code, error_message=message, active_producers=[]) for i in t.partition_indexes or []]) for t in topics],
     )
-
-
-# -- Produce (0): the transactional check ----------------------------------------------------
-
-
-async def verify_partitions(ctx: ListenerContext, transactional_id: str, producer_id: int, producer_epoch: int, partitions: list[tuple[str, int]]) -> dict[tuple[str, int], tuple[int, str | None]]:
-    """Which of ``partitions`` a transactional batch may be written to: asks the coordinator
-    (``verify_only``) whether each is in the producer's ongoing transaction at that epoch.
-    Returns the refused ones with Produce's error code (Produce v3-8 clients know neither
-    TRANSACTION_ABORTABLE nor the coordinator's errors: a partition not in the transaction is
-    INVALID_TXN_STATE, a coordinator busy or moving NOT_ENOUGH_REPLICAS, a fenced producer
-    INVALID_PRODUCER_EPOCH, as Kafka's AddPartitionsToTxnManager maps them). Partitions
-    verified for this transaction are remembered until its EndTxn passes this listener."""
-    key = (transactional_id, producer_id, producer_epoch)
-    known = ctx.verified_txn_partitions.get(key, set())
-    todo = sorted({tp for tp in partitions if tp not in known})
-    if not todo:
-        return {}
-    topics: dict[str, list[int]] = {}
-    for t, p in todo:
-        topics.setdefault(t, []).append(p)
-    kreq = T.AddPartitionsToTxnRequest(transactional_id, producer_id, producer_epoch, topics=topics, verify_only=True)
-    resp = await txn_call(ctx, "add_partitions_to_txn", kreq, transactional_id)
-    refused = {}
-    ok = set()
-    for t, p in todo:
-        code = resp.results.get(t, {}).get(p, resp.error_code)
-        if code == 0:
-            ok.add((t, p))
-        else:
-            mapped = PRODUCE_ERROR_FOR_VERIFY.get(code, code)
-            refused[(t, p)] = (mapped, f"transactional id {transactional_id!r} (producer {producer_id}, epoch {producer_epoch}): {t}-{p} is not in its ongoing transaction ({_name(code)}; AddPartitionsToTxn comes first)")
-    if ok:
-        remembered = ctx.verified_txn_partitions
-        if key not in remembered and len(remembered) >= MAX_VERIFIED_TRANSACTIONS:
-            del remembered[next(iter(remembered))]  # the oldest: it is checked again if it writes
-        remembered.setdefault(key, set()).update(ok)
-    return refused
-
-
-#: transactions whose verified partitions a listener remembers (ids that vanish without an
-#: EndTxn through this listener would otherwise stay forever)
-MAX_VERIFIED_TRANSACTIONS = 10_000
-
-
-PRODUCE_ERROR_FOR_VERIFY = {
-    E.TRANSACTION_ABORTABLE: E.INVALID_TXN_STATE,
-    E.CONCURRENT_TRANSACTIONS: E.NOT_ENOUGH_REPLICAS,
-    E.COORDINATOR_LOAD_IN_PROGRESS: E.NOT_ENOUGH_REPLICAS,
-    E.COORDINATOR_NOT_AVAILABLE: E.NOT_ENOUGH_REPLICAS,
-    E.NOT_COORDINATOR: E.NOT_ENOUGH_REPLICAS,
-    E.PRODUCER_FENCED: E.INVALID_PRODUCER_EPOCH,
-}
 
 
 def _log(conn: Any, api: str, tid: str, resp: Any) -> None:

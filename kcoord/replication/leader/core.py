@@ -4,6 +4,7 @@ parts', each a concept with its own file, all sharing the replica's
 :class:`~kcoord.replication.isr.IsrState`:
 
 * :mod:`.produce` -- Produce and WriteTxnMarker: checks, parked out-of-order batches, the append;
+* :mod:`.txn_verification` -- KIP-890: a transaction's first batch here verified with its coordinator;
 * :mod:`.watermark` -- the high watermark and the acks=all writes waiting for it;
 * :mod:`.fetch` -- followers' and consumers' fetches, long-polled;
 * :mod:`.isr_proposals` -- AlterPartition proposals to the controller and their answers;
@@ -66,6 +67,9 @@ class Leader:
 
     def write_txn_marker(self, req: WriteTxnMarkerRequest, token: Any, now_ms: int) -> None:
         self.producing.write_txn_marker(req, token, now_ms)
+
+    def on_txn_verified(self, verify_id: int, response: Any, now_ms: int) -> None:
+        self.producing.on_txn_verified(verify_id, response, now_ms)
 
     def fetch(self, req: FetchRequest, token: Any, now_ms: int) -> None:
         self.fetching.fetch(req, token, now_ms)

@@ -1,6 +1,8 @@
 """The produce path on the leader: Produce's checks, idempotent batches parked until their
 predecessors arrive, the append, and the answer (at once, or once committed for acks=all);
-WriteTxnMarker's append (:mod:`.markers`) is answered the same way.
+WriteTxnMarker's append (:mod:`.markers`) is answered the same way. A transactional batch
+that would start a transaction is verified with its transaction coordinator first
+(:mod:`.txn_verification`, KIP-890 part 1).
 
 Record batches are never decoded here: the log validates framing and CRC and stamps base
 offset and epoch into the header; the header is parsed once, in :meth:`ProducePath.produce`.
@@ -14,10 +16,12 @@ from typing import Any, Callable
 from ... import record
 from ...protocol.errors import ErrorCode, KafkaError
 from ...protocol.replication import ProduceRequest, ProduceResponse
-from ...protocol.txn import WriteTxnMarkerRequest
+from ...log.producer_state import NO_GUARD, VerificationGuard
+from ...protocol.txn import AddPartitionsToTxnResponse, WriteTxnMarkerRequest
 from ..config import LOG_APPEND_TIME
 from ..context import ReplicaContext
 from .checks import internal_topic_error, min_isr_error, partition_error
+from . import txn_verification
 from .markers import append_marker
 from .watermark import HighWatermark
 
@@ -43,6 +47,8 @@ class ProducePath:
         self.appended = appended
         # Idempotent batches that arrived ahead of their predecessors, per producer id.
         self.parked: dict[int, list[ParkedBatch]] = {}
+        # Transactional batches waiting for their coordinator's answer, by verify id.
+        self.verifying: dict[int, txn_verification.PendingVerification] = {}
 
     def produce(self, req: ProduceRequest, token: Any, now_ms: int) -> None:
         st = self.state
@@ -61,7 +67,48 @@ class ProducePath:
         h = record.read_header(req.records) if len(req.records) >= record.HEADER_SIZE else None
         if h is not None and self._park_if_ahead(req, h, token, now_ms):
             return
-        self._append(req, h, token, now_ms)
+        if h is not None and h.attributes & record.TRANSACTIONAL_BIT:
+            self._admit(req, h, token, now_ms)
+        else:
+            self._append(req, h, token, now_ms)  # the hot path: no transaction to verify
+
+    def _admit(self, req: ProduceRequest, h: record.BatchHeader | None, token: Any, now_ms: int) -> None:
+        """Append the batch, or first verify it with its transaction coordinator when it
+        would start a transaction (KIP-890); the append then needs the guard taken here."""
+        if h is None or not h.attributes & record.TRANSACTIONAL_BIT or not self.state.config.transaction_partition_verification:
+            self._append(req, h, token, now_ms)
+            return
+        st = self.state
+        ps = st.log.producer_state
+        if not ps.needs_verification(h) or not ps.check(h).ok:
+            # its transaction is ongoing here; or the append answers a duplicate or a refusal
+            # (a stale epoch, a sequence gap) without asking anyone
+            self._append(req, h, token, now_ms, NO_GUARD)
+            return
+        if not req.transactional_id:
+            msg = f"producer {h.producer_id}: a transactional batch that would start a transaction in {st.name} needs the request's transactional_id (to verify it with its coordinator)"
+            st.reply(token, ProduceResponse(ErrorCode.INVALID_TXN_STATE, msg, leader_epoch=st.leader_epoch))
+            return
+        txn_verification.start(st, req, h, token, self.verifying)
+
+    def on_txn_verified(self, verify_id: int, response: AddPartitionsToTxnResponse | None, now_ms: int) -> None:
+        """The coordinator's answer to verification ``verify_id``: append with the guard
+        taken before asking (refused if a marker or another epoch dropped it since), or
+        answer the coordinator's refusal. An id this leadership did not start is stale."""
+        pending = self.verifying.pop(verify_id, None)
+        if pending is None:
+            return
+        st = self.state
+        err = txn_verification.verification_error(st, pending, response)
+        if err is not None:
+            st.reply(pending.token, ProduceResponse(err[0], err[1], leader_epoch=st.leader_epoch))
+            return
+        try:
+            self._append(pending.request, pending.header, pending.token, now_ms, pending.guard)
+        except BaseException:
+            if not st.replied(pending.token):
+                st.reply(pending.token, ProduceResponse(ErrorCode.KAFKA_STORAGE_ERROR, "the log failed", leader_epoch=st.leader_epoch))
+            raise
 
     def _park_if_ahead(self, req: ProduceRequest, h: record.BatchHeader, token: Any, now_ms: int) -> bool:
         """An idempotent batch whose sequence is ahead of what its producer wrote last waits
@@ -95,12 +142,13 @@ class ProducePath:
             parked.remove(nxt)
             if not parked:
                 del self.parked[producer_id]
-            self._append(nxt.request, nxt.header, nxt.token, now_ms)
+            self._admit(nxt.request, nxt.header, nxt.token, now_ms)
             parked = self.parked.get(producer_id)
 
-    def _append(self, req: ProduceRequest, h: record.BatchHeader | None, token: Any, now_ms: int) -> None:
+    def _append(self, req: ProduceRequest, h: record.BatchHeader | None, token: Any, now_ms: int, guard: VerificationGuard | None = None) -> None:
         """Append the request's batch, whose header ``h`` is parsed already (None: the
-        bytes are too short for one, which the log's checks report)."""
+        bytes are too short for one, which the log's checks report). ``guard``: the
+        producer's verification guard (:meth:`_admit`), checked by the log with the append."""
         st = self.state
         data = req.records
         append_time = -1
@@ -109,7 +157,7 @@ class ProducePath:
                 h = record.validate_batch(data, header=h)  # the producer's CRC, before it is replaced
                 append_time = now_ms
                 data, h = record.with_log_append_time(data, now_ms, h)
-            info = st.log.append_as_leader(data, st.leader_epoch, now_ms, header=h)
+            info = st.log.append_as_leader(data, st.leader_epoch, now_ms, header=h, verification_guard=guard)
         except KafkaError as exc:
             if exc.code == ErrorCode.KAFKA_STORAGE_ERROR:
                 raise  # the log failed: the replica goes offline
@@ -156,7 +204,7 @@ class ProducePath:
                 self.parked[producer_id].remove(b)
                 if not self.parked[producer_id]:
                     del self.parked[producer_id]
-                self._append(b.request, b.header, b.token, now_ms)
+                self._admit(b.request, b.header, b.token, now_ms)
 
     def next_deadline(self) -> int | None:
         return min(b.deadline_ms for bs in self.parked.values() for b in bs) if self.parked else None
@@ -167,3 +215,6 @@ class ProducePath:
             for b in batches:
                 st.reply(b.token, ProduceResponse(code, message, leader_epoch=st.leader_epoch))
         self.parked.clear()
+        for v in self.verifying.values():
+            st.reply(v.token, ProduceResponse(code, message, leader_epoch=st.leader_epoch))
+        self.verifying.clear()
