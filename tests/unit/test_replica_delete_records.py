@@ -144,3 +144,21 @@ def test_a_follower_outside_the_isr_that_stops_fetching_stops_holding_it_back():
     done = replies(leader.tick(200 + LAG + 1))["del"]
     assert done.error_code == 0 and done.low_watermark == 4
     assert leader.leading.next_deadline() > 200 + LAG + 1
+
+
+def test_a_parked_fetch_whose_offset_was_deleted_is_answered_out_of_range():
+    """A consumer's long poll parked at offset 2 while DeleteRecords moved the log start to
+    4: the produce that wakes it is acknowledged, and the fetch is answered
+    OFFSET_OUT_OF_RANGE with the new log start (it raised inside the wake-up, and the
+    produce got UNKNOWN_SERVER_ERROR)."""
+    from kcoord.protocol.replication import FetchRequest
+
+    leader, f1, f2 = cluster()
+    parked = leader.fetch(FetchRequest(TOPIC, 0, 2, min_bytes=1 << 20, max_wait_ms=5_000), "c", 10)
+    assert "c" not in replies(parked), "fewer bytes than min_bytes: parked"
+    delete(leader, 4, 11)
+    assert leader.log.log_start_offset == 4
+    woken = replies(produce(leader, batch(3, tag=b"c"), "p3", 12, acks=1))
+    assert woken["p3"].error_code == ErrorCode.NONE
+    answer = woken.get("c") or replies(leader.tick(5_010))["c"]
+    assert answer.error_code == ErrorCode.OFFSET_OUT_OF_RANGE and answer.log_start_offset == 4
