@@ -50,18 +50,9 @@ class FetchServing:
             return
         log = st.log
         leo = log.log_end_offset
-        if req.fetch_offset < log.log_start_offset or req.fetch_offset > leo:
-            st.reply(
-                token,
-                FetchResponse(
-                    ErrorCode.OFFSET_OUT_OF_RANGE,
-                    f"offset {req.fetch_offset} is outside the log [{log.log_start_offset}, {leo}] of {st.name}",
-                    high_watermark=st.hw,
-                    log_start_offset=log.log_start_offset,
-                    log_end_offset=leo,
-                    leader_epoch=st.leader_epoch,
-                ),
-            )
+        out_of_range = self._out_of_range(req)
+        if out_of_range is not None:
+            st.reply(token, out_of_range)
             return
         if from_follower:
             progress = self.isr.followers.get(req.replica_id)
@@ -85,10 +76,29 @@ class FetchServing:
         else:
             self.waiters[token] = waiter
 
+    def _out_of_range(self, req: FetchRequest) -> FetchResponse | None:
+        """OFFSET_OUT_OF_RANGE for an offset outside the log. Asked again when a parked fetch
+        is answered: DeleteRecords or retention may have moved the log start past it."""
+        st = self.state
+        log = st.log
+        leo = log.log_end_offset
+        if log.log_start_offset <= req.fetch_offset <= leo:
+            return None
+        return FetchResponse(
+            ErrorCode.OFFSET_OUT_OF_RANGE,
+            f"offset {req.fetch_offset} is outside the log [{log.log_start_offset}, {leo}] of {st.name}",
+            high_watermark=st.hw,
+            log_start_offset=log.log_start_offset,
+            log_end_offset=leo,
+            leader_epoch=st.leader_epoch,
+        )
+
     def _read_for(self, waiter: FetchWaiter, force: bool) -> FetchResponse | None:
         """The response for a fetch if it can be answered now (enough bytes or forced)."""
         st = self.state
         req = waiter.request
+        if req.fetch_offset < st.log.log_start_offset:
+            return self._out_of_range(req)
         if not waiter.from_follower and self.watermark.stale():
             if not force:
                 return None  # parked until the HW catches up (or the wait ends)
