@@ -30,6 +30,7 @@ from kcoord.protocol.txn import (
     AddOffsetsToTxnResponse,
     AddPartitionsToTxnResponse,
     EndTxnResponse,
+    TxnInitProducerIdRequest,
     TxnInitProducerIdResponse,
     TxnOffsetCommitResponse,
 )
@@ -470,3 +471,85 @@ def test_the_errors_are_exported_with_kafka_pythons_names():
     kerrors = pytest.importorskip("kafka.errors")
     assert kerrors.IllegalStateError.__name__ == IllegalStateError.__name__
     assert kerrors.TransactionAbortedError.__name__ == TransactionAbortedError.__name__
+
+
+# -- KIP-360 recovery ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("code", [ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER, ErrorCode.UNKNOWN_PRODUCER_ID, ErrorCode.REQUEST_TIMED_OUT])
+def test_a_batch_whose_sequence_state_is_lost_is_recovered_by_the_coordinators_epoch_bump(code):
+    """Kafka 4.0 with transaction version 2: the abort's EndTxn bumps the epoch at the
+    coordinator; the client never bumps its own epoch."""
+    m = added(TP0, pid=7, epoch=3)
+    m.on_batch_failed(KafkaError(code, "sequence state unknown"))
+    assert m.state is S.ABORTABLE_ERROR and m.identity == (7, 3)
+    m.begin_abort()
+    end = m.end_request(False)
+    assert (end.producer_id, end.producer_epoch, end.commit, end.bump_epoch) == (7, 3, False, True)
+    m.on_end(EndTxnResponse(producer_id=7, producer_epoch=4))
+    assert m.state is S.READY and m.identity == (7, 4)
+
+
+@pytest.mark.parametrize("where", ["add_partitions", "add_offsets", "commit"])
+def test_an_unknown_producer_id_mapping_is_abortable_and_the_abort_reinitialises_with_the_current_identity(where):
+    """Kafka's KIP-360: INVALID_PRODUCER_ID_MAPPING (e.g. the transactional id expired at its
+    coordinator) makes the transaction abortable; the abort skips EndTxn (the coordinator
+    would refuse it) and sends InitProducerId with the producer's id and epoch."""
+    code = ErrorCode.INVALID_PRODUCER_ID_MAPPING
+    m = in_txn(TP0, pid=7, epoch=3)
+    with pytest.raises(kcoord.InvalidProducerIdMappingError, match="abort_transaction|AddPartitions|AddOffsets|EndTxn"):
+        if where == "add_partitions":
+            m.add_partitions_request()
+            m.on_add_partitions(AddPartitionsToTxnResponse(results={"out": {0: code}}))
+        elif where == "add_offsets":
+            m.add_offsets_request("g")
+            m.on_add_offsets(AddOffsetsToTxnResponse(error_code=code))
+        else:
+            m.add_partitions_request()
+            m.on_add_partitions(AddPartitionsToTxnResponse(results={"out": {0: 0}}))
+            m.begin_commit()
+            m.end_request(True)
+            m.on_end(EndTxnResponse(error_code=code))
+    assert m.state is S.ABORTABLE_ERROR and m.identity == (7, 3)
+    with pytest.raises(kcoord.InvalidProducerIdMappingError, match="abort_transaction"):
+        m.begin_commit()
+    m.begin_abort()
+    request = m.end_request(False)
+    assert isinstance(request, TxnInitProducerIdRequest)
+    assert (request.transactional_id, request.producer_id, request.producer_epoch, request.transaction_timeout_ms) == ("etl-1", 7, 3, 60_000)
+    assert m.end_request(False) == request  # a retry after a timeout sends the same
+    assert m.on_recovered(TxnInitProducerIdResponse(error_code=ErrorCode.CONCURRENT_TRANSACTIONS)) is Verdict.RETRY
+    assert m.on_recovered(TxnInitProducerIdResponse(producer_id=9, producer_epoch=0)) is Verdict.DONE
+    assert m.state is S.READY and m.identity == (9, 0) and not m.partitions and not m.started and m.last_error is None
+    m.begin_transaction()  # usable again
+    m.before_append()
+    m.after_append(TP0)
+    assert (m.add_partitions_request().producer_id, m.state) == (9, S.IN_TRANSACTION)
+
+
+def test_an_abort_whose_end_txn_finds_the_id_unknown_reinitialises_at_once():
+    m = added(TP0, pid=7, epoch=3)
+    m.begin_abort()
+    m.end_request(False)
+    assert m.on_end(EndTxnResponse(error_code=ErrorCode.INVALID_PRODUCER_ID_MAPPING)) is Verdict.DONE
+    assert m.state is S.ABORTING_TRANSACTION
+    request = m.recovery_request()
+    assert isinstance(request, TxnInitProducerIdRequest) and (request.producer_id, request.producer_epoch) == (7, 3)
+    m.on_recovered(TxnInitProducerIdResponse(producer_id=9, producer_epoch=0))
+    assert m.state is S.READY and m.identity == (9, 0) and m.recovery_request() is None
+
+
+@pytest.mark.parametrize("code", [ErrorCode.PRODUCER_FENCED, ErrorCode.INVALID_PRODUCER_EPOCH, ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED])
+def test_a_recovery_the_coordinator_refuses_ends_the_producer(code):
+    m = in_txn(TP0, pid=7, epoch=3)
+    m.add_offsets_request("g")
+    with pytest.raises(KafkaError):
+        m.on_add_offsets(AddOffsetsToTxnResponse(error_code=ErrorCode.INVALID_PRODUCER_ID_MAPPING))
+    m.begin_abort()
+    m.end_request(False)
+    with pytest.raises(KafkaError) as raised:
+        m.on_recovered(TxnInitProducerIdResponse(error_code=code))
+    assert m.state is S.FATAL_ERROR
+    assert raised.value.code == (ErrorCode.PRODUCER_FENCED if code == ErrorCode.INVALID_PRODUCER_EPOCH else code)
+    with pytest.raises(type(raised.value)):
+        m.begin_transaction()
