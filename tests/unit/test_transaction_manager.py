@@ -29,6 +29,7 @@ from kcoord.protocol.group import OffsetCommitPartition
 from kcoord.protocol.txn import (
     AddOffsetsToTxnResponse,
     AddPartitionsToTxnResponse,
+    EndTxnRequest,
     EndTxnResponse,
     TxnInitProducerIdRequest,
     TxnInitProducerIdResponse,
@@ -220,8 +221,8 @@ def test_an_abortable_answer_allows_only_abort():
     m.begin_transaction()  # usable again
 
 
-@pytest.mark.parametrize("code", [ErrorCode.PRODUCER_FENCED, ErrorCode.INVALID_PRODUCER_EPOCH, ErrorCode.INVALID_TXN_STATE, ErrorCode.INVALID_PRODUCER_ID_MAPPING])
-def test_fenced_or_unknown_at_the_coordinator_ends_the_producer(code):
+@pytest.mark.parametrize("code", [ErrorCode.PRODUCER_FENCED, ErrorCode.INVALID_PRODUCER_EPOCH, ErrorCode.INVALID_TXN_STATE])
+def test_fenced_or_in_a_state_the_coordinator_refuses_ends_the_producer(code):
     m = in_txn(TP0)
     m.add_partitions_request()
     with pytest.raises(KafkaError) as raised:
@@ -490,6 +491,15 @@ def test_a_batch_whose_sequence_state_is_lost_is_recovered_by_the_coordinators_e
     assert m.state is S.READY and m.identity == (7, 4)
 
 
+def test_a_batch_refused_invalid_producer_id_mapping_by_a_leader_still_aborts_with_end_txn():
+    """Only the transaction coordinator's INVALID_PRODUCER_ID_MAPPING means it forgot the id:
+    an InitProducerId while it still holds the transaction would fence this producer."""
+    m = added(TP0, pid=7, epoch=3)
+    m.on_batch_failed(KafkaError(ErrorCode.INVALID_PRODUCER_ID_MAPPING, "from a leader"))
+    m.begin_abort()
+    assert isinstance(m.end_request(False), EndTxnRequest)
+
+
 @pytest.mark.parametrize("where", ["add_partitions", "add_offsets", "commit"])
 def test_an_unknown_producer_id_mapping_is_abortable_and_the_abort_reinitialises_with_the_current_identity(where):
     """Kafka's KIP-360: INVALID_PRODUCER_ID_MAPPING (e.g. the transactional id expired at its
@@ -553,3 +563,37 @@ def test_a_recovery_the_coordinator_refuses_ends_the_producer(code):
     assert raised.value.code == (ErrorCode.PRODUCER_FENCED if code == ErrorCode.INVALID_PRODUCER_EPOCH else code)
     with pytest.raises(type(raised.value)):
         m.begin_transaction()
+
+
+class _Scripted(Transactions):
+    """The driver with its coordinator calls answered from a script (requests recorded)."""
+
+    def __init__(self, m: TransactionManager, answers: list) -> None:
+        super().__init__(object.__new__(ClusterClient), m, flush=lambda t: None, retry_backoff_ms=1, max_block_ms=2000, request_timeout_ms=1000)
+        self.answers, self.sent = answers, []
+
+    async def _txn_call(self, request, remaining_s):
+        self.sent.append(request)
+        return self.answers.pop(0)
+
+    def _run(self, coro):
+        return asyncio.run(coro)
+
+
+def test_the_driver_aborts_then_reinitialises_when_the_end_txn_finds_the_id_unknown():
+    m = added(TP0, pid=7, epoch=3)
+    t = _Scripted(m, [EndTxnResponse(error_code=ErrorCode.INVALID_PRODUCER_ID_MAPPING), TxnInitProducerIdResponse(error_code=ErrorCode.COORDINATOR_LOAD_IN_PROGRESS), TxnInitProducerIdResponse(producer_id=9, producer_epoch=0)])
+    t.end_transaction(False, sender_loop=None)
+    assert [type(r).__name__ for r in t.sent] == ["EndTxnRequest", "TxnInitProducerIdRequest", "TxnInitProducerIdRequest"]
+    assert (t.sent[1].producer_id, t.sent[1].producer_epoch) == (7, 3) and t.sent[1] == t.sent[2]
+    assert m.state is S.READY and m.identity == (9, 0)
+
+
+def test_the_driver_skips_end_txn_when_the_coordinator_already_said_it_does_not_know_the_id():
+    m = in_txn(TP0, pid=7, epoch=3)
+    m.add_partitions_request()
+    with pytest.raises(kcoord.InvalidProducerIdMappingError):
+        m.on_add_partitions(AddPartitionsToTxnResponse(results={"out": {0: ErrorCode.INVALID_PRODUCER_ID_MAPPING}}))
+    t = _Scripted(m, [TxnInitProducerIdResponse(producer_id=7, producer_epoch=4)])
+    t.end_transaction(False, sender_loop=None)
+    assert [type(r).__name__ for r in t.sent] == ["TxnInitProducerIdRequest"] and m.identity == (7, 4) and m.state is S.READY
