@@ -181,6 +181,8 @@ class GroupCoordinatorActor:
             "producer": (driver.producer_id, driver.producer_epoch),
             "config": dict(vars(self.core.config)),
             "groups": groups,
+            # transactional producers' fencing records ([5, producer_id]): (producer epoch, coordinator epoch)
+            "txn_producers": self.core.txn_producers(),
             "pending_persists": len(self.core.pending_persists()),
             "appends": driver.appends,
             "appended_records": driver.appended_records,

@@ -120,7 +120,8 @@ def deploy(
     ``transaction_coordinators``: how many transaction coordinators (and partitions of
     ``__transaction_state``) to start; None: as many as group coordinators (0 without
     them). ``txn_config``: their Kafka-named settings (``transaction.max.timeout.ms``,
-    ``transactional.id.expiration.ms``...).
+    ``transactional.id.expiration.ms``...); ``transactional.id.expiration.ms`` goes to the
+    group coordinators too (they expire idle transactional producers' records with it).
 
     Refuses (``ClusterExistsError``) if a cluster of that name is already running. If a
     step fails, whatever was created is removed again (the stored metadata of an earlier
@@ -227,7 +228,9 @@ def deploy(
             if users:
                 create_users(client, users)
         if group_coordinators:
-            _deploy_group_coordinators(client, group_coordinators, str(data_path), timeout_s)
+            # the group side expires idle transactional producers' records at the same horizon
+            horizon = {k: v for k, v in (txn_config or {}).items() if str(k).replace(".", "_") == "transactional_id_expiration_ms"}
+            _deploy_group_coordinators(client, group_coordinators, str(data_path), timeout_s, horizon)
         if transaction_coordinators:
             from .txn_coordinators import deploy_txn_coordinators
 
@@ -254,12 +257,12 @@ def _kill_quietly(name: str, namespace: str) -> None:
         pass
 
 
-def _deploy_group_coordinators(client: ClusterClient, count: int, data_dir: str, timeout_s: float) -> None:
+def _deploy_group_coordinators(client: ClusterClient, count: int, data_dir: str, timeout_s: float, config: dict[str, Any] | None = None) -> None:
     try:
         from .group_coordinators import deploy_group_coordinators
     except ImportError:  # consumer groups not available in this build
         return
-    deploy_group_coordinators(client, count, data_dir, timeout_s)
+    deploy_group_coordinators(client, count, data_dir, timeout_s, config)
 
 
 def _cluster_actor_names(name: str, namespace: str) -> list[str]:

@@ -29,6 +29,11 @@ class GroupConfig:
     # How long an Empty group with no offsets and no members lingers before it is dropped
     # (Kafka's offsets.retention.check.interval.ms plays this role).
     offsets_retention_check_interval_ms: int = 600_000
+    # A transactional producer's fencing record (``[5, producer_id]``, KIP-447) is removed
+    # once the producer has had no transactional offsets here for this long and has none
+    # pending: the transaction coordinator's horizon for idle transactional ids (Kafka's
+    # transactional.id.expiration.ms, 7 days), so one broker config sets both.
+    transactional_id_expiration_ms: int = 604_800_000
 
     def __post_init__(self) -> None:
         if self.group_min_session_timeout_ms < 0 or (
@@ -45,6 +50,8 @@ class GroupConfig:
             raise ValueError("offset_metadata_max_bytes must be >= 0")
         if self.offsets_retention_check_interval_ms < 0:
             raise ValueError("offsets_retention_check_interval_ms must be >= 0")
+        if self.transactional_id_expiration_ms < 1:
+            raise ValueError("transactional_id_expiration_ms must be >= 1")
 
     @property
     def offsets_retention_ms(self) -> int:

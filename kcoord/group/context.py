@@ -32,6 +32,7 @@ class CoordinatorStats:
     members_expired: int = 0
     offsets_expired: int = 0
     persist_failures: int = 0
+    txn_producers_expired: int = 0
 
 
 @dataclass

@@ -97,11 +97,13 @@ from .persistence import (
     StaticJoinWrite,
     SyncWrite,
     TxnCommitWrite,
+    TxnProducerExpiryWrite,
     commit_error_for_append,
     committed,
     group_error_for_append,
     replay,
 )
+from .records import TxnProducerValue
 from .retention import Retention
 from .sync import SyncPhase
 from .timers import TimerKind, Timers
@@ -233,7 +235,7 @@ class GroupCoordinatorState:
             group.txn_offsets = txn_offsets
             ctx.groups[group_id] = group
             self._retention.reschedule(group, now_ms)
-        self._txn_offsets.restore(replayed.producers)
+        self._txn_offsets.restore(replayed.producers, now_ms)
         return ctx.take()
 
     def next_deadline(self, now_ms: int) -> int | None:
@@ -303,6 +305,10 @@ class GroupCoordinatorState:
         """Per transactional producer id: (producer epoch, coordinator epoch) accepted last."""
         return {pid: (v.producer_epoch, v.coordinator_epoch) for pid, v in self._txn_offsets.producers.items()}
 
+    def txn_producer_values(self) -> dict[int, TxnProducerValue]:
+        """Per transactional producer id: its ``[5, producer_id]`` record as memory holds it."""
+        return dict(self._txn_offsets.producers)
+
     def pending_persists(self) -> list[int]:
         return self._persistence.pending_ids()
 
@@ -314,6 +320,9 @@ class GroupCoordinatorState:
         ctx = self._ctx
         while (key := ctx.timers.pop_due(now_ms)) is not None:
             kind, group_id = key[0], key[1]
+            if kind == TimerKind.TXN_PRODUCER:
+                self._txn_offsets.on_expire(key[1], now_ms)
+                continue
             group = ctx.groups.get(group_id)
             if group is None:
                 continue
@@ -338,6 +347,8 @@ class GroupCoordinatorState:
             self._txn_offsets.complete_commit(pending, code, now_ms)
         elif isinstance(pending, MarkerWrite):
             self._txn_offsets.complete_marker(pending, code, now_ms)
+        elif isinstance(pending, TxnProducerExpiryWrite):
+            self._txn_offsets.complete_expiry(pending, code, now_ms)
 
 
 __all__ = ["CoordinatorStats", "GroupCoordinatorState", "commit_error_for_append", "group_error_for_append"]

@@ -144,7 +144,15 @@ class MarkerWrite:
     producer: TxnProducerValue
 
 
-PendingWrite = CommitWrite | SyncWrite | StaticJoinWrite | DeleteWrite | BackgroundWrite | TxnCommitWrite | MarkerWrite
+@dataclass
+class TxnProducerExpiryWrite:
+    """The tombstone of an idle transactional producer's ``[5, producer_id]`` record."""
+
+    producer_id: int
+    value: TxnProducerValue
+
+
+PendingWrite = CommitWrite | SyncWrite | StaticJoinWrite | DeleteWrite | BackgroundWrite | TxnCommitWrite | MarkerWrite | TxnProducerExpiryWrite
 
 
 def committed(v: OffsetValue) -> CommittedOffset:

@@ -89,10 +89,13 @@ class TxnProducerKey:
 
 @dataclass(frozen=True)
 class TxnProducerValue:
-    """The newest epochs accepted for a transactional producer id (-1: none seen)."""
+    """The newest epochs accepted for a transactional producer id (-1: none seen), and when
+    this record was written (``last_update_ms``; -1 in records written before kcoord kept
+    it): the producer's last activity here, from which its record expires."""
 
     producer_epoch: int
     coordinator_epoch: int = -1
+    last_update_ms: int = -1
 
 
 @dataclass(frozen=True)
@@ -199,15 +202,26 @@ def encode_offset_value(value: OffsetValue) -> bytes:
 
 
 def encode_txn_producer_value(value: TxnProducerValue) -> bytes:
-    return _pack({"v": 1, "producer_epoch": value.producer_epoch, "coordinator_epoch": value.coordinator_epoch})
+    return _pack(
+        {
+            "v": 1,
+            "producer_epoch": value.producer_epoch,
+            "coordinator_epoch": value.coordinator_epoch,
+            "last_update": value.last_update_ms,
+        }
+    )
 
 
 def decode_txn_producer_value(data: bytes) -> TxnProducerValue:
     what = "transactional producer value"
     obj = _map(data, what)
+    last_update = obj.get("last_update", -1)  # added later: older records have none
+    if type(last_update) is not int:
+        raise DecodeError(ErrorCode.CORRUPT_MESSAGE, f"{what}: last_update must be an int, got {type(last_update).__name__}")
     return TxnProducerValue(
         producer_epoch=_field(obj, "producer_epoch", (int,), what),
         coordinator_epoch=_field(obj, "coordinator_epoch", (int,), what),
+        last_update_ms=last_update,
     )
 
 
@@ -301,8 +315,8 @@ def txn_offset_record(key: TxnOffsetKey, value: OffsetValue | None) -> Record:
     return encode_key(key), None if value is None else encode_offset_value(value)
 
 
-def txn_producer_record(key: TxnProducerKey, value: TxnProducerValue) -> Record:
-    return encode_key(key), encode_txn_producer_value(value)
+def txn_producer_record(key: TxnProducerKey, value: TxnProducerValue | None) -> Record:
+    return encode_key(key), None if value is None else encode_txn_producer_value(value)
 
 
 def decode_record(

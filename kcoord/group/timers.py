@@ -24,6 +24,8 @@ class TimerKind(str, Enum):
     JOIN = "join"
     # (RETENTION, group_id): a group's next offset expiry or removal check.
     RETENTION = "retention"
+    # (TXN_PRODUCER, producer_id): when a transactional producer's [5] record may expire.
+    TXN_PRODUCER = "txn_producer"
 
 
 class Timers:

@@ -17,6 +17,12 @@ A part of :class:`kcoord.group.coordinator.GroupCoordinatorState`, working on th
   the same batches, so they survive a failover. An older producer epoch on a commit is
   PRODUCER_FENCED; on a marker INVALID_PRODUCER_EPOCH; an older coordinator epoch on a
   marker TRANSACTION_COORDINATOR_FENCED (Kafka's checks at the partition).
+* Expiry: a producer's ``[5, producer_id]`` record carries when it was written (a commit
+  that raised the epoch, or a marker). Once ``transactional_id_expiration_ms`` passed since
+  then and the producer has nothing pending here (no pending offsets, none uncertain, no
+  commit or marker in flight), it is tombstoned and forgotten when acknowledged (as Kafka
+  expires a partition's idle producer state); meanwhile its commits and markers are
+  CONCURRENT_TRANSACTIONS. Compaction then drops the key, and a replay rebuilds the same.
 
 Memory follows the log: pending offsets and epochs change only when their append is
 acknowledged. A marker waits while a TxnOffsetCommit of its producer is in flight, so it
@@ -44,7 +50,7 @@ from .context import CoordinatorContext
 from .member_checks import member_error
 from .metadata import DEAD, EMPTY, CommittedOffset, GroupMetadata, TxnOffset
 from .offset_requests import accept_offsets
-from .persistence import MarkerWrite, Persistence, TxnCommitWrite, commit_error_for_append
+from .persistence import MarkerWrite, Persistence, TxnCommitWrite, TxnProducerExpiryWrite, commit_error_for_append
 from .records import (
     OffsetKey,
     OffsetValue,
@@ -57,8 +63,12 @@ from .records import (
     txn_producer_record,
 )
 from .retention import Retention
+from .timers import TimerKind
 
 E = ErrorCode
+
+#: a failed tombstone of an idle producer's record is tried again this much later
+EXPIRY_RETRY_MS = 1_000
 
 
 def _value(o: CommittedOffset) -> OffsetValue:
@@ -80,9 +90,65 @@ class TxnOffsetStore:
         self._resolving: dict[int, MarkerWrite] = {}
         # producer id -> markers waiting for its commits in flight
         self._queued: dict[int, list[tuple[TxnOffsetMarkerRequest, Any]]] = {}
+        # producer ids whose [5] tombstone is being appended
+        self._expiring: set[int] = set()
+        # records written before kcoord kept ``last_update_ms`` count as active at load time
+        self._loaded_at = 0
 
-    def restore(self, producers: dict[int, TxnProducerValue]) -> None:
+    def restore(self, producers: dict[int, TxnProducerValue], now_ms: int) -> None:
         self.producers = dict(producers)
+        self._loaded_at = now_ms
+        for pid in sorted(self.producers):
+            self._arm(pid)
+
+    # -- expiry of idle producers' [5] records ---------------------------------------------
+
+    def _expires_at(self, value: TxnProducerValue) -> int:
+        since = value.last_update_ms if value.last_update_ms >= 0 else self._loaded_at
+        return since + self.ctx.config.transactional_id_expiration_ms
+
+    def _arm(self, pid: int) -> None:
+        value = self.producers.get(pid)
+        if value is None:
+            self.ctx.timers.cancel((TimerKind.TXN_PRODUCER, pid))
+        else:
+            self.ctx.timers.set((TimerKind.TXN_PRODUCER, pid), self._expires_at(value))
+
+    def _busy(self, pid: int) -> bool:
+        """Anything of ``pid`` pending here: offsets (acknowledged or uncertain), a commit or
+        a marker in flight or waiting."""
+        if pid in self._commits_in_flight or pid in self._resolving or pid in self._queued:
+            return True
+        return any(pid in g.txn_offsets or any(k[0] == pid for k in g.pending_txn_commits) for g in self.ctx.groups.values())
+
+    def on_expire(self, pid: int, now_ms: int) -> None:
+        value = self.producers.get(pid)
+        if value is None or pid in self._expiring:
+            return
+        if self._expires_at(value) > now_ms:
+            self._arm(pid)
+            return
+        if self._busy(pid):
+            # Its marker re-arms the deadline; look again a horizon later all the same (a
+            # group deletion can drop pending offsets without a marker).
+            self.ctx.timers.set((TimerKind.TXN_PRODUCER, pid), now_ms + self.ctx.config.transactional_id_expiration_ms)
+            return
+        self._expiring.add(pid)
+        self.persistence.persist(
+            [txn_producer_record(TxnProducerKey(pid), None)],
+            TxnProducerExpiryWrite(pid, value),
+            f"expiry of idle transactional producer {pid}",
+        )
+
+    def complete_expiry(self, pending: TxnProducerExpiryWrite, code: int, now_ms: int) -> None:
+        pid = pending.producer_id
+        self._expiring.discard(pid)
+        if code == E.NONE:
+            self.producers.pop(pid, None)
+            self.ctx.timers.cancel((TimerKind.TXN_PRODUCER, pid))
+            self.ctx.stats.txn_producers_expired += 1
+        else:
+            self.ctx.timers.set((TimerKind.TXN_PRODUCER, pid), now_ms + EXPIRY_RETRY_MS)
 
     # -- TxnOffsetCommit -----------------------------------------------------------------
 
@@ -114,6 +180,8 @@ class TxnOffsetStore:
             return None, fenced_error(req), f"producer epoch {req.producer_epoch} is older than {known.producer_epoch}"
         if req.producer_id in self._resolving or req.producer_id in self._queued:
             return None, E.CONCURRENT_TRANSACTIONS, "the producer's previous transaction is being completed"
+        if req.producer_id in self._expiring:
+            return None, E.CONCURRENT_TRANSACTIONS, "the producer's idle record is being expired"
         return group, E.NONE, None
 
     def commit(self, req: TxnOffsetCommitRequest, token: Any, now_ms: int) -> None:
@@ -132,7 +200,7 @@ class TxnOffsetStore:
         known = self.producers.get(pid)
         producer = None
         if known is None or req.producer_epoch > known.producer_epoch:
-            producer = TxnProducerValue(req.producer_epoch, -1 if known is None else known.coordinator_epoch)
+            producer = TxnProducerValue(req.producer_epoch, -1 if known is None else known.coordinator_epoch, now_ms)
             records.append(txn_producer_record(TxnProducerKey(pid), producer))
         for tp in accepted:
             group.pending_txn_commits[(pid, tp)] += 1
@@ -163,7 +231,8 @@ class TxnOffsetStore:
             known = self.producers.get(pid)
             if known is None or pending.producer.producer_epoch > known.producer_epoch:
                 coordinator_epoch = -1 if known is None else known.coordinator_epoch
-                self.producers[pid] = TxnProducerValue(pending.producer.producer_epoch, coordinator_epoch)
+                self.producers[pid] = TxnProducerValue(pending.producer.producer_epoch, coordinator_epoch, pending.producer.last_update_ms)
+                self._arm(pid)
         codes = pending.codes
         if code != E.NONE:
             mapped = commit_error_for_append(code)
@@ -192,6 +261,9 @@ class TxnOffsetStore:
         if known is not None and req.producer_epoch < known.producer_epoch:
             fail(E.INVALID_PRODUCER_EPOCH, f"producer epoch {req.producer_epoch} is older than {known.producer_epoch}")
             return
+        if pid in self._expiring:
+            fail(E.CONCURRENT_TRANSACTIONS, "the producer's idle record is being expired")
+            return
         inflight = self._resolving.get(pid)
         if inflight is not None:
             if inflight.commit == req.commit:
@@ -206,9 +278,9 @@ class TxnOffsetStore:
             # A DeleteGroups in flight tombstones them; if it fails they are pending again.
             fail(E.CONCURRENT_TRANSACTIONS, "a group with this producer's offsets is being deleted")
             return
-        self._resolve(req, token, known)
+        self._resolve(req, token, known, now_ms)
 
-    def _resolve(self, req: TxnOffsetMarkerRequest, token: Any, known: TxnProducerValue | None) -> None:
+    def _resolve(self, req: TxnOffsetMarkerRequest, token: Any, known: TxnProducerValue | None, now_ms: int) -> None:
         pid = req.producer_id
         records: list[Record] = []
         materialized: dict[str, dict[tuple[str, int], CommittedOffset]] = {}
@@ -227,8 +299,10 @@ class TxnOffsetStore:
         producer = TxnProducerValue(
             max(req.producer_epoch, -1 if known is None else known.producer_epoch),
             max(req.coordinator_epoch, -1 if known is None else known.coordinator_epoch),
+            now_ms,
         )
-        if producer != known:
+        if records or known is None or (producer.producer_epoch, producer.coordinator_epoch) != (known.producer_epoch, known.coordinator_epoch):
+            # written with every marker that resolves something: the producer's activity
             records.append(txn_producer_record(TxnProducerKey(pid), producer))
         if not records:
             self.ctx.reply(token, TxnOffsetMarkerResponse())  # nothing pending: a retry, or none
@@ -257,6 +331,7 @@ class TxnOffsetStore:
                     self.on_plain_commit(group, tp)
                 self.retention.reschedule(group, now_ms)
             self.producers[pid] = pending.producer
+            self._arm(pid)
         response = TxnOffsetMarkerResponse(error_code=commit_error_for_append(code))
         for token in pending.tokens:
             self.ctx.reply(token, response)
@@ -287,3 +362,4 @@ class TxnOffsetStore:
         self._queued.clear()
         self._resolving.clear()
         self._commits_in_flight.clear()
+        self._expiring.clear()

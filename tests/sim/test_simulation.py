@@ -134,9 +134,20 @@ def test_planted_consumer_keeping_aborted_batches_is_caught(monkeypatch: pytest.
 
 def test_transactional_offset_commits_commit_abort_and_survive_coordinator_crashes() -> None:
     """Groups runs with --transactions carry a transactional offset committer (txn_groups.py)."""
-    stats = [run_seed(s, kind="groups", transactions=True).stats for s in (1, 2, 9)]
+    stats = [run_seed(s, kind="groups", transactions=True).stats for s in (1, 4, 9)]
     assert all(st["txg_commits"] > 0 and st["txg_aborts"] > 0 and st["txg_crashes"] > 0 for st in stats), stats
     assert sum(st["txg_unstable"] for st in stats) > 0, stats
+    assert sum(st["txg_expired"] for st in stats) > 0, stats  # idle producers' [5] records expire
+
+
+def test_planted_expiry_of_a_producer_with_pending_offsets_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A group coordinator that expires a producer's fencing record while its offsets are
+    pending (the [5, producer_id] expiry must wait for the marker)."""
+    from kcoord.group.txn_offsets import TxnOffsetStore
+
+    monkeypatch.setattr(TxnOffsetStore, "_busy", lambda self, pid: False)
+    results = [run_seed(s, kind="groups", transactions=True) for s in (2, 13)]
+    assert all(any(v.invariant == "txg-expiry" for v in r.violations) for r in results)
 
 
 def test_planted_replay_forgetting_pending_offsets_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -162,7 +173,7 @@ def test_planted_abort_marker_committing_offsets_is_caught(monkeypatch: pytest.M
     from kcoord.group.txn_offsets import TxnOffsetStore
 
     original = TxnOffsetStore._resolve
-    monkeypatch.setattr(TxnOffsetStore, "_resolve", lambda self, req, token, known: original(self, dataclasses.replace(req, commit=True), token, known))
+    monkeypatch.setattr(TxnOffsetStore, "_resolve", lambda self, req, *rest: original(self, dataclasses.replace(req, commit=True), *rest))
     results = [run_seed(s, kind="groups", transactions=True) for s in (1, 4)]
     assert all(any(v.invariant == "txg-visible" for v in r.violations) for r in results)
 

@@ -22,7 +22,14 @@ Invariants (checked on every OffsetFetch answer, and once quiet):
   acknowledged and answered before that transaction's marker was sent answers
   UNSTABLE_OFFSET_COMMIT for its partitions (pending offsets survive failovers);
 * **txg-final** once quiet, the coordinator holds exactly the last committed transaction's
-  offsets and nothing pending.
+  offsets and nothing pending;
+* **txg-expiry** the producer's fencing record (``[5, producer_id]``) expires only when idle:
+  a loaded coordinator holds it while a transaction's offsets are acknowledged pending (and
+  its marker not yet sent) and for ``HORIZON`` ms after its last acknowledged marker was
+  first sent (the record is written at or after that), and once quiet, ``HORIZON`` ms (plus slack for the tombstone's
+  append) after the committer's last answer, it is gone. The committer now and then pauses
+  longer than ``HORIZON``, so records expire and later transactions start over, across
+  coordinator crashes (a restart must load the tombstone, not resurrect the record).
 
 Everything random here comes from a generator seeded by the seed and the committer's index
 (not the kernel's), and committers exist only in groups runs with ``SimConfig.transactions``
@@ -31,6 +38,7 @@ Everything random here comes from a generator seeded by the seed and the committ
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from functools import partial
 from typing import TYPE_CHECKING
@@ -54,6 +62,11 @@ METHOD.setdefault(TxnOffsetMarkerRequest, "txn_offset_marker")
 
 TOPIC = "txn-in"  # the input topic whose offsets the transactions commit (never read)
 PARTITIONS = 3
+# the group coordinators' transactional.id.expiration.ms in runs with committers, short
+# enough that idle producers' records expire within a run
+HORIZON = 800
+# the tombstone's append after the deadline (retried every second when it fails)
+EXPIRY_SLACK = 5_000
 
 
 class TxnOffsetCommitter(Client):
@@ -74,7 +87,13 @@ class TxnOffsetCommitter(Client):
         self.unresolved: dict[tuple[str, int], int] = {}  # tp -> txn acknowledged pending, marker not sent
         self.last_committed: dict[tuple[str, int], int] = {}  # tp -> offset of the newest acked COMMIT
         self.txn_of: dict[int, int] = {}  # offset value -> txn
-        self.stats = {"txns": 0, "commits": 0, "aborts": 0, "crashes": 0, "unstable": 0, "fetches": 0}
+        self.stats = {"txns": 0, "commits": 0, "aborts": 0, "crashes": 0, "unstable": 0, "fetches": 0, "pauses": 0, "expired": 0}
+        self.marker_sent: dict[int, int] = {}  # txn -> when its marker was first sent
+        self.kept_until = -1  # the fencing record must exist until then (a marker's first send + HORIZON)
+        self.last_answer = 0  # when the last TxnOffsetCommit or marker answer arrived
+        self.held = False  # the record was held at the last check (counts expiries seen)
+        # set before the coordinators start (they read it at every start)
+        sim.group_config = dataclasses.replace(sim.group_config, transactional_id_expiration_ms=HORIZON)
 
     @property
     def coordinator(self) -> str:
@@ -107,6 +126,8 @@ class TxnOffsetCommitter(Client):
         self.call(self.coordinator, req, TxnOffsetCommitResponse, partial(self._committed, self.txn, attempt))
 
     def _committed(self, txn: int, attempt: int, response: Message | None, kind: str) -> None:
+        if response is not None:
+            self.last_answer = self.sim.kernel.now
         if txn != self.txn:
             return
         codes = {c for parts in response.topics.values() for c in parts.values()} if isinstance(response, TxnOffsetCommitResponse) else {None}
@@ -147,13 +168,17 @@ class TxnOffsetCommitter(Client):
         self._send_marker(txn)
 
     def _send_marker(self, txn: int) -> None:
+        self.marker_sent.setdefault(txn, self.sim.kernel.now)
         commit = self.decision[txn]
         req = TxnOffsetMarkerRequest(self.producer_id, self.epoch + 1, 0, commit, self.index, f"tx-{self.group_id}")
         self.call(self.coordinator, req, TxnOffsetMarkerResponse, partial(self._marked, txn))
 
     def _marked(self, txn: int, response: Message | None, kind: str) -> None:
         code = response.error_code if isinstance(response, TxnOffsetMarkerResponse) and kind == OK else None
+        if response is not None:
+            self.last_answer = self.sim.kernel.now
         if code == E.NONE:
+            self.kept_until = self.marker_sent[txn] + HORIZON
             commit = self.decision[txn]
             self.sim.trace(f"{self.name} transaction {txn} {'committed' if commit else 'aborted'}")
             if commit and txn in self.committed_ack:
@@ -161,7 +186,11 @@ class TxnOffsetCommitter(Client):
             self.stats["commits" if commit else "aborts"] += 1
             self.epoch += 1
             self.open = False
-            self.later(self.side.randint(50, 500), self._begin)
+            if self.side.random() < 0.15:  # idle past the horizon: the record expires
+                self.stats["pauses"] += 1
+                self.later(self.side.randint(HORIZON + 100, 3 * HORIZON), self._begin)
+            else:
+                self.later(self.side.randint(50, 500), self._begin)
             return
         if code in (E.TRANSACTION_COORDINATOR_FENCED, E.INVALID_PRODUCER_EPOCH):
             self.sim.history.fail("txg-visible", self.sim.kernel.now, f"{self.name}: marker of transaction {txn} refused {E(code).name}")
@@ -169,9 +198,31 @@ class TxnOffsetCommitter(Client):
         self.later(self.sim.config.client_backoff_ms, self._send_marker, txn)
 
     # -- reading the group's offsets --------------------------------------------------------
+    def _loaded_core(self):
+        proc = self.sim.coordinators[self.index]
+        driver = getattr(proc, "driver", None)
+        if not proc.up or driver is None or not driver.loaded or driver.closed:
+            return None
+        return driver.core
+
+    def _check_expiry(self) -> None:
+        core = self._loaded_core()
+        if core is None:
+            return
+        now = self.sim.kernel.now
+        held = self.producer_id in core.txn_producers()
+        if self.held and not held:
+            self.stats["expired"] += 1
+        self.held = held
+        if not held and now < self.kept_until:
+            self.sim.history.fail("txg-expiry", now, f"{self.name}: producer {self.producer_id}'s record expired before {self.kept_until}, {HORIZON} ms after its last acknowledged marker was sent")
+        if not held and self.open and self.txn in self.committed_ack and self.txn not in self.marker_sent:  # pending for sure
+            self.sim.history.fail("txg-expiry", now, f"{self.name}: producer {self.producer_id}'s record expired while transaction {self.txn}'s offsets were pending")
+
     def _poll(self) -> None:
         if self.sim.phase != "faults":
             return
+        self._check_expiry()
         stable = self.side.random() < 0.6
         floors = {tp: self.last_committed.get(tp, -1) for tp in [(TOPIC, p) for p in range(PARTITIONS)]}
         pending = dict(self.unresolved)
@@ -219,3 +270,6 @@ class TxnOffsetCommitter(Client):
         pending = core.pending_txn_offsets(self.group_id)
         if pending:
             self.sim.history.fail("txg-final", now, f"{self.name}: offsets still pending once every transaction ended: {pending}")
+        self._check_expiry()
+        if not self.open and now > self.last_answer + HORIZON + EXPIRY_SLACK and self.producer_id in core.txn_producers():
+            self.sim.history.fail("txg-expiry", now, f"{self.name}: producer {self.producer_id}'s record still held {now - self.last_answer} ms after its last answer (horizon {HORIZON} ms)")

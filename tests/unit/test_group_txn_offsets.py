@@ -6,10 +6,21 @@ from __future__ import annotations
 import dataclasses
 import random
 
+import msgpack
 import pytest
 
 from kcoord.group import GroupCoordinatorState, GroupState
-from kcoord.group.records import OffsetKey, OffsetValue, TxnOffsetKey, TxnProducerKey, decode_record
+from kcoord.group.records import (
+    OffsetKey,
+    OffsetValue,
+    TxnOffsetKey,
+    TxnProducerKey,
+    TxnProducerValue,
+    decode_record,
+    decode_txn_producer_value,
+    encode_key,
+)
+from kcoord.protocol.errors import DecodeError
 from kcoord.protocol.errors import ErrorCode as E
 from kcoord.protocol.group import DeleteGroupsRequest, OffsetCommitPartition, OffsetFetchRequest
 from kcoord.protocol.txn import TxnOffsetCommitRequest, TxnOffsetMarkerRequest
@@ -404,3 +415,115 @@ def test_random_histories_replay_to_memory(seed):
                     uncertain = set(s.coord.pending_txn_offsets(g).get(p, {})) - set(offs)
                     assert set(theirs.get(p, {})) <= set(offs) | uncertain
                 assert set(theirs) <= set(s.coord.pending_txn_offsets(g))
+
+
+# -- expiry of idle producers' [5, producer_id] records --------------------------------------
+
+HORIZON = 3_600_000
+EXPIRING = dataclasses.replace(FAST, transactional_id_expiration_ms=HORIZON, offsets_retention_minutes=7 * 24 * 60)
+
+
+def assert_replay_matches_values(s: Shell) -> None:
+    assert replayed(s).txn_producer_values() == s.coord.txn_producer_values()
+
+
+def compacted(log: list) -> list:
+    """What the cleaner leaves once tombstones are past delete.retention.ms: the last record
+    of each key, in log order, tombstones dropped."""
+    last = {k: i for i, (k, _) in enumerate(log)}
+    return [(k, v) for i, (k, v) in enumerate(log) if last[k] == i and v is not None]
+
+
+def _one_transaction(s: Shell, pid: int = PID, epoch: int = 0, commit: bool = True) -> None:
+    assert s.reply(txn_commit(s, "g", {("t", 0): 10 + epoch}, pid=pid, epoch=epoch)).error_code == 0
+    assert s.reply(marker(s, commit=commit, pid=pid, epoch=epoch + 1)).error_code == 0
+
+
+def test_an_idle_producers_record_expires_to_a_tombstone_and_a_restart_after_it_loads_the_same():
+    s = Shell(EXPIRING)
+    _one_transaction(s)
+    marker_at = s.now
+    assert s.coord.txn_producer_values()[PID].last_update_ms == marker_at
+    s.advance(HORIZON - 1)
+    assert PID in s.coord.txn_producers()
+    s.advance(1)
+    assert PID not in s.coord.txn_producers() and s.coord.stats.txn_producers_expired == 1
+    k, v = decode_record(*s.log[-1])
+    assert k == TxnProducerKey(PID) and v is None
+    assert s.coord.committed_offsets("g")[("t", 0)].offset == 10  # the group's offsets are not the producer's
+    assert_replay_matches(s, "g")
+    assert_replay_matches_values(s)
+    # after compaction the key is gone from the log, and a restart loads the same state
+    cleaned = compacted(s.log)
+    assert all(decode_record(k, v)[0] != TxnProducerKey(PID) for k, v in cleaned)
+    fresh = GroupCoordinatorState(s.config, s.coord.partition, s.coord.num_partitions)
+    fresh.load(cleaned, s.now)
+    assert fresh.txn_producer_values() == s.coord.txn_producer_values() == {}
+    assert fresh.committed_offsets("g") == s.coord.committed_offsets("g")
+    # the producer id starts over here (its transaction coordinator forgot it too)
+    _one_transaction(s, epoch=0)
+    assert s.coord.txn_producers()[PID] == (1, 0)
+
+
+def test_a_producer_with_pending_offsets_never_expires_and_its_marker_restarts_the_clock():
+    s = Shell(EXPIRING)
+    assert s.reply(txn_commit(s, "g", {("t", 0): 10})).error_code == 0
+    s.advance(3 * HORIZON)
+    assert PID in s.coord.txn_producers() and s.coord.pending_txn_offsets("g")
+    assert s.reply(marker(s, commit=True)).error_code == 0
+    s.advance(HORIZON - 1)
+    assert PID in s.coord.txn_producers()
+    s.advance(1)
+    assert PID not in s.coord.txn_producers()
+    assert_replay_matches_values(s)
+
+
+def test_an_uncertain_commit_or_one_in_flight_keeps_the_record():
+    s = Shell(EXPIRING, auto_persist=False)
+    txn_commit(s, "g", {("t", 0): 10})
+    s.complete()
+    marker(s, commit=True)
+    s.complete()
+    txn_commit(s, "g", {("t", 0): 11}, epoch=1)
+    s.complete(error=E.REQUEST_TIMED_OUT)  # may have landed: pending without a value
+    s.advance(2 * HORIZON)
+    assert PID in s.coord.txn_producers() and not s.pending
+    token = txn_commit(s, "g", {("t", 1): 12}, epoch=1)  # in flight across the deadline
+    s.advance(2 * HORIZON)
+    assert PID in s.coord.txn_producers() and len(s.pending) == 1
+    s.complete()
+    assert s.reply(token).topics["t"][1] == 0
+
+
+def test_requests_during_the_tombstone_append_wait_and_a_failed_tombstone_is_retried():
+    s = Shell(EXPIRING, auto_persist=False)
+    txn_commit(s, "g", {("t", 0): 10})
+    s.complete()
+    marker(s, commit=True)
+    s.complete()
+    s.advance(HORIZON)
+    assert len(s.pending) == 1  # the tombstone
+    assert s.reply(txn_commit(s, "g", {("t", 0): 20}, epoch=1)).error_code == E.CONCURRENT_TRANSACTIONS
+    assert s.reply(marker(s, commit=True, epoch=2)).error_code == E.CONCURRENT_TRANSACTIONS
+    s.complete(error=E.REQUEST_TIMED_OUT)
+    assert PID in s.coord.txn_producers()
+    s.advance(1_000)
+    s.complete()
+    assert PID not in s.coord.txn_producers()
+    assert_replay_matches_values(s)
+
+
+def test_records_written_before_last_update_was_kept_count_from_the_load():
+    s = Shell(EXPIRING)
+    old_value = msgpack.packb({"v": 1, "producer_epoch": 3, "coordinator_epoch": 2})
+    assert decode_txn_producer_value(old_value) == TxnProducerValue(3, 2, -1)
+    s.log.append((encode_key(TxnProducerKey(PID)), old_value))
+    s.coord = GroupCoordinatorState(s.config, 0, 1)
+    s.run(s.coord.load(s.log, s.now))
+    assert s.coord.txn_producers() == {PID: (3, 2)}
+    s.advance(HORIZON - 1)
+    assert PID in s.coord.txn_producers()
+    s.advance(1)
+    assert PID not in s.coord.txn_producers()
+    with pytest.raises(DecodeError, match="last_update"):
+        decode_txn_producer_value(msgpack.packb({"v": 1, "producer_epoch": 3, "coordinator_epoch": 2, "last_update": "x"}))

@@ -29,7 +29,9 @@ from kcoord.protocol.group import OffsetCommitPartition
 from kcoord.protocol.txn import (
     AddOffsetsToTxnResponse,
     AddPartitionsToTxnResponse,
+    EndTxnRequest,
     EndTxnResponse,
+    TxnInitProducerIdRequest,
     TxnInitProducerIdResponse,
     TxnOffsetCommitResponse,
 )
@@ -219,8 +221,8 @@ def test_an_abortable_answer_allows_only_abort():
     m.begin_transaction()  # usable again
 
 
-@pytest.mark.parametrize("code", [ErrorCode.PRODUCER_FENCED, ErrorCode.INVALID_PRODUCER_EPOCH, ErrorCode.INVALID_TXN_STATE, ErrorCode.INVALID_PRODUCER_ID_MAPPING])
-def test_fenced_or_unknown_at_the_coordinator_ends_the_producer(code):
+@pytest.mark.parametrize("code", [ErrorCode.PRODUCER_FENCED, ErrorCode.INVALID_PRODUCER_EPOCH, ErrorCode.INVALID_TXN_STATE])
+def test_fenced_or_in_a_state_the_coordinator_refuses_ends_the_producer(code):
     m = in_txn(TP0)
     m.add_partitions_request()
     with pytest.raises(KafkaError) as raised:
@@ -470,3 +472,128 @@ def test_the_errors_are_exported_with_kafka_pythons_names():
     kerrors = pytest.importorskip("kafka.errors")
     assert kerrors.IllegalStateError.__name__ == IllegalStateError.__name__
     assert kerrors.TransactionAbortedError.__name__ == TransactionAbortedError.__name__
+
+
+# -- KIP-360 recovery ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("code", [ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER, ErrorCode.UNKNOWN_PRODUCER_ID, ErrorCode.REQUEST_TIMED_OUT])
+def test_a_batch_whose_sequence_state_is_lost_is_recovered_by_the_coordinators_epoch_bump(code):
+    """Kafka 4.0 with transaction version 2: the abort's EndTxn bumps the epoch at the
+    coordinator; the client never bumps its own epoch."""
+    m = added(TP0, pid=7, epoch=3)
+    m.on_batch_failed(KafkaError(code, "sequence state unknown"))
+    assert m.state is S.ABORTABLE_ERROR and m.identity == (7, 3)
+    m.begin_abort()
+    end = m.end_request(False)
+    assert (end.producer_id, end.producer_epoch, end.commit, end.bump_epoch) == (7, 3, False, True)
+    m.on_end(EndTxnResponse(producer_id=7, producer_epoch=4))
+    assert m.state is S.READY and m.identity == (7, 4)
+
+
+def test_a_batch_refused_invalid_producer_id_mapping_by_a_leader_still_aborts_with_end_txn():
+    """Only the transaction coordinator's INVALID_PRODUCER_ID_MAPPING means it forgot the id:
+    an InitProducerId while it still holds the transaction would fence this producer."""
+    m = added(TP0, pid=7, epoch=3)
+    m.on_batch_failed(KafkaError(ErrorCode.INVALID_PRODUCER_ID_MAPPING, "from a leader"))
+    m.begin_abort()
+    assert isinstance(m.end_request(False), EndTxnRequest)
+
+
+@pytest.mark.parametrize("where", ["add_partitions", "add_offsets", "commit"])
+def test_an_unknown_producer_id_mapping_is_abortable_and_the_abort_reinitialises_with_the_current_identity(where):
+    """Kafka's KIP-360: INVALID_PRODUCER_ID_MAPPING (e.g. the transactional id expired at its
+    coordinator) makes the transaction abortable; the abort skips EndTxn (the coordinator
+    would refuse it) and sends InitProducerId with the producer's id and epoch."""
+    code = ErrorCode.INVALID_PRODUCER_ID_MAPPING
+    m = in_txn(TP0, pid=7, epoch=3)
+    with pytest.raises(kcoord.InvalidProducerIdMappingError, match="abort_transaction|AddPartitions|AddOffsets|EndTxn"):
+        if where == "add_partitions":
+            m.add_partitions_request()
+            m.on_add_partitions(AddPartitionsToTxnResponse(results={"out": {0: code}}))
+        elif where == "add_offsets":
+            m.add_offsets_request("g")
+            m.on_add_offsets(AddOffsetsToTxnResponse(error_code=code))
+        else:
+            m.add_partitions_request()
+            m.on_add_partitions(AddPartitionsToTxnResponse(results={"out": {0: 0}}))
+            m.begin_commit()
+            m.end_request(True)
+            m.on_end(EndTxnResponse(error_code=code))
+    assert m.state is S.ABORTABLE_ERROR and m.identity == (7, 3)
+    with pytest.raises(kcoord.InvalidProducerIdMappingError, match="abort_transaction"):
+        m.begin_commit()
+    m.begin_abort()
+    request = m.end_request(False)
+    assert isinstance(request, TxnInitProducerIdRequest)
+    assert (request.transactional_id, request.producer_id, request.producer_epoch, request.transaction_timeout_ms) == ("etl-1", 7, 3, 60_000)
+    assert m.end_request(False) == request  # a retry after a timeout sends the same
+    assert m.on_recovered(TxnInitProducerIdResponse(error_code=ErrorCode.CONCURRENT_TRANSACTIONS)) is Verdict.RETRY
+    assert m.on_recovered(TxnInitProducerIdResponse(producer_id=9, producer_epoch=0)) is Verdict.DONE
+    assert m.state is S.READY and m.identity == (9, 0) and not m.partitions and not m.started and m.last_error is None
+    m.begin_transaction()  # usable again
+    m.before_append()
+    m.after_append(TP0)
+    assert (m.add_partitions_request().producer_id, m.state) == (9, S.IN_TRANSACTION)
+
+
+def test_an_abort_whose_end_txn_finds_the_id_unknown_reinitialises_at_once():
+    m = added(TP0, pid=7, epoch=3)
+    m.begin_abort()
+    m.end_request(False)
+    assert m.on_end(EndTxnResponse(error_code=ErrorCode.INVALID_PRODUCER_ID_MAPPING)) is Verdict.DONE
+    assert m.state is S.ABORTING_TRANSACTION
+    request = m.recovery_request()
+    assert isinstance(request, TxnInitProducerIdRequest) and (request.producer_id, request.producer_epoch) == (7, 3)
+    m.on_recovered(TxnInitProducerIdResponse(producer_id=9, producer_epoch=0))
+    assert m.state is S.READY and m.identity == (9, 0) and m.recovery_request() is None
+
+
+@pytest.mark.parametrize("code", [ErrorCode.PRODUCER_FENCED, ErrorCode.INVALID_PRODUCER_EPOCH, ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED])
+def test_a_recovery_the_coordinator_refuses_ends_the_producer(code):
+    m = in_txn(TP0, pid=7, epoch=3)
+    m.add_offsets_request("g")
+    with pytest.raises(KafkaError):
+        m.on_add_offsets(AddOffsetsToTxnResponse(error_code=ErrorCode.INVALID_PRODUCER_ID_MAPPING))
+    m.begin_abort()
+    m.end_request(False)
+    with pytest.raises(KafkaError) as raised:
+        m.on_recovered(TxnInitProducerIdResponse(error_code=code))
+    assert m.state is S.FATAL_ERROR
+    assert raised.value.code == (ErrorCode.PRODUCER_FENCED if code == ErrorCode.INVALID_PRODUCER_EPOCH else code)
+    with pytest.raises(type(raised.value)):
+        m.begin_transaction()
+
+
+class _Scripted(Transactions):
+    """The driver with its coordinator calls answered from a script (requests recorded)."""
+
+    def __init__(self, m: TransactionManager, answers: list) -> None:
+        super().__init__(object.__new__(ClusterClient), m, flush=lambda t: None, retry_backoff_ms=1, max_block_ms=2000, request_timeout_ms=1000)
+        self.answers, self.sent = answers, []
+
+    async def _txn_call(self, request, remaining_s):
+        self.sent.append(request)
+        return self.answers.pop(0)
+
+    def _run(self, coro):
+        return asyncio.run(coro)
+
+
+def test_the_driver_aborts_then_reinitialises_when_the_end_txn_finds_the_id_unknown():
+    m = added(TP0, pid=7, epoch=3)
+    t = _Scripted(m, [EndTxnResponse(error_code=ErrorCode.INVALID_PRODUCER_ID_MAPPING), TxnInitProducerIdResponse(error_code=ErrorCode.COORDINATOR_LOAD_IN_PROGRESS), TxnInitProducerIdResponse(producer_id=9, producer_epoch=0)])
+    t.end_transaction(False, sender_loop=None)
+    assert [type(r).__name__ for r in t.sent] == ["EndTxnRequest", "TxnInitProducerIdRequest", "TxnInitProducerIdRequest"]
+    assert (t.sent[1].producer_id, t.sent[1].producer_epoch) == (7, 3) and t.sent[1] == t.sent[2]
+    assert m.state is S.READY and m.identity == (9, 0)
+
+
+def test_the_driver_skips_end_txn_when_the_coordinator_already_said_it_does_not_know_the_id():
+    m = in_txn(TP0, pid=7, epoch=3)
+    m.add_partitions_request()
+    with pytest.raises(kcoord.InvalidProducerIdMappingError):
+        m.on_add_partitions(AddPartitionsToTxnResponse(results={"out": {0: ErrorCode.INVALID_PRODUCER_ID_MAPPING}}))
+    t = _Scripted(m, [TxnInitProducerIdResponse(producer_id=7, producer_epoch=4)])
+    t.end_transaction(False, sender_loop=None)
+    assert [type(r).__name__ for r in t.sent] == ["TxnInitProducerIdRequest"] and m.identity == (7, 4) and m.state is S.READY

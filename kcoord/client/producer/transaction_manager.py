@@ -21,6 +21,15 @@ fails inside a transaction makes it abortable, or fatal if the producer was fenc
 Every transaction ends with EndTxn ``bump_epoch=True`` (KIP-890 part 2): the coordinator
 answers the identity to continue with (the next epoch, or a new producer id once the epochs
 ran out), so a delayed EndTxn of one transaction can never end the next (KAFKA-17754).
+
+KIP-360 recovery, as Kafka 4.0's client with transaction version 2: the client never bumps
+its own epoch. After an abortable error that lost sequence state (a batch that failed with
+OUT_OF_ORDER_SEQUENCE_NUMBER, UNKNOWN_PRODUCER_ID or a timeout) the abort's EndTxn bumps it
+at the coordinator, and every partition restarts at sequence 0 under the new identity.
+INVALID_PRODUCER_ID_MAPPING (the coordinator does not know this producer id for the
+transactional id, e.g. the id expired) is abortable too, but the coordinator would refuse an
+EndTxn: the abort sends InitProducerId with the current producer id and epoch instead
+(:meth:`TransactionManager.recovery_request`), and continues with the identity it answers.
 """
 
 from __future__ import annotations
@@ -86,6 +95,12 @@ class Verdict(enum.Enum):
     RETRY = "retry"
 
 
+# Answers that make the transaction abortable and its abort re-initialise by InitProducerId
+# with the current identity, skipping EndTxn (Kafka's abortableErrorIfPossible +
+# beginCompletingTransaction's InvalidPidMappingException branch).
+REINIT = frozenset({ErrorCode.INVALID_PRODUCER_ID_MAPPING})
+
+
 # -- what an error code means to a transactional producer ------------------------------------
 RETRIABLE = frozenset(
     {
@@ -106,7 +121,6 @@ FATAL = frozenset(
         ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
         ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
         ErrorCode.INVALID_TXN_STATE,
-        ErrorCode.INVALID_PRODUCER_ID_MAPPING,
         ErrorCode.INVALID_TRANSACTION_TIMEOUT,
         ErrorCode.UNSUPPORTED_VERSION,
         ErrorCode.INVALID_REQUEST,
@@ -124,6 +138,9 @@ ABORTABLE = frozenset(
         ErrorCode.ILLEGAL_GENERATION,
         ErrorCode.FENCED_INSTANCE_ID,
         ErrorCode.OPERATION_NOT_ATTEMPTED,
+        # KIP-360: the producer id is unknown there; the abort re-initialises (REINIT)
+        ErrorCode.INVALID_PRODUCER_ID_MAPPING,
+        ErrorCode.UNKNOWN_PRODUCER_ID,
     }
 )
 # A produce batch that fails ends the producer only for these (Kafka 4.0's handleFailedBatch);
@@ -185,6 +202,9 @@ class TransactionManager:
         self.started = False
         self.maybe_started = False
         self.prepared: PreparedTxnState | None = None  # KIP-939: the transaction kept or prepared
+        # KIP-360: the coordinator does not know this identity: the abort sends InitProducerId
+        # with it instead of EndTxn (Kafka's lastError instanceof InvalidPidMappingException).
+        self.reinit_required = False
         self.appending = 0  # send()s between their state check and their append
 
     # -- helpers ---------------------------------------------------------------------------
@@ -425,12 +445,15 @@ class TransactionManager:
                 self._transition(S.ABORTING_TRANSACTION)
             self.new_partitions.clear()
 
-    def end_request(self, commit: bool) -> EndTxnRequest | None:
-        """The EndTxn that ends the transaction (after the flush), bumping the epoch; None when
-        the coordinator holds nothing of it (nothing to end: it completes here). A commit
-        with a failed batch raises that error instead (the transaction is abortable)."""
+    def end_request(self, commit: bool) -> EndTxnRequest | TxnInitProducerIdRequest | None:
+        """The EndTxn that ends the transaction (after the flush), bumping the epoch; for an
+        abort that needs KIP-360 recovery the InitProducerId instead (:meth:`recovery_request`);
+        None when the coordinator holds nothing of it (nothing to end: it completes here). A
+        commit with a failed batch raises that error instead (the transaction is abortable)."""
         with self.cond:
             self._raise_if_failed("commit_transaction()" if commit else "abort_transaction()", allow_abortable=not commit)
+            if not commit and self.reinit_required:
+                return self._recovery_request()
             if not (self.started or (not commit and self.maybe_started)):
                 return None
             return EndTxnRequest(self.transactional_id, self.producer_id, self.epoch, commit=commit, bump_epoch=True)
@@ -442,6 +465,11 @@ class TransactionManager:
             if code:
                 if classify(code) == RETRIABLE_KIND:
                     return Verdict.RETRY
+                if code in REINIT:
+                    if self.state is S.ABORTING_TRANSACTION:
+                        self.reinit_required = True  # the abort goes on with InitProducerId
+                        return Verdict.DONE
+                    return self._failed(code, response.error_message, "EndTxn failed")
                 return self._fatal(_error(code, response.error_message, "EndTxn failed"))
             if response.producer_id >= 0:
                 self.producer_id, self.epoch = response.producer_id, response.producer_epoch
@@ -457,6 +485,39 @@ class TransactionManager:
             self.partitions.clear()
             self.started = self.maybe_started = False
             self.prepared = None
+            self.reinit_required = False
+
+    # -- KIP-360 recovery ------------------------------------------------------------------
+    def _recovery_request(self) -> TxnInitProducerIdRequest:
+        return TxnInitProducerIdRequest(
+            self.transactional_id,
+            self.transaction_timeout_ms,
+            producer_id=self.producer_id,
+            producer_epoch=self.epoch,
+            enable_two_phase=self.two_phase,
+        )
+
+    def recovery_request(self) -> TxnInitProducerIdRequest | None:
+        """The InitProducerId an abort still needs after its EndTxn found the producer id
+        unknown at the coordinator (None: the abort is done or needs none)."""
+        with self.cond:
+            if self.state is S.ABORTING_TRANSACTION and self.reinit_required:
+                return self._recovery_request()
+            return None
+
+    def on_recovered(self, response) -> Verdict:
+        """The recovery InitProducerId's answer: the identity to continue with (the next
+        epoch, or a new producer id when the coordinator forgot the transactional id), and
+        READY. PRODUCER_FENCED (another instance holds the id) and the like end the producer."""
+        with self.cond:
+            code = response.error_code
+            if code:
+                if classify(code) == RETRIABLE_KIND:
+                    return Verdict.RETRY
+                return self._fatal(_error(code, response.error_message, "abort_transaction() re-initialising the producer (KIP-360) failed"))
+            self.producer_id, self.epoch = response.producer_id, response.producer_epoch
+            self.complete()
+            return Verdict.DONE
 
     def complete_decision(self, prepared: PreparedTxnState) -> bool:
         """``complete_transaction(prepared)``: True to commit (it names the kept transaction),
@@ -480,6 +541,8 @@ class TransactionManager:
         err = _error(code, message, what)
         if classify(code) == FATAL_KIND or code == ErrorCode.INVALID_PRODUCER_EPOCH:
             return self._fatal(err)
+        if code in REINIT and self.state in (S.IN_TRANSACTION, S.COMMITTING_TRANSACTION, S.ABORTABLE_ERROR):
+            self.reinit_required = True  # the transaction coordinator's answer: it does not know us
         raise self._abortable(err)
 
     def _abortable(self, err: KafkaError) -> KafkaError:

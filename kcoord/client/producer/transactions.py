@@ -9,7 +9,9 @@
   request in flight at a time.
 * :class:`TransactionalIdentity` is the producer identity the sender stamps on batches:
   the coordinator's producer id and epoch, the transactional bit, and a failed batch making
-  the transaction abortable (instead of the idempotent producer's epoch bump).
+  the transaction abortable (instead of the idempotent producer's epoch bump: the abort's
+  EndTxn has the coordinator bump it, KIP-360 as Kafka 4.0 with transaction version 2; an
+  abort after INVALID_PRODUCER_ID_MAPPING sends InitProducerId with the current identity).
 
 Every call retries what :func:`~.transaction_manager.classify` calls retriable, backing off
 ``retry_backoff_ms`` (20 ms for CONCURRENT_TRANSACTIONS, Kafka's shortcut while a previous
@@ -29,7 +31,7 @@ from typing import Any, Callable, Mapping
 
 from ...protocol.errors import ErrorCode, KafkaError
 from ...protocol.group import OffsetCommitPartition
-from ...protocol.txn import TxnOffsetCommitRequest, TxnOffsetCommitResponse
+from ...protocol.txn import EndTxnRequest, TxnOffsetCommitRequest, TxnOffsetCommitResponse
 from ..cluster import ClusterClient
 from ..coordinator.coordinators import GroupCoordinators
 from ..coordinator.txn_coordinators import TransactionCoordinators
@@ -310,7 +312,13 @@ class Transactions:
         if request is None:
             m.complete()
             return
-        self._run(self._retrying(what, lambda s: self._txn_call(request, s), m.on_end, deadline))
+        if isinstance(request, EndTxnRequest):
+            self._run(self._retrying(what, lambda s: self._txn_call(request, s), m.on_end, deadline))
+            request = m.recovery_request()  # the EndTxn found our producer id unknown there
+        if request is not None:
+            # KIP-360: InitProducerId with the current identity instead of EndTxn
+            self._run(self._retrying(f"{what} (InitProducerId, KIP-360)", lambda s: self._txn_call(request, s), m.on_recovered, deadline))
+            logger.info("transactional_id %r: re-initialised after INVALID_PRODUCER_ID_MAPPING", self.transactional_id)
         logger.debug("transactional_id %r: %s; now producer id %d epoch %d", self.transactional_id, what, m.producer_id, m.epoch)
 
     def complete_transaction(self, prepared: PreparedTxnState, sender_loop: asyncio.AbstractEventLoop) -> bool:
