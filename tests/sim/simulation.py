@@ -680,6 +680,9 @@ class Simulation:
         for prod in self.producers:
             if not prod.idle:
                 return f"{prod.name} has {prod.unacked()} unacknowledged batches"
+        why = None if self.txn_world is None else self.txn_world.hanging()
+        if why is not None:
+            return why
         for reader in self.readers:
             p = self.stored_partition(reader.topic, reader.partition)
             lead = self.replicas[(reader.topic, reader.partition, p.leader)]

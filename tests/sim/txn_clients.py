@@ -129,6 +129,7 @@ class TxnApp(Client):
         self.requests = 0  # transactional requests in flight
         self.stopped: str | None = None  # why it stopped (fenced, crashed...)
         self.last_end: EndTxnRequest | None = None
+        self.stall_until = 0  # a zombie's batches wait (a GC pause) until the new instance initialised
 
     # -- life ---------------------------------------------------------------------------------
     @property
@@ -192,8 +193,9 @@ class TxnApp(Client):
     def _begin(self) -> None:
         if self.stopped is not None or self.sim.phase != "faults":
             return
-        if self.slot.current is self and self.side.random() < 0.06:
-            self.slot.new_instance(zombie=True)  # this one keeps going: a zombie
+        if self.slot.current is self and self.side.random() < 0.1:
+            self.slot.new_instance(zombie=True)  # this one keeps going: a zombie...
+            self.stall_until = self.sim.kernel.now + self.side.randint(200, 600)  # ...its batches sent after the fence
         elif self.slot.current is self and self.side.random() < 0.03:
             self.slot.crash_and_replace(self)
             return
@@ -289,6 +291,9 @@ class TxnApp(Client):
     # -- produce --------------------------------------------------------------------------------
     def _pump(self) -> None:
         if self.stopped is not None:
+            return
+        if self.sim.kernel.now < self.stall_until:
+            self.later(self.stall_until - self.sim.kernel.now, self._pump)
             return
         busy = {b.tp for b in self.batches if b.in_flight}
         for b in self.batches:

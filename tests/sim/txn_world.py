@@ -14,6 +14,8 @@ from __future__ import annotations
 import random
 from typing import TYPE_CHECKING, Any
 
+from kcoord.replication.roles import LEADER
+
 from .scenario import TopicSpec
 from .txn_clients import TxnSlot
 from .txn_coordinators import TxnCoordinatorProcess, TxnFaults, transaction_state_spec
@@ -40,6 +42,7 @@ class TxnWorld:
         self.ledger = AppLedger(sim)
         self.outputs = [(t.name, p) for t in sim.scenario.topics if not t.compact for p in range(t.partitions)]
         self.readers = [AppReader(sim, i, t, p, self.ledger) for i, (t, p) in enumerate(self.outputs)]
+        self._hanging_reported = False
         self.slots = [TxnSlot(sim, i, spec.partitions, self.outputs, self.ledger, self.faults) for i in range(IDS)]
 
     def nodes(self) -> list[Any]:
@@ -64,6 +67,27 @@ class TxnWorld:
         for s in self.slots:
             why = s.busy()
             if why is not None:
+                return why
+        return None
+
+    def hanging(self) -> str | None:
+        """Once every producer is idle and every coordinator has completed its transactions,
+        a partition the applications write whose LSO stays below its HW holds a transaction
+        nobody will end (txn-hanging): its read_committed reader can never catch up."""
+        if self.busy() is not None:
+            return None
+        sim = self.sim
+        for tp in self.outputs:
+            p = sim.stored_partition(*tp)
+            r = None if p is None or p.leader < 0 else sim.replicas[(tp[0], tp[1], p.leader)].replica
+            if r is None or r.role != LEADER or r.hw != r.log.log_end_offset:
+                continue
+            lso = r.log.last_stable_offset(r.hw)
+            if lso < r.hw:
+                why = f"{tp[0]}-{tp[1]}: LSO {lso} below HW {r.hw} with every transaction complete at its coordinator"
+                if not self._hanging_reported:
+                    self._hanging_reported = True
+                    sim.history.fail("txn-hanging", sim.kernel.now, why)
                 return why
         return None
 
