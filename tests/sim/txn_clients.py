@@ -424,11 +424,16 @@ class TxnApp(Client):
         txn = self.txn
         self.slot.stale_ends += 1
 
-        def answered(response: Message | None, kind: str) -> None:
-            if isinstance(response, EndTxnResponse):
-                self.ledger.on_stale_end(self, txn, req, response)
+        def send() -> None:
+            started = self.txn == txn and self.tm.started  # N+1 holds a partition already
 
-        self.later(self.side.randint(0, 300), self.call, self.coordinator, req, EndTxnResponse, answered)
+            def answered(response: Message | None, kind: str) -> None:
+                if isinstance(response, EndTxnResponse):
+                    self.ledger.on_stale_end(self, txn, req, response, started)
+
+            self.call(self.coordinator, req, EndTxnResponse, answered)
+
+        self.later(self.side.randint(0, 300), send)
 
     # -- heal -----------------------------------------------------------------------------------
     def finish(self) -> None:

@@ -9,7 +9,9 @@ During the run, on every read_committed fetch an :class:`AppReader` is answered:
 * **txn-monotonic** the offsets a read_committed reader is handed only rise;
 * **txn-zombie** no record an instance sent after a newer instance of its id initialised is
   returned (a fenced producer's writes never become visible as committed);
-* **txn-lso** (``transactions.py``'s, on these readers too) nothing at or past the LSO.
+* **txn-lso** (``transactions.py``'s, on these readers too) nothing at or past the LSO;
+* **txn-17754** a delayed EndTxn of kcoord's client (epoch bump) never succeeds once the
+  next transaction holds a partition.
 
 Once quiet, from the final leader logs (each record value names its transaction, and the
 first marker of its producer after it tells how it ended in that partition):
@@ -104,8 +106,13 @@ class AppLedger:
     def on_fatal(self, app: "TxnApp", err: BaseException) -> None:
         self.stats["app_fenced"] += 1
 
-    def on_stale_end(self, app: "TxnApp", txn: int, req: EndTxnRequest, response: EndTxnResponse) -> None:
+    def on_stale_end(self, app: "TxnApp", txn: int, req: EndTxnRequest, response: EndTxnResponse, started: bool) -> None:
+        """A delayed EndTxn of the transaction before ``txn`` was answered. With the epoch
+        bump (kcoord's client) it must not succeed once ``txn`` held a partition when it
+        was sent (KAFKA-17754: it would end ``txn``)."""
         self.stats["stale_end_ok" if response.error_code == 0 else "stale_end_refused"] += 1
+        if response.error_code == 0 and req.bump_epoch and started:
+            self.sim.history.fail("txn-17754", self.sim.kernel.now, f"{app.name}: a delayed EndTxn of the transaction before {txn} was answered NONE while {txn} was ongoing")
         if response.error_code == 0 and not req.bump_epoch and app.txn == txn:
             self.stats["kafka_17754_window"] += 1  # a v0-3 client's delayed EndTxn ended a later transaction
 
