@@ -17,8 +17,9 @@ What the harness does to them (a side generator seeded by the seed and the id):
   (the coordinator aborts the transaction: the new InitProducerId, or the timeout);
 * **delayed EndTxn** (KAFKA-17754): a copy of a transaction's EndTxn is sent again after the
   next transaction began;
-* **wire clients at EndTxn v0-3**: one id in three ends transactions without the epoch bump
-  (``bump_epoch=False``), as librdkafka and kafka-python do before KIP-890 part 2.
+* **wire clients at EndTxn v0-3**: with ``WIRE_V0_3_EVERY`` an id ends transactions without
+  the epoch bump (``bump_epoch=False``), as librdkafka and kafka-python do before KIP-890
+  part 2 (off in the sweep; the window test turns it on).
 
 Every record value names its transaction (``T<id>.<instance>.<txn>.<n>``), so the final logs
 say which transaction each record belongs to (``txn_ledger.py`` checks them).
@@ -77,6 +78,10 @@ IN_TOPIC = "txn-app-in"  # the input topic whose offsets the transactions commit
 # is ongoing at that epoch: Kafka's KAFKA-17754 window (docs/transactions.md). Off in the
 # sweep; test_simulation turns it on to show the window.
 STALE_END_WITHOUT_BUMP = False
+# Every n-th transactional id ends its transactions without the bump, as a wire client at
+# EndTxn v0-3 does (0: none). Off in the sweep for now: its seeds were checked without it
+# (the planted-defect seeds of test_txn_world.py); the window test turns it on.
+WIRE_V0_3_EVERY = 0
 RETRY_PRODUCE = (*RETRIABLE_METADATA, E.NOT_ENOUGH_REPLICAS, E.NOT_ENOUGH_REPLICAS_AFTER_APPEND, E.REQUEST_TIMED_OUT, E.CONCURRENT_TRANSACTIONS)
 
 
@@ -453,7 +458,8 @@ class TxnSlot:
         self.outputs = outputs
         self.ledger = ledger
         self.faults = faults
-        self.bump = index % 3 != 2  # one id in three: a wire client at EndTxn v0-3
+        # every WIRE_V0_3_EVERY-th id is a wire client at EndTxn v0-3 (no epoch bump)
+        self.bump = not (WIRE_V0_3_EVERY and index % WIRE_V0_3_EVERY == WIRE_V0_3_EVERY - 1)
         self.group = f"txa{index}" if sim.scenario.coordinators else None
         self.instances: list[TxnApp] = []
         self.current: TxnApp | None = None
