@@ -12,7 +12,6 @@ from kcoord.records import TRANSACTIONAL_BIT
 from kcoord.txn.driver import TransactionCoordinatorDriver
 from kcoord.txn.markers import Markers
 
-from . import txn_clients
 from .simulation import run_seed
 
 # A handful of seeds whose runs commit, abort and fence (each well under a second of CPU).
@@ -96,12 +95,3 @@ def test_seed_replays_identically_with_transactions(seed: int) -> None:
     a, b = run_seed(seed, transactions=True), run_seed(seed, transactions=True)
     assert a.fingerprint() == b.fingerprint()
 
-
-def test_stale_end_of_a_v0_3_client_is_kafkas_window(monkeypatch) -> None:
-    """KAFKA-17754 for wire clients at EndTxn v0-3 (no epoch bump): a delayed EndTxn of
-    transaction N ends N+1 (docs/transactions.md). With kcoord's bump per transaction the
-    same delay is refused (stale_end_refused in every run)."""
-    monkeypatch.setattr(txn_clients, "STALE_END_WITHOUT_BUMP", True)
-    monkeypatch.setattr(txn_clients, "WIRE_V0_3_EVERY", 2)  # id tx1
-    stats = [run_seed(s, transactions=True).stats for s in range(0, 10)]
-    assert sum(st.get("txa_kafka_17754_window", 0) for st in stats) > 0, stats
