@@ -52,6 +52,7 @@ from .transactions import final_checks as txn_final_checks
 from .txn_verify import CoordinatorStandIn, LateWriter
 from .txn_verify import final_checks as late_write_checks
 from .txn_groups import TxnOffsetCommitter
+from .txn_world import TxnWorld, state_topic
 
 KINDS = ("replication", "groups")
 MODES = ("fsync", "pagecache", "flushms")
@@ -191,6 +192,9 @@ class Simulation:
                     internal=True,
                 )
             )
+        txn_state = state_topic(self) if config.transactions else None
+        if txn_state is not None:
+            self.topics.append(txn_state)  # transaction coordinators' (txn_world.py)
         self.replicas: dict[tuple[str, int, int], ReplicaProcess] = {}
         self.assignments: dict[tuple[str, int], list[int]] = {}
         for ti, spec in enumerate(self.topics):
@@ -229,8 +233,13 @@ class Simulation:
         self.members = [Member(self, i, "g", [t.name for t in sc.topics]) for i in range(sc.members)]
         # with --transactions, a transactional offset committer per groups run (txn_groups.py)
         self.txn_committers = [TxnOffsetCommitter(self, 0)] if config.transactions and sc.coordinators else []
+        self.txn_world = TxnWorld(self, txn_state) if txn_state is not None else None
+        if self.txn_world is not None:
+            self.readers += self.txn_world.readers
         self.security_admin = SecurityAdmin(self) if config.security else None
         for node in [*self.replica_list, self.controller, *self.coordinators, self.admin, *self.producers, *self.readers, *self.members, *self.txn_committers, *self.late_writers, *txn_stand_in]:
+            self.net.add(node)
+        for node in self.txn_world.nodes() if self.txn_world is not None else []:
             self.net.add(node)
         self.nemesis = Nemesis(self)
         self.phase = "faults"
@@ -282,6 +291,8 @@ class Simulation:
             k.after(k.rng.randint(100, 1000), m.start)
         for c in self.txn_committers:
             c.start()
+        if self.txn_world is not None:
+            self.txn_world.start()
         if self.security_admin is not None:
             self.security_admin.start()
         self.nemesis.start()
@@ -312,6 +323,8 @@ class Simulation:
             late_write_checks(self, self.late_writers)
         for c in self.txn_committers:
             c.final_check()
+        if self.txn_world is not None:
+            self.txn_world.final_checks()
 
     def _result(self) -> SimResult:
         h = self.history
@@ -341,6 +354,8 @@ class Simulation:
         for c in self.txn_committers:
             for name, n in c.stats.items():
                 stats[f"txg_{name}"] = n
+        if self.txn_world is not None:
+            stats.update(self.txn_world.stats())
         for kind, n in self.nemesis.counts.items():
             stats[f"fault_{kind}"] = n
         for proc in self.replica_list:
@@ -643,6 +658,8 @@ class Simulation:
                 prod.finish()  # its open transaction ends, as a coordinator's timeout would end it
         for w in self.late_writers:
             w.arm()
+        if self.txn_world is not None:
+            self.txn_world.heal()
 
     def _not_quiet(self) -> str | None:
         """Why the cluster is not quiet yet, or None when it is."""
@@ -671,6 +688,9 @@ class Simulation:
         for prod in self.producers:
             if not prod.idle:
                 return f"{prod.name} has {prod.unacked()} unacknowledged batches"
+        why = None if self.txn_world is None else self.txn_world.hanging()
+        if why is not None:
+            return why
         for reader in self.readers:
             p = self.stored_partition(reader.topic, reader.partition)
             lead = self.replicas[(reader.topic, reader.partition, p.leader)]
@@ -685,6 +705,9 @@ class Simulation:
         for w in self.late_writers:
             if not w.idle:
                 return f"{w.name} has not heard the final answer to its late write"
+        why = None if self.txn_world is None else self.txn_world.busy()
+        if why is not None:
+            return why
         if self.members:
             gens = {m.generation for m in self.members}
             if any(m.state != "stable" for m in self.members) or len(gens) != 1:

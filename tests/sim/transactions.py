@@ -68,7 +68,9 @@ class TxnLedger:
         self.txn_of: dict[tuple[int, int], tuple[int, int]] = {}  # (pid, seq) -> (pid, txn)
         self.outcome: dict[tuple[int, int], bool] = {}  # (pid, txn) -> committed
         self.read: dict[tuple[int, int], tuple[str, int]] = {}  # txns read committed -> (reader, when)
-        self.lso_seen: dict[tuple[str, int, int], int] = {}  # (partition, broker, epoch) -> LSO shown
+        # (partition, broker, epoch, reader) -> LSO shown: per reader, whose fetches are
+        # answered in order (two readers' answers may cross in the network)
+        self.lso_seen: dict[tuple[str, int, int, str], int] = {}
         self.leader_lso: dict[tuple[str, int], int] = {}  # (leader process incarnation, epoch) -> LSO
         self.scanned: dict[tuple[str, int], int] = {}  # (leader process incarnation, epoch) -> HW scanned to
         self.committed_marker: dict[tuple[str, int, int], int] = {}  # (topic, partition, pid) -> newest marker below a HW
@@ -206,7 +208,7 @@ class CommittedReader(Reader):
         lso, hw = response.last_stable_offset, response.high_watermark
         if lso > hw or lso < 0:
             history.fail("txn-lso", now, f"{where}: broker {broker} answered a read_committed fetch with LSO {lso} and HW {hw}")
-        key = (where, broker, response.leader_epoch)
+        key = (where, broker, response.leader_epoch, self.name)
         seen = self.ledger.lso_seen.get(key, -1)
         if lso < seen:
             history.fail("txn-lso", now, f"{where}: broker {broker} showed LSO {seen} and then {lso} at leader epoch {response.leader_epoch}")
@@ -223,19 +225,25 @@ class CommittedReader(Reader):
         for seg in st.segments:
             for i, value in enumerate(seg.values[seg.start :]):
                 self.returned += 1
-                offset = seg.base + seg.start + i
-                m = _RECORD.match(value) if isinstance(value, bytes) else None
-                if m is None:
-                    history.fail("txn-control", now, f"{where}: a read_committed reader was handed {value!r}, not a record (a control record?)")
-                    continue
-                txn = self.ledger.txn_of.get((int(m.group(1)), int(m.group(2))))
-                if txn is None:
-                    continue
-                if self.ledger.outcome.get(txn) is False:
-                    history.fail("txn-g1a", now, f"{where}: read_committed returned record {value.decode()} of aborted transaction {txn}")
-                if self.ledger.committed_marker.get((self.topic, self.partition, txn[0]), -1) <= offset:
-                    history.fail("txn-g1a", now, f"{where}: read_committed returned record {value.decode()} at offset {offset} before any leader had its transaction's marker below the HW")
-                self.ledger.read.setdefault(txn, (self.name, now))
+                self._returned(value, seg.base + seg.start + i, where, now)
+
+    def _returned(self, value: Any, offset: int, where: str, now: int) -> None:
+        """One record handed to the application (a subclass checks its own records)."""
+        history = self.sim.history
+        m = _RECORD.match(value) if isinstance(value, bytes) else None
+        if m is None and isinstance(value, bytes) and value.startswith(b"T"):
+            return  # an application's record (txn_clients.py): its own reader checks it
+        if m is None:
+            history.fail("txn-control", now, f"{where}: a read_committed reader was handed {value!r}, not a record (a control record?)")
+            return
+        txn = self.ledger.txn_of.get((int(m.group(1)), int(m.group(2))))
+        if txn is None:
+            return
+        if self.ledger.outcome.get(txn) is False:
+            history.fail("txn-g1a", now, f"{where}: read_committed returned record {value.decode()} of aborted transaction {txn}")
+        if self.ledger.committed_marker.get((self.topic, self.partition, txn[0]), -1) <= offset:
+            history.fail("txn-g1a", now, f"{where}: read_committed returned record {value.decode()} at offset {offset} before any leader had its transaction's marker below the HW")
+        self.ledger.read.setdefault(txn, (self.name, now))
 
 
 def observe_leader_lso(history: "History", proc: "ReplicaProcess", part: "PartitionHistory", now: int) -> None:

@@ -10,7 +10,7 @@ import ast
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-DRIVERS = {"ReplicaDriver", "ControllerDriver", "GroupCoordinatorDriver"}
+DRIVERS = {"ReplicaDriver", "ControllerDriver", "GroupCoordinatorDriver", "TransactionCoordinatorDriver"}
 ACTION_TYPES = {
     # replica
     "Reply",

@@ -1,0 +1,97 @@
+"""The transaction coordinators in the simulation (txn_world.py): the applications commit,
+abort, get fenced and read committed, and each invariant of txn_ledger.py catches the defect
+planted for it (docs/simulation.md, "Transactions: planted defects")."""
+
+from __future__ import annotations
+
+import pytest
+
+from kcoord.log.producer_state import ProducerStateManager
+from kcoord.protocol.errors import ErrorCode as E
+from kcoord.records import TRANSACTIONAL_BIT
+from kcoord.txn.driver import TransactionCoordinatorDriver
+from kcoord.txn.markers import Markers
+
+from .simulation import run_seed
+
+# A handful of seeds whose runs commit, abort and fence (each well under a second of CPU).
+SEEDS = (5, 10, 14, 21)
+
+
+def _invariants(seeds) -> dict[int, set[str]]:
+    return {s: {v.invariant for v in run_seed(s, transactions=True).violations} for s in seeds}
+
+
+def test_apps_commit_abort_and_read_committed_through_the_coordinators() -> None:
+    stats = [run_seed(s, transactions=True).stats for s in SEEDS]
+    assert sum(st.get("txa_app_commits", 0) for st in stats) >= 8, stats
+    assert sum(st.get("txa_app_aborts", 0) for st in stats) >= 2, stats
+    assert sum(st.get("txa_tc_crash", 0) + st.get("txa_tc_crash_in_end", 0) for st in stats) >= 2, stats
+    assert all(st["txa_markers_sent"] >= 0 for st in stats)
+
+
+def test_planted_marker_skipped_leaves_a_hanging_transaction(monkeypatch) -> None:
+    """A coordinator that takes a marker to partition 0 of a user topic as written without
+    sending it: that partition's LSO never reaches its HW (txn-hanging)."""
+    original = TransactionCoordinatorDriver._send_write_marker
+
+    def skipping(self, action):
+        if action.request.partition == 0 and not action.request.topic.startswith("__"):
+            self._later(0, lambda: self._marker_done(action.marker_id, E.NONE))
+            return
+        original(self, action)
+
+    monkeypatch.setattr(TransactionCoordinatorDriver, "_send_write_marker", skipping)
+    found = _invariants(SEEDS)
+    assert any("txn-hanging" in inv for inv in found.values()), found
+
+
+def test_planted_markers_always_commit_is_an_aborted_read(monkeypatch) -> None:
+    """Markers that say COMMIT for an aborted transaction: its records are read (txn-g1a)
+    and the logs contradict the client's answered abort (txn-client)."""
+    original = Markers._send
+
+    def committing(self, job, tp):
+        job.commit = True
+        original(self, job, tp)
+
+    monkeypatch.setattr(Markers, "_send", committing)
+    found = _invariants(SEEDS)
+    assert any("txn-client" in inv for inv in found.values()), found
+    assert any("txn-g1a" in inv for inv in found.values()), found
+
+
+def test_planted_leader_accepting_a_fenced_epoch_lets_a_zombie_in(monkeypatch) -> None:
+    """A leader that takes a transactional batch at an epoch older than its producer's
+    current one: a fenced instance's records land after the abort marker (txn-hanging, or
+    committed: txn-zombie; check 5 sees the epoch go back)."""
+    original = ProducerStateManager.check
+
+    def lax(self, h):
+        entry = self._producers.get(h.producer_id)
+        if entry is not None and h.attributes & TRANSACTIONAL_BIT and 0 <= h.producer_epoch < entry.epoch:
+            return original(self, h._replace(producer_epoch=entry.epoch))
+        return original(self, h)
+
+    monkeypatch.setattr(ProducerStateManager, "check", lax)
+    found = _invariants([9])  # also 5 and 11 of 0-11
+    assert "txn-zombie" in found[9] and "txn-hanging" in found[9], found
+
+
+def test_planted_offsets_marker_skipped_leaves_offsets_pending(monkeypatch) -> None:
+    """A coordinator that takes its marker to __consumer_offsets as written without sending
+    it: the group's transactional offsets stay pending (txn-offsets)."""
+
+    def skipping(self, action):
+        self._later(0, lambda: self._marker_done(action.marker_id, E.NONE))
+
+    monkeypatch.setattr(TransactionCoordinatorDriver, "_send_offset_marker", skipping)
+    found = _invariants(SEEDS)
+    assert any("txn-offsets" in inv for inv in found.values()), found
+
+
+@pytest.mark.parametrize("seed", [10])
+def test_seed_replays_identically_with_transactions(seed: int) -> None:
+    a, b = run_seed(seed, transactions=True), run_seed(seed, transactions=True)
+    assert a.fingerprint() == b.fingerprint()
+

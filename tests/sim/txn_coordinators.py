@@ -1,0 +1,141 @@
+"""Transaction coordinators in the simulation: processes running the production driver.
+
+A :class:`TxnCoordinatorProcess` is transaction coordinator ``i``: the same
+:class:`~kcoord.txn.driver.TransactionCoordinatorDriver` over the same
+:class:`~kcoord.txn.coordinator.TransactionCoordinatorState` the Ray actor
+(``actors/txn_coordinator.py``) runs, on partition ``i`` of a replicated ``__transaction_state``
+whose replicas are ordinary simulated replicas (so leader crashes, power losses and store
+faults reach it as they reach ``__consumer_offsets``). It sends its markers to the real
+partition leaders and group coordinators.
+
+:class:`TxnFaults` adds what the main nemesis does not do to these processes (it knows only
+the group coordinators): crashes (Ray restarts the actor after 50-1500 ms), pauses, and a
+crash just after an EndTxn reached the coordinator, while it persists PREPARE_* or writes the
+markers. Its choices come from a side generator seeded by the seed, so runs without
+``--transactions`` are unchanged.
+"""
+
+from __future__ import annotations
+
+import random
+from typing import TYPE_CHECKING
+
+from kcoord.protocol import names
+from kcoord.txn import TransactionCoordinatorState, TxnConfig
+from kcoord.txn.driver import CoordinatorTimeouts, TransactionCoordinatorDriver
+from kcoord.txn.placement import TRANSACTION_STATE_TOPIC
+
+from .kernel import resume
+from .processes import CLUSTER, HEAD, Process, identity
+from .scenario import TopicSpec
+from .world import SimClock, SimTransport
+
+if TYPE_CHECKING:
+    from .simulation import Simulation
+
+# Small enough that a transaction a crashed or fenced client left open is aborted well
+# within the heal phase; markers retried quickly.
+TXN_CONFIG = TxnConfig(transaction_max_timeout_ms=60_000, marker_retry_backoff_ms=50, marker_max_backoff_ms=500, append_retry_backoff_ms=100, metadata_refresh_backoff_ms=100)
+
+
+def transaction_state_spec(partitions: int, brokers: int) -> TopicSpec:
+    """``__transaction_state`` as the cluster creates it: internal, fsync, RF up to 3."""
+    rf = min(3, brokers)
+    return TopicSpec(TRANSACTION_STATE_TOPIC, partitions, rf, min(2, rf), False, "fsync", internal=True)
+
+
+class TxnCoordinatorProcess(Process):
+    def __init__(self, sim: "Simulation", index: int, count: int) -> None:
+        super().__init__(sim, names.transaction_coordinator(CLUSTER, index))
+        self.index = index
+        self.count = count
+
+    @property
+    def core(self) -> TransactionCoordinatorState | None:
+        return None if self.driver is None else self.driver.core
+
+    def start(self) -> None:
+        sim = self.sim
+        self._begin()
+        self.machine = sim.machines[HEAD]
+        core = TransactionCoordinatorState(TXN_CONFIG, partition=self.index, num_partitions=self.count, offsets_partitions=max(1, sim.scenario.coordinators))
+        self.driver = TransactionCoordinatorDriver(
+            CLUSTER,
+            core,
+            transport=SimTransport(sim.net, self, identity, after=self.after),
+            clock=SimClock(sim.kernel, self, after=self.after),
+            timeouts=CoordinatorTimeouts(persist_ms=3_000, call_ms=sim.config.call_timeout_ms, settle_wait_ms=200),
+            incarnation=self.incarnation_id,
+        )
+        self.driver.start()
+        sim.trace(f"{self.incarnation_id} started")
+        self.after()
+
+    def observe(self) -> None:
+        world = getattr(self.sim, "txn_world", None)
+        if world is not None:
+            world.ledger.observe_coordinator(self)
+
+    def busy(self) -> str | None:
+        """Why this coordinator is not quiet: not loaded, or a transaction not complete."""
+        if self.driver is None or not self.driver.loaded:
+            return "not loaded"
+        core = self.driver.core
+        for tid, v in sorted(core.snapshot().items()):
+            if v.state.value not in ("Empty", "CompleteCommit", "CompleteAbort", "Dead"):
+                return f"{tid} is {v.state.value} (partitions {sorted(v.partitions)}, markers pending {sorted(core.pending_markers(tid))})"
+        return None
+
+
+class TxnFaults:
+    """Crashes and pauses of the transaction coordinators (see the module doc)."""
+
+    def __init__(self, sim: "Simulation", coordinators: list[TxnCoordinatorProcess]) -> None:
+        self.sim = sim
+        self.coordinators = coordinators
+        self.side = random.Random(f"txn-faults:{sim.config.seed}")
+        self.counts = {"tc_crash": 0, "tc_pause": 0, "tc_crash_in_end": 0}
+
+    def start(self) -> None:
+        self.sim.kernel.after(self.side.randint(300, 1500), self._tick)
+
+    def _tick(self) -> None:
+        if self.sim.phase != "faults":
+            return
+        r = self.side.random()
+        proc = self.side.choice(self.coordinators)
+        if r < 0.35:
+            self.crash(proc, "tc_crash")
+        elif r < 0.5 and proc.up and not proc.paused:
+            proc.paused = True
+            incarnation = proc.incarnation
+            duration = self.side.choice([300, 1000, 2500])
+            self.counts["tc_pause"] += 1
+            self.sim.trace(f"PAUSE {proc.name} for {duration} ms")
+            self.sim.kernel.after(duration, self._resume, proc, incarnation)
+        self.sim.kernel.after(self.side.randint(300, 1500), self._tick)
+
+    def _resume(self, proc: TxnCoordinatorProcess, incarnation: int) -> None:
+        if proc.up and proc.paused and proc.incarnation == incarnation:
+            self.sim.trace(f"RESUME {proc.name} ({len(proc.deferred)} events waiting)")
+            resume(proc)
+
+    def crash(self, proc: TxnCoordinatorProcess, kind: str) -> None:
+        if self.sim.phase != "faults" or not proc.up:
+            return
+        self.counts[kind] += 1
+        proc.crash("crashed" if kind == "tc_crash" else "crashed in the middle of an EndTxn")
+        self.sim.restart_later(proc, self.side.choice([50, 300, 1_500]))
+
+    def crash_during_end(self, index: int) -> None:
+        """An EndTxn was just sent to coordinator ``index``: crash it soon, now and then,
+        while it persists PREPARE_* or writes markers."""
+        if self.side.random() < 0.2:
+            self.sim.kernel.after(self.side.randint(0, 40), self.crash, self.coordinators[index], "tc_crash_in_end")
+
+    def heal(self) -> None:
+        for proc in self.coordinators:
+            if proc.up and proc.paused:
+                resume(proc)
+            if not proc.up:
+                proc.start()
