@@ -363,7 +363,7 @@ def list_transactions_error(req: Any, version: int, code: int, message: str | No
 
 async def describe_producers(ctx: ListenerContext, conn: Any, req: Any, version: int) -> Any:
     """Each partition's leader's producer state (KIP-664), READ on the topic (Kafka's rule).
-    kcoord keeps no last timestamp per producer: -1."""
+    The last timestamp is the max timestamp of the producer's last batch (-1 once it is gone)."""
     R = DescribeProducersResponse
     TR = R.TopicResponse
     PR = TR.PartitionResponse
@@ -379,7 +379,7 @@ async def describe_producers(ctx: ListenerContext, conn: Any, req: Any, version:
                 producer_id=p.producer_id,
                 producer_epoch=p.producer_epoch,
                 last_sequence=p.last_sequence,
-                last_timestamp=-1,
+                last_timestamp=p.last_timestamp,
                 coordinator_epoch=p.coordinator_epoch,
                 current_txn_start_offset=p.current_txn_start_offset,
             )
