@@ -242,39 +242,55 @@ class TransactionAdmin:
                 raise TypeError("topics is a list of topic names, not one str")
             wanted = list(topics) if topics is not None else self._list_topics()
             tps = [TopicPartition(t, p) for t in wanted for p in self.cluster.partitions_for(t)]
-        now = int(time.time() * 1000)
-        candidates = []
-        for tp, state in self.describe_producers(tps).items():
-            for p in state.active_producers:
-                if p.current_transaction_start_offset < 0:
-                    continue
-                age = now - p.last_timestamp if p.last_timestamp >= 0 else -1
-                if age < 0 or age > max_transaction_timeout_ms or max_transaction_timeout_ms == 0:
-                    candidates.append((tp, p, age))
+        candidates = open_transactions(self.describe_producers(tps), max_transaction_timeout_ms, int(time.time() * 1000))
         if not candidates:
             return []
         listed: dict[int, list[str]] = {}
-        for t in self.list_transactions(producer_ids=sorted({p.producer_id for _, p, _ in candidates})):
+        for t in self.list_transactions(producer_ids=sorted({c[1].producer_id for c in candidates})):
             listed.setdefault(t.producer_id, []).append(t.transactional_id)
         described = self.describe_transactions(sorted({tid for tids in listed.values() for tid in tids})) if listed else {}
-        out = []
-        for tp, p, age in candidates:
-            tids = listed.get(p.producer_id, [])
-            running = [
-                tid
-                for tid in tids
-                if described[tid].state in _RUNNING and described[tid].producer_id == p.producer_id and tp in described[tid].topic_partitions
-                and described[tid].producer_epoch >= p.producer_epoch
-            ]
-            if running:
+        return hanging_among(candidates, listed, described)
+
+
+def open_transactions(
+    producers: dict[TopicPartition, PartitionProducerState], max_transaction_timeout_ms: int, now_ms: int
+) -> list[tuple[TopicPartition, ProducerState, int]]:
+    """``(tp, producer, age_ms)`` of every transaction open at a partition whose last write is
+    older than ``max_transaction_timeout_ms`` (0: any age; age -1 when the last timestamp is
+    unknown, which counts as old)."""
+    out = []
+    for tp, state in sorted(producers.items()):
+        for p in state.active_producers:
+            if p.current_transaction_start_offset < 0:
                 continue
-            if not tids:
-                reason = "no transaction coordinator knows this producer id"
-            else:
-                d = described[tids[0]]
-                reason = f"its coordinator has {tids[0]!r} {d.state} at epoch {d.producer_epoch}" + ("" if tp in d.topic_partitions else f", without {tp.topic}-{tp.partition}")
-            out.append(HangingTransaction(tp, p.producer_id, p.producer_epoch, p.coordinator_epoch, p.current_transaction_start_offset, p.last_timestamp, age, tids[0] if tids else None, reason))
-        return sorted(out)
+            age = now_ms - p.last_timestamp if p.last_timestamp >= 0 else -1
+            if max_transaction_timeout_ms == 0 or age < 0 or age > max_transaction_timeout_ms:
+                out.append((tp, p, age))
+    return out
+
+
+def hanging_among(
+    candidates: list[tuple[TopicPartition, ProducerState, int]], listed: dict[int, list[str]], described: dict[str, TransactionDescription]
+) -> list[HangingTransaction]:
+    """The candidates no coordinator holds: hanging unless one of the transactional ids
+    listed for the producer id is Ongoing/PrepareCommit/PrepareAbort with that partition, at
+    the producer's epoch or a later one (a bumped epoch still owns the transaction; the
+    coordinator ends it)."""
+    out = []
+    for tp, p, age in candidates:
+        tids = [t for t in listed.get(p.producer_id, []) if t in described]
+        if any(
+            described[t].state in _RUNNING and described[t].producer_id == p.producer_id and tp in described[t].topic_partitions and described[t].producer_epoch >= p.producer_epoch
+            for t in tids
+        ):
+            continue
+        if not tids:
+            reason = "no transaction coordinator knows this producer id"
+        else:
+            d = described[tids[0]]
+            reason = f"its coordinator has {tids[0]!r} {d.state} at epoch {d.producer_epoch}" + ("" if tp in d.topic_partitions else f", without {tp.topic}-{tp.partition}")
+        out.append(HangingTransaction(tp, p.producer_id, p.producer_epoch, p.coordinator_epoch, p.current_transaction_start_offset, p.last_timestamp, age, tids[0] if tids else None, reason))
+    return sorted(out)
 
 
 def _tp(tp: Any) -> TopicPartition:
