@@ -152,7 +152,8 @@ def find_hanging(env: Env, topics: tuple[str, ...], max_transaction_timeout_ms: 
     """
     found = env.admin().find_hanging_transactions(list(topics) or None, None, max_transaction_timeout_ms)
     if as_json:
-        echo_json(env, [{**h._asdict(), "topic_partition": None, "topic": h.topic_partition.topic, "partition": h.topic_partition.partition} for h in found], indent=2, sort_keys=True)
+        rows = [{k: v for k, v in h._asdict().items() if k != "topic_partition"} | {"topic": h.topic_partition.topic, "partition": h.topic_partition.partition} for h in found]
+        echo_json(env, rows, indent=2, sort_keys=True)
         return
     cols = ("topic", "partition", "producer id", "epoch", "coordinator epoch", "start offset", "last timestamp", "duration s", "transactional id", "why")
     table = make_table(f"{len(found)} hanging transactions", cols, right=("partition", "producer id", "epoch", "coordinator epoch", "start offset", "duration s"))
