@@ -112,6 +112,9 @@ class ReplicaMetricsExporter:
                 ("leader_epoch", "Leader epoch the replica is at"),
                 ("size_bytes", "Bytes of log on disk"),
                 ("follower_lag", "Leader's log end minus this follower's (0 on the leader)"),
+                ("last_stable_offset", "Last stable offset: read_committed readers read below it"),
+                ("lso_lag", "High watermark minus the last stable offset: what open transactions hold back from read_committed readers"),
+                ("ongoing_transactions", "Producers with a transaction open in this partition"),
             ),
         )
         self._counters = _metrics(
@@ -140,6 +143,7 @@ class ReplicaMetricsExporter:
         self._last = now_s
         log = replica.log
         fs = replica.follower_state
+        lso = log.last_stable_offset(replica.hw)
         values = {
             "log_end_offset": log.log_end_offset,
             "high_watermark": replica.hw,
@@ -149,6 +153,9 @@ class ReplicaMetricsExporter:
             "leader_epoch": replica.leader_epoch,
             "size_bytes": log.size_bytes,
             "follower_lag": max(0, fs.leader_log_end_offset - log.log_end_offset) if fs is not None and fs.leader_log_end_offset >= 0 else 0,
+            "last_stable_offset": lso,
+            "lso_lag": max(0, replica.hw - lso),
+            "ongoing_transactions": len(log.producer_state.ongoing_transactions()),
         }
         for name, gauge in self._gauges.items():
             value = float(values[name])
@@ -207,3 +214,44 @@ class GroupMetricsExporter:
                 if self._committed_values.get(key) != committed.offset:  # idle groups set nothing
                     self._committed.set(float(committed.offset), tags={**tags, "topic": topic, "partition": str(partition)})
                     self._committed_values[key] = committed.offset
+
+
+class TxnMetricsExporter:
+    """One transaction coordinator's gauges and counters, tagged ``cluster``/``coordinator``:
+    transactions open now (Ongoing or deciding: what an operator watches for hanging ones,
+    with each partition's ``kcoord_replica_lso_lag``), and the running totals of committed,
+    aborted, timed-out and fenced transactions (the core's counters,
+    :meth:`~kcoord.txn.TransactionCoordinatorState.metrics_snapshot`)."""
+
+    def __init__(self, cluster: str, index: int) -> None:
+        tags = ("cluster", "coordinator")
+        self._tags = {"cluster": cluster, "coordinator": str(index)}
+        self._gauges = _metrics(
+            Gauge,
+            "kcoord_txn_",
+            tags,
+            (
+                ("open_transactions", "Transactions of this coordinator that are Ongoing, PrepareCommit or PrepareAbort"),
+                ("transactional_ids", "Transactional ids this coordinator holds"),
+                ("coordinator_loaded", "1 once the coordinator replayed its partition"),
+            ),
+        )
+        self._counters = _metrics(
+            Counter,
+            "kcoord_txn_",
+            tags,
+            (
+                ("transactions_committed", "Transactions committed (COMMIT markers written everywhere)"),
+                ("transactions_aborted", "Transactions aborted (ABORT markers written everywhere)"),
+                ("timed_out_transactions", "Transactions the coordinator aborted because they outlived their timeout"),
+                ("fenced_transactions", "Transactions aborted because a newer instance of their id initialised"),
+            ),
+        )
+        self._exported: dict[str, float] = {}
+
+    def export(self, core: Any, loaded: bool) -> None:
+        snap = core.metrics_snapshot()
+        for name, gauge in self._gauges.items():
+            value = (1.0 if loaded else 0.0) if name == "coordinator_loaded" else float(snap.get(name, 0))
+            gauge.set(value, tags=self._tags)
+        _add_deltas(self._counters, snap, self._exported, self._tags)

@@ -12,8 +12,10 @@ awaits the driver's replies and describes itself. Its RPC methods are the rows o
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
+import traceback
 import uuid
 from typing import Any, Mapping
 
@@ -25,9 +27,11 @@ from kcoord.protocol.services import TRANSACTION_COORDINATOR
 from kcoord.txn import TransactionCoordinatorState, TxnConfig
 from kcoord.txn.driver import CoordinatorTimeouts, TransactionCoordinatorDriver
 
+from .metrics import TxnMetricsExporter
 from .runtime import coordinator_io, rpc_methods, serve_encoded, wait_loaded, wall_ms
 
 logger = logging.getLogger("kcoord.txn")
+_METRICS_INTERVAL_S = 2.0
 
 
 @rpc_methods(TRANSACTION_COORDINATOR)
@@ -56,6 +60,8 @@ class TransactionCoordinatorActor:
         self.incarnation = uuid.uuid4().hex
         self.started_ms = wall_ms()
         self.driver: TransactionCoordinatorDriver | None = None
+        self._metrics = TxnMetricsExporter(cluster, index)
+        self._metrics_task: asyncio.Task | None = None
         # Load now, not on the first request: after a restart, PREPARE_* transactions resume
         # their markers and ONGOING ones their timeouts even if nobody calls us.
         ray.get_runtime_context().current_actor.ready.remote()
@@ -70,7 +76,20 @@ class TransactionCoordinatorActor:
                 incarnation=self.incarnation,
             )
             self.driver.start()
+            self._metrics_task = asyncio.get_running_loop().create_task(self._metrics_loop())
         return self.driver
+
+    async def _metrics_loop(self) -> None:
+        """Copy the core's counters into Ray's metrics every few seconds (markers complete
+        and transactions open between requests and timers, so neither drives this)."""
+        while True:
+            await asyncio.sleep(_METRICS_INTERVAL_S)
+            if self.driver is None or self.driver.closed:
+                continue
+            try:
+                self._metrics.export(self.core, self.driver.loaded)
+            except Exception:
+                logger.warning("[txn coordinator %d] metrics export failed:\n%s", self.index, traceback.format_exc())
 
     async def ready(self, timeout_s: float | None = None) -> str:
         """Wait until the partition is loaded; returns this incarnation's id."""
@@ -114,6 +133,7 @@ class TransactionCoordinatorActor:
             "markers_sent": driver.markers_sent,
             "markers_failed": driver.markers_failed,
             "stats": dict(vars(self.core.stats)),
+            "metrics": self.core.metrics_snapshot(),
         }
 
     async def pid(self) -> int:

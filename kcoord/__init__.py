@@ -31,6 +31,8 @@ _LAZY = {
     "NewTopic": "kcoord.client.admin",
     "NewPartitions": "kcoord.client.admin",
     "ConfigResource": "kcoord.client.admin",
+    # transactions for operators (KIP-664; kcoord.client.admin_transactions)
+    "AbortTransactionSpec": "kcoord.client.admin_transactions",
     # users and ACLs, kafka-python's names (kcoord.client.security_admin)
     "ACL": "kcoord.client.security_admin",
     "ACLFilter": "kcoord.client.security_admin",

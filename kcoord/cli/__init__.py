@@ -1,7 +1,8 @@
 """The ``kcoord`` command: deploy and operate a kcoord cluster on a Ray cluster.
 
 One module per command group: :mod:`.cluster_cmds` (up, down, status), :mod:`.topics`,
-:mod:`.clients` (produce, consume), :mod:`.group_cmds`, :mod:`.security_cmds` (users, acls,
+:mod:`.clients` (produce, consume), :mod:`.group_cmds`, :mod:`.txn_cmds` (transactions),
+:mod:`.security_cmds` (users, acls,
 listeners), :mod:`.dashboard_cmds`, :mod:`.demo` and :mod:`.bench_cmds`. The console script
 is ``kcoord = "kcoord.cli:main"``.
 """
@@ -54,9 +55,9 @@ def cli(ctx: click.Context, name: str, namespace: str, address: str, debug: bool
 
 
 def _register() -> None:
-    from . import bench_cmds, clients, cluster_cmds, dashboard_cmds, demo, group_cmds, security_cmds, topics
+    from . import bench_cmds, clients, cluster_cmds, dashboard_cmds, demo, group_cmds, security_cmds, topics, txn_cmds
 
-    for module in (cluster_cmds, topics, clients, group_cmds, security_cmds, dashboard_cmds, demo, bench_cmds):
+    for module in (cluster_cmds, topics, clients, group_cmds, txn_cmds, security_cmds, dashboard_cmds, demo, bench_cmds):
         for command in module.COMMANDS:
             cli.add_command(command)
 

@@ -8,6 +8,9 @@ kafka-python's names: ``create_topics([NewTopic(...)], validate_only=...)``,
 ``with Admin(cluster) as admin``); kcoord's own, one topic or group at a time:
 ``create_topic``, ``delete_topic``, ``describe_topic``, ``describe_topic_config``,
 ``alter_topic_config``, ``list_offsets``, ``describe_group``, ``reset_offsets``...
+Transactions (Kafka 4.0 Admin, KIP-664; admin_transactions.py): ``list_transactions``,
+``describe_transactions``, ``describe_producers``, ``abort_transaction``,
+``find_hanging_transactions``.
 Users and ACLs (kafka-python's names): ``create_acls``, ``describe_acls``, ``delete_acls``,
 ``alter_user_scram_credentials``, ``describe_user_scram_credentials``.
 
@@ -47,6 +50,14 @@ from .cluster import ClusterClient
 from ..replication.topic_configs import AlterOp, ConfigSource
 from ..replication.topic_plan import default_replication_factor, plan_topic
 from .admin_groups import GroupAdmin
+from .admin_transactions import (
+    AbortTransactionSpec,
+    HangingTransaction,
+    PartitionProducerState,
+    TransactionAdmin,
+    TransactionDescription,
+    TransactionListing,
+)
 from .types import OffsetAndMetadata, TopicPartition
 
 _SPEC = {"earliest": EARLIEST_TIMESTAMP, "latest": LATEST_TIMESTAMP}
@@ -123,6 +134,7 @@ class Admin:
     def __init__(self, cluster: ClusterClient) -> None:
         self.cluster = cluster
         self._groups = GroupAdmin(cluster, self.list_offsets)
+        self._transactions = TransactionAdmin(cluster, self.list_topics)
         self._closed = False
 
     def __enter__(self) -> "Admin":
@@ -484,6 +496,56 @@ class Admin:
         self._groups.delete_group(group_id)
 
     # -- users and ACLs (security_admin.py; the controller over Ray: see docs/security.md) --
+    # -- transactions (admin_transactions.py, KIP-664) ----------------------------------------
+    def list_transactions(
+        self, states: Iterable[str] | None = None, producer_ids: Iterable[int] | None = None, duration_filter_ms: int | None = None
+    ) -> list[TransactionListing]:
+        """Every transactional id of every transaction coordinator, sorted: ``TransactionListing
+        (transactional_id, producer_id, state, coordinator)``. Filters as Kafka's: ``states``
+        by name (Empty, Ongoing, PrepareCommit, PrepareAbort, CompleteCommit, CompleteAbort;
+        an unknown name is a ValueError), ``producer_ids``, ``duration_filter_ms`` (only
+        transactions running longer than that, KIP-994)."""
+        self._check_open()
+        return self._transactions.list_transactions(states, producer_ids, duration_filter_ms)
+
+    def describe_transactions(self, transactional_ids: Iterable[str]) -> dict[str, TransactionDescription]:
+        """``{transactional_id: TransactionDescription(coordinator_id, state, producer_id,
+        producer_epoch, transaction_timeout_ms, transaction_start_time_ms,
+        topic_partitions)}`` from each id's coordinator. An unknown id raises
+        TRANSACTIONAL_ID_NOT_FOUND (KafkaError) naming it."""
+        self._check_open()
+        return self._transactions.describe_transactions(transactional_ids)
+
+    def describe_producers(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, PartitionProducerState]:
+        """Each partition leader's producers: ``{tp: PartitionProducerState(active_producers=
+        [ProducerState(producer_id, producer_epoch, last_sequence, last_timestamp,
+        coordinator_epoch, current_transaction_start_offset)])}``. A partition that does not
+        exist raises UNKNOWN_TOPIC_OR_PARTITION."""
+        self._check_open()
+        return self._transactions.describe_producers(partitions)
+
+    def abort_transaction(
+        self, spec: AbortTransactionSpec | TopicPartition, producer_id: int | None = None, producer_epoch: int | None = None, coordinator_epoch: int | None = None
+    ) -> int:
+        """Abort a hanging transaction (KIP-664): an ABORT marker for ``producer_id`` at
+        ``producer_epoch`` written straight to the partition, whose leader checks the epochs
+        (INVALID_PRODUCER_EPOCH, TRANSACTION_COORDINATOR_FENCED). Takes an
+        ``AbortTransactionSpec(topic_partition, producer_id, producer_epoch,
+        coordinator_epoch)`` or the same as arguments (``coordinator_epoch`` None: the one the
+        leader reports for the producer). Returns the marker's offset."""
+        self._check_open()
+        return self._transactions.abort_transaction(spec, producer_id, producer_epoch, coordinator_epoch)
+
+    def find_hanging_transactions(
+        self, topics: Iterable[str] | None = None, partitions: Iterable[TopicPartition] | None = None, max_transaction_timeout_ms: int | None = None
+    ) -> list[HangingTransaction]:
+        """Transactions open at a partition that their coordinator does not hold as ongoing
+        there (kafka-transactions.sh find-hanging), among those whose last write is older than
+        ``max_transaction_timeout_ms`` (default 15 min; 0: any age). Each a
+        ``HangingTransaction`` with what :meth:`abort_transaction` needs."""
+        self._check_open()
+        return self._transactions.find_hanging_transactions(topics, partitions, max_transaction_timeout_ms)
+
     def create_acls(self, acls: Iterable[Any]) -> dict[str, list]:
         """kafka-python's ``create_acls``: ``{"succeeded": [ACL], "failed": [KafkaError]}``.
         An ACL that exists already succeeds without a change."""

@@ -62,6 +62,7 @@ from ..protocol.replication import (
     ProduceRequest,
     ProduceResponse,
 )
+from ..protocol.txn import WriteTxnMarkerRequest, WriteTxnMarkerResponse
 from .addresses import listener_records
 
 logger = logging.getLogger("kcoord.kafka")
@@ -241,6 +242,11 @@ class Backend:
     async def describe_producers(self, req: DescribeProducersRequest) -> DescribeProducersResponse:
         return await self._replica_call("describe_producers", req, DescribeProducersResponse, 30.0)
 
+    async def write_txn_marker(self, req: WriteTxnMarkerRequest) -> WriteTxnMarkerResponse:
+        """A transaction marker on the partition's leader (an operator's abort, KIP-664): it
+        answers once the marker is below the HW, or after ``req.timeout_ms``."""
+        return await self._replica_call("write_txn_marker", req, WriteTxnMarkerResponse, req.timeout_ms / 1000 + 10)
+
     async def delete_records(self, req: DeleteRecordsRequest) -> DeleteRecordsResponse:
         return await self._replica_call("delete_records", req, DeleteRecordsResponse, 30.0)
 
@@ -340,6 +346,11 @@ class Backend:
     async def txn_offset_commit(self, req: Message, index: int, timeout: float = 60.0) -> Any:
         """TxnOffsetCommit on group coordinator ``index`` (KIP-447)."""
         return await self._coordinator_call(names.group_coordinator(self.cluster, index), f"group coordinator {index}", "txn_offset_commit", req, timeout)
+
+    async def txn_offset_marker(self, req: Message, index: int, timeout: float = 60.0) -> Any:
+        """A transaction's end for ``__consumer_offsets`` partition ``index`` on its group
+        coordinator (what a WriteTxnMarkers to that partition means, KIP-447)."""
+        return await self._coordinator_call(names.group_coordinator(self.cluster, index), f"group coordinator {index}", "txn_offset_marker", req, timeout)
 
     async def _coordinator_call(self, name: str, who: str, method: str, req: Message, timeout: float) -> Any:
         from ..protocol.services import RESPONSE_FOR as ANSWERS, error_response as failed

@@ -184,6 +184,7 @@ class ProducerState(Message):
     last_offset: int = -1  # where its last batch ends in the log
     coordinator_epoch: int = -1  # of the last transaction marker it got here
     current_txn_start_offset: int = -1  # first offset of its ongoing transaction here
+    last_timestamp: int = -1  # the max timestamp of its last batch (-1: none in the log)
 
 
 @register

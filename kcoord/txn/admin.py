@@ -1,5 +1,5 @@
-"""ListTransactions and DescribeTransactions (KIP-664): what operators see, read from the
-acknowledged state only (an id whose first InitProducerId is still being appended does not
+"""ListTransactions and DescribeTransactions (KIP-664), and the coordinator's metrics: what
+operators see, read from the acknowledged state only (an id whose first InitProducerId is still being appended does not
 exist yet; a transition in flight shows the state before it)."""
 
 from __future__ import annotations
@@ -21,6 +21,8 @@ from .state import TransactionState
 E = ErrorCode
 
 _STATE_NAMES = {s.value for s in TransactionState}
+#: a transaction is open from its first AddPartitionsToTxn until every marker is written
+OPEN_STATES = frozenset({TransactionState.ONGOING, TransactionState.PREPARE_COMMIT, TransactionState.PREPARE_ABORT})
 
 
 class TxnAdmin:
@@ -77,3 +79,11 @@ class TxnAdmin:
                 )
             )
         self.ctx.reply(token, DescribeTransactionsResponse(transactions=out))
+
+    def metrics_snapshot(self) -> dict[str, int]:
+        values = [m.value for m in self.ctx.transactions.values() if m.value is not None]
+        return {
+            "open_transactions": sum(1 for v in values if v.state in OPEN_STATES),
+            "transactional_ids": len(values),
+            **{k: int(v) for k, v in vars(self.ctx.stats).items()},
+        }

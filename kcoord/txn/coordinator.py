@@ -267,6 +267,11 @@ class TransactionCoordinatorState:
         """Every id's acknowledged state: what a replay of the appended records rebuilds."""
         return {tid: m.value for tid, m in self._ctx.transactions.items() if m.value is not None}
 
+    def metrics_snapshot(self) -> dict[str, int]:
+        """What a shell exports as metrics: transactions open now (Ongoing or deciding),
+        transactional ids held, and the running counters of :attr:`stats`."""
+        return self._admin.metrics_snapshot()
+
     def pending_persists(self) -> list[int]:
         return self._persistence.pending_ids()
 

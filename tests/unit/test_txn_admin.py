@@ -76,3 +76,14 @@ def test_admin_reads_only_acknowledged_state():
     described = s.ask(DescribeTransactionsRequest(["new", "t"]))
     assert described.transactions[0].error_code == E.TRANSACTIONAL_ID_NOT_FOUND
     assert described.transactions[1].state == "Ongoing"
+
+
+def test_metrics_count_open_transactions_until_their_markers_are_written():
+    s, ids = _fill()
+    snap = s.core.metrics_snapshot()
+    # Ongoing x2 and PrepareCommit are open; Empty is not
+    assert (snap["open_transactions"], snap["transactional_ids"], snap["transactions_committed"]) == (3, 4, 0)
+    s.ack_markers()
+    s.complete()
+    snap = s.core.metrics_snapshot()
+    assert (snap["open_transactions"], snap["transactions_committed"]) == (2, 1)

@@ -177,3 +177,4 @@ def test_describe_producers_shows_the_ongoing_transaction_and_the_coordinator_ep
     (p,) = call(r, DescribeProducersRequest(TOPIC, 0))[0].producers
     assert (p.producer_id, p.producer_epoch, p.last_sequence, p.last_offset) == (4, 0, 3, 4)
     assert (p.coordinator_epoch, p.current_txn_start_offset) == (6, 3)
+    assert p.last_timestamp == T  # its last batch's max timestamp (Kafka's lastTimestamp)

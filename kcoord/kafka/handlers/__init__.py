@@ -90,6 +90,8 @@ from kafka.protocol.producer import (
     ProduceResponse,
     TxnOffsetCommitRequest,
     TxnOffsetCommitResponse,
+    WriteTxnMarkersRequest,
+    WriteTxnMarkersResponse,
 )
 from kafka.protocol.sasl import SaslAuthenticateRequest, SaslAuthenticateResponse, SaslHandshakeRequest, SaslHandshakeResponse
 
@@ -126,6 +128,8 @@ _TABLE = [
     (28, TxnOffsetCommitRequest, TxnOffsetCommitResponse, 0, 3, transactions.txn_offset_commit, transactions.txn_offset_commit_error, True),
     (65, DescribeTransactionsRequest, DescribeTransactionsResponse, 0, 0, transactions.describe_transactions, transactions.describe_transactions_error, False),
     (66, ListTransactionsRequest, ListTransactionsResponse, 0, 1, transactions.list_transactions, transactions.list_transactions_error, False),
+    # an operator's abort of a hanging transaction (KIP-664); v0 is gone in Kafka 4.0 (KIP-896)
+    (27, WriteTxnMarkersRequest, WriteTxnMarkersResponse, 1, 2, transactions.write_txn_markers, transactions.write_txn_markers_error, True),
     (61, DescribeProducersRequest, DescribeProducersResponse, 0, 0, transactions.describe_producers, transactions.describe_producers_error, False),
     # security (handlers/sasl.py, handlers/acls.py); after SaslHandshake v0 tokens come bare
     (17, SaslHandshakeRequest, SaslHandshakeResponse, 0, 1, sasl.sasl_handshake, sasl.sasl_handshake_error, False),

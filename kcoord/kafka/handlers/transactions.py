@@ -1,6 +1,6 @@
 """Transactions on the wire (docs/transactions.md section 4): InitProducerId with a
 transactional id, AddPartitionsToTxn v0-3, AddOffsetsToTxn, EndTxn, TxnOffsetCommit,
-DescribeTransactions, ListTransactions and DescribeProducers (the partition leaders'), mapped onto kcoord's transaction coordinators
+DescribeTransactions, ListTransactions, DescribeProducers and WriteTxnMarkers (the partition leaders'), mapped onto kcoord's transaction coordinators
 (``{cluster}/txn/{i}``, placed by ``kcoord.txn.coordinator_for``) and, for TxnOffsetCommit,
 the group coordinators. (A transactional Produce's batches are verified by their partitions'
 leaders, KIP-890 part 1: ``kcoord.replication.leader.txn_verification``.)
@@ -11,7 +11,8 @@ EndTxn v0-3 never bumps the epoch (``bump_epoch=False``): Kafka's clients at tho
 keep one epoch for every transaction of an instance, which leaves the KAFKA-17754 window
 (docs/kafka-wire.md). ACLs are Kafka's (KafkaApis): WRITE on the TRANSACTIONAL_ID for what
 changes a transaction, DESCRIBE on it to find or describe one, READ on the GROUP and on each
-TOPIC for TxnOffsetCommit, WRITE on each TOPIC for AddPartitionsToTxn.
+TOPIC for TxnOffsetCommit, WRITE on each TOPIC for AddPartitionsToTxn, CLUSTER_ACTION on the
+CLUSTER for WriteTxnMarkers.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from typing import Any
 
 from kafka.protocol.admin.transactions import DescribeProducersResponse, DescribeTransactionsResponse, ListTransactionsResponse
 from kafka.protocol.producer import (
+    WriteTxnMarkersResponse,
     AddOffsetsToTxnResponse,
     AddPartitionsToTxnResponse,
     EndTxnResponse,
@@ -30,11 +32,11 @@ from kafka.protocol.producer import (
 )
 
 from ...group.placement import coordinator_for as group_for
-from ...protocol import txn as T
+from ...protocol import names, txn as T
 from ...protocol.group import OffsetCommitPartition
 from ...protocol.errors import ErrorCode
 from ...protocol.replication import DescribeProducersRequest as ReplicaDescribeProducers
-from ...security.acl import ACLOperation as Op, ResourceType as RT
+from ...security.acl import CLUSTER_NAME, ACLOperation as Op, ResourceType as RT
 from ...txn.placement import coordinator_for
 from ...txn.state import TransactionState
 from ._base import ListenerContext, coordinator_broker, error_name as _name
@@ -350,7 +352,7 @@ def list_transactions_error(req: Any, version: int, code: int, message: str | No
 
 async def describe_producers(ctx: ListenerContext, conn: Any, req: Any, version: int) -> Any:
     """Each partition's leader's producer state (KIP-664), READ on the topic (Kafka's rule).
-    kcoord keeps no last timestamp per producer: -1."""
+    The last timestamp is the max timestamp of the producer's last batch (-1 once it is gone)."""
     R = DescribeProducersResponse
     TR = R.TopicResponse
     PR = TR.PartitionResponse
@@ -366,7 +368,7 @@ async def describe_producers(ctx: ListenerContext, conn: Any, req: Any, version:
                 producer_id=p.producer_id,
                 producer_epoch=p.producer_epoch,
                 last_sequence=p.last_sequence,
-                last_timestamp=-1,
+                last_timestamp=p.last_timestamp,
                 coordinator_epoch=p.coordinator_epoch,
                 current_txn_start_offset=p.current_txn_start_offset,
             )
@@ -386,6 +388,69 @@ def describe_producers_error(req: Any, version: int, code: int, message: str | N
     return R(
         throttle_time_ms=0,
         topics=[TR(name=t.name, partitions=[TR.PartitionResponse(partition_index=i, error_code=code, error_message=message, active_producers=[]) for i in t.partition_indexes or []]) for t in topics],
+    )
+
+
+# -- WriteTxnMarkers (27), v1-2 ------------------------------------------------------------
+
+
+async def write_txn_markers(ctx: ListenerContext, conn: Any, req: Any, version: int) -> Any:
+    """What Kafka's Admin.abortTransaction sends (KIP-664): each marker to each partition's
+    leader, which checks the producer and coordinator epochs and answers once the marker is
+    below the HW. CLUSTER_ACTION on the cluster or every partition fails
+    CLUSTER_AUTHORIZATION_FAILED (Kafka's rule: only brokers and operators write markers).
+    A marker for ``__consumer_offsets`` partition i goes to group coordinator i as its
+    TxnOffsetMarker; other internal topics are refused by their leaders. v2's
+    ``transaction_version`` is accepted and not used (kcoord's markers have one format)."""
+    R = WriteTxnMarkersResponse
+    markers = list(req.markers or [])
+    if not ctx.allowed(conn, Op.CLUSTER_ACTION, RT.CLUSTER, CLUSTER_NAME):
+        return write_txn_markers_error(req, version, E.CLUSTER_AUTHORIZATION_FAILED, None)
+    offsets_topic = names.OFFSETS_TOPIC
+
+    async def one(m: Any, topic: str, index: int) -> int:
+        if topic == offsets_topic:
+            count = await ctx.backend.group_coordinators()
+            if not 0 <= index < count:
+                return E.UNKNOWN_TOPIC_OR_PARTITION
+            oreq = T.TxnOffsetMarkerRequest(m.producer_id, m.producer_epoch, m.coordinator_epoch, bool(m.transaction_result), index)
+            resp = await ctx.backend.txn_offset_marker(oreq, index)
+        else:
+            kreq = T.WriteTxnMarkerRequest(m.producer_id, m.producer_epoch, m.coordinator_epoch, bool(m.transaction_result), topic, index)
+            resp = await ctx.backend.write_txn_marker(kreq)
+        if resp.error_code:
+            logger.info(
+                "[kafka %s] WriteTxnMarkers %s producer %d epoch %d to %s-%d: %s %s",
+                conn.peer, "COMMIT" if m.transaction_result else "ABORT", m.producer_id, m.producer_epoch, topic, index, _name(resp.error_code), resp.error_message or "",
+            )
+        else:
+            logger.warning(
+                "[kafka %s] WriteTxnMarkers wrote %s for producer %d epoch %d (coordinator epoch %d) to %s-%d",
+                conn.peer, "COMMIT" if m.transaction_result else "ABORT", m.producer_id, m.producer_epoch, m.coordinator_epoch, topic, index,
+            )
+        return int(resp.error_code)
+
+    async def marker(m: Any) -> Any:
+        topics = [(t.name, list(t.partition_indexes or [])) for t in m.topics or []]
+        codes = await asyncio.gather(*(asyncio.gather(*(one(m, t, i) for i in parts)) for t, parts in topics))
+        return _marker_result(m.producer_id, {t: dict(zip(parts, cs)) for (t, parts), cs in zip(topics, codes)})
+
+    return R(markers=list(await asyncio.gather(*(marker(m) for m in markers))))
+
+
+def _marker_result(producer_id: int, codes: dict[str, dict[int, int]]) -> Any:
+    MR = WriteTxnMarkersResponse.WritableTxnMarkerResult
+    TR = MR.WritableTxnMarkerTopicResult
+    return MR(
+        producer_id=producer_id,
+        topics=[TR(name=t, partitions=[TR.WritableTxnMarkerPartitionResult(partition_index=p, error_code=int(c)) for p, c in ps.items()]) for t, ps in codes.items()],
+    )
+
+
+def write_txn_markers_error(req: Any, version: int, code: int, message: str | None) -> Any:
+    markers = [] if req is None else (req.markers or [])
+    return WriteTxnMarkersResponse(
+        markers=[_marker_result(m.producer_id, {t.name: {p: code for p in t.partition_indexes or []} for t in m.topics or []}) for m in markers]
     )
 
 

@@ -15,7 +15,8 @@ from ...protocol.replication import (
     OffsetsForLeaderEpochResponse,
     ProducerState,
 )
-from ...protocol.errors import ErrorCode
+from ... import record
+from ...protocol.errors import ErrorCode, KafkaError
 from ..context import ReplicaContext
 from .checks import epoch_error, isolation_error
 from .watermark import HighWatermark
@@ -52,6 +53,19 @@ def offsets_for_leader_epoch(st: ReplicaContext, req: OffsetsForLeaderEpochReque
     return OffsetsForLeaderEpochResponse(leader_epoch=epoch, end_offset=end)
 
 
+def _batch_timestamp(st: ReplicaContext, offset: int) -> int:
+    """The max timestamp of the batch at ``offset`` (Kafka's lastTimestamp of a producer);
+    -1 once retention or the cleaner removed it."""
+    try:
+        data = st.log.read(offset, 1)
+    except KafkaError:
+        return -1
+    if len(data) < record.HEADER_SIZE:
+        return -1
+    h = record.read_header(data)
+    return h.max_timestamp if h.base_offset <= offset <= h.last_offset else -1
+
+
 def describe_producers(st: ReplicaContext, req: DescribeProducersRequest) -> DescribeProducersResponse:
     """Kafka's DescribeProducers: each idempotent producer's epoch and last sequence, with
     the HW, below which they are committed."""
@@ -65,5 +79,7 @@ def describe_producers(st: ReplicaContext, req: DescribeProducersRequest) -> Des
         entry = state.get(pid)
         if entry is not None and (entry.batches or entry.txn_first_offset >= 0 or entry.coordinator_epoch >= 0):
             last = entry.batches[-1].last_offset if entry.batches else -1
-            found.append(ProducerState(pid, entry.epoch, entry.last_seq, last, entry.coordinator_epoch, entry.txn_first_offset))
+            found.append(
+                ProducerState(pid, entry.epoch, entry.last_seq, last, entry.coordinator_epoch, entry.txn_first_offset, _batch_timestamp(st, entry.batches[-1].base_offset) if entry.batches else -1)
+            )
     return DescribeProducersResponse(producers=found, high_watermark=st.hw, leader_epoch=st.leader_epoch)
