@@ -191,3 +191,12 @@ def test_every_check_has_a_failing_history_above(kind):
 
     src = inspect.getsource(sys.modules[__name__])
     assert f'"{kind}"' in src.split("def test_every_check_has")[0].split("def test_a_clean_history_passes")[1]
+
+
+def test_the_transactional_faults_are_scheduled_only_with_the_workload():
+    from chaos.nemesis import TXN_WEIGHTS, WEIGHTS, schedule
+
+    with_txn = schedule(5, 300, weights={**WEIGHTS, **TXN_WEIGHTS})
+    assert {f.kind for f in with_txn} >= set(TXN_WEIGHTS)
+    assert with_txn == schedule(5, 300, weights={**WEIGHTS, **TXN_WEIGHTS})  # a function of the seed
+    assert not {f.kind for f in schedule(5, 300)} & set(TXN_WEIGHTS)
