@@ -151,6 +151,12 @@ def test_not_drained():
     assert counts(run) == {"txn_not_drained": 1}
 
 
+def test_an_output_left_unreadable_is_a_liveness_failure_not_lost_writes():
+    run = clean()
+    run.committed_view = None
+    assert counts(run) == {"txn_not_drained": 1}
+
+
 def test_no_transactional_workload_adds_nothing_but_zero_counts():
     rep = checker.Report()
     check_txn(TxnRun(), INPUT, rep)
