@@ -63,6 +63,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .history import parse_value, read_lines
+from .txn_checker import check_txn, load_txn
 
 GAP_S = 5.0  # observer samples further apart than this: the partition's state is unknown
 OFFSETS = "__consumer_offsets"
@@ -607,6 +608,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     run = load(args.history_dir)
     rep = check(run, args.stall_threshold)
+    check_txn(load_txn(args.history_dir), run.log, rep)  # the transactional workload's checks
     for kind, examples in rep.examples.items():
         for ex in examples[:5]:
             print(f"violation {kind}: {json.dumps(ex, default=str)}")

@@ -18,6 +18,11 @@ Kinds (weights in ``WEIGHTS``):
 * ``pause-leader`` / ``pause-follower`` / ``pause-controller`` / ``pause-coordinator``:
   SIGSTOP for longer than the session timeout, then SIGCONT. A paused leader is replaced
   and resumes as a zombie that must be fenced.
+* ``kill-txn-coordinator``, ``kill-txn-leader``, ``kill-txn-worker`` (only with the
+  transactional workload, ``TXN_WEIGHTS``): a transaction coordinator (Ray restarts it);
+  the leader of a partition of the workload's output topic or of ``__transaction_state``;
+  SIGKILL of a consume-transform-produce worker's process (it starts again with the same
+  transactional id, fencing its zombie).
 * ``node-loss``: a worker raylet is removed (``ray.cluster_utils.Cluster.remove_node``,
   not gracefully), taking every actor on it, and its broker's data directory is deleted
   (a lost machine takes its disk along); after ``duration`` seconds a new node is added,
@@ -52,6 +57,13 @@ WEIGHTS = {
     "pause-follower": 0.6,
     "pause-controller": 0.8,
     "pause-coordinator": 0.4,
+}
+
+# The transactional workload's faults (tests/chaos/txn_clients.py), added to WEIGHTS when it runs.
+TXN_WEIGHTS = {
+    "kill-txn-coordinator": 1.2,
+    "kill-txn-leader": 1.2,
+    "kill-txn-worker": 0.8,
 }
 
 
@@ -121,6 +133,10 @@ class Nemesis:
         kill_member: Callable[[float], str | None],
         group_coordinators: int,
         log: Callable[[str], None],
+        *,
+        txn_coordinators: int = 0,
+        txn_topic: str | None = None,
+        kill_txn_worker: Callable[[float], str | None] | None = None,
     ) -> None:
         self.cluster = cluster
         self.rc = ray_cluster
@@ -131,6 +147,11 @@ class Nemesis:
         self.kill_member = kill_member
         self.group_coordinators = group_coordinators
         self.log = log
+        self.txn_coordinators = txn_coordinators
+        self.txn_topic = txn_topic
+        self.kill_txn_worker = kill_txn_worker
+        # every topic whose copies a node loss must leave in some other in-sync replica
+        self.guarded_topics = (topic, "__consumer_offsets") + ((txn_topic, "__transaction_state") if txn_topic else ())
         self._paused: dict[int, str] = {}  # pid -> what
         self._lock = threading.Lock()
         self._timers: list[threading.Timer] = []
@@ -157,6 +178,8 @@ class Nemesis:
 
     def _replica_target(self, fault: Fault) -> tuple[str, int, int] | None:
         topic = "__consumer_offsets" if fault.offsets else self.topic
+        if fault.kind == "kill-txn-leader":  # the output topic, or (offsets) __transaction_state
+            topic = "__transaction_state" if fault.offsets else self.txn_topic
         md = self.cluster.topic(topic, refresh=True)
         parts = sorted(md.partitions, key=lambda p: p.partition)
         if not parts:
@@ -187,6 +210,10 @@ class Nemesis:
         if fault.kind.endswith("-controller"):
             handle = ray.get_actor(names.controller(self.cluster.name), namespace=self.cluster.namespace)
             return handle, self._get(handle.pid.remote()), {}
+        if fault.kind.endswith("-txn-coordinator"):
+            i = min(self.txn_coordinators - 1, int(fault.pick * self.txn_coordinators))
+            handle = ray.get_actor(names.transaction_coordinator(self.cluster.name, i), namespace=self.cluster.namespace)
+            return handle, self._get(handle.pid.remote()), {"txn_coordinator": i}
         if fault.kind.endswith("-coordinator"):
             i = min(self.group_coordinators - 1, int(fault.pick * self.group_coordinators))
             handle = ray.get_actor(names.group_coordinator(self.cluster.name, i), namespace=self.cluster.namespace)
@@ -202,6 +229,10 @@ class Nemesis:
             if fault.kind == "kill-member":
                 who = self.kill_member(fault.pick)
                 self._record(fault, who is not None, member=who)
+                return who is not None
+            if fault.kind == "kill-txn-worker":
+                who = self.kill_txn_worker(fault.pick) if self.kill_txn_worker else None
+                self._record(fault, who is not None, worker=who)
                 return who is not None
             if fault.kind.startswith("kill-"):
                 return self._kill(fault)
@@ -270,7 +301,7 @@ class Nemesis:
         placement = self._get(self.cluster.controller.placement.remote(), 5)
         if placement.get("waiting"):
             return {}
-        isrs = [set(pm.isr) for topic in (self.topic, "__consumer_offsets") for pm in self.cluster.topic(topic, refresh=True).partitions]
+        isrs = [set(pm.isr) for topic in self.guarded_topics for pm in self.cluster.topic(topic, refresh=True).partitions]
         workers = {n.node_id for n in self.rc.worker_nodes}
         out = {}
         for b, v in placement["brokers"].items():
@@ -294,7 +325,7 @@ class Nemesis:
         broker = victims[node.node_id]
         # the broker's replica processes, to make sure they are gone before its disk goes
         pids = []
-        for topic in (self.topic, "__consumer_offsets"):
+        for topic in self.guarded_topics:
             for pm in self.cluster.topic(topic, refresh=True).partitions:
                 if broker in pm.replicas:
                     try:
@@ -386,7 +417,7 @@ class Nemesis:
                 self._quiesce(timeout=30.0)
                 lag += time.monotonic() - t
             ok = self.inject(fault)
-            if not ok and fault.kind.startswith("kill-") and fault.kind != "kill-member":
+            if not ok and fault.kind.startswith("kill-") and fault.kind not in ("kill-member", "kill-txn-worker"):
                 if self._stop.wait(1.0):
                     break
                 ok = self.inject(replace(fault, pick=(fault.pick + 0.5) % 1.0))

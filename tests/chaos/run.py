@@ -49,7 +49,8 @@ if str(REPO) not in sys.path:
 from kcoord.cluster.local import LOCAL_RAY_ENV  # noqa: E402
 from tests.chaos import checker  # noqa: E402
 from tests.chaos.history import History  # noqa: E402
-from tests.chaos.nemesis import Nemesis, schedule  # noqa: E402
+from tests.chaos.nemesis import TXN_WEIGHTS, WEIGHTS, Nemesis, schedule  # noqa: E402
+from tests.chaos.txn_run import OUT_TOPIC, TxnWorkload  # noqa: E402
 
 NAMESPACE = "kcoord"
 TOPIC = "chaos"
@@ -313,10 +314,10 @@ class Observer(threading.Thread):
 # ----------------------------------------------------------------------------------------
 # healing and the final state
 # ----------------------------------------------------------------------------------------
-def healed(cluster) -> bool:
+def healed(cluster, extra_topics: tuple[str, ...] = ()) -> bool:
     import ray
 
-    for topic in (TOPIC, OFFSETS):
+    for topic in (TOPIC, OFFSETS, *extra_topics):
         for pm in cluster.topic(topic, refresh=True).partitions:
             if pm.leader < 0 or sorted(pm.isr) != sorted(pm.replicas):
                 return False
@@ -483,13 +484,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-baseline", action="store_true", help="skip the undisturbed catch-up measurement (saves ~20 s)")
     ap.add_argument("--stall-threshold", type=float, default=60.0)
     ap.add_argument("--heal-timeout", type=float, default=180.0)
+    ap.add_argument("--txn-workers", type=int, default=2,
+                    help="consume-transform-produce workers of the transactional workload (0: none; tests.chaos.txn_clients)")
     args = ap.parse_args(argv)
     min_kills = args.min_kills if args.min_kills >= 0 else 0 if args.no_faults else int(args.seconds * 0.625)
     out = Path(args.out or tempfile.mkdtemp(prefix="kcoord-chaos-"))
     out.mkdir(parents=True, exist_ok=True)
     data_dir = tempfile.mkdtemp(prefix="kcoord-chaos-data-")
+    weights = {**WEIGHTS, **TXN_WEIGHTS} if args.txn_workers else WEIGHTS
     plan = [] if args.no_faults else schedule(args.seed, args.seconds, mean_interval=args.mean_interval,
-                                              node_loss_every=args.node_loss_every, overtime=OVERTIME)
+                                              node_loss_every=args.node_loss_every, overtime=OVERTIME, weights=weights)
     reserve = sum(f.at >= args.seconds for f in plan)
     log(f"seed {args.seed}, {args.seconds:.0f} s, {len(plan) - reserve} faults planned (+{reserve} in reserve "
         f"while fewer than {min_kills} kills have landed); history in {out}")
@@ -505,6 +509,8 @@ def main(argv: list[str] | None = None) -> int:
     rc = start_ray()
     name = f"chaos-{os.getpid()}"
     clients = None
+    txn = None
+    txn_topics: tuple[str, ...] = (OUT_TOPIC, "__transaction_state") if args.txn_workers else ()
     nemesis = None
     observer = None
     final: dict = {"topic": TOPIC, "group": GROUP, "seed": args.seed, "seconds": args.seconds, "min_insync_replicas": MIN_ISR}
@@ -515,6 +521,8 @@ def main(argv: list[str] | None = None) -> int:
         admin = kcoord.Admin(cluster)
         admin.create_topic(TOPIC, partitions=PARTITIONS, replication_factor=3, config={"min.insync.replicas": MIN_ISR})
         admin.wait_for_leaders(TOPIC)
+        if args.txn_workers:
+            TxnWorkload.create_topic(admin)
         placement = ray.get(cluster.controller.placement.remote(), timeout=30)
         log(f"Ray cluster of {len(rc.worker_nodes) + 1} nodes, kcoord {name!r} deployed; brokers on nodes "
             f"{ {int(b): v['node'][:8] for b, v in placement['brokers'].items()} }")
@@ -528,12 +536,17 @@ def main(argv: list[str] | None = None) -> int:
         ok, _ = wait_for("the group to form", lambda: admin.describe_group(GROUP)["state"] == "Stable"
                          and len(admin.describe_group(GROUP)["members"]) == args.members, timeout=120)
         clients.start_producers()
+        if args.txn_workers:
+            txn = TxnWorkload(args.txn_workers, clients.env, REPO, name, rc.address, NAMESPACE, TOPIC, out, args.member_session_ms)
+            txn.start()
         ok, _ = wait_for("the first acknowledged writes", lambda: sum(admin.list_offsets(TOPIC, "latest").values()) > 200, timeout=120)
         obs_client = kcoord.ClusterClient(name, namespace=NAMESPACE, address=None, request_timeout_ms=3000)
         observer = Observer(obs_client, kcoord.Admin(obs_client), History(out / "observer.jsonl"), coordinators=2)
         observer.start()
         nem_client = kcoord.ClusterClient(name, namespace=NAMESPACE, address=None, request_timeout_ms=5000)
-        nemesis = Nemesis(nem_client, rc, WORKER_ARGS, TOPIC, data_dir, History(out / "nemesis.jsonl"), clients.kill_member, 2, log)
+        nemesis = Nemesis(nem_client, rc, WORKER_ARGS, TOPIC, data_dir, History(out / "nemesis.jsonl"), clients.kill_member, 2, log,
+                          txn_coordinators=2 if txn else 0, txn_topic=OUT_TOPIC if txn else None,
+                          kill_txn_worker=txn.kill_worker if txn else None)
         timings["clients_start_s"] = time.monotonic() - T0 - timings["setup_s"]
         t_chaos = time.monotonic()
         log("nemesis starts")
@@ -546,7 +559,7 @@ def main(argv: list[str] | None = None) -> int:
         t_heal = time.monotonic()
         time.sleep(3)  # producers keep writing into the healing cluster for a moment
         clients.stop_producers(timeout=200)
-        final["healed"], final["heal_error"] = wait_for("the cluster to heal", lambda: healed(cluster), timeout=args.heal_timeout)
+        final["healed"], final["heal_error"] = wait_for("the cluster to heal", lambda: healed(cluster, txn_topics), timeout=args.heal_timeout)
         timings["heal_s"] = time.monotonic() - t_heal
         try:
             ends = admin.list_offsets(TOPIC, "latest")
@@ -565,6 +578,10 @@ def main(argv: list[str] | None = None) -> int:
         )
         timings["drain_s"] = time.monotonic() - t_heal - timings["heal_s"]
         clients.stop_members(timeout=60)
+        if txn is not None:
+            input_ends = ends or {p: o for p, o in admin.list_offsets(TOPIC, "latest").items()}
+            final["txn"] = txn.finish(admin, cluster, input_ends, wait_for, timeout=args.heal_timeout if final["healed"] else 60)
+            log(f"transactional workload: {final['txn']}")
         observer.stop_event.set()
         observer.join(timeout=30)
         try:
@@ -613,12 +630,14 @@ def main(argv: list[str] | None = None) -> int:
         final["catchup_ratio_batches"] = round((after / rpb_after) / (base / rpb_base), 3) if base and rpb_base and rpb_after else None
         log(f"catch-up after the run: {final['catchup']} ({final['catchup_ratio']}x the undisturbed rate in records/s, "
             f"{final['catchup_ratio_batches']}x in batches/s)")
-        final["client_crashes"] = clients.crashed()
+        final["client_crashes"] = {**clients.crashed(), **(txn.crashed() if txn else {})}
         final["timings"] = timings
         (out / "final.json").write_text(json.dumps(final, indent=1))
     except BaseException:
         if clients is not None:
             clients.kill_all()
+        if txn is not None:
+            txn.kill_all()
         raise
     finally:
         if nemesis is not None:
@@ -651,6 +670,7 @@ def main(argv: list[str] | None = None) -> int:
         "duplicated": report["counts"]["duplicated"],
         "reordered": report["counts"]["reordered"],
         "stale_reads": report["counts"]["stale_reads"],
+        "txn": {**fig.get("txn", {}), **{k: v for k, v in report["counts"].items() if k.startswith("txn_")}},
         "producer_max_wait_s": fig["producer_max_wait_s"],
         "consumer_max_wait_s": fig["consumer_max_wait_s"],
         "producer_max_wait_raw_s": fig.get("producer_max_wait_raw_s"),

@@ -81,6 +81,8 @@ def test_chaos_run_checked_by_the_history_checker(tmp_path):
         f"consumer_max_wait={s['consumer_max_wait_s']}s (raw {s.get('producer_max_wait_raw_s')}s/{s.get('consumer_max_wait_raw_s')}s) "
         f"catchup_ratio={s['catchup_ratio']} faults={s['faults']}"
     )
+    if s.get("txn"):
+        print(f"chaos transactional workload: {json.dumps(s['txn'])}")
     assert not s["violations"], f"violations {s['violations']} (seed {s['seed']}); histories in {s['history']}"
     assert s["kills"] >= s["min_kills"], f"only {s['kills']} kills (at least {s['min_kills']} wanted): {s['faults']}"
     assert s["node_losses"] >= (1 if DURATION >= 120 else 0), f"no node loss took place: {s['faults']}"

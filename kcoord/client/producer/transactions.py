@@ -227,8 +227,20 @@ class Transactions:
 
     async def _add_partitions(self, request: Any, deadline: float) -> None:
         m = self.manager
+        current = [request]
+
+        def send(remaining_s: float) -> Any:
+            # a retry takes along the partitions registered meanwhile (the pending ones and
+            # the new): while the coordinator answers CONCURRENT_TRANSACTIONS (the previous
+            # transaction's markers), the application goes on sending to other partitions
+            if m.new_partitions:
+                fresher = m.add_partitions_request()
+                if fresher is not None:
+                    current[0] = fresher
+            return self._txn_call(current[0], remaining_s)
+
         try:
-            await self._retrying("AddPartitionsToTxn", lambda s: self._txn_call(request, s), m.on_add_partitions, deadline)
+            await self._retrying("AddPartitionsToTxn", send, m.on_add_partitions, deadline)
         except KafkaError as exc:
             if m.state not in (S.ABORTABLE_ERROR, S.FATAL_ERROR):
                 m.on_unknown_outcome(exc)
