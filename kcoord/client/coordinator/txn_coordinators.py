@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from typing import TypeVar
 
+from ...calls import blocking
 from ...protocol import names
 from ...protocol.codec import Message
 from ...protocol.controller import DescribeClusterRequest, DescribeClusterResponse
@@ -27,18 +28,18 @@ R = TypeVar("R", bound=Message)
 class TransactionCoordinators(GroupCoordinators):
     """The cluster's transaction coordinators as seen from one client (thread-safe)."""
 
-    def count(self) -> int:
+    async def acount(self) -> int:
         """How many transaction coordinators the cluster runs: the partitions of
         ``__transaction_state`` (coordinator i owns partition i), unless the controller's
         DescribeCluster reports ``transaction_coordinators`` itself. Cached: it never changes."""
         if self._count is None:
-            response = self.cluster.call_controller("describe_cluster", DescribeClusterRequest(), DescribeClusterResponse)
+            response = await self.cluster.acall_controller("describe_cluster", DescribeClusterRequest(), DescribeClusterResponse)
             if response.error_code:
                 raise KafkaError(response.error_code, response.error_message or "describe_cluster failed")
             n = int(getattr(response, "transaction_coordinators", 0) or 0)
             if n < 1:
                 try:
-                    n = len(self.cluster.topic(TRANSACTION_STATE_TOPIC).partitions)
+                    n = len((await self.cluster.atopic(TRANSACTION_STATE_TOPIC)).partitions)
                 except KafkaError as exc:
                     if exc.code != ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
                         raise
@@ -52,6 +53,9 @@ class TransactionCoordinators(GroupCoordinators):
             self._count = n
         return self._count
 
+    # asked from the calls loop too (acall_txn): the sync form must not be used there
+    count = blocking(acount)
+
     def index_for(self, transactional_id: str) -> int:
         return coordinator_for(transactional_id, self.count())
 
@@ -64,4 +68,5 @@ class TransactionCoordinators(GroupCoordinators):
         or REQUEST_TIMED_OUT raised when nothing answered."""
         response_type = TRANSACTION_COORDINATOR.check(request)
         method = next(m for m, t in TRANSACTION_COORDINATOR.methods.items() if t is type(request))
-        return await self.acall(self.index_for(transactional_id), method, request, response_type, timeout_s)
+        index = coordinator_for(transactional_id, await self.acount())
+        return await self.acall(index, method, request, response_type, timeout_s)
