@@ -1,6 +1,7 @@
 """A hanging transaction on real Ray, found and aborted by an operator (KIP-664): a
 transactional batch lands at a partition with no coordinator behind it (a write straight to
-the leader, as a late write from an ended transaction would), so the LSO stops there and
+the leader, as a late write from an ended transaction would on a cluster whose leaders do not
+verify transactions, KIP-890's check turned off), so the LSO stops there and
 read_committed readers never pass it. `kcoord transactions find-hanging` and
 ``Admin.find_hanging_transactions`` find it (and not a live transaction its coordinator holds),
 kafka-python's ``KafkaAdminClient.abort_transaction`` aborts it over the wire (WriteTxnMarkers),
@@ -26,17 +27,36 @@ pytestmark = [pytest.mark.ray, pytest.mark.kafka]
 
 
 @pytest.fixture(scope="module")
-def txn_cluster(kcluster):
-    import ray
+def txn_cluster(ray_session, tmp_path_factory):
+    """A one-broker cluster whose leaders do not verify transactional batches with the
+    coordinator (``transaction.partition.verification.enable=false``): with KIP-890's check
+    on (the default) a stray transactional write is refused and cannot hang a partition."""
+    from kcoord.cluster.deploy import deploy, teardown
+    from tests.conftest import TEST_CONTROLLER_CONFIG
 
-    from kcoord.protocol import names
+    name = f"hang-{uuid.uuid4().hex[:6]}"
+    data_dir = tmp_path_factory.mktemp("kcoord-hang")
+    client = deploy(
+        name,
+        brokers=1,
+        data_dir=str(data_dir),
+        group_coordinators=1,
+        address=None,
+        controller_config=TEST_CONTROLLER_CONFIG,
+        broker_config={"transaction.partition.verification.enable": "false"},
+        transaction_coordinators=1,
+    )
+    yield client
+    teardown(name, delete_data=True, address=None, data_dir=str(data_dir))
 
-    actor = names.transaction_coordinator(kcluster.name, 0)
-    try:
-        ray.get_actor(actor, namespace=kcluster.namespace)
-    except ValueError:
-        pytest.skip(f"no transaction coordinator actor ({actor}) in the test cluster")
-    return kcluster
+
+@pytest.fixture(scope="module")
+def kafka_bootstrap(txn_cluster):
+    from kcoord.cluster.listeners import start_listeners, stop_listeners
+
+    bootstrap = start_listeners(txn_cluster.name, txn_cluster.namespace, port=0, local=True)
+    yield bootstrap
+    stop_listeners(txn_cluster.name, txn_cluster.namespace)
 
 
 def _produce(cluster, topic: str, data: bytes) -> int:
@@ -92,7 +112,7 @@ def test_a_hanging_transaction_is_found_aborted_over_the_wire_and_readers_move_o
     cluster = txn_cluster
     admin = Admin(cluster)
     topic = f"hang-{uuid.uuid4().hex[:6]}"
-    admin.create_topic(topic, partitions=1, replication_factor=3, config={"min.insync.replicas": 2})
+    admin.create_topic(topic, partitions=1, replication_factor=1)
     tp = TopicPartition(topic, 0)
     pid, epoch = 8_000_001 + uuid.uuid4().int % 100_000, 3
 
