@@ -167,7 +167,18 @@ class TransactionAdmin:
         tps = [_tp(tp) for tp in partitions]
         return self.cluster.calls.run(self._adescribe_producers(tps))
 
+    async def _acheck_partitions(self, tps: list[TopicPartition]) -> None:
+        """UNKNOWN_TOPIC_OR_PARTITION at once for a topic or partition that does not exist
+        (fresh metadata), rather than the leader calls' retries until their deadline."""
+        for topic in sorted({tp.topic for tp in tps}):
+            count = len((await self.cluster.atopic(topic, refresh=True)).partitions)
+            for tp in tps:
+                if tp.topic == topic and not 0 <= tp.partition < count:
+                    raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic {topic!r} has no partition {tp.partition} (it has {count})")
+
     async def _adescribe_producers(self, tps: list[TopicPartition]) -> dict[TopicPartition, PartitionProducerState]:
+        await self._acheck_partitions(tps)
+
         def one(tp: TopicPartition) -> Any:
             return self.cluster.acall_leader(
                 tp.topic, tp.partition, "describe_producers", lambda epoch: DescribeProducersRequest(tp.topic, tp.partition, current_leader_epoch=epoch), DescribeProducersResponse
@@ -206,6 +217,7 @@ class TransactionAdmin:
         for name, value in (("producer_id", producer_id), ("producer_epoch", producer_epoch)):
             if not isinstance(value, int) or isinstance(value, bool) or value < 0:
                 raise ValueError(f"{name} must be an int >= 0, got {value!r}")
+        self.cluster.calls.run(self._acheck_partitions([tp]))
         if coordinator_epoch is None:
             coordinator_epoch = 0
             for p in self.describe_producers([tp])[tp].active_producers:
