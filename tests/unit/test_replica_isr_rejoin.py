@@ -57,15 +57,24 @@ def test_a_heartbeat_of_the_same_controller_leaves_the_proposal_in_flight():
     assert r.isr == [0, 1]
 
 
-def test_a_newer_controller_heard_before_the_proposal_does_not_abandon_it():
-    """Only a controller newer than the one known when the proposal left replaces it."""
+def test_a_proposal_sent_to_the_newest_controller_known_is_not_abandoned():
+    """Only a controller newer than the one known when the proposal left replaces it; the
+    proposal sent again to the new controller waits for its answer."""
     r, lost = leader_with_follower_out()
-    call(r, HeartbeatRequest(controller_epoch=2), 300)
-    r.on_alter_partition_response(lost, None, 400)  # unknown outcome: retried after the backoff
-    acts = r.tick(400 + ReplicationConfig().alter_partition_backoff_ms) or []
+    _, acts = call(r, HeartbeatRequest(controller_epoch=2), 300)
     (again,) = [a.request for a in of_type(acts, SendAlterPartition)]
     _, acts = call(r, HeartbeatRequest(controller_epoch=2), 600)
     acts += r.tick(610) or []
     assert of_type(acts, SendAlterPartition) == [], "sent to the controller at epoch 2 already"
     r.on_alter_partition_response(again, AlterPartitionResponse(ErrorCode.NONE, None, 0, 1, 2, [0, 1]), 620)
     assert r.isr == [0, 1]
+
+
+def test_a_newer_controller_epoch_in_a_leader_and_isr_also_resends():
+    """The new controller may announce itself with a LeaderAndIsr at the same partition
+    epoch (it restates what it loaded) rather than a heartbeat."""
+    r, lost = leader_with_follower_out()
+    resp, acts = leader_and_isr(r, lai(0, 1, [0], partition_epoch=1, controller_epoch=2), 300)
+    assert resp.error_code == 0
+    (again,) = [a.request for a in of_type(acts, SendAlterPartition)]
+    assert again.new_isr == [0, 1]
