@@ -112,6 +112,10 @@ class IsrState:
     # The AlterPartition we wait for (None: none in flight). Its answer is matched by
     # identity: an answer to an older proposal must never be taken for a newer one.
     alter_request: AlterPartitionRequest | None = None
+    # The newest controller epoch heard (LeaderAndIsr, heartbeats) and the one known when
+    # the request in flight left: a newer controller has none of its predecessor's calls.
+    controller_epoch: int = -1
+    alter_controller_epoch: int = -1
     retry_alter_at_ms: int = 0
     isr_shrinks: int = 0
     isr_expands: int = 0

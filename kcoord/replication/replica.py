@@ -193,6 +193,8 @@ class Replica:
         self.state.reply(token, self._answer_leader_and_isr(request, now_ms))
 
     def _heartbeat(self, request: HeartbeatRequest, token: Any, now_ms: int) -> None:
+        if self.leading is not None:
+            self.leading.on_controller_epoch(request.controller_epoch, now_ms)
         self.state.reply(token, self.status(now_ms))
 
     def _as_leader(self, serve: Callable[[Leader, Any, Any, int], None]) -> Callable[[Any, Any, int], None]:
@@ -327,6 +329,8 @@ class Replica:
         tell that leader's disk from a wiped one by the directory it recorded (sim seed
         8536)."""
         response = self._leader_and_isr(req, now_ms)
+        if self.leading is not None and response.error_code == ErrorCode.NONE:
+            self.leading.on_controller_epoch(req.controller_epoch, now_ms)
         if self.state.role == OFFLINE:
             return response
         return dataclasses.replace(response, storage=self.state.storage, directory_id=self.state.log.directory_id)

@@ -128,6 +128,10 @@ class Leader:
         if accepted:
             self.proposals.propose(now_ms)
 
+    def on_controller_epoch(self, epoch: int, now_ms: int) -> None:
+        """A controller at ``epoch`` spoke to us (a heartbeat, a LeaderAndIsr)."""
+        self.proposals.on_controller_epoch(epoch, now_ms)
+
     def on_assignment(self, now_ms: int) -> None:
         """A LeaderAndIsr at our epoch with a newer partition epoch (the controller changed
         the ISR or the replicas): adopt it and drop any proposal built on the old view."""

@@ -43,7 +43,25 @@ class IsrProposals:
         isr.admit(request)  # a pending addition counts for the HW (KIP-497), from that process only
         isr.pending_isr = proposal
         isr.alter_request = request
+        isr.alter_controller_epoch = isr.controller_epoch = max(isr.controller_epoch, st.controller_epoch)
         st.emit(SendAlterPartition(request))
+
+    def on_controller_epoch(self, epoch: int, now_ms: int) -> None:
+        """A controller at ``epoch`` spoke to us. If it replaced the one our AlterPartition
+        went to, that request will never be answered (the controller that took it is gone;
+        waiting meant the driver's call timeout, 10 s, while a caught-up follower stayed out
+        of the ISR): its outcome is unknown, and it is proposed again now, as Kafka's
+        controller channel resends in-flight requests to a new active controller."""
+        isr = self.isr
+        if epoch <= isr.controller_epoch:
+            return
+        isr.controller_epoch = epoch
+        request = isr.alter_request
+        if request is None or epoch <= isr.alter_controller_epoch:
+            return
+        self.on_response(request, None, now_ms)
+        isr.retry_alter_at_ms = 0  # no backoff: the new controller is up and answering
+        self.propose(now_ms)
 
     def on_response(self, request: AlterPartitionRequest, response: AlterPartitionResponse | None, now_ms: int) -> tuple[bool, bool] | None:
         """The answer to our AlterPartition ``request``; None means the controller could
