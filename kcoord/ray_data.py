@@ -27,8 +27,8 @@ from .client.cluster import ClusterClient
 from .protocol.errors import KafkaError
 from .spark import tasks as _tasks
 from .spark.frames import VALUE_FORMATS, WriteResult, allocate_producer_ids
-from .spark.frames import ISOLATION_NAMES, check_transactional_write, result_of_decision
-from .txn_write import PreparedTask, TransactionalWrite, prepare_task, task_transactional_id
+from .spark.frames import ISOLATION_NAMES, begin_write, check_transactional_write, result_of_decision
+from .txn_write import PreparedTask, prepare_task, task_transactional_id
 from .spark.offsets import OffsetPlan, isolation_level_id, plan_offsets, topic_metadata
 
 __all__ = ["read", "read_plan", "write", "ARROW_SCHEMA"]
@@ -193,14 +193,9 @@ def write(
         if name not in names:
             raise ColumnError(f"{what}={name!r}: the dataset has no column {name!r}; its columns are {names}")
         columns[target] = name
-    exactly_once = acks in ("all", -1, "-1")
-    result = WriteResult(topic=topic, exactly_once=exactly_once, transactional_id=transactional_id)
-    txn: TransactionalWrite | None = None
-    if transactional_id is not None:
-        txn = TransactionalWrite(cluster, transactional_id, topic=topic)
-        done = txn.start()
-        if done is not None:
-            return result_of_decision(result, done)
+    result, txn, done = begin_write(cluster, topic, transactional_id, acks)
+    if done:
+        return result
     refs = ds.to_arrow_refs()  # materializes: the blocks, and their order, are now fixed
     if not refs:
         return result
@@ -218,11 +213,11 @@ def write(
             for p, (records, batches, dups) in (stats.items() or [(-1, (0, 0, 0))])
         ]
         return result_of_decision(result, txn.commit(prepared for *_, prepared in answers), rows=rows)
-    ids = allocate_producer_ids(cluster, len(refs)) if exactly_once else range(0)
+    ids = allocate_producer_ids(cluster, len(refs)) if result.exactly_once else range(0)
     result.producer_ids = ids
     ref = _tasks.ClusterRef.of(cluster)
     futures = [
-        _write_block.remote(block, i, ref, topic, ids.start + i if exactly_once else None, acks, value_format, columns, on_block_written)
+        _write_block.remote(block, i, ref, topic, ids.start + i if result.exactly_once else None, acks, value_format, columns, on_block_written)
         for i, block in enumerate(refs)
     ]
     for index, _, stats, _ in ray.get(futures):

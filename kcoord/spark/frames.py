@@ -315,14 +315,9 @@ def write(
     topic_metadata(cluster, topic)  # UNKNOWN_TOPIC_OR_PARTITION with a hint, before any task
     projected = _project(df, key_col, value_col, headers_col, partition_col, value_format)
     spark = df.sparkSession
-    exactly_once = acks in ("all", -1, "-1")
-    result = WriteResult(topic=topic, exactly_once=exactly_once, transactional_id=transactional_id)
-    txn: TransactionalWrite | None = None
-    if transactional_id is not None:
-        txn = TransactionalWrite(cluster, transactional_id, topic=topic)
-        done = txn.start()
-        if done is not None:
-            return result_of_decision(result, done)
+    result, txn, done = begin_write(cluster, topic, transactional_id, acks)
+    if done:
+        return result
     with _sql_conf(spark, {"spark.sql.adaptive.enabled": "false"}):
         n = projected._jdf.rdd().getNumPartitions()
         if n == 0:
@@ -355,13 +350,13 @@ def write(
                     p.written[r.partition] = r.records
                 prepared[r.task] = p
             return result_of_decision(result, txn.commit(prepared.values()), rows=rows)
-        ids = allocate_producer_ids(cluster, n) if exactly_once else range(0)
+        ids = allocate_producer_ids(cluster, n) if result.exactly_once else range(0)
         result.producer_ids = ids
         fn = functools.partial(
             _write_task,
             ref=_tasks.ClusterRef.of(cluster),
             topic=topic,
-            base_id=ids.start if exactly_once else None,
+            base_id=ids.start if result.exactly_once else None,
             tasks=n,
             acks=acks,
             value_format=value_format,
@@ -390,6 +385,21 @@ def check_transactional_write(transactional_id: str | None, acks: Any) -> None:
     check_prefix(transactional_id)
     if acks not in ("all", -1, "-1"):
         raise ValueError(f"transactional_id needs acks='all' (a transaction's records must survive a leader failover), got acks={acks!r}")
+
+
+def begin_write(cluster: Any, topic: str, transactional_id: str | None, acks: Any) -> tuple[WriteResult, "TransactionalWrite | None", bool]:
+    """A write's result and, for a transactional write, its :class:`TransactionalWrite`
+    started: ``done`` when an earlier run with this prefix already decided (the result is
+    then complete and nothing is to be written)."""
+    result = WriteResult(topic=topic, exactly_once=acks in ("all", -1, "-1"), transactional_id=transactional_id)
+    if transactional_id is None:
+        return result, None, False
+    txn = TransactionalWrite(cluster, transactional_id, topic=topic)
+    decision = txn.start()
+    if decision is not None:
+        result_of_decision(result, decision)
+        return result, txn, True
+    return result, txn, False
 
 
 def result_of_decision(result: WriteResult, decision: Decision, rows: Any = None) -> WriteResult:
