@@ -95,3 +95,16 @@ def test_seed_replays_identically_with_transactions(seed: int) -> None:
     a, b = run_seed(seed, transactions=True), run_seed(seed, transactions=True)
     assert a.fingerprint() == b.fingerprint()
 
+
+
+def test_leaders_verify_the_apps_transactions_with_the_real_coordinators() -> None:
+    """KIP-890 part 1 against the production coordinator: the leaders' verify_only calls for
+    the apps' ids reach the TransactionCoordinatorProcess owning the id (coordinator_for over
+    the partitions of __transaction_state), which confirms most of them; the old
+    TxnProducer's id still goes to txn_verify.py's stand-in; the runs hold every invariant."""
+    results = [run_seed(s, transactions=True) for s in SEEDS]
+    assert all(r.ok for r in results), [r.report() for r in results if not r.ok][:1]
+    stats = [r.stats for r in results]
+    assert sum(st.get("txa_verify_ok", 0) for st in stats) >= 8, stats
+    assert all(st.get("txa_verify_misrouted", 0) == 0 for st in stats), stats
+    assert all(st.get("txn_stand_in_answered", 0) > 0 for st in stats), stats
