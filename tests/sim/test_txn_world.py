@@ -61,20 +61,37 @@ def test_planted_markers_always_commit_is_an_aborted_read(monkeypatch) -> None:
     assert any("txn-g1a" in inv for inv in found.values()), found
 
 
-def test_planted_leader_accepting_a_fenced_epoch_lets_a_zombie_in(monkeypatch) -> None:
-    """A leader that takes a transactional batch at an epoch older than its producer's
-    current one: a fenced instance's records land after the abort marker (txn-hanging, or
-    committed: txn-zombie; check 5 sees the epoch go back)."""
+def _plant_lax_epoch_check(monkeypatch) -> None:
     original = ProducerStateManager.check
 
-    def lax(self, h):
+    def lax(self, h, guard=None):
         entry = self._producers.get(h.producer_id)
         if entry is not None and h.attributes & TRANSACTIONAL_BIT and 0 <= h.producer_epoch < entry.epoch:
-            return original(self, h._replace(producer_epoch=entry.epoch))
-        return original(self, h)
+            return original(self, h._replace(producer_epoch=entry.epoch), guard)
+        return original(self, h, guard)
 
     monkeypatch.setattr(ProducerStateManager, "check", lax)
-    found = _invariants([9])  # also 5 and 11 of 0-11
+
+
+def test_planted_leader_accepting_a_fenced_epoch_is_stopped_by_kip890(monkeypatch) -> None:
+    """A leader that takes a transactional batch at an epoch older than its producer's
+    current one: the zombie's batch that would start a transaction is still verified, and
+    the real coordinator refuses it (PRODUCER_FENCED), so nothing is violated."""
+    _plant_lax_epoch_check(monkeypatch)
+    result = run_seed(9, transactions=True)
+    assert result.ok, result.report()
+    assert result.stats["txa_verify_refused"] > 0, result.stats
+
+
+def test_planted_leader_accepting_a_fenced_epoch_unverified_lets_a_zombie_in(monkeypatch) -> None:
+    """The same leader without KIP-890 verification: a fenced instance's records land after
+    the abort marker (txn-hanging, or committed: txn-zombie; check 5 sees the epoch go back)."""
+    from kcoord.log.producer_state import OK
+
+    _plant_lax_epoch_check(monkeypatch)
+    monkeypatch.setattr(ProducerStateManager, "needs_verification", lambda self, h: False)
+    monkeypatch.setattr(ProducerStateManager, "_verified", lambda self, h, guard: OK)
+    found = _invariants([9])  # also 11 (txn-zombie) and 5 (txn-hanging) of 5, 9, 11
     assert "txn-zombie" in found[9] and "txn-hanging" in found[9], found
 
 
