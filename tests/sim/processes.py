@@ -177,11 +177,13 @@ class ReplicaProcess(Process):
         self.driver = ReplicaDriver(
             self.replica,
             cluster=CLUSTER,
-            transport=SimTransport(sim.net, self, identity, after=self.after, on_call=self._on_call),
+            transport=SimTransport(sim.net, self, identity, after=self.after, on_call=self._on_call, route=sim.route_call),
             clock=SimClock(sim.kernel, self, after=self.after),
             timeouts=ReplicaTimeouts(call_ms=sim.config.call_timeout_ms, idle_wake_ms=1000),
             trace=(lambda m: sim.trace(f"{self.incarnation_id} {m}")) if sim.tracing else None,
-            txn_coordinators=1,  # the leaders' KIP-890 checks go to txn_verify.py's coordinator stand-in
+            # the partitions of __transaction_state (txn_world.py); the leaders' KIP-890 checks
+            # for the old TxnProducer's id are routed to txn_verify.py's stand-in (route_call)
+            txn_coordinators=sim.txn_coordinator_count,
         )
         sim.history.on_replica_start(self)
         sim.trace(f"{self.incarnation_id} started on {machine.id}: LEO {log.log_end_offset} HW {self.replica.hw} epochs {[tuple(e) for e in log.epoch_cache.entries]}")

@@ -44,7 +44,7 @@ from .clients import Admin, Member, Producer, Reader
 from .security import SecurityAdmin
 from .faults import Nemesis
 from .kernel import Kernel, NetParams, Network, resume
-from .processes import CLUSTER, HEAD, ControllerProcess, CoordinatorGhost, CoordinatorProcess, Machine, ReplicaGhost, ReplicaProcess
+from .processes import HEAD, ControllerProcess, CoordinatorGhost, CoordinatorProcess, Machine, ReplicaGhost, ReplicaProcess
 from .scenario import Scenario, TopicSpec
 from .store import FaultyStore
 from .transactions import CommittedReader, TxnLedger, TxnProducer
@@ -195,6 +195,9 @@ class Simulation:
         txn_state = state_topic(self) if config.transactions else None
         if txn_state is not None:
             self.topics.append(txn_state)  # transaction coordinators' (txn_world.py)
+        # N of coordinator_for(transactional_id, N): what the replicas' drivers are told
+        self.txn_coordinator_count = txn_state.partitions if txn_state is not None else 1
+        self.txn_stand_in: CoordinatorStandIn | None = None
         self.replicas: dict[tuple[str, int, int], ReplicaProcess] = {}
         self.assignments: dict[tuple[str, int], list[int]] = {}
         for ti, spec in enumerate(self.topics):
@@ -229,7 +232,8 @@ class Simulation:
             self.readers.append(CommittedReader(self, i, spec.name, p))
         txn_producers = [p for p in self.producers if isinstance(p, TxnProducer)]
         self.late_writers = [LateWriter(self, p) for p in txn_producers]
-        txn_stand_in = [CoordinatorStandIn(self, CLUSTER, txn_producers)] if txn_producers else []
+        self.txn_stand_in = CoordinatorStandIn(self, txn_producers) if txn_producers else None
+        txn_stand_in = [self.txn_stand_in] if self.txn_stand_in is not None else []
         self.members = [Member(self, i, "g", [t.name for t in sc.topics]) for i in range(sc.members)]
         # with --transactions, a transactional offset committer per groups run (txn_groups.py)
         self.txn_committers = [TxnOffsetCommitter(self, 0)] if config.transactions and sc.coordinators else []
@@ -252,6 +256,13 @@ class Simulation:
         self._quiet_state: tuple | None = None
         self.ghosts: list[Any] = []  # older processes still running (twin)
         self.grown: set[tuple[str, int]] = set()  # partitions create_partitions added
+
+    def route_call(self, dst: str, method: str, request: Any) -> str:
+        """Where a replica's call goes: the KIP-890 checks for the old TxnProducer's ids to
+        its coordinator stand-in (txn_verify.py); everything else where it was sent."""
+        if self.txn_stand_in is not None and method == "add_partitions_to_txn":
+            return self.txn_stand_in.route(dst, request)
+        return dst
 
     # -- tracing ----------------------------------------------------------------------------
     def trace(self, message: str) -> None:
@@ -350,6 +361,7 @@ class Simulation:
             stats["txn_markers"] = ledger.markers
             stats["txn_aborts"] = ledger.aborts
             stats["txn_read"] = len(ledger.read)
+            stats["txn_stand_in_answered"] = self.txn_stand_in.answered if self.txn_stand_in is not None else 0
             stats["committed_records_read"] = sum(r.returned for r in self.readers if isinstance(r, CommittedReader))
         for c in self.txn_committers:
             for name, n in c.stats.items():

@@ -61,20 +61,37 @@ def test_planted_markers_always_commit_is_an_aborted_read(monkeypatch) -> None:
     assert any("txn-g1a" in inv for inv in found.values()), found
 
 
-def test_planted_leader_accepting_a_fenced_epoch_lets_a_zombie_in(monkeypatch) -> None:
-    """A leader that takes a transactional batch at an epoch older than its producer's
-    current one: a fenced instance's records land after the abort marker (txn-hanging, or
-    committed: txn-zombie; check 5 sees the epoch go back)."""
+def _plant_lax_epoch_check(monkeypatch) -> None:
     original = ProducerStateManager.check
 
-    def lax(self, h):
+    def lax(self, h, guard=None):
         entry = self._producers.get(h.producer_id)
         if entry is not None and h.attributes & TRANSACTIONAL_BIT and 0 <= h.producer_epoch < entry.epoch:
-            return original(self, h._replace(producer_epoch=entry.epoch))
-        return original(self, h)
+            return original(self, h._replace(producer_epoch=entry.epoch), guard)
+        return original(self, h, guard)
 
     monkeypatch.setattr(ProducerStateManager, "check", lax)
-    found = _invariants([9])  # also 5 and 11 of 0-11
+
+
+def test_planted_leader_accepting_a_fenced_epoch_is_stopped_by_kip890(monkeypatch) -> None:
+    """A leader that takes a transactional batch at an epoch older than its producer's
+    current one: the zombie's batch that would start a transaction is still verified, and
+    the real coordinator refuses it (PRODUCER_FENCED), so nothing is violated."""
+    _plant_lax_epoch_check(monkeypatch)
+    result = run_seed(9, transactions=True)
+    assert result.ok, result.report()
+    assert result.stats["txa_verify_refused"] > 0, result.stats
+
+
+def test_planted_leader_accepting_a_fenced_epoch_unverified_lets_a_zombie_in(monkeypatch) -> None:
+    """The same leader without KIP-890 verification: a fenced instance's records land after
+    the abort marker (txn-hanging, or committed: txn-zombie; check 5 sees the epoch go back)."""
+    from kcoord.log.producer_state import OK
+
+    _plant_lax_epoch_check(monkeypatch)
+    monkeypatch.setattr(ProducerStateManager, "needs_verification", lambda self, h: False)
+    monkeypatch.setattr(ProducerStateManager, "_verified", lambda self, h, guard: OK)
+    found = _invariants([9])  # also 11 (txn-zombie) and 5 (txn-hanging) of 5, 9, 11
     assert "txn-zombie" in found[9] and "txn-hanging" in found[9], found
 
 
@@ -95,3 +112,16 @@ def test_seed_replays_identically_with_transactions(seed: int) -> None:
     a, b = run_seed(seed, transactions=True), run_seed(seed, transactions=True)
     assert a.fingerprint() == b.fingerprint()
 
+
+
+def test_leaders_verify_the_apps_transactions_with_the_real_coordinators() -> None:
+    """KIP-890 part 1 against the production coordinator: the leaders' verify_only calls for
+    the apps' ids reach the TransactionCoordinatorProcess owning the id (coordinator_for over
+    the partitions of __transaction_state), which confirms most of them; the old
+    TxnProducer's id still goes to txn_verify.py's stand-in; the runs hold every invariant."""
+    results = [run_seed(s, transactions=True) for s in SEEDS]
+    assert all(r.ok for r in results), [r.report() for r in results if not r.ok][:1]
+    stats = [r.stats for r in results]
+    assert sum(st.get("txa_verify_ok", 0) for st in stats) >= 8, stats
+    assert all(st.get("txa_verify_misrouted", 0) == 0 for st in stats), stats
+    assert all(st.get("txn_stand_in_answered", 0) > 0 for st in stats), stats

@@ -21,11 +21,14 @@ import random
 from typing import TYPE_CHECKING
 
 from kcoord.protocol import names
+from kcoord.protocol.codec import Message
+from kcoord.protocol.errors import ErrorCode as E
+from kcoord.protocol.txn import AddPartitionsToTxnRequest, AddPartitionsToTxnResponse
 from kcoord.txn import TransactionCoordinatorState, TxnConfig
 from kcoord.txn.driver import CoordinatorTimeouts, TransactionCoordinatorDriver
 from kcoord.txn.placement import TRANSACTION_STATE_TOPIC
 
-from .kernel import resume
+from .kernel import Call, resume
 from .processes import CLUSTER, HEAD, Process, identity
 from .scenario import TopicSpec
 from .world import SimClock, SimTransport
@@ -49,6 +52,8 @@ class TxnCoordinatorProcess(Process):
         super().__init__(sim, names.transaction_coordinator(CLUSTER, index))
         self.index = index
         self.count = count
+        # the leaders' KIP-890 checks this coordinator answered, by answer (txa_verify_*)
+        self.verify = {"ok": 0, "refused": 0, "misrouted": 0}
 
     @property
     def core(self) -> TransactionCoordinatorState | None:
@@ -69,6 +74,21 @@ class TxnCoordinatorProcess(Process):
         )
         self.driver.start()
         sim.trace(f"{self.incarnation_id} started")
+        self.after()
+
+    def receive(self, call: Call, request: Message) -> None:
+        if not (isinstance(request, AddPartitionsToTxnRequest) and request.verify_only):
+            super().receive(call, request)
+            return
+
+        def reply(response: Message) -> None:
+            code = response.error_code if isinstance(response, AddPartitionsToTxnResponse) else E.UNKNOWN_SERVER_ERROR
+            # NOT_COORDINATOR for an id the leaders should have sent elsewhere (a wrong N)
+            self.verify["ok" if code == E.NONE else "misrouted" if code == E.NOT_COORDINATOR else "refused"] += 1
+            self.sim.net.reply(call, response)
+
+        assert self.driver is not None
+        self.driver.serve(request, reply)
         self.after()
 
     def observe(self) -> None:

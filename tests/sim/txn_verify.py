@@ -2,10 +2,12 @@
 
 In ``--transactions`` runs the partition leaders verify a transaction's first batch with
 its transaction coordinator: they call ``add_partitions_to_txn`` (``verify_only``) on
-``names.transaction_coordinator(CLUSTER, 0)`` (the replicas' drivers are told there is one
-coordinator). Until the simulation runs the real coordinator (the txn-sim work), a
-:class:`CoordinatorStandIn` answers from the :class:`~.transactions.TxnProducer` that plays
-its own coordinator: a partition is in the producer's ongoing transaction at epoch 0 from
+``names.transaction_coordinator(CLUSTER, coordinator_for(id, N))``, N the partitions of
+``__transaction_state`` (the replicas' drivers are told N). The apps' ids (``txn_clients.py``)
+are answered there by the real coordinators (``txn_coordinators.py``). The old
+:class:`~.transactions.TxnProducer` plays its own coordinator, so the simulation's transport
+routes the checks for its id to a :class:`CoordinatorStandIn` (``Simulation.route_call``),
+which answers from that producer's state: a partition is in the producer's ongoing transaction at epoch 0 from
 its first batch until its marker is first sent (the coordinator's PREPARE_*, then
 COMPLETE_*), each answer sent up to 150 ms late (a busy coordinator), so a "yes" can reach the
 leader after the transaction's marker did.
@@ -37,7 +39,6 @@ import random
 from typing import TYPE_CHECKING, Any
 
 from kcoord import records
-from kcoord.protocol import names
 from kcoord.protocol.codec import Message
 from kcoord.protocol.errors import ErrorCode as E
 from kcoord.protocol.replication import ProduceRequest, ProduceResponse
@@ -51,19 +52,25 @@ if TYPE_CHECKING:
     from .simulation import Simulation
     from .transactions import TxnProducer
 
-def coordinator_name(cluster: str) -> str:
-    return names.transaction_coordinator(cluster, 0)
+STAND_IN = "client/txn-coordinator-stand-in"
 
 
 class CoordinatorStandIn(Client):
     """Answers the leaders' verifications from the transactional producers' own state."""
 
-    def __init__(self, sim: "Simulation", cluster: str, producers: list["TxnProducer"]) -> None:
-        super().__init__(sim, coordinator_name(cluster))
+    def __init__(self, sim: "Simulation", producers: list["TxnProducer"]) -> None:
+        super().__init__(sim, STAND_IN)
         self.producers = producers
+        self.ids = {p.transactional_id for p in producers}
         self.answered = 0
         # a coordinator takes its time: an answer may reach the leader after the marker did
         self.side = random.Random(f"txn-stand-in:{sim.config.seed}")
+
+    def route(self, dst: str, request: Message) -> str:
+        """The stand-in for these producers' ids, the real coordinator ``dst`` for others."""
+        if isinstance(request, AddPartitionsToTxnRequest) and request.transactional_id in self.ids:
+            return self.name
+        return dst
 
     def receive(self, call: Call, request: Message) -> None:
         assert isinstance(request, AddPartitionsToTxnRequest) and request.verify_only, request

@@ -98,5 +98,7 @@ class TxnWorld:
         out = {f"txa_{k}": v for k, v in sorted(self.ledger.stats.items())}
         out.update({f"txa_{k}": v for k, v in self.faults.counts.items()})
         out["txa_stale_ends"] = sum(s.stale_ends for s in self.slots)
+        for k in ("ok", "refused", "misrouted"):
+            out[f"txa_verify_{k}"] = sum(c.verify[k] for c in self.coordinators)
         out["txa_markers_sent"] = sum(getattr(c.driver, "markers_sent", 0) for c in self.coordinators)
         return out

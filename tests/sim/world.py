@@ -68,14 +68,17 @@ class SimTransport:
         resolve: Callable[[str], str],
         after: Callable[[], None] | None = None,
         on_call: Callable[[str, Message], None] | None = None,
+        route: Callable[[str, str, Message], str] | None = None,
     ) -> None:
         """``on_call(method, request)`` hears every call the process makes, before it is
-        sent (the checks watch a leader's ISR proposals)."""
+        sent (the checks watch a leader's ISR proposals); ``route(node, method, request)``
+        may send a call to another node (a stand-in answering for some requests)."""
         self._net = net
         self._node = node
         self._resolve = resolve
         self._after = after
         self._on_call = on_call
+        self._route = route
 
     def call(
         self,
@@ -95,4 +98,7 @@ class SimTransport:
 
         if self._on_call is not None:
             self._on_call(method, request)
-        self._net.call(self._node, self._resolve(target), method, request, response_type, done, timeout_ms)
+        dst = self._resolve(target)
+        if self._route is not None:
+            dst = self._route(dst, method, request)
+        self._net.call(self._node, dst, method, request, response_type, done, timeout_ms)
