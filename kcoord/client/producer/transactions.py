@@ -225,6 +225,26 @@ class Transactions:
             except KafkaError as exc:
                 return exc
 
+    def add_soon(self, loop: asyncio.AbstractEventLoop) -> None:
+        """``send()`` met a partition new to the transaction: start its AddPartitionsToTxn
+        on the sender's ``loop`` now (Kafka's client adds a partition as ``send()`` first
+        meets it), not when its first batch drains after the linger. Bounded by
+        ``max_block_ms``; a batch waiting for it still waits at most its delivery deadline."""
+        try:
+            loop.call_soon_threadsafe(self._start_adding)
+        except RuntimeError:  # the sender's loop is closed: the producer is closing
+            pass
+
+    def _start_adding(self) -> None:
+        if self._adding is not None or not self.manager.new_partitions:
+            return  # the request in flight takes them along on a retry, or the next one does
+        request = self.manager.add_partitions_request()
+        if request is None:
+            return
+        task = self._adding = asyncio.get_running_loop().create_task(self._add_partitions(request, self._deadline()))
+        # its failure is the transaction's (abortable) state; nobody need await it
+        task.add_done_callback(lambda t: t.cancelled() or t.exception())
+
     async def _add_partitions(self, request: Any, deadline: float) -> None:
         m = self.manager
         current = [request]
@@ -247,6 +267,8 @@ class Transactions:
             raise
         finally:
             self._adding = None
+        if m.new_partitions:  # registered after the request was sent: the next one goes now
+            self._start_adding()
 
     async def _adds_done(self) -> None:
         task = self._adding
