@@ -3,9 +3,10 @@
 
 * :class:`Transactions` runs InitProducerId, AddOffsetsToTxn + TxnOffsetCommit and EndTxn
   for the producer's transactional methods (the caller's thread, through kcoord's calls
-  loop), and AddPartitionsToTxn for the sender (on the sender's loop): before a batch of
-  the transaction goes to a partition new to it, every partition registered since the
-  last request is added in one AddPartitionsToTxn (Kafka batches them the same way), one
+  loop), and AddPartitionsToTxn on the sender's loop: as soon as ``send()`` meets a
+  partition new to the transaction (:meth:`Transactions.add_soon`), and again before a
+  batch goes to a partition not yet added, every partition registered since the last
+  request is added in one AddPartitionsToTxn (Kafka batches them the same way), one
   request in flight at a time.
 * :class:`TransactionalIdentity` is the producer identity the sender stamps on batches:
   the coordinator's producer id and epoch, the transactional bit, and a failed batch making
