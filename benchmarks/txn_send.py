@@ -4,14 +4,12 @@ a stand-in for the cluster's metadata; no sender thread runs, nothing is deliver
 repetition sends N 100-byte records to 3 partitions inside one transaction, and the same to
 an idempotent producer, interleaved; prints JSON with medians and the ratio.
 
-    python -m benchmarks.txn_send [--records 200000] [--repeats 5]
+    python -m benchmarks.txn_send [--records 200000] [--repeats 5] [--quick] [--out FILE]
 """
 
 from __future__ import annotations
 
-import argparse
 import asyncio
-import json
 import statistics
 import sys
 import time
@@ -19,6 +17,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from kcoord.bench.script import context, emit, parser  # noqa: E402
 from kcoord.client.cluster import ClusterClient  # noqa: E402
 from kcoord.client.producer.accumulator import RecordAccumulator  # noqa: E402
 from kcoord.client.producer.partitioner import ROUND_ROBIN  # noqa: E402
@@ -75,10 +74,13 @@ def _run(p: Producer, n: int) -> float:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(prog="python -m benchmarks.txn_send", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--records", type=int, default=200_000)
-    ap.add_argument("--repeats", type=int, default=5)
+    ap = parser(__doc__)
+    ap.add_argument("--records", type=int, default=None, help="records per run (default 200,000; quick 20,000)")
+    ap.add_argument("--repeats", type=int, default=None, help="repetitions (default 5; quick 3)")
     args = ap.parse_args()
+    args.records = args.records or (20_000 if args.quick else 200_000)
+    args.repeats = args.repeats or (3 if args.quick else 5)
+    started = time.perf_counter()
     loop = asyncio.new_event_loop()  # never run: add_soon only queues a callback on it
     idem, txn = [], []
     for _ in range(args.repeats):
@@ -86,15 +88,16 @@ def main() -> None:
         txn.append(_run(_producer(_transactions(), loop), args.records))
     loop.close()
     mi, mt = statistics.median(idem), statistics.median(txn)
-    print(json.dumps({
+    emit({
         "benchmark": "txn_send",
+        "context": context(),
         "records": args.records,
         "repeats": args.repeats,
         "idempotent_send_us": {"median": round(mi, 3), "runs": [round(x, 3) for x in idem]},
         "transactional_send_us": {"median": round(mt, 3), "runs": [round(x, 3) for x in txn]},
         "transactional_overhead_us": round(mt - mi, 3),
         "ratio_idempotent_to_transactional_rate": round(mi / mt, 3),
-    }, indent=2))
+    }, args.out, started)
 
 
 if __name__ == "__main__":
