@@ -28,7 +28,6 @@ from ...records import now_ms
 from ..cluster import ClusterClient
 from ..errors import IllegalStateError, SerializationError
 from ..metrics import RequestStats
-from ..types import TopicPartition
 from . import partitioner as _part
 from .accumulator import RecordAccumulator, TopicQueue
 from .batch import RECORD_OVERHEAD, headers_size
@@ -359,8 +358,9 @@ class Producer:
             self._stats.record_errors.add(exc)
             raise
         finally:
-            if txn is not None:  # its partition joins the transaction
-                txn.manager.after_append(None if b is None else TopicPartition(b.topic, b.partition))
+            # its partition joins the transaction: a new one is added at once
+            if txn is not None and txn.manager.after_append(None if b is None else (b.topic, b.partition)):
+                txn.add_soon(self._sender._loop)
 
     def partitions_for(self, topic: str) -> set[int]:
         """The partition ids of ``topic`` (kafka-python's ``partitions_for``)."""
@@ -433,7 +433,8 @@ class Producer:
             try:
                 self._accumulator.append_sealed(t, by_partition)
             finally:
-                txn.manager.after_append(*(TopicPartition(topic, p) for p in by_partition))
+                if txn.manager.after_append(*((topic, p) for p in by_partition)):
+                    txn.add_soon(self._sender._loop)
         deadline = None if timeout is None else _monotonic() + timeout
         for b in batches:
             remaining = None if deadline is None else max(0.0, deadline - _monotonic())

@@ -176,7 +176,8 @@ def _error(code: int, message: str | None, what: str) -> KafkaError:
 class TransactionManager:
     """The state of one transactional producer (see the module doc). Thread-safe: ``send()``
     runs in the callers' threads, AddPartitionsToTxn in the sender's, the rest in the
-    caller of the transactional method; one lock (``cond``) guards everything."""
+    caller of the transactional method; one lock (``cond``, over an RLock that
+    ``send()``'s bookkeeping takes directly: the cheapest lock round) guards everything."""
 
     def __init__(self, transactional_id: str, transaction_timeout_ms: int, *, two_phase: bool = False) -> None:
         if not isinstance(transactional_id, str) or not transactional_id:
@@ -186,7 +187,8 @@ class TransactionManager:
         self.transactional_id = transactional_id
         self.transaction_timeout_ms = transaction_timeout_ms
         self.two_phase = bool(two_phase)
-        self.cond = threading.Condition()
+        self._lock = threading.RLock()  # reentrant: on_end() completes under it
+        self.cond = threading.Condition(self._lock)
         self.state = S.UNINITIALIZED
         self.last_error: KafkaError | None = None
         self.producer_id = NO_PRODUCER_ID
@@ -196,6 +198,9 @@ class TransactionManager:
         self.new_partitions: set[TopicPartition] = set()
         self.pending_partitions: set[TopicPartition] = set()
         self.partitions: set[TopicPartition] = set()
+        # All three, keyed by plain (topic, partition) tuples (a TopicPartition hashes and
+        # compares as its tuple): send()'s per-record check is one set lookup.
+        self.registered: set[tuple[str, int]] = set()
         # The coordinator holds something of this transaction (a partition or a group's
         # offsets added): its end needs an EndTxn. ``maybe_started``: a request that would
         # have started it has an unknown outcome (an abort then sends EndTxn all the same).
@@ -288,24 +293,37 @@ class TransactionManager:
     def before_append(self) -> None:
         """``send()``'s check before it queues a record: only inside a transaction. Pair with
         :meth:`after_append` (a commit waits for the appends that passed this check)."""
-        with self.cond:
-            self._raise_if_failed("send()")
-            if self.state is not S.IN_TRANSACTION:
-                if self.state in (S.UNINITIALIZED, S.INITIALIZING):
-                    raise IllegalStateError(f"call init_transactions() and begin_transaction() before send() ({self._tag()})")
-                raise IllegalStateError(f"send() outside a transaction (state {self.state.name}): call begin_transaction() first ({self._tag()})")
+        with self._lock:
+            if self.state is not S.IN_TRANSACTION or self.last_error is not None:
+                self._refuse_append()
             self.appending += 1
 
-    def after_append(self, *tps: TopicPartition | None) -> None:
-        """The records went to ``tps`` (None: not queued). A partition new to the transaction
-        is added before its first batch is sent (batched, as Kafka does)."""
-        with self.cond:
+    def _refuse_append(self) -> None:
+        self._raise_if_failed("send()")
+        if self.state in (S.UNINITIALIZED, S.INITIALIZING):
+            raise IllegalStateError(f"call init_transactions() and begin_transaction() before send() ({self._tag()})")
+        raise IllegalStateError(f"send() outside a transaction (state {self.state.name}): call begin_transaction() first ({self._tag()})")
+
+    def after_append(self, *tps: tuple[str, int] | None) -> bool:
+        """The records went to ``tps``, ``(topic, partition)`` tuples (None: not queued).
+        True when one is new to the transaction: the caller starts its AddPartitionsToTxn
+        (:meth:`~.transactions.Transactions.add_soon`, batched as Kafka does); a partition
+        already registered costs one set lookup."""
+        new = False
+        with self._lock:
             self.appending -= 1
             for tp in tps:
-                if tp is not None and tp not in self.partitions and tp not in self.pending_partitions:
-                    self.new_partitions.add(tp)
-            if self.appending == 0:
-                self.cond.notify_all()
+                if tp is not None and tp not in self.registered:
+                    self._register(tp)
+                    new = True
+            if self.appending == 0 and self.state is not S.IN_TRANSACTION:
+                self.cond.notify_all()  # a commit or abort may be waiting (wait_appends)
+        return new
+
+    def _register(self, tp: tuple[str, int]) -> None:
+        tp = tp if type(tp) is TopicPartition else TopicPartition(*tp)
+        self.registered.add(tp)
+        self.new_partitions.add(tp)
 
     def wait_appends(self, timeout: float | None) -> bool:
         """Wait until no ``send()`` is between its check and its append (after a transition
@@ -326,7 +344,7 @@ class TransactionManager:
             if self.state not in (S.IN_TRANSACTION, S.COMMITTING_TRANSACTION):
                 return None
             if tp is not None and tp not in self.partitions and tp not in self.pending_partitions:
-                self.new_partitions.add(tp)
+                self._register(tp)
             if not self.new_partitions:
                 return None
             self.pending_partitions |= self.new_partitions
@@ -443,6 +461,7 @@ class TransactionManager:
             if self.state is not S.ABORTING_TRANSACTION:
                 self._require("abort_transaction()", S.IN_TRANSACTION, S.PREPARED_TRANSACTION, S.ABORTABLE_ERROR)
                 self._transition(S.ABORTING_TRANSACTION)
+            self.registered -= self.new_partitions
             self.new_partitions.clear()
 
     def end_request(self, commit: bool) -> EndTxnRequest | TxnInitProducerIdRequest | None:
@@ -483,6 +502,7 @@ class TransactionManager:
             self.new_partitions.clear()
             self.pending_partitions.clear()
             self.partitions.clear()
+            self.registered.clear()
             self.started = self.maybe_started = False
             self.prepared = None
             self.reinit_required = False

@@ -3,9 +3,10 @@
 
 * :class:`Transactions` runs InitProducerId, AddOffsetsToTxn + TxnOffsetCommit and EndTxn
   for the producer's transactional methods (the caller's thread, through kcoord's calls
-  loop), and AddPartitionsToTxn for the sender (on the sender's loop): before a batch of
-  the transaction goes to a partition new to it, every partition registered since the
-  last request is added in one AddPartitionsToTxn (Kafka batches them the same way), one
+  loop), and AddPartitionsToTxn on the sender's loop: as soon as ``send()`` meets a
+  partition new to the transaction (:meth:`Transactions.add_soon`), and again before a
+  batch goes to a partition not yet added, every partition registered since the last
+  request is added in one AddPartitionsToTxn (Kafka batches them the same way), one
   request in flight at a time.
 * :class:`TransactionalIdentity` is the producer identity the sender stamps on batches:
   the coordinator's producer id and epoch, the transactional bit, and a failed batch making
@@ -225,6 +226,26 @@ class Transactions:
             except KafkaError as exc:
                 return exc
 
+    def add_soon(self, loop: asyncio.AbstractEventLoop) -> None:
+        """``send()`` met a partition new to the transaction: start its AddPartitionsToTxn
+        on the sender's ``loop`` now (Kafka's client adds a partition as ``send()`` first
+        meets it), not when its first batch drains after the linger. Bounded by
+        ``max_block_ms``; a batch waiting for it still waits at most its delivery deadline."""
+        try:
+            loop.call_soon_threadsafe(self._start_adding)
+        except RuntimeError:  # the sender's loop is closed: the producer is closing
+            pass
+
+    def _start_adding(self) -> None:
+        if self._adding is not None or not self.manager.new_partitions:
+            return  # the request in flight takes them along on a retry, or the next one does
+        request = self.manager.add_partitions_request()
+        if request is None:
+            return
+        task = self._adding = asyncio.get_running_loop().create_task(self._add_partitions(request, self._deadline()))
+        # its failure is the transaction's (abortable) state; nobody need await it
+        task.add_done_callback(lambda t: t.cancelled() or t.exception())
+
     async def _add_partitions(self, request: Any, deadline: float) -> None:
         m = self.manager
         current = [request]
@@ -247,6 +268,8 @@ class Transactions:
             raise
         finally:
             self._adding = None
+        if m.new_partitions:  # registered after the request was sent: the next one goes now
+            self._start_adding()
 
     async def _adds_done(self) -> None:
         task = self._adding
