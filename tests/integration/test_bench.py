@@ -2,13 +2,13 @@
 own local Ray), results.json holds the machine, the commit and every benchmark's results,
 and the plots are PNG files.
 
-The suite runs ten of the fourteen benchmarks, every one that a performance target reads
+The suite runs eleven of the seventeen benchmarks, every one that a performance target reads
 (``capacity`` for the idle goal) and every one that needs no Ray. It leaves out the ones that
-start a second heavy system, ``spark`` (a RayDP session, 80 s), ``kafka_wire`` and
-``security`` (librdkafka clients through the listener, 50 s each), whose code paths
-tests/spark, tests/kafka and the demo cover, and ``replication``, which only repeats the
-others' setup at another size (20 s). ``make bench`` and ``kcoord bench --quick`` run all
-fourteen. The suite's 35-minute budget
+start a second heavy system, ``spark`` and ``txn_write`` (a RayDP session, 80 s and 3 min),
+``kafka_wire``, ``security`` and ``transactions`` (librdkafka clients through the listener,
+50 s to 2 min each), whose code paths tests/spark, tests/kafka and the demo cover, and
+``replication``, which only repeats the others' setup at another size (20 s). ``make bench``
+and ``kcoord bench --quick`` run all seventeen. The suite's 35-minute budget
 on a 2-core machine is why; the selection goes through ``--only``, as a user picks."""
 
 from __future__ import annotations
@@ -27,10 +27,10 @@ pytestmark = [pytest.mark.ray, pytest.mark.slow]
 REPO = Path(__file__).resolve().parents[2]
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 PLOTS = ("throughput.png", "latency.png", "failover.png", "rebalance.png")
-NOT_IN_THE_SUITE = {"spark", "kafka_wire", "replication", "security"}
-# Ten benchmarks, six of them each starting its own local Ray (most of the time is
-# starting Ray and actor processes; group_load, log_append, log_cleaner and
-# produce_validation need no Ray).
+NOT_IN_THE_SUITE = {"spark", "kafka_wire", "replication", "security", "transactions", "txn_write"}
+# Eleven benchmarks, six of them each starting its own local Ray (most of the time is
+# starting Ray and actor processes; group_load, log_append, log_cleaner,
+# produce_validation and txn_send need no Ray).
 # A busy machine slows it several times: KCOORD_BENCH_QUICK_LIMIT_S raises the bound there.
 WALL_LIMIT_S = float(os.environ.get("KCOORD_BENCH_QUICK_LIMIT_S", "300"))
 
