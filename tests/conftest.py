@@ -67,6 +67,20 @@ def kcluster(ray_session, tmp_path_factory):
     teardown(name, delete_data=True, address=None, data_dir=str(data_dir))
 
 
+def own_cluster(tmp_path_factory, prefix: str, **deploy_kwargs):
+    """A module's own small cluster (one broker, one group and one transaction coordinator
+    unless ``deploy_kwargs`` say otherwise) for settings the shared one cannot take; a
+    generator for a module-scoped fixture to ``yield from``."""
+    from kcoord.cluster.deploy import deploy, teardown
+
+    name = f"{prefix}-{uuid.uuid4().hex[:6]}"
+    data_dir = tmp_path_factory.mktemp(f"kcoord-{prefix}")
+    kwargs = dict(brokers=1, group_coordinators=1, transaction_coordinators=1, address=None)
+    client = deploy(name, data_dir=str(data_dir), **{**kwargs, **deploy_kwargs})
+    yield client
+    teardown(name, delete_data=True, address=None, data_dir=str(data_dir))
+
+
 # The shared cluster once some test started it, and the topics that existed when each
 # module began: a module's own topics (its module-scoped fixtures' too) are deleted when the
 # module is done, so later modules do not pay for their idle replicas.

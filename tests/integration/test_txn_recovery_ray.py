@@ -31,21 +31,9 @@ HORIZON_MS = 3_000
 
 @pytest.fixture(scope="module")
 def expiring_cluster(ray_session, tmp_path_factory):
-    from kcoord.cluster.deploy import deploy, teardown
+    from tests.conftest import own_cluster
 
-    name = f"exp-{uuid.uuid4().hex[:6]}"
-    data_dir = tmp_path_factory.mktemp("kcoord-expiry")
-    client = deploy(
-        name,
-        brokers=1,
-        data_dir=str(data_dir),
-        group_coordinators=1,
-        address=None,
-        transaction_coordinators=1,
-        txn_config={"transactional.id.expiration.ms": HORIZON_MS},
-    )
-    yield client
-    teardown(name, delete_data=True, address=None, data_dir=str(data_dir))
+    yield from own_cluster(tmp_path_factory, "exp", txn_config={"transactional.id.expiration.ms": HORIZON_MS})
 
 
 def _describe_txn(cluster, tid: str):

@@ -31,23 +31,11 @@ def txn_cluster(ray_session, tmp_path_factory):
     """A one-broker cluster whose leaders do not verify transactional batches with the
     coordinator (``transaction.partition.verification.enable=false``): with KIP-890's check
     on (the default) a stray transactional write is refused and cannot hang a partition."""
-    from kcoord.cluster.deploy import deploy, teardown
-    from tests.conftest import TEST_CONTROLLER_CONFIG
+    from tests.conftest import TEST_CONTROLLER_CONFIG, own_cluster
 
-    name = f"hang-{uuid.uuid4().hex[:6]}"
-    data_dir = tmp_path_factory.mktemp("kcoord-hang")
-    client = deploy(
-        name,
-        brokers=1,
-        data_dir=str(data_dir),
-        group_coordinators=1,
-        address=None,
-        controller_config=TEST_CONTROLLER_CONFIG,
-        broker_config={"transaction.partition.verification.enable": "false"},
-        transaction_coordinators=1,
+    yield from own_cluster(
+        tmp_path_factory, "hang", controller_config=TEST_CONTROLLER_CONFIG, broker_config={"transaction.partition.verification.enable": "false"}
     )
-    yield client
-    teardown(name, delete_data=True, address=None, data_dir=str(data_dir))
 
 
 @pytest.fixture(scope="module")
