@@ -57,6 +57,23 @@ class Machine:
         self.cut_off = False
 
 
+def start_partition_owner(proc: "Process", driver_cls: type, core) -> None:
+    """Start a coordinator process's driver (group or transaction: both partition owners)
+    on the simulated network and clock."""
+    sim = proc.sim
+    proc.driver = driver_cls(
+        CLUSTER,
+        core,
+        transport=SimTransport(sim.net, proc, identity, after=proc.after),
+        clock=SimClock(sim.kernel, proc, after=proc.after),
+        timeouts=CoordinatorTimeouts(persist_ms=3_000, call_ms=sim.config.call_timeout_ms, settle_wait_ms=200),
+        incarnation=proc.incarnation_id,
+    )
+    proc.driver.start()
+    sim.trace(f"{proc.incarnation_id} started")
+    proc.after()
+
+
 class Process:
     """What the network needs of a node, plus crash and pause bookkeeping."""
 
@@ -287,17 +304,7 @@ class CoordinatorProcess(Process):
             num_partitions=sim.scenario.coordinators,
             member_id_factory=lambda client, inc=inc, ids=ids: f"{client or 'member'}-{self.index}.{inc}.{next(ids)}",
         )
-        self.driver = GroupCoordinatorDriver(
-            CLUSTER,
-            core,
-            transport=SimTransport(sim.net, self, identity, after=self.after),
-            clock=SimClock(sim.kernel, self, after=self.after),
-            timeouts=CoordinatorTimeouts(persist_ms=3_000, call_ms=sim.config.call_timeout_ms, settle_wait_ms=200),
-            incarnation=self.incarnation_id,
-        )
-        self.driver.start()
-        sim.trace(f"{self.incarnation_id} started")
-        self.after()
+        start_partition_owner(self, GroupCoordinatorDriver, core)
 
     def observe(self) -> None:
         self.sim.history.observe_coordinator(self)

@@ -25,13 +25,12 @@ from kcoord.protocol.codec import Message
 from kcoord.protocol.errors import ErrorCode as E
 from kcoord.protocol.txn import AddPartitionsToTxnRequest, AddPartitionsToTxnResponse
 from kcoord.txn import TransactionCoordinatorState, TxnConfig
-from kcoord.txn.driver import CoordinatorTimeouts, TransactionCoordinatorDriver
+from kcoord.txn.driver import TransactionCoordinatorDriver
 from kcoord.txn.placement import TRANSACTION_STATE_TOPIC
 
 from .kernel import Call, resume
-from .processes import CLUSTER, HEAD, Process, identity
+from .processes import CLUSTER, HEAD, Process, start_partition_owner
 from .scenario import TopicSpec
-from .world import SimClock, SimTransport
 
 if TYPE_CHECKING:
     from .simulation import Simulation
@@ -64,17 +63,7 @@ class TxnCoordinatorProcess(Process):
         self._begin()
         self.machine = sim.machines[HEAD]
         core = TransactionCoordinatorState(TXN_CONFIG, partition=self.index, num_partitions=self.count, offsets_partitions=max(1, sim.scenario.coordinators))
-        self.driver = TransactionCoordinatorDriver(
-            CLUSTER,
-            core,
-            transport=SimTransport(sim.net, self, identity, after=self.after),
-            clock=SimClock(sim.kernel, self, after=self.after),
-            timeouts=CoordinatorTimeouts(persist_ms=3_000, call_ms=sim.config.call_timeout_ms, settle_wait_ms=200),
-            incarnation=self.incarnation_id,
-        )
-        self.driver.start()
-        sim.trace(f"{self.incarnation_id} started")
-        self.after()
+        start_partition_owner(self, TransactionCoordinatorDriver, core)
 
     def receive(self, call: Call, request: Message) -> None:
         if not (isinstance(request, AddPartitionsToTxnRequest) and request.verify_only):
