@@ -57,20 +57,23 @@ class Machine:
         self.cut_off = False
 
 
-def start_partition_owner(proc: "Process", driver_cls: type, core) -> None:
-    """Start a coordinator process's driver (group or transaction: both partition owners)
-    on the simulated network and clock."""
+def partition_owner_io(proc: "Process") -> dict:
+    """The simulated network, clock and timeouts a coordinator process's driver (group or
+    transaction: both partition owners) runs on. Callers build the driver themselves, so the
+    architecture test sees the simulation construct every driver the shells do."""
     sim = proc.sim
-    proc.driver = driver_cls(
-        CLUSTER,
-        core,
+    return dict(
         transport=SimTransport(sim.net, proc, identity, after=proc.after),
         clock=SimClock(sim.kernel, proc, after=proc.after),
         timeouts=CoordinatorTimeouts(persist_ms=3_000, call_ms=sim.config.call_timeout_ms, settle_wait_ms=200),
         incarnation=proc.incarnation_id,
     )
-    proc.driver.start()
-    sim.trace(f"{proc.incarnation_id} started")
+
+
+def start_partition_owner(proc: "Process", driver) -> None:
+    proc.driver = driver
+    driver.start()
+    proc.sim.trace(f"{proc.incarnation_id} started")
     proc.after()
 
 
@@ -304,7 +307,7 @@ class CoordinatorProcess(Process):
             num_partitions=sim.scenario.coordinators,
             member_id_factory=lambda client, inc=inc, ids=ids: f"{client or 'member'}-{self.index}.{inc}.{next(ids)}",
         )
-        start_partition_owner(self, GroupCoordinatorDriver, core)
+        start_partition_owner(self, GroupCoordinatorDriver(CLUSTER, core, **partition_owner_io(self)))
 
     def observe(self) -> None:
         self.sim.history.observe_coordinator(self)

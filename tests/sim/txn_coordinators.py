@@ -29,7 +29,7 @@ from kcoord.txn.driver import TransactionCoordinatorDriver
 from kcoord.txn.placement import TRANSACTION_STATE_TOPIC
 
 from .kernel import Call, resume
-from .processes import CLUSTER, HEAD, Process, start_partition_owner
+from .processes import CLUSTER, HEAD, Process, partition_owner_io, start_partition_owner
 from .scenario import TopicSpec
 
 if TYPE_CHECKING:
@@ -63,7 +63,7 @@ class TxnCoordinatorProcess(Process):
         self._begin()
         self.machine = sim.machines[HEAD]
         core = TransactionCoordinatorState(TXN_CONFIG, partition=self.index, num_partitions=self.count, offsets_partitions=max(1, sim.scenario.coordinators))
-        start_partition_owner(self, TransactionCoordinatorDriver, core)
+        start_partition_owner(self, TransactionCoordinatorDriver(CLUSTER, core, **partition_owner_io(self)))
 
     def receive(self, call: Call, request: Message) -> None:
         if not (isinstance(request, AddPartitionsToTxnRequest) and request.verify_only):
