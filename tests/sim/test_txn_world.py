@@ -28,6 +28,8 @@ def test_apps_commit_abort_and_read_committed_through_the_coordinators() -> None
     assert sum(st.get("txa_app_aborts", 0) for st in stats) >= 2, stats
     assert sum(st.get("txa_tc_crash", 0) + st.get("txa_tc_crash_in_end", 0) for st in stats) >= 2, stats
     assert all(st["txa_markers_sent"] >= 0 for st in stats)
+    # the G1c check has edges to check: committing transactions read the other id's records
+    assert sum(st.get("txa_g1c_wr_edges", 0) for st in stats) >= 4, stats
 
 
 def test_planted_marker_skipped_leaves_a_hanging_transaction(monkeypatch) -> None:
@@ -125,3 +127,23 @@ def test_leaders_verify_the_apps_transactions_with_the_real_coordinators() -> No
     assert sum(st.get("txa_verify_ok", 0) for st in stats) >= 8, stats
     assert all(st.get("txa_verify_misrouted", 0) == 0 for st in stats), stats
     assert all(st.get("txn_stand_in_answered", 0) > 0 for st in stats), stats
+
+
+def test_find_cycle_finds_a_dependency_cycle_and_none_in_a_dag() -> None:
+    from .txn_ledger import find_cycle
+
+    a, b, c, d = (("tx0", 0, 1), ("tx1", 0, 1), ("tx0", 0, 2), ("tx1", 0, 2))
+    assert find_cycle({c: [a, b], d: [a, c], b: [a]}) is None
+    cycle = find_cycle({a: [d], c: [a], d: [c]})
+    assert cycle is not None and cycle[0] == cycle[-1] and set(cycle) == {a, c, d}
+
+
+def test_planted_read_committed_past_the_lso_is_a_g1c_cycle(monkeypatch) -> None:
+    """Leaders that serve read_committed fetches up to the HW, as if every open transaction
+    were stable: the applications read each other's writes before either commits, and two
+    committed transactions each read the other (txn-g1c)."""
+    from kcoord.log.base import BaseLog
+
+    monkeypatch.setattr(BaseLog, "last_stable_offset", lambda self, hw: hw)
+    found = _invariants([10])  # of SEEDS, 10 has a cycle; all four have txn-precommit
+    assert "txn-g1c" in found[10] and "txn-precommit" in found[10], found

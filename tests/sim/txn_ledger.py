@@ -27,7 +27,14 @@ first marker of its producer after it tells how it ended in that partition):
 * **txn-zombie** no record sent by a fenced instance after its fence committed;
 * **txn-g1a** every transaction a reader read committed;
 * **txn-offsets** a group's offsets are those of its id's last committed transaction that
-  committed offsets, and none are pending.
+  committed offsets, and none are pending;
+* **txn-g1c** no cycle of write-read dependencies between committed transactions. The
+  applications consume what the readers were handed (consume-transform-produce): a
+  transaction asking to commit has read every record the readers returned since its id's
+  previous commit request, so ``W -> T`` when T read a record of W. Under read_committed W
+  committed before T read it, and T reads before it commits, so a cycle means some
+  transaction was read before it committed (Jepsen's G1c, restricted to wr edges: cycles
+  through write-write order are allowed by Kafka's protocol, whose transactions interleave).
 """
 
 from __future__ import annotations
@@ -64,6 +71,9 @@ class AppLedger:
         self.offset_owner: dict[int, Key] = {}
         self._next_offset = 1
         self.read: dict[Key, tuple[str, int]] = {}
+        self.returned: list[Key] = []  # every application record the readers handed out, in order
+        self.consumed_upto: dict[str, int] = {}  # tid -> how much of ``returned`` its transactions read
+        self.reads_from: dict[Key, set[Key]] = {}  # a transaction that asked to commit -> the ones it read
         self.stats = defaultdict(int)
 
     # -- what the clients report ------------------------------------------------------------
@@ -97,7 +107,11 @@ class AppLedger:
             self.acked.setdefault(v, (tp, offset + i))
 
     def on_end_sent(self, app: "TxnApp", txn: int, req: EndTxnRequest) -> None:
-        pass
+        key = (app.tid, app.instance, txn)
+        if req.commit and key not in self.reads_from:  # a resend reads nothing more
+            start = self.consumed_upto.get(app.tid, 0)
+            self.reads_from[key] = set(self.returned[start:]) - {key}
+            self.consumed_upto[app.tid] = len(self.returned)
 
     def on_ended(self, app: "TxnApp", txn: int, commit: bool, req: EndTxnRequest | None) -> None:
         self.client_outcome[(app.tid, app.instance, txn)] = commit
@@ -144,6 +158,7 @@ class AppLedger:
             if fenced is not None and sent[2] > fenced:
                 fail("txn-zombie", now, f"{where}: read_committed returned {value.decode()}, sent at {sent[2]} ms by an instance fenced at {fenced} ms")
         self.read.setdefault(key, (reader.name, now))
+        self.returned.append(key)
 
     # -- once quiet -------------------------------------------------------------------------
     def final_checks(self, slots: list["TxnSlot"], outputs: list[tuple[str, int]]) -> None:
@@ -205,6 +220,17 @@ class AppLedger:
             if txn_outcome.get(key) is False:
                 fail("txn-g1a", now, f"{reader} read transaction {key} at {at} ms, which aborted")
         self._check_offsets(slots, txn_outcome)
+        self._check_g1c(txn_outcome)
+
+    def _check_g1c(self, txn_outcome: dict[Key, bool]) -> None:
+        committed = {k for k, c in txn_outcome.items() if c}
+        edges = {t: sorted(w for w in ws if w in committed) for t, ws in self.reads_from.items() if t in committed}
+        self.stats["g1c_wr_edges"] += sum(len(ws) for ws in edges.values())
+        cycle = find_cycle(edges)
+        if cycle:
+            chain = " -> ".join(str(k) for k in cycle)
+            self.sim.history.fail("txn-g1c", self.sim.kernel.now, f"committed transactions read each other's writes in a cycle (G1c, each read the previous one's records): {chain}")
+
 
     def _check_offsets(self, slots: list["TxnSlot"], txn_outcome: dict[Key, bool]) -> None:
         sim = self.sim
@@ -237,6 +263,33 @@ class AppLedger:
             for p in set(want) | set(held):
                 if p not in unsure and held.get(p) != want.get(p):
                     sim.history.fail("txn-offsets", now, f"{slot.group} {IN_TOPIC}-{p}: holds {held.get(p)}, the last committed transaction wrote {want.get(p)}")
+
+
+def find_cycle(edges: dict[Key, list[Key]]) -> list[Key] | None:
+    """One cycle of the graph ``node -> nodes it depends on`` (closed: first node repeated at
+    the end), or None. Iterative depth-first search, nodes in sorted order (deterministic)."""
+    WHITE, GREY, BLACK = 0, 1, 2
+    colour: dict[Key, int] = {}
+    for root in sorted(edges):
+        if colour.get(root, WHITE) != WHITE:
+            continue
+        path: list[Key] = [root]
+        stack = [iter(edges.get(root, ()))]
+        colour[root] = GREY
+        while stack:
+            nxt = next(stack[-1], None)
+            if nxt is None:
+                colour[path.pop()] = BLACK
+                stack.pop()
+                continue
+            c = colour.get(nxt, WHITE)
+            if c == GREY:
+                return path[path.index(nxt) :] + [nxt]
+            if c == WHITE:
+                colour[nxt] = GREY
+                path.append(nxt)
+                stack.append(iter(edges.get(nxt, ())))
+    return None
 
 
 class AppReader(CommittedReader):
