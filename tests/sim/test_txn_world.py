@@ -147,3 +147,18 @@ def test_planted_read_committed_past_the_lso_is_a_g1c_cycle(monkeypatch) -> None
     monkeypatch.setattr(BaseLog, "last_stable_offset", lambda self, hw: hw)
     found = _invariants([10])  # of SEEDS, 10 has a cycle; all four have txn-precommit
     assert "txn-g1c" in found[10] and "txn-precommit" in found[10], found
+
+
+def test_a_wire_client_at_endtxn_v0_3_shows_kafkas_17754_window(monkeypatch) -> None:
+    """Every id a wire client at EndTxn v0-3 (no epoch bump) whose delayed EndTxn is resent
+    while its next transaction runs: the coordinator ends that next transaction (Kafka's
+    KAFKA-17754 window, docs/transactions.md), and the run's invariants still hold: nothing
+    a client was told is contradicted by the logs.
+    kcoord's own client (the sweep) bumps the epoch and txn-17754 asserts it never happens."""
+    from . import txn_clients
+
+    monkeypatch.setattr(txn_clients, "WIRE_V0_3_EVERY", 1)
+    monkeypatch.setattr(txn_clients, "STALE_END_WITHOUT_BUMP", True)
+    result = run_seed(4, transactions=True)
+    assert result.ok, result.report()
+    assert result.stats["txa_kafka_17754_window"] >= 1, result.stats
