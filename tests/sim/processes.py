@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from kcoord.group import GroupCoordinatorState
 from kcoord.group.coordinator_driver import CoordinatorTimeouts, GroupCoordinatorDriver
+from kcoord.group.records import OFFSETS_TOPIC
 from kcoord.log import Log, LogConfig
 from kcoord.protocol import names
 from kcoord.protocol.codec import Message
@@ -294,6 +295,11 @@ class CoordinatorProcess(Process):
     @property
     def core(self) -> GroupCoordinatorState | None:
         return None if self.driver is None else self.driver.core
+
+    def twin_ghost(self) -> tuple["_Ghost", list[str], tuple[str, int]]:
+        """For the ``twin`` fault: the ghost this process runs on as, the callers that may
+        still reach it, and the partition its state is appended to."""
+        return CoordinatorGhost(self), [m.name for m in self.sim.members], (OFFSETS_TOPIC, self.index)
 
     def start(self) -> None:
         sim = self.sim

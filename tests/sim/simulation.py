@@ -44,7 +44,7 @@ from .clients import Admin, Member, Producer, Reader
 from .security import SecurityAdmin
 from .faults import Nemesis
 from .kernel import Kernel, NetParams, Network, resume
-from .processes import HEAD, ControllerProcess, CoordinatorGhost, CoordinatorProcess, Machine, ReplicaGhost, ReplicaProcess
+from .processes import HEAD, ControllerProcess, CoordinatorProcess, Machine, ReplicaGhost, ReplicaProcess
 from .scenario import Scenario, TopicSpec
 from .store import FaultyStore
 from .transactions import CommittedReader, TxnLedger, TxnProducer
@@ -494,15 +494,14 @@ class Simulation:
             self.history.on_replica_twin(proc, ghost)
             proc.ghost = ghost
             proc.replica = None
-        else:
-            ghost = CoordinatorGhost(proc)
-            callers = [m.name for m in self.members]
+        else:  # a group or transaction coordinator
+            ghost, callers, state_tp = proc.twin_ghost()
             if rng.random() < 0.5:
                 # Its partition's replicas unreachable too: an append times out after
                 # persist_ms and it asks for a newer epoch, as it would against a leader
                 # stuck below min ISR (issue 32, finding 6: only the controller may grant it).
                 for r in self.replica_list:
-                    if r.tp == (OFFSETS_TOPIC, proc.index):
+                    if r.tp == state_tp:
                         self.net.cut(ghost.name, r.name)
         self.net.cut(ghost.name, self.controller.name)
         for caller in callers:

@@ -159,6 +159,7 @@ def test_a_wire_client_at_endtxn_v0_3_shows_kafkas_17754_window(monkeypatch) -> 
 
     monkeypatch.setattr(txn_clients, "WIRE_V0_3_EVERY", 1)
     monkeypatch.setattr(txn_clients, "STALE_END_WITHOUT_BUMP", True)
-    result = run_seed(4, transactions=True)
-    assert result.ok, result.report()
-    assert result.stats["txa_kafka_17754_window"] >= 1, result.stats
+    # each of these seeds hit the window once (of seeds 0-39: the delayed EndTxn comes rarely)
+    results = [run_seed(s, transactions=True) for s in (22, 23, 28, 34, 35)]
+    assert all(r.ok for r in results), [r.report() for r in results if not r.ok][:1]
+    assert sum(r.stats["txa_kafka_17754_window"] for r in results) >= 1, [r.stats for r in results]

@@ -9,9 +9,10 @@ faults reach it as they reach ``__consumer_offsets``). It sends its markers to t
 partition leaders and group coordinators.
 
 :class:`TxnFaults` adds what the main nemesis does not do to these processes (it knows only
-the group coordinators): crashes (Ray restarts the actor after 50-1500 ms), pauses, and a
-crash just after an EndTxn reached the coordinator, while it persists PREPARE_* or writes the
-markers. Its choices come from a side generator seeded by the seed, so runs without
+the group coordinators): crashes (Ray restarts the actor after 50-1500 ms), pauses, twins
+(the old process runs on 0.5-4 s beside the next one, cut off from the controller and, half
+the time, from its ``__transaction_state`` partition: ``Simulation.twin``), and a crash just
+after an EndTxn reached the coordinator, while it persists PREPARE_* or writes the markers. Its choices come from a side generator seeded by the seed, so runs without
 ``--transactions`` are unchanged.
 """
 
@@ -29,7 +30,7 @@ from kcoord.txn.driver import TransactionCoordinatorDriver
 from kcoord.txn.placement import TRANSACTION_STATE_TOPIC
 
 from .kernel import Call, resume
-from .processes import CLUSTER, HEAD, Process, partition_owner_io, start_partition_owner
+from .processes import CLUSTER, HEAD, Process, _Ghost, partition_owner_io, start_partition_owner
 from .scenario import TopicSpec
 
 if TYPE_CHECKING:
@@ -80,6 +81,15 @@ class TxnCoordinatorProcess(Process):
         self.driver.serve(request, reply)
         self.after()
 
+    def twin_ghost(self) -> tuple["TxnCoordinatorGhost", list[str], tuple[str, int]]:
+        """For the ``twin`` fault (``Simulation.twin``): the ghost, the callers that may
+        still reach it (the applications, and the replicas whose leaders verify with it), and
+        its ``__transaction_state`` partition."""
+        sim = self.sim
+        world = sim.txn_world
+        callers = [a.name for s in world.slots for a in s.instances] + [r.name for r in sim.replica_list]
+        return TxnCoordinatorGhost(self), callers, (TRANSACTION_STATE_TOPIC, self.index)
+
     def observe(self) -> None:
         world = getattr(self.sim, "txn_world", None)
         if world is not None:
@@ -96,6 +106,23 @@ class TxnCoordinatorProcess(Process):
         return None
 
 
+class TxnCoordinatorGhost(_Ghost, TxnCoordinatorProcess):
+    """An older transaction coordinator process still running (the ``twin`` fault)."""
+
+    def __init__(self, proc: TxnCoordinatorProcess) -> None:
+        self.index = proc.index
+        self.count = proc.count
+        self.verify = proc.verify
+        self._adopt(proc)
+
+    def start(self) -> None:  # pragma: no cover
+        raise AssertionError("a ghost does not start")
+
+    def crash(self, reason: str = "crashed") -> None:
+        super().crash(reason)
+        self.sim.net.forget_ghost(self)
+
+
 class TxnFaults:
     """Crashes and pauses of the transaction coordinators (see the module doc)."""
 
@@ -103,7 +130,7 @@ class TxnFaults:
         self.sim = sim
         self.coordinators = coordinators
         self.side = random.Random(f"txn-faults:{sim.config.seed}")
-        self.counts = {"tc_crash": 0, "tc_pause": 0, "tc_crash_in_end": 0}
+        self.counts = {"tc_crash": 0, "tc_pause": 0, "tc_crash_in_end": 0, "tc_twin": 0}
 
     def start(self) -> None:
         self.sim.kernel.after(self.side.randint(300, 1500), self._tick)
@@ -122,6 +149,11 @@ class TxnFaults:
             self.counts["tc_pause"] += 1
             self.sim.trace(f"PAUSE {proc.name} for {duration} ms")
             self.sim.kernel.after(duration, self._resume, proc, incarnation)
+        elif r < 0.6 and proc.up and not proc.paused and proc.driver is not None:
+            # two live processes: Ray gave up on this one (its node lost the head) and
+            # started the next, while applications and leaders may still reach the old one
+            self.counts["tc_twin"] += 1
+            self.sim.twin(proc, self.side.choice([500, 1500, 4000]))
         self.sim.kernel.after(self.side.randint(300, 1500), self._tick)
 
     def _resume(self, proc: TxnCoordinatorProcess, incarnation: int) -> None:
