@@ -390,6 +390,13 @@ class _Ghost:
     def incarnation_id(self) -> str:
         return self.actor_incarnation_id
 
+    def start(self, *args: Any) -> None:  # pragma: no cover - a ghost is never restarted
+        raise AssertionError("a ghost does not start")
+
+    def crash(self, reason: str = "crashed") -> None:
+        super().crash(reason)  # type: ignore[misc]  # the process class it is a ghost of
+        self.sim.net.forget_ghost(self)
+
 
 class ReplicaGhost(_Ghost, ReplicaProcess):
     def __init__(self, proc: ReplicaProcess) -> None:
@@ -404,9 +411,6 @@ class ReplicaGhost(_Ghost, ReplicaProcess):
         self.create_config = proc.create_config
         self._adopt(proc)
 
-    def start(self, machine: Machine) -> bool:  # pragma: no cover - a ghost is never restarted
-        raise AssertionError("a ghost does not start")
-
     def crash(self, reason: str = "crashed") -> None:
         of = self.of
         if of.up and of.machine is self.machine:
@@ -416,18 +420,10 @@ class ReplicaGhost(_Ghost, ReplicaProcess):
             super().crash(reason)
             self.machine = machine
         else:
-            super().crash(reason)
-        self.sim.net.forget_ghost(self)
+            super().crash(reason)  # the process's crash, then the network forgets this node
 
 
 class CoordinatorGhost(_Ghost, CoordinatorProcess):
     def __init__(self, proc: CoordinatorProcess) -> None:
         self.index = proc.index
         self._adopt(proc)
-
-    def start(self) -> None:  # pragma: no cover
-        raise AssertionError("a ghost does not start")
-
-    def crash(self, reason: str = "crashed") -> None:
-        super().crash(reason)
-        self.sim.net.forget_ghost(self)

@@ -115,13 +115,6 @@ class TxnCoordinatorGhost(_Ghost, TxnCoordinatorProcess):
         self.verify = proc.verify
         self._adopt(proc)
 
-    def start(self) -> None:  # pragma: no cover
-        raise AssertionError("a ghost does not start")
-
-    def crash(self, reason: str = "crashed") -> None:
-        super().crash(reason)
-        self.sim.net.forget_ghost(self)
-
 
 class TxnFaults:
     """Crashes and pauses of the transaction coordinators (see the module doc)."""
