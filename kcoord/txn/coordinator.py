@@ -241,6 +241,7 @@ class TransactionCoordinatorState:
             if request is not None:
                 ctx.reply(token, error_response(request, error_code, "coordinator closed"))
         self._markers.abandon()
+        self._partitions.abandon(error_code)
         ctx.transactions.clear()
         ctx.timers = Timers()
         return ctx.take()
@@ -275,6 +276,14 @@ class TransactionCoordinatorState:
     def pending_persists(self) -> list[int]:
         return self._persistence.pending_ids()
 
+    def held_requests(self, transactional_id: str) -> list[tuple[Message, int]]:
+        """The (request, deadline) of ``transactional_id``'s requests held while it is busy."""
+        return [(h.request, h.deadline_ms) for h in self._partitions.held(transactional_id)]
+
+    def held_ids(self) -> list[str]:
+        """The transactional ids with requests held now."""
+        return self._partitions.held_ids()
+
     def pending_markers(self, transactional_id: str) -> set[TopicPartition]:
         """The partitions of ``transactional_id``'s decided transaction still without marker."""
         return self._markers.pending(transactional_id)
@@ -295,6 +304,8 @@ class TransactionCoordinatorState:
                 self._markers.on_retry(tid, (key[2], key[3]), now_ms)
             elif kind == TimerKind.COMPLETE:
                 self._markers.on_complete_retry(tid, now_ms)
+            elif kind == TimerKind.HOLD:
+                self._partitions.on_hold_expired(tid, now_ms)
 
     def _complete_write(self, pending: PendingWrite, code: int, now_ms: int) -> None:
         """Apply the outcome of one append (in emission order), then let the part that made
@@ -325,6 +336,7 @@ class TransactionCoordinatorState:
             self._markers.complete_written(pending, code, now_ms)
         elif isinstance(pending, ExpireWrite):
             self._expiry.expired(pending, code, now_ms)
+        self._partitions.release(tid, now_ms)
 
 
 __all__ = ["TransactionCoordinatorState", "TxnCoordinatorStats"]
