@@ -125,3 +125,40 @@ def test_leaders_verify_the_apps_transactions_with_the_real_coordinators() -> No
     assert sum(st.get("txa_verify_ok", 0) for st in stats) >= 8, stats
     assert all(st.get("txa_verify_misrouted", 0) == 0 for st in stats), stats
     assert all(st.get("txn_stand_in_answered", 0) > 0 for st in stats), stats
+
+
+def test_planted_held_add_answered_none_without_its_checks(monkeypatch) -> None:
+    """A coordinator that answers a request it held while the id was busy NONE as soon as
+    the id settles, without serving it (the add and its identity checks skipped): the answer
+    names no current transaction holding the partitions (txn-hold-none)."""
+    from kcoord.protocol.txn import AddOffsetsToTxnResponse, AddPartitionsToTxnRequest, AddPartitionsToTxnResponse
+    from kcoord.txn.partitions import TxnPartitions
+
+    def lax(self, tid, now_ms):
+        meta = self.ctx.transactions.get(tid)
+        if tid not in self._held or (meta is not None and (meta.pending is not None or (meta.value is not None and meta.value.state.is_prepare))):
+            return
+        self.ctx.timers.cancel(("hold", tid))
+        for h in self._held.pop(tid):
+            if isinstance(h.request, AddPartitionsToTxnRequest):
+                self.ctx.reply(h.token, AddPartitionsToTxnResponse(results={t: {p: 0 for p in ps} for t, ps in h.request.topics.items()}))
+            else:
+                self.ctx.reply(h.token, AddOffsetsToTxnResponse())
+
+    monkeypatch.setattr(TxnPartitions, "release", lax)
+    found = _invariants(HOLD_SEEDS)
+    assert any("txn-hold-none" in inv for inv in found.values()), found
+
+
+def test_planted_hold_without_its_deadline_outlives_it(monkeypatch) -> None:
+    """A coordinator that holds requests without arming their deadline: one held while the
+    markers are slow outlives its hold (txn-hold-deadline)."""
+    from kcoord.txn.partitions import TxnPartitions
+
+    monkeypatch.setattr(TxnPartitions, "_arm", lambda self, tid: None if self._held.get(tid) else self._held.pop(tid, None))
+    found = _invariants(HOLD_SEEDS)
+    assert any("txn-hold-deadline" in inv for inv in found.values()), found
+
+
+# Seeds whose coordinators hold requests (2: 16 held, 12 of them until their hold ran out).
+HOLD_SEEDS = (2,)
