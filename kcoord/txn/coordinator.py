@@ -26,7 +26,8 @@ compared with the clock of whichever incarnation reads them later.
 (acks=all) before anyone hears of it, and applied to memory only once acknowledged, in the
 order the appends were emitted; a record holds the id's whole state, so memory is what a
 replay of the partition rebuilds. At most one transition per id is in flight; others are
-answered CONCURRENT_TRANSACTIONS meanwhile. A failed append changes nothing and answers its
+answered CONCURRENT_TRANSACTIONS meanwhile (AddPartitionsToTxn and AddOffsetsToTxn are
+held until the id settles, up to ``concurrent_transactions_hold_ms``: :mod:`.partitions`). A failed append changes nothing and answers its
 client a retriable coordinator error (COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR), as Kafka
 does; the coordinator's own writes (completions, timed-out aborts, expiries) are tried again.
 
@@ -230,7 +231,8 @@ class TransactionCoordinatorState:
 
     def close(self, now_ms: int, error_code: int = E.NOT_COORDINATOR) -> list[Action]:
         """Stop serving (the partition moved or the actor stops): every request still waiting
-        on an append is answered with ``error_code``, so the driver holds no dangling tokens."""
+        on an append or held while its id is busy is answered with ``error_code``, so the
+        driver holds no dangling tokens."""
         ctx = self._ctx
         if self._closed:
             return ctx.take()
