@@ -45,6 +45,12 @@ logger = logging.getLogger("kcoord.producer")
 _monotonic = time.monotonic
 
 CONCURRENT_BACKOFF_S = 0.02
+# The AddPartitionsToTxn that send() starts waits this long for send() to meet the
+# transaction's other partitions, so one request adds them: a request out alone with the
+# first partition is held by the coordinator while the previous transaction's markers are
+# written, and the others then cost a second request and write after it. A batch cannot
+# leave before the add's own round trip and write (>= ~10 ms) anyway.
+ADD_COALESCE_S = 0.001
 
 S = TransactionState
 
@@ -239,15 +245,22 @@ class Transactions:
     def _start_adding(self) -> None:
         if self._adding is not None or not self.manager.new_partitions:
             return  # the request in flight takes them along on a retry, or the next one does
-        request = self.manager.add_partitions_request()
-        if request is None:
-            return
-        task = self._adding = asyncio.get_running_loop().create_task(self._add_partitions(request, self._deadline()))
+        task = self._adding = asyncio.get_running_loop().create_task(self._add_partitions(None, self._deadline()))
         # its failure is the transaction's (abortable) state; nobody need await it
         task.add_done_callback(lambda t: t.cancelled() or t.exception())
 
     async def _add_partitions(self, request: Any, deadline: float) -> None:
+        """``request`` None: build it after ADD_COALESCE_S (send() started it)."""
         m = self.manager
+        if request is None:
+            try:
+                await asyncio.sleep(ADD_COALESCE_S)
+                request = m.add_partitions_request()
+            finally:
+                if request is None:
+                    self._adding = None
+            if request is None:
+                return
         current = [request]
 
         def send(remaining_s: float) -> Any:
