@@ -4,7 +4,8 @@
 * :class:`Transactions` runs InitProducerId, AddOffsetsToTxn + TxnOffsetCommit and EndTxn
   for the producer's transactional methods (the caller's thread, through kcoord's calls
   loop), and AddPartitionsToTxn on the sender's loop: as soon as ``send()`` meets a
-  partition new to the transaction (:meth:`Transactions.add_soon`), and again before a
+  partition new to the transaction (:meth:`Transactions.add_soon`; after ADD_COALESCE_S,
+  1 ms, for the sends right after it to meet the others), and again before a
   batch goes to a partition not yet added, every partition registered since the last
   request is added in one AddPartitionsToTxn (Kafka batches them the same way), one
   request in flight at a time.
