@@ -5,7 +5,7 @@
   for the producer's transactional methods (the caller's thread, through kcoord's calls
   loop), and AddPartitionsToTxn on the sender's loop: as soon as ``send()`` meets a
   partition new to the transaction (:meth:`Transactions.add_soon`; after ADD_COALESCE_S,
-  1 ms, for the sends right after it to meet the others), and again before a
+  5 ms, for the sends right after it to meet the others), and again before a
   batch goes to a partition not yet added, every partition registered since the last
   request is added in one AddPartitionsToTxn (Kafka batches them the same way), one
   request in flight at a time.
@@ -49,9 +49,10 @@ CONCURRENT_BACKOFF_S = 0.02
 # The AddPartitionsToTxn that send() starts waits this long for send() to meet the
 # transaction's other partitions, so one request adds them: a request out alone with the
 # first partition is held by the coordinator while the previous transaction's markers are
-# written, and the others then cost a second request and write after it. A batch cannot
-# leave before the add's own round trip and write (>= ~10 ms) anyway.
-ADD_COALESCE_S = 0.001
+# written, and the others then cost a second request and write after it. 5 ms: the sticky
+# partitioner moves on after a full batch (~1 ms of sends at 100 bytes), and Kafka 4.0's
+# default linger.ms; a batch cannot leave before the add's own round trip and write anyway.
+ADD_COALESCE_S = 0.005
 
 S = TransactionState
 
