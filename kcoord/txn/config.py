@@ -33,6 +33,12 @@ class TxnConfig:
     append_retry_backoff_ms: int = 500
     # At most one metadata refresh is asked for within this.
     metadata_refresh_backoff_ms: int = 500
+    # An AddPartitionsToTxn / AddOffsetsToTxn that finds its id busy (the previous
+    # transaction's markers being written, or another transition in flight) is held this
+    # long and served once the id settles, instead of answered CONCURRENT_TRANSACTIONS at
+    # once (it is, when the hold runs out). Keep it below the clients' request timeout
+    # (30 s for Kafka's); 0: answer at once, as Kafka does.
+    concurrent_transactions_hold_ms: int = 1_000
 
     def __post_init__(self) -> None:
         if self.transaction_max_timeout_ms < 1:
@@ -50,6 +56,8 @@ class TxnConfig:
         ):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1")
+        if self.concurrent_transactions_hold_ms < 0:
+            raise ValueError("concurrent_transactions_hold_ms must be >= 0")
         if self.marker_max_backoff_ms < self.marker_retry_backoff_ms:
             raise ValueError("marker_max_backoff_ms must be >= marker_retry_backoff_ms")
 

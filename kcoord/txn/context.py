@@ -42,6 +42,10 @@ class TxnCoordinatorStats:
     # transactions whose markers a leader refused as from an older coordinator
     markers_fenced: int = 0
     persist_failures: int = 0
+    # AddPartitionsToTxn / AddOffsetsToTxn held while their id was busy, and those whose
+    # hold ran out (answered CONCURRENT_TRANSACTIONS)
+    requests_held: int = 0
+    holds_expired: int = 0
     producer_id_blocks: int = 0
 
 

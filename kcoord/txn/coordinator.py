@@ -26,7 +26,8 @@ compared with the clock of whichever incarnation reads them later.
 (acks=all) before anyone hears of it, and applied to memory only once acknowledged, in the
 order the appends were emitted; a record holds the id's whole state, so memory is what a
 replay of the partition rebuilds. At most one transition per id is in flight; others are
-answered CONCURRENT_TRANSACTIONS meanwhile. A failed append changes nothing and answers its
+answered CONCURRENT_TRANSACTIONS meanwhile (AddPartitionsToTxn and AddOffsetsToTxn are
+held until the id settles, up to ``concurrent_transactions_hold_ms``: :mod:`.partitions`). A failed append changes nothing and answers its
 client a retriable coordinator error (COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR), as Kafka
 does; the coordinator's own writes (completions, timed-out aborts, expiries) are tried again.
 
@@ -230,7 +231,8 @@ class TransactionCoordinatorState:
 
     def close(self, now_ms: int, error_code: int = E.NOT_COORDINATOR) -> list[Action]:
         """Stop serving (the partition moved or the actor stops): every request still waiting
-        on an append is answered with ``error_code``, so the driver holds no dangling tokens."""
+        on an append or held while its id is busy is answered with ``error_code``, so the
+        driver holds no dangling tokens."""
         ctx = self._ctx
         if self._closed:
             return ctx.take()
@@ -241,6 +243,7 @@ class TransactionCoordinatorState:
             if request is not None:
                 ctx.reply(token, error_response(request, error_code, "coordinator closed"))
         self._markers.abandon()
+        self._partitions.abandon(error_code)
         ctx.transactions.clear()
         ctx.timers = Timers()
         return ctx.take()
@@ -275,6 +278,14 @@ class TransactionCoordinatorState:
     def pending_persists(self) -> list[int]:
         return self._persistence.pending_ids()
 
+    def held_requests(self, transactional_id: str) -> list[tuple[Message, int]]:
+        """The (request, deadline) of ``transactional_id``'s requests held while it is busy."""
+        return [(h.request, h.deadline_ms) for h in self._partitions.held(transactional_id)]
+
+    def held_ids(self) -> list[str]:
+        """The transactional ids with requests held now."""
+        return self._partitions.held_ids()
+
     def pending_markers(self, transactional_id: str) -> set[TopicPartition]:
         """The partitions of ``transactional_id``'s decided transaction still without marker."""
         return self._markers.pending(transactional_id)
@@ -295,6 +306,8 @@ class TransactionCoordinatorState:
                 self._markers.on_retry(tid, (key[2], key[3]), now_ms)
             elif kind == TimerKind.COMPLETE:
                 self._markers.on_complete_retry(tid, now_ms)
+            elif kind == TimerKind.HOLD:
+                self._partitions.on_hold_expired(tid, now_ms)
 
     def _complete_write(self, pending: PendingWrite, code: int, now_ms: int) -> None:
         """Apply the outcome of one append (in emission order), then let the part that made
@@ -325,6 +338,7 @@ class TransactionCoordinatorState:
             self._markers.complete_written(pending, code, now_ms)
         elif isinstance(pending, ExpireWrite):
             self._expiry.expired(pending, code, now_ms)
+        self._partitions.release(tid, now_ms)
 
 
 __all__ = ["TransactionCoordinatorState", "TxnCoordinatorStats"]

@@ -20,7 +20,7 @@ AddPartitionsToTxn was answered.
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from ..protocol import names
@@ -38,18 +38,34 @@ from .metadata import TransactionMetadata
 from .persistence import AddWrite, Persistence, txn_error_for_append
 from .records import TopicPartition
 from .state import ONGOING, check_transition
+from .timers import TimerKind
 
 E = ErrorCode
+
+#: requests of one transactional id held at once (a client has one or two in flight); more
+#: are answered CONCURRENT_TRANSACTIONS at once
+MAX_HELD_PER_ID = 8
+
+
+@dataclass
+class Held:
+    """A request waiting for its id to settle, answered by ``deadline_ms`` at the latest."""
+
+    request: AddPartitionsToTxnRequest | AddOffsetsToTxnRequest
+    token: Any
+    deadline_ms: int
 
 
 class TxnPartitions:
     def __init__(self, ctx: TxnContext, persistence: Persistence) -> None:
         self.ctx = ctx
         self.persistence = persistence
+        self._held: dict[str, list[Held]] = {}  # transactional id -> its held requests, oldest first
 
     # -- AddPartitionsToTxn --------------------------------------------------------------
 
-    def add_partitions(self, req: AddPartitionsToTxnRequest, token: Any, now_ms: int) -> None:
+    def add_partitions(self, req: AddPartitionsToTxnRequest, token: Any, now_ms: int, deadline_ms: int | None = None) -> None:
+        """``deadline_ms``: a held request served again keeps its first deadline."""
         wanted = sorted({(t, p) for t, parts in req.topics.items() for p in parts})
 
         def answer(code: int, message: str | None = None, per: dict[TopicPartition, int] | None = None) -> None:
@@ -65,6 +81,8 @@ class TxnPartitions:
             self._verify(req, wanted, answer)
             return
         meta, code, message = self._check(req)
+        if code == E.CONCURRENT_TRANSACTIONS and self._hold(req, token, now_ms, deadline_ms):
+            return
         if code != E.NONE:
             answer(code, message)
             return
@@ -106,7 +124,7 @@ class TxnPartitions:
 
     # -- AddOffsetsToTxn -----------------------------------------------------------------
 
-    def add_offsets(self, req: AddOffsetsToTxnRequest, token: Any, now_ms: int) -> None:
+    def add_offsets(self, req: AddOffsetsToTxnRequest, token: Any, now_ms: int, deadline_ms: int | None = None) -> None:
         def answer(code: int, message: str | None = None) -> None:
             self.ctx.reply(token, AddOffsetsToTxnResponse(error_code=code, error_message=message))
 
@@ -114,11 +132,89 @@ class TxnPartitions:
             answer(E.INVALID_GROUP_ID, "group id is empty")
             return
         meta, code, message = self._check(req)
+        if code == E.CONCURRENT_TRANSACTIONS and self._hold(req, token, now_ms, deadline_ms):
+            return
         if code != E.NONE:
             answer(code, message)
             return
         assert meta is not None
         self._add(meta, [self.ctx.offsets_partition(req.group_id)], token, req, now_ms, lambda: answer(E.NONE))
+
+    # -- holding while the id is busy ----------------------------------------------------
+
+    def _hold(self, req: AddPartitionsToTxnRequest | AddOffsetsToTxnRequest, token: Any, now_ms: int, deadline_ms: int | None) -> bool:
+        """Hold ``req`` until its id settles (see the module doc); False: answer it now."""
+        hold_ms = self.ctx.config.concurrent_transactions_hold_ms
+        if deadline_ms is None:
+            deadline_ms = now_ms + hold_ms
+        held = self._held.setdefault(req.transactional_id, [])
+        if hold_ms <= 0 or deadline_ms <= now_ms or len(held) >= MAX_HELD_PER_ID:
+            if not held:
+                del self._held[req.transactional_id]
+            return False
+        held.append(Held(req, token, deadline_ms))
+        self.ctx.stats.requests_held += 1
+        self._arm(req.transactional_id)
+        return True
+
+    def _arm(self, transactional_id: str) -> None:
+        held = self._held.get(transactional_id)
+        key = (TimerKind.HOLD, transactional_id)
+        if held:
+            self.ctx.timers.set(key, min(h.deadline_ms for h in held))
+        else:
+            self._held.pop(transactional_id, None)
+            self.ctx.timers.cancel(key)
+
+    def held(self, transactional_id: str) -> list[Held]:
+        """The requests of ``transactional_id`` held now (read them; never mutate them)."""
+        return list(self._held.get(transactional_id, ()))
+
+    def held_ids(self) -> list[str]:
+        return sorted(self._held)
+
+    def release(self, transactional_id: str, now_ms: int) -> None:
+        """The id's write settled: if it is no longer busy, serve its held requests again
+        in arrival order (one that finds it busy again, e.g. behind the first one's append,
+        is held again with its first deadline)."""
+        if transactional_id not in self._held:
+            return
+        meta = self.ctx.transactions.get(transactional_id)
+        if meta is not None and (meta.pending is not None or (meta.value is not None and meta.value.state.is_prepare)):
+            return
+        held = self._held.pop(transactional_id)
+        self.ctx.timers.cancel((TimerKind.HOLD, transactional_id))
+        for h in held:
+            if isinstance(h.request, AddOffsetsToTxnRequest):
+                self.add_offsets(h.request, h.token, now_ms, h.deadline_ms)
+            else:
+                self.add_partitions(h.request, h.token, now_ms, h.deadline_ms)
+
+    def on_hold_expired(self, transactional_id: str, now_ms: int) -> None:
+        """Answer CONCURRENT_TRANSACTIONS to the held requests whose hold ran out."""
+        held = self._held.get(transactional_id, [])
+        due = [h for h in held if h.deadline_ms <= now_ms]
+        self._held[transactional_id] = [h for h in held if h.deadline_ms > now_ms]
+        self._arm(transactional_id)
+        for h in due:
+            self.ctx.stats.holds_expired += 1
+            self._answer_busy(h, E.CONCURRENT_TRANSACTIONS, "the transactional id stayed busy (a transaction being completed) for the whole hold")
+
+    def abandon(self, error_code: int) -> None:
+        """The coordinator closes: answer every held request ``error_code``."""
+        held, self._held = self._held, {}
+        for tid, hs in held.items():
+            self.ctx.timers.cancel((TimerKind.HOLD, tid))
+            for h in hs:
+                self._answer_busy(h, error_code, "coordinator closed")
+
+    def _answer_busy(self, h: Held, code: int, message: str) -> None:
+        req = h.request
+        if isinstance(req, AddOffsetsToTxnRequest):
+            self.ctx.reply(h.token, AddOffsetsToTxnResponse(error_code=code, error_message=message))
+        else:
+            results = {t: {p: code for p in parts} for t, parts in req.topics.items()}
+            self.ctx.reply(h.token, AddPartitionsToTxnResponse(error_code=code, error_message=message, results=results))
 
     # -- shared --------------------------------------------------------------------------
 

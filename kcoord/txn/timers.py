@@ -18,6 +18,8 @@ class TimerKind(str, Enum):
     MARKER = "marker"
     # (COMPLETE, id): every marker is written but the COMPLETE_* record failed: try again.
     COMPLETE = "complete"
+    # (HOLD, id): the earliest deadline of the requests held while the id is busy.
+    HOLD = "hold"
 
 
 __all__ = ["TimerKind", "Timers"]

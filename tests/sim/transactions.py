@@ -135,10 +135,18 @@ class TxnProducer(Producer):
         super().pump()
         self._maybe_end()
 
+    def _done(self, b: PendingBatch, broker: int, predecessors_acked: bool, response: Message | None, kind: str) -> None:
+        super()._done(b, broker, predecessors_acked, response, kind)
+        if self.fatal is not None and self.txn_batches and not self.marker_sent:
+            # The producer stopped in a transaction; the coordinator it plays aborts it, as
+            # a real one does when transaction.timeout.ms passes (else its LSO hangs).
+            self.ending = False
+            self._maybe_end()
+
     def _maybe_end(self) -> None:
-        if self.ending is None or self.marker_in_flight or self.leader < 0 or self.fatal is not None:
+        if self.ending is None or self.marker_in_flight or self.leader < 0:
             return
-        if self.unacked():
+        if self.fatal is None and self.unacked():
             return  # every batch of the transaction first (a coordinator's EndTxn comes after them)
         cfg = self.sim.config
         self.marker_in_flight = True

@@ -21,10 +21,11 @@ from __future__ import annotations
 import random
 from typing import TYPE_CHECKING
 
+from kcoord.group.placement import coordinator_for as group_coordinator_for
 from kcoord.protocol import names
 from kcoord.protocol.codec import Message
 from kcoord.protocol.errors import ErrorCode as E
-from kcoord.protocol.txn import AddPartitionsToTxnRequest, AddPartitionsToTxnResponse
+from kcoord.protocol.txn import AddOffsetsToTxnRequest, AddPartitionsToTxnRequest, AddPartitionsToTxnResponse
 from kcoord.txn import TransactionCoordinatorState, TxnConfig
 from kcoord.txn.driver import TransactionCoordinatorDriver
 from kcoord.txn.placement import TRANSACTION_STATE_TOPIC
@@ -37,8 +38,12 @@ if TYPE_CHECKING:
     from .simulation import Simulation
 
 # Small enough that a transaction a crashed or fenced client left open is aborted well
-# within the heal phase; markers retried quickly.
-TXN_CONFIG = TxnConfig(transaction_max_timeout_ms=60_000, marker_retry_backoff_ms=50, marker_max_backoff_ms=500, append_retry_backoff_ms=100, metadata_refresh_backoff_ms=100)
+# within the heal phase; markers retried quickly; busy ids hold requests below the clients'
+# call timeout (1000 ms).
+TXN_CONFIG = TxnConfig(
+    transaction_max_timeout_ms=60_000, marker_retry_backoff_ms=50, marker_max_backoff_ms=500, append_retry_backoff_ms=100,
+    metadata_refresh_backoff_ms=100, concurrent_transactions_hold_ms=400,
+)
 
 
 def transaction_state_spec(partitions: int, brokers: int) -> TopicSpec:
@@ -67,6 +72,17 @@ class TxnCoordinatorProcess(Process):
         start_partition_owner(self, TransactionCoordinatorDriver(CLUSTER, core, **partition_owner_io(self)))
 
     def receive(self, call: Call, request: Message) -> None:
+        if isinstance(request, AddOffsetsToTxnRequest) or (isinstance(request, AddPartitionsToTxnRequest) and not request.verify_only):
+            assert self.driver is not None
+            driver = self.driver
+
+            def answered(response: Message) -> None:
+                self._check_added(driver, request, response)
+                self.sim.net.reply(call, response)
+
+            driver.serve(request, answered)
+            self.after()
+            return
         if not (isinstance(request, AddPartitionsToTxnRequest) and request.verify_only):
             super().receive(call, request)
             return
@@ -90,7 +106,31 @@ class TxnCoordinatorProcess(Process):
         callers = [a.name for s in world.slots for a in s.instances] + [r.name for r in sim.replica_list]
         return TxnCoordinatorGhost(self), callers, (TRANSACTION_STATE_TOPIC, self.index)
 
+    def _check_added(self, driver: TransactionCoordinatorDriver, request: Message, response: Message) -> None:
+        """txn-hold-none: an add answered NONE (at once, or after being held while its id was
+        busy) names the id's current transaction: ONGOING at the request's producer id and
+        epoch, holding what it added."""
+        if getattr(response, "error_code", None) != E.NONE or driver.closed:
+            return
+        core = driver.core
+        v = core.snapshot().get(request.transactional_id)
+        if isinstance(request, AddOffsetsToTxnRequest):
+            added = {(names.OFFSETS_TOPIC, group_coordinator_for(request.group_id, core.offsets_partitions))}
+        else:
+            added = {(t, p) for t, ps in request.topics.items() for p in ps}
+        if v is None or v.state.value != "Ongoing" or (v.producer_id, v.producer_epoch) != (request.producer_id, request.producer_epoch) or not added <= set(v.partitions):
+            found = None if v is None else (v.state.value, v.producer_id, v.producer_epoch, sorted(v.partitions))
+            self.sim.history.fail("txn-hold-none", self.sim.kernel.now, f"{self.name}: {type(request).__name__} of {request.transactional_id!r} (producer {request.producer_id} epoch {request.producer_epoch}, {sorted(added)}) answered NONE; the id is {found}")
+
     def observe(self) -> None:
+        # txn-hold-deadline: a request held while its id is busy never outlives its hold
+        # (answered CONCURRENT_TRANSACTIONS at its deadline at the latest)
+        if self.driver is not None and not self.driver.closed:
+            core, now = self.driver.core, self.sim.kernel.now
+            for tid in core.held_ids():
+                late = [d for _, d in core.held_requests(tid) if d <= now]
+                if late:
+                    self.sim.history.fail("txn-hold-deadline", now, f"{self.name}: {tid!r} holds a request past its deadline {min(late)}")
         world = getattr(self.sim, "txn_world", None)
         if world is not None:
             world.ledger.observe_coordinator(self)
@@ -100,6 +140,8 @@ class TxnCoordinatorProcess(Process):
         if self.driver is None or not self.driver.loaded:
             return "not loaded"
         core = self.driver.core
+        if core.held_ids():
+            return f"requests held for {core.held_ids()}"
         for tid, v in sorted(core.snapshot().items()):
             if v.state.value not in ("Empty", "CompleteCommit", "CompleteAbort", "Dead"):
                 return f"{tid} is {v.state.value} (partitions {sorted(v.partitions)}, markers pending {sorted(core.pending_markers(tid))})"

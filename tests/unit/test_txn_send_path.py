@@ -109,3 +109,41 @@ def test_an_early_add_that_fails_makes_the_transaction_abortable_and_its_batches
         assert refused is not None and refused.code == ErrorCode.TOPIC_AUTHORIZATION_FAILED
 
     asyncio.run(run())
+
+
+def test_partitions_met_just_after_the_first_go_in_the_same_add_partitions_request():
+    """The first AddPartitionsToTxn waits a moment (ADD_COALESCE_S) for ``send()`` to meet
+    the transaction's other partitions, so one request adds them all: a coordinator holding
+    it while the previous transaction's markers are written answered it alone, and the
+    others needed a second request (a persisted write) after it."""
+    from kcoord.client.producer import transactions as txn_module
+
+    m = in_txn()
+    t = Transactions(object.__new__(ClusterClient), m, flush=lambda s: None, retry_backoff_ms=1, max_block_ms=2000, request_timeout_ms=1000)
+    sent = []
+
+    async def txn_call(request, remaining_s):
+        sent.append(dict(request.topics))
+        return AddPartitionsToTxnResponse(results={topic: {p: 0 for p in ps} for topic, ps in request.topics.items()})
+
+    t._txn_call = txn_call
+
+    async def run():
+        loop = asyncio.get_running_loop()
+        m.before_append()
+        assert m.after_append(("out", 0))
+        t.add_soon(loop)
+        for _ in range(3):  # the sender's loop runs the callback, and the task its first steps
+            await asyncio.sleep(0)
+        for p in (1, 2):  # the caller's next sends, within the window
+            m.before_append()
+            assert m.after_append(("out", p))
+            t.add_soon(loop)
+        deadline = time.monotonic() + 5
+        while len(m.partitions) < 3:
+            assert time.monotonic() < deadline, sent
+            await asyncio.sleep(0.001)
+
+    asyncio.run(run())
+    assert sent == [{"out": [0, 1, 2]}]
+    assert txn_module.ADD_COALESCE_S > 0

@@ -44,6 +44,8 @@ FAST = TxnConfig(
     marker_max_backoff_ms=1_000,
     append_retry_backoff_ms=500,
     metadata_refresh_backoff_ms=100,
+    # answered at once, as Kafka does (test_txn_hold.py covers holding)
+    concurrent_transactions_hold_ms=0,
 )
 TOPICS = {"out": 4, "side": 2}
 OFFSETS_PARTITIONS = 3

@@ -4,7 +4,8 @@
 * :class:`Transactions` runs InitProducerId, AddOffsetsToTxn + TxnOffsetCommit and EndTxn
   for the producer's transactional methods (the caller's thread, through kcoord's calls
   loop), and AddPartitionsToTxn on the sender's loop: as soon as ``send()`` meets a
-  partition new to the transaction (:meth:`Transactions.add_soon`), and again before a
+  partition new to the transaction (:meth:`Transactions.add_soon`; after ADD_COALESCE_S,
+  5 ms, for the sends right after it to meet the others), and again before a
   batch goes to a partition not yet added, every partition registered since the last
   request is added in one AddPartitionsToTxn (Kafka batches them the same way), one
   request in flight at a time.
@@ -45,6 +46,13 @@ logger = logging.getLogger("kcoord.producer")
 _monotonic = time.monotonic
 
 CONCURRENT_BACKOFF_S = 0.02
+# The AddPartitionsToTxn that send() starts waits this long for send() to meet the
+# transaction's other partitions, so one request adds them: a request out alone with the
+# first partition is held by the coordinator while the previous transaction's markers are
+# written, and the others then cost a second request and write after it. 5 ms: the sticky
+# partitioner moves on after a full batch (~1 ms of sends at 100 bytes), and Kafka 4.0's
+# default linger.ms; a batch cannot leave before the add's own round trip and write anyway.
+ADD_COALESCE_S = 0.005
 
 S = TransactionState
 
@@ -239,15 +247,22 @@ class Transactions:
     def _start_adding(self) -> None:
         if self._adding is not None or not self.manager.new_partitions:
             return  # the request in flight takes them along on a retry, or the next one does
-        request = self.manager.add_partitions_request()
-        if request is None:
-            return
-        task = self._adding = asyncio.get_running_loop().create_task(self._add_partitions(request, self._deadline()))
+        task = self._adding = asyncio.get_running_loop().create_task(self._add_partitions(None, self._deadline()))
         # its failure is the transaction's (abortable) state; nobody need await it
         task.add_done_callback(lambda t: t.cancelled() or t.exception())
 
     async def _add_partitions(self, request: Any, deadline: float) -> None:
+        """``request`` None: build it after ADD_COALESCE_S (send() started it)."""
         m = self.manager
+        if request is None:
+            try:
+                await asyncio.sleep(ADD_COALESCE_S)
+                request = m.add_partitions_request()
+            finally:
+                if request is None:
+                    self._adding = None
+            if request is None:
+                return
         current = [request]
 
         def send(remaining_s: float) -> Any:
