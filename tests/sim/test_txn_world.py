@@ -159,8 +159,9 @@ def test_a_wire_client_at_endtxn_v0_3_shows_kafkas_17754_window(monkeypatch) -> 
 
     monkeypatch.setattr(txn_clients, "WIRE_V0_3_EVERY", 1)
     monkeypatch.setattr(txn_clients, "STALE_END_WITHOUT_BUMP", True)
-    # each of these seeds hit the window once (of seeds 0-39: the delayed EndTxn comes rarely)
-    results = [run_seed(s, transactions=True) for s in (22, 23, 28, 34, 35)]
+    # 22, 23, 28 and 35 hit the window once each (the delayed EndTxn comes rarely); in 4 the
+    # self-coordinating producer stopped in a transaction and its LSO hung until it aborted it
+    results = [run_seed(s, transactions=True) for s in (4, 22, 23, 28, 35)]
     assert all(r.ok for r in results), [r.report() for r in results if not r.ok][:1]
     assert sum(r.stats.get("txa_kafka_17754_window", 0) for r in results) >= 1, [r.stats for r in results]
 
