@@ -72,8 +72,9 @@ from kcoord.protocol.replication import (
     ProduceResponse,
 )
 
-from .checks import AckedBatch, record_value
 from .kernel import OK
+from .log_reading import record_value
+from .partition_history import AckedBatch
 from .processes import CLUSTER
 
 if TYPE_CHECKING:

@@ -39,19 +39,21 @@ from kcoord.replication.metadata import PartitionState, TopicState, decode_trust
 from kcoord.replication.placement import PLACEMENT_KEY, decode_binding
 from kcoord.replication.roles import LEADER, OFFLINE
 
-from .checks import History, Violation, read_log
+from .checks import History, Violation
 from .clients import Admin, Member, Producer, Reader
-from .security import SecurityAdmin
 from .faults import Nemesis
+from .final_checks import check_partition_logs
 from .kernel import Kernel, NetParams, Network, resume
+from .log_reading import read_log
 from .processes import HEAD, ControllerProcess, CoordinatorGhost, CoordinatorProcess, Machine, ReplicaGhost, ReplicaProcess
 from .scenario import Scenario, TopicSpec
+from .security import SecurityAdmin
 from .store import FaultyStore
 from .transactions import CommittedReader, TxnLedger, TxnProducer
 from .transactions import final_checks as txn_final_checks
+from .txn_groups import TxnOffsetCommitter
 from .txn_verify import CoordinatorStandIn, LateWriter
 from .txn_verify import final_checks as late_write_checks
-from .txn_groups import TxnOffsetCommitter
 from .txn_world import TxnWorld, state_topic
 
 KINDS = ("replication", "groups")
@@ -326,7 +328,7 @@ class Simulation:
             assert p is not None
             leader = self.replicas[(topic, partition, p.leader)]
             logs = {b: self.replicas[(topic, partition, b)].replica.log for b in replicas}
-            self.history.final_checks((topic, partition), p.leader, logs, leader.replica.hw, self.kernel.now)
+            check_partition_logs(self.history, (topic, partition), p.leader, logs, leader.replica.hw, self.kernel.now)
         if self.security_admin is not None and self.controller.core is not None:
             self.security_admin.check(self.controller.core)
         if self.scenario.txn_producers:

@@ -46,12 +46,13 @@ from kcoord.protocol.replication import READ_COMMITTED, FetchRequest, FetchRespo
 from kcoord.protocol.txn import WriteTxnMarkerRequest, WriteTxnMarkerResponse
 from kcoord.replication.roles import LEADER
 
-from .checks import record_value
 from .clients import METHOD, RETRIABLE_METADATA, PendingBatch, Producer, Reader
 from .kernel import OK
+from .log_reading import record_value
 
 if TYPE_CHECKING:
-    from .checks import History, PartitionHistory
+    from .checks import History
+    from .partition_history import PartitionHistory
     from .processes import ReplicaProcess
     from .scenario import TopicSpec
     from .simulation import Simulation
