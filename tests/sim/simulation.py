@@ -39,13 +39,16 @@ from kcoord.replication.metadata import PartitionState, TopicState, decode_trust
 from kcoord.replication.placement import PLACEMENT_KEY, decode_binding
 from kcoord.replication.roles import LEADER, OFFLINE
 
+from .admin import Admin
 from .checks import History, Violation
-from .clients import Admin, Member, Producer, Reader
 from .faults import Nemesis
 from .final_checks import check_partition_logs
+from .group_member import Member
 from .kernel import Kernel, NetParams, Network, resume
 from .log_reading import read_log
 from .processes import HEAD, ControllerProcess, CoordinatorGhost, CoordinatorProcess, Machine, ReplicaGhost, ReplicaProcess
+from .producer import Producer
+from .reader import Reader
 from .scenario import Scenario, TopicSpec
 from .security import SecurityAdmin
 from .store import FaultyStore

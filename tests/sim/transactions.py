@@ -46,9 +46,11 @@ from kcoord.protocol.replication import READ_COMMITTED, FetchRequest, FetchRespo
 from kcoord.protocol.txn import WriteTxnMarkerRequest, WriteTxnMarkerResponse
 from kcoord.replication.roles import LEADER
 
-from .clients import METHOD, RETRIABLE_METADATA, PendingBatch, Producer, Reader
+from .clients import METHOD, RETRIABLE_METADATA
 from .kernel import OK
 from .log_reading import record_value
+from .producer import PendingBatch, Producer
+from .reader import Reader
 
 if TYPE_CHECKING:
     from .checks import History
