@@ -2,7 +2,7 @@
 
 Invariant **config**: an acknowledged topic config is never replaced by an older one on
 any replica. Operators' alters of one topic go one at a time, each retried until it is
-acknowledged (:class:`~tests.sim.clients.Admin`), so the i-th alter leads to exactly one
+acknowledged (:class:`~tests.sim.admin.Admin`), so the i-th alter leads to exactly one
 config, *version* i (version 0 is the creation config). A replica runs version i when its
 log and replication settings are those of version i. Versions repeat (flush.messages on,
 off, on again), so a replica's version is followed step by step: when its settings change,

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from .checks import PartitionHistory
+    from .partition_history import PartitionHistory
     from .processes import ReplicaProcess
 
 

@@ -18,7 +18,8 @@ import sys
 import time
 from pathlib import Path
 
-from .simulation import KINDS, MODES, run_seed
+from .sim_config import KINDS, MODES
+from .simulation import run_seed
 
 
 def parse_seeds(spec: str) -> list[int]:

@@ -19,7 +19,8 @@ from pathlib import Path
 import pytest
 
 from .run import code_digest, parse_seeds, run_many, simulated_modules
-from .simulation import SimConfig, Simulation, run_seed
+from .sim_config import SimConfig
+from .simulation import Simulation, run_seed
 
 DEFAULT_SEEDS = 700  # the CI suite's share of its 35-minute budget; `make sim` runs more
 CHUNKS = 10

@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import random
 import re
-from collections import deque
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
@@ -46,12 +45,15 @@ from kcoord.protocol.replication import READ_COMMITTED, FetchRequest, FetchRespo
 from kcoord.protocol.txn import WriteTxnMarkerRequest, WriteTxnMarkerResponse
 from kcoord.replication.roles import LEADER
 
-from .checks import record_value
-from .clients import METHOD, RETRIABLE_METADATA, PendingBatch, Producer, Reader
+from .clients import METHOD, RETRIABLE_METADATA
 from .kernel import OK
+from .log_reading import record_value
+from .producer import PendingBatch, Producer
+from .reader import Reader
 
 if TYPE_CHECKING:
-    from .checks import History, PartitionHistory
+    from .checks import History
+    from .partition_history import PartitionHistory
     from .processes import ReplicaProcess
     from .scenario import TopicSpec
     from .simulation import Simulation

@@ -44,9 +44,9 @@ from kcoord.protocol.errors import ErrorCode as E
 from kcoord.protocol.replication import ProduceRequest, ProduceResponse
 from kcoord.protocol.txn import AddPartitionsToTxnRequest, AddPartitionsToTxnResponse
 
-from .checks import record_value
 from .clients import RETRIABLE_METADATA, Client
 from .kernel import OK, Call
+from .log_reading import record_value
 
 if TYPE_CHECKING:
     from .simulation import Simulation
