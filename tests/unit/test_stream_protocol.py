@@ -269,7 +269,7 @@ def check(w: World) -> None:
 
 @pytest.mark.parametrize("max_records", [None, 3])
 def test_model_single_driver_with_crashes(max_records):
-    for seed in range(300):
+    for seed in range(200):
         check(explore(seed, crashes=3, copies=0, max_records=max_records))
 
 
