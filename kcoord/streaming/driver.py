@@ -260,7 +260,7 @@ class StreamDriver:
         self._member = member
         member.subscribe(topics=topics)
         deadline = time.monotonic() + self.timeout_s
-        while not member.assignment():
+        while member.group_metadata().generation_id < 0:  # joined (assigned or not: another member may hold them all)
             if time.monotonic() > deadline:
                 raise KafkaError(ErrorCode.REQUEST_TIMED_OUT, f"query {self.name!r}: joining group {self.group!r} took over {self.timeout_s:.0f} s")
             self._keep_membership(timeout_ms=200)
