@@ -259,7 +259,12 @@ class _RayDataEngine:
         out = self.transform(ds, plan.batch)
         if not isinstance(out, ray.data.Dataset):
             raise TypeError(f"transform must return a ray.data.Dataset, got {type(out).__name__}")
+        # Per-key order: blocks written by concurrent tasks would interleave in an output
+        # partition, so the blocks are taken in order and written by one task.
+        out.context.execution_options.preserve_order = True
         refs = out.to_arrow_refs()  # materialized: the blocks are fixed
+        if len(refs) > 1:
+            refs = [ray.put(pa.concat_tables(ray.get(refs)))]
         schema = out.schema()
         names = list(schema.names) if schema is not None else []
         unknown = [n for n in names if n not in SINK_COLUMNS]
