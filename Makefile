@@ -8,7 +8,7 @@ DURATION ?= 160
 SEEDS ?= 1000
 JOBS ?= 0
 
-.PHONY: demo test unit sim chaos bench clean-venv
+.PHONY: demo test unit sim chaos stream-kill bench clean-venv
 
 # The tested set of every dependency: constraints.txt (pyproject.toml has the ranges).
 $(STAMP): pyproject.toml constraints.txt
@@ -34,6 +34,10 @@ sim: $(STAMP)
 
 chaos: $(STAMP)
 	KCOORD_CHAOS_SECONDS=$(DURATION) $(BIN)/python -m pytest -m chaos tests/chaos -s
+
+# Streaming drivers SIGKILLed mid-batch and restarted in new processes (minutes; not in make test).
+stream-kill: $(STAMP)
+	KCOORD_STREAM_KILL=1 $(BIN)/python -m pytest tests/spark/test_stream_kill.py -q
 
 bench: $(STAMP)
 	$(BIN)/kcoord bench --out bench-results

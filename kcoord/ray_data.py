@@ -31,7 +31,7 @@ from .spark.frames import ISOLATION_NAMES, begin_write, check_transactional_writ
 from .txn_write import PreparedTask, prepare_task, task_transactional_id
 from .spark.offsets import OffsetPlan, isolation_level_id, plan_offsets, topic_metadata
 
-__all__ = ["read", "read_plan", "write", "ARROW_SCHEMA"]
+__all__ = ["read", "read_plan", "stream", "write", "ARROW_SCHEMA"]
 
 ARROW_SCHEMA = _tasks.ARROW_SCHEMA
 
@@ -124,6 +124,7 @@ def _write_block(
     columns: dict[str, str],
     on_block_written: Callable[[int], Any] | None,
     txn_prefix: str | None = None,
+    attempt_tag: str = "",
 ) -> tuple[int, int, dict[int, list[int]], PreparedTask | None]:
     renamed = {}
     for target, source in columns.items():
@@ -132,7 +133,8 @@ def _write_block(
     if txn_prefix is not None:
         # Every attempt in its own transaction, left prepared for the driver (kcoord.txn_write);
         # Ray does not tell a task its attempt number, so a random one names the attempt.
-        tid = task_transactional_id(txn_prefix, index, uuid.uuid4().hex[:12])
+        # (attempt_tag: a streaming driver's epoch, kcoord.streaming)
+        tid = task_transactional_id(txn_prefix, index, attempt_tag + uuid.uuid4().hex[:12])
 
         def produce(producer: Any) -> dict[int, list[int]]:
             return _tasks.produce_batches(ref, topic, table.to_batches(), producer_id=None, value_format=value_format, producer=producer)
@@ -224,3 +226,88 @@ def write(
         for p, (records, batches, dups) in stats.items():
             result.add(index, p, records, batches, dups)
     return result.sort()
+
+
+# ------------------------------------------------------------------------------------------
+# streaming (kcoord.streaming)
+# ------------------------------------------------------------------------------------------
+class _RayDataEngine:
+    """Runs a streaming batch on Ray Data: read the plan's ranges (one read task per input
+    partition, read committed), ``transform(ds, batch_id)``, then one prepared
+    transaction per output block (:mod:`kcoord.streaming`)."""
+
+    def __init__(self, cluster: ClusterClient, sink: str | None, transform: Any, foreach_batch: Any, value_format: str) -> None:
+        self.cluster = cluster
+        self.sink = sink
+        self.transform = transform
+        self.foreach_batch = foreach_batch
+        self.value_format = value_format
+
+    def run_tasks(self, plan: Any, attempt_tag: str) -> tuple[list[PreparedTask], int]:
+        from .protocol.replication import READ_COMMITTED
+        from .spark.frames import ColumnError
+        from .spark.offsets import OffsetRange
+        from .spark.stream import SINK_COLUMNS
+
+        ranges = [OffsetRange(r.topic, r.partition, r.start, r.end) for r in plan.ranges if r.size]
+        if not ranges:
+            return [], 0
+        ds = read_plan(self.cluster, OffsetPlan(ranges[0].topic, {}, {}, {}, {}, ranges=ranges, isolation_level=READ_COMMITTED))
+        if self.foreach_batch is not None:
+            self.foreach_batch(ds, plan.batch)
+            return [], 0
+        out = self.transform(ds, plan.batch)
+        if not isinstance(out, ray.data.Dataset):
+            raise TypeError(f"transform must return a ray.data.Dataset, got {type(out).__name__}")
+        # Per-key order: blocks written by concurrent tasks would interleave in an output
+        # partition, so the blocks are taken in order and written by one task.
+        out.context.execution_options.preserve_order = True
+        refs = out.to_arrow_refs()  # materialized: the blocks are fixed
+        if len(refs) > 1:
+            refs = [ray.put(pa.concat_tables(ray.get(refs)))]
+        schema = out.schema()
+        names = list(schema.names) if schema is not None else []
+        unknown = [n for n in names if n not in SINK_COLUMNS]
+        if refs and ("value" not in names or unknown):
+            problem = "has no 'value' column" if "value" not in names else f"has columns the Kafka sink does not take: {unknown}"
+            raise ColumnError(f"the transform's output {problem}; its columns are {names}. The sink takes value (required), key, headers, partition and topic")
+        columns = {c: c for c in ("value", "key", "headers", "partition") if c in names}
+        ref = _tasks.ClusterRef.of(self.cluster)
+        futures = [
+            _write_block.remote(block, i, ref, self.sink, None, "all", self.value_format, columns, None, plan.prefix, attempt_tag)
+            for i, block in enumerate(refs)
+        ]
+        answers = ray.get(futures)
+        prepared = [p for *_, p in answers if p is not None]
+        return prepared, sum(p.records for p in prepared)
+
+
+def stream(
+    cluster: ClusterClient,
+    source: str | list[str] | None = None,
+    *,
+    group_id: str,
+    transform: Callable[["ray.data.Dataset", int], "ray.data.Dataset"] | None = None,
+    foreach_batch: Callable[["ray.data.Dataset", int], Any] | None = None,
+    sink: str | None = None,
+    trigger_interval_ms: int = 500,
+    max_records_per_trigger: int | None = None,
+    starting_offsets: str = "latest",
+    name: str | None = None,
+    pattern: str | None = None,
+    value_format: str = "json",
+) -> Any:
+    """:func:`kcoord.spark.stream` on Ray Data: ``transform(ds, batch_id)`` gets a Dataset
+    with Spark's Kafka source columns and returns one with the sink's columns (``value``
+    required; ``key``, ``headers``, ``partition`` optional), written to ``sink`` exactly
+    once with the group's offsets. Returns a :class:`kcoord.streaming.query.StreamingQuery`."""
+    from .spark.stream import start_query
+
+    if value_format not in VALUE_FORMATS:
+        raise ValueError(f"value_format must be one of {VALUE_FORMATS}, got {value_format!r}")
+    engine = _RayDataEngine(cluster, sink, transform, foreach_batch, value_format)
+    return start_query(
+        cluster, engine, source, group_id=group_id, sink=sink, transform=transform, foreach_batch=foreach_batch,
+        trigger_interval_ms=trigger_interval_ms, max_records_per_trigger=max_records_per_trigger,
+        starting_offsets=starting_offsets, name=name, pattern=pattern,
+    )

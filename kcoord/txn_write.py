@@ -58,6 +58,10 @@ DECISIONS_TOPIC = "_kcoord-txn-writes"
 DECISION_PARTITIONS = 1
 DECISION_VERSION = 1
 
+#: ``PreparedTask.written`` of a transaction that holds group offsets and no records
+#: (``{OFFSETS_ONLY: 0}``): the driver commits it although it wrote nothing.
+OFFSETS_ONLY = -1
+
 COMMIT = "commit"  # decided: these transactions are to be committed
 DONE = "done"  # committed, and the others of the prefix aborted
 
@@ -118,11 +122,18 @@ class Decision:
         return Decision(self.prefix, self.topic, state, self.tasks)
 
 
-def check_prefix(prefix: Any) -> str:
+def check_prefix(prefix: Any, *, batch: bool = False) -> str:
     """A write's ``transactional_id`` prefix: a non-empty str without ``/`` (the separator
-    of the tasks' transactional ids)."""
+    of the tasks' transactional ids); ``batch``: a streaming query's batch prefix
+    ``{name}/{batch}`` (:mod:`kcoord.streaming`), whose task ids cannot be taken for a
+    plain write's (those have three parts, these four)."""
     if not isinstance(prefix, str) or not prefix.strip():
         raise ValueError(f"transactional_id must be a non-empty string (the prefix of the tasks' transactional ids), got {prefix!r}")
+    if batch:
+        name, _, number = prefix.partition("/")
+        if not name or "/" in name or not number.isdigit():
+            raise ValueError(f"a streaming batch's prefix is '<query name>/<batch>', got {prefix!r}")
+        return prefix
     if "/" in prefix:
         raise ValueError(f"transactional_id {prefix!r} must not contain '/': the tasks' ids are '<transactional_id>/<task>/<attempt>'")
     return prefix
@@ -180,12 +191,28 @@ class TransactionalWrite:
             prepared = run_tasks()   # each task: prepare_task(...), attempt ids from task_transactional_id
             done = tw.commit(prepared)
 
-    ``timeout_s`` bounds each call to a coordinator or leader.
+    ``timeout_s`` bounds each call to a coordinator or leader. ``batch``: ``prefix`` is a
+    streaming batch's (see :func:`check_prefix`). ``record``: appends a decision instead of
+    a plain producer (a streaming driver's fenced transactional one); ``isolation_level``:
+    how :meth:`last_decision` reads the decision topic (``"read_committed"`` with such a
+    ``record``).
     """
 
-    def __init__(self, cluster: ClusterClient, prefix: str, *, topic: str = "", timeout_s: float = 120.0) -> None:
+    def __init__(
+        self,
+        cluster: ClusterClient,
+        prefix: str,
+        *,
+        topic: str = "",
+        timeout_s: float = 120.0,
+        batch: bool = False,
+        record: Callable[[TopicPartition, bytes, bytes], None] | None = None,
+        isolation_level: str = "read_uncommitted",
+    ) -> None:
         self.cluster = cluster
-        self.prefix = check_prefix(prefix)
+        self.prefix = check_prefix(prefix, batch=batch)
+        self._append = record
+        self.isolation_level = isolation_level
         self.topic = topic
         self.timeout_s = timeout_s
         self._coordinators = TransactionCoordinators(cluster)
@@ -224,7 +251,7 @@ class TransactionalWrite:
         tp = self._decisions_partition()
         key = self.prefix.encode()
         found: bytes | None = None
-        with Consumer(cluster=self.cluster, auto_offset_reset="earliest", enable_auto_commit=False) as consumer:
+        with Consumer(cluster=self.cluster, auto_offset_reset="earliest", enable_auto_commit=False, isolation_level=self.isolation_level) as consumer:
             consumer.assign([tp])
             consumer.seek_to_beginning(tp)
             end = consumer.end_offsets([tp])[tp]
@@ -240,13 +267,18 @@ class TransactionalWrite:
 
     def _record(self, decision: Decision) -> None:
         tp = self._decisions_partition()
+        if self._append is not None:
+            self._append(tp, self.prefix.encode(), decision.encode())
+            return
         with Producer(self.cluster, acks="all", linger_ms=0) as producer:
             producer.send(tp.topic, key=self.prefix.encode(), value=decision.encode(), partition=tp.partition).get(timeout=self.timeout_s)
 
     # -- the transaction coordinators -------------------------------------------------------
-    def open_transactions(self) -> list[str]:
-        """The transactional ids of this prefix's tasks whose transaction is open (Ongoing:
-        prepared, or still being written), from every transaction coordinator."""
+    def open_transactions(self, ids: "re.Pattern[str] | None" = None) -> list[str]:
+        """The transactional ids of this prefix's tasks (or those ``ids`` matches) whose
+        transaction is open (Ongoing: prepared, or still being written), from every
+        transaction coordinator."""
+        match = ids or self._ids
         out: list[str] = []
         for i in range(self._coordinators.count()):
             response = self.cluster.calls.run(
@@ -254,7 +286,7 @@ class TransactionalWrite:
             )
             if response.error_code:
                 raise KafkaError(response.error_code, response.error_message or f"ListTransactions on transaction coordinator {i} failed")
-            out.extend(t.transactional_id for t in response.transactions if self._ids.fullmatch(t.transactional_id))
+            out.extend(t.transactional_id for t in response.transactions if match.fullmatch(t.transactional_id))
         return sorted(out)
 
     def _state(self, transactional_id: str) -> str:
@@ -277,8 +309,9 @@ class TransactionalWrite:
             producer.init_transactions()
 
     def _commit_one(self, task: PreparedTask) -> None:
-        if not task.records:
+        if not task.written:
             return  # a task with no rows: its transaction never reached the coordinator
+        # (a transaction with offsets and no records says written={OFFSETS_ONLY: 0})
         state = self._state(task.transactional_id)
         if state in ("PrepareCommit", "CompleteCommit"):
             return  # committed already (by a driver that died before recording DONE)
@@ -300,6 +333,14 @@ class TransactionalWrite:
         with ThreadPoolExecutor(max_workers=min(8, len(items)), thread_name_prefix="kcoord-txn-write") as pool:
             for f in [pool.submit(fn, x) for x in items]:
                 f.result()
+
+    def transaction_state(self, transactional_id: str) -> str:
+        """DescribeTransactions' state of ``transactional_id`` ("" when unknown)."""
+        return self._state(transactional_id)
+
+    def abort_ids(self, ids: Iterable[str]) -> None:
+        """Abort the open transactions of ``ids`` (a new instance of each fences it)."""
+        self._parallel(self._abort, list(ids))
 
     # -- the protocol -----------------------------------------------------------------------
     def abort_open(self, keep: Iterable[str] = ()) -> list[str]:
@@ -347,6 +388,7 @@ __all__ = [
     "DECISIONS_TOPIC",
     "DONE",
     "Decision",
+    "OFFSETS_ONLY",
     "PreparedTask",
     "TransactionalWrite",
     "TxnWriteError",

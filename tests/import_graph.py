@@ -31,7 +31,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("calls", ("kcoord.calls", "kcoord.channel", "kcoord.actors.runtime", "kcoord.actors.gcs_store")),
     ("kafka", ("kcoord.kafka",)),
     ("client", ("kcoord.client",)),
-    ("readers", ("kcoord.spark", "kcoord.ray_data", "kcoord.txn_write")),
+    ("readers", ("kcoord.spark", "kcoord.ray_data", "kcoord.txn_write", "kcoord.streaming")),
     ("shells", ("kcoord.actors",)),
     ("cluster", ("kcoord.cluster",)),
     ("tools", ("kcoord.cli", "kcoord.bench", "kcoord.dashboard", "kcoord")),

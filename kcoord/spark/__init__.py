@@ -7,6 +7,8 @@ read and commit consumer-group offsets.
     df = ks.read(spark, cluster, "events", starting_offsets="group:g1")   # Kafka source schema
     ks.committed_offsets(spark, cluster, "g1")         # group, topic, partition, offset, ...
     ks.commit(cluster, "g1", {"events": {0: 120, 1: 98}})
+    q = ks.stream(spark, cluster, "events", group_id="etl", sink="out",     # continuous, exactly once
+                  transform=lambda df, batch_id: df.selectExpr("key", "upper(CAST(value AS STRING)) AS value"))
     ks.stop()
 
 Executor tasks reach kcoord's actors directly (RayDP executors are Ray actors); the data
@@ -14,7 +16,8 @@ moves as Arrow batches between the JVM and Python (``mapInArrow``). Importing th
 does not import pyspark; the functions do.
 
 Modules: :mod:`.session` (the RayDP session), :mod:`.frames` (write/read),
-:mod:`.groups` (offsets as DataFrame, standalone commit), :mod:`.offsets` (offset specs
+:mod:`.groups` (offsets as DataFrame, standalone commit), :mod:`.stream` (micro-batch
+queries, :mod:`kcoord.streaming`), :mod:`.offsets` (offset specs
 and ranges) and :mod:`.tasks` (the executor-side I/O, shared with :mod:`kcoord.ray_data`).
 """
 
@@ -28,6 +31,7 @@ from .frames import KAFKA_SCHEMA_DDL, ColumnError, WriteResult, allocate_produce
 from .groups import commit, committed_offsets
 from .offsets import OffsetPlan, OffsetRange, OffsetSpecError, plan_offsets
 from .session import JAVA_OPTIONS, session, spark_configs, stop
+from .stream import StreamingQuery, StreamingQueryException, stream
 
 __all__ = [
     "ColumnError",
@@ -47,5 +51,8 @@ __all__ = [
     "session",
     "spark_configs",
     "stop",
+    "stream",
+    "StreamingQuery",
+    "StreamingQueryException",
     "write",
 ]

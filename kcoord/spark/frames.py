@@ -211,6 +211,7 @@ def _write_task(
     batch_bytes: int,
     on_task_written: Callable[[int, int], Any] | None,
     txn_prefix: str | None = None,
+    attempt_tag: str = "",
 ) -> Iterator[pa.RecordBatch]:
     from pyspark import TaskContext
 
@@ -221,7 +222,8 @@ def _write_task(
         raise RuntimeError(f"write planned {tasks} Spark partitions but task {task} ran: the DataFrame's partitioning changed between planning and execution")
     if txn_prefix is not None:
         # Every attempt in its own transaction, left prepared for the driver (kcoord.txn_write).
-        tid = task_transactional_id(txn_prefix, task, f"{attempt}.{ctx.taskAttemptId()}")  # taskAttemptId: unique in the app
+        # taskAttemptId: unique in the app; attempt_tag: a streaming driver's epoch (kcoord.streaming)
+        tid = task_transactional_id(txn_prefix, task, f"{attempt_tag}{attempt}.{ctx.taskAttemptId()}")
 
         def produce(producer: Any) -> dict[int, list[int]]:
             return _tasks.produce_batches(
