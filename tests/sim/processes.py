@@ -199,7 +199,12 @@ class ReplicaProcess(Process):
             cluster=CLUSTER,
             transport=SimTransport(sim.net, self, identity, after=self.after, on_call=self._on_call, route=sim.route_call),
             clock=SimClock(sim.kernel, self, after=self.after),
-            timeouts=ReplicaTimeouts(call_ms=sim.config.call_timeout_ms, idle_wake_ms=1000),
+            timeouts=ReplicaTimeouts(
+                call_ms=sim.config.call_timeout_ms,
+                # scaled down with call_ms (production: 2 s of 10 s)
+                alter_partition_ms=ReplicaTimeouts.alter_partition_ms * sim.config.call_timeout_ms // ReplicaTimeouts.call_ms,
+                idle_wake_ms=1000,
+            ),
             trace=(lambda m: sim.trace(f"{self.incarnation_id} {m}")) if sim.tracing else None,
             # the partitions of __transaction_state (txn_world.py); the leaders' KIP-890 checks
             # for the old TxnProducer's id are routed to txn_verify.py's stand-in (route_call)
