@@ -44,6 +44,7 @@ from .clients import Admin, Member, Producer, Reader
 from .security import SecurityAdmin
 from .faults import Nemesis
 from .kernel import Kernel, NetParams, Network, resume
+from .rejoin import RejoinWatch
 from .processes import HEAD, ControllerProcess, CoordinatorGhost, CoordinatorProcess, Machine, ReplicaGhost, ReplicaProcess
 from .scenario import Scenario, TopicSpec
 from .store import FaultyStore
@@ -311,6 +312,7 @@ class Simulation:
             pass
         self._heal()
         heal_started = k.now
+        RejoinWatch(self).start()  # invariant isr-rejoin (rejoin.py)
         k.after(200, self._check_quiet)
         while self.phase == "heal" and k.now - heal_started < cfg.heal_timeout_ms and k.step():
             pass
