@@ -3,16 +3,20 @@ ISR within a bound (issue 32: the chaos run's longest client waits were caught-u
 left outside the ISR while ``min.insync.replicas`` froze the HW).
 
 From the heal on, every ``SAMPLE_MS`` the watch looks at each partition as the metadata
-store holds it. A follower *waits* while all of this holds: the controller is up and booted;
-the stored leader's process is up and leads the stored leader epoch; the follower's process
-is up, follows that epoch and its log ends where the leader's does, and the leader has heard
-so from that process (a fetch at its log end since the heal); and the stored ISR leaves it out. (A fetch
-lost before the heal delays the leader's hearing by the follower's fetch timeout; that is
-the fetch's, not the ISR's, and not counted.) A wait longer than the bound fails -- ``replica.lag.time.max.ms`` of the
-topic, the same window in which a leader must not drop a caught-up follower (isr-liveness),
-at most ``MAX_BOUND_MS``. Within it fit a lost proposal's timeout and backoff (the drivers'
-AlterPartition timeout), a refusal while the controller has not heard the follower yet (its
-follower heartbeat interval) and the follower's next fetch.
+store holds it. A follower *waits* while all of this holds: the controller is up and
+booted; the stored leader's process is up and leads the stored leader epoch; the follower's
+process is up, follows that epoch and its log ends where the leader's does, and the leader
+has heard so from that process (a fetch at its log end since the heal); and the stored ISR
+leaves it out. (A fetch lost before the heal delays the leader's hearing by the follower's
+fetch timeout; that is the fetch's, not the ISR's, and not counted.)
+
+A wait longer than the bound fails: ``replica.lag.time.max.ms`` of the topic (the window
+in which a leader must not drop a caught-up follower, isr-liveness) plus the controller's
+``session_timeout_ms``. The lag window holds a lost proposal's timeout and backoff (the
+drivers' AlterPartition timeout) and the follower's next fetch; the session timeout is
+what a controller that has not heard the follower's process yet may take to hear it: it
+refuses the follower until then (KIP-903), and it gives up a heartbeat whose answer was
+lost before the heal only after the session timeout (seed 352: 1.3 s past the heal).
 
 A wait ends (and starts over) when any condition fails, e.g. the leader appends and the
 follower is one batch behind: only an unbroken span of being caught up counts, which is what
@@ -29,7 +33,6 @@ if TYPE_CHECKING:
     from .simulation import Simulation
 
 SAMPLE_MS = 20
-MAX_BOUND_MS = 1_000
 
 
 class RejoinWatch:
@@ -80,7 +83,7 @@ class RejoinWatch:
             if not lead.up or lead.paused or r is None or r.role != LEADER or r.leader_epoch != p.leader_epoch:
                 continue
             leo = r.log.log_end_offset
-            bound = min(MAX_BOUND_MS, r.config.replica_lag_time_max_ms)
+            bound = r.config.replica_lag_time_max_ms + sim.controller_config.session_timeout_ms
             for b in replicas:
                 if b in p.isr:
                     continue
