@@ -51,10 +51,19 @@ class ReplicaTimeouts:
     the timer's nap when the core has no timed work (an idle follower with its fetch
     parked): the core reports every deadline it has, so the nap is only a backstop, and
     each wake costs an idle replica CPU (issue 17; the shell's metrics ride on every step,
-    not on the nap)."""
+    not on the nap).
+
+    ``alter_partition_ms``: a leader's AlterPartition has its own, shorter timeout. Only one
+    is in flight per partition, so a lost request or answer holds every ISR change --
+    a caught-up follower's return, and with it the HW under ``min.insync.replicas`` --
+    until it times out; the core then proposes again after
+    ``alter_partition_backoff_ms`` (Kafka's AlterPartitionManager retries likewise). A
+    resend is safe: the controller answers a copy of a change it applied with that change
+    (issue 32: the chaos run's follower caught up but outside the ISR for ~11 s)."""
 
     call_ms: int = 10_000
     idle_wake_ms: int = 30_000
+    alter_partition_ms: int = 2_000
 
 
 class ReplicaDriver(Serving):
@@ -251,7 +260,7 @@ class ReplicaDriver(Serving):
             if self._trace is not None and r.isr != old:
                 self._trace(f"ISR changed {old} -> {r.isr} (partition epoch {r.partition_epoch})")
 
-        self._transport.call(self._controller, "alter_partition", req, AlterPartitionResponse, self.timeouts.call_ms, done)
+        self._transport.call(self._controller, "alter_partition", req, AlterPartitionResponse, self.timeouts.alter_partition_ms, done)
 
     def _verify_txn(self, action: VerifyTxn) -> None:
         """Ask ``action.request.transactional_id``'s coordinator; first learn how many there

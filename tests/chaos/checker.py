@@ -42,8 +42,10 @@ controller named, or did not sample for over ``GAP_S``) or fewer live replicas t
 ``min_insync_replicas``) is subtracted; from a consumer's, the time without a live leader,
 the time the group had no live coordinator (the group's coordinator did not answer
 the observer within a second or had not loaded its partition) and the time that
-coordinator's ``__consumer_offsets`` partition had no live leader (a rebalance cannot
-persist its assignment without one). Histories without coordinator or
+coordinator's ``__consumer_offsets`` partition had no live leader or fewer live replicas
+than its ``min.insync.replicas`` (a rebalance cannot persist its assignment, nor a member
+its commit -- which the members make between polls -- without them; ``final.json``'s
+``offsets_min_insync_replicas``, else the data topic's, which every run so far gave both). Histories without coordinator or
 ``__consumer_offsets`` samples leave those out. The raw figures (nothing subtracted) are
 reported next to them.
 
@@ -444,14 +446,16 @@ def leaderless_by_partition(run: Run, topic: str | None = None, min_live: int = 
 
 def group_unserved(run: Run) -> Leaderless | None:
     """Time the group could not be served: its coordinator not answering or not loaded,
-    or that coordinator's ``__consumer_offsets`` partition without a live leader. None when
+    or that coordinator's ``__consumer_offsets`` partition without a live leader or with
+    fewer live replicas than its min.insync.replicas (no commit can be acknowledged). None when
     the history has no coordinator samples (an older run): nothing is known then."""
     samples = [(e["t"], bool(e.get("live"))) for e in run.observer if e["type"] == "coordinator"]
     if not samples:
         return None
     out = Leaderless(samples)
     index = next((e.get("index") for e in run.observer if e["type"] == "coordinator"), None)
-    offsets = leaderless_by_partition(run, OFFSETS).get(index)
+    min_live = int(run.final.get("offsets_min_insync_replicas", run.final.get("min_insync_replicas", 0)))
+    offsets = leaderless_by_partition(run, OFFSETS, min_live=min_live).get(index)
     return out.union(offsets) if offsets is not None else out
 
 

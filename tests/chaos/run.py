@@ -513,7 +513,9 @@ def main(argv: list[str] | None = None) -> int:
     txn_topics: tuple[str, ...] = (OUT_TOPIC, "__transaction_state") if args.txn_workers else ()
     nemesis = None
     observer = None
-    final: dict = {"topic": TOPIC, "group": GROUP, "seed": args.seed, "seconds": args.seconds, "min_insync_replicas": MIN_ISR}
+    final: dict = {"topic": TOPIC, "group": GROUP, "seed": args.seed, "seconds": args.seconds, "min_insync_replicas": MIN_ISR,
+                   # __consumer_offsets' (cluster/internal_topics.py: min(2, RF), RF 3 here)
+                   "offsets_min_insync_replicas": 2}
     try:
         cluster = deploy(name, brokers=3, data_dir=data_dir, group_coordinators=2, address=None, namespace=NAMESPACE,
                          controller_config=CONTROLLER_CONFIG)

@@ -29,6 +29,8 @@ Issue 32's invariants, checked after every event too:
   log end, or at or past the log end the leader had at that follower's previous fetch)
   over the fetches of one follower process; ISR members count as caught up when the
   leader took over (the grace), credited to the process each had then;
+* **isr-rejoin** (after the heal) a follower its leader heard caught up is in the stored ISR
+  within ``replica.lag.time.max.ms`` plus the controller's session timeout;
 * **5** (also during the run) an idempotent producer's record committed with the promise is
   never committed again at another offset: a retried batch written twice, compaction
   included.
@@ -50,7 +52,7 @@ may be gone: the final checks are exact about both.
 Where each is checked: ``partition_history.py`` (**2**-**5** as records are written,
 committed and read), ``replica_checks.py`` (**epochs**, **KIP-497**, **ISR**, **deleted**),
 ``group_history.py`` (**6**), ``configs.py`` (**config**), ``liveness.py``
-(**isr-liveness**), the controller's store and the coordinators' epochs here, and the final
+(**isr-liveness**), ``rejoin.py`` (**isr-rejoin**), the controller's store and the coordinators' epochs here, and the final
 checks in ``final_checks.py``. :class:`History` records the run and dispatches: the
 simulated processes call it after every event they handle.
 """

@@ -12,6 +12,7 @@ from kcoord.replication.roles import OFFLINE
 from .final_checks import check_partition_logs
 from .log_reading import read_log
 from .producer import Producer
+from .rejoin import RejoinWatch
 from .sim_result import SimResult
 from .transactions import CommittedReader
 from .transactions import final_checks as txn_final_checks
@@ -56,6 +57,7 @@ class EventLoop:
             pass
         self._heal()
         heal_started = k.now
+        RejoinWatch(self).start()  # invariant isr-rejoin (rejoin.py)
         k.after(200, self._check_quiet)
         while self.phase == "heal" and k.now - heal_started < cfg.heal_timeout_ms and k.step():
             pass

@@ -383,6 +383,41 @@ def test_a_consumer_wait_leaves_out_time_the_group_had_no_live_coordinator(hist)
     assert rep.figures["producer_max_wait_s"] == pytest.approx(rep.figures["producer_max_wait_raw_s"], abs=0.01)
 
 
+def test_a_consumer_wait_leaves_out_time_the_offsets_partition_was_below_min_insync_replicas(hist):
+    """Members commit between polls: while the coordinator's __consumer_offsets partition has
+    fewer live replicas than its min.insync.replicas no commit can be acknowledged, and the
+    member's next poll waits for it (the chaos run's 13.7 s consumer wait, issue 32)."""
+    hist.member[2] = {**hist.member[2], "t": T + 50}
+    hist.member[3] = {**hist.member[3], "t": T + 50.1}
+    sample = hist.replicas[-1]
+    assert len(sample["replicas"]) >= 2
+    hist.replicas = [{**sample, "partition": p, "t": T + i * 0.5} for i in range(140) for p in (0, 1)]
+    # the coordinator is live throughout; only its leader answers from T+10 to T+30
+    hist.replicas += [
+        {**sample, "topic": "__consumer_offsets", "partition": 0, "t": T + i * 0.5,
+         "replicas": sample["replicas"][:1] if T + 10 < T + i * 0.5 <= T + 30 else sample["replicas"]}
+        for i in range(140)
+    ]
+    d = hist.write()
+    h = History(d / "observer.jsonl")
+    for i in range(140):
+        h.write("coordinator", t=T + i * 0.5, index=0, live=True)
+    h.close()
+    hist.final.pop("min_insync_replicas", None)
+    rep = checker.check(checker.load(d), stall_threshold=60)
+    assert rep.figures["consumer_max_wait_s"] == pytest.approx(49.0, abs=0.6), "an older history: no min ISR known"
+    hist.final["offsets_min_insync_replicas"] = 2
+    d = hist.write()
+    h = History(d / "observer.jsonl")
+    for i in range(140):
+        h.write("coordinator", t=T + i * 0.5, index=0, live=True)
+    h.close()
+    rep = checker.check(checker.load(d), stall_threshold=60)
+    only(rep)
+    assert rep.figures["consumer_max_wait_s"] == pytest.approx(29.0, abs=1.1)
+    assert rep.figures["consumer_max_wait"]["group_unserved"] == pytest.approx(20.0, abs=1.1)
+
+
 def test_a_producer_wait_leaves_out_time_below_min_insync_replicas_alive(hist):
     # p0:5 (partition 1, sent T+1.5) acknowledged at T+31.5; from T+5 to T+25 only its leader
     # answered the observer (both followers dead): no acks=all write could be acknowledged
