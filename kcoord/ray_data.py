@@ -246,10 +246,9 @@ class _RayDataEngine:
     def run_tasks(self, plan: Any, attempt_tag: str) -> tuple[list[PreparedTask], int]:
         from .protocol.replication import READ_COMMITTED
         from .spark.frames import ColumnError
-        from .spark.offsets import OffsetRange
         from .spark.stream import SINK_COLUMNS
 
-        ranges = [OffsetRange(r.topic, r.partition, r.start, r.end) for r in plan.ranges if r.size]
+        ranges = [r for r in plan.ranges if r.size]
         if not ranges:
             return [], 0
         ds = read_plan(self.cluster, OffsetPlan(ranges[0].topic, {}, {}, {}, {}, ranges=ranges, isolation_level=READ_COMMITTED))

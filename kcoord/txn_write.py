@@ -95,6 +95,19 @@ class PreparedTask:
         return cls(int(task), str(tid), int(pid), int(epoch), {int(p): int(n) for p, n in written.items()})
 
 
+def prepared_from_rows(rows: Iterable[Any]) -> dict[int, PreparedTask]:
+    """The engines' task results -- one row per (task, partition written; -1 for a task that
+    wrote nothing) with ``task``, ``transactional_id``, ``producer_id``, ``producer_epoch``,
+    ``partition`` and ``records`` -- gathered into one :class:`PreparedTask` per task."""
+    prepared: dict[int, PreparedTask] = {}
+    for r in rows:
+        p = prepared.get(r.task) or PreparedTask(r.task, r.transactional_id, r.producer_id, r.producer_epoch, {})
+        if r.partition >= 0:
+            p.written[r.partition] = r.records
+        prepared[r.task] = p
+    return prepared
+
+
 @dataclass(frozen=True)
 class Decision:
     """A write's record in :data:`DECISIONS_TOPIC`: the transactions chosen, one per task,

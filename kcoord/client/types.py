@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import NamedTuple
 
 
@@ -57,3 +58,18 @@ class ConsumerGroupMetadata(NamedTuple):
     generation_id: int = -1
     member_id: str = ""
     group_instance_id: str | None = None
+
+
+@dataclass(frozen=True)
+class OffsetRange:
+    """Records ``[start, end)`` of one partition: what one read task fetches (a batch read's
+    task, a streaming micro-batch's input)."""
+
+    topic: str
+    partition: int
+    start: int
+    end: int
+
+    @property
+    def size(self) -> int:
+        return self.end - self.start

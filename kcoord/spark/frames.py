@@ -22,7 +22,7 @@ from ..client.cluster import ClusterClient
 from ..protocol.controller import InitProducerIdRequest, InitProducerIdResponse
 from ..protocol.errors import ErrorCode, KafkaError, raise_for_error
 from . import tasks as _tasks
-from ..txn_write import Decision, PreparedTask, TransactionalWrite, check_prefix, prepare_task, task_transactional_id
+from ..txn_write import Decision, TransactionalWrite, check_prefix, prepare_task, prepared_from_rows, task_transactional_id
 from .offsets import ISOLATION_LEVELS, OffsetPlan, isolation_level_id, plan_offsets, topic_metadata
 
 ISOLATION_NAMES = {v: k for k, v in ISOLATION_LEVELS.items()}
@@ -345,13 +345,7 @@ def write(
                 raise
             for r in rows:
                 result.attempts[r.task] = r.attempt
-            prepared: dict[int, PreparedTask] = {}
-            for r in rows:
-                p = prepared.get(r.task) or PreparedTask(r.task, r.transactional_id, r.producer_id, r.producer_epoch, {})
-                if r.partition >= 0:
-                    p.written[r.partition] = r.records
-                prepared[r.task] = p
-            return result_of_decision(result, txn.commit(prepared.values()), rows=rows)
+            return result_of_decision(result, txn.commit(prepared_from_rows(rows).values()), rows=rows)
         ids = allocate_producer_ids(cluster, n) if result.exactly_once else range(0)
         result.producer_ids = ids
         fn = functools.partial(

@@ -32,7 +32,7 @@ from typing import Any, Mapping
 
 from ..client.cluster import ClusterClient
 from ..client.coordinator.coordinators import GroupCoordinators
-from ..client.types import TopicPartition
+from ..client.types import OffsetRange, TopicPartition
 from ..protocol.errors import ErrorCode, KafkaError
 from ..protocol.replication import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, READ_COMMITTED, READ_UNCOMMITTED
 
@@ -79,20 +79,6 @@ def partition_number(key: Any) -> int | None:
 
 class OffsetSpecError(ValueError):
     """A ``starting_offsets``/``ending_offsets`` value that cannot be understood."""
-
-
-@dataclass(frozen=True)
-class OffsetRange:
-    """Records ``[start, end)`` of one partition: what one read task fetches."""
-
-    topic: str
-    partition: int
-    start: int
-    end: int
-
-    @property
-    def size(self) -> int:
-        return self.end - self.start
 
 
 @dataclass(frozen=True)

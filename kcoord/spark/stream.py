@@ -12,7 +12,6 @@ idempotent, as in Spark); the offsets are committed after it returns.
 from __future__ import annotations
 
 import functools
-import threading
 from typing import TYPE_CHECKING, Any, Callable
 
 from ..client.cluster import ClusterClient
@@ -20,10 +19,10 @@ from ..protocol.replication import READ_COMMITTED
 from ..streaming import protocol as P
 from ..streaming.driver import StreamDriver, StreamingQueryException
 from ..streaming.query import StreamingQuery
-from ..txn_write import PreparedTask
+from ..txn_write import PreparedTask, prepared_from_rows
 from . import frames
 from . import tasks as _tasks
-from .offsets import OffsetPlan, OffsetRange, topic_metadata
+from .offsets import OffsetPlan, topic_metadata
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -66,7 +65,7 @@ class SparkEngine:
         self.value_format = value_format
 
     def run_tasks(self, plan: P.BatchPlan, attempt_tag: str) -> tuple[list[PreparedTask], int]:
-        ranges = [OffsetRange(r.topic, r.partition, r.start, r.end) for r in plan.ranges if r.size]
+        ranges = [r for r in plan.ranges if r.size]
         if not ranges:
             return [], 0  # a batch that only commits positions (a new partition, "latest")
         first = ranges[0].topic
@@ -99,13 +98,7 @@ class SparkEngine:
                 attempt_tag=attempt_tag,
             )
             rows = projected.mapInArrow(fn, frames._stats_ddl()).collect()
-        prepared: dict[int, PreparedTask] = {}
-        for r in rows:
-            p = prepared.get(r.task) or PreparedTask(r.task, r.transactional_id, r.producer_id, r.producer_epoch, {})
-            if r.partition >= 0:
-                p.written[r.partition] = r.records
-            prepared[r.task] = p
-        return list(prepared.values()), sum(r.records for r in rows)
+        return list(prepared_from_rows(rows).values()), sum(r.records for r in rows)
 
 
 def start_query(

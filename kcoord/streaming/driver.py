@@ -32,7 +32,7 @@ from ..client.producer import Producer
 from ..client.types import OffsetAndMetadata, TopicPartition
 from ..protocol.errors import ErrorCode, KafkaError
 from ..protocol.replication import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, READ_COMMITTED
-from ..txn_write import COMMIT, DONE, OFFSETS_ONLY, Decision, PreparedTask, TransactionalWrite, TxnWriteError, task_transactional_id
+from ..txn_write import COMMIT, DONE, OFFSETS_ONLY, Decision, PreparedTask, TransactionalWrite, task_transactional_id
 from . import protocol as P
 
 #: The task number of a batch's offsets transaction (output tasks are numbered from 0).

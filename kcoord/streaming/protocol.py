@@ -50,6 +50,8 @@ import enum
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..client.types import OffsetRange
+
 #: a topic partition: (topic, partition)
 TP = tuple[str, int]
 
@@ -76,25 +78,13 @@ class Phase(enum.Enum):
 
 # -- the plan ------------------------------------------------------------------------------
 @dataclass(frozen=True)
-class Range:
-    topic: str
-    partition: int
-    start: int
-    end: int
-
-    @property
-    def size(self) -> int:
-        return self.end - self.start
-
-
-@dataclass(frozen=True)
 class BatchPlan:
     """Batch ``batch`` of the query: one range per input partition (empty ranges included:
     their offsets are committed too, which makes a new partition's start durable)."""
 
     name: str
     batch: int
-    ranges: tuple[Range, ...]
+    ranges: tuple[OffsetRange, ...]
 
     @property
     def prefix(self) -> str:
@@ -191,7 +181,7 @@ def plan_batch(
         else:
             starts[tp] = hi if (fresh and starting_offsets == "latest") else lo
     take = share_limit({tp: latest[tp] - s for tp, s in starts.items()}, max_records)
-    ranges = tuple(Range(tp[0], tp[1], starts[tp], starts[tp] + take[tp]) for tp in sorted(starts))
+    ranges = tuple(OffsetRange(tp[0], tp[1], starts[tp], starts[tp] + take[tp]) for tp in sorted(starts))
     new_positions = any(tp not in committed or committed[tp] != starts[tp] for tp in starts)
     if not any(r.size for r in ranges) and not new_positions:
         return None

@@ -10,7 +10,7 @@ import time
 import uuid
 from collections import deque
 from datetime import datetime, timezone
-from typing import Any, Callable
+from typing import Callable
 
 from .driver import Batch, StreamDriver, StreamingQueryException
 
