@@ -246,7 +246,7 @@ class History:
                 check_deleted(self, part, proc, now)
         if self.sim.scenario.txn_producers:
             check_transactions(self, proc, part, now)
-        self.sim.on_replica_progress(proc)
+        self.sim.damage.on_replica_progress(proc)
 
 
     # -- controller and coordinators ---------------------------------------------------------

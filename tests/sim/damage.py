@@ -1,19 +1,31 @@
 """The failure model of page-cache topics (topics that do not fsync every append): which
 replica may lose unsynced records now, which ones did (*damaged*), and when one is whole
-again. The checks leave damaged replicas out of what must hold committed data. Part of
-:class:`~tests.sim.simulation.Simulation`."""
+again. The checks leave damaged replicas out of what must hold committed data. ``Simulation.damage``."""
 
 from __future__ import annotations
 
 from kcoord.replication.metadata import decode_trust, partition_key
 from kcoord.replication.roles import OFFLINE
 
+from typing import TYPE_CHECKING
+
 from .processes import ReplicaProcess
+
+if TYPE_CHECKING:
+    from .simulation import Simulation
 
 
 class PageCacheDamage:
     """``damaged``: replicas that may have lost unsynced records and are not whole again;
     ``damage_pending``, ``damaged_until_in_isr``: what they wait for to be whole."""
+
+    def __init__(self, sim: "Simulation") -> None:
+        self.sim = sim
+        self.damaged: set[tuple[str, int, int]] = set()
+        self.damage_pending: dict[tuple[str, int, int], tuple] = {}
+        # Wiped replicas: whole again only once back in the stored ISR, since the controller
+        # trusts a replica back on another directory only then (seed 6383).
+        self.damaged_until_in_isr: set[tuple[str, int, int]] = set()
 
     def may_damage(self, proc: ReplicaProcess) -> bool:
         """Whether ``proc`` may lose unsynced data now (topics that do not fsync every
@@ -26,7 +38,7 @@ class PageCacheDamage:
             return False
         # The README's promise: a page cache loss is covered as long as not every ISR member
         # loses it at once. Some other member of the ISR (or ELR) must keep its copy.
-        p = self.stored_partition(proc.topic, proc.partition)
+        p = self.sim.stored_partition(proc.topic, proc.partition)
         if p is None:
             return True
         return any(b != proc.broker for b in (*p.isr, *p.elr))
@@ -43,7 +55,7 @@ class PageCacheDamage:
             self.damage_pending[key] = pending
         if until_in_isr:
             self.damaged_until_in_isr.add(key)
-        self.trace(f"{proc.name} is damaged (may have lost unsynced records)")
+        self.sim.trace(f"{proc.name} is damaged (may have lost unsynced records)")
 
     def is_damaged(self, proc: ReplicaProcess) -> bool:
         return (proc.topic, proc.partition, proc.broker) in self.damaged
@@ -65,8 +77,8 @@ class PageCacheDamage:
         # one fetches (as Kafka does between a broker's restart and its first fetch), and
         # may advance its HW on that stale count; the replica is whole only once it holds
         # what it is counted for (seed 34993).
-        live = [p for p in self.replica_list if p.tp == proc.tp and p.up and p.replica is not None and p.replica.role != OFFLINE]
-        frontier = max([self.history.parts[proc.tp].strong_hw] + [p.replica.hw for p in live])
+        live = [p for p in self.sim.replica_list if p.tp == proc.tp and p.up and p.replica is not None and p.replica.role != OFFLINE]
+        frontier = max([self.sim.history.parts[proc.tp].strong_hw] + [p.replica.hw for p in live])
         for p in live:
             state = p.replica.leader_state
             counted = state.followers.get(proc.broker) if state is not None else None
@@ -77,8 +89,8 @@ class PageCacheDamage:
             # (in the store) on the directory it now has, not as replaced. In the ISR alone
             # is not enough: it may be there still from before its wipe, with a controller
             # yet to learn of it (seed 23499).
-            stored = self.stored_partition(proc.topic, proc.partition)
-            raw = self.store.get(partition_key(proc.topic, proc.partition))
+            stored = self.sim.stored_partition(proc.topic, proc.partition)
+            raw = self.sim.store.get(partition_key(proc.topic, proc.partition))
             trust = None if raw is None else (decode_trust(raw) or {}).get(proc.broker)
             if (
                 stored is None
@@ -91,4 +103,4 @@ class PageCacheDamage:
         if proc.replica.log.log_end_offset >= frontier:
             self.damaged.discard(key)
             self.damaged_until_in_isr.discard(key)
-            self.trace(f"{proc.name} caught up again (LEO {proc.replica.log.log_end_offset} >= HW {frontier}): no longer damaged")
+            self.sim.trace(f"{proc.name} caught up again (LEO {proc.replica.log.log_end_offset} >= HW {frontier}): no longer damaged")

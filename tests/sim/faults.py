@@ -177,9 +177,9 @@ class Nemesis:
         # every replica whose files are on this disk loses what was not synced, whether its
         # process is running or not
         on_disk = [p for p in sim.replica_list if p.machine is machine]
-        if not all(sim.may_damage(p) for p in on_disk):
+        if not all(sim.damage.may_damage(p) for p in on_disk):
             return False
-        for g in [g for g in sim.ghosts if g.machine is machine and g.up]:
+        for g in [g for g in sim.twins.ghosts if g.machine is machine and g.up]:
             g.crash("lost power")
         victims = [p for p in on_disk if p.up]
         for p in victims:
@@ -189,7 +189,7 @@ class Nemesis:
         machine.power_losses += 1
         for p in on_disk:
             if p.spec.lossy:
-                sim.mark_damaged(p)
+                sim.damage.mark_damaged(p)
         sim.trace(f"POWER LOSS {machine.id} ({len(victims)} replicas)")
         if sim.kernel.rng.random() < 0.8:
             sim.kernel.after(sim.kernel.rng.choice([300, 1000, 3000, 8000]), sim.machine_up, machine)
@@ -242,7 +242,7 @@ class Nemesis:
         if proc is None:
             return False
         op, err = rng.choice([("write", errno.EIO), ("write", errno.ENOSPC), ("fsync", errno.EIO), ("replace", errno.EIO), ("write", errno.EIO)])
-        if op == "fsync" and proc.spec.lossy and not sim.may_damage(proc):
+        if op == "fsync" and proc.spec.lossy and not sim.damage.may_damage(proc):
             op = "write"  # a failed fsync may drop unsynced pages: only where damage is allowed
         directory = proc.directory(proc.machine)
         machine = proc.machine
@@ -250,7 +250,7 @@ class Nemesis:
         if op == "fsync" and proc.spec.lossy:
             # A failed fsync drops the unsynced pages: damaged from when it fires until the
             # replica has restarted on what was durable and caught up again.
-            sim.mark_damaged(proc, pending=(rule, proc.incarnation))
+            sim.damage.mark_damaged(proc, pending=(rule, proc.incarnation))
         sim.trace(f"STORAGE FAULT: {op} on {directory} fails with {errno.errorcode[err]}")
         sim.kernel.after(rng.choice([300, 1500, 4000]), sim.repair_storage, proc, machine, rule)
         return True
@@ -266,7 +266,7 @@ class Nemesis:
             and not p.spec.min_isr_alterable
             and not p.paused
             and p.ghost is None
-            and sim.may_damage(p)
+            and sim.damage.may_damage(p)
         ]
         proc = self._pick(procs)
         if proc is None:
@@ -276,7 +276,7 @@ class Nemesis:
         proc.crash("disk replaced")
         directory = proc.directory(machine)
         machine.disk.wipe(directory)
-        sim.mark_damaged(proc, until_in_isr=True)
+        sim.damage.mark_damaged(proc, until_in_isr=True)
         sim.trace(f"DISK REPLACED: {directory} on {machine.id} is gone")
         if was_up and not sim.scenario.bound:
             sim.restart_later(proc, self._downtime())
@@ -398,18 +398,18 @@ class Nemesis:
         rng = sim.kernel.rng
         coordinators = [c for c in sim.coordinators if c.up and not c.paused and c.driver is not None]
         if coordinators and rng.random() < 0.4:
-            return sim.twin(self._pick(coordinators), rng.choice([500, 1500, 4000]))
+            return sim.twins.twin(self._pick(coordinators), rng.choice([500, 1500, 4000]))
         if sim.scenario.bound:
             machines = [m for mid, m in sorted(sim.machines.items()) if mid != HEAD and m.up and not m.cut_off]
             machine = self._pick(machines)
             if machine is None:
                 return False
-            return sim.cut_off_machine(machine, rng.choice([500, 1500, 4000]))
+            return sim.twins.cut_off_machine(machine, rng.choice([500, 1500, 4000]))
         procs = [p for p in self._live_replicas() if p.ghost is None and p.replica is not None and p.replica.role != "offline"]
         proc = self._pick(procs)
         if proc is None:
             return False
-        return sim.twin(proc, rng.choice([500, 1500, 4000]))
+        return sim.twins.twin(proc, rng.choice([500, 1500, 4000]))
 
     def _stray_write(self) -> bool:
         sim = self.sim

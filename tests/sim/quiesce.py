@@ -25,14 +25,14 @@ class Quiesce:
         self.net.params.drop_rate = 0.0
         self.net.params.duplicate_rate = 0.0
         self.store.fail_rate = 0.0
-        for ghost in list(self.ghosts):
-            self.end_twin(ghost)
+        for ghost in list(self.twins.ghosts):
+            self.twins.end_twin(ghost)
         for name in list(self._restart_gen):
             self._restart_gen[name] += 1  # cancel scheduled restarts: restart now instead
         for m in self.machines.values():
             m.disk.clear_faults()
             self.machine_up(m)
-            self._machine_back(m)
+            self.twins.machine_back(m)
         for proc in [*self.replica_list, self.controller, *self.coordinators]:
             if proc.up and proc.paused:
                 resume(proc)

@@ -52,7 +52,7 @@ def check_transactions(history: "History", proc: "ReplicaProcess", part: Partiti
     members = []
     for b in stored.isr:
         m = history.sim.replicas.get((part.tp[0], part.tp[1], b))
-        if m is None or m is leader or not m.up or m.replica is None or m.replica.role == OFFLINE or history.sim.is_damaged(m):
+        if m is None or m is leader or not m.up or m.replica is None or m.replica.role == OFFLINE or history.sim.damage.is_damaged(m):
             continue
         if m.replica.log.log_end_offset >= hw:
             members.append(m)
@@ -124,7 +124,7 @@ def check_members_hold(history: "History", part: PartitionHistory, now: int) -> 
         member = history.sim.replicas.get((topic, partition, b))
         if member is None or not member.up or member.replica is None or member.replica.role == OFFLINE:
             continue
-        if history.sim.is_damaged(member):
+        if history.sim.damage.is_damaged(member):
             continue
         # KIP-966: the HW stands still while the ISR is below min.insync.replicas, so an
         # ELR member (who left it then) holds everything below it -- whatever the promise

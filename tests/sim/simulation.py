@@ -59,7 +59,7 @@ from .txn_verify import CoordinatorStandIn, LateWriter
 from .txn_world import TxnWorld, state_topic
 
 
-class Simulation(EventLoop, Quiesce, Twins, ProcessControl, PageCacheDamage):
+class Simulation(EventLoop, Quiesce, ProcessControl):
     """The world of one seed: the scenario's machines, store, network, replica, controller
     and coordinator processes, clients and nemesis, built here in the seed's order. What it
     does is in its parts: ``event_loop.py`` (the run), ``quiesce.py`` (heal and quiet),
@@ -180,14 +180,10 @@ class Simulation(EventLoop, Quiesce, Twins, ProcessControl, PageCacheDamage):
             self.net.add(node)
         self.nemesis = Nemesis(self)
         self.phase = "faults"
-        self.damaged: set[tuple[str, int, int]] = set()
-        self.damage_pending: dict[tuple[str, int, int], tuple] = {}
-        # Wiped replicas: whole again only once back in the stored ISR, since the controller
-        # trusts a replica back on another directory only then (seed 6383).
-        self.damaged_until_in_isr: set[tuple[str, int, int]] = set()
+        self.damage = PageCacheDamage(self)  # page-cache loss (damage.py)
         self._restart_gen: dict[str, int] = {}
         self._quiet_state: tuple | None = None
-        self.ghosts: list[Any] = []  # older processes still running (twin)
+        self.twins = Twins(self)  # two live processes of one actor (twins.py)
         self.grown: set[tuple[str, int]] = set()  # partitions create_partitions added
 
     def route_call(self, dst: str, method: str, request: Any) -> str:

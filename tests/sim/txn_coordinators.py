@@ -188,7 +188,7 @@ class TxnFaults:
             # two live processes: Ray gave up on this one (its node lost the head) and
             # started the next, while applications and leaders may still reach the old one
             self.counts["tc_twin"] += 1
-            self.sim.twin(proc, self.side.choice([500, 1500, 4000]))
+            self.sim.twins.twin(proc, self.side.choice([500, 1500, 4000]))
         self.sim.kernel.after(self.side.randint(300, 1500), self._tick)
 
     def _resume(self, proc: TxnCoordinatorProcess, incarnation: int) -> None:
