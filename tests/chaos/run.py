@@ -470,7 +470,7 @@ def _quiet_raylet_messages() -> None:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m tests.chaos.run", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--seconds", type=float, default=float(os.environ.get("KCOORD_CHAOS_SECONDS", "130")))
+    ap.add_argument("--seconds", type=float, default=float(os.environ.get("KCOORD_CHAOS_SECONDS", "110")))
     ap.add_argument("--seed", type=int, default=int(os.environ.get("KCOORD_CHAOS_SEED", str(int(time.time()) % 1_000_000))))
     ap.add_argument("--out", default="", help="history directory (default: a new temporary one)")
     ap.add_argument("--producers", type=int, default=2)
@@ -479,7 +479,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--mean-interval", type=float, default=0.9, help="mean seconds between faults (node losses aside)")
     ap.add_argument("--node-loss-every", type=float, default=80.0)
     ap.add_argument("--member-session-ms", type=int, default=4000)
-    ap.add_argument("--min-kills", type=int, default=-1, help="fail below this many kills (default: 0.625 per second: 81 in 130 s)")
+    ap.add_argument("--min-kills", type=int, default=-1, help="fail below this many kills (default: 0.625 per second: 68 in 110 s)")
     ap.add_argument("--no-faults", action="store_true", help="a control run: the same workload with no nemesis")
     ap.add_argument("--no-baseline", action="store_true", help="skip the undisturbed catch-up measurement (saves ~20 s)")
     ap.add_argument("--stall-threshold", type=float, default=60.0)
