@@ -17,6 +17,7 @@ from .extras import require
 
 require("data", "kcoord.ray_data", "pyarrow", "ray.data")
 
+import functools
 import uuid
 from typing import Any, Callable, Iterable, Mapping, NamedTuple
 
@@ -28,7 +29,7 @@ from .protocol.errors import KafkaError
 from .spark import tasks as _tasks
 from .spark.frames import VALUE_FORMATS, WriteResult, allocate_producer_ids
 from .spark.frames import ISOLATION_NAMES, begin_write, check_transactional_write, result_of_decision
-from .txn_write import PreparedTask, prepare_task, task_transactional_id
+from .txn_write import PreparedTask, prepare_task, prepared_from_rows, task_transactional_id
 from .spark.offsets import OffsetPlan, isolation_level_id, plan_offsets, topic_metadata
 
 __all__ = ["read", "read_plan", "stream", "write", "ARROW_SCHEMA"]
@@ -231,17 +232,63 @@ def write(
 # ------------------------------------------------------------------------------------------
 # streaming (kcoord.streaming)
 # ------------------------------------------------------------------------------------------
+def _state_group(
+    rows: Any, *, ref: _tasks.ClusterRef, spec: Any, prefix: str, attempt_tag: str, ends: dict[int, int], sink: str, value_format: str
+) -> Any:
+    """One changelog partition's rows of a batch (``map_groups``), in the task's own
+    prepared transaction (a random attempt name: Ray does not number attempts); returns its
+    write statistics."""
+    import pandas as pd
+
+    from .spark.stream import SINK_COLUMNS
+    from .streaming import state as S
+
+    if not len(rows):
+        return pd.DataFrame({c: [] for c in _tasks.WRITE_STATS_SCHEMA.names})
+    partition = int(rows[S.PARTITION_COLUMN].iloc[0])
+    tid = task_transactional_id(prefix, partition, attempt_tag + uuid.uuid4().hex[:12])
+
+    def produce(producer: Any, table: pa.Table) -> dict[int, list[int]]:
+        return _tasks.produce_batches(ref, sink, table.to_batches(), producer_id=None, value_format=value_format, producer=producer)
+
+    prepared, stats, _ = S.update_partition(
+        ref.client(), spec, transactional_id=tid, partition=partition, rows=rows, end=ends[partition], sink_columns=SINK_COLUMNS, produce=produce
+    )
+    return _tasks.stats_batch(partition, 0, prepared.producer_id, stats, tid, prepared.epoch).to_pandas()
+
+
 class _RayDataEngine:
     """Runs a streaming batch on Ray Data: read the plan's ranges (one read task per input
     partition, read committed), ``transform(ds, batch_id)``, then one prepared
-    transaction per output block (:mod:`kcoord.streaming`)."""
+    transaction per output block; with state, one per changelog partition with rows
+    (:mod:`kcoord.streaming`)."""
 
-    def __init__(self, cluster: ClusterClient, sink: str | None, transform: Any, foreach_batch: Any, value_format: str) -> None:
+    def __init__(self, cluster: ClusterClient, sink: str | None, transform: Any, foreach_batch: Any, value_format: str, state: Any = None) -> None:
         self.cluster = cluster
         self.sink = sink
         self.transform = transform
         self.foreach_batch = foreach_batch
         self.value_format = value_format
+        self.state = state
+
+    def _run_state(self, plan: Any, ds: "ray.data.Dataset", attempt_tag: str) -> tuple[list[PreparedTask], int]:
+        import types
+
+        from .spark.frames import ColumnError
+        from .streaming import state as S
+
+        spec = self.state
+        ends = S.changelog_ends(self.cluster, spec.query, spec.partitions)
+        names = list(ds.schema().names)
+        if spec.key not in names:
+            raise ColumnError(f"state_key={spec.key!r}: the rows have no column {spec.key!r}; their columns are {names}")
+        keyed = ds.map_batches(S.with_partitions, fn_kwargs={"key": spec.key, "partitions": spec.partitions}, batch_format="pyarrow")
+        fn = functools.partial(
+            _state_group, ref=_tasks.ClusterRef.of(self.cluster), spec=spec, prefix=plan.prefix, attempt_tag=attempt_tag,
+            ends=ends, sink=self.sink, value_format=self.value_format,
+        )
+        rows = [types.SimpleNamespace(**r) for r in keyed.groupby(S.PARTITION_COLUMN).map_groups(fn, batch_format="pandas").take_all()]
+        return list(prepared_from_rows(rows).values()), sum(r.records for r in rows if r.partition >= 0)
 
     def run_tasks(self, plan: Any, attempt_tag: str) -> tuple[list[PreparedTask], int]:
         from .protocol.replication import READ_COMMITTED
@@ -255,9 +302,11 @@ class _RayDataEngine:
         if self.foreach_batch is not None:
             self.foreach_batch(ds, plan.batch)
             return [], 0
-        out = self.transform(ds, plan.batch)
+        out = self.transform(ds, plan.batch) if self.transform is not None else ds
         if not isinstance(out, ray.data.Dataset):
             raise TypeError(f"transform must return a ray.data.Dataset, got {type(out).__name__}")
+        if self.state is not None:
+            return self._run_state(plan, out, attempt_tag)
         # Per-key order: blocks written by concurrent tasks would interleave in an output
         # partition, so the blocks are taken in order and written by one task.
         out.context.execution_options.preserve_order = True
@@ -295,18 +344,24 @@ def stream(
     name: str | None = None,
     pattern: str | None = None,
     value_format: str = "json",
+    update_state: Callable[[Any, Any, Any], tuple[Any, Any]] | None = None,
+    state_key: str | None = None,
+    state_partitions: int | None = None,
 ) -> Any:
     """:func:`kcoord.spark.stream` on Ray Data: ``transform(ds, batch_id)`` gets a Dataset
     with Spark's Kafka source columns and returns one with the sink's columns (``value``
     required; ``key``, ``headers``, ``partition`` optional), written to ``sink`` exactly
-    once with the group's offsets. Returns a :class:`kcoord.streaming.query.StreamingQuery`."""
+    once with the group's offsets; ``update_state``/``state_key``/``state_partitions`` keep
+    state per key as there (``rows`` a pandas DataFrame). Returns a
+    :class:`kcoord.streaming.query.StreamingQuery`."""
     from .spark.stream import start_query
 
     if value_format not in VALUE_FORMATS:
         raise ValueError(f"value_format must be one of {VALUE_FORMATS}, got {value_format!r}")
-    engine = _RayDataEngine(cluster, sink, transform, foreach_batch, value_format)
     return start_query(
-        cluster, engine, source, group_id=group_id, sink=sink, transform=transform, foreach_batch=foreach_batch,
+        cluster, lambda state: _RayDataEngine(cluster, sink, transform, foreach_batch, value_format, state), source,
+        group_id=group_id, sink=sink, transform=transform, foreach_batch=foreach_batch,
         trigger_interval_ms=trigger_interval_ms, max_records_per_trigger=max_records_per_trigger,
         starting_offsets=starting_offsets, name=name, pattern=pattern,
+        update_state=update_state, state_key=state_key, state_partitions=state_partitions,
     )

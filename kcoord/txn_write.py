@@ -61,6 +61,9 @@ DECISION_VERSION = 1
 #: ``PreparedTask.written`` of a transaction that holds group offsets and no records
 #: (``{OFFSETS_ONLY: 0}``): the driver commits it although it wrote nothing.
 OFFSETS_ONLY = -1
+#: ``PreparedTask.written`` of a transaction that wrote no record to the topic but some to
+#: a streaming query's state changelog (``{STATE_ONLY: 0}``): committed like OFFSETS_ONLY.
+STATE_ONLY = -2
 
 COMMIT = "commit"  # decided: these transactions are to be committed
 DONE = "done"  # committed, and the others of the prefix aborted
@@ -133,6 +136,36 @@ class Decision:
 
     def with_state(self, state: str) -> "Decision":
         return Decision(self.prefix, self.topic, state, self.tasks)
+
+
+def stable_ends(cluster: ClusterClient, partitions: list[TopicPartition], timeout_s: float = 120.0) -> dict[TopicPartition, int]:
+    """Each partition's high watermark as of now, returned once its last stable offset has
+    reached it: every transaction with a record below it is decided and its marker written,
+    so a read_committed read up to it sees all it will ever see there. (The LSO alone is
+    not enough: an open transaction holds it back, and what a read up to it misses may
+    commit later.) A REQUEST_TIMED_OUT KafkaError after ``timeout_s``."""
+    from .protocol.replication import LATEST_TIMESTAMP, READ_COMMITTED
+
+    if not partitions:
+        return {}
+    timeout_ms = int(timeout_s * 1000)
+    hw = cluster.list_offsets(partitions, LATEST_TIMESTAMP, timeout_ms=timeout_ms)
+    deadline = time.monotonic() + timeout_s
+    pause = 0.005
+    while True:
+        lso = cluster.list_offsets(partitions, LATEST_TIMESTAMP, timeout_ms=timeout_ms, isolation_level=READ_COMMITTED)
+        behind = {tp: (lso[tp], hw[tp]) for tp in partitions if lso[tp] < hw[tp]}
+        if not behind:
+            return hw
+        if time.monotonic() + pause > deadline:
+            tp, (low, high) = next(iter(behind.items()))
+            raise KafkaError(
+                ErrorCode.REQUEST_TIMED_OUT,
+                f"{tp.topic}-{tp.partition}: the last stable offset stayed at {low}, below {high}, for {timeout_s:.0f} s "
+                f"(a transaction open there: `kcoord transactions list`)",
+            )
+        time.sleep(pause)  # a marker is a round trip away: poll, backing off
+        pause = min(pause * 2, 0.2)
 
 
 def check_prefix(prefix: Any, *, batch: bool = False) -> str:
@@ -267,7 +300,12 @@ class TransactionalWrite:
         with Consumer(cluster=self.cluster, auto_offset_reset="earliest", enable_auto_commit=False, isolation_level=self.isolation_level) as consumer:
             consumer.assign([tp])
             consumer.seek_to_beginning(tp)
-            end = consumer.end_offsets([tp])[tp]
+            if self.isolation_level == "read_committed":
+                # Up to a stable end: a decision appended in a transaction still open when
+                # the lookup began would be missed by a read up to the LSO, yet commit later.
+                end = stable_ends(self.cluster, [tp], self.timeout_s)[tp]
+            else:
+                end = consumer.end_offsets([tp])[tp]
             deadline = time.monotonic() + self.timeout_s
             while consumer.position(tp) < end:
                 if time.monotonic() > deadline:
@@ -402,10 +440,12 @@ __all__ = [
     "DONE",
     "Decision",
     "OFFSETS_ONLY",
+    "STATE_ONLY",
     "PreparedTask",
     "TransactionalWrite",
     "TxnWriteError",
     "check_prefix",
     "prepare_task",
+    "stable_ends",
     "task_transactional_id",
 ]

@@ -6,7 +6,9 @@ batch_id)`` and writes the result to ``sink`` with Spark's Kafka sink columns --
 output task in a prepared transaction -- and commits the input offsets atomically with the
 output (:mod:`kcoord.streaming.protocol`). ``foreach_batch(df, batch_id)`` instead hands
 the batch to the user's own sink (at least once there, with the batch id to make it
-idempotent, as in Spark); the offsets are committed after it returns.
+idempotent, as in Spark); the offsets are committed after it returns. ``update_state`` keeps
+state per key across batches (:mod:`kcoord.streaming.state`), committed with the output and
+the offsets.
 """
 
 from __future__ import annotations
@@ -17,9 +19,10 @@ from typing import TYPE_CHECKING, Any, Callable
 from ..client.cluster import ClusterClient
 from ..protocol.replication import READ_COMMITTED
 from ..streaming import protocol as P
-from ..streaming.driver import StreamDriver, StreamingQueryException
+from ..streaming import state as S
+from ..streaming.driver import StreamDriver, StreamingQueryException, source_partitions
 from ..streaming.query import StreamingQuery
-from ..txn_write import PreparedTask, prepared_from_rows
+from ..txn_write import PreparedTask, prepared_from_rows, task_transactional_id
 from . import frames
 from . import tasks as _tasks
 from .offsets import OffsetPlan, topic_metadata
@@ -53,16 +56,66 @@ def output_columns(df: "DataFrame") -> dict[str, str | None]:
     return {c: (c if c in names else None) for c in ("key", "value", "headers", "partition")}
 
 
+def _with_partitions(batches: Any, *, key: str, partitions: int) -> Any:
+    for batch in batches:
+        yield S.with_partitions(batch, key, partitions)
+
+
+def _state_group(
+    rows: Any, *, ref: _tasks.ClusterRef, spec: S.StateSpec, prefix: str, attempt_tag: str, ends: dict[int, int], sink: str, value_format: str
+) -> Any:
+    """One changelog partition's rows of a batch (``applyInPandas``), in the task's own
+    prepared transaction; returns its write statistics."""
+    from pyspark import TaskContext
+
+    _tasks.drop_jars_from_sys_path()
+    ctx = TaskContext.get()
+    partition = int(rows[S.PARTITION_COLUMN].iloc[0])
+    tid = task_transactional_id(prefix, partition, f"{attempt_tag}{ctx.attemptNumber()}.{ctx.taskAttemptId()}")
+
+    def produce(producer: Any, table: Any) -> dict[int, list[int]]:
+        return _tasks.produce_batches(ref, sink, table.to_batches(), producer_id=None, value_format=value_format, producer=producer)
+
+    prepared, stats, _ = S.update_partition(
+        ref.client(), spec, transactional_id=tid, partition=partition, rows=rows, end=ends[partition], sink_columns=SINK_COLUMNS, produce=produce
+    )
+    return _tasks.stats_batch(partition, ctx.attemptNumber(), prepared.producer_id, stats, tid, prepared.epoch).to_pandas()
+
+
 class SparkEngine:
     """Runs a batch's tasks on Spark (see the module doc)."""
 
-    def __init__(self, spark: "SparkSession", cluster: ClusterClient, sink: str | None, transform: Any, foreach_batch: Any, value_format: str) -> None:
+    def __init__(
+        self, spark: "SparkSession", cluster: ClusterClient, sink: str | None, transform: Any, foreach_batch: Any, value_format: str, state: S.StateSpec | None = None
+    ) -> None:
         self.spark = spark
         self.cluster = cluster
         self.sink = sink
         self.transform = transform
         self.foreach_batch = foreach_batch
         self.value_format = value_format
+        self.state = state
+
+    def _run_state(self, plan: P.BatchPlan, df: "DataFrame", attempt_tag: str) -> tuple[list[PreparedTask], int]:
+        """A stateful batch: shuffle the rows by changelog partition, one task per partition
+        with rows (:mod:`kcoord.streaming.state`)."""
+        spec = self.state
+        assert spec is not None and self.sink
+        ends = S.changelog_ends(self.cluster, spec.query, spec.partitions)
+        if spec.key not in df.columns:
+            raise frames.ColumnError(f"state_key={spec.key!r}: the rows have no column {spec.key!r}; their columns are {df.columns}")
+        from pyspark.sql.types import IntegerType, StructType
+
+        schema = StructType(list(df.schema.fields)).add(S.PARTITION_COLUMN, IntegerType(), False)
+        keyed = df.mapInArrow(functools.partial(_with_partitions, key=spec.key, partitions=spec.partitions), schema)
+        fn = functools.partial(
+            _state_group, ref=_tasks.ClusterRef.of(self.cluster), spec=spec, prefix=plan.prefix, attempt_tag=attempt_tag,
+            ends=ends, sink=self.sink, value_format=self.value_format,
+        )
+        settings = {"spark.sql.adaptive.enabled": "false", "spark.sql.shuffle.partitions": str(spec.partitions)}
+        with frames._sql_conf(self.spark, settings):
+            rows = keyed.groupBy(S.PARTITION_COLUMN).applyInPandas(fn, schema=frames._stats_ddl()).collect()
+        return list(prepared_from_rows(rows).values()), sum(r.records for r in rows if r.partition >= 0)
 
     def run_tasks(self, plan: P.BatchPlan, attempt_tag: str) -> tuple[list[PreparedTask], int]:
         ranges = [r for r in plan.ranges if r.size]
@@ -74,9 +127,11 @@ class SparkEngine:
         if self.foreach_batch is not None:
             self.foreach_batch(df, plan.batch)
             return [], 0
-        out = self.transform(df, plan.batch)
+        out = self.transform(df, plan.batch) if self.transform is not None else df
         if not hasattr(out, "schema") or not hasattr(out, "mapInArrow"):
             raise TypeError(f"transform must return a DataFrame, got {type(out).__name__}")
+        if self.state is not None:
+            return self._run_state(plan, out, attempt_tag)
         cols = output_columns(out)
         projected = frames._project(out, cols["key"], "value", cols["headers"], cols["partition"], self.value_format)
         with frames._sql_conf(self.spark, {"spark.sql.adaptive.enabled": "false"}):
@@ -103,7 +158,7 @@ class SparkEngine:
 
 def start_query(
     cluster: ClusterClient,
-    engine: Any,
+    make_engine: Callable[[S.StateSpec | None], Any],
     source: str | list[str] | None,
     *,
     group_id: str,
@@ -115,14 +170,31 @@ def start_query(
     starting_offsets: str,
     name: str | None,
     pattern: str | None,
+    update_state: Any = None,
+    state_key: str | None = None,
+    state_partitions: int | None = None,
 ) -> StreamingQuery:
-    """Check the options (a bad one raises here, before anything runs) and start the query's
-    driver thread. Shared by :func:`stream` and :func:`kcoord.ray_data.stream`."""
+    """Check the options (a bad one raises here, before anything runs), create a stateful
+    query's changelog, and start the query's driver thread with the engine
+    ``make_engine(state)`` builds. Shared by :func:`stream` and :func:`kcoord.ray_data.stream`."""
     if not isinstance(cluster, ClusterClient):
         raise TypeError(f"stream() needs a ClusterClient, got {type(cluster).__name__}")
     check_name(group_id, "group_id")
     name = check_name(name if name is not None else group_id)
-    if (transform is None) == (foreach_batch is None):
+    if update_state is not None:
+        if not callable(update_state):
+            raise TypeError(f"update_state must be a function (key, rows, state) -> (output, new state), got {type(update_state).__name__}")
+        if not isinstance(state_key, str) or not state_key:
+            raise ValueError("update_state= needs state_key=<column>, the column whose values key the state (e.g. 'key')")
+        if foreach_batch is not None:
+            raise ValueError("update_state= writes its output to sink: give no foreach_batch")
+        if not sink:
+            raise ValueError("update_state= needs sink=<topic>, the topic its output is written to")
+        if state_partitions is not None and (not isinstance(state_partitions, int) or isinstance(state_partitions, bool) or state_partitions < 1):
+            raise ValueError(f"state_partitions must be a positive int or None, got {state_partitions!r}")
+    elif state_key is not None or state_partitions is not None:
+        raise ValueError("state_key= and state_partitions= go with update_state=fn(key, rows, state)")
+    elif (transform is None) == (foreach_batch is None):
         raise ValueError("give exactly one of transform=fn(df, batch_id) (its output is written to sink) and foreach_batch=fn(df, batch_id)")
     if transform is not None and not sink:
         raise ValueError("transform= needs sink=<topic>, the topic its output is written to")
@@ -141,6 +213,12 @@ def start_query(
         topic_metadata(cluster, t)  # UNKNOWN_TOPIC_OR_PARTITION, with a hint
     if sink:
         topic_metadata(cluster, sink)
+    state = None
+    if update_state is not None:
+        assert state_key is not None
+        inputs = len(source_partitions(cluster, topics, pattern))
+        state = S.StateSpec(name, state_key, update_state, S.ensure_changelog(cluster, name, state_partitions, inputs))
+    engine = make_engine(state)
     core = P.StreamCore(
         name, group_id, trigger_interval_s=trigger_interval_ms / 1000, starting_offsets=starting_offsets, max_records_per_trigger=max_records_per_trigger
     )
@@ -168,6 +246,9 @@ def stream(
     name: str | None = None,
     pattern: str | None = None,
     value_format: str = "json",
+    update_state: Callable[[Any, Any, Any], tuple[Any, Any]] | None = None,
+    state_key: str | None = None,
+    state_partitions: int | None = None,
 ) -> StreamingQuery:
     """Start a continuous query over ``source`` (a topic, a list, or ``pattern=`` a regex)
     for the consumer group ``group_id``; returns a :class:`StreamingQuery` (PySpark's
@@ -190,6 +271,18 @@ def stream(
     static member ``name``, so a second copy of it fences the first, and another member in
     the group stops the query with an error.
 
+    State across batches (PySpark's ``applyInPandasWithState``): with
+    ``update_state=fn(key, rows, state)`` and ``state_key="<column>"`` the batch's rows
+    (after ``transform``, if given) are grouped by that column and ``fn`` is called once per
+    key with the key's rows as a pandas DataFrame, in input order, and the key's state (None
+    the first time). It returns ``(output, new_state)``: ``output`` a pandas DataFrame of
+    sink columns or None, ``new_state`` a msgpack value (dict, list, number, str, bytes), or
+    None to remove the key's state. The state lives in the compacted topic
+    ``{name}-state-changelog`` (``state_partitions`` partitions, default the source's
+    partition count; fixed once created), written in the same transactions as the output
+    and the offsets, so after any kill a restarted query's state is exactly that of the
+    batches committed. Stateless queries create no changelog.
+
     Errors raised here: an unknown source or sink topic (KafkaError
     UNKNOWN_TOPIC_OR_PARTITION), bad options (ValueError). A transform that raises or
     returns the wrong columns stops the query: ``exception()`` says why, nothing of that
@@ -197,11 +290,12 @@ def stream(
     """
     if value_format not in frames.VALUE_FORMATS:
         raise ValueError(f"value_format must be one of {frames.VALUE_FORMATS}, got {value_format!r}")
-    engine = SparkEngine(spark, cluster, sink, transform, foreach_batch, value_format)
     return start_query(
-        cluster, engine, source, group_id=group_id, sink=sink, transform=transform, foreach_batch=foreach_batch,
+        cluster, lambda state: SparkEngine(spark, cluster, sink, transform, foreach_batch, value_format, state), source,
+        group_id=group_id, sink=sink, transform=transform, foreach_batch=foreach_batch,
         trigger_interval_ms=trigger_interval_ms, max_records_per_trigger=max_records_per_trigger,
         starting_offsets=starting_offsets, name=name, pattern=pattern,
+        update_state=update_state, state_key=state_key, state_partitions=state_partitions,
     )
 
 

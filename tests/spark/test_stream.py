@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import uuid
 
+import msgpack
+
 import pytest
 
 from kcoord import spark as ks
@@ -159,3 +161,86 @@ def test_bad_output_columns_a_missing_sink_and_a_group_in_use(spark, kcluster):
             other.awaitTermination(180)
     finally:
         first.stop()
+
+
+def counting():
+    """A running count per key: emits (key, count so far) once per batch the key is in.
+    (A closure: Spark pickles it by value to the executors, as a script's function.)"""
+
+    def running_count(key, rows, state):
+        import pandas as pd
+
+        n = (state or 0) + len(rows)
+        return pd.DataFrame({"key": [key], "value": [str(n)]}), n
+
+    return running_count
+
+
+def changelog_state(cluster, name: str, partitions: int) -> dict:
+    """The state a fresh process loads from query ``name``'s changelog (no cache)."""
+    from kcoord.streaming import state as S
+    from kcoord.txn_write import stable_ends
+
+    ends = stable_ends(cluster, [TopicPartition(S.changelog_topic(name), p) for p in range(partitions)])
+    found = {}
+    for tp, end in ends.items():
+        S._cache.pop((cluster.name, cluster.namespace, tp.topic, tp.partition), None)
+        found.update({msgpack.unpackb(k): S.decode_state(v) for k, v in S.load_partition(cluster, tp.topic, tp.partition, end).items()})
+    return found
+
+
+def check_counts(cluster, out: str, inputs: list[tuple[bytes, bytes]]) -> None:
+    """Each key's outputs are its running count, strictly rising, ending at its input count:
+    a batch committed twice would repeat a count, a lost one would skip the end."""
+    got = read_committed(cluster, out)
+    for key in {k for k, _ in inputs}:
+        counts = [int(v) for k, v in got if k == key]
+        assert counts == sorted(set(counts)) and counts[-1] == sum(1 for k, _ in inputs if k == key), (key, counts)
+
+
+def test_state_per_key_is_exact_across_batches_and_a_restart_and_lives_in_its_changelog(spark, kcluster):
+    src, out = new_topic(kcluster, "ss-in", 2), new_topic(kcluster, "ss-out", 2)
+    group = f"g-{src}"
+    inputs = produce(kcluster, src, 0, 50, keys=4)
+    options = dict(group_id=group, update_state=counting(), state_key="key", sink=out, trigger_interval_ms=200, starting_offsets="earliest")
+    q = ks.stream(spark, kcluster, src, max_records_per_trigger=20, **options)
+    try:
+        q.processAllAvailable(timeout_s=180)
+        assert len(q.recentProgress) >= 3  # 50 records, 20 a trigger
+    finally:
+        q.stop()
+    assert q.exception() is None
+    check_counts(kcluster, out, inputs)
+    # stateless queries have no changelog; this one has the source's partition count
+    assert len(kcluster.partitions_for(f"{group}-state-changelog")) == 2
+    assert changelog_state(kcluster, group, 2) == {f"k{i}".encode(): 50 // 4 + (i < 50 % 4) for i in range(4)}
+
+    inputs += produce(kcluster, src, 50, 30, keys=4)
+    q2 = ks.stream(spark, kcluster, src, **options)
+    try:
+        q2.processAllAvailable(timeout_s=180)
+    finally:
+        q2.stop()
+    check_counts(kcluster, out, inputs)
+    check_offsets = Admin(kcluster).list_offsets(src, "latest")
+    assert {p: o for p, (o, _) in group_offsets(kcluster, group)[src].items()} == dict(check_offsets)
+    assert changelog_state(kcluster, group, 2) == {f"k{i}".encode(): 80 // 4 for i in range(4)}
+
+
+def test_bad_state_options_are_refused_before_anything_runs(spark, kcluster):
+    src, out = new_topic(kcluster, "so-in", 1), new_topic(kcluster, "so-out", 1)
+    base = dict(group_id=f"g-{src}", sink=out)
+    with pytest.raises(ValueError, match="needs state_key"):
+        ks.stream(spark, kcluster, src, update_state=counting(), **base)
+    with pytest.raises(ValueError, match="go with update_state"):
+        ks.stream(spark, kcluster, src, transform=upper, state_key="key", **base)
+    with pytest.raises(ValueError, match="state_partitions must be a positive int"):
+        ks.stream(spark, kcluster, src, update_state=counting(), state_key="key", state_partitions=0, **base)
+    with pytest.raises(TypeError, match="update_state must be a function"):
+        ks.stream(spark, kcluster, src, update_state="count", state_key="key", **base)
+    q = ks.stream(spark, kcluster, src, update_state=counting(), state_key="user", starting_offsets="earliest", **base)
+    produce(kcluster, src, 0, 3)
+    with pytest.raises(ks.StreamingQueryException, match="state_key='user': the rows have no column 'user'"):
+        q.awaitTermination(180)
+    with pytest.raises(ValueError, match="has 1 partitions"):  # the changelog's count is fixed
+        ks.stream(spark, kcluster, src, update_state=counting(), state_key="key", state_partitions=3, **base)
