@@ -57,7 +57,7 @@ def test_a_stateful_ray_data_query_keeps_an_exact_count_per_key_in_its_changelog
     group = f"g-{src}"
     inputs = produce(kcluster, src, 0, 30, keys=3)
     options = dict(group_id=group, update_state=counting(), state_key="key", sink=out, trigger_interval_ms=200, starting_offsets="earliest")
-    q = krd.stream(kcluster, src, max_records_per_trigger=20, state_partitions=3, **options)
+    q = krd.stream(kcluster, src, state_partitions=3, **options)
     try:
         q.processAllAvailable(timeout_s=180)
         inputs += produce(kcluster, src, 30, 15, keys=3)
