@@ -176,6 +176,32 @@ def counting():
     return running_count
 
 
+def numbering():
+    """Each input's result with its key's running count: ``V7`` -> ``"V7:3"`` for the key's
+    third record. Exactly once, input order and the count in one check (:func:`check_numbered`)."""
+
+    def number(key, rows, state):
+        import pandas as pd
+
+        n = state or 0
+        values = [f"{bytes(v).decode().upper()}:{n + i + 1}" for i, v in enumerate(rows["value"])]
+        return pd.DataFrame({"key": [key] * len(values), "value": values}), n + len(values)
+
+    return number
+
+
+def check_numbered(cluster, source: str, sink: str, inputs: list[tuple[bytes, bytes]], group: str) -> None:
+    """What :func:`numbering` must give: each key's inputs, once each, in input order, each
+    with its count computed from the input; and the group's offsets at the input's end."""
+    got = read_committed(cluster, sink)
+    for key in {k for k, _ in inputs}:
+        want = [f"{v.decode().upper()}:{i + 1}".encode() for i, v in enumerate(v for k, v in inputs if k == key)]
+        assert [v for k, v in got if k == key] == want, key
+    assert len(got) == len(inputs)
+    ends = Admin(cluster).list_offsets(source, "latest")
+    assert {p: o for p, (o, _) in group_offsets(cluster, group)[source].items()} == dict(ends)
+
+
 def changelog_state(cluster, name: str, partitions: int) -> dict:
     """The state a fresh process loads from query ``name``'s changelog (no cache)."""
     from kcoord.streaming import state as S
