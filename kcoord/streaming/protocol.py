@@ -144,6 +144,14 @@ def batch_of_metadata(name: str, metadata: str | None) -> int | None:
     return None
 
 
+def query_of_metadata(metadata: str | None) -> tuple[str, int] | None:
+    """``(query name, batch)`` of an offset committed by a streaming query, or None."""
+    parts = (metadata or "").split(" ")
+    if len(parts) == 3 and parts[0] == METADATA_PREFIX and parts[2].isdigit():
+        return parts[1], int(parts[2])
+    return None
+
+
 def last_batch(name: str, committed: dict[TP, tuple[int, str]]) -> int:
     """The last batch of ``name`` whose offsets are committed (-1: none)."""
     found = [b for _, m in committed.values() if (b := batch_of_metadata(name, m)) is not None]
