@@ -5,7 +5,8 @@ Ray's metrics agent exports them to Prometheus with a ``ray_`` prefix (counters 
 ``_total`` suffix), next to Ray's own. This dashboard sits beside the ones Ray ships
 (``<session>/metrics/grafana/dashboards``) and uses the same ``datasource`` variable:
 throughput, request rates, the HW and log ends, ISR and offline partitions, failovers and
-their duration, and consumer-group lag (a partition's HW minus the group's committed offset).
+their duration, consumer-group lag (a partition's HW minus the group's committed offset), and
+streaming queries' lag, input rate and batch duration.
 """
 
 from __future__ import annotations
@@ -109,6 +110,19 @@ PANELS: list[tuple[str, str, list[tuple[str, str]]]] = [
         "Offset commits/s",
         "ops",
         [('sum by (group) (rate(ray_kcoord_group_offset_commits_total{cluster=~"$cluster"}[1m]))', "{{group}}")],
+    ),
+    (
+        "Streaming queries: lag (records behind the log end after each batch)",
+        "short",
+        [('sum by (query, topic) (ray_kcoord_stream_lag{cluster=~"$cluster"})', "{{query}} / {{topic}}")],
+    ),
+    (
+        "Streaming queries: input rows/s and batch duration",
+        "short",
+        [
+            ('sum by (query) (rate(ray_kcoord_stream_input_rows_total{cluster=~"$cluster"}[1m]))', "rows/s {{query}}"),
+            ('max by (query) (ray_kcoord_stream_batch_duration_ms{cluster=~"$cluster"})', "batch ms {{query}}"),
+        ],
     ),
 ]
 

@@ -31,6 +31,7 @@ from .spark.frames import VALUE_FORMATS, WriteResult, allocate_producer_ids
 from .spark.frames import ISOLATION_NAMES, begin_write, check_transactional_write, result_of_decision
 from .txn_write import PreparedTask, prepare_task, prepared_from_rows, task_transactional_id
 from .spark.offsets import OffsetPlan, isolation_level_id, plan_offsets, topic_metadata
+from .streaming.protocol import DEFAULT_MAX_RECORDS_PER_TRIGGER
 
 __all__ = ["read", "read_plan", "stream", "write", "ARROW_SCHEMA"]
 
@@ -339,7 +340,7 @@ def stream(
     foreach_batch: Callable[["ray.data.Dataset", int], Any] | None = None,
     sink: str | None = None,
     trigger_interval_ms: int = 500,
-    max_records_per_trigger: int | None = None,
+    max_records_per_trigger: int | None = DEFAULT_MAX_RECORDS_PER_TRIGGER,
     starting_offsets: str = "latest",
     name: str | None = None,
     pattern: str | None = None,

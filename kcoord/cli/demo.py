@@ -7,7 +7,8 @@ would); the demo shows how long it took until a new leader accepted writes. At t
 reads the whole topic back and checks that every acknowledged record is there at the
 offset it was acknowledged with. A Spark-on-Ray stage (:func:`spark_stage`, RayDP) then
 reads the topic as a DataFrame, counts records per key, writes the counts to another topic
-from the executors and reads the group's committed offsets as a DataFrame.
+from the executors, reads the group's committed offsets as a DataFrame, and runs a
+streaming query (``ks.stream``) over the topic until it caught up (:func:`stream_step`).
 
 The summary table is the demo's verdict; the exit code is non-zero if a record was lost,
 the group did not read everything, or its lag is not 0.
@@ -91,6 +92,8 @@ class DemoSummary:
 # the Spark stage
 # ------------------------------------------------------------------------------------------
 COUNTS_TOPIC = "demo-key-counts"
+STREAM_TOPIC = "demo-stream-upper"
+STREAM_GROUP = "demo-stream"
 
 
 @contextlib.contextmanager
@@ -168,7 +171,9 @@ def spark_stage(cluster: Any, topic: str, group: str, expected: int, console: Co
             f"{result['group_committed']} committed, lag {result['group_lag']} "
             f"(read from 'group:{group}': {report['remaining_rows']} records)"
         )
+        stream = result["stream"] = stream_step(spark, cluster, topic, expected, console)
         checks = {
+            "streaming query: each record once, group lag 0, group left": stream["ok"],
             "rows read == records written": rows == expected,
             "sum of per-key counts == rows": sum(n for _, n in report["per_key"]) == rows,
             "counts written == keys": result["counts_written"] == report["keys"],
@@ -188,6 +193,40 @@ def spark_stage(cluster: Any, topic: str, group: str, expected: int, console: Co
                 pass
     result["seconds"] = round(time.monotonic() - t0, 1)
     return result
+
+
+def stream_step(spark: Any, cluster: Any, topic: str, expected: int, console: Console) -> dict[str, Any]:
+    """A streaming query (``ks.stream``) over ``topic`` from the earliest offset into
+    :data:`STREAM_TOPIC`, exactly once with its group's offsets, until caught up; then
+    stopped. ``ok`` when its batches read every record once, its output rows match, the
+    group's lag is 0 and the stopped query left the group."""
+    from kcoord import spark as ks
+
+    from ..client.admin import Admin
+
+    t0 = time.monotonic()
+    Admin(cluster).create_topic(STREAM_TOPIC, partitions=1, replication_factor=3, config={"min.insync.replicas": 2})
+    with console.status(f"Spark streaming query: {topic!r} -> upper(value) -> {STREAM_TOPIC!r}, exactly once with group {STREAM_GROUP!r}..."):
+        q = ks.stream(
+            spark, cluster, topic, group_id=STREAM_GROUP, sink=STREAM_TOPIC, starting_offsets="earliest", trigger_interval_ms=200,
+            transform=lambda df, batch_id: df.selectExpr("key", "upper(CAST(value AS STRING)) AS value"),
+        )
+        try:
+            q.processAllAvailable(timeout_s=180)
+            m = q.metrics()
+        finally:
+            q.stop()
+    desc = Admin(cluster).describe_group(STREAM_GROUP)
+    out = {
+        "batches": m["batches"], "input_rows": m["input_rows"], "output_rows": m["output_rows"], "group_lag": desc["lag"],
+        "members_after_stop": len(desc["members"]), "seconds": round(time.monotonic() - t0, 1),
+    }
+    out["ok"] = q.exception() is None and m["input_rows"] == m["output_rows"] == expected and desc["lag"] == 0 and not desc["members"]
+    console.print(
+        f"streaming query: {m['batches']} batches, {m['input_rows']} records in, {m['output_rows']} out to {STREAM_TOPIC!r}, "
+        f"group lag {desc['lag']}, left the group on stop [dim]({out['seconds']} s)[/]"
+    )
+    return out
 
 
 # ------------------------------------------------------------------------------------------
@@ -442,6 +481,10 @@ def summary_table(s: DemoSummary) -> Table:
     elif s.spark.get("reason"):
         spark += f" ({s.spark['reason']})"
     table.add_row("spark (RayDP)", f"{bad if s.spark.get('status') == 'failed' else ''}{spark}{'[/]' if s.spark.get('status') == 'failed' else ''}")
+    st = s.spark.get("stream")
+    if st:
+        line = f"{st['batches']} batches, {st['input_rows']} records in, {st['output_rows']} out, group lag {st['group_lag']} ({st['seconds']} s)"
+        table.add_row("spark streaming query", line if st["ok"] else f"{bad}{line}[/]")
     table.add_row("total time", f"{s.seconds:.1f} s")
     table.add_row("verdict", f"{good}OK[/]" if s.ok else f"{bad}FAILED[/]")
     return table

@@ -51,12 +51,18 @@ def list_(env: Env, states: tuple[str, ...], as_json: bool) -> None:
 def describe(env: Env, group: str, as_json: bool) -> None:
     """Show a group's state, members and, per partition, committed offset, log end and lag.
 
+    A group a streaming query (kcoord.spark.stream, kcoord.ray_data.stream) consumes for is
+    shown as such: the query's name, its last committed batch (from the offsets' metadata,
+    "kcoord-stream NAME BATCH"), its lag, and whether it runs (its static member, instance
+    id NAME, is in the group).
+
     \b
     Examples:
       kcoord groups describe billing
       kcoord groups describe billing --json
     """
     desc = env.admin().describe_group(group)
+    desc["streaming"] = streaming_queries(desc)
     if as_json:
         echo_json(env, desc, indent=2, sort_keys=True, default=str)
         return
@@ -64,11 +70,16 @@ def describe(env: Env, group: str, as_json: bool) -> None:
         f"group [bold]{desc['group_id']}[/]: state {desc['state']}, generation {desc['generation']}, "
         f"{len(desc['members'])} members, coordinator {desc['coordinator']}, total lag {desc['lag']}"
     )
+    for q in desc["streaming"]:
+        where = f"running as member {q['member_id']}" if q["running"] else "not running"
+        env.out.print(f"streaming query [bold]{q['query']}[/]: last committed batch {q['last_batch']}, lag {q['lag']}, {where}")
+    queries = {q["query"] for q in desc["streaming"]}
     if desc["members"]:
-        members = make_table("members", ("member", "instance", "client", "host", "assignment"))
+        members = make_table("members", ("member", "instance", "kind", "client", "host", "assignment"))
         for m in desc["members"]:
             assignment = "; ".join(f"{t}: {','.join(map(str, ps))}" for t, ps in sorted(m["assignment"].items())) or "-"
-            members.add_row(m["member_id"], m["group_instance_id"] or "-", m["client_id"] or "-", m["client_host"] or "-", assignment)
+            kind = "streaming query" if m["group_instance_id"] in queries else ("static" if m["group_instance_id"] else "dynamic")
+            members.add_row(m["member_id"], m["group_instance_id"] or "-", kind, m["client_id"] or "-", m["client_host"] or "-", assignment)
         env.out.print(members)
     offsets = make_table("offsets", ("topic", "partition", "committed", "log end", "lag", "member"), right=("partition", "committed", "log end", "lag"))
     for o in desc["offsets"]:
@@ -81,6 +92,27 @@ def describe(env: Env, group: str, as_json: bool) -> None:
             o["member_id"] or "-",
         )
     env.out.print(offsets)
+
+
+def streaming_queries(desc: dict) -> list[dict]:
+    """The streaming queries whose offsets a described group holds (their metadata reads
+    ``kcoord-stream NAME BATCH``): per query its ``last_batch``, ``lag`` (its partitions'
+    log ends minus its committed offsets), whether it is ``running`` (its static member,
+    instance id NAME, is in the group) and that ``member_id``."""
+    from ..streaming.protocol import query_of_metadata
+
+    found: dict[str, dict] = {}
+    for o in desc["offsets"]:
+        named = query_of_metadata(o.get("metadata"))
+        if named is None:
+            continue
+        q = found.setdefault(named[0], {"query": named[0], "last_batch": -1, "lag": 0})
+        q["last_batch"] = max(q["last_batch"], named[1])
+        q["lag"] += o["lag"] or 0
+    for name, q in found.items():
+        member = next((m["member_id"] for m in desc["members"] if m["group_instance_id"] == name), None)
+        q["running"], q["member_id"] = member is not None, member
+    return [found[n] for n in sorted(found)]
 
 
 @groups.command("reset-offsets")

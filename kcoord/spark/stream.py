@@ -241,7 +241,7 @@ def stream(
     foreach_batch: Callable[["DataFrame", int], Any] | None = None,
     sink: str | None = None,
     trigger_interval_ms: int = 500,
-    max_records_per_trigger: int | None = None,
+    max_records_per_trigger: int | None = P.DEFAULT_MAX_RECORDS_PER_TRIGGER,
     starting_offsets: str = "latest",
     name: str | None = None,
     pattern: str | None = None,
@@ -256,7 +256,9 @@ def stream(
     ``awaitTermination(timeout)``, ``stop()``, ``exception()``).
 
     Every ``trigger_interval_ms`` it reads what the group has not processed (at most
-    ``max_records_per_trigger`` records, shared out by lag), one Spark task per input
+    ``max_records_per_trigger`` records, shared out by lag: 100,000 by default, None for
+    no bound; a batch is planned after the previous one commits, so a slow transform slows
+    the reads and a backlog drains in bounded batches), one Spark task per input
     partition, as a DataFrame with Spark's Kafka source columns (read committed), calls
     ``transform(df, batch_id)`` and writes its output (Spark's Kafka sink columns:
     ``value`` required, string or binary; ``key``, ``headers``, ``partition`` optional;

@@ -8,7 +8,8 @@ actions against a kcoord cluster, for an engine (Spark, Ray Data) that runs a ba
 * the group: the driver is the group's one member, statically (``group.instance.id`` =
   the query's name): a second copy of the query takes the membership over (the first's
   offsets commits are then refused, FENCED_INSTANCE_ID), a member of another name is an
-  error at start; the offsets transaction carries the membership (KIP-447);
+  error at start; the offsets transaction carries the membership (KIP-447); a stopped
+  query leaves the group (see :meth:`StreamDriver.close`);
 * decisions and commits: :class:`kcoord.txn_write.TransactionalWrite` under the batch's
   prefix ``{name}/{batch}``.
 
@@ -61,6 +62,7 @@ class Batch:
     output_rows: int
     started: float
     ended: float
+    latest: dict[P.TP, int]  # each input partition's end (read committed) when the batch was planned
 
 
 def source_partitions(cluster: ClusterClient, topics: list[str] | None, pattern: str | None) -> list[TopicPartition]:
@@ -108,6 +110,7 @@ class StreamDriver:
         self._member: Consumer | None = None
         self._output_rows = 0
         self._partitions: list[TopicPartition] = []
+        self._latest: dict[P.TP, int] = {}
         self.epoch = -1
         self.error: BaseException | None = None
 
@@ -137,12 +140,23 @@ class StreamDriver:
         return exc
 
     def close(self) -> None:
-        for c in (self._member, self._fence):
-            if c is not None:
-                try:
-                    c.close()
-                except Exception:  # noqa: BLE001 - closing a fenced client may fail; nothing to keep
-                    pass
+        """Leave the group and close the fence producer. The member leaves even though it
+        is static (LeaveGroup with its instance id, KIP-345's removal of a static member):
+        a stopped query is gone, not restarting, so another query may take the group at
+        once instead of being refused for the session timeout; a restart under the same
+        name resumes from the committed offsets all the same. A member whose instance a
+        newer copy of the query took over is refused (FENCED_INSTANCE_ID) and removes
+        nothing. A killed driver cannot leave: its seat expires after the session timeout."""
+        if self._member is not None:
+            try:
+                self._member.close(leave_group=True)
+            except Exception:  # noqa: BLE001 - a fenced member may fail to leave; the session timeout removes it
+                pass
+        if self._fence is not None:
+            try:
+                self._fence.close()
+            except Exception:  # noqa: BLE001 - closing a fenced producer may fail; nothing to keep
+                pass
         self._member = self._fence = None
 
     def _write(self, prefix: str) -> TransactionalWrite:
@@ -213,7 +227,8 @@ class StreamDriver:
             now = time.monotonic()
             earliest = self.cluster.list_offsets(self._partitions, EARLIEST_TIMESTAMP)
             latest = self.cluster.list_offsets(self._partitions, LATEST_TIMESTAMP, isolation_level=READ_COMMITTED)
-            return P.OffsetsRead({(tp.topic, tp.partition): o for tp, o in earliest.items()}, {(tp.topic, tp.partition): o for tp, o in latest.items()}, now)
+            self._latest = {(tp.topic, tp.partition): o for tp, o in latest.items()}
+            return P.OffsetsRead({(tp.topic, tp.partition): o for tp, o in earliest.items()}, dict(self._latest), now)
         if isinstance(action, P.RunTasks):
             tasks, self._output_rows = self.engine.run_tasks(action.plan, P.attempt_tag(self.epoch, ""))
             return P.TasksPrepared(action.plan.batch, tuple(tasks))
@@ -238,7 +253,7 @@ class StreamDriver:
                     self.execute(a)
             return None
         if isinstance(action, P.BatchDone):
-            self.on_batch(Batch(action.plan, self._output_rows, action.started, time.monotonic()))
+            self.on_batch(Batch(action.plan, self._output_rows, action.started, time.monotonic(), dict(self._latest)))
             return None
         if isinstance(action, P.CaughtUp):
             self.on_caught_up(action.at)

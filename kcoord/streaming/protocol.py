@@ -5,7 +5,9 @@ A query ``name`` consumes for the consumer group ``group`` in numbered micro-bat
 
 1. **plan** -- per input partition, from the group's committed offset up to the end it sees
    now (at most ``max_records_per_trigger`` in all, shared out by lag as Spark's
-   ``maxOffsetsPerTrigger`` is);
+   ``maxOffsetsPerTrigger`` is; :data:`DEFAULT_MAX_RECORDS_PER_TRIGGER` by default). A batch
+   is planned only once the previous one committed: no read-ahead, so a slow transform
+   slows the reads (back-pressure) and memory is bounded by one batch;
 2. **run** -- the engine's tasks write the output, each task attempt in its own transaction
    left prepared;
 3. **offsets** -- the driver prepares one more transaction of the prefix holding only the
@@ -56,6 +58,15 @@ from ..client.types import OffsetRange
 TP = tuple[str, int]
 
 METADATA_PREFIX = "kcoord-stream"
+
+#: The default bound on a micro-batch's records (``max_records_per_trigger``; None lifts it).
+#: Spark's ``maxOffsetsPerTrigger`` has no default, so a backlog (a query started with
+#: ``"earliest"`` on a full topic, or restarted after a day) becomes one batch; here a batch's
+#: output is held until its transactions commit (Ray Data materializes it on the driver), so
+#: an unbounded batch is unbounded memory and an ever longer transaction. Batches are planned
+#: from the committed offsets after the previous batch commits, so nothing is read ahead: a
+#: slow transform slows the reads, and a backlog drains in batches of at most this many.
+DEFAULT_MAX_RECORDS_PER_TRIGGER = 100_000
 
 
 class Phase(enum.Enum):
@@ -130,6 +141,14 @@ def batch_of_metadata(name: str, metadata: str | None) -> int | None:
     parts = (metadata or "").split(" ")
     if len(parts) == 3 and parts[0] == METADATA_PREFIX and parts[1] == name and parts[2].isdigit():
         return int(parts[2])
+    return None
+
+
+def query_of_metadata(metadata: str | None) -> tuple[str, int] | None:
+    """``(query name, batch)`` of an offset committed by a streaming query, or None."""
+    parts = (metadata or "").split(" ")
+    if len(parts) == 3 and parts[0] == METADATA_PREFIX and parts[2].isdigit():
+        return parts[1], int(parts[2])
     return None
 
 

@@ -1,18 +1,24 @@
 """A running streaming query, with PySpark's ``StreamingQuery`` names: ``id``, ``runId``,
 ``name``, ``isActive``, ``lastProgress``, ``recentProgress``, ``processAllAvailable()``,
-``awaitTermination(timeout)``, ``stop()``, ``exception()``. Its driver loop
+``awaitTermination(timeout)``, ``stop()``, ``exception()``; and kcoord's ``metrics()``
+(the client style of ``Producer.metrics()``), also exported through ``ray.util.metrics``
+(:class:`kcoord.streaming.metrics.StreamMetricsExporter`). Its driver loop
 (:class:`~kcoord.streaming.driver.StreamDriver`) runs on a thread of the process."""
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 import uuid
 from collections import deque
 from datetime import datetime, timezone
-from typing import Callable
+from typing import Any, Callable
 
 from .driver import Batch, StreamDriver, StreamingQueryException
+from .metrics import StreamMetrics, StreamMetricsExporter, lag_of
+
+logger = logging.getLogger(__name__)
 
 RECENT_PROGRESS = 100  # PySpark's spark.sql.streaming.numRecentProgressUpdates
 
@@ -32,6 +38,8 @@ class StreamingQuery:
         self._done = False
         self._error: BaseException | None = None
         self._last_end: float | None = None
+        self._metrics = StreamMetrics()
+        self._exporter: Any = None  # made on the first batch, when Ray is up
         self._driver = make_driver(self)
         self._thread = threading.Thread(target=self._run, name=f"kcoord-stream-{name}", daemon=True)
         self._thread.start()
@@ -55,9 +63,15 @@ class StreamingQuery:
         self._last_end = batch.ended
         ends: dict[str, dict[str, int]] = {}
         starts: dict[str, dict[str, int]] = {}
+        latest: dict[str, dict[str, int]] = {}
+        behind: dict[str, dict[str, int]] = {}
+        lag = lag_of(plan.ends, batch.latest)
         for r in plan.ranges:
             starts.setdefault(r.topic, {})[str(r.partition)] = r.start
             ends.setdefault(r.topic, {})[str(r.partition)] = r.end
+            latest.setdefault(r.topic, {})[str(r.partition)] = batch.latest.get((r.topic, r.partition), r.end)
+            behind.setdefault(r.topic, {})[str(r.partition)] = lag[(r.topic, r.partition)]
+        lags = list(lag.values()) or [0]
         progress = {
             "id": self.id,
             "runId": self.runId,
@@ -74,17 +88,43 @@ class StreamingQuery:
                     "description": f"KafkaV2[kcoord group {self.group}]",
                     "startOffset": starts,
                     "endOffset": ends,
-                    "latestOffset": ends,
+                    "latestOffset": latest,  # the log ends (read committed) when the batch was planned
                     "numInputRows": plan.rows,
                     "inputRowsPerSecond": plan.rows / max(since, 1e-6),
                     "processedRowsPerSecond": plan.rows / duration,
+                    # Spark's Kafka source metrics (strings, as in PySpark), and the lag per partition
+                    "metrics": {
+                        "minOffsetsBehindLatest": str(min(lags)),
+                        "maxOffsetsBehindLatest": str(max(lags)),
+                        "avgOffsetsBehindLatest": str(sum(lags) / len(lags)),
+                    },
+                    "offsetsBehindLatest": behind,
                 }
             ],
             "sink": {"description": f"kcoord[{self._driver.sink}]", "numOutputRows": batch.output_rows},
         }
+        self._metrics.record(plan.batch, plan.rows, batch.output_rows, duration, plan.rows / max(since, 1e-6), lag)
+        self._export()
         with self._cond:
             self._progress.append(progress)
             self._cond.notify_all()
+
+    def _export(self) -> None:
+        """Copy the figures into Ray's metrics (when this process is connected to Ray);
+        a failure to export is logged once and never stops the query."""
+        if self._exporter is False:
+            return
+        try:
+            if self._exporter is None:
+                import ray
+
+                if not ray.is_initialized():
+                    return
+                self._exporter = StreamMetricsExporter(self._driver.cluster.name, self.name, self.group)
+            self._exporter.export(self._metrics.snapshot())
+        except Exception:  # noqa: BLE001 - metrics are not worth a stopped query
+            logger.exception("query %r: exporting its metrics to Ray failed; no more attempts", self.name)
+            self._exporter = False
 
     def _on_caught_up(self, at: float) -> None:
         with self._cond:
@@ -105,6 +145,13 @@ class StreamingQuery:
     def recentProgress(self) -> list[dict]:
         with self._cond:
             return [dict(p) for p in self._progress]
+
+    def metrics(self) -> dict[str, Any]:
+        """kcoord's figures of this run (:meth:`kcoord.streaming.metrics.StreamMetrics.snapshot`):
+        totals of ``batches``, ``input_rows``, ``output_rows``; the last batch's
+        ``last_batch_id``, ``batch_duration_ms``, ``processed_rows_per_second``,
+        ``input_rows_per_second``; ``lag`` per ``(topic, partition)`` and ``lag_total``."""
+        return self._metrics.snapshot()
 
     def exception(self) -> StreamingQueryException | None:
         """The error that stopped the query, or None."""

@@ -27,3 +27,7 @@ def test_kcoord_demo_end_to_end(tmp_path):
     assert summary["group_mode"] == "group" and summary["group_lag"] == 0
     assert summary["failover_ms"] > 0 and summary["new_leader_epoch"] > 0
     assert "lost" in proc.stdout and "kcoord demo summary" in proc.stdout
+    if summary["spark"]["status"] == "ok":  # the streaming step: every record once, lag 0, the group left
+        stream = summary["spark"]["stream"]
+        assert stream["ok"] and stream["input_rows"] == stream["output_rows"] == 20_000
+        assert stream["group_lag"] == 0 and stream["members_after_stop"] == 0

@@ -27,6 +27,9 @@ from kcoord.client.types import TopicPartition
 from kcoord.protocol.errors import ErrorCode, KafkaError
 from kcoord.protocol.group import (
     JoinGroupResponse,
+    LeaveGroupMember,
+    LeaveGroupRequest,
+    LeaveGroupResponse,
     OffsetCommitPartition,
     OffsetCommitRequest,
     OffsetCommitResponse,
@@ -111,9 +114,9 @@ class Member:
         self._stop.set()
         self._thread.join(timeout=30)
 
-    def close(self) -> None:
+    def close(self, leave_group: bool | None = None) -> None:
         self.stop_thread()
-        self.member.close()
+        self.member.close(leave_group=leave_group)
 
 
 def stable_with(admin: Admin, group_id: str, members: list[Member], generation_above: int = 0) -> dict | None:
@@ -252,6 +255,16 @@ def test_static_member_restart_keeps_assignment_without_new_generation(groups, t
         stale = OffsetCommitRequest(group_id, d["generation"], old_id, "instance-a", topics={topic12: {0: OffsetCommitPartition(1)}})
         resp = gc.call_group(group_id, "offset_commit", stale, OffsetCommitResponse, 30)
         assert resp.topics[topic12][0] == ErrorCode.FENCED_INSTANCE_ID
+        # ... and cannot remove the instance's new member by leaving (KIP-345: refused).
+        leave = gc.call_group(group_id, "leave_group", LeaveGroupRequest(group_id, [LeaveGroupMember(old_id, "instance-a")]), LeaveGroupResponse, 30)
+        assert [m.error_code for m in leave.members] == [ErrorCode.FENCED_INSTANCE_ID]
+        assert {m["group_instance_id"] for m in admin.describe_group(group_id)["members"]} == {"instance-a", "instance-b"}
+        # A static member closed with leave_group=True (KIP-1092's LEAVE_GROUP) leaves at once:
+        # the group rebalances without waiting for its session to expire.
+        a2.close(leave_group=True)
+        members = [b]
+        left = wait_until(lambda: stable_with(admin, group_id, members), timeout=8, what="b alone after instance-a left")
+        assert left["generation"] > d2["generation"] and b.partitions() == set(range(12))
     finally:
         close_all(members)
 

@@ -46,6 +46,126 @@ def test_a_ray_data_query_writes_each_input_once_with_its_offsets(kcluster, ray_
     assert len(read_committed(kcluster, out)) == 50  # nothing of the failed query's batch
 
 
+def _helpers():
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "spark"))
+    import test_stream
+
+    return test_stream
+
+
+def _upper(ds, batch_id):
+    import pyarrow.compute as pc
+
+    return ds.map_batches(lambda t: t.select(["key", "value"]).set_column(1, "value", pc.utf8_upper(t["value"].cast("string"))), batch_format="pyarrow")
+
+
+def _describe(kcluster, group: str, *flags: str):
+    from click.testing import CliRunner
+
+    from kcoord.cli import cli
+
+    res = CliRunner().invoke(cli, ["--name", kcluster.name, "--namespace", kcluster.namespace, "groups", "describe", group, *flags])
+    assert res.exit_code == 0, res.output
+    return res.output
+
+
+def test_a_stopped_query_leaves_its_group_resumes_under_its_name_and_shows_on_the_cli(kcluster, ray_session):
+    import json
+    import time
+    import uuid
+
+    h = _helpers()
+    src, out = h.new_topic(kcluster, "rl-in", 2), h.new_topic(kcluster, "rl-out", 2)
+    group, name = f"g-{src}", f"q-{uuid.uuid4().hex[:6]}"
+    inputs = h.produce(kcluster, src, 0, 30)
+
+    q = krd.stream(kcluster, src, group_id=group, name=name, transform=_upper, sink=out, trigger_interval_ms=100, starting_offsets="earliest", max_records_per_trigger=10)
+    try:
+        q.processAllAvailable(timeout_s=180)
+        progress = q.recentProgress
+        # lag per partition: the first batch took 10 of the 30 it saw
+        first = progress[0]["sources"][0]
+        assert sum(first["offsetsBehindLatest"][src].values()) == 20 and first["metrics"]["maxOffsetsBehindLatest"] != "0"
+        assert sum(first["latestOffset"][src].values()) == 30
+        assert sum(progress[-1]["sources"][0]["offsetsBehindLatest"][src].values()) == 0
+        m = q.metrics()
+        assert m["batches"] == len(progress) >= 3 and m["input_rows"] == 30 and m["output_rows"] == 30
+        assert m["lag_total"] == 0 and m["last_batch_id"] == progress[-1]["batchId"] and m["batch_duration_ms"] > 0
+        # the CLI: the group is a streaming query's, running, with its lag and last batch
+        desc = json.loads(_describe(kcluster, group, "--json"))
+        assert desc["streaming"] == [{"query": name, "last_batch": progress[-1]["batchId"], "lag": 0, "running": True, "member_id": desc["members"][0]["member_id"]}]
+        text = _describe(kcluster, group)
+        assert f"streaming query {name}: last committed batch {progress[-1]['batchId']}, lag 0, running as member" in text
+        assert any(name in line and "streaming query" in line and "running as" not in line for line in text.splitlines())  # the member's kind
+    finally:
+        q.stop()
+    assert q.exception() is None
+    # stopped: its static member left (LeaveGroup with its instance id); the lag shows
+    inputs += h.produce(kcluster, src, 30, 6)
+    desc = json.loads(_describe(kcluster, group, "--json"))
+    assert desc["members"] == [] and desc["streaming"][0]["running"] is False and desc["streaming"][0]["lag"] == 6
+
+    # the same name resumes where it stopped
+    q = krd.stream(kcluster, src, group_id=group, name=name, transform=_upper, sink=out, trigger_interval_ms=100)
+    try:
+        q.processAllAvailable(timeout_s=180)
+        assert sum(p["numInputRows"] for p in q.recentProgress) == 6 and q.recentProgress[0]["batchId"] == progress[-1]["batchId"] + 1
+    finally:
+        q.stop()
+    assert q.exception() is None
+
+    # another query (another name) takes the group at once, not after the 30 s session timeout
+    inputs += h.produce(kcluster, src, 36, 4)
+    started = time.monotonic()
+    other = krd.stream(kcluster, src, group_id=group, name=f"{name}-b", transform=_upper, sink=out, trigger_interval_ms=100)
+    try:
+        other.processAllAvailable(timeout_s=180)
+        took = time.monotonic() - started
+        print(f"\nanother query on the stopped query's group: caught up {took:.1f} s after its start")
+        assert other.exception() is None and sum(p["numInputRows"] for p in other.recentProgress) == 4
+        assert took < 20, f"the second query ran its batch after {took:.1f} s"
+    finally:
+        other.stop()
+    h.check_exactly_once(kcluster, src, out, inputs, group)
+
+
+def test_a_backlog_drains_in_bounded_batches_planned_after_a_slow_transform(kcluster, ray_session):
+    """Back-pressure: no batch holds more than max_records_per_trigger, and each is planned
+    after the previous one committed (records that arrived during a slow batch are in the
+    next plan's view: nothing was read ahead)."""
+    import time
+
+    h = _helpers()
+    src, out = h.new_topic(kcluster, "rb-in", 2), h.new_topic(kcluster, "rb-out", 2)
+    group = f"g-{src}"
+    inputs = h.produce(kcluster, src, 0, 35)
+    arrived = []
+
+    def slow(ds, batch_id):
+        time.sleep(0.5)
+        if batch_id == 0:  # records arrive while the first batch is slow
+            arrived.extend(h.produce(kcluster, src, 35, 10))
+        return _upper(ds, batch_id)
+
+    q = krd.stream(kcluster, src, group_id=group, transform=slow, sink=out, trigger_interval_ms=0, starting_offsets="earliest", max_records_per_trigger=10)
+    try:
+        q.processAllAvailable(timeout_s=300)
+        progress = q.recentProgress
+    finally:
+        q.stop()
+    assert q.exception() is None
+    inputs += arrived
+    assert [p["numInputRows"] for p in progress] == [10, 10, 10, 10, 5]
+    for before, after in zip(progress, progress[1:]):
+        assert after["sources"][0]["startOffset"] == before["sources"][0]["endOffset"]
+    assert sum(progress[0]["sources"][0]["latestOffset"][src].values()) == 35
+    assert sum(progress[1]["sources"][0]["latestOffset"][src].values()) == 45  # planned after batch 0's transform
+    h.check_exactly_once(kcluster, src, out, inputs, group)
+
+
 def test_a_stateful_ray_data_query_keeps_an_exact_count_per_key_in_its_changelog(kcluster, ray_session):
     import sys
     from pathlib import Path

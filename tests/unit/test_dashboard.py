@@ -33,11 +33,17 @@ class Histogram(Recorder): ...
 def exported(monkeypatch) -> dict[str, tuple]:
     """{prometheus series name: tag keys} of every metric kcoord's exporters create."""
     Recorder.made = []
+    import ray.util.metrics
+
+    from kcoord.streaming.metrics import StreamMetricsExporter
+
     for cls in (Gauge, Counter, Histogram):
         monkeypatch.setattr(metrics, cls.__name__, cls)
+        monkeypatch.setattr(ray.util.metrics, cls.__name__, cls)
     metrics.ControllerMetricsExporter("c")
     metrics.ReplicaMetricsExporter("c", "t", 0, 0)
     metrics.GroupMetricsExporter("c", 0)
+    StreamMetricsExporter("c", "q", "g")
     out = {}
     for kind, m in Recorder.made:
         name = "ray_" + m.name

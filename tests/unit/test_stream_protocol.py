@@ -364,3 +364,62 @@ def test_a_stale_decision_after_a_group_reset_is_an_error():
     while not final.stopped:
         final.step()
     assert isinstance(final.error, P.StaleDecisionError) and "new name" in str(final.error)
+
+
+def test_a_backlog_drains_in_bounded_batches_each_planned_after_the_previous_commit():
+    """Back-pressure: with 10 records waiting and at most 3 a batch, every batch holds at
+    most 3, and the core never reads the offsets (plans) while a batch is between its
+    tasks and its commit -- records arriving during a slow batch wait for the next plan."""
+    w = World()
+    w.arrive(10)
+    d = Driver(w, random.Random(0), 3)
+    trace: list = []
+    run = d.run
+
+    def traced(action):
+        trace.append(action)
+        if isinstance(action, P.RunTasks) and w.next_value < 14:
+            w.arrive(1)  # a record arrives while the batch runs
+        return run(action)
+
+    d.run = traced
+    while not d.stopped:
+        d.step()
+    assert d.error is None
+    check(w)
+    sizes = [a.plan.rows for a in trace if isinstance(a, P.RunTasks)]
+    assert sizes[:4] == [3, 3, 3, 3] and max(sizes) <= 3 and sum(sizes) == 14
+    kinds = [type(a).__name__ for a in trace]
+    for i, kind in enumerate(kinds):
+        if kind == "RunTasks":
+            after = kinds[i + 1 :]
+            assert "BatchDone" in after and ("ReadOffsets" not in after or after.index("BatchDone") < after.index("ReadOffsets"))
+
+
+def test_the_default_bounds_a_batch():
+    import inspect
+
+    from kcoord.spark.stream import stream
+
+    assert P.DEFAULT_MAX_RECORDS_PER_TRIGGER == 100_000
+    assert inspect.signature(stream).parameters["max_records_per_trigger"].default == P.DEFAULT_MAX_RECORDS_PER_TRIGGER
+    plan = P.plan_batch("q", 0, {}, {("t", 0): 0}, {("t", 0): 250_000}, starting_offsets="earliest", fresh=True, max_records=P.DEFAULT_MAX_RECORDS_PER_TRIGGER)
+    assert plan.rows == 100_000
+
+
+def test_stream_metrics_count_batches_and_keep_the_last_lag():
+    from kcoord.streaming.metrics import StreamMetrics, lag_of
+
+    a, b = ("t", 0), ("t", 1)
+    assert lag_of({a: 10, b: 4}, {a: 25, b: 4}) == {a: 15, b: 0}
+    m = StreamMetrics()
+    m.record(0, 14, 7, 0.5, 28.0, {a: 15, b: 0})
+    m.record(1, 15, 15, 0.25, 60.0, {a: 0, b: 0})
+    snap = m.snapshot()
+    assert (snap["batches"], snap["input_rows"], snap["output_rows"], snap["last_batch_id"]) == (2, 29, 22, 1)
+    assert snap["processed_rows_per_second"] == 60.0 and snap["batch_duration_ms"] == 250.0 and snap["lag_total"] == 0
+
+
+def test_a_streaming_querys_offsets_name_it():
+    assert P.query_of_metadata(P.offset_metadata("etl", 7)) == ("etl", 7)
+    assert P.query_of_metadata("") is None and P.query_of_metadata("kcoord-stream etl x") is None and P.query_of_metadata(None) is None

@@ -534,14 +534,18 @@ class Consumer:
         return self._group.committed(partition)
 
     # ------------------------------------------------------------------------------------
-    def close(self) -> None:
-        """Commit (with auto-commit), leave the group (dynamic members), forget fetches in
-        flight and the assignment. Idempotent."""
+    def close(self, *, leave_group: bool | None = None) -> None:
+        """Commit (with auto-commit), leave the group, forget fetches in flight and the
+        assignment. Idempotent. ``leave_group`` (Kafka's ``CloseOptions``, KIP-1092): None,
+        the default, leaves as a dynamic member and keeps a static member's seat until its
+        session times out (KIP-345: a restart resumes without a rebalance); True leaves as
+        either (a static member being removed for good, LeaveGroup with its
+        ``group_instance_id``); False does not leave."""
         if self._closed:
             return
         if self._group is not None:
             try:
-                self._group.close()
+                self._group.close(leave_group=leave_group)
             except Exception:
                 logger.exception("leaving group %r while closing failed", self.group_id)
         for st in self._subscriptions.assigned.values():

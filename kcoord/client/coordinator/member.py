@@ -20,7 +20,8 @@ leader's assignment), a :class:`~.heartbeat.HeartbeatThread` and the
 
 The protocol is eager: all partitions are revoked before rejoining (commit in ``on_revoke``
 if you commit manually). Static members (``group_instance_id``) do not leave the group on
-close, so a restart within the session timeout gets the same assignment without a rebalance.
+close, so a restart within the session timeout gets the same assignment without a rebalance
+-- unless ``close(leave_group=True)`` asks them to (KIP-1092's ``LEAVE_GROUP``).
 """
 
 from __future__ import annotations
@@ -415,15 +416,19 @@ class GroupMember:
     # leaving
     # ======================================================================================
 
-    def _leave(self, reason: str) -> None:
-        """Send LeaveGroup (dynamic members only, as Kafka since KIP-345: a static member's
-        seat waits for its restart until the session times out) and forget the generation."""
+    def _leave(self, reason: str, leave_group: bool | None = None) -> None:
+        """Send LeaveGroup and forget the generation. ``leave_group=None``: dynamic members
+        only, as Kafka since KIP-345 (a static member's seat waits for its restart until the
+        session times out); True: static members too, naming their ``group_instance_id`` so
+        the coordinator refuses it (FENCED_INSTANCE_ID) if a newer member took the instance
+        over (KIP-1092's ``LEAVE_GROUP``); False: nobody leaves (``REMAIN_IN_GROUP``)."""
         member_id, generation = self._st.drop_generation()
         if not member_id:
             return
-        if self.group_instance_id is not None:
+        stays = leave_group is False or (leave_group is None and self.group_instance_id is not None)
+        if stays:
             logger.info(
-                "[group=%s member=%s generation=%d] static member stops (%s) without leaving the group",
+                "[group=%s member=%s generation=%d] member stops (%s) without leaving the group",
                 self.group_id, member_id, generation, reason,
             )
             return
@@ -431,7 +436,7 @@ class GroupMember:
             response = self.coordinators.call_group(
                 self.group_id,
                 "leave_group",
-                LeaveGroupRequest(self.group_id, [LeaveGroupMember(member_id)]),
+                LeaveGroupRequest(self.group_id, [LeaveGroupMember(member_id, self.group_instance_id)]),
                 LeaveGroupResponse,
                 timeout_s=min(5.0, self.request_timeout_ms / 1000),
             )
@@ -450,16 +455,17 @@ class GroupMember:
     def _check_open(self) -> None:
         self._st.check_open()
 
-    def close(self, autocommit: bool = True, timeout_ms: int | None = None) -> None:
+    def close(self, autocommit: bool = True, timeout_ms: int | None = None, leave_group: bool | None = None) -> None:
         """Commit (auto-commit only), revoke (on_revoke runs), leave the group (dynamic
-        members), stop the heartbeat thread. Idempotent."""
+        members; see :meth:`_leave` for ``leave_group``), stop the heartbeat thread.
+        Idempotent."""
         if self._st.closed:
             return
         try:
             if self._st.fatal is None and self.subscribed:
                 with self._rebalance_lock:
                     self._revoke(commit=autocommit and self.enable_auto_commit)
-                    self._leave("the consumer is closing")
+                    self._leave("the consumer is closing", leave_group)
         finally:
             self._st.closed = True
             self._committer.close()
