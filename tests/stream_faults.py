@@ -9,6 +9,7 @@ import os
 import re
 import signal
 import sys
+import time
 from pathlib import Path
 
 import ray
@@ -104,3 +105,71 @@ def upper_blocks(ds, batch_id):
     import pyarrow.compute as pc
 
     return ds.map_batches(lambda t: t.select(["key", "value"]).set_column(1, "value", pc.utf8_upper(t["value"].cast("string"))), batch_format="pyarrow")
+
+
+def leaders_and_coordinator_killed_mid_batch(cluster, start) -> str:
+    """Run a query (``start(source, **options)`` starts it on some engine), kill the leaders
+    of an input and of an output partition while a batch's tasks read and write, then the
+    transaction coordinator of a later batch whose output is prepared (its offsets
+    transaction is open: between prepare and commit). The query must keep running and catch
+    up; then the exactly-once check. Returns what happened, for the test's output."""
+    src, out = new_topic(cluster, "rf-in", 2), new_topic(cluster, "rf-out", 2)
+    group = f"g-{src}"
+    name = f"q-{group}"
+    inputs = produce(cluster, src, 0, 80, keys=7)
+    q = start(src, group_id=group, name=name, sink=out, trigger_interval_ms=100, starting_offsets="earliest", max_records_per_trigger=40)
+    kills = []
+    started = time.monotonic()
+    try:
+        wait_until(lambda: batch_in_flight(cluster, group, name, -1, offsets=False), timeout=300, what="a batch writing")
+        kills.append(("leaders", round(time.monotonic() - started, 1), kill_leaders(cluster, [(src, 0), (out, 0)])))
+        inputs += produce(cluster, src, 80, 80, keys=7)  # through the new leader; batches for the next kill
+        b = committed_batch(cluster, group, name)
+        ids = wait_until(lambda: batch_in_flight(cluster, group, name, b, offsets=True), timeout=300, what="a batch between prepare and commit")
+        kills.append(("transaction coordinator", round(time.monotonic() - started, 1), kill_transaction_coordinator(cluster, ids[0]), ids[0]))
+        q.processAllAvailable(timeout_s=300)
+        assert q.isActive and q.exception() is None, kills
+        after = committed_batch(cluster, group, name)
+        assert after > b, (after, b, kills)  # batches committed after the last kill
+        caught_up = round(time.monotonic() - started, 1)
+    finally:
+        q.stop()
+    assert q.exception() is None
+    try:
+        check_exactly_once(cluster, src, out, inputs, group)
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}\nafter {kills}: {explain_difference(cluster, src, out)}") from exc
+    assert open_of(cluster, name) == []  # the killed batches' dead attempts were aborted
+    return f"kills {kills}, batches 0-{after}, caught up at {caught_up} s, records checked {len(inputs)}"
+
+
+def records(cluster, topic: str, isolation_level: str) -> list[tuple[int, int, bytes, bytes]]:
+    """Every record of ``topic`` as (partition, offset, key, value)."""
+    from kcoord.client.consumer import Consumer
+    from kcoord.client.types import TopicPartition
+
+    with Consumer(cluster=cluster, isolation_level=isolation_level, auto_offset_reset="earliest", enable_auto_commit=False) as c:
+        tps = [TopicPartition(topic, p) for p in cluster.partitions_for(topic)]
+        c.assign(tps)
+        c.seek_to_beginning(*tps)
+        end = c.end_offsets(tps)
+        out = []
+        deadline = time.monotonic() + 60
+        while not all(c.position(tp) >= end[tp] for tp in tps) and time.monotonic() < deadline:
+            for tp, rs in c.poll(timeout_ms=200).items():
+                out.extend((tp.partition, r.offset, r.key, r.value) for r in rs)
+    return out
+
+
+def explain_difference(cluster, source: str, sink: str) -> str:
+    """Where the output differs from the input: the missing and extra results with their input
+    partition and offset, and whether a missing one is in the sink read uncommitted."""
+    from collections import Counter
+
+    src = records(cluster, source, "read_uncommitted")
+    committed = Counter((k, v) for _, _, k, v in records(cluster, sink, "read_committed"))
+    uncommitted = Counter((k, v) for _, _, k, v in records(cluster, sink, "read_uncommitted"))
+    want = Counter((k, v.upper()) for _, _, k, v in src)
+    where = {(k, v.upper()): (p, o) for p, o, k, v in src}
+    missing = sorted((where[kv], kv, uncommitted[kv]) for kv in want - committed)
+    return f"missing (input partition, offset), result, copies in the sink read uncommitted: {missing}; extra: {sorted(committed - want)}"

@@ -26,7 +26,7 @@ from kcoord.spark.offsets import group_offsets
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from stream_faults import batch_in_flight, check_exactly_once, committed_batch, new_topic, open_of, produce, sigkill_processes, upper_blocks  # noqa: E402
+from stream_faults import leaders_and_coordinator_killed_mid_batch, batch_in_flight, check_exactly_once, committed_batch, new_topic, open_of, produce, sigkill_processes, upper_blocks  # noqa: E402
 from test_stream import upper  # noqa: E402
 from waiting import wait_until  # noqa: E402
 
@@ -133,3 +133,18 @@ def test_a_spark_executor_killed_mid_batch_writes_each_input_once(spark, kcluste
     assert open_of(kcluster, name) == []
     print(f"\nspark executors {pids} killed in batch {killed_in}, now {new}; batches 0-{committed_batch(kcluster, group, name)}, "
           f"records checked {len(inputs)}, query {'restarted after ' + restarted if restarted else 'kept running (Spark retried the tasks)'}")
+
+
+def test_a_spark_query_keeps_each_input_once_when_leaders_and_the_transaction_coordinator_die_mid_batch(spark, kcluster):
+    """tests/integration/test_stream_faults_ray.py's kills on the Spark engine.
+
+    FAILS (2 of 2 runs, 2026-11-28): 18 results of input partition 0 (offsets 51-68, the
+    batch in whose commit the transaction coordinator was killed) are in the sink once read
+    uncommitted but not read committed: a decided, prepared transaction was not committed.
+    Not yet diagnosed or fixed."""
+    from kcoord import spark as ks
+
+    def start(src, **options):
+        return ks.stream(spark, kcluster, src, transform=upper, **options)
+
+    print(f"\nstream faults (spark): {leaders_and_coordinator_killed_mid_batch(kcluster, start)}")
