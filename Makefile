@@ -35,9 +35,11 @@ sim: $(STAMP)
 chaos: $(STAMP)
 	KCOORD_CHAOS_SECONDS=$(DURATION) $(BIN)/python -m pytest -m chaos tests/chaos -s
 
-# Streaming drivers SIGKILLed mid-batch and restarted in new processes (minutes; not in make test).
+# Streaming queries' drivers (restarted in new processes), Ray Data write workers and Spark
+# executors SIGKILLed mid-batch, and leaders and a transaction coordinator killed under a Spark
+# query (minutes; not in make test), after the Ray Data query's leader and coordinator kills of make test.
 stream-kill: $(STAMP)
-	KCOORD_STREAM_KILL=1 $(BIN)/python -m pytest tests/spark/test_stream_kill.py -q
+	KCOORD_STREAM_KILL=1 $(BIN)/python -m pytest tests/integration/test_stream_faults_ray.py tests/spark/test_stream_kill.py -q
 
 bench: $(STAMP)
 	$(BIN)/kcoord bench --out bench-results

@@ -1,7 +1,7 @@
 """kcoord.spark.stream on the shared RayDP session and cluster: a query's output is exactly
 once with its offsets across batches and a restart, and bad input stops it with a clear
-error and nothing committed (kcoord.streaming). The driver-kill test is in
-tests/chaos/test_stream_kill.py (make chaos)."""
+error and nothing committed (kcoord.streaming). Kills mid-batch: tests/spark/test_stream_kill.py
+(make stream-kill) and tests/integration/test_stream_faults_ray.py."""
 
 from __future__ import annotations
 
