@@ -70,7 +70,8 @@ class SparkEngine:
             return [], 0  # a batch that only commits positions (a new partition, "latest")
         first = ranges[0].topic
         offsets = OffsetPlan(first, {}, {}, {}, {}, ranges=ranges, isolation_level=READ_COMMITTED)
-        df = frames.read_plan(self.spark, self.cluster, offsets)
+        # a small batch in few tasks: each output task is a transaction to open, prepare and commit
+        df = frames.read_plan(self.spark, self.cluster, offsets, tasks=frames.read_tasks(sum(r.size for r in ranges), len(ranges)))
         if self.foreach_batch is not None:
             self.foreach_batch(df, plan.batch)
             return [], 0
