@@ -1,7 +1,7 @@
 """Continuous micro-batch queries on Spark-on-Ray: ``stream(spark, cluster, "in", ...)``.
 
 Each trigger reads what the consumer group has not processed (one Spark task per input
-partition, Spark's Kafka source columns, read committed), hands it to ``transform(df,
+partition, or per 50k records if fewer: a small batch is one task; Spark's Kafka source columns, read committed), hands it to ``transform(df,
 batch_id)`` and writes the result to ``sink`` with Spark's Kafka sink columns -- each
 output task in a prepared transaction -- and commits the input offsets atomically with the
 output (:mod:`kcoord.streaming.protocol`). ``foreach_batch(df, batch_id)`` instead hands
@@ -177,7 +177,7 @@ def stream(
 
     Every ``trigger_interval_ms`` it reads what the group has not processed (at most
     ``max_records_per_trigger`` records, shared out by lag), one Spark task per input
-    partition, as a DataFrame with Spark's Kafka source columns (read committed), calls
+    partition (or per 50k records if fewer), as a DataFrame with Spark's Kafka source columns (read committed), calls
     ``transform(df, batch_id)`` and writes its output (Spark's Kafka sink columns:
     ``value`` required, string or binary; ``key``, ``headers``, ``partition`` optional;
     keyed rows partitioned by key) to the topic ``sink``, exactly once together with the
