@@ -7,17 +7,49 @@
         replace the tables between <!-- bench:begin --> and <!-- bench:end --> in place
     python benchmarks/_report.py --plots docs/bench bench-results/results.json
         (re)draw the PNG plots into a directory
+
+Benchmarks import :func:`shutdown` and :func:`emit` from here for their common tail.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from kcoord.bench import markdown, plots, results  # noqa: E402
+
+
+def shutdown(name: str, started_ray: bool, *, spark: bool = True) -> None:
+    """A benchmark's teardown: stop this process's RayDP session (``spark``), delete the
+    cluster ``name`` with its data, and shut Ray down if the benchmark started it; each
+    step runs even if the one before it raised."""
+    from kcoord.cluster.deploy import teardown
+
+    try:
+        if spark:
+            from kcoord import spark as ks
+
+            ks.stop()
+    finally:
+        try:
+            teardown(name, delete_data=True, address=None)
+        finally:
+            if started_ray:
+                import ray
+
+                ray.shutdown()
+
+
+def emit(results: dict, out: str | Path | None = None) -> None:
+    """Print a benchmark's JSON on stdout (and write it to ``out`` if given)."""
+    text = json.dumps(results, indent=2)
+    print(text)
+    if out:
+        Path(out).write_text(text + "\n")
 
 
 def main(argv: list[str] | None = None) -> int:

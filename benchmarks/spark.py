@@ -27,7 +27,6 @@ what the setup burns while nothing runs. Targets: write >= 300k rows/s, read >= 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import sys
@@ -36,6 +35,8 @@ import uuid
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks._report import emit, shutdown  # noqa: E402
 
 from kcoord.bench.process_tree import tree_cpu  # noqa: E402
 
@@ -111,7 +112,7 @@ def main() -> None:
 
     import ray
 
-    from kcoord.cluster.deploy import deploy, teardown
+    from kcoord.cluster.deploy import deploy
     from kcoord.cluster.local import start_local_ray
     from kcoord import spark as ks
     from kcoord.client.admin import Admin
@@ -222,17 +223,10 @@ def main() -> None:
             for case, target in TARGETS.items()
         }
     finally:
-        if spark is not None:
-            ks.stop()
-        teardown(name, delete_data=True, address=None)
-        if started:
-            ray.shutdown()
+        shutdown(name, started, spark=spark is not None)
     results["load_average_at_end"] = [round(x, 1) for x in os.getloadavg()]
     results["wall_seconds"] = round(time.perf_counter() - wall, 1)
-    text = json.dumps(results, indent=2)
-    print(text)
-    if args.out:
-        Path(args.out).write_text(text + "\n")
+    emit(results, args.out)
 
 
 if __name__ == "__main__":

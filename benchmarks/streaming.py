@@ -1,46 +1,102 @@
-"""A stateless streaming query against the same work as one batch job, in the same run:
-``kcoord.spark.stream`` (transform: upper-case the value; output exactly once with the
-group's offsets) consuming N records already in the topic from ``earliest`` until caught up,
-against ``ks.read`` of the same records + the same transform + ``ks.write(...,
-transactional_id=...)`` as one batch. 100-byte values, 3 partitions, RF=3, acks=all,
-min.insync.replicas=2, 1 RayDP executor. Prints JSON: medians of rows/s over the repeats
-(the two cases alternate) and the ratio stream / batch (issue 35's goal: at least 0.7).
+"""Streaming benchmark (issue 35's figures), each case next to its baseline in the same run.
+3 partitions, RF=3, acks=all, min.insync.replicas=2, 100-byte values, 1 RayDP executor
+(1 core). Prints JSON: medians, ratios, goals.
 
-    python benchmarks/streaming.py [--rows N] [--repeats R] [--max-records-per-trigger M] [--out FILE]
+    python benchmarks/streaming.py [--quick] [--rows N] [--repeats R] [--rates 1000,10000]
+                                   [--latency-seconds S] [--max-records-per-trigger M] [--out FILE]
+
+* ``throughput``: a stateless query (``kcoord.spark.stream``, transform: upper-case the
+  value; output exactly once with the group's offsets) consuming N records already in the
+  topic from ``earliest`` until caught up (``processAllAvailable``), against the same work
+  as one batch job: ``ks.read`` + the same transform + ``ks.write(...,
+  transactional_id=...)``. The two cases alternate; output topics are created before the
+  timing. ``stream`` includes the query's start (fencing older copies, joining the group:
+  ``start_s``); ``rows_per_s_in_batches`` leaves it out. Goal: stream / batch >= 0.7.
+* ``latency``: at a steady offered load (1k and 10k records/s, sent every 20 ms by a
+  producer thread, acks=all), a query with trigger 500 ms; the time from ``send_batch()``
+  (stamped in the value) to the record's output being returned by a read_committed
+  consumer of the sink. Baseline in the same window: the same records returned by a plain
+  consumer of the input topic (what producing and fetching cost without the query). The
+  load starts once the query has started (caught up with the empty topic); records sent
+  in the first ``--latency-warmup`` seconds are left out. Goal: p50 < 1.5 s, p99 < 3 s.
+* ``spark_read``: ``ks.read`` of the N input records materialized with Spark's ``noop``
+  sink, against ``ds.to_spark(spark)`` (RayDP's Ray Data -> Spark) of a Dataset holding the
+  same records' key and value columns (``ray.data.from_spark`` of them, untimed), also
+  materialized with ``noop``. Goal: read / to_spark >= 1.0.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import sys
+import threading
 import time
 import uuid
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from benchmarks._report import emit, shutdown  # noqa: E402
+
 VALUE = 100
 PARTITIONS = 3
+TICK_S = 0.02  # the latency producer sends rate * TICK_S records per tick
+GOALS = {"stream_vs_batch": 0.7, "latency_p50_s": 1.5, "latency_p99_s": 3.0, "read_vs_to_spark": 1.0}
+
+
+def load() -> list[float]:
+    return [round(x, 2) for x in os.getloadavg()]
+
+
+def quantile(xs: list[float], q: float) -> float:
+    if not xs:
+        return float("nan")
+    s = sorted(xs)
+    return s[min(len(s) - 1, int(q * len(s)))]
+
+
+def noop(df) -> None:
+    """Materialize every row of ``df`` in the JVM and keep nothing."""
+    df.write.format("noop").mode("overwrite").save()
+
+
+def timed(fn) -> float:
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rows", type=int, default=200_000)
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--max-records-per-trigger", type=int, default=None, help="cap per micro-batch (default: no cap, one batch)")
+    parser.add_argument("--quick", action="store_true", help="small sizes (a few minutes)")
+    parser.add_argument("--rows", type=int, default=None, help="records of the throughput and read cases (default 200k; 50k with --quick)")
+    parser.add_argument("--repeats", type=int, default=None, help="runs per throughput/read case (default 3; 1 with --quick)")
+    parser.add_argument("--rates", default="1000,10000", help="offered loads of the latency case, records/s")
+    parser.add_argument("--latency-seconds", type=float, default=None, help="how long each load is offered (default 20; 8 with --quick)")
+    parser.add_argument("--latency-warmup", type=float, default=2.0, help="seconds of each load left out of the latency figures")
+    parser.add_argument("--max-records-per-trigger", type=int, default=None, help="cap per micro-batch of the throughput case (default: no cap)")
+    parser.add_argument("--skip", default="", help="comma-separated cases to leave out: throughput, latency, spark_read")
     parser.add_argument("--out", help="also write the JSON here")
     args = parser.parse_args()
-    n = args.rows
+    n = args.rows or (50_000 if args.quick else 200_000)
+    repeats = args.repeats or (1 if args.quick else 3)
+    seconds = args.latency_seconds or (8.0 if args.quick else 20.0)
+    rates = [int(r) for r in args.rates.split(",") if r]
+    skip = {s for s in args.skip.split(",") if s}
+
+    import ray
 
     from kcoord import spark as ks
     from kcoord.client.admin import Admin
+    from kcoord.client.consumer.consumer import Consumer
     from kcoord.client.producer import Producer
-    from kcoord.cluster.deploy import deploy, teardown
+    from kcoord.client.types import TopicPartition
+    from kcoord.cluster.deploy import deploy
     from kcoord.cluster.local import start_local_ray
 
+    wall = time.perf_counter()
     results: dict = {
         "benchmark": "streaming",
         "rows": n,
@@ -48,10 +104,12 @@ def main() -> None:
         "partitions": PARTITIONS,
         "replication_factor": 3,
         "executors": 1,
-        "repeats": args.repeats,
+        "repeats": repeats,
+        "quick": args.quick,
         "max_records_per_trigger": args.max_records_per_trigger,
         "cpus": os.cpu_count(),
-        "load_average_at_start": [round(x, 1) for x in os.getloadavg()],
+        "load_average_at_start": load(),
+        "goals": GOALS,
     }
     started = start_local_ray(num_cpus=2)
     name = f"bench-st-{uuid.uuid4().hex[:6]}"
@@ -75,49 +133,179 @@ def main() -> None:
                 k = min(10_000, n - start)
                 p.send_batch(source, values=[str(i).rjust(VALUE, "x").encode() for i in range(start, start + k)], keys=[f"k{i % 100}".encode() for i in range(start, start + k)])
 
+        # Output topics are created before the timed runs (a create waits for 9 replicas' leaders).
+        spare: list[str] = []
+        create_s: list[float] = []
+
+        def out_topic() -> str:
+            return spare.pop() if spare else new_topic("out")
+
+        def make_out_topics(k: int) -> None:
+            for _ in range(k):
+                create_s.append(timed(lambda: spare.append(new_topic("out"))))
+
         def batch_job() -> None:
-            ks.write(upper(ks.read(spark, cluster, source)), cluster, new_topic("out"), key_col="key", value_col="value", transactional_id=f"b-{uuid.uuid4().hex[:8]}")
+            ks.write(upper(ks.read(spark, cluster, source)), cluster, out_topic(), key_col="key", value_col="value", transactional_id=f"b-{uuid.uuid4().hex[:8]}")
+
+        trigger_ms: list[list[int]] = []
 
         def stream_job() -> None:
-            group = f"g-{uuid.uuid4().hex[:8]}"
-            q = ks.stream(spark, cluster, source, group_id=group, transform=upper, sink=new_topic("out"), trigger_interval_ms=0,
+            q = ks.stream(spark, cluster, source, group_id=f"g-{uuid.uuid4().hex[:8]}", transform=upper, sink=out_topic(), trigger_interval_ms=0,
                           starting_offsets="earliest", max_records_per_trigger=args.max_records_per_trigger)
             try:
                 q.processAllAvailable(timeout_s=1800)
-                results.setdefault("batches_per_stream_run", []).append(len(q.recentProgress))
+                trigger_ms.append([p["durationMs"]["triggerExecution"] for p in q.recentProgress if p["numInputRows"]])
             finally:
                 q.stop()
 
-        def timed(fn) -> float:
-            t0 = time.perf_counter()
-            fn()
-            return time.perf_counter() - t0
-
-        # warm-up (Python workers, the decision topic) untimed
+        # Untimed warm-up (JIT, Python workers, the decision topic, the Ray Data path).
+        make_out_topics(1)
         batch_job()
-        runs: dict[str, list[float]] = {"batch_read_write": [], "stream": []}
-        pair = [("batch_read_write", batch_job), ("stream", stream_job)]
-        for i in range(args.repeats):
-            for case, fn in pair if i % 2 == 0 else pair[::-1]:
-                runs[case].append(timed(fn))
-            print(f"run {i + 1}/{args.repeats}: " + ", ".join(f"{k} {n / v[-1]:,.0f} rows/s" for k, v in runs.items()), file=sys.stderr, flush=True)
-        for case, xs in runs.items():
-            med = statistics.median(xs)
-            results[case] = {"rows_per_s": round(n / med), "seconds": round(med, 3), "runs_rows_per_s": [round(n / x) for x in xs]}
-        results["ratios"] = {"stream_vs_batch": round(results["stream"]["rows_per_s"] / results["batch_read_write"]["rows_per_s"], 3)}
-    finally:
-        try:
-            ks.stop()
-        finally:
-            teardown(name, delete_data=True, address=None)
-            if started:
-                import ray
+        if "spark_read" not in skip:
+            noop(ray.data.from_spark(ks.read(spark, cluster, source).select("key", "value").limit(max(1, n // 5))).materialize().to_spark(spark))
 
-                ray.shutdown()
-    text = json.dumps(results, indent=2)
-    print(text)
-    if args.out:
-        Path(args.out).write_text(text + "\n")
+        if "throughput" not in skip:
+            make_out_topics(2 * repeats)
+            results["create_topic_s"] = round(statistics.median(create_s), 2)
+            results["load_average_before_throughput"] = load()
+            runs: dict[str, list[float]] = {"batch_read_write": [], "stream": []}
+            pair = [("batch_read_write", batch_job), ("stream", stream_job)]
+            for i in range(repeats):
+                for case, fn in pair if i % 2 == 0 else pair[::-1]:
+                    runs[case].append(timed(fn))
+                print(f"throughput {i + 1}/{repeats}: " + ", ".join(f"{k} {n / v[-1]:,.0f} rows/s" for k, v in runs.items()), file=sys.stderr, flush=True)
+            cases = {}
+            for case, xs in runs.items():
+                med = statistics.median(xs)
+                cases[case] = {"rows_per_s": round(n / med), "seconds": round(med, 3), "runs_rows_per_s": [round(n / x) for x in xs]}
+            cases["stream"]["triggers_per_run"] = [len(t) for t in trigger_ms]
+            cases["stream"]["trigger_ms_per_run"] = trigger_ms
+            # The query's start (fence its older copies, join the group, look up its last
+            # batch) is in "stream"; without it, the batches alone:
+            in_batches = statistics.median(sum(t) / 1000 for t in trigger_ms)
+            cases["stream"]["start_s"] = round(cases["stream"]["seconds"] - in_batches, 3)
+            cases["stream"]["rows_per_s_in_batches"] = round(n / in_batches)
+            ratio = round(cases["stream"]["rows_per_s"] / cases["batch_read_write"]["rows_per_s"], 3)
+            results["throughput"] = {
+                "cases": cases,
+                "stream_vs_batch": ratio,
+                "stream_batches_vs_batch": round(cases["stream"]["rows_per_s_in_batches"] / cases["batch_read_write"]["rows_per_s"], 3),
+                "met": ratio >= GOALS["stream_vs_batch"],
+            }
+
+        if "spark_read" not in skip:
+            results["load_average_before_spark_read"] = load()
+            ds = ray.data.from_spark(ks.read(spark, cluster, source).select("key", "value")).materialize()
+            assert ds.count() == n
+            check = ks.read(spark, cluster, source)
+            assert check.count() == n and check.select("value").distinct().count() == n
+            runs = {"read": [], "ray_data_to_spark": []}
+            pair = [("read", lambda: noop(ks.read(spark, cluster, source))), ("ray_data_to_spark", lambda: noop(ds.to_spark(spark)))]
+            for i in range(repeats):
+                for case, fn in pair if i % 2 == 0 else pair[::-1]:
+                    runs[case].append(timed(fn))
+                print(f"spark_read {i + 1}/{repeats}: " + ", ".join(f"{k} {n / v[-1]:,.0f} rows/s" for k, v in runs.items()), file=sys.stderr, flush=True)
+            del ds
+            cases = {}
+            for case, xs in runs.items():
+                med = statistics.median(xs)
+                cases[case] = {"rows_per_s": round(n / med), "seconds": round(med, 3), "runs_rows_per_s": [round(n / x) for x in xs]}
+            ratio = round(cases["read"]["rows_per_s"] / cases["ray_data_to_spark"]["rows_per_s"], 3)
+            results["spark_read"] = {"cases": cases, "read_vs_to_spark": ratio, "met": ratio >= GOALS["read_vs_to_spark"]}
+
+        if "latency" not in skip:
+            results["latency"] = {}
+            for rate in rates:
+                results["load_average_before_latency_" + str(rate)] = load()
+                results["latency"][str(rate)] = latency_case(
+                    spark, cluster, new_topic, upper, rate, seconds, args.latency_warmup, ks=ks, Consumer=Consumer, Producer=Producer, TopicPartition=TopicPartition
+                )
+                print(f"latency at {rate}/s: {results['latency'][str(rate)]}", file=sys.stderr, flush=True)
+    finally:
+        shutdown(name, started)
+    results["load_average_at_end"] = load()
+    results["wall_seconds"] = round(time.perf_counter() - wall, 1)
+    emit(results, args.out)
+
+
+def latency_case(spark, cluster, new_topic, transform, rate: int, seconds: float, warmup: float, *, ks, Consumer, Producer, TopicPartition) -> dict:
+    """Offer ``rate`` records/s for ``seconds`` to a running query (trigger 500 ms) and
+    measure send -> visible to a read_committed consumer of the sink, and send -> visible
+    to a plain consumer of the input (the baseline), in the same window."""
+    source, sink = new_topic("lat-in"), new_topic("lat-out")
+    per_tick = max(1, round(rate * TICK_S))
+    q = ks.stream(spark, cluster, source, group_id=f"lat-{uuid.uuid4().hex[:8]}", transform=transform, sink=sink, trigger_interval_ms=500, starting_offsets="earliest")
+    consumers = {}
+    for case, topic, level in (("stream", sink, "read_committed"), ("produce_fetch_baseline", source, "read_uncommitted")):
+        c = Consumer(cluster=cluster, isolation_level=level, max_poll_records=100_000, fetch_max_wait_ms=100)
+        c.assign([TopicPartition(topic, p) for p in range(PARTITIONS)])
+        c.seek_to_beginning()
+        consumers[case] = c
+    sent = [0]
+    errors: list[BaseException] = []
+    q.processAllAvailable(timeout_s=300)  # started (fenced, joined, first empty batch): load from now on
+    t_start = time.time()
+
+    def produce() -> None:
+        try:
+            with Producer(cluster, acks="all", linger_ms=0) as p:
+                next_at = time.monotonic()
+                end = next_at + seconds
+                i = 0
+                while next_at < end:
+                    now_ns = time.time_ns()
+                    stamp = str(now_ns).rjust(VALUE, "x").encode()
+                    p.send_batch(source, values=[stamp] * per_tick, keys=[f"k{(i + j) % 100}".encode() for j in range(per_tick)])
+                    i += per_tick
+                    sent[0] = i
+                    next_at += TICK_S
+                    delay = next_at - time.monotonic()
+                    if delay > 0:
+                        time.sleep(delay)  # pacing the offered load, not synchronisation
+                p.flush()
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    producer = threading.Thread(target=produce, name="latency-producer", daemon=True)
+    latencies: dict[str, list[float]] = {case: [] for case in consumers}
+    seen = {case: 0 for case in consumers}
+    producer.start()
+    cutoff_ns = int((t_start + warmup) * 1e9)
+    try:
+        deadline = time.monotonic() + seconds + 120
+        while time.monotonic() < deadline:
+            for case, c in consumers.items():
+                for recs in c.poll(timeout_ms=10).values():
+                    now_ns = time.time_ns()
+                    for r in recs:
+                        seen[case] += 1
+                        stamp = int(bytes(r.value).lstrip(b"xX"))
+                        if stamp >= cutoff_ns:
+                            latencies[case].append((now_ns - stamp) / 1e9)
+            if errors:
+                raise errors[0]
+            if q.exception() is not None:
+                raise q.exception()
+            if not producer.is_alive() and all(v >= sent[0] for v in seen.values()):
+                break
+        else:
+            raise TimeoutError(f"latency at {rate}/s: sent {sent[0]}, seen {seen} after {seconds + 120:.0f} s")
+        progress = [p for p in q.recentProgress if p["numInputRows"]]
+    finally:
+        q.stop()
+        for c in consumers.values():
+            c.close()
+        producer.join(timeout=30)
+    out: dict = {"offered_rows_per_s": rate, "seconds": seconds, "sent": sent[0], "trigger_interval_ms": 500}
+    if progress:  # what the query's batches took (recentProgress keeps the last 100)
+        out["batches"] = len(progress)
+        out["batch_ms_median"] = statistics.median(p["durationMs"]["triggerExecution"] for p in progress)
+        out["batch_rows_median"] = statistics.median(p["numInputRows"] for p in progress)
+    for case, xs in latencies.items():
+        out[case] = {"p50_s": round(quantile(xs, 0.5), 3), "p99_s": round(quantile(xs, 0.99), 3), "max_s": round(max(xs), 3) if xs else None, "records": len(xs)}
+    s = out["stream"]
+    out["met"] = s["p50_s"] < GOALS["latency_p50_s"] and s["p99_s"] < GOALS["latency_p99_s"]
+    return out
 
 
 if __name__ == "__main__":

@@ -13,7 +13,6 @@ of a pair alternate within each repeat) and the ratios transactional / plain.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import sys
@@ -22,6 +21,8 @@ import uuid
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks._report import emit, shutdown  # noqa: E402
 
 VALUE = 100
 PARTITIONS = 3
@@ -41,7 +42,7 @@ def main() -> None:
 
     from kcoord import spark as ks
     from kcoord.client.admin import Admin
-    from kcoord.cluster.deploy import deploy, teardown
+    from kcoord.cluster.deploy import deploy
     from kcoord.cluster.local import start_local_ray
 
     results: dict = {
@@ -109,18 +110,8 @@ def main() -> None:
             "read_committed_vs_read_uncommitted": round(results["read_committed"]["rows_per_s"] / results["read_uncommitted"]["rows_per_s"], 3),
         }
     finally:
-        try:
-            ks.stop()
-        finally:
-            teardown(name, delete_data=True, address=None)
-            if started:
-                import ray
-
-                ray.shutdown()
-    text = json.dumps(results, indent=2)
-    print(text)
-    if args.out:
-        Path(args.out).write_text(text + "\n")
+        shutdown(name, started)
+    emit(results, args.out)
 
 
 if __name__ == "__main__":

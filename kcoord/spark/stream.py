@@ -1,7 +1,7 @@
 """Continuous micro-batch queries on Spark-on-Ray: ``stream(spark, cluster, "in", ...)``.
 
 Each trigger reads what the consumer group has not processed (one Spark task per input
-partition, Spark's Kafka source columns, read committed), hands it to ``transform(df,
+partition, or per 50k records if fewer: a small batch is one task; Spark's Kafka source columns, read committed), hands it to ``transform(df,
 batch_id)`` and writes the result to ``sink`` with Spark's Kafka sink columns -- each
 output task in a prepared transaction -- and commits the input offsets atomically with the
 output (:mod:`kcoord.streaming.protocol`). ``foreach_batch(df, batch_id)`` instead hands
@@ -123,7 +123,8 @@ class SparkEngine:
             return [], 0  # a batch that only commits positions (a new partition, "latest")
         first = ranges[0].topic
         offsets = OffsetPlan(first, {}, {}, {}, {}, ranges=ranges, isolation_level=READ_COMMITTED)
-        df = frames.read_plan(self.spark, self.cluster, offsets)
+        # a small batch in few tasks: each output task is a transaction to open, prepare and commit
+        df = frames.read_plan(self.spark, self.cluster, offsets, tasks=frames.read_tasks(sum(r.size for r in ranges), len(ranges)))
         if self.foreach_batch is not None:
             self.foreach_batch(df, plan.batch)
             return [], 0
@@ -259,7 +260,7 @@ def stream(
     ``max_records_per_trigger`` records, shared out by lag: 100,000 by default, None for
     no bound; a batch is planned after the previous one commits, so a slow transform slows
     the reads and a backlog drains in bounded batches), one Spark task per input
-    partition, as a DataFrame with Spark's Kafka source columns (read committed), calls
+    partition (or per 50k records if fewer), as a DataFrame with Spark's Kafka source columns (read committed), calls
     ``transform(df, batch_id)`` and writes its output (Spark's Kafka sink columns:
     ``value`` required, string or binary; ``key``, ``headers``, ``partition`` optional;
     keyed rows partitioned by key) to the topic ``sink``, exactly once together with the

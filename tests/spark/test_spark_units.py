@@ -183,3 +183,24 @@ def test_partition_number_takes_ints_and_their_strings_only() -> None:
 
     assert [partition_number(k) for k in (0, 7, "3", " 4 ")] == [0, 7, 3, 4]
     assert [partition_number(k) for k in (True, "1.0", "x", None, "")] == [None] * 5
+
+
+def test_read_tasks_one_per_rows_per_task_within_the_ranges():
+    from kcoord.spark.frames import ROWS_PER_READ_TASK, read_tasks
+
+    assert read_tasks(0, 3) == 1  # a batch that only commits positions still needs a task count
+    assert read_tasks(800, 3) == 1  # a small micro-batch: one task, one output transaction
+    assert read_tasks(ROWS_PER_READ_TASK, 3) == 1
+    assert read_tasks(ROWS_PER_READ_TASK + 1, 3) == 2
+    assert read_tasks(10 * ROWS_PER_READ_TASK, 3) == 3  # never more than one task per range
+    assert read_tasks(250, 6, rows_per_task=100) == 3
+
+
+@pytest.mark.parametrize("bad", [0, -1, 1.5, "2"])
+def test_read_plan_refuses_a_bad_task_count(bad):
+    from kcoord.spark.frames import read_plan
+    from kcoord.spark.offsets import OffsetPlan
+
+    plan = OffsetPlan("t", {}, {}, {}, {}, ranges=[OffsetRange("t", 0, 0, 10)])
+    with pytest.raises(ValueError, match="tasks must be a positive int"):
+        read_plan(None, None, plan, tasks=bad)
