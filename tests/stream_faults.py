@@ -138,7 +138,9 @@ def leaders_and_coordinator_killed_mid_batch(cluster, start) -> str:
     try:
         check_exactly_once(cluster, src, out, inputs, group)
     except AssertionError as exc:
-        raise AssertionError(f"{exc}\nafter {kills}: {explain_difference(cluster, src, out)}") from exc
+        raise AssertionError(
+            f"{exc}\nafter {kills}: {explain_difference(cluster, src, out)}\n{explain_decisions(cluster, name, committed_batch(cluster, group, name))}"
+        ) from exc
     assert open_of(cluster, name) == []  # the killed batches' dead attempts were aborted
     return f"kills {kills}, batches 0-{after}, caught up at {caught_up} s, records checked {len(inputs)}"
 
@@ -172,4 +174,21 @@ def explain_difference(cluster, source: str, sink: str) -> str:
     want = Counter((k, v.upper()) for _, _, k, v in src)
     where = {(k, v.upper()): (p, o) for p, o, k, v in src}
     missing = sorted((where[kv], kv, uncommitted[kv]) for kv in want - committed)
-    return f"missing (input partition, offset), result, copies in the sink read uncommitted: {missing}; extra: {sorted(committed - want)}"
+    sink_uncommitted = [(p, o, k, v) for p, o, k, v in records(cluster, sink, "read_uncommitted") if (k, v) in set(want - committed)]
+    return (
+        f"missing (input partition, offset), result, copies in the sink read uncommitted: {missing}; extra: {sorted(committed - want)}; "
+        f"the missing in the sink (partition, offset): {[(p, o) for p, o, _, _ in sink_uncommitted]}"
+    )
+
+
+def explain_decisions(cluster, name: str, batches: int) -> str:
+    """Each batch's decision: its transactions, what they wrote, and their state now."""
+    out = []
+    for b in range(batches + 1):
+        tw = TransactionalWrite(cluster, f"{name}/{b}", batch=True, isolation_level="read_committed")
+        d = tw.last_decision()
+        if d is None:
+            out.append(f"batch {b}: no decision")
+            continue
+        out.append(f"batch {b} {d.state}: " + ", ".join(f"{t.transactional_id} {t.producer_id}:{t.epoch} wrote {t.written} now {tw.transaction_state(t.transactional_id)!r}" for t in d.tasks))
+    return "\n".join(out)
