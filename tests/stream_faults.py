@@ -107,12 +107,13 @@ def upper_blocks(ds, batch_id):
     return ds.map_batches(lambda t: t.select(["key", "value"]).set_column(1, "value", pc.utf8_upper(t["value"].cast("string"))), batch_format="pyarrow")
 
 
-def leaders_and_coordinator_killed_mid_batch(cluster, start) -> str:
+def leaders_and_coordinator_killed_mid_batch(cluster, start, check=check_exactly_once) -> str:
     """Run a query (``start(source, **options)`` starts it on some engine), kill the leaders
     of an input and of an output partition while a batch's tasks read and write, then the
     transaction coordinator of a later batch whose output is prepared (its offsets
     transaction is open: between prepare and commit). The query must keep running and catch
-    up; then the exactly-once check. Returns what happened, for the test's output."""
+    up; then ``check`` (the exactly-once check; a stateful query's adds the running counts).
+    Returns what happened, for the test's output."""
     src, out = new_topic(cluster, "rf-in", 2), new_topic(cluster, "rf-out", 2)
     group = f"g-{src}"
     name = f"q-{group}"
@@ -136,7 +137,7 @@ def leaders_and_coordinator_killed_mid_batch(cluster, start) -> str:
         q.stop()
     assert q.exception() is None
     try:
-        check_exactly_once(cluster, src, out, inputs, group)
+        check(cluster, src, out, inputs, group)
     except AssertionError as exc:
         raise AssertionError(
             f"{exc}\nafter {kills}: {explain_difference(cluster, src, out)}\n{explain_decisions(cluster, name, committed_batch(cluster, group, name))}"

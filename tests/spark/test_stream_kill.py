@@ -27,7 +27,7 @@ from kcoord.spark.offsets import group_offsets
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 from stream_faults import leaders_and_coordinator_killed_mid_batch, batch_in_flight, check_exactly_once, committed_batch, new_topic, open_of, produce, sigkill_processes, upper_blocks  # noqa: E402
-from test_stream import upper  # noqa: E402
+from test_stream import check_numbered, numbering, upper  # noqa: E402
 from waiting import wait_until  # noqa: E402
 
 pytestmark = [
@@ -156,3 +156,14 @@ def test_a_spark_query_keeps_each_input_once_when_leaders_and_the_transaction_co
         return ks.stream(spark, kcluster, src, transform=upper_in_two_tasks, **options)
 
     print(f"\nstream faults (spark): {leaders_and_coordinator_killed_mid_batch(kcluster, start)}")
+
+
+def test_a_stateful_spark_query_keeps_exact_running_counts_when_leaders_and_the_transaction_coordinator_die_mid_batch(spark, kcluster):
+    """The same kills under a stateful query (``update_state``): each input's result once, in
+    input order per key, numbered with its key's running count computed from the input."""
+    from kcoord import spark as ks
+
+    def start(src, **options):
+        return ks.stream(spark, kcluster, src, update_state=numbering(), state_key="key", **options)
+
+    print(f"\nstream faults (spark, stateful): {leaders_and_coordinator_killed_mid_batch(kcluster, start, check=check_numbered)}")
