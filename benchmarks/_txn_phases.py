@@ -20,7 +20,6 @@ client by wrapping the producer's own objects (nothing in kcoord is changed for 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import time
@@ -29,6 +28,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from benchmarks._report import emit  # noqa: E402
 from kcoord.bench.stats import percentile  # noqa: E402
 
 
@@ -202,10 +202,7 @@ def main(argv: list[str] | None = None) -> int:
             out["coordinator_stats_error"] = repr(exc)[:200]
     finally:
         teardown(name, delete_data=True, address=None)
-        text = json.dumps(out, indent=1)
-        print(text, flush=True)
-        if args.out:
-            Path(args.out).write_text(text)
+        emit(out, args.out)
     return 0
 
 

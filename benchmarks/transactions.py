@@ -31,7 +31,6 @@ read_committed) and transactional Producer through kcoord's Kafka listener.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import sys
@@ -41,6 +40,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from benchmarks._report import emit  # noqa: E402
 from kcoord.bench.stats import percentile  # noqa: E402
 
 VALUE = 100
@@ -329,10 +329,7 @@ def main(argv: list[str] | None = None) -> int:
         except Exception as exc:  # noqa: BLE001
             print(f"teardown failed: {exc!r}", file=sys.stderr)
         # what was measured is printed even when a later case failed
-        text = json.dumps(results, indent=1)
-        print(text, flush=True)
-        if args.out:
-            Path(args.out).write_text(text)
+        emit(results, args.out)
     return 0
 
 
