@@ -118,3 +118,41 @@ def test_a_group_consumer_reaches_lag_zero_past_markers_and_reports_its_group_me
             assert plain.group_metadata() == ConsumerGroupMetadata(None)
     finally:
         admin.delete_topic(topic)
+
+
+def test_a_members_committed_offsets_wait_for_a_pending_transactional_commit(kcluster):
+    """KIP-447: a member that takes a partition over fetches its committed offset with
+    ``require_stable``, so while a transaction's offsets for it await their marker it waits
+    instead of starting from the offset they are about to replace (which would process the
+    transaction's input again: duplicates; found by the chaos run, seed 839016)."""
+    import threading
+
+    topic = f"txn-stable-{uuid.uuid4().hex[:6]}"
+    group_id = f"stable-{uuid.uuid4().hex[:6]}"
+    admin = Admin(kcluster)
+    admin.create_topic(topic, partitions=1, replication_factor=1)
+    tp = TopicPartition(topic, 0)
+    try:
+        with Producer(kcluster, acks="all") as plain:
+            for i in range(5):
+                plain.send(topic, value=b"in-%d" % i, partition=0).get(timeout=30)
+        with Consumer(topic, cluster=kcluster, group_id=group_id, auto_offset_reset="earliest", isolation_level="read_committed", enable_auto_commit=False) as c:
+            wait_until(lambda: c.poll(timeout_ms=200) is not None and c.group_metadata().generation_id >= 1, timeout=60, what="the consumer joined")
+            producer = Producer(kcluster, transactional_id=f"stable-{uuid.uuid4().hex[:6]}", acks="all")
+            try:
+                producer.init_transactions()
+                producer.begin_transaction()
+                producer.send(topic, value=b"out", partition=0)
+                producer.send_offsets_to_transaction({tp: 5}, c.group_metadata())  # pending until the marker
+                answer: list = []
+                fetch = threading.Thread(target=lambda: answer.append(c.committed(tp)))
+                fetch.start()
+                fetch.join(timeout=1.0)
+                assert fetch.is_alive() and answer == [], f"committed() answered {answer} while the transaction's offset was pending"
+                producer.commit_transaction()
+            finally:
+                producer.close()
+            fetch.join(timeout=60)
+            assert answer == [5]
+    finally:
+        admin.delete_topic(topic)
