@@ -163,7 +163,11 @@ class OffsetCommitter:
         return executor.submit(run)
 
     def fetch_committed(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, OffsetAndMetadata | None]:
-        """The group's committed offsets of ``partitions`` (None where nothing is committed)."""
+        """The group's committed offsets of ``partitions`` (None where nothing is committed).
+        Stable ones (KIP-447, as Kafka's consumer asks): while a transaction's offsets for a
+        partition await their marker the fetch is retried, up to the request timeout -- a
+        new owner starting from the offset they are about to replace would process the
+        transaction's input again."""
         partitions = [TopicPartition(*tp) for tp in partitions]
         if not partitions:
             return {}
@@ -173,7 +177,7 @@ class OffsetCommitter:
         deadline = time.monotonic() + self.request_timeout_ms / 1000
         while True:
             response = self.coordinators.call_group(
-                self.group_id, "offset_fetch", OffsetFetchRequest(self.group_id, wanted), OffsetFetchResponse,
+                self.group_id, "offset_fetch", OffsetFetchRequest(self.group_id, wanted, require_stable=True), OffsetFetchResponse,
                 timeout_s=max(0.1, deadline - time.monotonic()),
             )
             code = response.error_code or next(
@@ -181,7 +185,7 @@ class OffsetCommitter:
             )
             if code == E.NONE:
                 break
-            if code not in COORDINATOR_RETRIABLE or time.monotonic() >= deadline:
+            if (code not in COORDINATOR_RETRIABLE and code != E.UNSTABLE_OFFSET_COMMIT) or time.monotonic() >= deadline:
                 raise KafkaError(code, f"fetching committed offsets of group {self.group_id!r} failed: {response.error_message or ''}")
             time.sleep(self.retry_backoff_ms / 1000)
         out: dict[TopicPartition, OffsetAndMetadata | None] = {}
