@@ -166,29 +166,6 @@ def test_a_backlog_drains_in_bounded_batches_planned_after_a_slow_transform(kclu
     h.check_exactly_once(kcluster, src, out, inputs, group)
 
 
-def test_a_stateful_ray_data_query_keeps_an_exact_count_per_key_in_its_changelog(kcluster, ray_session):
-    import sys
-    from pathlib import Path
-
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "spark"))
-    from test_stream import changelog_state, check_counts, counting, new_topic, produce
-
-    src, out = new_topic(kcluster, "rss-in", 2), new_topic(kcluster, "rss-out", 2)
-    group = f"g-{src}"
-    inputs = produce(kcluster, src, 0, 30, keys=3)
-    options = dict(group_id=group, update_state=counting(), state_key="key", sink=out, trigger_interval_ms=200, starting_offsets="earliest")
-    q = krd.stream(kcluster, src, state_partitions=3, **options)
-    try:
-        q.processAllAvailable(timeout_s=180)
-        inputs += produce(kcluster, src, 30, 15, keys=3)
-        q.processAllAvailable(timeout_s=180)
-    finally:
-        q.stop()
-    assert q.exception() is None
-    check_counts(kcluster, out, inputs)
-    assert changelog_state(kcluster, group, 3) == {f"k{i}".encode(): 15 for i in range(3)}
-
-
 def test_stable_ends_wait_for_an_open_transaction_to_be_decided(kcluster, topic_name):
     """A read up to the LSO would miss what an open transaction commits afterwards: a
     decision lookup or a state load reads up to the HW once the LSO has reached it."""
