@@ -5,8 +5,8 @@ losses from one seed) followed by the Jepsen-style checker (:mod:`tests.chaos.ch
 The run lives in its own process because ``ray.cluster_utils.Cluster`` must own that
 process's Ray connection (the pytest session may hold a local Ray of its own).
 
-``KCOORD_CHAOS_SECONDS`` sets the nemesis' duration (96 s in ``make test``: about 5
-minutes in all, at least 60 kills); ``make chaos DURATION=1800`` is the long run.
+``KCOORD_CHAOS_SECONDS`` sets the nemesis' duration (80 s in ``make test``: about 4
+minutes in all, at least 50 kills); ``make chaos DURATION=1800`` is the long run.
 ``KCOORD_CHAOS_SEED`` replays a schedule. Histories are kept under pytest's tmp_path
 (the summary names the directory); ``python -m tests.chaos.checker DIR`` re-checks one.
 """
@@ -27,7 +27,7 @@ from chaos.run import EXIT_RAY_STARTUP
 pytestmark = [pytest.mark.chaos, pytest.mark.ray, pytest.mark.slow]
 
 REPO = Path(__file__).resolve().parents[2]
-DURATION = float(os.environ.get("KCOORD_CHAOS_SECONDS", "96"))
+DURATION = float(os.environ.get("KCOORD_CHAOS_SECONDS", "80"))
 
 
 def _run(out: Path) -> tuple[int, str, str]:
