@@ -12,7 +12,9 @@ killed attempt cannot undo the one the engine reported. The driver then
    compacted topic :data:`DECISIONS_TOPIC` under the key ``prefix`` (acks=all): the commit
    point;
 2. commits each chosen transaction through a new instance of its transactional id
-   (``init_transactions(keep_prepared_txn=True)`` then ``complete_transaction``);
+   (``init_transactions(keep_prepared_txn=True)`` then ``complete_transaction``) and waits
+   until its markers are written (CompleteCommit), so that the output is readable
+   (read_committed) once the write returns;
 3. aborts every other transaction of the prefix still open (attempts that failed after
    writing, lost to another attempt, or were killed), found with ListTransactions on every
    transaction coordinator;
@@ -364,19 +366,44 @@ class TransactionalWrite:
             return  # a task with no rows: its transaction never reached the coordinator
         # (a transaction with offsets and no records says written={OFFSETS_ONLY: 0})
         state = self._state(task.transactional_id)
-        if state in ("PrepareCommit", "CompleteCommit"):
-            return  # committed already (by a driver that died before recording DONE)
         if state == "Ongoing":
             with Producer(self.cluster, transactional_id=task.transactional_id, enable_two_phase_commit=True, acks="all") as producer:
                 producer.init_transactions(keep_prepared_txn=True)
                 if producer.complete_transaction(PreparedTxnState(task.producer_id, task.epoch)):
-                    return
-        raise TxnWriteError(
+                    state = "PrepareCommit"
+        if state not in ("PrepareCommit", "CompleteCommit"):  # else committed already (a driver died before DONE)
+            raise self._not_there(task, state)
+        self._await_complete(task)
+
+    def _not_there(self, task: PreparedTask, state: str) -> TxnWriteError:
+        return TxnWriteError(
             ErrorCode.INVALID_TXN_STATE,
             f"write {self.prefix!r}: the prepared transaction of task {task.task} ({task.transactional_id!r}, {task.producer_id}:{task.epoch}) "
             f"was not there to commit (state {state or 'unknown'}: aborted by someone else?); its {task.records} records are not written. "
             f"Run the write again under a new transactional_id",
         )
+
+    def _await_complete(self, task: PreparedTask) -> None:
+        """Wait until the committed transaction's markers are written (CompleteCommit): the
+        coordinator answers a commit once it is decided, and a read_committed reader sees
+        the records only after their partition's marker, which a leader change can delay by
+        seconds. A write is done -- and a streaming batch's output readable -- only then."""
+        deadline = time.monotonic() + self.timeout_s
+        pause = 0.005
+        while True:
+            state = self._state(task.transactional_id)
+            if state in ("CompleteCommit", "Empty", ""):  # Empty/unknown: completed, then reused or expired
+                return
+            if state != "PrepareCommit":
+                raise self._not_there(task, state)
+            if time.monotonic() + pause > deadline:
+                raise KafkaError(
+                    ErrorCode.REQUEST_TIMED_OUT,
+                    f"write {self.prefix!r}: the commit of task {task.task} ({task.transactional_id!r}) is decided but its markers "
+                    f"were not all written within {self.timeout_s:.0f} s (`kcoord transactions describe {task.transactional_id}`)",
+                )
+            time.sleep(pause)  # the markers are a round trip per partition away: poll, backing off
+            pause = min(pause * 2, 0.2)
 
     def _parallel(self, fn: Callable[[Any], None], items: list) -> None:
         if not items:
