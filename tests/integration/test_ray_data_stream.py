@@ -10,7 +10,9 @@ pytest.importorskip("ray.data")
 
 from kcoord import ray_data as krd  # noqa: E402
 from kcoord.client.admin import Admin  # noqa: E402
+from kcoord.streaming import protocol as P  # noqa: E402
 from kcoord.streaming.driver import StreamingQueryException  # noqa: E402
+from kcoord.txn_write import TransactionalWrite, prepare_task  # noqa: E402
 
 pytestmark = pytest.mark.ray
 
@@ -32,9 +34,20 @@ def test_a_ray_data_query_writes_each_input_once_with_its_offsets(kcluster, ray_
     q = krd.stream(kcluster, src, group_id=group, transform=upper, sink=out, trigger_interval_ms=200, starting_offsets="earliest", max_records_per_trigger=25)
     try:
         q.processAllAvailable(timeout_s=180)
+        # A zombie attempt of batch 0 (a task attempt still running after its batch was
+        # decided and finished) writes and prepares now: the next batch's commit aborts it,
+        # else its open transaction would hold the sink's LSO back for good.
+        zombie = f"{q.name}/0/0/{P.attempt_tag(q._driver.epoch, 'zombie')}"
+
+        def write_one(producer):
+            producer.send(out, value=b"ZOMBIE", partition=0).get(timeout=30)
+            return {0: 1}
+
+        prepare_task(kcluster, zombie, 0, write_one)
         inputs += produce(kcluster, src, 40, 10)
         q.processAllAvailable(timeout_s=180)
         assert sum(p["numInputRows"] for p in q.recentProgress) == 50
+        assert TransactionalWrite(kcluster, f"{q.name}/0", batch=True).transaction_state(zombie) == "CompleteAbort"
     finally:
         q.stop()
     assert q.exception() is None
