@@ -243,7 +243,13 @@ class TransactionalWrite:
     streaming batch's (see :func:`check_prefix`). ``record``: appends a decision instead of
     a plain producer (a streaming driver's fenced transactional one); ``isolation_level``:
     how :meth:`last_decision` reads the decision topic (``"read_committed"`` with such a
-    ``record``).
+    ``record``). ``strays``: ``(ids, is_stray)`` -- the open transactions ``ids`` matches
+    for which ``is_stray(id)`` holds are aborted whenever this write aborts its own open
+    ones: a zombie task attempt of an earlier, finished write (an attempt still running after
+    its write was decided, e.g. on an executor taken for lost) prepares a transaction no
+    later step of that write looks for, and with no timeout (two-phase) it would hold the
+    partitions' last stable offset back for good. A streaming query passes its earlier
+    batches'.
     """
 
     def __init__(
@@ -256,6 +262,7 @@ class TransactionalWrite:
         batch: bool = False,
         record: Callable[[TopicPartition, bytes, bytes], None] | None = None,
         isolation_level: str = "read_uncommitted",
+        strays: "tuple[re.Pattern[str], Callable[[str], bool]] | None" = None,
     ) -> None:
         self.cluster = cluster
         self.prefix = check_prefix(prefix, batch=batch)
@@ -265,6 +272,7 @@ class TransactionalWrite:
         self.timeout_s = timeout_s
         self._coordinators = TransactionCoordinators(cluster)
         self._ids = re.compile(re.escape(self.prefix) + r"/\d+/[^/]+")
+        self._strays = strays
 
     # -- the decision topic ---------------------------------------------------------------
     def _decisions_partition(self) -> TopicPartition:
@@ -422,9 +430,14 @@ class TransactionalWrite:
 
     # -- the protocol -----------------------------------------------------------------------
     def abort_open(self, keep: Iterable[str] = ()) -> list[str]:
-        """Abort every open transaction of this prefix but ``keep``; returns their ids."""
+        """Abort every open transaction of this prefix but ``keep``, and the strays (see the
+        class doc); returns their ids."""
         skip = set(keep)
-        ids = [t for t in self.open_transactions() if t not in skip]
+        if self._strays is None:
+            ids = [t for t in self.open_transactions() if t not in skip]
+        else:
+            family, stray = self._strays
+            ids = [t for t in self.open_transactions(family) if t not in skip and (self._ids.fullmatch(t) or stray(t))]
         self._parallel(self._abort, ids)
         return ids
 

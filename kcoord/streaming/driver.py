@@ -113,6 +113,7 @@ class StreamDriver:
         self._latest: dict[P.TP, int] = {}
         self.epoch = -1
         self.error: BaseException | None = None
+        self._query_ids = re.compile(re.escape(self.name) + r"/\d+/\d+/[^/]+")  # every batch's transactions
 
     # -- the loop ---------------------------------------------------------------------------
     def run(self) -> None:
@@ -160,7 +161,18 @@ class StreamDriver:
         self._member = self._fence = None
 
     def _write(self, prefix: str) -> TransactionalWrite:
-        return TransactionalWrite(self.cluster, prefix, topic=self.sink, timeout_s=self.timeout_s, batch=True, record=self._append, isolation_level="read_committed")
+        return TransactionalWrite(
+            self.cluster, prefix, topic=self.sink, timeout_s=self.timeout_s, batch=True, record=self._append,
+            isolation_level="read_committed", strays=(self._query_ids, self._is_stray),
+        )
+
+    def _is_stray(self, transactional_id: str) -> bool:
+        """A transaction of an earlier batch than the one being finished, by this driver or
+        an older one: every such batch is finished (committed, the rest aborted) before the
+        next is planned, so one open now is a zombie attempt's. A newer driver's are not
+        touched (it may be running a later batch)."""
+        batch = transactional_id[len(self.name) + 1 :].split("/", 1)[0]
+        return batch.isdigit() and int(batch) < self.core.batch and P.epoch_of(transactional_id) <= self.epoch
 
     def _append(self, tp: TopicPartition, key: bytes, value: bytes) -> None:
         """Append a record to the decision topic in a transaction of the fencing producer:
@@ -209,8 +221,7 @@ class StreamDriver:
             return P.Finished(action.batch)
         if isinstance(action, P.AbortOpen):
             tw = self._write(P.batch_prefix(self.name, action.batch))
-            ids = re.compile(re.escape(self.name) + r"/\d+/\d+/[^/]+")
-            tw.abort_ids(t for t in tw.open_transactions(ids) if P.epoch_of(t) < action.epoch)
+            tw.abort_ids(t for t in tw.open_transactions(self._query_ids) if P.epoch_of(t) < action.epoch)
             return P.Cleaned(action.batch)
         if isinstance(action, P.WaitUntil):
             while True:

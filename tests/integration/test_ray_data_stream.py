@@ -47,7 +47,7 @@ def test_a_ray_data_query_writes_each_input_once_with_its_offsets(kcluster, ray_
         inputs += produce(kcluster, src, 40, 10)
         q.processAllAvailable(timeout_s=180)
         assert sum(p["numInputRows"] for p in q.recentProgress) == 50
-        assert TransactionalWrite(kcluster, f"{q.name}/0", batch=True).transaction_state(zombie) == "CompleteAbort"
+        assert TransactionalWrite(kcluster, f"{q.name}/0", batch=True).transaction_state(zombie) in ("CompleteAbort", "Empty")  # aborted (by a new instance)
     finally:
         q.stop()
     assert q.exception() is None
