@@ -200,3 +200,23 @@ def test_planted_hold_without_its_deadline_outlives_it(monkeypatch) -> None:
 
 # Seeds whose coordinators hold requests (2: 16 held, 12 of them until their hold ran out).
 HOLD_SEEDS = (2,)
+
+
+def test_planted_batch_dropped_before_sending_is_an_unsent_commit(monkeypatch) -> None:
+    """An application whose first batch to partition 0 of a transaction is taken as done
+    without being written, the transaction staying committable (chaos seed 839016: the real
+    sender failed batches that expired waiting for AddPartitionsToTxn without making the
+    transaction abortable): its commit is answered and those records are nowhere (txn-unsent)."""
+    from .txn_clients import TxnApp
+
+    original = TxnApp._send
+
+    def dropping(self, b):
+        if b.tp[1] == 0 and not b.data:
+            b.acked = True  # "done", never written, and nobody told the transaction manager
+            return
+        original(self, b)
+
+    monkeypatch.setattr(TxnApp, "_send", dropping)
+    found = _invariants(SEEDS)
+    assert any("txn-unsent" in inv for inv in found.values()), found

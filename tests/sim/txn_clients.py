@@ -220,7 +220,7 @@ class TxnApp(Client):
             self.tm.after_append(TopicPartition(*tp))
         if self.slot.group is not None and self.side.random() < 0.6:
             self.offsets = {p: self.ledger.offset_for(self.tid, self.instance, self.txn) for p in range(self.side.randint(1, 2))}
-        self.ledger.on_begin(self, self.txn, parts, self.offsets)
+        self.ledger.on_begin(self, self.txn, parts, self.offsets, [(b.tp, v) for b in self.batches for v in b.values])
         if self.last_end is not None and self.side.random() < 0.3 and (self.slot.bump or STALE_END_WITHOUT_BUMP):
             self._send_stale_end(self.last_end)
         self._add_partitions()

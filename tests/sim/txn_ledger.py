@@ -22,6 +22,10 @@ first marker of its producer after it tells how it ended in that partition):
   committed one that was acknowledged is there (all visible, none missing);
 * **txn-client** a transaction whose EndTxn commit (abort) its client saw answered ended
   COMMIT (ABORT) everywhere;
+* **txn-unsent** every record an application handed to a transaction whose commit its
+  client saw answered is committed in the log, acknowledged or not (a commit succeeds only
+  if every send did: chaos seed 839016 committed a transaction none of whose batches was
+  ever written, in the real producer's sender, which this app does not run);
 * **txn-lost** / **txn-dup** every acknowledged record of a committed transaction is in the
   log once (unless below the log start: retention, DeleteRecords);
 * **txn-zombie** no record sent by a fenced instance after its fence committed;
@@ -66,6 +70,7 @@ class AppLedger:
         self.instances: dict[str, list[int]] = defaultdict(list)
         self.sent: dict[bytes, tuple[Key, tuple[str, int], int, int]] = {}  # value -> (txn, tp, sent at, pid)
         self.acked: dict[bytes, tuple[tuple[str, int], int]] = {}  # value -> (tp, offset)
+        self.handed: dict[Key, list[tuple[tuple[str, int], bytes]]] = {}  # txn -> the records its app sent in it
         self.client_outcome: dict[Key, bool] = {}
         self.offsets: dict[Key, dict[int, int]] = {}  # txn -> {input partition: offset}
         self.offset_owner: dict[int, Key] = {}
@@ -93,8 +98,10 @@ class AppLedger:
         self.offset_owner[o] = (tid, instance, txn)
         return o
 
-    def on_begin(self, app: "TxnApp", txn: int, parts: list, offsets: dict[int, int]) -> None:
+    def on_begin(self, app: "TxnApp", txn: int, parts: list, offsets: dict[int, int], handed: list | None = None) -> None:
         self.stats["app_txns"] += 1
+        if handed is not None:
+            self.handed[(app.tid, app.instance, txn)] = list(handed)
         if offsets:
             self.offsets[(app.tid, app.instance, txn)] = dict(offsets)
 
@@ -210,6 +217,12 @@ class AppLedger:
             committed = txn_outcome.get(key) or self.client_outcome.get(key)
             if committed and v not in outcome and offset >= starts.get(tp, 0):
                 fail("txn-lost" if self.client_outcome.get(key) else "txn-torn", now, f"{v.decode()} of committed transaction {key}, acknowledged at {tp[0]}-{tp[1]}@{offset}, is not in the final log")
+        for key, committed in sorted(self.client_outcome.items()):
+            for tp, v in self.handed.get(key, ()) if committed else ():
+                if not outcome.get(v) and not (v not in outcome and starts.get(tp, 0) > 0):
+                    fail("txn-unsent", now, f"{v.decode()} of transaction {key}, whose commit its client saw answered, is not committed at {tp[0]}-{tp[1]}"
+                         f" ({'acknowledged' if v in self.acked else 'never acknowledged'})")
+                    break
         for v, c in outcome.items():
             sent = self.sent.get(v)
             if c and sent is not None:

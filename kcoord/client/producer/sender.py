@@ -175,7 +175,7 @@ class Sender:
             raise
         except Exception as exc:  # a bug must not leave futures hanging
             logger.exception("sending a batch to %s-%d failed unexpectedly", ps.topic, ps.partition)
-            self._complete(batch, error=KafkaError(ErrorCode.UNKNOWN_SERVER_ERROR, f"producer internal error: {exc!r}"))
+            self._fail(batch, KafkaError(ErrorCode.UNKNOWN_SERVER_ERROR, f"producer internal error: {exc!r}"))
         finally:
             with self.accumulator.lock:
                 self.accumulator.sent_locked(ps)
@@ -190,8 +190,11 @@ class Sender:
         retries_left = self.retries
         if self.transactions is not None:
             refused = await self.transactions.before_send(TopicPartition(topic, p), deadline)
-            if refused is not None:  # aborted, failed, or not added to the transaction
-                self._complete(batch, error=refused)
+            if refused is not None:  # aborted, failed, or not added in time
+                # through the identity: a batch of the transaction that fails (e.g. expired
+                # waiting for AddPartitionsToTxn) makes it abortable, as Kafka's failBatch;
+                # else the commit would go on without its records (chaos seed 839016)
+                self._fail(batch, refused)
                 return
         self.identity.assign_sequence(ps, batch)
         if batch.data is None:
