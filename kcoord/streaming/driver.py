@@ -26,7 +26,7 @@ import re
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Protocol
+from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 import msgpack
 
@@ -40,6 +40,9 @@ from ..protocol.replication import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, READ_CO
 from ..txn_write import COMMIT, DONE, OFFSETS_ONLY, Decision, PreparedTask, TransactionalWrite, task_transactional_id
 from . import protocol as P
 
+if TYPE_CHECKING:
+    from .state import StateCounts
+
 #: The task number of a batch's offsets transaction (output tasks are numbered from 0).
 OFFSETS_TASK = 999_999
 FENCE_ERRORS = (ErrorCode.PRODUCER_FENCED, ErrorCode.INVALID_PRODUCER_EPOCH, ErrorCode.FENCED_INSTANCE_ID)
@@ -52,10 +55,11 @@ class StreamingQueryException(RuntimeError):
 
 
 class Engine(Protocol):
-    def run_tasks(self, plan: P.BatchPlan, attempt_tag: str) -> tuple[list[PreparedTask], int]:
+    def run_tasks(self, plan: P.BatchPlan, attempt_tag: str) -> tuple[list[PreparedTask], int, StateCounts | None]:
         """Read the plan's ranges, transform, write each output task in a prepared
         transaction of ``plan.prefix`` whose attempt names start with ``attempt_tag``;
-        returns the prepared transactions and the output rows."""
+        returns the prepared transactions, the output rows and, for a stateful query whose
+        state tasks ran, what they did to the state (None otherwise)."""
 
 
 @dataclass
@@ -67,6 +71,7 @@ class Batch:
     started: float
     ended: float
     latest: dict[P.TP, int]  # each input partition's end (read committed) when the batch was planned
+    state: StateCounts | None = None  # what the state tasks did (a stateful query's batch with rows)
 
 
 def source_partitions(cluster: ClusterClient, topics: list[str] | None, pattern: str | None) -> list[TopicPartition]:
@@ -118,6 +123,7 @@ class StreamDriver:
         self._closing = threading.Event()
         self._join_deadline = 0.0
         self._output_rows = 0
+        self._state: StateCounts | None = None
         self._partitions: list[TopicPartition] = []
         self._latest: dict[P.TP, int] = {}
         self.epoch = -1
@@ -243,7 +249,7 @@ class StreamDriver:
             return P.OffsetsRead({(tp.topic, tp.partition): o for tp, o in earliest.items()}, dict(self._latest), now)
         if isinstance(action, P.RunTasks):
             self._membership(wait=False)  # a group in use stops the query before its tasks run, if known by now
-            tasks, self._output_rows = self.engine.run_tasks(action.plan, P.attempt_tag(self.epoch, ""))
+            tasks, self._output_rows, self._state = self.engine.run_tasks(action.plan, P.attempt_tag(self.epoch, ""))
             return P.TasksPrepared(action.plan.batch, tuple(tasks))
         if isinstance(action, P.PrepareOffsets):
             self._membership(wait=True)  # the offsets carry the membership (KIP-447)
@@ -267,7 +273,7 @@ class StreamDriver:
                     self.execute(a)
             return None
         if isinstance(action, P.BatchDone):
-            self.on_batch(Batch(action.plan, self._output_rows, action.started, time.monotonic(), dict(self._latest)))
+            self.on_batch(Batch(action.plan, self._output_rows, action.started, time.monotonic(), dict(self._latest), self._state))
             return None
         if isinstance(action, P.CaughtUp):
             self.on_caught_up(action.at)
