@@ -15,9 +15,10 @@
   query over the same records (``update_state``: a running count per key, 100 keys; the
   changelog and the shuffle by its partition). Goal: each stream / batch >= 0.7.
 * ``latency``: at a steady offered load (1k and 10k records/s, sent every 20 ms by a
-  producer thread, acks=all), a query with trigger 500 ms; the time from ``send_batch()``
-  (stamped in the value) to the record's output being returned by a read_committed
-  consumer of the sink. Baseline in the same window: the same records returned by a plain
+  producer in a Ray actor of its own, acks=all), a query with trigger 500 ms; the time
+  from ``send_batch()`` (stamped in the value) to the record's output being returned by a
+  read_committed consumer of the sink (in another actor: the load and the readers share no
+  process, no GIL, with the query). Baseline in the same window: the same records returned by a plain
   consumer of the input topic (what producing and fetching cost without the query). The
   load starts once the query has started (caught up with the empty topic); records sent
   in the first ``--latency-warmup`` seconds are left out. Goal: p50 < 1.5 s, p99 < 3 s.
@@ -33,7 +34,6 @@ import argparse
 import os
 import statistics
 import sys
-import threading
 import time
 import uuid
 from pathlib import Path
@@ -92,9 +92,7 @@ def main() -> None:
 
     from kcoord import spark as ks
     from kcoord.client.admin import Admin
-    from kcoord.client.consumer.consumer import Consumer
     from kcoord.client.producer import Producer
-    from kcoord.client.types import TopicPartition
     from kcoord.cluster.deploy import deploy
     from kcoord.cluster.local import start_local_ray
 
@@ -235,9 +233,7 @@ def main() -> None:
             results["latency"] = {}
             for rate in rates:
                 results["load_average_before_latency_" + str(rate)] = load()
-                results["latency"][str(rate)] = latency_case(
-                    spark, cluster, new_topic, upper, rate, seconds, args.latency_warmup, ks=ks, Consumer=Consumer, Producer=Producer, TopicPartition=TopicPartition
-                )
+                results["latency"][str(rate)] = latency_case(spark, cluster, new_topic, upper, rate, seconds, args.latency_warmup, ks=ks)
                 print(f"latency at {rate}/s: {results['latency'][str(rate)]}", file=sys.stderr, flush=True)
     finally:
         shutdown(name, started)
@@ -246,80 +242,124 @@ def main() -> None:
     emit(results, args.out)
 
 
-def latency_case(spark, cluster, new_topic, transform, rate: int, seconds: float, warmup: float, *, ks, Consumer, Producer, TopicPartition) -> dict:
+class LoadProducer:
+    """The latency case's offered load, in a process of its own (a Ray actor): the query's
+    process then measures the pipeline, not its contention with the load generator for
+    the GIL. Sends ``rate * TICK_S`` records every ``TICK_S``, each stamped with
+    ``time.time_ns()`` at ``send_batch()``."""
+
+    def run(self, cluster, source: str, rate: int, seconds: float) -> int:
+        from kcoord.client.producer import Producer
+
+        per_tick = max(1, round(rate * TICK_S))
+        with Producer(cluster, acks="all", linger_ms=0) as p:
+            next_at = time.monotonic()
+            end = next_at + seconds
+            i = 0
+            while next_at < end:
+                stamp = str(time.time_ns()).rjust(VALUE, "x").encode()
+                p.send_batch(source, values=[stamp] * per_tick, keys=[f"k{(i + j) % 100}".encode() for j in range(per_tick)])
+                i += per_tick
+                next_at += TICK_S
+                delay = next_at - time.monotonic()
+                if delay > 0:
+                    time.sleep(delay)  # pacing the offered load, not synchronisation
+            p.flush()
+        return i
+
+
+class VisibilityReader:
+    """The latency case's readers, in a process of their own (a Ray actor, two calls at
+    once: ``run`` and ``expect``): a read_committed consumer of the sink (the query's
+    output) and a plain consumer of the input (the baseline), each record's latency the
+    time it is returned minus its stamp (records stamped before ``cutoff_ns`` left out)."""
+
+    def __init__(self) -> None:
+        self.expected: int | None = None
+        self.consumers: dict = {}
+
+    def ready(self, cluster, topics: dict[str, tuple[str, str]]) -> bool:
+        from kcoord.client.consumer.consumer import Consumer
+        from kcoord.client.types import TopicPartition
+
+        for case, (topic, level) in topics.items():
+            c = Consumer(cluster=cluster, isolation_level=level, max_poll_records=100_000, fetch_max_wait_ms=100)
+            c.assign([TopicPartition(topic, p) for p in range(PARTITIONS)])
+            c.seek_to_beginning()
+            c.poll(timeout_ms=0)
+            self.consumers[case] = c
+        return True
+
+    def expect(self, sent: int) -> None:
+        self.expected = sent
+
+    def run(self, cutoff_ns: int, timeout_s: float) -> dict:
+        latencies: dict[str, list[float]] = {case: [] for case in self.consumers}
+        seen = {case: 0 for case in self.consumers}
+        deadline = time.monotonic() + timeout_s
+        try:
+            while time.monotonic() < deadline:
+                for case, c in self.consumers.items():
+                    for recs in c.poll(timeout_ms=10).values():
+                        now_ns = time.time_ns()
+                        for r in recs:
+                            seen[case] += 1
+                            stamp = int(bytes(r.value).lstrip(b"xX"))
+                            if stamp >= cutoff_ns:
+                                latencies[case].append((now_ns - stamp) / 1e9)
+                if self.expected is not None and all(v >= self.expected for v in seen.values()):
+                    return {"seen": seen, "latencies": latencies, "complete": True}
+            return {"seen": seen, "latencies": latencies, "complete": False}
+        finally:
+            for c in self.consumers.values():
+                c.close()
+
+
+def latency_case(spark, cluster, new_topic, transform, rate: int, seconds: float, warmup: float, *, ks) -> dict:
     """Offer ``rate`` records/s for ``seconds`` to a running query (trigger 500 ms) and
     measure send -> visible to a read_committed consumer of the sink, and send -> visible
-    to a plain consumer of the input (the baseline), in the same window."""
+    to a plain consumer of the input (the baseline), in the same window. The load and the
+    readers run in Ray actors of their own (no CPU reserved: they share the 2 cores with
+    everything else, as a load generator on the same machine would)."""
+    import ray
+
     source, sink = new_topic("lat-in"), new_topic("lat-out")
-    per_tick = max(1, round(rate * TICK_S))
     q = ks.stream(spark, cluster, source, group_id=f"lat-{uuid.uuid4().hex[:8]}", transform=transform, sink=sink, trigger_interval_ms=500, starting_offsets="earliest")
-    consumers = {}
-    for case, topic, level in (("stream", sink, "read_committed"), ("produce_fetch_baseline", source, "read_uncommitted")):
-        c = Consumer(cluster=cluster, isolation_level=level, max_poll_records=100_000, fetch_max_wait_ms=100)
-        c.assign([TopicPartition(topic, p) for p in range(PARTITIONS)])
-        c.seek_to_beginning()
-        consumers[case] = c
-    sent = [0]
-    errors: list[BaseException] = []
-    q.processAllAvailable(timeout_s=300)  # started (fenced, joined, first empty batch): load from now on
-    t_start = time.time()
-
-    def produce() -> None:
-        try:
-            with Producer(cluster, acks="all", linger_ms=0) as p:
-                next_at = time.monotonic()
-                end = next_at + seconds
-                i = 0
-                while next_at < end:
-                    now_ns = time.time_ns()
-                    stamp = str(now_ns).rjust(VALUE, "x").encode()
-                    p.send_batch(source, values=[stamp] * per_tick, keys=[f"k{(i + j) % 100}".encode() for j in range(per_tick)])
-                    i += per_tick
-                    sent[0] = i
-                    next_at += TICK_S
-                    delay = next_at - time.monotonic()
-                    if delay > 0:
-                        time.sleep(delay)  # pacing the offered load, not synchronisation
-                p.flush()
-        except BaseException as exc:  # noqa: BLE001 - reported below
-            errors.append(exc)
-
-    producer = threading.Thread(target=produce, name="latency-producer", daemon=True)
-    latencies: dict[str, list[float]] = {case: [] for case in consumers}
-    seen = {case: 0 for case in consumers}
-    producer.start()
-    cutoff_ns = int((t_start + warmup) * 1e9)
+    producer = ray.remote(num_cpus=0)(LoadProducer).remote()
+    reader = ray.remote(num_cpus=0, max_concurrency=2)(VisibilityReader).remote()
+    sent = None
     try:
-        deadline = time.monotonic() + seconds + 120
-        while time.monotonic() < deadline:
-            for case, c in consumers.items():
-                for recs in c.poll(timeout_ms=10).values():
-                    now_ns = time.time_ns()
-                    for r in recs:
-                        seen[case] += 1
-                        stamp = int(bytes(r.value).lstrip(b"xX"))
-                        if stamp >= cutoff_ns:
-                            latencies[case].append((now_ns - stamp) / 1e9)
-            if errors:
-                raise errors[0]
+        ray.get(reader.ready.remote(cluster, {"stream": (sink, "read_committed"), "produce_fetch_baseline": (source, "read_uncommitted")}), timeout=120)
+        q.processAllAvailable(timeout_s=300)  # started (fenced, joined, first empty batch): load from now on
+        t_start = time.time()
+        sending = producer.run.remote(cluster, source, rate, seconds)
+        reading = reader.run.remote(int((t_start + warmup) * 1e9), seconds + 120)
+        deadline = time.monotonic() + seconds + 150
+        while True:
+            ready, _ = ray.wait([sending, reading] if sent is None else [reading], timeout=0.5, num_returns=1)
+            if sent is None and sending in ready:
+                sent = ray.get(sending)
+                reader.expect.remote(sent)
+            elif reading in ready:
+                got = ray.get(reading)
+                break
             if q.exception() is not None:
                 raise q.exception()
-            if not producer.is_alive() and all(v >= sent[0] for v in seen.values()):
-                break
-        else:
-            raise TimeoutError(f"latency at {rate}/s: sent {sent[0]}, seen {seen} after {seconds + 120:.0f} s")
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"latency at {rate}/s: the load or its readers did not finish in {seconds + 150:.0f} s (sent {sent})")
+        if not got["complete"]:
+            raise TimeoutError(f"latency at {rate}/s: sent {sent}, seen {got['seen']} after {seconds + 120:.0f} s")
         progress = [p for p in q.recentProgress if p["numInputRows"]]
     finally:
         q.stop()
-        for c in consumers.values():
-            c.close()
-        producer.join(timeout=30)
-    out: dict = {"offered_rows_per_s": rate, "seconds": seconds, "sent": sent[0], "trigger_interval_ms": 500}
+        for actor in (producer, reader):
+            ray.kill(actor)
+    out: dict = {"offered_rows_per_s": rate, "seconds": seconds, "sent": sent, "trigger_interval_ms": 500, "load_and_readers": "ray actors (own processes)"}
     if progress:  # what the query's batches took (recentProgress keeps the last 100)
         out["batches"] = len(progress)
         out["batch_ms_median"] = statistics.median(p["durationMs"]["triggerExecution"] for p in progress)
         out["batch_rows_median"] = statistics.median(p["numInputRows"] for p in progress)
-    for case, xs in latencies.items():
+    for case, xs in got["latencies"].items():
         out[case] = {"p50_s": round(quantile(xs, 0.5), 3), "p99_s": round(quantile(xs, 0.99), 3), "max_s": round(max(xs), 3) if xs else None, "records": len(xs)}
     s = out["stream"]
     out["met"] = s["p50_s"] < GOALS["latency_p50_s"] and s["p99_s"] < GOALS["latency_p99_s"]

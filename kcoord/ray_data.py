@@ -245,17 +245,17 @@ def _state_group(
     from .streaming import state as S
 
     if not len(rows):
-        return pd.DataFrame({c: [] for c in _tasks.WRITE_STATS_SCHEMA.names})
+        return pd.DataFrame({c: [] for c in _tasks.WRITE_STATS_SCHEMA.names + list(S.COUNT_COLUMNS)})
     partition = int(rows[S.PARTITION_COLUMN].iloc[0])
     tid = task_transactional_id(prefix, partition, attempt_tag + uuid.uuid4().hex[:12])
 
     def produce(producer: Any, table: pa.Table) -> dict[int, list[int]]:
         return _tasks.produce_batches(ref, sink, table.to_batches(), producer_id=None, value_format=value_format, producer=producer)
 
-    prepared, stats, _ = S.update_partition(
+    prepared, stats, counts = S.update_partition(
         ref.client(), spec, transactional_id=tid, partition=partition, rows=rows, end=ends[partition], sink_columns=SINK_COLUMNS, produce=produce
     )
-    return _tasks.stats_batch(partition, 0, prepared.producer_id, stats, tid, prepared.epoch).to_pandas()
+    return S.with_counts(_tasks.stats_batch(partition, 0, prepared.producer_id, stats, tid, prepared.epoch).to_pandas(), counts)
 
 
 class _RayDataEngine:
@@ -272,7 +272,7 @@ class _RayDataEngine:
         self.value_format = value_format
         self.state = state
 
-    def _run_state(self, plan: Any, ds: "ray.data.Dataset", attempt_tag: str) -> tuple[list[PreparedTask], int]:
+    def _run_state(self, plan: Any, ds: "ray.data.Dataset", attempt_tag: str) -> tuple[list[PreparedTask], int, Any]:
         import types
 
         from .spark.frames import ColumnError
@@ -289,20 +289,20 @@ class _RayDataEngine:
             ends=ends, sink=self.sink, value_format=self.value_format,
         )
         rows = [types.SimpleNamespace(**r) for r in keyed.groupby(S.PARTITION_COLUMN).map_groups(fn, batch_format="pandas").take_all()]
-        return list(prepared_from_rows(rows).values()), sum(r.records for r in rows if r.partition >= 0)
+        return list(prepared_from_rows(rows).values()), sum(r.records for r in rows if r.partition >= 0), S.counts_of_rows(rows)
 
-    def run_tasks(self, plan: Any, attempt_tag: str) -> tuple[list[PreparedTask], int]:
+    def run_tasks(self, plan: Any, attempt_tag: str) -> tuple[list[PreparedTask], int, Any]:
         from .protocol.replication import READ_COMMITTED
         from .spark.frames import ColumnError
         from .spark.stream import SINK_COLUMNS
 
         ranges = [r for r in plan.ranges if r.size]
         if not ranges:
-            return [], 0
+            return [], 0, None
         ds = read_plan(self.cluster, OffsetPlan(ranges[0].topic, {}, {}, {}, {}, ranges=ranges, isolation_level=READ_COMMITTED))
         if self.foreach_batch is not None:
             self.foreach_batch(ds, plan.batch)
-            return [], 0
+            return [], 0, None
         out = self.transform(ds, plan.batch) if self.transform is not None else ds
         if not isinstance(out, ray.data.Dataset):
             raise TypeError(f"transform must return a ray.data.Dataset, got {type(out).__name__}")
@@ -328,7 +328,7 @@ class _RayDataEngine:
         ]
         answers = ray.get(futures)
         prepared = [p for *_, p in answers if p is not None]
-        return prepared, sum(p.records for p in prepared)
+        return prepared, sum(p.records for p in prepared), None
 
 
 def stream(

@@ -76,10 +76,10 @@ def _state_group(
     def produce(producer: Any, table: Any) -> dict[int, list[int]]:
         return _tasks.produce_batches(ref, sink, table.to_batches(), producer_id=None, value_format=value_format, producer=producer)
 
-    prepared, stats, _ = S.update_partition(
+    prepared, stats, counts = S.update_partition(
         ref.client(), spec, transactional_id=tid, partition=partition, rows=rows, end=ends[partition], sink_columns=SINK_COLUMNS, produce=produce
     )
-    return _tasks.stats_batch(partition, ctx.attemptNumber(), prepared.producer_id, stats, tid, prepared.epoch).to_pandas()
+    return S.with_counts(_tasks.stats_batch(partition, ctx.attemptNumber(), prepared.producer_id, stats, tid, prepared.epoch).to_pandas(), counts)
 
 
 class SparkEngine:
@@ -96,7 +96,7 @@ class SparkEngine:
         self.value_format = value_format
         self.state = state
 
-    def _run_state(self, plan: P.BatchPlan, df: "DataFrame", attempt_tag: str) -> tuple[list[PreparedTask], int]:
+    def _run_state(self, plan: P.BatchPlan, df: "DataFrame", attempt_tag: str) -> tuple[list[PreparedTask], int, S.StateCounts]:
         """A stateful batch: shuffle the rows by changelog partition, one task per partition
         with rows (:mod:`kcoord.streaming.state`)."""
         spec = self.state
@@ -114,20 +114,20 @@ class SparkEngine:
         )
         settings = {"spark.sql.adaptive.enabled": "false", "spark.sql.shuffle.partitions": str(spec.partitions)}
         with frames._sql_conf(self.spark, settings):
-            rows = keyed.groupBy(S.PARTITION_COLUMN).applyInPandas(fn, schema=frames._stats_ddl()).collect()
-        return list(prepared_from_rows(rows).values()), sum(r.records for r in rows if r.partition >= 0)
+            rows = keyed.groupBy(S.PARTITION_COLUMN).applyInPandas(fn, schema=f"{frames._stats_ddl()}, {S.COUNT_DDL}").collect()
+        return list(prepared_from_rows(rows).values()), sum(r.records for r in rows if r.partition >= 0), S.counts_of_rows(rows)
 
-    def run_tasks(self, plan: P.BatchPlan, attempt_tag: str) -> tuple[list[PreparedTask], int]:
+    def run_tasks(self, plan: P.BatchPlan, attempt_tag: str) -> tuple[list[PreparedTask], int, S.StateCounts | None]:
         ranges = [r for r in plan.ranges if r.size]
         if not ranges:
-            return [], 0  # a batch that only commits positions (a new partition, "latest")
+            return [], 0, None  # a batch that only commits positions (a new partition, "latest")
         first = ranges[0].topic
         offsets = OffsetPlan(first, {}, {}, {}, {}, ranges=ranges, isolation_level=READ_COMMITTED)
         # a small batch in few tasks: each output task is a transaction to open, prepare and commit
         df = frames.read_plan(self.spark, self.cluster, offsets, tasks=frames.read_tasks(sum(r.size for r in ranges), len(ranges)))
         if self.foreach_batch is not None:
             self.foreach_batch(df, plan.batch)
-            return [], 0
+            return [], 0, None
         out = self.transform(df, plan.batch) if self.transform is not None else df
         if not hasattr(out, "schema") or not hasattr(out, "mapInArrow"):
             raise TypeError(f"transform must return a DataFrame, got {type(out).__name__}")
@@ -138,7 +138,7 @@ class SparkEngine:
         with frames._sql_conf(self.spark, {"spark.sql.adaptive.enabled": "false"}):
             n = projected._jdf.rdd().getNumPartitions()
             if n == 0:
-                return [], 0
+                return [], 0, None
             fn = functools.partial(
                 frames._write_task,
                 ref=_tasks.ClusterRef.of(self.cluster),
@@ -154,7 +154,7 @@ class SparkEngine:
                 attempt_tag=attempt_tag,
             )
             rows = projected.mapInArrow(fn, frames._stats_ddl()).collect()
-        return list(prepared_from_rows(rows).values()), sum(r.records for r in rows)
+        return list(prepared_from_rows(rows).values()), sum(r.records for r in rows), None
 
 
 def start_query(
@@ -229,7 +229,7 @@ def start_query(
             cluster, core, engine, topics=topics, pattern=pattern, sink=sink or "", stop=q._stop, on_batch=q._on_batch, on_caught_up=q._on_caught_up
         )
 
-    return StreamingQuery(name, group_id, make_driver)
+    return StreamingQuery(name, group_id, make_driver, stateful=state is not None, state_partitions=state.partitions if state is not None else 0)
 
 
 def stream(

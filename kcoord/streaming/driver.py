@@ -8,8 +8,12 @@ actions against a kcoord cluster, for an engine (Spark, Ray Data) that runs a ba
 * the group: the driver is the group's one member, statically (``group.instance.id`` =
   the query's name): a second copy of the query takes the membership over (the first's
   offsets commits are then refused, FENCED_INSTANCE_ID), a member of another name is an
-  error at start; the offsets transaction carries the membership (KIP-447); a stopped
-  query leaves the group (see :meth:`StreamDriver.close`);
+  error; the offsets transaction carries the membership (KIP-447); a stopped query leaves
+  the group (see :meth:`StreamDriver.close`). The join runs on a thread of its own from the
+  start, overlapping fencing, recovery and the first batch's tasks (a new group's first
+  join waits out ``group.initial.rebalance.delay.ms``); the membership is required --
+  waited for, and checked for other members -- only before the first offsets are
+  prepared (or earlier, at the first trigger after the join completed);
 * decisions and commits: :class:`kcoord.txn_write.TransactionalWrite` under the batch's
   prefix ``{name}/{batch}``.
 
@@ -22,7 +26,7 @@ import re
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Protocol
+from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 import msgpack
 
@@ -36,6 +40,9 @@ from ..protocol.replication import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, READ_CO
 from ..txn_write import COMMIT, DONE, OFFSETS_ONLY, Decision, PreparedTask, TransactionalWrite, task_transactional_id
 from . import protocol as P
 
+if TYPE_CHECKING:
+    from .state import StateCounts
+
 #: The task number of a batch's offsets transaction (output tasks are numbered from 0).
 OFFSETS_TASK = 999_999
 FENCE_ERRORS = (ErrorCode.PRODUCER_FENCED, ErrorCode.INVALID_PRODUCER_EPOCH, ErrorCode.FENCED_INSTANCE_ID)
@@ -48,10 +55,11 @@ class StreamingQueryException(RuntimeError):
 
 
 class Engine(Protocol):
-    def run_tasks(self, plan: P.BatchPlan, attempt_tag: str) -> tuple[list[PreparedTask], int]:
+    def run_tasks(self, plan: P.BatchPlan, attempt_tag: str) -> tuple[list[PreparedTask], int, StateCounts | None]:
         """Read the plan's ranges, transform, write each output task in a prepared
         transaction of ``plan.prefix`` whose attempt names start with ``attempt_tag``;
-        returns the prepared transactions and the output rows."""
+        returns the prepared transactions, the output rows and, for a stateful query whose
+        state tasks ran, what they did to the state (None otherwise)."""
 
 
 @dataclass
@@ -63,6 +71,7 @@ class Batch:
     started: float
     ended: float
     latest: dict[P.TP, int]  # each input partition's end (read committed) when the batch was planned
+    state: StateCounts | None = None  # what the state tasks did (a stateful query's batch with rows)
 
 
 def source_partitions(cluster: ClusterClient, topics: list[str] | None, pattern: str | None) -> list[TopicPartition]:
@@ -108,7 +117,13 @@ class StreamDriver:
         self.group = core.group
         self._fence: Producer | None = None
         self._member: Consumer | None = None
+        self._joiner: threading.Thread | None = None
+        self._join_error: BaseException | None = None
+        self._member_ready = False  # joined, and checked that no one else is a member
+        self._closing = threading.Event()
+        self._join_deadline = 0.0
         self._output_rows = 0
+        self._state: StateCounts | None = None
         self._partitions: list[TopicPartition] = []
         self._latest: dict[P.TP, int] = {}
         self.epoch = -1
@@ -148,6 +163,9 @@ class StreamDriver:
         name resumes from the committed offsets all the same. A member whose instance a
         newer copy of the query took over is refused (FENCED_INSTANCE_ID) and removes
         nothing. A killed driver cannot leave: its seat expires after the session timeout."""
+        self._closing.set()
+        if self._joiner is not None:
+            self._joiner.join(self.timeout_s)  # the member is the joiner's until it returns
         if self._member is not None:
             try:
                 self._member.close(leave_group=True)
@@ -193,6 +211,7 @@ class StreamDriver:
     def execute(self, action: Any) -> Any:
         core = self.core
         if isinstance(action, P.FenceOlder):
+            self._start_join()
             self._fence = Producer(self.cluster, transactional_id=f"kcoord-stream.{self.name}", acks="all", linger_ms=0)
             self._fence.init_transactions()
             tw = self._write(P.batch_prefix(self.name, 0))
@@ -201,7 +220,6 @@ class StreamDriver:
             meta = self._fence.send(tp.topic, key=f"query:{self.name}".encode(), value=msgpack.packb({"fence": self.name}), partition=tp.partition).get(timeout=self.timeout_s)
             self._fence.commit_transaction()
             self.epoch = meta.offset
-            self._join()
             return P.Fenced(self.epoch)
         if isinstance(action, P.ReadCommitted):
             return P.CommittedRead(self._committed())
@@ -241,9 +259,11 @@ class StreamDriver:
             self._latest = {(tp.topic, tp.partition): o for tp, o in latest.items()}
             return P.OffsetsRead({(tp.topic, tp.partition): o for tp, o in earliest.items()}, dict(self._latest), now)
         if isinstance(action, P.RunTasks):
-            tasks, self._output_rows = self.engine.run_tasks(action.plan, P.attempt_tag(self.epoch, ""))
+            self._membership(wait=False)  # a group in use stops the query before its tasks run, if known by now
+            tasks, self._output_rows, self._state = self.engine.run_tasks(action.plan, P.attempt_tag(self.epoch, ""))
             return P.TasksPrepared(action.plan.batch, tuple(tasks))
         if isinstance(action, P.PrepareOffsets):
+            self._membership(wait=True)  # the offsets carry the membership (KIP-447)
             return P.OffsetsPrepared(action.plan.batch, self._prepare_offsets(action.plan))
         if isinstance(action, P.RecordDecision):
             self._write(action.plan.prefix)._record(Decision(action.plan.prefix, self.sink, COMMIT, tuple(sorted(action.tasks, key=lambda t: t.task))))
@@ -264,7 +284,7 @@ class StreamDriver:
                     self.execute(a)
             return None
         if isinstance(action, P.BatchDone):
-            self.on_batch(Batch(action.plan, self._output_rows, action.started, time.monotonic(), dict(self._latest)))
+            self.on_batch(Batch(action.plan, self._output_rows, action.started, time.monotonic(), dict(self._latest), self._state))
             return None
         if isinstance(action, P.CaughtUp):
             self.on_caught_up(action.at)
@@ -275,9 +295,10 @@ class StreamDriver:
         raise AssertionError(f"unknown action {action!r}")
 
     # -- the group --------------------------------------------------------------------------
-    def _join(self) -> None:
-        """Join ``group`` as its static member ``name`` (fencing an older copy's membership),
-        then refuse to run if anyone else is a member (another query, a consumer)."""
+    def _start_join(self) -> None:
+        """Subscribe as the group's static member ``name`` (fencing an older copy's
+        membership) and join on a thread of its own (:meth:`_join`); :meth:`_membership`
+        collects the outcome."""
         topics = sorted({tp.topic for tp in source_partitions(self.cluster, self.topics, self.pattern)})
         member = Consumer(
             cluster=self.cluster, group_id=self.group, group_instance_id=self.name, enable_auto_commit=False,
@@ -285,11 +306,46 @@ class StreamDriver:
         )
         self._member = member
         member.subscribe(topics=topics)
-        deadline = time.monotonic() + self.timeout_s
-        while member.group_metadata().generation_id < 0:  # joined (assigned or not: another member may hold them all)
-            if time.monotonic() > deadline:
+        self._join_deadline = time.monotonic() + self.timeout_s
+        self._joiner = threading.Thread(target=self._join, name=f"kcoord-stream-join-{self.name}", daemon=True)
+        self._joiner.start()
+
+    def _join(self) -> None:
+        """The joiner thread: poll the member until it is in a generation (assigned or not:
+        another member may hold every partition), within ``timeout_s``. Only this thread
+        touches the member until it returns; an error is kept for :meth:`_membership`."""
+        member = self._member
+        assert member is not None
+        try:
+            while member.group_metadata().generation_id < 0 and not self._closing.is_set():
+                if time.monotonic() > self._join_deadline:
+                    raise KafkaError(ErrorCode.REQUEST_TIMED_OUT, f"query {self.name!r}: joining group {self.group!r} took over {self.timeout_s:.0f} s")
+                self._poll_member(timeout_ms=200)
+        except BaseException as exc:  # noqa: BLE001 - reported by _membership on the driver's thread
+            self._join_error = exc
+
+    def _membership(self, *, wait: bool) -> bool:
+        """True once the member is joined and alone in the group. ``wait``: until the
+        joiner returns (it gives up after ``timeout_s``); else False while it runs. Raises
+        the join's error, or :class:`StreamingQueryException` if anyone else is a member
+        (another query, a consumer), checked once, after the join."""
+        if self._member_ready:
+            return True
+        joiner = self._joiner
+        if joiner is None:
+            return False
+        if joiner.is_alive():
+            if not wait:
+                return False
+            # The joiner checks its deadline between polls; a poll blocked in a rebalance
+            # that never completes is given a margin, then the query stops.
+            joiner.join(max(0.0, self._join_deadline - time.monotonic()) + 30.0)
+            if joiner.is_alive():
                 raise KafkaError(ErrorCode.REQUEST_TIMED_OUT, f"query {self.name!r}: joining group {self.group!r} took over {self.timeout_s:.0f} s")
-            self._keep_membership(timeout_ms=200)
+        if self._join_error is not None:
+            raise self._join_error
+        if self._member is None or self._member.group_metadata().generation_id < 0:
+            raise StreamingQueryException(f"query {self.name!r} closed its membership of group {self.group!r} before it joined")
         others = [m for m in Admin(self.cluster).describe_group(self.group)["members"] if m.get("group_instance_id") != self.name]
         if others:
             names = ", ".join(f"{m['member_id']} (instance {m.get('group_instance_id')})" for m in others)
@@ -297,8 +353,16 @@ class StreamDriver:
                 f"group {self.group!r} is in use by other members: {names}. A streaming query must be its group's only member "
                 f"(another running query or consumer would read the same records); stop them or use another group_id"
             )
+        self._member_ready = True
+        return True
 
-    def _keep_membership(self, timeout_ms: int = 0) -> None:
+    def _keep_membership(self) -> None:
+        """Heartbeat-side duties of the member between batches (rebalances, liveness), once
+        the joiner handed it over; checks the membership as soon as the join completed."""
+        if self._membership(wait=False):
+            self._poll_member(timeout_ms=0)
+
+    def _poll_member(self, timeout_ms: int) -> None:
         member = self._member
         if member is None:
             return

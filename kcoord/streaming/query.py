@@ -26,9 +26,12 @@ RECENT_PROGRESS = 100  # PySpark's spark.sql.streaming.numRecentProgressUpdates
 class StreamingQuery:
     """Handle of a query started by ``kcoord.spark.stream`` or ``kcoord.ray_data.stream``."""
 
-    def __init__(self, name: str, group: str, make_driver: Callable[["StreamingQuery"], StreamDriver]) -> None:
+    def __init__(self, name: str, group: str, make_driver: Callable[["StreamingQuery"], StreamDriver], *, stateful: bool = False, state_partitions: int = 0) -> None:
         self.name = name
         self.group = group
+        self._stateful = stateful
+        self._state_partitions = state_partitions
+        self._state_totals: dict[int, int] = {}  # keys held per changelog partition, as its last task saw them
         self.id = str(uuid.uuid5(uuid.NAMESPACE_URL, f"kcoord-stream:{name}:{group}"))  # the same across restarts
         self.runId = str(uuid.uuid4())
         self._progress: deque[dict] = deque(maxlen=RECENT_PROGRESS)
@@ -83,6 +86,7 @@ class StreamingQuery:
             "inputRowsPerSecond": plan.rows / max(since, 1e-6),
             "processedRowsPerSecond": plan.rows / duration,
             "durationMs": {"triggerExecution": int(duration * 1000)},
+            "stateOperators": self._state_operators(batch),
             "sources": [
                 {
                     "description": f"KafkaV2[kcoord group {self.group}]",
@@ -108,6 +112,30 @@ class StreamingQuery:
         with self._cond:
             self._progress.append(progress)
             self._cond.notify_all()
+
+    def _state_operators(self, batch: Batch) -> list[dict[str, Any]]:
+        """PySpark's ``stateOperators``: [] for a stateless query; for a stateful one its
+        state operator's ``numRowsTotal`` (keys held in state after the batch),
+        ``numRowsUpdated`` (keys whose state the batch set) and ``numRowsRemoved``. A batch
+        runs tasks only for the changelog partitions its rows reach, so the total sums
+        each partition's count as its last task in this run saw it: partitions no batch of
+        this run reached yet are not counted (their state is loaded only when needed)."""
+        if not self._stateful:
+            return []
+        counts = batch.state
+        if counts is not None:
+            self._state_totals.update(counts.totals)
+        return [
+            {
+                "operatorName": "applyInPandasWithState",
+                "numRowsTotal": sum(self._state_totals.values()),
+                "numRowsUpdated": counts.updated if counts is not None else 0,
+                "numRowsRemoved": counts.removed if counts is not None else 0,
+                "numShufflePartitions": self._state_partitions,
+                "numStateStoreInstances": len(counts.partitions) if counts is not None else 0,
+                "customMetrics": {"numPartitionsCounted": len(self._state_totals)},
+            }
+        ]
 
     def _export(self) -> None:
         """Copy the figures into Ray's metrics (when this process is connected to Ray);

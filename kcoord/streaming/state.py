@@ -269,6 +269,50 @@ def apply_updates(
     return _output_table(outputs, sink_columns), changed
 
 
+@dataclass(frozen=True)
+class StateCounts:
+    """What a batch did to the state (PySpark's ``stateOperators`` figures): ``totals``,
+    the keys each changelog partition whose task ran holds after it (``(partition,
+    keys)``); ``updated`` keys whose state it set; ``removed`` keys it removed."""
+
+    totals: tuple[tuple[int, int], ...]
+    updated: int
+    removed: int
+
+    @property
+    def partitions(self) -> tuple[int, ...]:
+        return tuple(p for p, _ in self.totals)
+
+    def __add__(self, other: "StateCounts") -> "StateCounts":
+        return StateCounts(self.totals + other.totals, self.updated + other.updated, self.removed + other.removed)
+
+
+def count_changes(states: dict[bytes, bytes], changed: dict[bytes, bytes | None], partition: int) -> StateCounts:
+    """:class:`StateCounts` of one partition: its keys ``states`` before the batch and the
+    batch's ``changed`` (as :func:`apply_updates` returns it; None: removed)."""
+    removed = sum(1 for k, v in changed.items() if v is None and k in states)
+    added = sum(1 for k, v in changed.items() if v is not None and k not in states)
+    return StateCounts(((partition, len(states) + added - removed),), sum(1 for v in changed.values() if v is not None), removed)
+
+
+#: Columns a state task adds to its write statistics rows: its partition's StateCounts.
+COUNT_COLUMNS = ("state_partition", "state_total", "state_updated", "state_removed")
+COUNT_DDL = "state_partition int, state_total long, state_updated long, state_removed long"
+
+
+def with_counts(stats: "pd.DataFrame", counts: StateCounts) -> "pd.DataFrame":
+    """A state task's statistics rows (one per sink partition written) with its counts."""
+    ((partition, total),) = counts.totals
+    return stats.assign(state_partition=partition, state_total=total, state_updated=counts.updated, state_removed=counts.removed)
+
+
+def counts_of_rows(rows: Any) -> StateCounts:
+    """The batch's :class:`StateCounts` from its state tasks' rows (:func:`with_counts`;
+    a task's counts repeat on each of its rows)."""
+    per_partition = {int(r.state_partition): StateCounts(((int(r.state_partition), int(r.state_total)),), int(r.state_updated), int(r.state_removed)) for r in rows}
+    return sum((per_partition[p] for p in sorted(per_partition)), StateCounts((), 0, 0))
+
+
 def update_partition(
     client: "ClusterClient",
     spec: StateSpec,
@@ -279,12 +323,12 @@ def update_partition(
     end: int,
     sink_columns: tuple[str, ...],
     produce: Callable[[Any, pa.Table], dict[int, list[int]]],
-) -> tuple[PreparedTask, dict[int, list[int]], int]:
+) -> tuple[PreparedTask, dict[int, list[int]], StateCounts]:
     """Run in a task: the batch's rows of changelog partition ``partition``, whose state
     ends at ``end`` (see the module doc). ``produce(producer, table)`` writes the output
     table to the sink and returns ``{partition: [records, batches, duplicate batches]}``.
     Returns the prepared transaction, the sink statistics (``{STATE_ONLY: [0, 0, 0]}`` when
-    only state changed) and the number of keys whose state changed."""
+    only state changed) and the partition's :class:`StateCounts`."""
     states = load_partition(client, spec.topic, partition, end)
     table, changed = apply_updates(spec, partition, rows, states, sink_columns)
 
@@ -297,7 +341,7 @@ def update_partition(
         return stats
 
     prepared, stats = prepare_task(client, transactional_id, partition, write, linger_ms=0)
-    return prepared, stats, len(changed)
+    return prepared, stats, count_changes(states, changed, partition)
 
 
 __all__ = [

@@ -80,6 +80,7 @@ def test_a_query_writes_each_input_once_with_its_offsets_and_resumes_after_a_res
         last = q.lastProgress
         assert {"id", "name", "batchId", "numInputRows", "inputRowsPerSecond", "processedRowsPerSecond", "durationMs", "sources"} <= set(last)
         assert last["sources"][0]["endOffset"][src] == {str(p): o for p, o in Admin(kcluster).list_offsets(src, "latest").items()}
+        assert last["stateOperators"] == []  # stateless
     finally:
         q.stop()
     assert not q.isActive and q.exception() is None
@@ -233,6 +234,10 @@ def test_state_per_key_is_exact_across_batches_and_a_restart_and_lives_in_its_ch
     try:
         q.processAllAvailable(timeout_s=180)
         assert len(q.recentProgress) >= 2  # 50 records, 25 a trigger
+        # PySpark's stateOperators: each batch of 25 reaches all 4 keys, new in the first
+        ops = [p["stateOperators"] for p in q.recentProgress if p["numInputRows"]]
+        assert [len(o) for o in ops] == [1] * len(ops) and ops[0][0]["operatorName"] == "applyInPandasWithState"
+        assert [(o[0]["numRowsTotal"], o[0]["numRowsUpdated"], o[0]["numRowsRemoved"]) for o in ops] == [(4, 4, 0)] * len(ops)
     finally:
         q.stop()
     assert q.exception() is None

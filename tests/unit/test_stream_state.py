@@ -112,3 +112,34 @@ def test_a_key_outside_the_tasks_partition_is_refused():
     key = next(k for k in (b"a", b"b", b"c", b"d") if S.partitions_of([k], 2)[0] == 1)
     with pytest.raises(AssertionError, match="not its own"):
         S.apply_updates(spec(count, partitions=2), 0, rows((key, b"", 0, 0)), {}, SINK_COLUMNS)
+
+
+def test_a_partitions_counts_say_what_the_batch_did_to_its_state():
+    def update(key, group, state):
+        if key == "gone":
+            return None, None  # removes the key's state
+        if key == "same":
+            return None, state  # unchanged: not an update
+        return None, (state or 0) + len(group)
+
+    states = {S.encode_key(k): S.encode_state(k, v) for k, v in (("old", 1), ("gone", 5), ("same", 2))}
+    _, changed = S.apply_updates(spec(update), 0, rows(("old", b"a", 0, 0), ("new", b"b", 0, 1), ("gone", b"c", 0, 2), ("same", b"d", 0, 3)), states, SINK_COLUMNS)
+    counts = S.count_changes(states, changed, 0)
+    # old updated, new added, gone removed, same untouched: old, new, same remain
+    assert counts == S.StateCounts(((0, 3),), updated=2, removed=1)
+    # a removal of a key that had no state removes nothing
+    assert S.count_changes({}, {S.encode_key("x"): None}, 1) == S.StateCounts(((1, 0),), 0, 0)
+
+
+def test_state_counts_travel_in_the_task_rows_and_add_up_per_partition():
+    from types import SimpleNamespace
+
+    from kcoord.spark import tasks as T
+
+    task_rows = []
+    for partition, counts in ((1, S.StateCounts(((1, 7),), 3, 1)), (0, S.StateCounts(((0, 2),), 2, 0))):
+        stats = T.stats_batch(partition, 0, 9, {0: [4, 1, 0], 1: [2, 1, 0]}, "tid", 0).to_pandas()  # a task's rows: one per sink partition
+        task_rows += [SimpleNamespace(**r) for r in S.with_counts(stats, counts).to_dict("records")]
+    assert len(task_rows) == 4 and set(S.COUNT_COLUMNS) <= set(vars(task_rows[0]))
+    assert S.counts_of_rows(task_rows) == S.StateCounts(((0, 2), (1, 7)), updated=5, removed=1)
+    assert S.counts_of_rows([]) == S.StateCounts((), 0, 0)
