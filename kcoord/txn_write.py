@@ -38,7 +38,7 @@ import re
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, TypeVar
+from typing import Any, Callable, Iterable, Iterator, TypeVar
 
 import msgpack
 
@@ -152,22 +152,29 @@ def stable_ends(cluster: ClusterClient, partitions: list[TopicPartition], timeou
         return {}
     timeout_ms = int(timeout_s * 1000)
     hw = cluster.list_offsets(partitions, LATEST_TIMESTAMP, timeout_ms=timeout_ms)
-    deadline = time.monotonic() + timeout_s
-    pause = 0.005
-    while True:
+    for _ in _polls(timeout_s):  # a marker is a round trip away
         lso = cluster.list_offsets(partitions, LATEST_TIMESTAMP, timeout_ms=timeout_ms, isolation_level=READ_COMMITTED)
         behind = {tp: (lso[tp], hw[tp]) for tp in partitions if lso[tp] < hw[tp]}
         if not behind:
             return hw
-        if time.monotonic() + pause > deadline:
-            tp, (low, high) = next(iter(behind.items()))
-            raise KafkaError(
-                ErrorCode.REQUEST_TIMED_OUT,
-                f"{tp.topic}-{tp.partition}: the last stable offset stayed at {low}, below {high}, for {timeout_s:.0f} s "
-                f"(a transaction open there: `kcoord transactions list`)",
-            )
-        time.sleep(pause)  # a marker is a round trip away: poll, backing off
+    tp, (low, high) = next(iter(behind.items()))
+    raise KafkaError(
+        ErrorCode.REQUEST_TIMED_OUT,
+        f"{tp.topic}-{tp.partition}: the last stable offset stayed at {low}, below {high}, for {timeout_s:.0f} s "
+        f"(a transaction open there: `kcoord transactions list`)",
+    )
+
+
+def _polls(timeout_s: float) -> Iterator[None]:
+    """Yield at once, then after each pause (5 ms, doubling to 200 ms) while the next pause
+    ends within ``timeout_s``: a poll of what the transaction coordinator is completing."""
+    deadline = time.monotonic() + timeout_s
+    pause = 0.005
+    yield
+    while time.monotonic() + pause <= deadline:
+        time.sleep(pause)
         pause = min(pause * 2, 0.2)
+        yield
 
 
 def check_prefix(prefix: Any, *, batch: bool = False) -> str:
@@ -381,7 +388,7 @@ class TransactionalWrite:
                     state = "PrepareCommit"
         if state not in ("PrepareCommit", "CompleteCommit"):  # else committed already (a driver died before DONE)
             raise self._not_there(task, state)
-        self._await_complete(task)
+        self._await_complete(task, state)
 
     def _not_there(self, task: PreparedTask, state: str) -> TxnWriteError:
         return TxnWriteError(
@@ -391,27 +398,24 @@ class TransactionalWrite:
             f"Run the write again under a new transactional_id",
         )
 
-    def _await_complete(self, task: PreparedTask) -> None:
-        """Wait until the committed transaction's markers are written (CompleteCommit): the
-        coordinator answers a commit once it is decided, and a read_committed reader sees
-        the records only after their partition's marker, which a leader change can delay by
-        seconds. A write is done -- and a streaming batch's output readable -- only then."""
-        deadline = time.monotonic() + self.timeout_s
-        pause = 0.005
-        while True:
-            state = self._state(task.transactional_id)
-            if state in ("CompleteCommit", "Empty", ""):  # Empty/unknown: completed, then reused or expired
-                return
-            if state != "PrepareCommit":
-                raise self._not_there(task, state)
-            if time.monotonic() + pause > deadline:
+    def _await_complete(self, task: PreparedTask, state: str) -> None:
+        """Wait until the committed transaction (in ``state`` now) has its markers written
+        (CompleteCommit): the coordinator answers a commit once it is decided, and a
+        read_committed reader sees the records only after their partition's marker, which a
+        leader change can delay by seconds. A write is done -- and a streaming batch's
+        output readable -- only then."""
+        polls = _polls(self.timeout_s)
+        next(polls)  # the first look is the caller's
+        while state == "PrepareCommit":
+            if next(polls, StopIteration) is StopIteration:
                 raise KafkaError(
                     ErrorCode.REQUEST_TIMED_OUT,
                     f"write {self.prefix!r}: the commit of task {task.task} ({task.transactional_id!r}) is decided but its markers "
                     f"were not all written within {self.timeout_s:.0f} s (`kcoord transactions describe {task.transactional_id}`)",
                 )
-            time.sleep(pause)  # the markers are a round trip per partition away: poll, backing off
-            pause = min(pause * 2, 0.2)
+            state = self._state(task.transactional_id)
+        if state not in ("CompleteCommit", "Empty", ""):  # Empty/unknown: completed, then reused or expired
+            raise self._not_there(task, state)
 
     def _parallel(self, fn: Callable[[Any], None], items: list) -> None:
         if not items:

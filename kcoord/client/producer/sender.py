@@ -192,8 +192,8 @@ class Sender:
             refused = await self.transactions.before_send(TopicPartition(topic, p), deadline)
             if refused is not None:  # aborted, failed, or not added in time
                 # through the identity: a batch of the transaction that fails (e.g. expired
-                # waiting for AddPartitionsToTxn) makes it abortable, as Kafka's failBatch;
-                # else the commit would go on without its records (chaos seed 839016)
+                # waiting for AddPartitionsToTxn) makes it abortable, as Kafka's failBatch,
+                # so that a commit cannot go on without its records
                 self._fail(batch, refused)
                 return
         self.identity.assign_sequence(ps, batch)
