@@ -107,24 +107,21 @@ class ClusterRef:
 
 _clients: dict[tuple[str, str], ClusterClient] = {}
 _clients_lock = threading.Lock()
-_jars_dropped = False
-
-
 def drop_jars_from_sys_path() -> None:
-    """Take ``.jar`` files off ``sys.path`` of this (Spark Python worker) process, once.
+    """Take ``.jar`` files off ``sys.path`` of this (Spark Python worker) process, and the
+    zipimport finders cached for them and for directories inside them.
 
     Spark puts spark-core's jar (5000+ entries, no Python modules) on its Python workers'
     PYTHONPATH, and PySpark's worker calls ``importlib.invalidate_caches()`` before every
-    task, which makes zipimport re-read the jar's directory in pure Python: 30-250 ms of
-    CPU per task on a small machine. Workers are reused across tasks, so dropping the
-    jars once saves that on every later task of the process."""
-    global _jars_dropped
-    if _jars_dropped:
-        return
-    _jars_dropped = True
+    task, which makes each cached zipimport finder re-read its jar's directory in pure
+    Python: 30-250 ms of CPU per task and worker on a small machine. A namespace package
+    imported with the jar on the path (``google``, ``org``) leaves finders for
+    ``<jar>/google`` and ``<jar>/org`` too. Run at every task (a scan of two small
+    structures): a worker's later task may have put a jar back."""
     for entry in [p for p in sys.path if isinstance(p, str) and p.endswith(".jar")]:
         sys.path.remove(entry)
-        sys.path_importer_cache.pop(entry, None)
+    for key in [k for k in sys.path_importer_cache if isinstance(k, str) and (k.endswith(".jar") or ".jar" + os.sep in k)]:
+        del sys.path_importer_cache[key]
 
 
 # ------------------------------------------------------------------------------------------
