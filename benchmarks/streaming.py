@@ -359,6 +359,8 @@ def latency_case(spark, cluster, new_topic, transform, rate: int, seconds: float
         out["batches"] = len(progress)
         out["batch_ms_median"] = statistics.median(p["durationMs"]["triggerExecution"] for p in progress)
         out["batch_rows_median"] = statistics.median(p["numInputRows"] for p in progress)
+        phases = sorted({k for p in progress for k in p["durationMs"]})
+        out["batch_phase_ms_median"] = {k: statistics.median(p["durationMs"].get(k, 0) for p in progress) for k in phases}
     for case, xs in got["latencies"].items():
         out[case] = {"p50_s": round(quantile(xs, 0.5), 3), "p99_s": round(quantile(xs, 0.99), 3), "max_s": round(max(xs), 3) if xs else None, "records": len(xs)}
     s = out["stream"]

@@ -72,6 +72,13 @@ class Batch:
     ended: float
     latest: dict[P.TP, int]  # each input partition's end (read committed) when the batch was planned
     state: StateCounts | None = None  # what the state tasks did (a stateful query's batch with rows)
+    durations_ms: dict[str, int] | None = None  # per phase, PySpark's ``durationMs`` keys (see PHASES)
+
+
+#: Each batch action's phase in ``lastProgress["durationMs"]``: PySpark's keys where one
+#: means the same step (the offsets of the source, the batch's tasks, the write-ahead
+#: decision, the commit), ``prepareOffsets`` for the offsets transaction Spark has not.
+PHASES = {P.ReadOffsets: "latestOffset", P.RunTasks: "addBatch", P.PrepareOffsets: "prepareOffsets", P.RecordDecision: "walCommit", P.Commit: "commitOffsets"}
 
 
 def source_partitions(cluster: ClusterClient, topics: list[str] | None, pattern: str | None) -> list[TopicPartition]:
@@ -126,6 +133,7 @@ class StreamDriver:
         self._state: StateCounts | None = None
         self._partitions: list[TopicPartition] = []
         self._latest: dict[P.TP, int] = {}
+        self._durations: dict[str, int] = {}  # the running batch's phases, ms
         self.epoch = -1
         self.error: BaseException | None = None
         self._query_ids = re.compile(re.escape(self.name) + r"/\d+/\d+/[^/]+")  # every batch's transactions
@@ -138,6 +146,8 @@ class StreamDriver:
                 action = queue.pop(0)
                 if self.stop_event.is_set() and not self.core.stop_requested:
                     queue.extend(self.core.step(P.StopRequested()))
+                phase = PHASES.get(type(action))
+                t0 = time.monotonic()
                 try:
                     event = self.execute(action)
                 except KafkaError as exc:
@@ -145,6 +155,10 @@ class StreamDriver:
                     event = P.Failed(self._explain(exc), tuple(getattr(exc, "created", ())), refused=refused)
                 except Exception as exc:  # noqa: BLE001 - the user's transform, the engine: the query stops with it
                     event = P.Failed(exc, tuple(getattr(exc, "created", ())))
+                if phase is not None:
+                    if phase == "latestOffset":
+                        self._durations = {}
+                    self._durations[phase] = int((time.monotonic() - t0) * 1000)
                 if event is not None:
                     queue.extend(self.core.step(event))
         finally:
@@ -284,7 +298,7 @@ class StreamDriver:
                     self.execute(a)
             return None
         if isinstance(action, P.BatchDone):
-            self.on_batch(Batch(action.plan, self._output_rows, action.started, time.monotonic(), dict(self._latest), self._state))
+            self.on_batch(Batch(action.plan, self._output_rows, action.started, time.monotonic(), dict(self._latest), self._state, dict(self._durations)))
             return None
         if isinstance(action, P.CaughtUp):
             self.on_caught_up(action.at)

@@ -85,7 +85,7 @@ class StreamingQuery:
             "numOutputRows": batch.output_rows,
             "inputRowsPerSecond": plan.rows / max(since, 1e-6),
             "processedRowsPerSecond": plan.rows / duration,
-            "durationMs": {"triggerExecution": int(duration * 1000)},
+            "durationMs": {**(batch.durations_ms or {}), "triggerExecution": int(duration * 1000)},
             "stateOperators": self._state_operators(batch),
             "sources": [
                 {
