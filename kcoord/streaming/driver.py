@@ -284,7 +284,9 @@ class StreamDriver:
             return P.DecisionRecorded(action.plan.batch)
         if isinstance(action, P.Commit):
             decision = Decision(action.plan.prefix, self.sink, COMMIT, tuple(sorted(action.tasks, key=lambda t: t.task)))
-            self._write(action.plan.prefix).finish(decision)
+            tw = self._write(action.plan.prefix)
+            tw.complete(decision, prepared_here=True)  # this driver prepared them: no look-up
+            tw.record_done(decision)
             return P.Finished(action.plan.batch)
         if isinstance(action, P.AbortOwn):
             # Its own: those it knows of, and any other of the batch tagged with its epoch

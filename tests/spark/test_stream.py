@@ -81,6 +81,9 @@ def test_a_query_writes_each_input_once_with_its_offsets_and_resumes_after_a_res
         assert {"id", "name", "batchId", "numInputRows", "inputRowsPerSecond", "processedRowsPerSecond", "durationMs", "sources"} <= set(last)
         assert last["sources"][0]["endOffset"][src] == {str(p): o for p, o in Admin(kcluster).list_offsets(src, "latest").items()}
         assert last["stateOperators"] == []  # stateless
+        phases = last["durationMs"]  # every step of a batch with rows, within the whole
+        assert set(phases) == {"latestOffset", "addBatch", "prepareOffsets", "walCommit", "commitOffsets", "triggerExecution"}
+        assert sum(v for k, v in phases.items() if k != "triggerExecution") <= phases["triggerExecution"] + 5
     finally:
         q.stop()
     assert not q.isActive and q.exception() is None
