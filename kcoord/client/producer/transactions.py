@@ -156,6 +156,8 @@ class Transactions:
         # The AddPartitionsToTxn in flight (a task on the sender's loop), if any.
         self._adding: asyncio.Task | None = None
         self._adding_loop: asyncio.AbstractEventLoop | None = None
+        # the sender's loop, where AddPartitionsToTxn runs (set by the producer)
+        self.sender_loop: asyncio.AbstractEventLoop | None = None
 
     @property
     def transactional_id(self) -> str:
@@ -233,6 +235,12 @@ class Transactions:
                 return KafkaError(ErrorCode.REQUEST_TIMED_OUT, f"adding {tp} to the transaction of {self.transactional_id!r} did not complete in time")
             except KafkaError as exc:
                 return exc
+
+    def batch_opened(self, topic: str, partition: int) -> None:
+        """The accumulator opened a batch of the transaction at ``topic``-``partition``
+        (under its lock): a partition new to the transaction starts its AddPartitionsToTxn."""
+        if self.manager.register((topic, partition)) and self.sender_loop is not None:
+            self.add_soon(self.sender_loop)
 
     def add_soon(self, loop: asyncio.AbstractEventLoop) -> None:
         """``send()`` met a partition new to the transaction: start its AddPartitionsToTxn
@@ -334,8 +342,9 @@ class Transactions:
 
     # -- ending ------------------------------------------------------------------------------
     def _flush_for(self, what: str, deadline: float) -> None:
-        if not self.manager.wait_appends(max(0.0, deadline - _monotonic())):
-            raise KafkaError(ErrorCode.REQUEST_TIMED_OUT, f"{what}: send() calls still queueing after max_block_ms={self.max_block_ms}")
+        # The state left IN_TRANSACTION before this: the flush takes the accumulator's lock,
+        # so every record its gate let in (checked in the append's critical section) is
+        # among the batches it waits for, and no later one joins.
         self._flush(max(0.0, deadline - _monotonic()))
 
     def prepare_transaction(self, sender_loop: asyncio.AbstractEventLoop) -> PreparedTxnState:
