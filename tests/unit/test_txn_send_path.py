@@ -255,3 +255,38 @@ def test_a_send_waiting_for_buffer_memory_when_the_commit_begins_is_refused():
         assert not acc.incomplete
     finally:
         loop.close()
+
+
+def test_partitions_met_while_an_add_is_in_flight_go_next_without_the_coalescing_wait(monkeypatch):
+    """They already waited for the request in flight (held by the coordinator while the
+    previous transaction's markers are written): the next request goes as it is answered."""
+    from kcoord.client.producer import transactions as txn_module
+
+    monkeypatch.setattr(txn_module, "ADD_COALESCE_S", 30.0)  # a wait the test would notice
+    m = in_txn()
+    t = Transactions(object.__new__(ClusterClient), m, flush=lambda s: None, retry_backoff_ms=1, max_block_ms=60_000, request_timeout_ms=1000)
+    sent = []
+
+    async def run():
+        release = asyncio.Event()
+
+        async def txn_call(request, remaining_s):
+            sent.append(dict(request.topics))
+            if len(sent) == 1:
+                await release.wait()  # held at the coordinator
+            return AddPartitionsToTxnResponse(results={topic: {p: 0 for p in ps} for topic, ps in request.topics.items()})
+
+        t._txn_call = txn_call
+        first = asyncio.create_task(t.before_send(TopicPartition("out", 0), time.monotonic() + 60))
+        while not sent:
+            await asyncio.sleep(0.001)
+        assert m.register(("out", 1))  # send() meets another partition meanwhile
+        release.set()
+        assert await first is None
+        deadline = time.monotonic() + 5
+        while TopicPartition("out", 1) not in m.partitions:
+            assert time.monotonic() < deadline, sent
+            await asyncio.sleep(0.001)
+
+    asyncio.run(run())
+    assert sent == [{"out": [0]}, {"out": [1]}]

@@ -252,10 +252,15 @@ class Transactions:
         except RuntimeError:  # the sender's loop is closed: the producer is closing
             pass
 
-    def _start_adding(self) -> None:
+    def _start_adding(self, coalesce: bool = True) -> None:
+        """``coalesce``: wait ADD_COALESCE_S for more partitions first (send() met the first
+        one); not for partitions that already waited for the request before."""
         if self._adding is not None or not self.manager.new_partitions:
             return  # the request in flight takes them along on a retry, or the next one does
-        task = self._adding = asyncio.get_running_loop().create_task(self._add_partitions(None, self._deadline()))
+        request = None if coalesce else self.manager.add_partitions_request()
+        if not coalesce and request is None:
+            return
+        task = self._adding = asyncio.get_running_loop().create_task(self._add_partitions(request, self._deadline()))
         # its failure is the transaction's (abortable) state; nobody need await it
         task.add_done_callback(lambda t: t.cancelled() or t.exception())
 
@@ -292,7 +297,7 @@ class Transactions:
         finally:
             self._adding = None
         if m.new_partitions:  # registered after the request was sent: the next one goes now
-            self._start_adding()
+            self._start_adding(coalesce=False)
 
     async def _adds_done(self) -> None:
         task = self._adding
