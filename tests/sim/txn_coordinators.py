@@ -144,10 +144,11 @@ class TxnCoordinatorProcess(Process):
         id is what a replay of its ``__transaction_state`` partition rebuilds (the leader's
         log, every record below its HW): a COMPLETE_* appended with the next transaction's
         first add (Markers.complete) lands with it or not at all, and memory follows the log.
-        Checked for an incarnation none of whose appends failed yet: a failed append (a
+        Checked for the current process (a twin's ghost is superseded: its memory is stale
+        by design) and an incarnation none of whose appends failed yet: a failed append (a
         timeout) may still have landed, and memory catches up only with the id's next write."""
         driver = self.driver
-        if driver is None or driver.closed or not driver.loaded or driver.core.pending_persists() or driver.core.stats.persist_failures:
+        if getattr(self, "is_ghost", False) or driver is None or driver.closed or not driver.loaded or driver.core.pending_persists() or driver.core.stats.persist_failures:
             return
         sim = self.sim
         tp = (TRANSACTION_STATE_TOPIC, self.index)
