@@ -17,7 +17,8 @@ ratios are per repetition, the medians reported. ``commit_latency_ms``: p50/p99 
 ``commit_transaction()`` over every transaction of every repetition (the flush of what
 is still unacknowledged, then EndTxn, which the coordinator answers once its decision is
 persisted; it writes the markers after answering, and holds the next transaction's first
-AddPartitionsToTxn until they are written, ``concurrent.transactions.hold.ms``).
+AddPartitionsToTxn until they are written, ``concurrent.transactions.hold.ms``, then appends
+it with COMPLETE_COMMIT in one write).
 ``consume_read_committed`` / ``consume_read_uncommitted``: a fresh Consumer assigned every
 partition of the 100 ms transactional output (markers every ~100 ms per partition) reading
 it to the end, each isolation level in turn, repeated.

@@ -49,9 +49,12 @@ def _producer(txn: Transactions | None, loop: asyncio.AbstractEventLoop) -> Prod
     p.value_serializer = p.key_serializer = None
     p._txn = txn
     p._stats = RequestStats("request_latency", "request_error")
+    if txn is not None:
+        txn.sender_loop = loop
     p._accumulator = RecordAccumulator(
         _Metadata(), batch_size=16384, max_request_size=1 << 20, buffer_memory=1 << 40, max_block_ms=60_000,
         partitioner=ROUND_ROBIN, wake=lambda: None, metrics={},
+        gate=None if txn is None else txn.manager, on_new_batch=None if txn is None else txn.batch_opened,
     )
     p._sender = _Sender(loop)
     return p

@@ -46,6 +46,8 @@ class TxnCoordinatorStats:
     # hold ran out (answered CONCURRENT_TRANSACTIONS)
     requests_held: int = 0
     holds_expired: int = 0
+    # held adds served in the same append as the COMPLETE_* record they waited for
+    adds_with_completion: int = 0
     producer_id_blocks: int = 0
 
 

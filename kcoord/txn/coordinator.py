@@ -99,10 +99,10 @@ class TransactionCoordinatorState:
         ctx = self._ctx = TxnContext(config or TxnConfig(), partition, num_partitions, offsets_partitions, coordinator_epoch)
         self._persistence = Persistence(ctx)
         self._producer_ids = ProducerIdPool(ctx)
-        self._markers = Markers(ctx, self._persistence)
+        self._partitions = TxnPartitions(ctx, self._persistence)
+        self._markers = Markers(ctx, self._persistence, next_add=self._partitions.next_add)
         self._ending = Ending(ctx, self._persistence, self._producer_ids, self._markers)
         self._init = InitProducer(ctx, self._persistence, self._producer_ids, self._ending)
-        self._partitions = TxnPartitions(ctx, self._persistence)
         self._expiry = Expiry(ctx, self._persistence, self._ending)
         self._admin = TxnAdmin(ctx)
         self._closed = False
@@ -322,7 +322,8 @@ class TransactionCoordinatorState:
                 del ctx.transactions[tid]
                 self._expiry.forget(tid)
             else:
-                meta.value = pending.value
+                # a completion with the next transaction's first add: the state is the add's
+                meta.value = pending.then.value if isinstance(pending, CompleteWrite) and pending.then is not None else pending.value
                 self._expiry.reschedule(meta)
         else:
             ctx.stats.persist_failures += 1
@@ -336,6 +337,8 @@ class TransactionCoordinatorState:
             self._ending.prepared(pending, code, now_ms)
         elif isinstance(pending, CompleteWrite):
             self._markers.complete_written(pending, code, now_ms)
+            if pending.then is not None:
+                self._partitions.added(pending.then, code, now_ms)
         elif isinstance(pending, ExpireWrite):
             self._expiry.expired(pending, code, now_ms)
         self._partitions.release(tid, now_ms)

@@ -20,6 +20,7 @@ Two outcomes end the sending early, as in Kafka:
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from typing import Callable
 
 from ..protocol import names
 from ..protocol.errors import ErrorCode
@@ -27,8 +28,8 @@ from ..protocol.txn import TxnOffsetMarkerRequest, WriteTxnMarkerRequest
 from .actions import SendTxnOffsetMarker, SendWriteTxnMarker
 from .context import TxnContext
 from .metadata import TransactionMetadata
-from .persistence import CompleteWrite, Persistence
-from .records import NO_PRODUCER_ID, TopicPartition
+from .persistence import AddWrite, CompleteWrite, Persistence
+from .records import NO_PRODUCER_ID, TopicPartition, TxnValue
 from .state import COMPLETE_ABORT, COMPLETE_COMMIT, PREPARE_COMMIT, check_transition
 from .timers import TimerKind
 
@@ -54,9 +55,12 @@ class MarkerJob:
 
 
 class Markers:
-    def __init__(self, ctx: TxnContext, persistence: Persistence) -> None:
+    def __init__(self, ctx: TxnContext, persistence: Persistence, next_add: Callable[[str, TxnValue, int], AddWrite | None] | None = None) -> None:
+        """``next_add(transactional_id, complete_value, now_ms)``: the held add to append with a COMPLETE_*
+        record, as if served once it settled (TxnPartitions.next_add), or None."""
         self.ctx = ctx
         self.persistence = persistence
+        self.next_add = next_add
         self._jobs: dict[str, MarkerJob] = {}
         self._sent: dict[int, tuple[str, TopicPartition]] = {}  # marker id -> (id, partition)
         self._next_marker_id = 1
@@ -181,8 +185,11 @@ class Markers:
         else:
             value = replace(v, prev_producer_id=v.producer_id)
         value = replace(value, state=target, partitions=(), next_producer_id=NO_PRODUCER_ID, last_update_ms=now_ms)
+        # The next transaction's first add, held until now, goes in the same append: one
+        # write to __transaction_state instead of two in sequence before its batches may go.
+        then = None if self.next_add is None else self.next_add(meta.transactional_id, value, now_ms)
         meta.pending = target
-        self.persistence.persist(CompleteWrite(meta.transactional_id, value), f"{target.value} of {meta.transactional_id}")
+        self.persistence.persist(CompleteWrite(meta.transactional_id, value, then), f"{target.value} of {meta.transactional_id}" + (" with the next add" if then else ""))
 
     def complete_written(self, pending: CompleteWrite, code: int, now_ms: int) -> None:
         if code == E.NONE:

@@ -36,7 +36,7 @@ from ..protocol.txn import (
 from .context import TxnContext
 from .metadata import TransactionMetadata
 from .persistence import AddWrite, Persistence, txn_error_for_append
-from .records import TopicPartition
+from .records import TopicPartition, TxnValue
 from .state import ONGOING, check_transition
 from .timers import TimerKind
 
@@ -54,6 +54,15 @@ class Held:
     request: AddPartitionsToTxnRequest | AddOffsetsToTxnRequest
     token: Any
     deadline_ms: int
+
+
+def _ongoing(v: TxnValue, tps: list[TopicPartition], now_ms: int) -> TxnValue:
+    """``v`` ONGOING with ``tps`` added (a new transaction when it was not ONGOING)."""
+    check_transition(v.state, ONGOING)
+    value = replace(v, state=ONGOING, partitions=tuple(sorted(set(v.partitions) | set(tps))), last_update_ms=now_ms, prev_producer_id=v.producer_id)
+    if v.state != ONGOING:  # a new transaction begins
+        value = replace(value, start_ms=now_ms, start_epoch=v.producer_epoch)
+    return value
 
 
 class TxnPartitions:
@@ -239,12 +248,31 @@ class TxnPartitions:
         if v.state == ONGOING and set(tps) <= set(v.partitions):
             answered()  # already in: nothing to write (Kafka's shortcut)
             return
-        check_transition(v.state, ONGOING)
-        value = replace(v, state=ONGOING, partitions=tuple(sorted(set(v.partitions) | set(tps))), last_update_ms=now_ms, prev_producer_id=v.producer_id)
-        if v.state != ONGOING:  # a new transaction begins
-            value = replace(value, start_ms=now_ms, start_epoch=v.producer_epoch)
         meta.pending = ONGOING
-        self.persistence.persist(AddWrite(meta.transactional_id, value, token, req), f"AddPartitionsToTxn of {meta.transactional_id}")
+        self.persistence.persist(AddWrite(meta.transactional_id, _ongoing(v, tps, now_ms), token, req), f"AddPartitionsToTxn of {meta.transactional_id}")
+
+    def next_add(self, transactional_id: str, complete: TxnValue, now_ms: int) -> AddWrite | None:
+        """The id's oldest held add, taken off the hold, as the write that serves it once
+        ``complete`` (the COMPLETE_* record about to be appended) is the id's state, to go
+        in the same append; None when there is none or it would not be answered NONE then
+        (another identity, a partition unknown or internal: served the usual way after)."""
+        held = self._held.get(transactional_id)
+        if not held:
+            return None
+        h = held[0]
+        req = h.request
+        if (req.producer_id, req.producer_epoch) != (complete.producer_id, complete.producer_epoch):
+            return None
+        if isinstance(req, AddOffsetsToTxnRequest):
+            tps = [self.ctx.offsets_partition(req.group_id)]
+        else:
+            tps = sorted({(t, p) for t, parts in req.topics.items() for p in parts})
+            if not tps or any(names.is_internal_topic(t) or self.ctx.partition_exists(t, p) is not True for t, p in tps):
+                return None
+        held.pop(0)
+        self._arm(transactional_id)
+        self.ctx.stats.adds_with_completion += 1
+        return AddWrite(transactional_id, _ongoing(complete, tps, now_ms), h.token, req)
 
     def added(self, pending: AddWrite, code: int, now_ms: int) -> None:
         """The AddWrite's outcome (already applied to memory when it succeeded)."""

@@ -75,10 +75,13 @@ class PrepareWrite:
 
 @dataclass
 class CompleteWrite:
-    """COMPLETE_COMMIT / COMPLETE_ABORT once every marker is written; nobody waits."""
+    """COMPLETE_COMMIT / COMPLETE_ABORT once every marker is written; nobody waits, unless
+    ``then``: an add held while the id was busy, whose ONGOING record follows COMPLETE_* in
+    the same append (both land or neither; memory takes ``then.value``)."""
 
     transactional_id: str
     value: TxnValue
+    then: AddWrite | None = None
 
 
 @dataclass
@@ -100,5 +103,9 @@ class Persistence(InOrderWrites[PendingWrite]):
         self.ctx = ctx
 
     def persist(self, pending: PendingWrite, reason: str) -> int:
-        """Append ``pending``'s record; the id's transition is in flight until it settles."""
-        return self._append([txn_record(pending.transactional_id, pending.value)], pending, reason)
+        """Append ``pending``'s record (a CompleteWrite's ``then`` after it, in the same
+        append); the id's transition is in flight until it settles."""
+        records = [txn_record(pending.transactional_id, pending.value)]
+        if isinstance(pending, CompleteWrite) and pending.then is not None:
+            records.append(txn_record(pending.transactional_id, pending.then.value))
+        return self._append(records, pending, reason)

@@ -220,3 +220,19 @@ def test_planted_batch_dropped_before_sending_is_an_unsent_commit(monkeypatch) -
     monkeypatch.setattr(TxnApp, "_send", dropping)
     found = _invariants(SEEDS)
     assert any("txn-unsent" in inv for inv in found.values()), found
+
+
+def test_planted_completion_appended_without_its_add_is_caught(monkeypatch) -> None:
+    """A COMPLETE_* appended with the next transaction's first add (Markers.complete): a
+    coordinator that takes the add's state into memory but appends only COMPLETE_* holds a
+    transaction its log does not (txn-state-log). The seeds exercise the combined append."""
+    from kcoord.txn import persistence
+    from kcoord.txn.records import txn_record
+
+    def dropping(self, pending, reason):
+        return self._append([txn_record(pending.transactional_id, pending.value)], pending, reason)
+
+    assert sum(run_seed(s, transactions=True).stats.get("txa_adds_with_completion", 0) for s in (3, 4)) >= 1
+    monkeypatch.setattr(persistence.Persistence, "persist", dropping)
+    found = _invariants((3, 4))
+    assert any("txn-state-log" in inv for inv in found.values()), found

@@ -216,8 +216,8 @@ class TxnApp(Client):
                 values = [record_value(self.tid, self.instance, self.txn, n + i) for i in range(count)]
                 n += count
                 self.batches.append(Batch(tp, values))
-            self.tm.before_append()
-            self.tm.after_append(TopicPartition(*tp))
+            self.tm.check_append()
+            self.tm.register(TopicPartition(*tp))
         if self.slot.group is not None and self.side.random() < 0.6:
             self.offsets = {p: self.ledger.offset_for(self.tid, self.instance, self.txn) for p in range(self.side.randint(1, 2))}
         self.ledger.on_begin(self, self.txn, parts, self.offsets, [(b.tp, v) for b in self.batches for v in b.values])

@@ -19,7 +19,7 @@ after an EndTxn reached the coordinator, while it persists PREPARE_* or writes t
 from __future__ import annotations
 
 import random
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from kcoord.group.placement import coordinator_for as group_coordinator_for
 from kcoord.protocol import names
@@ -28,9 +28,12 @@ from kcoord.protocol.errors import ErrorCode as E
 from kcoord.protocol.txn import AddOffsetsToTxnRequest, AddPartitionsToTxnRequest, AddPartitionsToTxnResponse
 from kcoord.txn import TransactionCoordinatorState, TxnConfig
 from kcoord.txn.driver import TransactionCoordinatorDriver
+from kcoord.replication.roles import LEADER
 from kcoord.txn.placement import TRANSACTION_STATE_TOPIC
+from kcoord.txn.records import replay
 
 from .kernel import Call, resume
+from .log_reading import read_log, records_of
 from .processes import CLUSTER, HEAD, Process, _Ghost, partition_owner_io, start_partition_owner
 from .scenario import TopicSpec
 
@@ -131,9 +134,37 @@ class TxnCoordinatorProcess(Process):
                 late = [d for _, d in core.held_requests(tid) if d <= now]
                 if late:
                     self.sim.history.fail("txn-hold-deadline", now, f"{self.name}: {tid!r} holds a request past its deadline {min(late)}")
+        self._check_state_log()
         world = getattr(self.sim, "txn_world", None)
         if world is not None:
             world.ledger.observe_coordinator(self)
+
+    def _check_state_log(self) -> None:
+        """txn-state-log: with none of its writes in flight, the coordinator's memory of every
+        id is what a replay of its ``__transaction_state`` partition rebuilds (the leader's
+        log, every record below its HW): a COMPLETE_* appended with the next transaction's
+        first add (Markers.complete) lands with it or not at all, and memory follows the log.
+        Checked for the current process (a twin's ghost is superseded: its memory is stale
+        by design) and an incarnation none of whose appends failed yet: a failed append (a
+        timeout) may still have landed, and memory catches up only with the id's next write."""
+        driver = self.driver
+        if getattr(self, "is_ghost", False) or driver is None or driver.closed or not driver.loaded or driver.core.pending_persists() or driver.core.stats.persist_failures:
+            return
+        sim = self.sim
+        tp = (TRANSACTION_STATE_TOPIC, self.index)
+        p = sim.stored_partition(*tp)
+        rp = None if p is None or p.leader < 0 else sim.replicas.get((tp[0], tp[1], p.leader))
+        r = None if rp is None else rp.replica
+        if r is None or r.role != LEADER or r.hw != r.log.log_end_offset:
+            return
+        data = read_log(sim.history, tp, p.leader, r.log, r.log.log_start_offset, r.hw)
+        logged = replay([kv for _, kv in sorted(records_of(data).items())])
+        memory = driver.core.snapshot()
+        if logged != memory:
+            ids = sorted(t for t in set(logged) | set(memory) if logged.get(t) != memory.get(t))
+            diff = "; ".join(f"{t}: memory {_brief(memory.get(t))}, log {_brief(logged.get(t))}" for t in ids)
+            sim.history.fail("txn-state-log", sim.kernel.now, f"{self.name}: memory is not the replay of {tp[0]}-{tp[1]}: {diff}")
+
 
     def busy(self) -> str | None:
         """Why this coordinator is not quiet: not loaded, or a transaction not complete."""
@@ -215,3 +246,7 @@ class TxnFaults:
                 resume(proc)
             if not proc.up:
                 proc.start()
+
+
+def _brief(v: Any) -> str:
+    return "none" if v is None else f"{v.state.value} {v.producer_id}/{v.producer_epoch} {sorted(v.partitions)}"

@@ -101,4 +101,6 @@ class TxnWorld:
         for k in ("ok", "refused", "misrouted"):
             out[f"txa_verify_{k}"] = sum(c.verify[k] for c in self.coordinators)
         out["txa_markers_sent"] = sum(getattr(c.driver, "markers_sent", 0) for c in self.coordinators)
+        # held adds appended with the completion they waited for (the live incarnations')
+        out["txa_adds_with_completion"] = sum(c.core.stats.adds_with_completion for c in self.coordinators if c.core is not None)
         return out

@@ -52,8 +52,8 @@ def in_txn(*tps: TopicPartition, **kw) -> TransactionManager:
     m = ready(**kw)
     m.begin_transaction()
     for tp in tps:
-        m.before_append()
-        m.after_append(tp)
+        m.check_append()
+        m.register(tp)
     return m
 
 
@@ -106,7 +106,7 @@ def test_a_fatal_init_answer_ends_the_producer_and_every_call_raises_it(code, cl
     with pytest.raises(getattr(kcoord, cls)):
         m.on_init(TxnInitProducerIdResponse(error_code=code))
     assert m.state is S.FATAL_ERROR
-    for call in (m.init_request, m.begin_transaction, m.before_append, m.begin_commit, m.begin_abort):
+    for call in (m.init_request, m.begin_transaction, m.check_append, m.begin_commit, m.begin_abort):
         with pytest.raises(getattr(kcoord, cls), match="failed earlier"):
             call()
 
@@ -116,12 +116,12 @@ def test_a_fatal_init_answer_ends_the_producer_and_every_call_raises_it(code, cl
 
 def test_misuse_raises_illegal_state_at_once():
     m = TransactionManager("etl-1", 60_000)
-    for call in (m.begin_transaction, m.before_append, m.begin_commit, m.begin_abort):
+    for call in (m.begin_transaction, m.check_append, m.begin_commit, m.begin_abort):
         with pytest.raises(IllegalStateError, match="init_transactions|UNINITIALIZED"):
             call()
     m = ready()
     with pytest.raises(IllegalStateError, match="outside a transaction"):
-        m.before_append()
+        m.check_append()
     with pytest.raises(IllegalStateError, match="commit_transaction"):
         m.begin_commit()
     with pytest.raises(IllegalStateError, match="abort_transaction"):
@@ -143,7 +143,7 @@ def test_a_commit_under_way_can_only_be_retried_not_aborted():
     with pytest.raises(IllegalStateError):
         m.begin_abort()
     with pytest.raises(IllegalStateError):
-        m.before_append()
+        m.check_append()
     m.begin_commit()  # a retry after a timeout
     assert m.state is S.COMMITTING_TRANSACTION
 
@@ -172,22 +172,22 @@ def test_new_partitions_are_batched_into_one_add_partitions_request():
     request = m.add_partitions_request()
     assert request.topics == {"other": [0], "out": [0, 1]} and (request.producer_id, request.producer_epoch) == (7, 0)
     assert m.add_partitions_request() is None  # nothing new meanwhile
-    m.before_append()
-    m.after_append(TP1)  # pending already: not registered again
+    m.check_append()
+    m.register(TP1)  # pending already: not registered again
     assert not m.new_partitions
     assert m.on_add_partitions(AddPartitionsToTxnResponse(results={"out": {0: 0, 1: 0}, "other": {0: 0}})) is Verdict.DONE
     assert m.partitions == {TP0, TP1, TP2} and m.started
-    m.before_append()
-    m.after_append(TP0)
+    m.check_append()
+    m.register(TP0)
     assert m.add_partitions_request() is None  # already in the transaction
 
 
 def test_a_batch_drained_before_its_send_registered_the_partition_adds_it_all_the_same():
     m = in_txn()
-    m.before_append()  # send() has queued the record; the sender drains it before after_append
+    m.check_append()  # send() has queued the record; the sender drains it before register
     request = m.add_partitions_request(TP1)
     assert request.topics == {"out": [1]}
-    m.after_append(TP1)  # pending: not registered twice
+    m.register(TP1)  # pending: not registered twice
     assert not m.new_partitions
     m.on_add_partitions(AddPartitionsToTxnResponse(results={"out": {1: 0}}))
     m.begin_commit()  # batches still being flushed during the commit are added too
@@ -210,7 +210,7 @@ def test_an_abortable_answer_allows_only_abort():
     with pytest.raises(kcoord.TransactionAbortableError):
         m.on_add_partitions(AddPartitionsToTxnResponse(error_code=ErrorCode.TRANSACTION_ABORTABLE, results={"out": {0: 120}}))
     assert m.state is S.ABORTABLE_ERROR
-    for call in (m.before_append, m.begin_commit, m.begin_transaction, lambda: m.add_offsets_request("g")):
+    for call in (m.check_append, m.begin_commit, m.begin_transaction, lambda: m.add_offsets_request("g")):
         with pytest.raises(kcoord.TransactionAbortableError, match="abort_transaction"):
             call()
     m.begin_abort()
@@ -249,7 +249,7 @@ def test_a_failed_batch_makes_the_transaction_abortable_and_a_fenced_one_fatal()
     m.on_batch_failed(KafkaError(ErrorCode.PRODUCER_FENCED, "newer instance"))
     assert m.state is S.FATAL_ERROR
     with pytest.raises(kcoord.ProducerFencedError):
-        m.before_append()
+        m.check_append()
 
 
 def test_a_commit_that_finds_a_failed_batch_after_its_flush_raises_it():
@@ -268,8 +268,8 @@ def test_every_transaction_ends_with_a_bumped_epoch_from_the_coordinator():
     m = ready(pid=7, epoch=0)
     for n in range(1, 4):
         m.begin_transaction()
-        m.before_append()
-        m.after_append(TP0)
+        m.check_append()
+        m.register(TP0)
         request = m.add_partitions_request()
         assert (request.producer_id, request.producer_epoch) == (7, n - 1)
         m.on_add_partitions(AddPartitionsToTxnResponse(results={"out": {0: 0}}))
@@ -280,8 +280,8 @@ def test_every_transaction_ends_with_a_bumped_epoch_from_the_coordinator():
         assert m.state is S.READY and m.identity == (7, n) and not m.partitions and not m.started
     # the epochs ran out: the coordinator answers a new producer id at epoch 0
     m.begin_transaction()
-    m.before_append()
-    m.after_append(TP0)
+    m.check_append()
+    m.register(TP0)
     m.add_partitions_request()
     m.on_add_partitions(AddPartitionsToTxnResponse(results={"out": {0: 0}}))
     m.begin_commit()
@@ -312,21 +312,26 @@ def test_a_fatal_end_txn_answer_raises_its_class(code):
     assert raised.value.code == code and m.state is S.FATAL_ERROR
 
 
-def test_appends_between_check_and_queue_are_waited_for():
-    m = in_txn()
-    m.before_append()
-    assert not m.wait_appends(0.01)
-    m.after_append(TP0)
-    assert m.wait_appends(0.01) and m.new_partitions == {TP0}
-    m.before_append()
-    m.after_append(None)  # send() raised before queueing: nothing registered
-    assert m.new_partitions == {TP0}
+def test_appends_are_open_only_inside_a_transaction():
+    m = TransactionManager("etl-1", 60_000)
+    assert not m.appends_open
+    m.init_request()
+    m.on_init(TxnInitProducerIdResponse(producer_id=7, producer_epoch=0))
+    assert not m.appends_open
+    m.begin_transaction()
+    assert m.appends_open
+    m.refuse_append()  # open: nothing to refuse
+    assert m.register(TP0) and m.new_partitions == {TP0}
+    m.begin_commit()
+    assert not m.appends_open
+    with pytest.raises(IllegalStateError):
+        m.check_append()
 
 
 def test_an_abort_drops_partitions_not_yet_requested():
     m = added(TP0)
-    m.before_append()
-    m.after_append(TP1)
+    m.check_append()
+    m.register(TP1)
     m.begin_abort()
     assert not m.new_partitions and m.add_partitions_request() is None
 
@@ -398,7 +403,7 @@ def test_prepare_needs_two_phase_and_returns_the_transactions_identity():
     prepared = m.prepare()
     assert prepared == PreparedTxnState(9, 4) and str(prepared) == "9:4" and m.state is S.PREPARED_TRANSACTION
     with pytest.raises(IllegalStateError):
-        m.before_append()
+        m.check_append()
     m.begin_commit()
     assert m.end_request(True).commit
 
@@ -532,8 +537,8 @@ def test_an_unknown_producer_id_mapping_is_abortable_and_the_abort_reinitialises
     assert m.on_recovered(TxnInitProducerIdResponse(producer_id=9, producer_epoch=0)) is Verdict.DONE
     assert m.state is S.READY and m.identity == (9, 0) and not m.partitions and not m.started and m.last_error is None
     m.begin_transaction()  # usable again
-    m.before_append()
-    m.after_append(TP0)
+    m.check_append()
+    m.register(TP0)
     assert (m.add_partitions_request().producer_id, m.state) == (9, S.IN_TRANSACTION)
 
 

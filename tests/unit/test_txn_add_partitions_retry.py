@@ -28,8 +28,8 @@ def in_txn() -> TransactionManager:
 
 
 def append(m: TransactionManager, tp: TopicPartition) -> None:
-    m.before_append()
-    m.after_append(tp)
+    m.check_append()
+    m.register(tp)
 
 
 def test_a_retry_after_concurrent_transactions_adds_the_partitions_registered_meanwhile():

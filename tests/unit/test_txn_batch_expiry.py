@@ -62,8 +62,8 @@ def test_a_batch_expiring_before_its_partition_joins_the_transaction_makes_the_c
     t._txn_call = txn_call
 
     async def run():
-        m.before_append()
-        m.after_append(("out", 0))
+        m.check_append()
+        m.register(("out", 0))
         t.add_soon(asyncio.get_running_loop())
         while t._adding is None:  # send() started the add (bounded by max_block_ms) ...
             await asyncio.sleep(0.001)

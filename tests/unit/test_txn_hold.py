@@ -118,3 +118,65 @@ def test_hold_zero_answers_at_once_as_kafka_does():
 def test_a_negative_hold_is_refused():
     with pytest.raises(ValueError, match="concurrent_transactions_hold_ms"):
         replace(FAST, concurrent_transactions_hold_ms=-1)
+
+
+# -- the held add served in the same append as the completion -----------------------------
+
+
+@pytest.mark.parametrize("offsets", [False, True], ids=["AddPartitions", "AddOffsets"])
+def test_the_held_add_goes_in_the_completions_append_and_a_replay_rebuilds_its_transaction(offsets):
+    """The next transaction's first add waited for the markers: its ONGOING record follows
+    COMPLETE_COMMIT in one append (one write to __transaction_state before its batches may
+    go, not two in sequence); memory and a replay of the log both end ONGOING."""
+    s, pid, epoch = _committing()
+    s.auto_persist = False
+    req = AddOffsetsToTxnRequest("t", pid, epoch, "g") if offsets else AddPartitionsToTxnRequest("t", pid, epoch, {"out": [2]})
+    token = s.request(req)
+    s.ack_markers()
+    assert len(s.appends) == 1 and len(s.appends[0].records) == 2  # COMPLETE_COMMIT, then ONGOING
+    assert s.reply(token) is None and s.core.held_ids() == []
+    s.complete()
+    assert s.reply(token).error_code == E.NONE
+    v = s.state()
+    assert v.state.value == "Ongoing" and v.producer_epoch == epoch and len(v.partitions) == 1
+    assert s.core.stats.transactions_committed == 1 and s.core.stats.adds_with_completion == 1
+    s.assert_replay_equal()
+    states = [r.state.value for r in _values(s.log)]
+    assert states[-2:] == ["CompleteCommit", "Ongoing"]
+
+
+def test_a_failed_completion_with_the_add_answers_it_retriable_and_completes_again_alone():
+    s, pid, epoch = _committing()
+    s.auto_persist = False
+    token = s.request(AddPartitionsToTxnRequest("t", pid, epoch, {"out": [2]}))
+    s.ack_markers()
+    s.complete(E.NOT_LEADER_OR_FOLLOWER)  # neither record landed
+    assert s.reply(token).error_code in (E.NOT_COORDINATOR, E.COORDINATOR_NOT_AVAILABLE)  # the client retries
+    assert s.state().state.value == "PrepareCommit"
+    s.advance(FAST.append_retry_backoff_ms)
+    assert len(s.appends) == 1 and len(s.appends[0].records) == 1  # COMPLETE_COMMIT alone now
+    s.complete()
+    assert s.state().state.value == "CompleteCommit"
+    s.assert_replay_equal()
+
+
+def test_a_held_add_that_would_be_refused_is_not_appended_with_the_completion():
+    s, pid, epoch = _committing()
+    s.auto_persist = False
+    stale = s.request(AddPartitionsToTxnRequest("t", pid, epoch - 1, {"out": [2]}))
+    s.ack_markers()
+    assert len(s.appends) == 1 and len(s.appends[0].records) == 1
+    s.complete()
+    assert s.reply(stale).error_code == E.PRODUCER_FENCED
+    assert s.state().state.value == "CompleteCommit" and s.core.stats.adds_with_completion == 0
+
+
+def _values(log):
+    from kcoord.txn.records import decode_record
+
+    out = []
+    for key, value in log:
+        decoded = decode_record(key, value)
+        if decoded is not None and decoded[1] is not None:
+            out.append(decoded[1])
+    return out

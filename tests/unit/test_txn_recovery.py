@@ -28,8 +28,8 @@ def _init(s: Shell, m: TransactionManager) -> None:
 
 
 def _send(s: Shell, m: TransactionManager, tp: TopicPartition = TP) -> None:
-    m.before_append()
-    m.after_append(tp)
+    m.check_append()
+    m.register(tp)
     request = m.add_partitions_request()
     if request is not None:
         m.on_add_partitions(s.ask(request))

@@ -18,7 +18,7 @@ import threading
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, Protocol
 
 from ...log.config import LogConfig
 from ...protocol.controller import TopicMetadata
@@ -29,6 +29,26 @@ from .batch import BATCH_OVERHEAD, ProducerBatch, merge_batches, single_record_l
 
 DEFAULT_MAX_MESSAGE_BYTES = LogConfig().max_batch_bytes
 _monotonic = time.monotonic
+
+
+class AppendGate(Protocol):
+    """Whether records may be appended now (a transactional producer: inside a
+    transaction), read in the append's critical section."""
+
+    appends_open: bool
+
+    def refuse_append(self) -> None:
+        """Raise why not."""
+
+
+class _AlwaysOpen:
+    appends_open = True
+
+    def refuse_append(self) -> None:  # pragma: no cover - never closed
+        pass
+
+
+_ALWAYS_OPEN = _AlwaysOpen()
 
 
 @dataclass(eq=False)
@@ -85,6 +105,8 @@ class RecordAccumulator:
         partitioner: str | _part.UserPartitioner,
         wake: Callable[[], None],
         metrics: dict[str, int],
+        gate: AppendGate | None = None,
+        on_new_batch: Callable[[str, int], None] | None = None,
     ) -> None:
         self.cluster = cluster
         self.batch_size = batch_size
@@ -104,6 +126,11 @@ class RecordAccumulator:
         self.memory_waiters = 0
         self.flushing = 0  # flush()/close()/a full buffer: send open batches at once
         self.closing = False
+        # A transactional producer's: appends only while ``gate.appends_open``, checked in
+        # the append's critical section; ``on_new_batch(topic, partition)`` when a batch
+        # opens (the partition joins the transaction: once per batch, not per record).
+        self.gate = gate if gate is not None else _ALWAYS_OPEN
+        self.on_new_batch = on_new_batch
 
     # ------------------------------------------------------------------------------------
     # topics
@@ -201,7 +228,7 @@ class RecordAccumulator:
         lock = self.lock
         lock.acquire()
         try:
-            if self.closing or self.buffered >= self.buffer_memory:
+            if self.closing or self.buffered >= self.buffer_memory or not self.gate.appends_open:
                 self._before_append_locked()
             sticky = False
             if partition is None:
@@ -231,6 +258,11 @@ class RecordAccumulator:
         with self.lock:
             if self.closing:
                 raise RuntimeError("send_batch() on a closed producer")
+            if not self.gate.appends_open:
+                self.gate.refuse_append()
+            if self.on_new_batch is not None:
+                for p in sorted(by_partition):
+                    self.on_new_batch(t.name, p)
             for p in sorted(by_partition):
                 ps = t.partitions[p]
                 self._seal_open_locked(t, ps)
@@ -240,11 +272,16 @@ class RecordAccumulator:
             self._wake()
 
     def _before_append_locked(self) -> None:
-        """append()'s rare checks: closed producer, full buffer."""
+        """append()'s rare checks: closed producer, closed gate, full buffer (the gate is
+        checked again after the wait, which releases the lock: a commit may have begun)."""
         if self.closing:
             raise RuntimeError("send() on a closed producer")
+        if not self.gate.appends_open:
+            self.gate.refuse_append()
         if self.buffered >= self.buffer_memory:
             self._wait_for_space_locked()
+            if not self.gate.appends_open:
+                self.gate.refuse_append()
 
     def _batch_for_locked(self, t: TopicQueue, ps: PartitionQueue, size: int, sticky: bool) -> ProducerBatch:
         """The batch a record of ``size`` goes to when ``ps`` has no open batch or it is full.
@@ -269,6 +306,8 @@ class RecordAccumulator:
         """A fresh open batch for ``ps``; wakes the sender if it sleeps with nothing to do,
         so that linger_ms starts counting."""
         b = ProducerBatch(t.name, ps.partition, _monotonic())
+        if self.on_new_batch is not None:
+            self.on_new_batch(t.name, ps.partition)
         ps.open = b
         self.incomplete.add(b)
         if ps not in self.pending:
@@ -326,7 +365,8 @@ class RecordAccumulator:
     # ------------------------------------------------------------------------------------
     def begin_flush(self, closing: bool = False) -> list[ProducerBatch]:
         """Send everything queued at once (ignoring linger_ms) until :meth:`end_flush`;
-        returns the batches to wait for. ``closing`` also refuses further appends."""
+        returns the batches to wait for. ``closing`` also refuses further appends. It takes
+        the lock: once the gate is closed, every record it let in is among them."""
         with self.lock:
             if closing:
                 self.closing = True

@@ -222,6 +222,8 @@ class Producer:
 
         # The queues send() appends to, and the sender thread that drains them.
         wakeup = Wakeup(asyncio.new_event_loop())
+        if self._txn is not None:
+            self._txn.sender_loop = wakeup.loop
         self._accumulator = RecordAccumulator(
             cluster,
             batch_size=batch_size,
@@ -231,6 +233,10 @@ class Producer:
             partitioner=resolved_partitioner,
             wake=wakeup.wake,
             metrics=self._metrics,
+            # a transactional producer appends inside a transaction only, and a batch opened
+            # at a partition adds it to the transaction
+            gate=None if self._txn is None else self._txn.manager,
+            on_new_batch=None if self._txn is None else self._txn.batch_opened,
         )
         self._sender = Sender(
             cluster,
@@ -310,11 +316,13 @@ class Producer:
         a failed transaction, that failure's error until ``abort_transaction()``).
         """
         txn = self._txn
-        if txn is not None:  # a transactional producer sends inside a transaction only
-            txn.manager.before_append()
-        b = None
+        if txn is not None and not txn.manager.appends_open:
+            txn.manager.refuse_append()  # outside a transaction: at once, before other checks
         # Hot path: a few microseconds per record. Checks here, then one lock round in the
-        # accumulator (two list appends for a record without key or headers).
+        # accumulator (two list appends for a record without key or headers). A
+        # transactional producer's records join the transaction there: the gate is checked
+        # again under that lock, and a batch opening at a partition registers it (one set
+        # lookup per batch, not per record).
         try:
             if self.value_serializer is not None and value is not None:
                 value = _serialize(self.value_serializer, "value_serializer", value, topic, partition)
@@ -357,10 +365,6 @@ class Producer:
         except KafkaError as exc:  # a record that failed before it was queued
             self._stats.record_errors.add(exc)
             raise
-        finally:
-            # its partition joins the transaction: a new one is added at once
-            if txn is not None and txn.manager.after_append(None if b is None else (b.topic, b.partition)):
-                txn.add_soon(self._sender._loop)
 
     def partitions_for(self, topic: str) -> set[int]:
         """The partition ids of ``topic`` (kafka-python's ``partitions_for``)."""
@@ -426,15 +430,9 @@ class Producer:
         plan = self._plan_bulk(t, values, keys, headers, partition, partitions, batch_size)
         batches, by_partition = build_bulk_batches(t, plan, values, keys, headers, timestamps, default_ts)
         txn = self._txn
-        if txn is None:
-            self._accumulator.append_sealed(t, by_partition)
-        else:  # inside a transaction only, as send()
-            txn.manager.before_append()
-            try:
-                self._accumulator.append_sealed(t, by_partition)
-            finally:
-                if txn.manager.after_append(*((topic, p) for p in by_partition)):
-                    txn.add_soon(self._sender._loop)
+        if txn is not None:  # inside a transaction only, as send() (checked again there)
+            txn.manager.check_append()
+        self._accumulator.append_sealed(t, by_partition)
         deadline = None if timeout is None else _monotonic() + timeout
         for b in batches:
             remaining = None if deadline is None else max(0.0, deadline - _monotonic())

@@ -176,8 +176,8 @@ def _error(code: int, message: str | None, what: str) -> KafkaError:
 class TransactionManager:
     """The state of one transactional producer (see the module doc). Thread-safe: ``send()``
     runs in the callers' threads, AddPartitionsToTxn in the sender's, the rest in the
-    caller of the transactional method; one lock (``cond``, over an RLock that
-    ``send()``'s bookkeeping takes directly: the cheapest lock round) guards everything."""
+    caller of the transactional method; one lock (``cond``, over an RLock) guards everything
+    but :attr:`appends_open`, which ``send()`` reads without it (see ``__init__``)."""
 
     def __init__(self, transactional_id: str, transaction_timeout_ms: int, *, two_phase: bool = False) -> None:
         if not isinstance(transactional_id, str) or not transactional_id:
@@ -210,7 +210,12 @@ class TransactionManager:
         # KIP-360: the coordinator does not know this identity: the abort sends InitProducerId
         # with it instead of EndTxn (Kafka's lastError instanceof InvalidPidMappingException).
         self.reinit_required = False
-        self.appending = 0  # send()s between their state check and their append
+        # Records may join the transaction (state IN_TRANSACTION): a plain attribute that
+        # send() and the accumulator read without this lock. The accumulator checks it under
+        # its own lock, in the same critical section as the append, so a commit that leaves
+        # IN_TRANSACTION and then takes the accumulator's lock once has every accepted
+        # record queued (Transactions._flush_for).
+        self.appends_open = False
 
     # -- helpers ---------------------------------------------------------------------------
     def __repr__(self) -> str:
@@ -223,6 +228,7 @@ class TransactionManager:
         if target is not S.FATAL_ERROR and self.state not in _VALID_FROM[target]:
             raise IllegalStateError(f"{self._tag()}: invalid transition from {self.state.name} to {target.name}")
         self.state = target
+        self.appends_open = target is S.IN_TRANSACTION
         self.last_error = error if target in (S.ABORTABLE_ERROR, S.FATAL_ERROR) else None
 
     def _raise_if_failed(self, what: str, allow_abortable: bool = False) -> None:
@@ -290,46 +296,40 @@ class TransactionManager:
             self._require("begin_transaction()", S.READY)
             self._transition(S.IN_TRANSACTION)
 
-    def before_append(self) -> None:
-        """``send()``'s check before it queues a record: only inside a transaction. Pair with
-        :meth:`after_append` (a commit waits for the appends that passed this check)."""
+    def check_append(self) -> None:
+        """Raise unless records may join the transaction now (``send()``'s check; the
+        accumulator makes it again under its lock, reading :attr:`appends_open`)."""
+        if not self.appends_open:
+            self.refuse_append()
+
+    def refuse_append(self) -> None:
+        """Raise why a record cannot join the transaction now: the failure's error, or
+        IllegalStateError outside a transaction."""
         with self._lock:
-            if self.state is not S.IN_TRANSACTION or self.last_error is not None:
-                self._refuse_append()
-            self.appending += 1
+            if self.appends_open:
+                return
+            self._raise_if_failed("send()")
+            if self.state in (S.UNINITIALIZED, S.INITIALIZING):
+                raise IllegalStateError(f"call init_transactions() and begin_transaction() before send() ({self._tag()})")
+            raise IllegalStateError(f"send() outside a transaction (state {self.state.name}): call begin_transaction() first ({self._tag()})")
 
-    def _refuse_append(self) -> None:
-        self._raise_if_failed("send()")
-        if self.state in (S.UNINITIALIZED, S.INITIALIZING):
-            raise IllegalStateError(f"call init_transactions() and begin_transaction() before send() ({self._tag()})")
-        raise IllegalStateError(f"send() outside a transaction (state {self.state.name}): call begin_transaction() first ({self._tag()})")
-
-    def after_append(self, *tps: tuple[str, int] | None) -> bool:
-        """The records went to ``tps``, ``(topic, partition)`` tuples (None: not queued).
-        True when one is new to the transaction: the caller starts its AddPartitionsToTxn
-        (:meth:`~.transactions.Transactions.add_soon`, batched as Kafka does); a partition
-        already registered costs one set lookup."""
+    def register(self, *tps: tuple[str, int]) -> bool:
+        """Records of the transaction go to ``tps``, ``(topic, partition)`` tuples (the
+        accumulator calls this when it opens a batch, not per record). True when one is new
+        to the transaction: the caller starts its AddPartitionsToTxn
+        (:meth:`~.transactions.Transactions.add_soon`, batched as Kafka does)."""
         new = False
         with self._lock:
-            self.appending -= 1
             for tp in tps:
-                if tp is not None and tp not in self.registered:
+                if tp not in self.registered:
                     self._register(tp)
                     new = True
-            if self.appending == 0 and self.state is not S.IN_TRANSACTION:
-                self.cond.notify_all()  # a commit or abort may be waiting (wait_appends)
         return new
 
     def _register(self, tp: tuple[str, int]) -> None:
         tp = tp if type(tp) is TopicPartition else TopicPartition(*tp)
         self.registered.add(tp)
         self.new_partitions.add(tp)
-
-    def wait_appends(self, timeout: float | None) -> bool:
-        """Wait until no ``send()`` is between its check and its append (after a transition
-        out of IN_TRANSACTION no new one starts)."""
-        with self.cond:
-            return self.cond.wait_for(lambda: self.appending == 0, timeout)
 
     # -- AddPartitionsToTxn (the sender's) -------------------------------------------------
     def is_added(self, tp: TopicPartition) -> bool:

@@ -156,6 +156,8 @@ class Transactions:
         # The AddPartitionsToTxn in flight (a task on the sender's loop), if any.
         self._adding: asyncio.Task | None = None
         self._adding_loop: asyncio.AbstractEventLoop | None = None
+        # the sender's loop, where AddPartitionsToTxn runs (set by the producer)
+        self.sender_loop: asyncio.AbstractEventLoop | None = None
 
     @property
     def transactional_id(self) -> str:
@@ -234,6 +236,12 @@ class Transactions:
             except KafkaError as exc:
                 return exc
 
+    def batch_opened(self, topic: str, partition: int) -> None:
+        """The accumulator opened a batch of the transaction at ``topic``-``partition``
+        (under its lock): a partition new to the transaction starts its AddPartitionsToTxn."""
+        if self.manager.register((topic, partition)) and self.sender_loop is not None:
+            self.add_soon(self.sender_loop)
+
     def add_soon(self, loop: asyncio.AbstractEventLoop) -> None:
         """``send()`` met a partition new to the transaction: start its AddPartitionsToTxn
         on the sender's ``loop`` now (Kafka's client adds a partition as ``send()`` first
@@ -244,10 +252,15 @@ class Transactions:
         except RuntimeError:  # the sender's loop is closed: the producer is closing
             pass
 
-    def _start_adding(self) -> None:
+    def _start_adding(self, coalesce: bool = True) -> None:
+        """``coalesce``: wait ADD_COALESCE_S for more partitions first (send() met the first
+        one); not for partitions that already waited for the request before."""
         if self._adding is not None or not self.manager.new_partitions:
             return  # the request in flight takes them along on a retry, or the next one does
-        task = self._adding = asyncio.get_running_loop().create_task(self._add_partitions(None, self._deadline()))
+        request = None if coalesce else self.manager.add_partitions_request()
+        if not coalesce and request is None:
+            return
+        task = self._adding = asyncio.get_running_loop().create_task(self._add_partitions(request, self._deadline()))
         # its failure is the transaction's (abortable) state; nobody need await it
         task.add_done_callback(lambda t: t.cancelled() or t.exception())
 
@@ -284,7 +297,7 @@ class Transactions:
         finally:
             self._adding = None
         if m.new_partitions:  # registered after the request was sent: the next one goes now
-            self._start_adding()
+            self._start_adding(coalesce=False)
 
     async def _adds_done(self) -> None:
         task = self._adding
@@ -334,8 +347,9 @@ class Transactions:
 
     # -- ending ------------------------------------------------------------------------------
     def _flush_for(self, what: str, deadline: float) -> None:
-        if not self.manager.wait_appends(max(0.0, deadline - _monotonic())):
-            raise KafkaError(ErrorCode.REQUEST_TIMED_OUT, f"{what}: send() calls still queueing after max_block_ms={self.max_block_ms}")
+        # The state left IN_TRANSACTION before this: the flush takes the accumulator's lock,
+        # so every record its gate let in (checked in the append's critical section) is
+        # among the batches it waits for, and no later one joins.
         self._flush(max(0.0, deadline - _monotonic()))
 
     def prepare_transaction(self, sender_loop: asyncio.AbstractEventLoop) -> PreparedTxnState:
