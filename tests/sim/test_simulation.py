@@ -82,6 +82,18 @@ def test_transactions_hold_their_invariants_through_faults() -> None:
     assert not failed, f"{len(failed)} of {len(TXN_SEEDS)} seeds failed:\n\n" + "\n\n".join(failed[:5])
 
 
+# Seeds 329 and 367 with transactions: an operator turned unclean.leader.election.enable on
+# and a stale replica was elected, truncating committed transactions (allowed, as Kafka does).
+UNCLEAN_TXN_SEEDS = (329, 367)
+
+
+def test_an_unclean_election_may_lose_committed_transactions() -> None:
+    for seed in UNCLEAN_TXN_SEEDS:
+        r = run_seed(seed, transactions=True)
+        assert r.stats["unclean_elections"] > 0, f"seed {seed} no longer elects uncleanly: pick another"
+        assert r.ok, f"seed {seed}: " + "; ".join(str(v) for v in r.violations[:3])
+
+
 def _catching(invariants: tuple[str, ...], start: int, want: int = 2, limit: int = 40, **kw) -> list[int]:
     """The first ``want`` seeds from ``start`` (at most ``limit`` tried) whose run violates
     one of ``invariants``. A planted bug must be found within a few seeds; starting from a

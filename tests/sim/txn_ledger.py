@@ -28,6 +28,10 @@ first marker of its producer after it tells how it ended in that partition):
   ever written, in the real producer's sender, which this app does not run);
 * **txn-lost** / **txn-dup** every acknowledged record of a committed transaction is in the
   log once (unless below the log start: retention, DeleteRecords);
+
+txn-monotonic, txn-unsent and txn-lost do not hold for a partition that had an unclean
+election (an operator's ``unclean.leader.election.enable``): Kafka lets that lose what
+was acknowledged and reuse its offsets, as the replication invariants allow (``voided``).
 * **txn-zombie** no record sent by a fenced instance after its fence committed;
 * **txn-g1a** every transaction a reader read committed;
 * **txn-offsets** a group's offsets are those of its id's last committed transaction that
@@ -151,7 +155,7 @@ class AppLedger:
         if key is None:
             fail("txn-control", now, f"{where}: a read_committed reader was handed {value!r}, not an application record")
             return
-        if offset <= reader.last_returned:
+        if offset <= reader.last_returned and not self._lossy((reader.topic, reader.partition)):
             fail("txn-monotonic", now, f"{where}: {reader.name} was handed offset {offset} after {reader.last_returned}")
         reader.last_returned = max(reader.last_returned, offset)
         if self.client_outcome.get(key) is False:
@@ -166,6 +170,12 @@ class AppLedger:
                 fail("txn-zombie", now, f"{where}: read_committed returned {value.decode()}, sent at {sent[2]} ms by an instance fenced at {fenced} ms")
         self.read.setdefault(key, (reader.name, now))
         self.returned.append(key)
+
+    def _lossy(self, tp: tuple[str, int]) -> bool:
+        """Whether an unclean election (or an operator's weakening) may have lost what was
+        acknowledged in ``tp``."""
+        part = self.sim.history.parts.get(tp)
+        return part is not None and part.lost_any
 
     # -- once quiet -------------------------------------------------------------------------
     def final_checks(self, slots: list["TxnSlot"], outputs: list[tuple[str, int]]) -> None:
@@ -215,11 +225,11 @@ class AppLedger:
         for v, (tp, offset) in sorted(self.acked.items()):
             key = parse_value(v)
             committed = txn_outcome.get(key) or self.client_outcome.get(key)
-            if committed and v not in outcome and offset >= starts.get(tp, 0):
+            if committed and v not in outcome and offset >= starts.get(tp, 0) and not self._lossy(tp):
                 fail("txn-lost" if self.client_outcome.get(key) else "txn-torn", now, f"{v.decode()} of committed transaction {key}, acknowledged at {tp[0]}-{tp[1]}@{offset}, is not in the final log")
         for key, committed in sorted(self.client_outcome.items()):
             for tp, v in self.handed.get(key, ()) if committed else ():
-                if not outcome.get(v) and not (v not in outcome and starts.get(tp, 0) > 0):
+                if not outcome.get(v) and not (v not in outcome and starts.get(tp, 0) > 0) and not self._lossy(tp):
                     fail("txn-unsent", now, f"{v.decode()} of transaction {key}, whose commit its client saw answered, is not committed at {tp[0]}-{tp[1]}"
                          f" ({'acknowledged' if v in self.acked else 'never acknowledged'})")
                     break
