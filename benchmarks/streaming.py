@@ -13,7 +13,9 @@
   timing. ``stream`` includes the query's start (fencing older copies, joining the group:
   ``start_s``); ``rows_per_s_in_batches`` leaves it out. ``stateful_stream``: a stateful
   query over the same records (``update_state``: a running count per key, 100 keys; the
-  changelog and the shuffle by its partition). Goal: each stream / batch >= 0.7.
+  changelog and the shuffle by its partition); its start includes creating the query's
+  changelog topic in ``ks.stream()`` (``create_s``), and ``phase_ms_median`` its batches'
+  ``durationMs``. Goal: each stream / batch >= 0.7 (``met`` needs both).
 * ``latency``: at a steady offered load (1k and 10k records/s, sent every 20 ms by a
   producer in a Ray actor of its own, acks=all), a query with trigger 500 ms; the time
   from ``send_batch()`` (stamped in the value) to the record's output being returned by a
@@ -164,12 +166,21 @@ def main() -> None:
             count = (state or 0) + len(rows)
             return pd.DataFrame({"key": [key], "value": [str(count)]}), count
 
+        stateful_ms: list[list[int]] = []
+        stateful_phases: list[dict] = []
+        stateful_create_s: list[float] = []
+
         def stateful_job() -> None:
             # a running count per key (100 keys): the changelog and the shuffle by its partition
+            t0 = time.perf_counter()
             q = ks.stream(spark, cluster, source, group_id=f"s-{uuid.uuid4().hex[:8]}", update_state=running_count, state_key="key", sink=out_topic(),
                           trigger_interval_ms=0, starting_offsets="earliest", max_records_per_trigger=args.max_records_per_trigger)
+            stateful_create_s.append(time.perf_counter() - t0)  # ks.stream() checks and creates the changelog topic
             try:
                 q.processAllAvailable(timeout_s=1800)
+                progress = [p for p in q.recentProgress if p["numInputRows"]]
+                stateful_ms.append([p["durationMs"]["triggerExecution"] for p in progress])
+                stateful_phases.extend(p["durationMs"] for p in progress)
             finally:
                 q.stop()
 
@@ -200,13 +211,24 @@ def main() -> None:
             in_batches = statistics.median(sum(t) / 1000 for t in trigger_ms)
             cases["stream"]["start_s"] = round(cases["stream"]["seconds"] - in_batches, 3)
             cases["stream"]["rows_per_s_in_batches"] = round(n / in_batches)
-            ratio = round(cases["stream"]["rows_per_s"] / cases["batch_read_write"]["rows_per_s"], 3)
+            # the stateful query's start includes creating its changelog topic (ks.stream())
+            st = cases["stateful_stream"]
+            st["trigger_ms_per_run"] = stateful_ms
+            st["create_s"] = round(statistics.median(stateful_create_s), 3)
+            st_batches = statistics.median(sum(t) / 1000 for t in stateful_ms)
+            st["start_s"] = round(st["seconds"] - st_batches, 3)
+            st["rows_per_s_in_batches"] = round(n / st_batches)
+            st["phase_ms_median"] = {k: statistics.median(d.get(k, 0) for d in stateful_phases) for k in sorted({k for d in stateful_phases for k in d})}
+            batch = cases["batch_read_write"]["rows_per_s"]
+            ratio = round(cases["stream"]["rows_per_s"] / batch, 3)
+            stateful_ratio = round(st["rows_per_s"] / batch, 3)
             results["throughput"] = {
                 "cases": cases,
                 "stream_vs_batch": ratio,
-                "stateful_stream_vs_batch": round(cases["stateful_stream"]["rows_per_s"] / cases["batch_read_write"]["rows_per_s"], 3),
-                "stream_batches_vs_batch": round(cases["stream"]["rows_per_s_in_batches"] / cases["batch_read_write"]["rows_per_s"], 3),
-                "met": ratio >= GOALS["stream_vs_batch"],
+                "stateful_stream_vs_batch": stateful_ratio,
+                "stream_batches_vs_batch": round(cases["stream"]["rows_per_s_in_batches"] / batch, 3),
+                "stateful_batches_vs_batch": round(st["rows_per_s_in_batches"] / batch, 3),
+                "met": ratio >= GOALS["stream_vs_batch"] and stateful_ratio >= GOALS["stream_vs_batch"],
             }
 
         if "spark_read" not in skip:
