@@ -33,7 +33,8 @@ Issue 32's invariants, checked after every event too:
   within ``replica.lag.time.max.ms`` plus the controller's session timeout;
 * **5** (also during the run) an idempotent producer's record committed with the promise is
   never committed again at another offset: a retried batch written twice, compaction
-  included.
+  included -- unless the leader writing it again has its log start past every record of
+  that producer committed before (Kafka rebuilds dedup state only from the log start on).
 
 Checked once the healed system is quiet: **1** every record acknowledged with acks=all
 while the promise held is in the final leader's log at its offset; **2** replicas agree

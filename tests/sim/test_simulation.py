@@ -94,6 +94,20 @@ def test_an_unclean_election_may_lose_committed_transactions() -> None:
         assert r.ok, f"seed {seed}: " + "; ".join(str(v) for v in r.violations[:3])
 
 
+# Seeds 436 and 641 with transactions: a plain idempotent producer's first batch (sequence 0)
+# was committed, its answer lost, and a leader whose log start was past that batch -- restarted
+# after DeleteRecords with no producer snapshot past its log start (436), or a replica that
+# began at its leader's log start after retention (641) -- took the retry as new (as Kafka does).
+FORGOTTEN_PRODUCER_TXN_SEEDS = (436, 641)
+
+
+def test_a_leader_whose_log_start_passed_a_producer_may_write_its_retry_again() -> None:
+    for seed in FORGOTTEN_PRODUCER_TXN_SEEDS:
+        r = run_seed(seed, transactions=True)
+        assert r.stats["forgotten_recommits"] > 0, f"seed {seed} no longer commits a forgotten producer's retry: pick another"
+        assert r.ok, f"seed {seed}: " + "; ".join(str(v) for v in r.violations[:3])
+
+
 def _catching(invariants: tuple[str, ...], start: int, want: int = 2, limit: int = 40, **kw) -> list[int]:
     """The first ``want`` seeds from ``start`` (at most ``limit`` tried) whose run violates
     one of ``invariants``. A planted bug must be found within a few seeds; starting from a
