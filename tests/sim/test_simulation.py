@@ -108,6 +108,16 @@ def test_a_leader_whose_log_start_passed_a_producer_may_write_its_retry_again() 
         assert r.ok, f"seed {seed}: " + "; ".join(str(v) for v in r.violations[:3])
 
 
+# Seed 383 with transactions: the producer's first batch (seq 0, of 5 in flight) was written
+# and its answer lost; a late write under its identity (seq 5) landed after seqs 1-4, so the
+# leader's window of the producer's last 5 batches no longer held seq 0 and its retry was
+# refused OUT_OF_ORDER_SEQUENCE_NUMBER (as Kafka would): not a lost acknowledged batch.
+def test_a_late_write_may_push_a_retry_out_of_the_dedup_window() -> None:
+    r = run_seed(383, transactions=True)
+    assert r.stats["late_window_stops"] > 0, "seed 383 no longer pushes a retry out of the window: pick another"
+    assert r.ok, "; ".join(str(v) for v in r.violations[:3])
+
+
 def _catching(invariants: tuple[str, ...], start: int, want: int = 2, limit: int = 40, **kw) -> list[int]:
     """The first ``want`` seeds from ``start`` (at most ``limit`` tried) whose run violates
     one of ``invariants``. A planted bug must be found within a few seeds; starting from a
