@@ -118,6 +118,15 @@ def test_a_late_write_may_push_a_retry_out_of_the_dedup_window() -> None:
     assert r.ok, "; ".join(str(v) for v in r.violations[:3])
 
 
+# Seed 599 with transactions: a zombie instance's produce was answered INVALID_PRODUCER_EPOCH
+# (abortable, KIP-588) while its AddOffsetsToTxn was in flight; that answer (CONCURRENT_TRANSACTIONS)
+# scheduled a retry which, finding the transaction no longer IN_TRANSACTION, returned without
+# ending it: the app sat in ABORTABLE_ERROR with nothing in flight. It aborts now (and is fenced).
+def test_an_abortable_error_during_add_offsets_still_ends_the_transaction() -> None:
+    r = run_seed(599, transactions=True)
+    assert r.ok, "; ".join(str(v) for v in r.violations[:3])
+
+
 def _catching(invariants: tuple[str, ...], start: int, want: int = 2, limit: int = 40, **kw) -> list[int]:
     """The first ``want`` seeds from ``start`` (at most ``limit`` tried) whose run violates
     one of ``invariants``. A planted bug must be found within a few seeds; starting from a
