@@ -191,7 +191,8 @@ def test_planted_consumer_keeping_aborted_batches_is_caught(monkeypatch: pytest.
 
 def test_transactional_offset_commits_commit_abort_and_survive_coordinator_crashes() -> None:
     """Groups runs with --transactions carry a transactional offset committer (txn_groups.py)."""
-    stats = [run_seed(s, kind="groups", transactions=True).stats for s in (1, 5, 9)]
+    # seeds 1, 5, 13 (9 ends no transaction with an abort since the seeds 383/599 harness fixes moved its schedule)
+    stats = [run_seed(s, kind="groups", transactions=True).stats for s in (1, 5, 13)]
     assert all(st["txg_commits"] > 0 and st["txg_aborts"] > 0 and st["txg_crashes"] > 0 for st in stats), stats
     assert sum(st["txg_unstable"] for st in stats) > 0, stats
     assert sum(st["txg_expired"] for st in stats) > 0, stats  # idle producers' [5] records expire
