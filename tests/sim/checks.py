@@ -33,7 +33,8 @@ Issue 32's invariants, checked after every event too:
   within ``replica.lag.time.max.ms`` plus the controller's session timeout;
 * **5** (also during the run) an idempotent producer's record committed with the promise is
   never committed again at another offset: a retried batch written twice, compaction
-  included.
+  included -- unless the leader writing it again has its log start past every record of
+  that producer committed before (Kafka rebuilds dedup state only from the log start on).
 
 Checked once the healed system is quiet: **1** every record acknowledged with acks=all
 while the promise held is in the final leader's log at its offset; **2** replicas agree
@@ -102,6 +103,7 @@ class History:
         self.controller_epoch = -1
         self.epoch_checks = 0
         self.sim_producer_ids: set[int] = set()  # ids of the simulation's idempotent producers
+        self.late_window_stops = 0  # producers whose retry a late write pushed out of the dedup window
         self.coordinator_epochs: dict[tuple[int, int], str] = {}  # (producer id, epoch) -> incarnation
         self.configs = ConfigHistory(self, sim.scenario.broker_config)
 

@@ -103,6 +103,8 @@ class EventLoop:
             "store_failures": self.store.failures,
             "power_losses": sum(m.power_losses for m in self.machines.values()),
             "unclean_elections": sum(len(p.unclean_at) for p in h.parts.values()),
+            "forgotten_recommits": sum(p.forgotten_recommits for p in h.parts.values()),
+            "late_window_stops": h.late_window_stops,
         }
         if self.scenario.txn_producers:
             ledger = self.txn_ledger

@@ -77,6 +77,8 @@ class PartitionHistory:
         self.compacted = spec.compact
         self.keys: dict[tuple[int, int], bytes] = {}  # (producer id, sequence) -> key
         self.first_commit: dict[tuple[int, int], tuple[int, int, int, bool]] = {}  # -> (offset, ms, epoch, strong)
+        self.producer_last: dict[int, int] = {}  # producer id -> the highest offset a record of it committed at
+        self.forgotten_recommits = 0  # records committed again by a leader that could not know them (invariant 5)
         self.deleted_floor = 0  # below an acknowledged DeleteRecords
         self.deleted_at = -1
         self.log_starts: dict[int, int] = {}  # broker -> its log start, as last seen
@@ -131,10 +133,18 @@ class PartitionHistory:
 
     def on_commit_records(self, h: Any, broker: int, epoch: int, strong: bool, ours: set[int], now: int) -> None:
         """Invariant 5 as records commit: an idempotent producer's record committed with the
-        promise is never committed again at another offset."""
+        promise is never committed again at another offset -- unless the leader committing it
+        again has its log start above every record of that producer committed before. Kafka
+        rebuilds a producer's dedup state only from batches at or above the log start: a
+        replica that began at its leader's log start (retention, DeleteRecords) never saw
+        them, and one restarted with no producer snapshot past the log start forgets them;
+        elected, it takes a retry of the producer's first batch (sequence 0, unknown
+        producer) as new (KIP-360 keeps the producer only where its state survives)."""
         pid = h.producer_id
         if pid not in ours or h.base_sequence < 0:
             return
+        forgotten = self.producer_last.get(pid, -1) < self.log_starts.get(broker, 0)
+        self.producer_last[pid] = max(self.producer_last.get(pid, -1), h.base_offset + h.record_count - 1)
         first = self.first_commit
         for i in range(h.record_count):
             key = (pid, h.base_sequence + i)
@@ -143,13 +153,15 @@ class PartitionHistory:
             if prev is None:
                 first[key] = (offset, now, epoch, strong)
             elif prev[0] != offset:
-                if prev[3] and not self.voided(prev[1], prev[2]) and epoch >= self.unclean_epoch:
+                if prev[3] and not self.voided(prev[1], prev[2]) and epoch >= self.unclean_epoch and not forgotten:
                     self.fail(
                         "5",
                         now,
                         f"record {pid}:{key[1]} was committed at offset {prev[0]} (epoch {prev[2]}, {prev[1]} ms) and again at offset "
                         f"{offset} by leader {broker} (epoch {epoch}): a duplicate{' (compacted topic)' if self.compacted else ''}",
                     )
+                elif forgotten:
+                    self.forgotten_recommits += 1
                 first[key] = (offset, now, epoch, strong)
             elif strong and not prev[3]:
                 first[key] = (offset, prev[1], prev[2], True)

@@ -61,6 +61,7 @@ class Producer(Client, LeaderDiscovery):
         self._retry_at = 0
         self._first_unacked = 0  # batches before it are all acknowledged
         self._in_flight = 0
+        self.foreign_seqs: set[int] = set()  # sequences another writer sent under our identity (txn_verify.LateWriter)
         self._init_metadata(spec.name, partition)
 
     def start(self) -> None:
@@ -168,6 +169,14 @@ class Producer(Client, LeaderDiscovery):
             # forgot us (Kafka answers UNKNOWN_PRODUCER_ID; a producer then starts over
             # with a new epoch, KIP-360). This one stops here instead.
             self.fatal = f"{self.name}: every batch it wrote is below broker {broker}'s log start; it stops (Kafka: UNKNOWN_PRODUCER_ID)"
+            self.sim.trace(self.fatal)
+            return
+        if self.idempotent and code == E.OUT_OF_ORDER_SEQUENCE_NUMBER and predecessors_acked and any(s > b.seq for s in self.foreign_seqs):
+            # A late write under our identity added a batch after this one: with our own
+            # max_in_flight it may push this one out of the leader's window of the producer's
+            # last 5 batches (Kafka's too), and the retry is then behind, not a duplicate.
+            self.fatal = f"{self.name}: leader {broker} answered OUT_OF_ORDER_SEQUENCE_NUMBER for seq {b.seq}, out of its window after a late write; it stops"
+            self.sim.history.late_window_stops += 1
             self.sim.trace(self.fatal)
             return
         if self.idempotent and code == E.OUT_OF_ORDER_SEQUENCE_NUMBER and predecessors_acked:

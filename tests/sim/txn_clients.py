@@ -256,7 +256,10 @@ class TxnApp(Client):
         self._add_partitions()
 
     def _add_offsets(self) -> None:
-        if self.stopped is not None or self.tm.state is not TransactionState.IN_TRANSACTION:
+        if self.stopped is not None:
+            return
+        if self.tm.state is not TransactionState.IN_TRANSACTION:
+            self._decide(False)  # an error meanwhile (a retry's wait): only an abort is left
             return
         self.offsets_state = "adding"
         self._tx_call(self.tm.add_offsets_request(self.slot.group), AddOffsetsToTxnResponse, self._offsets_added)
@@ -272,8 +275,10 @@ class TxnApp(Client):
         self._commit_offsets()
 
     def _commit_offsets(self) -> None:
-        if self.stopped is not None or self.tm.state is not TransactionState.IN_TRANSACTION:
-            self._maybe_end()
+        if self.stopped is not None:
+            return
+        if self.tm.state is not TransactionState.IN_TRANSACTION:
+            self._decide(False)
             return
         self.offsets_state = "committing"
         topics = {IN_TOPIC: {p: OffsetCommitPartition(o) for p, o in self.offsets.items()}}

@@ -131,6 +131,7 @@ class LateWriter(Client):
         )
         req = ProduceRequest(p.topic, p.partition, data, acks=-1, timeout_ms=cfg.produce_timeout_ms, current_leader_epoch=p.leader_epoch, transactional_id=p.transactional_id)
         self.sim.trace(f"{self.name} late write of {p.name}'s transaction {self.txn} (seq {seq})")
+        p.foreign_seqs.add(seq)
         self.call(p.leader_name(), req, ProduceResponse, self._done, cfg.produce_timeout_ms + cfg.call_timeout_ms)
 
     def _done(self, response: Any, kind: str) -> None:
