@@ -458,9 +458,7 @@ class TransactionalWrite:
     def complete(self, decision: Decision, *, prepared_here: bool = False) -> None:
         """Steps 2-3 of a recorded decision: commit its transactions (each until its markers
         are written), then abort the prefix's others. ``prepared_here``: the caller prepared
-        every transaction of the decision and has seen it prepared (no look-up of its state).
-        (Overlapping the two, or a streaming batch's steps with its tasks, measured slower
-        on 2 cores: they take CPU from the work on the critical path.)"""
+        every transaction of the decision and has seen it prepared (no look-up of its state)."""
         state = "Ongoing" if prepared_here else None
         self._parallel(functools.partial(self._commit_one, state=state), list(decision.tasks))
         self.abort_open(keep=(t.transactional_id for t in decision.tasks))

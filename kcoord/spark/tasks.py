@@ -107,6 +107,8 @@ class ClusterRef:
 
 _clients: dict[tuple[str, str], ClusterClient] = {}
 _clients_lock = threading.Lock()
+
+
 def drop_jars_from_sys_path() -> None:
     """Take ``.jar`` files off ``sys.path`` of this (Spark Python worker) process, and the
     zipimport finders cached for them and for directories inside them.

@@ -16,6 +16,8 @@ from kcoord.client.types import TopicPartition
 from kcoord.protocol.errors import ErrorCode
 from kcoord.protocol.txn import AddPartitionsToTxnResponse, TxnInitProducerIdResponse
 
+from waiting import wait_until
+
 
 def in_txn() -> TransactionManager:
     m = TransactionManager("etl-1", 60_000)
@@ -221,8 +223,6 @@ def test_a_send_waiting_for_buffer_memory_when_the_commit_begins_is_refused():
     transaction whose commit already snapshotted its batches."""
     import threading
 
-    import pytest
-
     from kcoord.client.errors import IllegalStateError
 
     p, m, loop = _txn_producer(batch_size=1000, buffer_memory=1000)
@@ -241,10 +241,7 @@ def test_a_send_waiting_for_buffer_memory_when_the_commit_begins_is_refused():
 
         th = threading.Thread(target=blocked_send)
         th.start()
-        deadline = time.monotonic() + 5
-        while not acc.memory_waiters:
-            assert time.monotonic() < deadline
-            time.sleep(0.001)
+        wait_until(lambda: acc.memory_waiters, timeout=5, interval=0.001, what="the send() to wait for buffer memory")
         m.begin_commit()
         batches = acc.begin_flush()  # the commit's flush: its snapshot of what to wait for
         for b in batches:  # delivered: memory frees, the waiting send() wakes

@@ -260,10 +260,9 @@ class RecordAccumulator:
                 raise RuntimeError("send_batch() on a closed producer")
             if not self.gate.appends_open:
                 self.gate.refuse_append()
-            if self.on_new_batch is not None:
-                for p in sorted(by_partition):
-                    self.on_new_batch(t.name, p)
             for p in sorted(by_partition):
+                if self.on_new_batch is not None:
+                    self.on_new_batch(t.name, p)
                 ps = t.partitions[p]
                 self._seal_open_locked(t, ps)
                 ps.ready.extend(by_partition[p])
