@@ -35,9 +35,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable
 
 import msgpack
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
-from ..client.producer.partitioner import partition_for_key
+from ..client.producer.partitioner import murmur2_many, partition_for_key
 from ..client.types import TopicPartition
 from ..protocol.errors import ErrorCode, KafkaError
 from ..txn_write import STATE_ONLY, PreparedTask, prepare_task, stable_ends
@@ -119,7 +121,20 @@ def decode_state(data: bytes) -> Any:
 
 def partitions_of(keys: Any, partitions: int) -> list[int]:
     """The changelog partition of every key in ``keys`` (an iterable, e.g. a pandas Series)."""
-    return [partition_for_key(encode_key(k), partitions) for k in keys]
+    return [(h & 0x7FFFFFFF) % partitions for h in murmur2_many([encode_key(k) for k in keys])]
+
+
+def _column_partitions(column: pa.Array | pa.ChunkedArray, partitions: int) -> pa.Array:
+    """:func:`partitions_of` a column, hashing each distinct key once (a batch repeats its
+    keys; the per-row work is one numpy gather)."""
+    if isinstance(column, pa.ChunkedArray):
+        column = column.combine_chunks()
+    try:
+        encoded = pc.dictionary_encode(column, null_encoding="encode")
+    except pa.ArrowNotImplementedError:  # nested key types: row by row
+        return pa.array(partitions_of(column.to_pylist(), partitions), pa.int32())
+    distinct = np.array(partitions_of(encoded.dictionary.to_pylist(), partitions), dtype=np.int32)
+    return pa.array(distinct[encoded.indices.to_numpy(zero_copy_only=False)], pa.int32())
 
 
 def with_partitions(batch: pa.RecordBatch | pa.Table, key: str, partitions: int) -> pa.RecordBatch | pa.Table:
@@ -127,7 +142,7 @@ def with_partitions(batch: pa.RecordBatch | pa.Table, key: str, partitions: int)
     shuffle on it, so that one task holds every row of a changelog partition)."""
     if key not in batch.schema.names:
         raise KeyError(f"state_key={key!r}: the rows have no column {key!r}; their columns are {batch.schema.names}")
-    column = pa.array(partitions_of(batch.column(key).to_pylist(), partitions), pa.int32())
+    column = _column_partitions(batch.column(key), partitions)
     if isinstance(batch, pa.Table):
         return batch.append_column(PARTITION_COLUMN, column)
     return pa.RecordBatch.from_arrays(list(batch.columns) + [column], names=list(batch.schema.names) + [PARTITION_COLUMN])

@@ -58,6 +58,25 @@ def test_a_keys_partition_is_the_producers_partitioner_on_its_encoding():
         S.with_partitions(batch, "user", 7)
 
 
+@pytest.mark.parametrize("column", [
+    pa.array([b"a", None, b"b", b"a", b""] * 40 + [f"k{i}".encode() for i in range(300)]),
+    pa.array(["x", None, "y", "x"] * 30 + [str(i) for i in range(100)]),
+    pa.array([5, None, -3, 5, 2**40] * 20),
+    pa.array([1.5, float("nan"), None, 1.5]),
+    pa.array([[1, 2], None, [1, 2], []]),  # no dictionary encoding for lists: row by row
+    pa.chunked_array([[b"a", b"b"], [b"a", None]]),
+], ids=["binary", "string", "int", "float", "list", "chunked"])
+def test_a_columns_partitions_are_each_rows_keys_partition(column):
+    # hashed once per distinct key, the same partitions as key by key
+    keys = column.to_pylist()
+    want = [partition_for_key(S.encode_key(k), 7) for k in keys]
+    table = pa.table({"key": column, "value": pa.array([b"v"] * len(keys))})
+    assert S.with_partitions(table, "key", 7).column(S.PARTITION_COLUMN).to_pylist() == want
+    if not isinstance(column, pa.ChunkedArray):
+        batch = pa.RecordBatch.from_arrays([column], names=["key"])
+        assert S.with_partitions(batch, "key", 7).column(S.PARTITION_COLUMN).to_pylist() == want
+
+
 def test_updates_see_each_keys_rows_in_input_order_and_their_previous_state():
     seen = {}
 
