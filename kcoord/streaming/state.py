@@ -31,6 +31,7 @@ from __future__ import annotations
 import math
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable
 
@@ -348,11 +349,15 @@ def update_partition(
     table, changed = apply_updates(spec, partition, rows, states, sink_columns)
 
     def write(producer: Any) -> dict[int, list[int]]:
-        stats = produce(producer, table) if table is not None and table.num_rows else {}
-        if changed:
-            producer.send_batch(spec.topic, keys=list(changed), values=list(changed.values()), partition=partition)
-            if not stats:
-                stats = {STATE_ONLY: [0, 0, 0]}
+        # the state goes out on a side thread while the output is written: both are in
+        # flight together (one round of replication, not two)
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="kcoord-state") as side:
+            state_write = side.submit(producer.send_batch, spec.topic, keys=list(changed), values=list(changed.values()), partition=partition) if changed else None
+            stats = produce(producer, table) if table is not None and table.num_rows else {}
+            if state_write is not None:
+                state_write.result()
+        if changed and not stats:
+            stats = {STATE_ONLY: [0, 0, 0]}
         return stats
 
     prepared, stats = prepare_task(client, transactional_id, partition, write, linger_ms=0)

@@ -201,3 +201,35 @@ def test_stable_ends_wait_for_an_open_transaction_to_be_decided(kcluster, topic_
         assert waited.value.code == ErrorCode.REQUEST_TIMED_OUT and "stayed at 1, below 2" in str(waited.value)
         txn.commit_transaction()
     assert stable_ends(kcluster, [tp], timeout_s=30)[tp] >= 2  # past the record (and its marker, once replicated)
+
+
+def test_a_ray_data_query_keeps_exact_state_per_key_across_batches_and_a_restart(kcluster, ray_session):
+    # the state path on Ray Data: shuffle by changelog partition, one prepared transaction
+    # per changelog partition with rows, restored from the changelog by a new query
+    t = _helpers()
+    src, out = t.new_topic(kcluster, "rds-in", 2), t.new_topic(kcluster, "rds-out", 2)
+    group = f"g-{src}"
+    inputs = t.produce(kcluster, src, 0, 50, keys=4)
+    options = dict(group_id=group, update_state=t.counting(), state_key="key", sink=out, trigger_interval_ms=100, starting_offsets="earliest")
+    q = krd.stream(kcluster, src, max_records_per_trigger=25, **options)
+    try:
+        q.processAllAvailable(timeout_s=180)
+        ops = [p["stateOperators"] for p in q.recentProgress if p["numInputRows"]]
+        assert len(ops) >= 2 and [(o[0]["numRowsTotal"], o[0]["numRowsUpdated"]) for o in ops] == [(4, 4)] * len(ops)
+    finally:
+        q.stop()
+    assert q.exception() is None
+    t.check_counts(kcluster, out, inputs)
+    assert t.changelog_state(kcluster, group, 2) == {f"k{i}".encode(): 50 // 4 + (i < 50 % 4) for i in range(4)}
+
+    inputs += t.produce(kcluster, src, 50, 30, keys=4)
+    q2 = krd.stream(kcluster, src, **options)
+    try:
+        q2.processAllAvailable(timeout_s=180)
+    finally:
+        q2.stop()
+    assert q2.exception() is None
+    t.check_counts(kcluster, out, inputs)
+    ends = Admin(kcluster).list_offsets(src, "latest")
+    assert {p: o for p, (o, _) in t.group_offsets(kcluster, group)[src].items()} == dict(ends)
+    assert t.changelog_state(kcluster, group, 2) == {f"k{i}".encode(): 80 // 4 for i in range(4)}
