@@ -10,7 +10,7 @@
   topic from ``earliest`` until caught up (``processAllAvailable``), against the same work
   as one batch job: ``ks.read`` + the same transform + ``ks.write(...,
   transactional_id=...)``. The two cases alternate; output topics are created before the
-  timing. ``stream`` includes the query's start (fencing older copies, joining the group:
+  timing, one per case (each repeat appends to it). ``stream`` includes the query's start (fencing older copies, joining the group:
   ``start_s``); ``rows_per_s_in_batches`` leaves it out. ``stateful_stream``: a stateful
   query over the same records (``update_state``: a running count per key, 100 keys; the
   changelog and the shuffle by its partition); its changelog topic is created before the
@@ -136,24 +136,24 @@ def main() -> None:
                 k = min(10_000, n - start)
                 p.send_batch(source, values=[str(i).rjust(VALUE, "x").encode() for i in range(start, start + k)], keys=[f"k{i % 100}".encode() for i in range(start, start + k)])
 
-        # Output topics are created before the timed runs (a create waits for 9 replicas' leaders).
-        spare: list[str] = []
+        # One output topic per case, created before the timed runs (a create waits for 9
+        # replicas' leaders) and written by each repeat: every replica is a Ray actor's
+        # process, and a topic per run made ~130 of them on 2 cores.
+        outs: dict[str, str] = {}
         create_s: list[float] = []
 
-        def out_topic() -> str:
-            return spare.pop() if spare else new_topic("out")
-
-        def make_out_topics(k: int) -> None:
-            for _ in range(k):
-                create_s.append(timed(lambda: spare.append(new_topic("out"))))
+        def out_topic(case: str) -> str:
+            if case not in outs:
+                create_s.append(timed(lambda: outs.__setitem__(case, new_topic("out"))))
+            return outs[case]
 
         def batch_job() -> None:
-            ks.write(upper(ks.read(spark, cluster, source)), cluster, out_topic(), key_col="key", value_col="value", transactional_id=f"b-{uuid.uuid4().hex[:8]}")
+            ks.write(upper(ks.read(spark, cluster, source)), cluster, out_topic("batch"), key_col="key", value_col="value", transactional_id=f"b-{uuid.uuid4().hex[:8]}")
 
         trigger_ms: list[list[int]] = []
 
         def stream_job() -> None:
-            q = ks.stream(spark, cluster, source, group_id=f"g-{uuid.uuid4().hex[:8]}", transform=upper, sink=out_topic(), trigger_interval_ms=0,
+            q = ks.stream(spark, cluster, source, group_id=f"g-{uuid.uuid4().hex[:8]}", transform=upper, sink=out_topic("stream"), trigger_interval_ms=0,
                           starting_offsets="earliest", max_records_per_trigger=args.max_records_per_trigger)
             try:
                 q.processAllAvailable(timeout_s=1800)
@@ -184,7 +184,7 @@ def main() -> None:
 
         def stateful_job() -> None:
             # a running count per key (100 keys): the changelog and the shuffle by its partition
-            q = ks.stream(spark, cluster, source, group_id=stateful_names.pop(), update_state=running_count, state_key="key", sink=out_topic(),
+            q = ks.stream(spark, cluster, source, group_id=stateful_names.pop(), update_state=running_count, state_key="key", sink=out_topic("stateful"),
                           trigger_interval_ms=0, starting_offsets="earliest", max_records_per_trigger=args.max_records_per_trigger)
             try:
                 q.processAllAvailable(timeout_s=1800)
@@ -195,13 +195,13 @@ def main() -> None:
                 q.stop()
 
         # Untimed warm-up (JIT, Python workers, the decision topic, the Ray Data path).
-        make_out_topics(1)
         batch_job()
         if "spark_read" not in skip:
             noop(ray.data.from_spark(ks.read(spark, cluster, source).select("key", "value").limit(max(1, n // 5))).materialize().to_spark(spark))
 
         if "throughput" not in skip:
-            make_out_topics(3 * repeats)
+            for case in ("stream", "stateful"):
+                out_topic(case)
             make_changelogs(repeats)
             results["create_topic_s"] = round(statistics.median(create_s), 2)
             results["load_average_before_throughput"] = load()
