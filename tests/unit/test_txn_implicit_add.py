@@ -254,3 +254,19 @@ def test_before_send_lets_a_batch_go_at_once_with_implicit_adds():
     assert m.maybe_started
     m.begin_abort()
     assert isinstance(asyncio.run(txns.before_send(TopicPartition("out", 1), 0.0)), TransactionAbortedError)
+
+
+def test_a_producers_later_batches_wait_while_its_first_is_being_added():
+    """The producer pipelines a transaction's batches; its first waits for the coordinator
+    (held while the previous transaction's markers are written, possibly longer than the
+    out-of-order wait): the later ones stay parked until it lands, then follow it."""
+    r = leader()
+    _, verify = send(r, txn(0))
+    resp, again = send(r, txn(1))
+    assert resp is None and again is None, "parked behind sequence 0"
+    wait = ReplicationConfig().out_of_order_wait_ms
+    for now in (wait, 2 * wait, 5 * wait):
+        assert not replies(r.tick(now)), "no OUT_OF_ORDER_SEQUENCE_NUMBER while sequence 0 is being added"
+    got, _ = answer(r, verify)
+    assert got.error_code == 0
+    assert r.log.log_end_offset == 2, "sequence 1 followed sequence 0"

@@ -206,7 +206,14 @@ class ProducePath:
         """Parked batches whose wait ended are appended as they are."""
         if not self.parked:
             return
+        # a producer whose earlier batch waits for its coordinator (an implicit add may be
+        # held while the previous transaction's markers are written): its batches wait on
+        asking = {v.header.producer_id for v in self.verifying.values()}
         for producer_id in sorted(self.parked):
+            if producer_id in asking:
+                for b in self.parked[producer_id]:
+                    b.deadline_ms = max(b.deadline_ms, now_ms + self.state.config.out_of_order_wait_ms)
+                continue
             for b in [b for b in self.parked.get(producer_id, []) if b.deadline_ms <= now_ms]:
                 # The gap never filled: the append now answers what the log says
                 # (OUT_OF_ORDER_SEQUENCE_NUMBER), and the producer resends.
