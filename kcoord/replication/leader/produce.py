@@ -72,10 +72,10 @@ class ProducePath:
         else:
             self._append(req, h, token, now_ms)  # the hot path: no transaction to verify
 
-    def _admit(self, req: ProduceRequest, h: record.BatchHeader | None, token: Any, now_ms: int, round: int = 1) -> None:
+    def _admit(self, req: ProduceRequest, h: record.BatchHeader | None, token: Any, now_ms: int, attempt: int = 1) -> None:
         """Append the batch, or first verify it with its transaction coordinator when it
-        would start a transaction (KIP-890; ``round``: the how-many-th ask for this batch,
-        :func:`.txn_verification.ask_again`); the append then needs the guard taken here."""
+        would start a transaction (KIP-890; ``attempt``: the how-many-th ask for this batch,
+        :func:`.txn_verification.guard_dropped`); the append then needs the guard taken here."""
         if h is None or not h.attributes & record.TRANSACTIONAL_BIT or not self.state.config.transaction_partition_verification:
             self._append(req, h, token, now_ms)
             return
@@ -90,7 +90,7 @@ class ProducePath:
             msg = f"producer {h.producer_id}: a transactional batch that would start a transaction in {st.name} needs the request's transactional_id (to verify it with its coordinator)"
             st.reply(token, ProduceResponse(ErrorCode.INVALID_TXN_STATE, msg, leader_epoch=st.leader_epoch))
             return
-        txn_verification.start(st, req, h, token, self.verifying, round)
+        txn_verification.start(st, req, h, token, self.verifying, attempt)
 
     def on_txn_verified(self, verify_id: int, response: AddPartitionsToTxnResponse | None, now_ms: int) -> None:
         """The coordinator's answer to verification ``verify_id``: append with the guard
@@ -106,8 +106,8 @@ class ProducePath:
             return
         if txn_verification.guard_dropped(st, pending):
             # an implicit add answered after a marker dropped the guard: ask with a fresh one
-            if pending.round < txn_verification.MAX_ROUNDS:
-                self._admit(pending.request, pending.header, pending.token, now_ms, pending.round + 1)
+            if pending.attempt < txn_verification.MAX_ROUNDS:
+                self._admit(pending.request, pending.header, pending.token, now_ms, pending.attempt + 1)
             else:
                 msg = f"producer {pending.header.producer_id}: its state in {st.name} kept changing while the partition was added to its transaction; retry"
                 st.reply(pending.token, ProduceResponse(ErrorCode.NOT_ENOUGH_REPLICAS, msg, leader_epoch=st.leader_epoch))

@@ -67,13 +67,13 @@ class PendingVerification:
     header: record.BatchHeader
     token: Any
     guard: VerificationGuard
-    round: int = 1
+    attempt: int = 1
 
 
-def verification_request(st: ReplicaContext, req: ProduceRequest, h: record.BatchHeader, round: int = 1) -> AddPartitionsToTxnRequest:
-    """The leader's call: an add for an ``implicit_add`` produce's first round (KIP-890 part
+def verification_request(st: ReplicaContext, req: ProduceRequest, h: record.BatchHeader, attempt: int = 1) -> AddPartitionsToTxnRequest:
+    """The leader's call: an add for an ``implicit_add`` produce's first attempt (KIP-890 part
     2), else a verification."""
-    implicit = bool(req.implicit_add) and round == 1
+    implicit = bool(req.implicit_add) and attempt == 1
     return AddPartitionsToTxnRequest(
         transactional_id=req.transactional_id or "",
         producer_id=h.producer_id,
@@ -109,18 +109,18 @@ def verification_error(st: ReplicaContext, pending: PendingVerification, respons
         name = E(code).name
     except ValueError:
         name = str(code)
-    verb = "add" if pending.request.implicit_add and pending.round == 1 else "verify"
+    verb = "add" if pending.request.implicit_add and pending.attempt == 1 else "verify"
     if mapped == E.INVALID_TXN_STATE:
         return mapped, f"{who}: {st.name} is not in its ongoing transaction ({name}; AddPartitionsToTxn comes first)"
     return mapped, f"{who}: unable to {verb} {st.name} in its transaction ({name})"
 
 
-def start(st: ReplicaContext, req: ProduceRequest, h: record.BatchHeader, token: Any, pending: dict[int, PendingVerification], round: int = 1) -> None:
+def start(st: ReplicaContext, req: ProduceRequest, h: record.BatchHeader, token: Any, pending: dict[int, PendingVerification], attempt: int = 1) -> None:
     """Take the producer's guard and ask its coordinator (the answer comes to the leader's
     ``on_txn_verified``)."""
     guard = st.log.producer_state.start_verification(h.producer_id, h.producer_epoch)
     st.last_verify_id += 1
-    pending[st.last_verify_id] = PendingVerification(req, h, token, guard, round)
-    key = "txn_implicit_adds" if req.implicit_add and round == 1 else "txn_verifications"
+    pending[st.last_verify_id] = PendingVerification(req, h, token, guard, attempt)
+    key = "txn_implicit_adds" if req.implicit_add and attempt == 1 else "txn_verifications"
     st.metrics[key] = st.metrics.get(key, 0) + 1
-    st.emit(VerifyTxn(st.last_verify_id, verification_request(st, req, h, round)))
+    st.emit(VerifyTxn(st.last_verify_id, verification_request(st, req, h, attempt)))
