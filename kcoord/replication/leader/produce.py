@@ -206,9 +206,9 @@ class ProducePath:
         """Parked batches whose wait ended are appended as they are."""
         if not self.parked:
             return
-        # a producer whose earlier batch waits for its coordinator (an implicit add may be
-        # held while the previous transaction's markers are written): its batches wait on
-        asking = {v.header.producer_id for v in self.verifying.values()}
+        # a producer whose earlier batch is being added by its coordinator (an implicit add
+        # may be held while the previous transaction's markers are written): its batches wait on
+        asking = {v.header.producer_id for v in self.verifying.values() if v.request.implicit_add}
         for producer_id in sorted(self.parked):
             if producer_id in asking:
                 for b in self.parked[producer_id]:
