@@ -143,6 +143,18 @@ def test_an_implicit_add_produce_asks_the_coordinator_to_add_then_appends():
     assert r.metrics["txn_implicit_adds"] == 1
 
 
+def test_an_implicit_add_is_made_with_verification_turned_off():
+    # the producer sends no AddPartitionsToTxn of its own: without the leader's add the
+    # coordinator would never know the partition (its marker never written, the LSO stuck)
+    r = make_replica(0, ReplicationConfig(min_insync_replicas=1, transaction_partition_verification=False))
+    assert leader_and_isr(r, lai(0, 1, (0,), replicas=(0,)), 0)[0].error_code == 0
+    resp, verify = send(r, txn(0))
+    assert resp is None and verify is not None and verify.request.implicit
+    assert answer(r, verify)[0].error_code == 0 and r.log.log_end_offset == 1
+    _, verify = send(r, txn(0, pid=PID + 1), implicit_add=False)  # a wire producer: appended unasked
+    assert verify is None and r.log.log_end_offset == 2
+
+
 def test_a_wire_produce_still_only_verifies():
     r = leader()
     _, verify = send(r, txn(0), implicit_add=False)

@@ -76,7 +76,11 @@ class ProducePath:
         """Append the batch, or first verify it with its transaction coordinator when it
         would start a transaction (KIP-890; ``attempt``: the how-many-th ask for this batch,
         :func:`.txn_verification.guard_dropped`); the append then needs the guard taken here."""
-        if h is None or not h.attributes & record.TRANSACTIONAL_BIT or not self.state.config.transaction_partition_verification:
+        if h is None or not h.attributes & record.TRANSACTIONAL_BIT:
+            self._append(req, h, token, now_ms)
+            return
+        if not self.state.config.transaction_partition_verification and not req.implicit_add:
+            # verification off; an implicit add is still made: it is the producer's only add
             self._append(req, h, token, now_ms)
             return
         st = self.state
