@@ -40,6 +40,10 @@ class ProduceRequest(Message):
     # Carried for the leader's KIP-890 check with the transaction coordinator; the
     # transactional bit of each batch is what marks its records transactional.
     transactional_id: str | None = None
+    # KIP-890 part 2 (kcoord's own producer only): the producer sends no AddPartitionsToTxn
+    # for its produce partitions; the leader's call to the coordinator adds this partition to
+    # the transaction instead of only verifying it. Wire clients leave it False.
+    implicit_add: bool = False
 
 
 @register

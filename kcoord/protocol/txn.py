@@ -10,7 +10,8 @@ Served by transaction coordinator ``coordinator_for(transactional_id, N)``
   (:class:`kcoord.protocol.controller.InitProducerIdRequest`: fresh ids for idempotent
   producers, kept ids for coordinators) and gives the transactional one private key 1022, so
   the two never share a registry slot and a message can never reach the wrong actor unnoticed.
-* :class:`AddPartitionsToTxnRequest` (24; ``verify_only`` for a leader's KIP-890 check),
+* :class:`AddPartitionsToTxnRequest` (24; ``verify_only`` for a leader's KIP-890 check,
+  ``implicit`` for a leader's add on behalf of kcoord's producer, KIP-890 part 2),
   :class:`AddOffsetsToTxnRequest` (25), :class:`EndTxnRequest` (26),
   :class:`DescribeTransactionsRequest` (65), :class:`ListTransactionsRequest` (66).
 
@@ -108,7 +109,9 @@ class AddPartitionsToTxnRequest(Message):
     """Add partitions to the producer's ongoing transaction (starting one). ``verify_only``
     (KIP-890 part 1, from a partition leader before a transaction's first write lands): only
     answer whether each partition is in the producer's ongoing transaction at that epoch;
-    nothing is written."""
+    nothing is written. ``implicit`` (KIP-890 part 2, from a partition leader on behalf of a
+    producer that sends no AddPartitionsToTxn for its produce partitions): add them as the
+    producer's own request would; the leader appends once answered NONE."""
 
     API_KEY: ClassVar[int] = 24
     VERSION: ClassVar[int] = 1
@@ -118,6 +121,7 @@ class AddPartitionsToTxnRequest(Message):
     topics: dict[str, list[int]] = field(default_factory=dict)
     verify_only: bool = False
     wire_version: int = LATEST
+    implicit: bool = False
 
 
 @register

@@ -65,7 +65,8 @@ class ReplicationConfig:
     log_cleaner_backoff_ms: int = 15_000  # log.cleaner.backoff.ms
     # transaction.partition.verification.enable (Kafka's broker config, KIP-890): a
     # transactional batch that would start a transaction is appended only after the
-    # transaction coordinator confirmed the partition is in it. Off only for a cluster
+    # transaction coordinator confirmed the partition is in it (an implicit add is made even
+    # when off: it is the producer's only add). Off only for a cluster
     # whose transactional writers have no coordinator (tools, tests of the log alone).
     transaction_partition_verification: bool = True
 

@@ -48,6 +48,8 @@ class TxnCoordinatorStats:
     holds_expired: int = 0
     # held adds served in the same append as the COMPLETE_* record they waited for
     adds_with_completion: int = 0
+    # AddPartitionsToTxn from partition leaders on behalf of producers (KIP-890 part 2)
+    implicit_adds: int = 0
     producer_id_blocks: int = 0
 
 

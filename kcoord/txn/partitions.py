@@ -16,6 +16,14 @@ nothing: NONE for each partition in the producer's ongoing transaction at that e
 TRANSACTION_ABORTABLE for one that is not, CONCURRENT_TRANSACTIONS while the transaction is
 being completed. It reads the acknowledged state only: a partition is in it once its
 AddPartitionsToTxn was answered.
+
+``implicit`` (KIP-890 part 2: a leader adding its partition on behalf of kcoord's producer,
+which sends no AddPartitionsToTxn for produce partitions) is a producer's add in every rule:
+the same checks, the same hold while the id is busy, the same write; its NONE lets the
+leader append. It cannot let a late write in: kcoord's producer bumps its epoch at every
+EndTxn, so a batch of an ended transaction carries an epoch that is no longer current
+(PRODUCER_FENCED), and the leader's verification guard still covers a marker landing
+between the answer and the append.
 """
 
 from __future__ import annotations
@@ -86,6 +94,11 @@ class TxnPartitions:
         if not wanted:
             answer(E.INVALID_REQUEST, "no partitions to add")
             return
+        if req.implicit and req.verify_only:
+            answer(E.INVALID_REQUEST, "implicit (a leader's add) and verify_only exclude each other")
+            return
+        if req.implicit and deadline_ms is None:
+            self.ctx.stats.implicit_adds += 1
         if req.verify_only:
             self._verify(req, wanted, answer)
             return

@@ -236,3 +236,43 @@ def test_planted_completion_appended_without_its_add_is_caught(monkeypatch) -> N
     monkeypatch.setattr(persistence.Persistence, "persist", dropping)
     found = _invariants((3, 4))
     assert any("txn-state-log" in inv for inv in found.values()), found
+
+
+def test_leaders_add_the_partitions_of_apps_with_implicit_adds(monkeypatch) -> None:
+    """KIP-890 part 2: the apps with implicit adds (kcoord.Producer's path) send no
+    AddPartitionsToTxn for their produce partitions; the leaders' calls add them, and the runs
+    hold every invariant (txn-hanging, txn-torn, txn-zombie, txn-hold-none...)."""
+    from . import txn_clients
+
+    monkeypatch.setattr(txn_clients, "IMPLICIT_ADDS", True)
+    results = [run_seed(s, transactions=True) for s in SEEDS]
+    assert all(r.ok for r in results), [r.report() for r in results if not r.ok][:1]
+    stats = [r.stats for r in results]
+    assert sum(st.get("txa_implicit_adds", 0) for st in stats) >= 8, stats
+    assert sum(st.get("txa_app_commits", 0) for st in stats) >= 8, stats
+
+
+def test_planted_implicit_add_at_a_fenced_epoch_is_caught(monkeypatch) -> None:
+    """A coordinator that takes a leader's implicit add at an epoch older than the id's (the
+    epoch check that makes implicit adds safe, dropped): a zombie's or a late batch is let in
+    under the current transaction (txn-hold-none names it, and what lands may hang or commit
+    a zombie's records)."""
+    from dataclasses import replace as dc_replace
+
+    from kcoord.txn.partitions import TxnPartitions
+
+    from . import txn_clients
+
+    monkeypatch.setattr(txn_clients, "IMPLICIT_ADDS", True)
+    original = TxnPartitions._check
+
+    def lax(self, req):
+        meta = self.ctx.transactions.get(req.transactional_id)
+        v = None if meta is None else meta.value
+        if getattr(req, "implicit", False) and v is not None and v.producer_id == req.producer_id and req.producer_epoch < v.producer_epoch:
+            req = dc_replace(req, producer_epoch=v.producer_epoch)
+        return original(self, req)
+
+    monkeypatch.setattr(TxnPartitions, "_check", lax)
+    found = _invariants(SEEDS + (9,))
+    assert any(inv & {"txn-hold-none", "txn-zombie", "txn-hanging", "txn-torn"} for inv in found.values()), found

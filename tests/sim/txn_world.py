@@ -103,4 +103,5 @@ class TxnWorld:
         out["txa_markers_sent"] = sum(getattr(c.driver, "markers_sent", 0) for c in self.coordinators)
         # held adds appended with the completion they waited for (the live incarnations')
         out["txa_adds_with_completion"] = sum(c.core.stats.adds_with_completion for c in self.coordinators if c.core is not None)
+        out["txa_implicit_adds"] = sum(c.core.stats.implicit_adds for c in self.coordinators if c.core is not None)
         return out

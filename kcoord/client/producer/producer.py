@@ -159,7 +159,8 @@ class Producer:
         if transactional_id is not None:
             check_transactional(transactional_id, producer_id, enable_idempotence, self.acks, acks)
             enable_idempotence = True
-            manager = TransactionManager(transactional_id, transaction_timeout_ms, two_phase=enable_two_phase_commit)
+            # KIP-890 part 2: the partition leaders add produce partitions (no AddPartitionsToTxn)
+            manager = TransactionManager(transactional_id, transaction_timeout_ms, two_phase=enable_two_phase_commit, implicit_adds=True)
         elif enable_two_phase_commit:
             raise ValueError("enable_two_phase_commit needs a transactional_id")
         if producer_id is not None:
@@ -234,9 +235,9 @@ class Producer:
             wake=wakeup.wake,
             metrics=self._metrics,
             # a transactional producer appends inside a transaction only, and a batch opened
-            # at a partition adds it to the transaction
+            # at a partition adds it to the transaction (not with implicit adds: its leader does)
             gate=None if self._txn is None else self._txn.manager,
-            on_new_batch=None if self._txn is None else self._txn.batch_opened,
+            on_new_batch=None if self._txn is None or self._txn.manager.implicit_adds else self._txn.batch_opened,
         )
         self._sender = Sender(
             cluster,

@@ -229,6 +229,8 @@ class Sender:
                 topic, p, batch.data, acks=self.acks, timeout_ms=self.request_timeout_ms, current_leader_epoch=md.leader_epoch,
                 # the leader verifies a transaction's first batch with its coordinator (KIP-890)
                 transactional_id=self.transactions.transactional_id if self.transactions is not None else None,
+                # KIP-890 part 2: the leader adds the partition to the transaction
+                implicit_add=self.transactions is not None and self.transactions.manager.implicit_adds,
             ).encode()
             batch.attempts += 1
             self.metrics["requests"] += 1

@@ -20,7 +20,9 @@ fails inside a transaction makes it abortable, or fatal if the producer was fenc
 
 Every transaction ends with EndTxn ``bump_epoch=True`` (KIP-890 part 2): the coordinator
 answers the identity to continue with (the next epoch, or a new producer id once the epochs
-ran out), so a delayed EndTxn of one transaction can never end the next (KAFKA-17754).
+ran out), so a delayed EndTxn of one transaction can never end the next (KAFKA-17754). With
+``implicit_adds`` (``kcoord.Producer``'s, KIP-890 part 2) no AddPartitionsToTxn is sent for
+produce partitions: each batch's leader adds its partition (a late batch's epoch is fenced).
 
 KIP-360 recovery, as Kafka 4.0's client with transaction version 2: the client never bumps
 its own epoch. After an abortable error that lost sequence state (a batch that failed with
@@ -179,7 +181,7 @@ class TransactionManager:
     caller of the transactional method; one lock (``cond``, over an RLock) guards everything
     but :attr:`appends_open`, which ``send()`` reads without it (see ``__init__``)."""
 
-    def __init__(self, transactional_id: str, transaction_timeout_ms: int, *, two_phase: bool = False) -> None:
+    def __init__(self, transactional_id: str, transaction_timeout_ms: int, *, two_phase: bool = False, implicit_adds: bool = False) -> None:
         if not isinstance(transactional_id, str) or not transactional_id:
             raise ValueError(f"transactional_id must be a non-empty str, got {transactional_id!r}")
         if type(transaction_timeout_ms) is not int or transaction_timeout_ms < 1:
@@ -187,6 +189,7 @@ class TransactionManager:
         self.transactional_id = transactional_id
         self.transaction_timeout_ms = transaction_timeout_ms
         self.two_phase = bool(two_phase)
+        self.implicit_adds = bool(implicit_adds)
         self._lock = threading.RLock()  # reentrant: on_end() completes under it
         self.cond = threading.Condition(self._lock)
         self.state = S.UNINITIALIZED
@@ -331,6 +334,16 @@ class TransactionManager:
         self.registered.add(tp)
         self.new_partitions.add(tp)
 
+    def implicit_add(self, tp: tuple[str, int]) -> bool:
+        """Implicit adds: a batch to ``tp`` goes now and its leader adds ``tp``, so the end
+        needs an EndTxn (``maybe_started``). False when the transaction takes no records now."""
+        with self._lock:
+            if self.state not in (S.IN_TRANSACTION, S.COMMITTING_TRANSACTION):
+                return False
+            self.partitions.add(tp if type(tp) is TopicPartition else TopicPartition(*tp))
+            self.maybe_started = True
+            return True
+
     # -- AddPartitionsToTxn (the sender's) -------------------------------------------------
     def is_added(self, tp: TopicPartition) -> bool:
         with self.cond:
@@ -341,7 +354,7 @@ class TransactionManager:
         batch about to be sent: its ``send()`` may not have registered it yet), moved to
         pending; None when there is none or the transaction cannot take partitions now."""
         with self.cond:
-            if self.state not in (S.IN_TRANSACTION, S.COMMITTING_TRANSACTION):
+            if self.implicit_adds or self.state not in (S.IN_TRANSACTION, S.COMMITTING_TRANSACTION):
                 return None
             if tp is not None and tp not in self.partitions and tp not in self.pending_partitions:
                 self._register(tp)
@@ -473,7 +486,8 @@ class TransactionManager:
             self._raise_if_failed("commit_transaction()" if commit else "abort_transaction()", allow_abortable=not commit)
             if not commit and self.reinit_required:
                 return self._recovery_request()
-            if not (self.started or (not commit and self.maybe_started)):
+            # implicit adds: a commit follows every batch's ack, i.e. its leader's add
+            if not (self.started or (self.maybe_started and (not commit or self.implicit_adds))):
                 return None
             return EndTxnRequest(self.transactional_id, self.producer_id, self.epoch, commit=commit, bump_epoch=True)
 

@@ -1,6 +1,11 @@
 """A transactional producer's requests: the driver of its
 :class:`~.transaction_manager.TransactionManager`.
 
+* With implicit adds (KIP-890 part 2, what ``kcoord.Producer`` runs) there is no
+  AddPartitionsToTxn for produce partitions: :meth:`Transactions.before_send` only records
+  the partition (:meth:`~.transaction_manager.TransactionManager.implicit_add`) and the batch
+  leaves at once, marked ``implicit_add``; its leader adds the partition. What follows about
+  AddPartitionsToTxn is for a manager without implicit adds.
 * :class:`Transactions` runs InitProducerId, AddOffsetsToTxn + TxnOffsetCommit and EndTxn
   for the producer's transactional methods (the caller's thread, through kcoord's calls
   loop), and AddPartitionsToTxn on the sender's loop: as soon as ``send()`` meets a
@@ -219,6 +224,12 @@ class Transactions:
                 return TransactionAbortedError(f"the transaction of transactional_id {self.transactional_id!r} was aborted before the record was sent")
             if state in (S.ABORTABLE_ERROR, S.FATAL_ERROR):
                 return m.last_error
+            if m.implicit_adds:  # KIP-890 part 2: the leader adds tp
+                if m.implicit_add(tp):
+                    return None
+                if m.state in (S.ABORTING_TRANSACTION, S.ABORTABLE_ERROR, S.FATAL_ERROR):
+                    continue  # it moved meanwhile: the checks above say why
+                return IllegalStateError(f"a batch to {tp} outside a transaction of transactional_id {self.transactional_id!r} (state {state.name})")
             if m.is_added(tp):
                 return None
             task = self._adding

@@ -72,10 +72,15 @@ class ProducePath:
         else:
             self._append(req, h, token, now_ms)  # the hot path: no transaction to verify
 
-    def _admit(self, req: ProduceRequest, h: record.BatchHeader | None, token: Any, now_ms: int) -> None:
+    def _admit(self, req: ProduceRequest, h: record.BatchHeader | None, token: Any, now_ms: int, attempt: int = 1) -> None:
         """Append the batch, or first verify it with its transaction coordinator when it
-        would start a transaction (KIP-890); the append then needs the guard taken here."""
-        if h is None or not h.attributes & record.TRANSACTIONAL_BIT or not self.state.config.transaction_partition_verification:
+        would start a transaction (KIP-890; ``attempt``: the how-many-th ask for this batch,
+        :func:`.txn_verification.guard_dropped`); the append then needs the guard taken here."""
+        if h is None or not h.attributes & record.TRANSACTIONAL_BIT:
+            self._append(req, h, token, now_ms)
+            return
+        if not self.state.config.transaction_partition_verification and not req.implicit_add:
+            # verification off; an implicit add is still made: it is the producer's only add
             self._append(req, h, token, now_ms)
             return
         st = self.state
@@ -89,7 +94,7 @@ class ProducePath:
             msg = f"producer {h.producer_id}: a transactional batch that would start a transaction in {st.name} needs the request's transactional_id (to verify it with its coordinator)"
             st.reply(token, ProduceResponse(ErrorCode.INVALID_TXN_STATE, msg, leader_epoch=st.leader_epoch))
             return
-        txn_verification.start(st, req, h, token, self.verifying)
+        txn_verification.start(st, req, h, token, self.verifying, attempt)
 
     def on_txn_verified(self, verify_id: int, response: AddPartitionsToTxnResponse | None, now_ms: int) -> None:
         """The coordinator's answer to verification ``verify_id``: append with the guard
@@ -102,6 +107,14 @@ class ProducePath:
         err = txn_verification.verification_error(st, pending, response)
         if err is not None:
             st.reply(pending.token, ProduceResponse(err[0], err[1], leader_epoch=st.leader_epoch))
+            return
+        if txn_verification.guard_dropped(st, pending):
+            # an implicit add answered after a marker dropped the guard: ask with a fresh one
+            if pending.attempt < txn_verification.MAX_ROUNDS:
+                self._admit(pending.request, pending.header, pending.token, now_ms, pending.attempt + 1)
+            else:
+                msg = f"producer {pending.header.producer_id}: its state in {st.name} kept changing while the partition was added to its transaction; retry"
+                st.reply(pending.token, ProduceResponse(ErrorCode.NOT_ENOUGH_REPLICAS, msg, leader_epoch=st.leader_epoch))
             return
         try:
             self._append(pending.request, pending.header, pending.token, now_ms, pending.guard)
@@ -197,7 +210,14 @@ class ProducePath:
         """Parked batches whose wait ended are appended as they are."""
         if not self.parked:
             return
+        # a producer whose earlier batch is being added by its coordinator (an implicit add
+        # may be held while the previous transaction's markers are written): its batches wait on
+        asking = {v.header.producer_id for v in self.verifying.values() if v.request.implicit_add}
         for producer_id in sorted(self.parked):
+            if producer_id in asking:
+                for b in self.parked[producer_id]:
+                    b.deadline_ms = max(b.deadline_ms, now_ms + self.state.config.out_of_order_wait_ms)
+                continue
             for b in [b for b in self.parked.get(producer_id, []) if b.deadline_ms <= now_ms]:
                 # The gap never filled: the append now answers what the log says
                 # (OUT_OF_ORDER_SEQUENCE_NUMBER), and the producer resends.

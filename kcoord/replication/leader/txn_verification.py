@@ -12,6 +12,16 @@ is yes; the log checks the guard in the same step as the append. A marker in bet
 the guard, so the append is refused INVALID_TXN_STATE: a late write of an ended transaction
 can never open a transaction that no marker will end (a hanging LSO).
 
+KIP-890 part 2: a produce from kcoord's producer with ``implicit_add`` (it sends no
+AddPartitionsToTxn for produce partitions) asks the coordinator to *add* the partition
+(``implicit``) instead of verifying it. The guard rule is unchanged, and it refuses the
+common case: the previous transaction's marker lands here after the guard was taken (the
+coordinator holds the add until that transaction completes, so every marker of it is written
+before the answer). Such a batch is asked about again with a fresh guard, now a plain
+``verify_only`` (the partition is added), up to MAX_ROUNDS times; then the produce hears
+NOT_ENOUGH_REPLICAS and the client retries. Safe because kcoord's producer bumps its epoch at
+every EndTxn: an add or a verification at the epoch of an ended transaction is fenced.
+
 The coordinator's answers become Produce's errors as Kafka's ReplicaManager maps them:
 not in the transaction INVALID_TXN_STATE, a busy, loading or moving coordinator (or none
 reached) NOT_ENOUGH_REPLICAS (retriable for every Produce version, and no metadata refresh),
@@ -47,22 +57,41 @@ PRODUCE_ERROR_FOR_VERIFY: dict[int, int] = {
 }
 
 
+#: asks per implicit-add batch (the add, then verifications after a marker dropped the guard)
+MAX_ROUNDS = 3
+
+
 @dataclass
 class PendingVerification:
     request: ProduceRequest
     header: record.BatchHeader
     token: Any
     guard: VerificationGuard
+    attempt: int = 1
 
 
-def verification_request(st: ReplicaContext, req: ProduceRequest, h: record.BatchHeader) -> AddPartitionsToTxnRequest:
+def verification_request(st: ReplicaContext, req: ProduceRequest, h: record.BatchHeader, attempt: int = 1) -> AddPartitionsToTxnRequest:
+    """The leader's call: an add for an ``implicit_add`` produce's first attempt (KIP-890 part
+    2), else a verification."""
+    implicit = bool(req.implicit_add) and attempt == 1
     return AddPartitionsToTxnRequest(
         transactional_id=req.transactional_id or "",
         producer_id=h.producer_id,
         producer_epoch=h.producer_epoch,
         topics={st.topic: [st.partition]},
-        verify_only=True,
+        verify_only=not implicit,
+        implicit=implicit,
     )
+
+
+def guard_dropped(st: ReplicaContext, pending: PendingVerification) -> bool:
+    """The coordinator said yes to an ``implicit_add`` batch, but its guard is no longer the
+    producer's current one (a marker, most often the previous transaction's, landed
+    meanwhile): the batch is asked about again with a fresh guard (below MAX_ROUNDS), or
+    answered NOT_ENOUGH_REPLICAS. Other batches append and the log refuses them."""
+    if not pending.request.implicit_add:
+        return False
+    return st.log.producer_state.verification_guard(pending.header.producer_id) is not pending.guard
 
 
 def verification_error(st: ReplicaContext, pending: PendingVerification, response: AddPartitionsToTxnResponse | None) -> tuple[int, str] | None:
@@ -80,16 +109,18 @@ def verification_error(st: ReplicaContext, pending: PendingVerification, respons
         name = E(code).name
     except ValueError:
         name = str(code)
+    verb = "add" if pending.request.implicit_add and pending.attempt == 1 else "verify"
     if mapped == E.INVALID_TXN_STATE:
         return mapped, f"{who}: {st.name} is not in its ongoing transaction ({name}; AddPartitionsToTxn comes first)"
-    return mapped, f"{who}: unable to verify {st.name} is in its transaction ({name})"
+    return mapped, f"{who}: unable to {verb} {st.name} in its transaction ({name})"
 
 
-def start(st: ReplicaContext, req: ProduceRequest, h: record.BatchHeader, token: Any, pending: dict[int, PendingVerification]) -> None:
+def start(st: ReplicaContext, req: ProduceRequest, h: record.BatchHeader, token: Any, pending: dict[int, PendingVerification], attempt: int = 1) -> None:
     """Take the producer's guard and ask its coordinator (the answer comes to the leader's
     ``on_txn_verified``)."""
     guard = st.log.producer_state.start_verification(h.producer_id, h.producer_epoch)
     st.last_verify_id += 1
-    pending[st.last_verify_id] = PendingVerification(req, h, token, guard)
-    st.metrics["txn_verifications"] = st.metrics.get("txn_verifications", 0) + 1
-    st.emit(VerifyTxn(st.last_verify_id, verification_request(st, req, h)))
+    pending[st.last_verify_id] = PendingVerification(req, h, token, guard, attempt)
+    key = "txn_implicit_adds" if req.implicit_add and attempt == 1 else "txn_verifications"
+    st.metrics[key] = st.metrics.get(key, 0) + 1
+    st.emit(VerifyTxn(st.last_verify_id, verification_request(st, req, h, attempt)))
