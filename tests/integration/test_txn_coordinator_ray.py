@@ -51,16 +51,12 @@ def call(cluster, request, timeout_s: float = 30.0):
 def call_until_settled(cluster, request, deadline_s: float = 60.0):
     """Retry while the answer is retriable (loading, a restart, a transition in flight) or the
     actor is restarting; the first other answer."""
-    deadline = time.monotonic() + deadline_s
-    while True:
-        try:
-            response = call(cluster, request, timeout_s=10)
-            if response.error_code not in RETRY:
-                return response
-        except (ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError):
-            response = None
-        assert time.monotonic() < deadline, f"{type(request).__name__} still unsettled: {response}"
-        time.sleep(0.1)
+
+    def settled():
+        response = call(cluster, request, timeout_s=10)
+        return response if response.error_code not in RETRY else None
+
+    return wait_until(settled, timeout=deadline_s, interval=0.1, what=f"{type(request).__name__} answered other than {sorted(RETRY)}")
 
 
 def state_of(cluster, tid: str) -> str:
