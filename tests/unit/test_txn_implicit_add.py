@@ -213,7 +213,7 @@ def test_an_add_whose_guard_keeps_being_dropped_is_answered_retriable():
     _, verify = send(r, txn(0, epoch=0))
     assert answer(r, verify)[0].error_code == 0
     _, verify = send(r, txn(0, epoch=1))
-    for epoch in range(1, txn_verification.MAX_ROUNDS + 1):
+    for epoch in range(1, txn_verification.MAX_ASKS + 1):
         # another verification at a newer epoch replaces the guard each round (a new instance)
         r.log.producer_state.start_verification(PID, epoch + 1)
         got, verify = answer(r, verify)

@@ -110,7 +110,7 @@ class ProducePath:
             return
         if txn_verification.guard_dropped(st, pending):
             # an implicit add answered after a marker dropped the guard: ask with a fresh one
-            if pending.attempt < txn_verification.MAX_ROUNDS:
+            if pending.attempt < txn_verification.MAX_ASKS:
                 self._admit(pending.request, pending.header, pending.token, now_ms, pending.attempt + 1)
             else:
                 msg = f"producer {pending.header.producer_id}: its state in {st.name} kept changing while the partition was added to its transaction; retry"

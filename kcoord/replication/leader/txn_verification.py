@@ -18,7 +18,7 @@ AddPartitionsToTxn for produce partitions) asks the coordinator to *add* the par
 common case: the previous transaction's marker lands here after the guard was taken (the
 coordinator holds the add until that transaction completes, so every marker of it is written
 before the answer). Such a batch is asked about again with a fresh guard, now a plain
-``verify_only`` (the partition is added), up to MAX_ROUNDS times; then the produce hears
+``verify_only`` (the partition is added), up to MAX_ASKS times; then the produce hears
 NOT_ENOUGH_REPLICAS and the client retries. Safe because kcoord's producer bumps its epoch at
 every EndTxn: an add or a verification at the epoch of an ended transaction is fenced.
 
@@ -58,7 +58,7 @@ PRODUCE_ERROR_FOR_VERIFY: dict[int, int] = {
 
 
 #: asks per implicit-add batch (the add, then verifications after a marker dropped the guard)
-MAX_ROUNDS = 3
+MAX_ASKS = 3
 
 
 @dataclass
@@ -87,7 +87,7 @@ def verification_request(st: ReplicaContext, req: ProduceRequest, h: record.Batc
 def guard_dropped(st: ReplicaContext, pending: PendingVerification) -> bool:
     """The coordinator said yes to an ``implicit_add`` batch, but its guard is no longer the
     producer's current one (a marker, most often the previous transaction's, landed
-    meanwhile): the batch is asked about again with a fresh guard (below MAX_ROUNDS), or
+    meanwhile): the batch is asked about again with a fresh guard (below MAX_ASKS), or
     answered NOT_ENOUGH_REPLICAS. Other batches append and the log refuses them."""
     if not pending.request.implicit_add:
         return False
