@@ -14,6 +14,7 @@ import logging
 import os
 import time
 import traceback
+from concurrent.futures import Executor, ThreadPoolExecutor
 from typing import Any, Callable
 
 import ray
@@ -54,23 +55,36 @@ def make_store(spec: str, cluster: str) -> Any:
 
 class RayNodes:
     """Ids of the alive Ray nodes and the host of every node (dead ones included), asked
-    of the GCS at most every ``ttl_s``."""
+    of the GCS at most every ``ttl_s``, off the event loop: the driver asks before every
+    tick, and a GCS call there would hold the loop. The first answer waits for the GCS;
+    after that a stale answer is given while the next one is fetched."""
 
-    def __init__(self, ttl_s: float = _NODES_TTL_S) -> None:
+    def __init__(self, executor: Executor, ttl_s: float = _NODES_TTL_S) -> None:
         self.ttl_s = ttl_s
+        self._executor = executor
         self._at = -1e9
-        self._nodes: list[str] = []
+        self._fetching = False
+        self._nodes: list[str] | None = None
         self._hosts: dict[str, str] = {}
 
-    def _refresh(self) -> None:
-        now = time.monotonic()
-        if now - self._at > self.ttl_s:
+    def _fetch(self) -> None:
+        try:
             self._nodes, self._hosts = ray_nodes()
-            self._at = now
+            self._at = time.monotonic()
+        finally:
+            self._fetching = False
+
+    def _refresh(self) -> None:
+        if self._nodes is None:
+            self._fetching = True
+            self._fetch()
+        elif time.monotonic() - self._at > self.ttl_s and not self._fetching:
+            self._fetching = True
+            self._executor.submit(self._fetch)
 
     def __call__(self) -> list[str]:
         self._refresh()
-        return self._nodes
+        return list(self._nodes or [])
 
     def hosts(self) -> dict[str, str]:
         self._refresh()
@@ -79,19 +93,35 @@ class RayNodes:
 
 class RayReplicaHost:
     """Replica actors by name: created detached (pinned to a node when brokers are bound
-    to nodes), replaced when Ray has been restarting one for too long, deleted on request."""
+    to nodes), replaced when Ray has been restarting one for too long, deleted on request.
 
-    def __init__(self, cluster: str, namespace: str, data_dir: str, handles: Handles) -> None:
+    Every GCS call (looking an actor up, its state, registering a new named actor, a kill)
+    runs on ``executor``'s threads, never on the controller's event loop: under load one
+    takes from milliseconds to seconds, and the loop serves heartbeats and metadata."""
+
+    def __init__(self, cluster: str, namespace: str, data_dir: str, handles: Handles, executor: Executor) -> None:
         self.cluster = cluster
         self.namespace = namespace
         self.data_dir = data_dir
         self.handles = handles
+        self._executor = executor
         self._tasks: set[asyncio.Task] = set()
 
     def _name(self, rid: ReplicaId) -> str:
         return names.replica(self.cluster, rid.topic, rid.partition, rid.broker)
 
-    def ensure(self, rid: ReplicaId, config: dict[str, str], node: str | None, replace_if_stuck: bool) -> str:
+    def ensure(self, rid: ReplicaId, config: dict[str, str], node: str | None, replace_if_stuck: bool, done: Callable[[str], None]) -> None:
+        future = asyncio.get_running_loop().run_in_executor(self._executor, self._ensure, rid, config, node, replace_if_stuck)
+
+        def finished(f: asyncio.Future) -> None:
+            if f.exception() is not None:
+                logger.error("could not create the actor of %s: %r", self._name(rid), f.exception())
+            done(FAILED if f.exception() is not None else f.result())
+
+        future.add_done_callback(finished)
+
+    def _ensure(self, rid: ReplicaId, config: dict[str, str], node: str | None, replace_if_stuck: bool) -> str:
+        """On an executor thread: the GCS calls of one ensure."""
         name = self._name(rid)
         try:
             handle = ray.get_actor(name, namespace=self.namespace)
@@ -145,12 +175,15 @@ class RayReplicaHost:
             await self.handles.call(name, "delete", timeout=30)
         except CallFailed:
             pass
+        await asyncio.get_running_loop().run_in_executor(self._executor, self._kill, name)
+        self.handles.forget(name)
+        done()
+
+    def _kill(self, name: str) -> None:
         try:
             ray.kill(ray.get_actor(name, namespace=self.namespace), no_restart=True)
         except Exception:
             pass
-        self.handles.forget(name)
-        done()
 
 
 @rpc_methods(CONTROLLER)
@@ -199,14 +232,16 @@ class FailoverCoordinator:
             )
             self._direct = direct
             transport = RayTransport(self.namespace, loop, direct=direct, direct_methods=("heartbeat",))
-            nodes = RayNodes()
+            # GCS calls that need no answer before the loop goes on (creations, node lists)
+            gcs = ThreadPoolExecutor(max_workers=4, thread_name_prefix="controller-gcs")
+            nodes = RayNodes(gcs)
             self.driver = ControllerDriver(
                 self.cluster,
                 self.brokers,
                 store=self.store,
                 transport=transport,
                 clock=AsyncioClock(loop),
-                replicas=RayReplicaHost(self.cluster, self.namespace, self.data_dir, transport.handles),
+                replicas=RayReplicaHost(self.cluster, self.namespace, self.data_dir, transport.handles, gcs),
                 config=self.config,
                 group_coordinators=self.group_coordinators,
                 binding=self.binding,

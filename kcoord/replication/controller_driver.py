@@ -19,6 +19,10 @@ Rules it owns:
   batch hit a store failure is answered REQUEST_TIMED_OUT: it may or may not have applied.
 * Every outcome (heartbeat, LeaderAndIsr answer, actor creation) goes back to the core that
   asked; outcomes for a core that resigned are dropped.
+* Creating a replica's actor may take a while (the runtime's control plane is slow under
+  load): the driver keeps serving meanwhile, holds the calls and deletion meant for that
+  replica until its creation is done (an actor must exist before it is called), and starts
+  no second creation of it.
 * One timer, re-armed from ``next_deadline()``; before each tick the core learns which
   nodes are alive when brokers are bound to nodes (placement is core policy).
 """
@@ -59,9 +63,10 @@ class ReplicaHost(Protocol):
     """Creates and removes replica actors (Ray: named detached actors; the simulation:
     simulated processes)."""
 
-    def ensure(self, replica: ReplicaId, config: dict[str, str], node: str | None, replace_if_stuck: bool) -> str:
-        """Make sure the replica's actor exists on ``node``: EXISTS, CREATED, REPLACED (it
-        was stuck restarting and was killed; the next ensure creates it) or FAILED."""
+    def ensure(self, replica: ReplicaId, config: dict[str, str], node: str | None, replace_if_stuck: bool, done: Callable[[str], None]) -> None:
+        """Make sure the replica's actor exists on ``node``; ``done(result)`` runs once, now
+        or later (Ray's host asks the GCS off the event loop), with EXISTS, CREATED, REPLACED
+        (it was stuck restarting and was killed; the next ensure creates it) or FAILED."""
         ...
 
     def delete(self, replica: ReplicaId, done: Callable[[], None]) -> None:
@@ -126,6 +131,8 @@ class ControllerDriver(Serving):
         self.resigns = 0
         self.store_failures = 0
         self._queued: list[tuple[Message, ReplyFn]] = []
+        # replicas whose creation is under way -> what waits for it (calls, deletion)
+        self._ensuring: dict[ReplicaId, list[Callable[[], None]]] = {}
         self._init_serving()
         self._on_boot: list[Callable[[], None]] = []
         self._alarm = Alarm(clock, self._on_alarm, idle_ms=idle_wake_ms)
@@ -238,16 +245,16 @@ class ControllerDriver(Serving):
                 if self._on_persist is not None:
                     self._on_persist(action.key, action.value)
             elif isinstance(action, CreateReplica):
-                self._create_replica(core, action)
+                self._create_replica(core, gen, action)
             elif isinstance(action, SendLeaderAndIsr):
                 pending[0] += 1
-                self._send_leader_and_isr(core, gen, action, one_done)
+                self._once_created(action.replica, lambda a=action: self._send_leader_and_isr(core, gen, a, one_done))
             elif isinstance(action, SendHeartbeat):
                 core.on_heartbeat_sent(action.replica, self._clock.now_ms())
-                self._send_heartbeat(core, gen, action)
+                self._once_created(action.replica, lambda a=action: self._send_heartbeat(core, gen, a))
             elif isinstance(action, DeleteReplica):
                 pending[0] += 1
-                self._replicas.delete(action.replica, one_done)
+                self._once_created(action.replica, lambda a=action: self._replicas.delete(a.replica, one_done))
             elif isinstance(action, Reply):
                 waiter = self._waiters.pop(action.token)
                 if waiter is None:
@@ -276,15 +283,40 @@ class ControllerDriver(Serving):
         if rid is not None:
             self._run(core, self.generation, core.on_replica_unreachable(rid, self._clock.now_ms()))
 
-    def _create_replica(self, core: ControllerState, action: CreateReplica) -> None:
+    def _create_replica(self, core: ControllerState, gen: int, action: CreateReplica) -> None:
         rid = action.replica
-        now = self._clock.now_ms()
+        if rid in self._ensuring:
+            return  # one creation at a time; the ensure timer asks again if this one fails
+        waiting: list[Callable[[], None]] = []
+        self._ensuring[rid] = waiting
+
+        def done(result: str) -> None:
+            if self._ensuring.get(rid) is not waiting:
+                return  # answered already
+            if self.generation == gen and not self.closed:
+                actions = core.on_replica_ensured(rid, result, self._clock.now_ms())
+                if actions:
+                    self._run(core, gen, actions)
+            self._created(rid)
+
         try:
-            result = self._replicas.ensure(rid, action.config, action.node, core.restart_stuck(rid, now))
+            self._replicas.ensure(rid, action.config, action.node, core.restart_stuck(rid, self._clock.now_ms()), done)
         except Exception:
             logger.error("could not create the actor of %s:\n%s", rid, traceback.format_exc())
-            return
-        core.on_replica_ensured(rid, result, now)
+            self._created(rid)
+
+    def _created(self, rid: ReplicaId) -> None:
+        """The creation of ``rid``'s actor is over: run what waited for it."""
+        for call in self._ensuring.pop(rid, []):
+            call()
+
+    def _once_created(self, rid: ReplicaId, call: Callable[[], None]) -> None:
+        """Run ``call`` now, or once the creation of ``rid``'s actor under way is done."""
+        waiting = self._ensuring.get(rid)
+        if waiting is None:
+            call()
+        else:
+            waiting.append(call)
 
     def _replica_name(self, rid: ReplicaId) -> str:
         return names.replica(self.cluster, rid.topic, rid.partition, rid.broker)

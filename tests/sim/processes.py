@@ -267,13 +267,14 @@ class ControllerProcess(Process):
         sim = self.sim
         self._begin()
         self.machine = sim.machines[HEAD]
+        clock = SimClock(sim.kernel, self, after=self.after)
         self.driver = ControllerDriver(
             CLUSTER,
             list(range(sim.scenario.brokers)),
             store=sim.store,
             transport=SimTransport(sim.net, self, identity, after=self.after),
-            clock=SimClock(sim.kernel, self, after=self.after),
-            replicas=SimReplicaHost(sim),
+            clock=clock,
+            replicas=SimReplicaHost(sim, clock),
             config=sim.controller_config,
             group_coordinators=sim.scenario.coordinators,
             binding=dict(sim.binding),
@@ -332,12 +333,24 @@ class SimReplicaHost:
     Bound brokers (one per machine): an actor pinned to a node has no Ray restarts, so a
     dead replica stays dead until the controller asks for it again, on whatever node the
     placement says. Logical brokers (one machine): Ray restarts a crashed actor itself (the
-    fault scheduler does that), so only a replica that never ran is created here."""
+    fault scheduler does that), so only a replica that never ran is created here.
 
-    def __init__(self, sim: "Simulation") -> None:
+    The outcome reaches the controller up to the scenario's ``ensure_delay_ms`` later, on the
+    controller process's clock (lost with it), as Ray's GCS answers late under load."""
+
+    def __init__(self, sim: "Simulation", clock: SimClock) -> None:
         self.sim = sim
+        self.clock = clock
 
-    def ensure(self, replica: ReplicaId, config: dict, node: str | None, replace_if_stuck: bool) -> str:
+    def ensure(self, replica: ReplicaId, config: dict, node: str | None, replace_if_stuck: bool, done) -> None:
+        result = self._ensure(replica, config, node)
+        longest = self.sim.scenario.ensure_delay_ms
+        if longest:
+            self.clock.call_at(self.sim.kernel.now + self.sim.kernel.rng.randint(0, longest), lambda: done(result))
+        else:
+            done(result)
+
+    def _ensure(self, replica: ReplicaId, config: dict, node: str | None) -> str:
         sim = self.sim
         proc = sim.replicas[(replica.topic, replica.partition, replica.broker)]
         if proc.up or proc.starting:

@@ -159,6 +159,9 @@ class Scenario:
     broker_config: dict[str, str] = field(default_factory=dict)  # upkeep intervals
     offsets_compacted: bool = False
     txn_producers: int = 0  # transactional producers with a read_committed reader: SimConfig.transactions
+    # the longest a replica actor's creation may take to report back (Ray's GCS under load);
+    # 0: at once
+    ensure_delay_ms: int = 0
 
     @classmethod
     def draw(cls, rng, kind: str | None = None, mode: str | None = None) -> "Scenario":
@@ -233,6 +236,7 @@ class Scenario:
             f"producers={self.producers}+{self.acks1_producers}(acks=1){f'+{self.keyed_producers}(keyed)' if self.keyed_producers else ''}{f'+{self.txn_producers}(txn)' if self.txn_producers else ''} in_flight={self.max_in_flight} "
             f"drop={self.drop_rate} dup={self.duplicate_rate} delay<={self.max_delay_ms}ms "
             f"fault_gap={self.fault_gap_ms} faults[{w}]"
+            + (f" ensure<={self.ensure_delay_ms}ms" if self.ensure_delay_ms else "")
             + (f" upkeep[{','.join(f'{k}={v}' for k, v in sorted(self.broker_config.items()))}]" if self.broker_config else "")
         )
 
@@ -285,6 +289,8 @@ def _draw_operations(side: random.Random, kind: str, brokers: int, topics: list[
     if kind == "groups":
         extra["offsets_compacted"] = side.random() < 0.8
         weights["stray_write"] = side.choice([0, 1])
+    if side.random() < 0.2:  # drawn last, so that the draws above stay as they were
+        extra["ensure_delay_ms"] = side.choice([30, 300, 1200])
     return extra
 
 

@@ -99,11 +99,12 @@ def test_an_unclean_election_may_lose_committed_transactions() -> None:
     _pass_through(UNCLEAN_TXN_SEEDS, "unclean_elections")
 
 
-# Seeds 436 and 641 with transactions: a plain idempotent producer's first batch (sequence 0)
-# was committed, its answer lost, and a leader whose log start was past that batch -- restarted
-# after DeleteRecords with no producer snapshot past its log start (436), or a replica that
-# began at its leader's log start after retention (641) -- took the retry as new (as Kafka does).
-FORGOTTEN_PRODUCER_TXN_SEEDS = (436, 641)
+# Seed 436 with transactions: a plain idempotent producer's first batch (sequence 0) was
+# committed, its answer lost, and a leader whose log start was past that batch -- restarted
+# after DeleteRecords with no producer snapshot past its log start -- took the retry as new
+# (as Kafka does). Seed 641 took it through a replica that began at its leader's log start
+# after retention, until slow replica creations moved its schedule (none of 0-699 does now).
+FORGOTTEN_PRODUCER_TXN_SEEDS = (436,)
 
 
 def test_a_leader_whose_log_start_passed_a_producer_may_write_its_retry_again() -> None:
@@ -417,9 +418,9 @@ def test_planted_coordinator_load_bug_is_caught(monkeypatch: pytest.MonkeyPatch)
     start of its epoch, so the HW a coordinator reads already covers every acknowledged
     commit; with it the planted bug is harmless (no seed of 0-1999 catches it once
     coordinators take their epochs from the controller, issue 32). So that defense is
-    removed too, and the coordinator's own rule is what stands: seeds 7, 561, 809 and 966
+    removed too, and the coordinator's own rule is what stands: seeds 561, 809 and 966
     of 0-999 (groups kind, on trust-fixes' schedules) catch the pair, none the leader's
-    hole alone."""
+    hole alone (seed 7 did too until it drew slow replica creations)."""
     from kcoord.group import driver
     from kcoord.replication.leader.watermark import HighWatermark
 
@@ -433,7 +434,7 @@ def test_planted_coordinator_load_bug_is_caught(monkeypatch: pytest.MonkeyPatch)
 
     monkeypatch.setattr(HighWatermark, "stale", lambda self: False)
     monkeypatch.setattr(driver.GroupCoordinatorDriver, "_on_load_fetch", finish_at_hw)
-    results = [run_seed(s, kind="groups") for s in (7, 561, 809, 966)]
+    results = [run_seed(s, kind="groups") for s in (561, 809, 966)]
     assert all(any(v.invariant == "6" for v in r.violations) for r in results)
 
 

@@ -71,8 +71,8 @@ class Replicas:
         self.dead: set[int] = set()
         self.calls: list[tuple[int, str, str]] = []  # (time, target, method)
 
-    def ensure(self, replica, config, node, replace_if_stuck):
-        return CREATED
+    def ensure(self, replica, config, node, replace_if_stuck, done):
+        done(CREATED)
 
     def delete(self, replica, done):
         self.clock.call_at(self.clock.now + 1, done)
@@ -195,3 +195,67 @@ def test_a_replica_whose_connection_broke_is_heartbeaten_at_once_and_its_death_f
     assert beats[0] <= hinted_at + d.min_wake_gap_ms
     p = stored(store)
     assert p.leader in (1, 2) and p.leader_epoch == 1, "the dead leader was replaced at once"
+
+
+class SlowCreations(Replicas):
+    """Replica actors whose creation reports back only when the test says (Ray's GCS
+    answering late under load); the calls made to each replica are recorded."""
+
+    def __init__(self, clock: ManualClock) -> None:
+        super().__init__(clock)
+        self.creating: dict[str, list] = {}  # replica name -> its pending done callbacks
+
+    def ensure(self, replica, config, node, replace_if_stuck, done):
+        self.creating.setdefault(names.replica(CLUSTER, replica.topic, replica.partition, replica.broker), []).append(done)
+
+    def finish(self, name: str, result: str = CREATED) -> None:
+        for done in self.creating.pop(name):
+            done(result)
+
+
+def test_a_slow_replica_creation_holds_only_that_replicas_calls_and_the_controller_keeps_serving():
+    clock, store = ManualClock(), Store()
+    replicas = SlowCreations(clock)
+    d = make_driver(store, clock, replicas, replica_startup_grace_ms=5_000)  # new replicas' grace outlasts the wait
+    out: list = []
+    d.serve(CreateTopicsRequest(name="t", partitions=1, replication_factor=3, assignment={0: [0, 1, 2]}), out.append)
+    clock.run_until(clock.now + 50)
+    names_ = [names.replica(CLUSTER, "t", 0, b) for b in range(3)]
+    assert sorted(replicas.creating) == sorted(names_), "each replica's creation is under way"
+    assert replicas.calls == [], "no replica is called before its actor exists"
+    assert out == [], "the topic is answered once its replicas were told"
+    # the controller answers metadata meanwhile, and asks for no second creation
+    assert serve(d, clock, MetadataRequest(topics=["t"])).error_code == 0
+    clock.run_until(clock.now + 2_000)
+    assert all(len(waiting) == 1 for waiting in replicas.creating.values()), replicas.creating
+    assert replicas.calls == []
+    # one creation reports back: that replica, and only it, is called now
+    replicas.finish(names_[0])
+    clock.run_until(clock.now + 10)
+    assert {target for _, target, _ in replicas.calls} == {names_[0]}
+    assert {m for _, _, m in replicas.calls} >= {"leader_and_isr"}
+    assert out == []
+    for name in names_[1:]:
+        replicas.finish(name)
+    clock.run_until(clock.now + 50)
+    assert {target for _, target, _ in replicas.calls} == set(names_)
+    assert len(out) == 1 and out[0].error_code == 0, out
+    assert stored(store).leader == 0 and sorted(stored(store).isr) == [0, 1, 2]
+
+
+def test_a_creation_that_raises_releases_the_calls_waiting_for_it():
+    clock, store = ManualClock(), Store()
+    replicas = Replicas(clock)
+    failing = {"t/0/1"}
+
+    def ensure(replica, config, node, replace_if_stuck, done):
+        if f"{replica.topic}/{replica.partition}/{replica.broker}" in failing:
+            raise RuntimeError("the GCS is gone")
+        done(CREATED)
+
+    replicas.ensure = ensure
+    d = make_driver(store, clock, replicas)
+    created = serve(d, clock, CreateTopicsRequest(name="t", partitions=1, replication_factor=3, assignment={0: [0, 1, 2]}))
+    assert created.error_code == 0
+    assert any(target == names.replica(CLUSTER, "t", 0, 1) for _, target, _ in replicas.calls)
+    assert d._ensuring == {}
