@@ -18,17 +18,13 @@ actions against a kcoord cluster, for an engine (Spark, Ray Data) that runs a ba
   prefix ``{name}/{batch}``;
 * the offsets transaction depends on the plan only, so it is prepared on a side thread
   while the engine runs the tasks (the core's PrepareOffsets then collects it); the tasks'
-  step returns only once it is done, so a failed batch's cleanup sees all it created;
-* a committed batch's DONE record only spares a restart finishing that batch again (which
-  is idempotent), so it is appended on the side thread while the next batch starts; the
-  next append to the decision topic waits for it (one fence transaction at a time).
+  step returns only once it is done, so a failed batch's cleanup sees all it created.
 
 Engine-neutral: no Spark or Ray Data import.
 """
 
 from __future__ import annotations
 
-import logging
 import re
 import threading
 import time
@@ -51,8 +47,6 @@ from . import protocol as P
 
 if TYPE_CHECKING:
     from .state import StateCounts
-
-logger = logging.getLogger("kcoord.streaming")
 
 #: The task number of a batch's offsets transaction (output tasks are numbered from 0).
 OFFSETS_TASK = 999_999
@@ -148,7 +142,6 @@ class StreamDriver:
         self._durations: dict[str, int] = {}  # the running batch's phases, ms
         self._aside = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"kcoord-stream-offsets-{self.name}")
         self._offsets: tuple[int, Future] | None = None  # (batch, its offsets transaction being prepared)
-        self._done: Future | None = None  # the last batch's DONE record being appended
         self.epoch = -1
         self.error: BaseException | None = None
         self._query_ids = re.compile(re.escape(self.name) + r"/\d+/\d+/[^/]+")  # every batch's transactions
@@ -193,7 +186,6 @@ class StreamDriver:
         newer copy of the query took over is refused (FENCED_INSTANCE_ID) and removes
         nothing. A killed driver cannot leave: its seat expires after the session timeout."""
         self._closing.set()
-        self._settle_done()
         if self._joiner is not None:
             self._joiner.join(self.timeout_s)  # the member is the joiner's until it returns
         if self._member is not None:
@@ -209,9 +201,9 @@ class StreamDriver:
         self._member = self._fence = None
         self._aside.shutdown(wait=False)
 
-    def _write(self, prefix: str, record: Callable[[TopicPartition, bytes, bytes], None] | None = None) -> TransactionalWrite:
+    def _write(self, prefix: str) -> TransactionalWrite:
         return TransactionalWrite(
-            self.cluster, prefix, topic=self.sink, timeout_s=self.timeout_s, batch=True, record=record or self._append,
+            self.cluster, prefix, topic=self.sink, timeout_s=self.timeout_s, batch=True, record=self._append,
             isolation_level="read_committed", strays=(self._query_ids, self._is_stray),
         )
 
@@ -226,24 +218,6 @@ class StreamDriver:
     def _append(self, tp: TopicPartition, key: bytes, value: bytes) -> None:
         """Append a record to the decision topic in a transaction of the fencing producer:
         refused (PRODUCER_FENCED) once a newer driver of the query started."""
-        self._settle_done()
-        self._append_now(tp, key, value)
-
-    def _settle_done(self) -> None:
-        """Wait for the DONE record being appended (its failure is logged: a restart
-        finishes that batch again)."""
-        done, self._done = self._done, None
-        if done is not None:
-            wait_all([done], timeout=self.timeout_s)
-
-    def _record_done(self, decision: Decision) -> None:
-        """On the side thread: append ``decision``'s DONE record."""
-        try:
-            self._write(decision.prefix, record=self._append_now).record_done(decision)
-        except Exception as exc:  # noqa: BLE001 - only a restart's shortcut is lost; a fence shows at the next append
-            logger.warning("query %r: the DONE record of %r was not appended (%s); a restart finishes that batch again", self.name, decision.prefix, exc)
-
-    def _append_now(self, tp: TopicPartition, key: bytes, value: bytes) -> None:
         assert self._fence is not None
         self._fence.begin_transaction()
         try:
@@ -327,7 +301,7 @@ class StreamDriver:
             decision = Decision(action.plan.prefix, self.sink, COMMIT, tuple(sorted(action.tasks, key=lambda t: t.task)))
             tw = self._write(action.plan.prefix)
             tw.complete(decision, prepared_here=True)  # this driver prepared them: no look-up
-            self._done = self._aside.submit(self._record_done, decision)
+            tw.record_done(decision)
             return P.Finished(action.plan.batch)
         if isinstance(action, P.AbortOwn):
             # Its own: those it knows of, and any other of the batch tagged with its epoch
