@@ -15,10 +15,7 @@ actions against a kcoord cluster, for an engine (Spark, Ray Data) that runs a ba
   waited for, and checked for other members -- only before the first offsets are
   prepared (or earlier, at the first trigger after the join completed);
 * decisions and commits: :class:`kcoord.txn_write.TransactionalWrite` under the batch's
-  prefix ``{name}/{batch}``;
-* the offsets transaction depends on the plan only, so it is prepared on a side thread
-  while the engine runs the tasks (the core's PrepareOffsets then collects it); the tasks'
-  step returns only once it is done, so a failed batch's cleanup sees all it created.
+  prefix ``{name}/{batch}``.
 
 Engine-neutral: no Spark or Ray Data import.
 """
@@ -28,8 +25,6 @@ from __future__ import annotations
 import re
 import threading
 import time
-from concurrent.futures import Future, ThreadPoolExecutor
-from concurrent.futures import wait as wait_all
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Protocol
 
@@ -82,8 +77,7 @@ class Batch:
 
 #: Each batch action's phase in ``lastProgress["durationMs"]``: PySpark's keys where one
 #: means the same step (the offsets of the source, the batch's tasks, the write-ahead
-#: decision, the commit), ``prepareOffsets`` for the offsets transaction Spark has not
-#: (prepared beside the tasks: what it adds after them).
+#: decision, the commit), ``prepareOffsets`` for the offsets transaction Spark has not.
 PHASES = {P.ReadOffsets: "latestOffset", P.RunTasks: "addBatch", P.PrepareOffsets: "prepareOffsets", P.RecordDecision: "walCommit", P.Commit: "commitOffsets"}
 
 
@@ -140,8 +134,6 @@ class StreamDriver:
         self._partitions: list[TopicPartition] = []
         self._latest: dict[P.TP, int] = {}
         self._durations: dict[str, int] = {}  # the running batch's phases, ms
-        self._aside = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"kcoord-stream-offsets-{self.name}")
-        self._offsets: tuple[int, Future] | None = None  # (batch, its offsets transaction being prepared)
         self.epoch = -1
         self.error: BaseException | None = None
         self._query_ids = re.compile(re.escape(self.name) + r"/\d+/\d+/[^/]+")  # every batch's transactions
@@ -199,7 +191,6 @@ class StreamDriver:
             except Exception:  # noqa: BLE001 - closing a fenced producer may fail; nothing to keep
                 pass
         self._member = self._fence = None
-        self._aside.shutdown(wait=False)
 
     def _write(self, prefix: str) -> TransactionalWrite:
         return TransactionalWrite(
@@ -283,17 +274,11 @@ class StreamDriver:
             return P.OffsetsRead({(tp.topic, tp.partition): o for tp, o in earliest.items()}, dict(self._latest), now)
         if isinstance(action, P.RunTasks):
             self._membership(wait=False)  # a group in use stops the query before its tasks run, if known by now
-            offsets = self._aside.submit(self._prepare_offsets, action.plan)
-            self._offsets = (action.plan.batch, offsets)
-            try:
-                tasks, self._output_rows, self._state = self.engine.run_tasks(action.plan, P.attempt_tag(self.epoch, ""))
-            finally:
-                wait_all([offsets])
+            tasks, self._output_rows, self._state = self.engine.run_tasks(action.plan, P.attempt_tag(self.epoch, ""))
             return P.TasksPrepared(action.plan.batch, tuple(tasks))
         if isinstance(action, P.PrepareOffsets):
-            aside, self._offsets = self._offsets, None
-            prepared = aside[1].result() if aside is not None and aside[0] == action.plan.batch else self._prepare_offsets(action.plan)
-            return P.OffsetsPrepared(action.plan.batch, prepared)
+            self._membership(wait=True)  # the offsets carry the membership (KIP-447)
+            return P.OffsetsPrepared(action.plan.batch, self._prepare_offsets(action.plan))
         if isinstance(action, P.RecordDecision):
             self._write(action.plan.prefix)._record(Decision(action.plan.prefix, self.sink, COMMIT, tuple(sorted(action.tasks, key=lambda t: t.task))))
             return P.DecisionRecorded(action.plan.batch)
@@ -413,7 +398,6 @@ class StreamDriver:
         return {(t, p): om for t, parts in found.items() for p, om in parts.items()}
 
     def _prepare_offsets(self, plan: P.BatchPlan) -> PreparedTask:
-        self._membership(wait=True)  # the offsets carry the membership (KIP-447)
         tid = task_transactional_id(plan.prefix, OFFSETS_TASK, P.attempt_tag(self.epoch, "offsets"))
         offsets = {TopicPartition(r.topic, r.partition): OffsetAndMetadata(r.end, plan.metadata) for r in plan.ranges}
         assert self._member is not None
