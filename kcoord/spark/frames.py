@@ -204,7 +204,7 @@ def _write_task(
     ref: _tasks.ClusterRef,
     topic: str,
     base_id: int | None,
-    tasks: int,
+    tasks: int | None,
     acks: Any,
     value_format: str,
     chunk_bytes: int,
@@ -218,7 +218,7 @@ def _write_task(
     _tasks.drop_jars_from_sys_path()
     ctx = TaskContext.get()
     task, attempt = ctx.partitionId(), ctx.attemptNumber()
-    if task >= tasks:
+    if tasks is not None and task >= tasks:
         raise RuntimeError(f"write planned {tasks} Spark partitions but task {task} ran: the DataFrame's partitioning changed between planning and execution")
     if txn_prefix is not None:
         # Every attempt in its own transaction, left prepared for the driver (kcoord.txn_write).
@@ -339,7 +339,7 @@ def write(
                 txn_prefix=transactional_id,
             )
             try:
-                rows = projected.mapInArrow(fn, _stats_ddl()).collect()
+                rows = projected.mapInArrow(fn, _schema(_stats_ddl())).collect()
             except BaseException:
                 txn.abort_open()  # nothing was decided: no attempt's transaction may stay open
                 raise
@@ -360,11 +360,19 @@ def write(
             batch_bytes=batch_bytes,
             on_task_written=on_task_written,
         )
-        rows = projected.mapInArrow(fn, _stats_ddl()).collect()
+        rows = projected.mapInArrow(fn, _schema(_stats_ddl())).collect()
     for r in rows:
         result.attempts[r.task] = r.attempt
         result.add(r.task, r.partition, r.records, r.batches, r.duplicate_batches)
     return result.sort()
+
+
+@functools.lru_cache(maxsize=8)
+def _schema(ddl: str) -> Any:
+    """``ddl`` parsed once: PySpark parses a DDL schema in the JVM, a round trip each time."""
+    from pyspark.sql.types import _parse_datatype_string
+
+    return _parse_datatype_string(ddl)
 
 
 def _stats_ddl() -> str:

@@ -114,7 +114,7 @@ class SparkEngine:
         )
         settings = {"spark.sql.adaptive.enabled": "false", "spark.sql.shuffle.partitions": str(spec.partitions)}
         with frames._sql_conf(self.spark, settings):
-            rows = keyed.groupBy(S.PARTITION_COLUMN).applyInPandas(fn, schema=f"{frames._stats_ddl()}, {S.COUNT_DDL}").collect()
+            rows = keyed.groupBy(S.PARTITION_COLUMN).applyInPandas(fn, schema=frames._schema(f"{frames._stats_ddl()}, {S.COUNT_DDL}")).collect()
         return list(prepared_from_rows(rows).values()), sum(r.records for r in rows if r.partition >= 0), S.counts_of_rows(rows)
 
     def run_tasks(self, plan: P.BatchPlan, attempt_tag: str) -> tuple[list[PreparedTask], int, S.StateCounts | None]:
@@ -136,15 +136,15 @@ class SparkEngine:
         cols = output_columns(out)
         projected = frames._project(out, cols["key"], "value", cols["headers"], cols["partition"], self.value_format)
         with frames._sql_conf(self.spark, {"spark.sql.adaptive.enabled": "false"}):
-            n = projected._jdf.rdd().getNumPartitions()
-            if n == 0:
-                return [], 0, None
+            # No count of the output's Spark partitions first: it would plan the query twice
+            # (tens of ms a batch). Each task names its own transaction; the decision lists
+            # those that prepared.
             fn = functools.partial(
                 frames._write_task,
                 ref=_tasks.ClusterRef.of(self.cluster),
                 topic=self.sink,
                 base_id=None,
-                tasks=n,
+                tasks=None,
                 acks="all",
                 value_format=self.value_format,
                 chunk_bytes=_tasks.DEFAULT_CHUNK_BYTES,
@@ -153,7 +153,7 @@ class SparkEngine:
                 txn_prefix=plan.prefix,
                 attempt_tag=attempt_tag,
             )
-            rows = projected.mapInArrow(fn, frames._stats_ddl()).collect()
+            rows = projected.mapInArrow(fn, frames._schema(frames._stats_ddl())).collect()
         return list(prepared_from_rows(rows).values()), sum(r.records for r in rows), None
 
 

@@ -116,6 +116,12 @@ def test_a_stopped_query_leaves_its_group_resumes_under_its_name_and_shows_on_th
     finally:
         q.stop()
     assert q.exception() is None
+    # every batch's decision was recorded DONE (appended beside the next batch; the last by stop())
+    from kcoord.streaming.protocol import batch_prefix
+    from kcoord.txn_write import DONE, TransactionalWrite
+
+    states = {p["batchId"]: TransactionalWrite(kcluster, batch_prefix(name, p["batchId"]), batch=True, isolation_level="read_committed").last_decision().state for p in progress}
+    assert set(states.values()) == {DONE}, states
     # stopped: its static member left (LeaveGroup with its instance id); the lag shows
     inputs += h.produce(kcluster, src, 30, 6)
     desc = json.loads(_describe(kcluster, group, "--json"))
