@@ -100,6 +100,7 @@ class TxnWorld:
         out["txa_stale_ends"] = sum(s.stale_ends for s in self.slots)
         for k in ("ok", "refused", "misrouted"):
             out[f"txa_verify_{k}"] = sum(c.verify[k] for c in self.coordinators)
+        out["txa_holds_due_on_resume"] = sum(c.holds_due_on_resume for c in self.coordinators)
         out["txa_markers_sent"] = sum(getattr(c.driver, "markers_sent", 0) for c in self.coordinators)
         # held adds appended with the completion they waited for (the live incarnations')
         out["txa_adds_with_completion"] = sum(c.core.stats.adds_with_completion for c in self.coordinators if c.core is not None)
