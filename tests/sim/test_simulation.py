@@ -127,6 +127,14 @@ def test_a_late_write_may_push_a_retry_out_of_the_dedup_window() -> None:
     _pass_through((154,), "late_window_stops")
 
 
+# Seed 903 with transactions: a late write (txn_verify.py) was acknowledged at 39 by t0-0's
+# deposed leader (epoch 0; broker 2 had been elected uncleanly at epoch 1), after that
+# leader's markers; it was truncated away and the transaction's marker went in at 21 on the
+# new leader: lost with the unclean election (allowed), not a transaction no marker ends.
+def test_a_late_write_lost_to_an_unclean_election_is_not_late() -> None:
+    _pass_through((903,), "late_writes_voided")
+
+
 # Seed 599 with transactions: a zombie instance's produce was answered INVALID_PRODUCER_EPOCH
 # (abortable, KIP-588) while its AddOffsetsToTxn was in flight; that answer (CONCURRENT_TRANSACTIONS)
 # scheduled a retry which, finding the transaction no longer IN_TRANSACTION, returned without
