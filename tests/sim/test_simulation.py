@@ -135,6 +135,14 @@ def test_a_late_write_lost_to_an_unclean_election_is_not_late() -> None:
     _pass_through((903,), "late_writes_voided")
 
 
+# Seed 1397 with transactions: tx1's commit marker was written at t0-0@16 by leader 0 (ISR
+# [0]) and acknowledged; broker 1 (LEO 16) was then elected uncleanly and the marker was
+# truncated away, leaving the transaction open at that partition with its coordinator
+# done (Kafka the same: an unclean election may lose a marker; an operator aborts it).
+def test_a_marker_lost_to_an_unclean_election_may_leave_a_transaction_hanging() -> None:
+    _pass_through((1397,), "txa_unclean_hanging")
+
+
 # Seed 599 with transactions: a zombie instance's produce was answered INVALID_PRODUCER_EPOCH
 # (abortable, KIP-588) while its AddOffsetsToTxn was in flight; that answer (CONCURRENT_TRANSACTIONS)
 # scheduled a retry which, finding the transaction no longer IN_TRANSACTION, returned without
