@@ -135,6 +135,15 @@ def test_a_late_write_lost_to_an_unclean_election_is_not_late() -> None:
     _pass_through((903,), "late_writes_voided")
 
 
+# Seed 1558 with transactions: an idempotent producer's batch (seqs 19-21) was written and its
+# answer lost when c0-0's leader crashed right after DeleteRecords up to 22; its later batches
+# had been acknowledged at 22-27. The leader came back with the producer's state rebuilt from
+# its log from 22, so the retry of 19-21 was behind and not one of its last batches:
+# OUT_OF_ORDER_SEQUENCE_NUMBER (as Kafka would), not a lost acknowledged batch.
+def test_a_retry_of_a_batch_below_the_log_start_may_be_refused_as_behind() -> None:
+    _pass_through((1558,), "deleted_retry_stops")
+
+
 # Seed 1397 with transactions: tx1's commit marker was written at t0-0@16 by leader 0 (ISR
 # [0]) and acknowledged; broker 1 (LEO 16) was then elected uncleanly and the marker was
 # truncated away, leaving the transaction open at that partition with its coordinator
