@@ -104,6 +104,7 @@ class History:
         self.epoch_checks = 0
         self.sim_producer_ids: set[int] = set()  # ids of the simulation's idempotent producers
         self.late_window_stops = 0  # producers whose retry a late write pushed out of the dedup window
+        self.deleted_retry_stops = 0  # producers whose retry was of a batch below the log start
         self.coordinator_epochs: dict[tuple[int, int], str] = {}  # (producer id, epoch) -> incarnation
         self.configs = ConfigHistory(self, sim.scenario.broker_config)
 

@@ -61,6 +61,7 @@ class Client:
         self.incarnation = 1
         self.paused = False
         self.deferred: list = []
+        self.catching_up: list = []
 
     def call(self, target: str, request: Message, response_type: type[Message], on_done, timeout_ms: int | None = None) -> None:
         method = METHOD[type(request)]

@@ -105,6 +105,8 @@ class EventLoop:
             "unclean_elections": sum(len(p.unclean_at) for p in h.parts.values()),
             "forgotten_recommits": sum(p.forgotten_recommits for p in h.parts.values()),
             "late_window_stops": h.late_window_stops,
+            "deleted_retry_stops": h.deleted_retry_stops,
+            "late_writes_voided": sum(w.voided for w in self.late_writers),
         }
         if self.scenario.txn_producers:
             ledger = self.txn_ledger

@@ -69,6 +69,7 @@ class Node(Protocol):
     incarnation: int
     paused: bool
     deferred: list
+    catching_up: list
 
     def receive(self, call: "Call", request: Message) -> None: ...
 
@@ -82,10 +83,13 @@ def run_on(node: Node, fn: Callable[..., None], *args: Any) -> None:
 
 
 def resume(node: Node) -> None:
-    """Un-pause ``node`` and let it handle what piled up, in order."""
+    """Un-pause ``node`` and let it handle what piled up, in order (``node.catching_up``: what
+    it has not handled yet, so that a check between two of them can tell)."""
     node.paused = False
     pending, node.deferred = node.deferred, []
-    for fn, args in pending:
+    node.catching_up = pending
+    while pending:
+        fn, args = pending.pop(0)
         if node.paused:  # paused again by what it handled: keep the rest for later
             node.deferred.append((fn, args))
             continue

@@ -90,6 +90,7 @@ class Process:
         self.incarnation = 0
         self.paused = False
         self.deferred: list = []
+        self.catching_up: list = []  # what piled up in a pause and is not handled yet (kernel.resume)
         self.machine: Machine | None = None
         self.driver: Any = None
 
@@ -394,6 +395,7 @@ class _Ghost:
         self.incarnation = proc.incarnation
         self.paused = False
         self.deferred = []
+        self.catching_up = []
         self.machine = proc.machine
         self.driver = proc.driver
         self.actor_incarnation_id = proc.incarnation_id

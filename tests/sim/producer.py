@@ -179,6 +179,14 @@ class Producer(Client, LeaderDiscovery):
             self.sim.history.late_window_stops += 1
             self.sim.trace(self.fatal)
             return
+        if self.idempotent and code == E.OUT_OF_ORDER_SEQUENCE_NUMBER and predecessors_acked and self._retry_below_log_start(b, broker):
+            # A later batch of ours was acknowledged at or below the broker's log start, so this
+            # one (written before it, in sequence) is below it too: a leader that rebuilt our
+            # state from its log since forgot it, and its retry is behind (Kafka's too).
+            self.fatal = f"{self.name}: leader {broker} answered OUT_OF_ORDER_SEQUENCE_NUMBER for seq {b.seq}, written below its log start; it stops"
+            self.sim.history.deleted_retry_stops += 1
+            self.sim.trace(self.fatal)
+            return
         if self.idempotent and code == E.OUT_OF_ORDER_SEQUENCE_NUMBER and predecessors_acked:
             # Every earlier batch had been acknowledged when this one was sent, so the
             # leader must know our last sequence: it lost an acknowledged batch.
@@ -203,6 +211,12 @@ class Producer(Client, LeaderDiscovery):
         last = max((x.acked_offset + x.count - 1 for x in self.batches if x.acked and x.acked_offset >= 0), default=-1)
         start = self.sim.history.partition(self.tp).log_starts.get(broker, 0)
         return 0 <= last < start
+
+    def _retry_below_log_start(self, b: PendingBatch, broker: int) -> bool:
+        """Whether a batch of ours after ``b`` was acknowledged below ``broker``'s log start
+        (so ``b``, which the leader took before it, was written there too)."""
+        later = [x.acked_offset for x in self.batches if x.acked and x.acked_offset >= 0 and x.seq > b.seq]
+        return bool(later) and min(later) <= self.sim.history.partition(self.tp).log_starts.get(broker, 0)
 
     @property
     def tp(self) -> tuple[str, int]:

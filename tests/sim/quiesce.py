@@ -11,7 +11,7 @@ from kcoord.replication.roles import LEADER, OFFLINE
 
 from .kernel import resume
 from .processes import HEAD
-from .transactions import TxnProducer
+from .transactions import CommittedReader, TxnProducer
 
 
 class Quiesce:
@@ -98,7 +98,8 @@ class Quiesce:
         for reader in self.readers:
             p = self.stored_partition(reader.topic, reader.partition)
             lead = self.replicas[(reader.topic, reader.partition, p.leader)]
-            if reader.position != lead.replica.log.log_end_offset:
+            hung = self.txn_world is not None and (reader.topic, reader.partition) in self.txn_world.unclean_hanging
+            if reader.position != lead.replica.log.log_end_offset and not (hung and isinstance(reader, CommittedReader)):
                 return f"{reader.name} at {reader.position}, {reader.topic}-{reader.partition} ends at {lead.replica.log.log_end_offset}"
         for c in self.coordinators:
             if c.driver is None or not c.driver.loaded:

@@ -82,9 +82,11 @@ def test_transactions_hold_their_invariants_through_faults() -> None:
     assert not failed, f"{len(failed)} of {len(TXN_SEEDS)} seeds failed:\n\n" + "\n\n".join(failed[:5])
 
 
-# Seeds 329 and 367 with transactions: an operator turned unclean.leader.election.enable on
-# and a stale replica was elected, truncating committed transactions (allowed, as Kafka does).
-UNCLEAN_TXN_SEEDS = (329, 367)
+# Seeds 4 and 332 with transactions (329 and 367 until implicit adds became the sweep's
+# default): an operator turned unclean.leader.election.enable on and a stale replica was
+# elected (4: four times), truncating committed transactions (allowed, as Kafka does); in 332
+# the ledger needs that allowance (txn-lost and txn-unsent without it).
+UNCLEAN_TXN_SEEDS = (4, 332)
 
 
 def _pass_through(seeds: tuple[int, ...], stat: str) -> None:
@@ -104,19 +106,50 @@ def test_an_unclean_election_may_lose_committed_transactions() -> None:
 # after DeleteRecords with no producer snapshot past its log start -- took the retry as new
 # (as Kafka does). Seed 641 took it through a replica that began at its leader's log start
 # after retention, until slow replica creations moved its schedule (none of 0-699 does now).
+# With implicit adds the default no seed of 0-3000 takes the path, so 436 runs with explicit
+# adds (the schedule it was found on; the path is the plain producer's, not the apps').
 FORGOTTEN_PRODUCER_TXN_SEEDS = (436,)
 
 
-def test_a_leader_whose_log_start_passed_a_producer_may_write_its_retry_again() -> None:
+def test_a_leader_whose_log_start_passed_a_producer_may_write_its_retry_again(monkeypatch) -> None:
+    from . import txn_clients
+
+    monkeypatch.setattr(txn_clients, "IMPLICIT_ADDS", False)
     _pass_through(FORGOTTEN_PRODUCER_TXN_SEEDS, "forgotten_recommits")
 
 
-# Seed 383 with transactions: the producer's first batch (seq 0, of 5 in flight) was written
-# and its answer lost; a late write under its identity (seq 5) landed after seqs 1-4, so the
-# leader's window of the producer's last 5 batches no longer held seq 0 and its retry was
-# refused OUT_OF_ORDER_SEQUENCE_NUMBER (as Kafka would): not a lost acknowledged batch.
+# Seed 154 with transactions (383 until implicit adds became the sweep's default; the only one
+# of 0-1999 now): the transactional producer's retry of seq 15 came after a late write under
+# its identity (seq 26) had landed behind its later batches, so the leader's window of the
+# producer's last 5 batches no longer held seq 15 and the retry was refused
+# OUT_OF_ORDER_SEQUENCE_NUMBER (as Kafka would): not a lost acknowledged batch.
 def test_a_late_write_may_push_a_retry_out_of_the_dedup_window() -> None:
-    _pass_through((383,), "late_window_stops")
+    _pass_through((154,), "late_window_stops")
+
+
+# Seed 903 with transactions: a late write (txn_verify.py) was acknowledged at 39 by t0-0's
+# deposed leader (epoch 0; broker 2 had been elected uncleanly at epoch 1), after that
+# leader's markers; it was truncated away and the transaction's marker went in at 21 on the
+# new leader: lost with the unclean election (allowed), not a transaction no marker ends.
+def test_a_late_write_lost_to_an_unclean_election_is_not_late() -> None:
+    _pass_through((903,), "late_writes_voided")
+
+
+# Seed 1558 with transactions: an idempotent producer's batch (seqs 19-21) was written and its
+# answer lost when c0-0's leader crashed right after DeleteRecords up to 22; its later batches
+# had been acknowledged at 22-27. The leader came back with the producer's state rebuilt from
+# its log from 22, so the retry of 19-21 was behind and not one of its last batches:
+# OUT_OF_ORDER_SEQUENCE_NUMBER (as Kafka would), not a lost acknowledged batch.
+def test_a_retry_of_a_batch_below_the_log_start_may_be_refused_as_behind() -> None:
+    _pass_through((1558,), "deleted_retry_stops")
+
+
+# Seed 1397 with transactions: tx1's commit marker was written at t0-0@16 by leader 0 (ISR
+# [0]) and acknowledged; broker 1 (LEO 16) was then elected uncleanly and the marker was
+# truncated away, leaving the transaction open at that partition with its coordinator
+# done (Kafka the same: an unclean election may lose a marker; an operator aborts it).
+def test_a_marker_lost_to_an_unclean_election_may_leave_a_transaction_hanging() -> None:
+    _pass_through((1397,), "txa_unclean_hanging")
 
 
 # Seed 599 with transactions: a zombie instance's produce was answered INVALID_PRODUCER_EPOCH

@@ -6,10 +6,11 @@ the one ``kcoord.Producer`` runs) decides what to send and what an answer means;
 only carries the requests: InitProducerId to the id's coordinator, AddPartitionsToTxn before
 the first batch to a partition (or none: an id with implicit adds, as ``kcoord.Producer``,
 sends its batches at once marked ``implicit_add`` and the leaders add the partitions, KIP-890
-part 2; with ``IMPLICIT_ADDS``: id 0 always, id 1 on odd seeds), transactional Produce to the partition leaders (one batch in
-flight per partition, sequences per producer id, epoch and partition), AddOffsetsToTxn and
-TxnOffsetCommit to the group's coordinator (groups runs), and EndTxn (commit about two times
-in three, abort otherwise, and always after an abortable error), retried until answered.
+part 2; with ``IMPLICIT_ADDS``, the default: id 0 always, id 1 on odd seeds), transactional
+Produce to the partition leaders (one batch in flight per partition, sequences per producer
+id, epoch and partition), AddOffsetsToTxn and TxnOffsetCommit to the group's coordinator
+(groups runs), and EndTxn (commit about two times in three, abort otherwise, and always after
+an abortable error), retried until answered.
 
 What the harness does to them (a side generator seeded by the seed and the id):
 
@@ -85,10 +86,9 @@ STALE_END_WITHOUT_BUMP = False
 # (the planted-defect seeds of test_txn_world.py); the window test turns it on.
 WIRE_V0_3_EVERY = 0
 # Ids with implicit adds (KIP-890 part 2, kcoord.Producer's path): id 0, and id 1 on odd
-# seeds. Off in the sweep until the seeds pinned in test_txn_world.py and test_simulation.py
-# are picked again (their schedules move); the implicit-add tests turn it on. Seeds 0-199
-# with --transactions were clean with it on.
-IMPLICIT_ADDS = False
+# seeds; id 1 on even seeds adds explicitly (wire clients' path). False: every id adds
+# explicitly (a test of the explicit path turns it off).
+IMPLICIT_ADDS = True
 RETRY_PRODUCE = (*RETRIABLE_METADATA, E.NOT_ENOUGH_REPLICAS, E.NOT_ENOUGH_REPLICAS_AFTER_APPEND, E.REQUEST_TIMED_OUT, E.CONCURRENT_TRANSACTIONS)
 
 

@@ -24,10 +24,13 @@ Invariants:
 
 * **txn-late** the late write either landed before its transaction's marker (it is part of
   that transaction) or was refused (INVALID_TXN_STATE; OUT_OF_ORDER_SEQUENCE_NUMBER when
-  retention removed the producer's batches, so its sequence is a gap);
+  retention removed the producer's batches, so its sequence is a gap), unless an unclean
+  election may have lost it (``PartitionHistory.voided``: e.g. a deposed leader acknowledged
+  it, then truncated it away; offsets of the two histories do not compare);
 * **txn-hang** once quiet, no transaction is open at any partition leader and its last
   stable offset reaches its high watermark (no transaction stays open after its
-  coordinator ended it).
+  coordinator ended it), unless the partition had an unclean election (which may lose a
+  marker).
 
 Everything here exists only in ``--transactions`` runs; the late writer draws nothing from
 the kernel's generator.
@@ -99,6 +102,8 @@ class LateWriter(Client):
         self.outcome: int | None = None  # the leader's final answer
         self.offset = -1
         self.txn = -1  # the producer's transaction it belongs to
+        self.acked = (-1, -1)  # when it was answered NONE, and the answering leader's epoch
+        self.voided = False  # an unclean election may have lost it (final_checks)
 
     @property
     def idle(self) -> bool:
@@ -146,12 +151,18 @@ class LateWriter(Client):
             return
         self.outcome = code
         self.offset = response.base_offset
+        self.acked = (self.sim.kernel.now, response.leader_epoch)
         self.sim.trace(f"{self.name} late write answered {code} (offset {self.offset})")
         marker = self.producer.marker_offsets.get(self.txn)
-        if code == E.NONE and marker is not None and self.offset > marker:
+        if code == E.NONE and marker is not None and self.offset > marker and not self.lost():
             self.sim.history.fail("txn-late", self.sim.kernel.now, f"{self.name}: the late write of transaction {self.txn} landed at {self.offset}, after its marker at {marker}: a transaction no marker will end")
         elif code not in (E.NONE, E.INVALID_TXN_STATE, E.OUT_OF_ORDER_SEQUENCE_NUMBER):
             self.sim.history.fail("txn-late", self.sim.kernel.now, f"{self.name}: the late write was answered {code}; expected NONE (before its marker) or a refusal")
+
+    def lost(self) -> bool:
+        """Whether an unclean election may have lost the acknowledged late write."""
+        part = self.sim.history.parts.get(self.producer.tp)
+        return part is not None and part.voided(*self.acked)
 
 
 def final_checks(sim: "Simulation", writers: list[LateWriter]) -> None:
@@ -160,7 +171,9 @@ def final_checks(sim: "Simulation", writers: list[LateWriter]) -> None:
     now = sim.kernel.now
     for w in writers:
         marker = w.producer.marker_offsets.get(w.txn, -1)
-        if w.outcome == E.NONE and not 0 <= w.offset < marker:
+        if w.outcome == E.NONE and not 0 <= w.offset < marker and w.lost():
+            w.voided = True
+        elif w.outcome == E.NONE and not 0 <= w.offset < marker:
             sim.history.fail("txn-late", now, f"{w.name}: the late write of transaction {w.txn} landed at {w.offset}, after its marker at {marker}")
     for tp in sorted({w.producer.tp for w in writers}):
         p = sim.stored_partition(*tp)
@@ -169,5 +182,6 @@ def final_checks(sim: "Simulation", writers: list[LateWriter]) -> None:
         hw = leader.hw
         first = leader.log.producer_state.first_unstable_offset(hw)
         lso = hw if first is None else min(first, hw)
-        if ongoing or lso != hw:
+        part = sim.history.parts.get(tp)
+        if (ongoing or lso != hw) and not (part is not None and part.lost_any):  # an unclean election may lose a marker
             sim.history.fail("txn-hang", now, f"{tp[0]}-{tp[1]}: quiet with transactions open {ongoing}, LSO {lso} < HW {hw}")

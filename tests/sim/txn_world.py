@@ -43,6 +43,7 @@ class TxnWorld:
         self.outputs = [(t.name, p) for t in sim.scenario.topics if not t.compact for p in range(t.partitions)]
         self.readers = [AppReader(sim, i, t, p, self.ledger) for i, (t, p) in enumerate(self.outputs)]
         self._hanging_reported = False
+        self.unclean_hanging: set[tuple[str, int]] = set()  # hanging where an unclean election was
         self.slots = [TxnSlot(sim, i, spec.partitions, self.outputs, self.ledger, self.faults) for i in range(IDS)]
 
     def nodes(self) -> list[Any]:
@@ -83,6 +84,11 @@ class TxnWorld:
             if r is None or r.role != LEADER or r.hw != r.log.log_end_offset:
                 continue
             lso = r.log.last_stable_offset(r.hw)
+            part = sim.history.parts.get(tp)
+            if lso < r.hw and part is not None and part.lost_any:
+                # an unclean election may have truncated a marker away (Kafka's too)
+                self.unclean_hanging.add(tp)
+                continue
             if lso < r.hw:
                 why = f"{tp[0]}-{tp[1]}: LSO {lso} below HW {r.hw} with every transaction complete at its coordinator"
                 if not self._hanging_reported:
@@ -100,6 +106,8 @@ class TxnWorld:
         out["txa_stale_ends"] = sum(s.stale_ends for s in self.slots)
         for k in ("ok", "refused", "misrouted"):
             out[f"txa_verify_{k}"] = sum(c.verify[k] for c in self.coordinators)
+        out["txa_holds_due_on_resume"] = sum(c.holds_due_on_resume for c in self.coordinators)
+        out["txa_unclean_hanging"] = len(self.unclean_hanging)
         out["txa_markers_sent"] = sum(getattr(c.driver, "markers_sent", 0) for c in self.coordinators)
         # held adds appended with the completion they waited for (the live incarnations')
         out["txa_adds_with_completion"] = sum(c.core.stats.adds_with_completion for c in self.coordinators if c.core is not None)
