@@ -539,11 +539,16 @@ def coordinator_loads(run: Run) -> dict | None:
 
 
 def check_liveness(run: Run, rep: Report) -> None:
+    if not run.final:
+        # without final.json (the run was cut short) there is no topic, end or heal to check
+        # against, and the waits would be measured against nothing: the run counts as unhealed
+        rep.flag("not_healed", "the history has no final.json: the run did not finish")
+        return
     for client, code in (run.final.get("client_crashes") or {}).items():
         rep.flag("client_crashes", {"client": client, "exit": code})
-    if run.final and not run.final.get("healed", False):
+    if not run.final.get("healed", False):
         rep.flag("not_healed", run.final.get("heal_error"))
-    if run.final and not run.final.get("drained", False):
+    if not run.final.get("drained", False):
         rep.flag("not_drained", run.final.get("drain_error"))
 
 

@@ -344,6 +344,31 @@ def wait_for(what: str, predicate, timeout: float, interval: float = 1.0) -> tup
     return False, f"timed out waiting for {what} (last error {last})"
 
 
+def wait_while_progressing(what: str, predicate, progress, stall_timeout: float, cap: float,
+                           interval: float = 1.0) -> tuple[bool, str | None]:
+    """:func:`wait_for` ``predicate`` for as long as ``progress()`` (a figure that changes while
+    work gets done, such as the sum of committed offsets) keeps changing: give up when it has
+    not changed for ``stall_timeout`` s, or after ``cap`` s in all. A backlog the nemesis left
+    takes its time to drain; a stuck workload does not get longer than a stalled one."""
+    start = time.monotonic()
+    last_change, seen, last_err = start, None, None
+    while True:
+        now = time.monotonic()
+        try:
+            if predicate():
+                return True, None
+            p = progress()
+            if p != seen:
+                seen, last_change = p, now
+        except Exception as exc:  # noqa: BLE001
+            last_err = repr(exc)[:300]
+        if now - last_change >= stall_timeout or now - start >= cap:
+            why = f"no progress for {now - last_change:.0f} s" if now - last_change >= stall_timeout else f"still going after {cap:.0f} s"
+            log(f"gave up waiting for {what}: {why} (progress {seen}, last error {last_err})")
+            return False, f"gave up waiting for {what}: {why} (progress {seen}, last error {last_err})"
+        time.sleep(interval)
+
+
 def read_replica(cluster, topic: str, partition: int, broker: int):
     """(sha256 of the raw log, [(offset, value)], [batch leader epochs]) of one replica."""
     import ray
@@ -570,19 +595,25 @@ def main(argv: list[str] | None = None) -> int:
             ends = {}
         final["end_offsets"] = {str(p): o for p, o in ends.items()}
 
-        def drained() -> bool:
+        def group_committed() -> tuple[str, dict]:
             g = admin.describe_group(GROUP)
-            got = {r["partition"]: r["committed_offset"] for r in g["offsets"] if r["topic"] == TOPIC}
-            return g["state"] == "Stable" and all(got.get(p) == ends[p] for p in ends)
+            return g["state"], {r["partition"]: r["committed_offset"] for r in g["offsets"] if r["topic"] == TOPIC}
 
-        final["drained"], final["drain_error"] = wait_for(
-            "the group to commit everything", drained, timeout=args.heal_timeout if final["healed"] else 60
-        )
+        def drained() -> bool:
+            state, got = group_committed()
+            return state == "Stable" and all(got.get(p) == ends[p] for p in ends)
+
+        # the group catches up on the backlog the faults left for as long as it gets on with it
+        stall_s = args.heal_timeout if final["healed"] else 60
+        final["drained"], final["drain_error"] = wait_while_progressing(
+            "the group to commit everything", drained, lambda: sum(o or 0 for o in group_committed()[1].values()),
+            stall_timeout=stall_s, cap=stall_s + args.seconds)
         timings["drain_s"] = time.monotonic() - t_heal - timings["heal_s"]
         clients.stop_members(timeout=60)
         if txn is not None:
             input_ends = ends or {p: o for p, o in admin.list_offsets(TOPIC, "latest").items()}
-            final["txn"] = txn.finish(admin, cluster, input_ends, wait_for, timeout=args.heal_timeout if final["healed"] else 60)
+            final["txn"] = txn.finish(admin, cluster, input_ends, wait_for, wait_while_progressing,
+                                      stall_timeout=stall_s, cap=stall_s + args.seconds)
             log(f"transactional workload: {final['txn']}")
         observer.stop_event.set()
         observer.join(timeout=30)

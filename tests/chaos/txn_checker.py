@@ -70,6 +70,7 @@ class TxnRun:
     uncommitted_view: list[tuple[int, int, str]] | None = None
     final_offsets: dict[int, int] = field(default_factory=dict)  # the workers' group, input topic
     input_ends: dict[int, int] = field(default_factory=dict)
+    drain_s: float | None = None  # how long the workers took to commit the input after the faults
 
     @property
     def present(self) -> bool:
@@ -110,6 +111,7 @@ def load_txn(directory: str | os.PathLike) -> TxnRun:
         run.uncommitted_view = [tuple(r) for r in final.get("read_uncommitted") or []] if final.get("read_uncommitted") is not None else None
         run.final_offsets = {int(p): o for p, o in (final.get("committed") or {}).items() if o is not None}
         run.input_ends = {int(p): o for p, o in (final.get("input_ends") or {}).items()}
+        run.drain_s = final.get("drain_s")
     return run
 
 
@@ -215,5 +217,6 @@ def check_txn(run: TxnRun, input_log: dict[int, dict[int, str]], rep) -> None:
         "outputs_uncommitted_view": len(run.uncommitted_view or []),
         "reader_records": reads,
         "inputs_covered": sum(run.final_offsets.values()),
+        "drain_s": run.drain_s,
     }
 

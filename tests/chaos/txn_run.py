@@ -98,9 +98,10 @@ class TxnWorkload:
         return {k: v for k, v in self.exits.items() if v not in (0, -9)}
 
     # -- the end of the run -----------------------------------------------------------------
-    def finish(self, admin, cluster, input_ends: dict[int, int], wait_for, timeout: float) -> dict:
-        """Drain, stop, read the output both ways; writes ``final-txn.json``, returns its
-        summary (without the records)."""
+    def finish(self, admin, cluster, input_ends: dict[int, int], wait_for, wait_while_progressing,
+               stall_timeout: float, cap: float) -> dict:
+        """Drain (for as long as the workers' commits move, up to ``cap`` s), stop, read the
+        output both ways; writes ``final-txn.json``, returns its summary (without the records)."""
         from tests.chaos.txn_clients import read_all
 
         def committed() -> dict[int, int | None]:
@@ -108,8 +109,11 @@ class TxnWorkload:
             return {r["partition"]: r["committed_offset"] for r in g["offsets"] if r["topic"] == self.in_topic}
 
         final: dict = {"input_ends": {str(p): o for p, o in input_ends.items()}}
-        final["drained"], final["drain_error"] = wait_for(
-            "the transactional workers to commit the whole input", lambda: all(committed().get(p) == e for p, e in input_ends.items()), timeout=timeout)
+        t0 = time.monotonic()
+        final["drained"], final["drain_error"] = wait_while_progressing(
+            "the transactional workers to commit the whole input", lambda: all(committed().get(p) == e for p, e in input_ends.items()),
+            lambda: sum(o or 0 for o in committed().values()), stall_timeout=stall_timeout, cap=cap)
+        final["drain_s"] = round(time.monotonic() - t0, 1)
         self.stop()
         # a killed worker's open transaction is aborted by its timeout (10 s) at the latest
         final["settled"], final["settle_error"] = wait_for(

@@ -241,6 +241,13 @@ def test_divergent_replicas_and_unhealed_undrained_runs(hist):
     only(run_check(hist), "not_healed", "not_drained")
 
 
+def test_a_history_cut_short_without_final_json_is_not_healed(hist):
+    d = hist.write()
+    (d / "final.json").unlink()
+    rep = checker.check(checker.load(d))
+    assert rep.counts["not_healed"] == 1 and "no final.json" in rep.examples["not_healed"][0]
+
+
 def test_client_crash(hist):
     hist.final["client_crashes"] = {"member c0-1": 1}
     only(run_check(hist), "client_crashes")
@@ -436,3 +443,21 @@ def test_a_producer_wait_leaves_out_time_below_min_insync_replicas_alive(hist):
     assert rep.figures["producer_max_wait_s"] == pytest.approx(9.0, abs=1.1)
     assert rep.figures["producer_max_wait_live_leader_s"] == pytest.approx(30.0, abs=0.1)
     assert rep.figures["producer_max_wait_raw_s"] == pytest.approx(30.0, abs=0.1)
+
+
+def test_the_drain_waits_while_commits_move_and_gives_up_when_they_stop():
+    from chaos.run import wait_while_progressing
+
+    figures = iter(range(5))  # moves five times, then stands still
+    last = [0]
+
+    def progress() -> int:
+        last[0] = next(figures, last[0])
+        return last[0]
+
+    ok, err = wait_while_progressing("work", lambda: False, progress, stall_timeout=0.05, cap=30, interval=0.01)
+    assert not ok and "no progress" in err and "progress 4" in err
+    ok, err = wait_while_progressing("work", lambda: False, lambda: 0, stall_timeout=30, cap=0.05, interval=0.01)
+    assert not ok and "still going after" in err
+    calls = iter([False, False, True])
+    assert wait_while_progressing("work", lambda: next(calls), lambda: 0, stall_timeout=30, cap=30, interval=0.01) == (True, None)
