@@ -339,7 +339,7 @@ def write(
                 txn_prefix=transactional_id,
             )
             try:
-                rows = projected.mapInArrow(fn, _schema(_stats_ddl())).collect()
+                rows = projected.mapInArrow(fn, stats_schema()).collect()
             except BaseException:
                 txn.abort_open()  # nothing was decided: no attempt's transaction may stay open
                 raise
@@ -360,7 +360,7 @@ def write(
             batch_bytes=batch_bytes,
             on_task_written=on_task_written,
         )
-        rows = projected.mapInArrow(fn, _schema(_stats_ddl())).collect()
+        rows = projected.mapInArrow(fn, stats_schema()).collect()
     for r in rows:
         result.attempts[r.task] = r.attempt
         result.add(r.task, r.partition, r.records, r.batches, r.duplicate_batches)
@@ -375,11 +375,16 @@ def _schema(ddl: str) -> Any:
     return _parse_datatype_string(ddl)
 
 
-def _stats_ddl() -> str:
-    return (
-        "task int, attempt int, producer_id long, partition int, records long, batches int, duplicate_batches int, "
-        "transactional_id string, producer_epoch int"
-    )
+_STATS_DDL = (
+    "task int, attempt int, producer_id long, partition int, records long, batches int, duplicate_batches int, "
+    "transactional_id string, producer_epoch int"
+)
+
+
+def stats_schema(*extra_ddl: str) -> Any:
+    """The schema of the rows a write task returns (one per partition it wrote), with
+    ``extra_ddl`` columns after them; parsed once per shape."""
+    return _schema(", ".join((_STATS_DDL, *extra_ddl)))
 
 
 def check_transactional_write(transactional_id: str | None, acks: Any) -> None:

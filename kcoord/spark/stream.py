@@ -114,7 +114,7 @@ class SparkEngine:
         )
         settings = {"spark.sql.adaptive.enabled": "false", "spark.sql.shuffle.partitions": str(spec.partitions)}
         with frames._sql_conf(self.spark, settings):
-            rows = keyed.groupBy(S.PARTITION_COLUMN).applyInPandas(fn, schema=frames._schema(f"{frames._stats_ddl()}, {S.COUNT_DDL}")).collect()
+            rows = keyed.groupBy(S.PARTITION_COLUMN).applyInPandas(fn, schema=frames.stats_schema(S.COUNT_DDL)).collect()
         return list(prepared_from_rows(rows).values()), sum(r.records for r in rows if r.partition >= 0), S.counts_of_rows(rows)
 
     def run_tasks(self, plan: P.BatchPlan, attempt_tag: str) -> tuple[list[PreparedTask], int, S.StateCounts | None]:
@@ -153,7 +153,7 @@ class SparkEngine:
                 txn_prefix=plan.prefix,
                 attempt_tag=attempt_tag,
             )
-            rows = projected.mapInArrow(fn, frames._schema(frames._stats_ddl())).collect()
+            rows = projected.mapInArrow(fn, frames.stats_schema()).collect()
         return list(prepared_from_rows(rows).values()), sum(r.records for r in rows), None
 
 
