@@ -175,6 +175,7 @@ class GroupCoordinatorActor:
             "loaded": driver.loaded,
             "fenced": driver.fenced,
             "load": dict(driver.load_info),
+            "loading": driver.load_progress(),  # where a load in progress stands
             "incarnation": self.incarnation,
             "pid": os.getpid(),
             "leader": driver.leader,

@@ -121,6 +121,7 @@ class TransactionCoordinatorActor:
             "loaded": driver.loaded,
             "fenced": driver.fenced,
             "load": dict(driver.load_info),
+            "loading": driver.load_progress(),  # where a load in progress stands
             "incarnation": self.incarnation,
             "pid": os.getpid(),
             "leader": driver.leader,

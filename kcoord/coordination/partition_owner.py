@@ -25,6 +25,7 @@ import traceback
 import uuid
 from collections import deque
 from dataclasses import dataclass
+from enum import Enum
 from typing import Any, Callable
 
 from .. import records as batch_format
@@ -53,6 +54,18 @@ class CoordinatorTimeouts:
     idle_wake_ms: int = 1_000
     fetch_max_bytes: int = 8 << 20
     max_records_per_append: int = 5_000
+
+
+class LoadPhase(str, Enum):
+    """What a loading coordinator is waiting for; the time spent in each is reported with
+    the load (``load_info["phases_ms"]``), so a slow load says where it went."""
+
+    LEADER = "leader"  # the controller's answer naming the partition leader
+    FETCH = "fetch"  # the partition's records
+    SETTLE = "settle"  # the HW to reach the log end, then past the fence record
+    EPOCH = "epoch"  # the controller's grant of this incarnation's producer epoch
+    FENCE = "fence"  # the coordinator-epoch record's append
+    BACKOFF = "backoff"  # the pause after a failed step
 
 
 class PartitionOwnerDriver(Serving):
@@ -115,6 +128,10 @@ class PartitionOwnerDriver(Serving):
         self._max_epoch_seen = -1
         self._fence_offset: int | None = None
         self._load_attempts = 0
+        self._load_error = ""
+        self._phase: LoadPhase | None = None
+        self._phase_since_ms = 0
+        self._phase_ms: dict[str, int] = {}
         # persist pipeline
         self._queue: deque[AppendRecords] = deque()
         self._writing = False
@@ -128,6 +145,29 @@ class PartitionOwnerDriver(Serving):
     def start(self) -> None:
         self._load_started_ms = self._clock.now_ms()
         self._load_step()
+
+    def _enter(self, phase: LoadPhase | None) -> None:
+        """Account the time since the last phase change to that phase; ``None`` ends the load."""
+        now = self._clock.now_ms()
+        if self._phase is not None:
+            self._phase_ms[self._phase.value] = self._phase_ms.get(self._phase.value, 0) + now - self._phase_since_ms
+        self._phase, self._phase_since_ms = phase, now
+
+    def load_progress(self) -> dict[str, Any]:
+        """Where a load in progress stands: its phase, attempts, last error and the time per
+        phase so far ({} once loaded: see ``load_info``)."""
+        if self.loaded:
+            return {}
+        spent = dict(self._phase_ms)
+        if self._phase is not None:
+            spent[self._phase.value] = spent.get(self._phase.value, 0) + self._clock.now_ms() - self._phase_since_ms
+        return {
+            "phase": None if self._phase is None else self._phase.value,
+            "attempts": self._load_attempts,
+            "error": self._load_error,
+            "ms": self._clock.now_ms() - self._load_started_ms,
+            "phases_ms": spent,
+        }
 
     def when_loaded(self, callback: Callable[[], None]) -> None:
         """Run ``callback()`` once the partition is loaded (at once if it is)."""
@@ -165,6 +205,8 @@ class PartitionOwnerDriver(Serving):
         if self.leader is not None:
             then()
             return
+        if not self.loaded:
+            self._enter(LoadPhase.LEADER)
 
         def answered(response: MetadataResponse | None, outcome: Outcome) -> None:
             if self.closed:
@@ -196,6 +238,7 @@ class PartitionOwnerDriver(Serving):
         def fetch() -> None:
             assert self.leader is not None
             broker, epoch = self.leader
+            self._enter(LoadPhase.SETTLE if max_wait_ms else LoadPhase.FETCH)
             req = FetchRequest(
                 self.topic,
                 self.index,
@@ -218,6 +261,8 @@ class PartitionOwnerDriver(Serving):
 
     def _load_failed(self, code: int, detail: str = "") -> None:
         self._load_attempts += 1
+        self._load_error = f"{error_name(code)}{f' {detail}' if detail else ''}"[:200]
+        self._enter(LoadPhase.BACKOFF)
         self.leader = None
         level = logging.INFO if self._load_attempts < 5 else logging.WARNING
         self.logger.log(level, "[%s %d] loading %s-%d: %s%s (attempt %d)", self.role, self.index, self.topic, self.index, error_name(code), f" {detail}" if detail else "", self._load_attempts)
@@ -272,8 +317,10 @@ class PartitionOwnerDriver(Serving):
         controller handed this incarnation; older incarnations' appends are refused from
         then on."""
         if not self._epoch_ready:
+            self._enter(LoadPhase.EPOCH)
             self._renew_epoch(self._fence)
             return
+        self._enter(LoadPhase.FENCE)
         epoch = self.producer_epoch
         record = self._epoch_record(epoch)
         read_up_to = self._load_offset
@@ -341,6 +388,7 @@ class PartitionOwnerDriver(Serving):
 
         good = well_formed(self._loaded_records, self._decode_record, malformed)
         now = self._clock.now_ms()
+        self._enter(None)
         load_actions = self._load_core(good, now)
         self._loaded_records = []
         self.loaded = True
@@ -349,6 +397,8 @@ class PartitionOwnerDriver(Serving):
             "end_offset": self._load_offset,
             "load_ms": now - self._load_started_ms,
             "producer_epoch": self.producer_epoch,
+            "attempts": self._load_attempts,
+            "phases_ms": dict(self._phase_ms),
         }
         self.logger.info(
             "[%s %d] loaded %d records of %s-%d up to offset %d in %d ms: %s (producer epoch %d)",

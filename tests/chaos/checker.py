@@ -527,15 +527,45 @@ def check_waits(run: Run, rep: Report, first_seen: dict[int, dict[int, float]], 
 
 def coordinator_loads(run: Run) -> dict | None:
     """How long the group's coordinator took to load, over the incarnations the observer saw
-    loaded (time a loading coordinator leaves out of consumer waits, kept in view here)."""
-    loads: dict[str, int] = {}
+    loaded (time a loading coordinator leaves out of consumer waits, kept in view here): the
+    median and longest load, the time all loads spent per phase (what each waited for), and
+    the coordinator's unserved time split into not answering (a process restarting) and
+    answering while loading."""
+    loads: dict[str, dict] = {}
     for e in run.observer:
         if e["type"] == "coordinator" and e.get("live") and (e.get("load") or {}).get("load_ms") is not None:
-            loads[e.get("incarnation") or ""] = int(e["load"]["load_ms"])
+            loads[e.get("incarnation") or ""] = e["load"]
     if not loads:
         return None
-    ms = sorted(loads.values())
-    return {"incarnations": len(ms), "median_ms": ms[len(ms) // 2], "max_ms": ms[-1]}
+    ms = sorted(int(load["load_ms"]) for load in loads.values())
+    phases: dict[str, int] = defaultdict(int)
+    for load in loads.values():
+        for phase, spent in (load.get("phases_ms") or {}).items():
+            phases[phase] += int(spent)
+    out = {"incarnations": len(ms), "median_ms": ms[len(ms) // 2], "max_ms": ms[-1], "phases_s": {k: round(v / 1000, 1) for k, v in sorted(phases.items())}}
+    out.update(coordinator_down(run))
+    return out
+
+
+def coordinator_down(run: Run) -> dict:
+    """The group coordinator's unserved spells (between two live samples), each split at
+    its first answer: seconds not answering, then seconds answering but not loaded."""
+    samples = [e for e in run.observer if e["type"] == "coordinator"]
+    silent, loading, spells = 0.0, 0.0, 0
+    start = answered = None
+    for e in samples:
+        if not e.get("live"):
+            if start is None:
+                start, answered = e["t"], None
+            if answered is None and e.get("pid") is not None:
+                answered = e["t"]
+        elif start is not None:
+            first = answered if answered is not None else e["t"]
+            silent += first - start
+            loading += e["t"] - first
+            spells += 1
+            start = None
+    return {"down_spells": spells, "down_silent_s": round(silent, 1), "down_loading_s": round(loading, 1)}
 
 
 def check_liveness(run: Run, rep: Report) -> None:

@@ -292,7 +292,7 @@ class Observer(threading.Thread):
             return
         g = info.get("groups", {}).get(GROUP) or {}
         self.history.write("coordinator", t=t, index=self.coordinator, live=bool(info.get("loaded")), incarnation=info.get("incarnation"),
-                           pid=info.get("pid"), load=info.get("load"), state=g.get("state"), gen=g.get("generation"),
+                           pid=info.get("pid"), load=info.get("load"), loading=info.get("loading") or None, state=g.get("state"), gen=g.get("generation"),
                            members=len(g.get("members", [])))
 
     def _watch_group(self) -> None:

@@ -461,3 +461,26 @@ def test_the_drain_waits_while_commits_move_and_gives_up_when_they_stop():
     assert not ok and "still going after" in err
     calls = iter([False, False, True])
     assert wait_while_progressing("work", lambda: next(calls), lambda: 0, stall_timeout=30, cap=30, interval=0.01) == (True, None)
+
+
+def test_coordinator_loads_say_where_the_unserved_time_went(hist):
+    """A coordinator killed at T+10: silent until T+14 (its process restarting), answering
+    but loading until T+20; each incarnation's load phases summed."""
+    d = hist.write()
+    h = History(d / "observer.jsonl")
+    for i in range(60):
+        r, t = i * 0.5, T + i * 0.5
+        if r < 10:
+            h.write("coordinator", t=t, index=0, live=True, incarnation="a", pid=1, load={"load_ms": 900, "phases_ms": {"fetch": 400, "fence": 500}})
+        elif r < 14:
+            h.write("coordinator", t=t, index=0, live=False)
+        elif r < 20:
+            h.write("coordinator", t=t, index=0, live=False, incarnation="b", pid=2, load={}, loading={"phase": "epoch"})
+        else:
+            h.write("coordinator", t=t, index=0, live=True, incarnation="b", pid=2, load={"load_ms": 6_000, "phases_ms": {"fetch": 1_000, "epoch": 5_000}})
+    h.close()
+    loads = checker.check(checker.load(d)).figures["coordinator_loads"]
+    assert (loads["incarnations"], loads["max_ms"]) == (2, 6_000)
+    assert loads["phases_s"] == {"epoch": 5.0, "fence": 0.5, "fetch": 1.4}
+    assert loads["down_spells"] == 1
+    assert loads["down_silent_s"] == pytest.approx(4.0) and loads["down_loading_s"] == pytest.approx(6.0)

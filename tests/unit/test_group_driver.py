@@ -180,6 +180,34 @@ def test_load_waits_while_the_hw_lags_the_log_end():
     assert answer.offsets["t"][0].offset == 20
 
 
+def test_a_load_reports_where_its_time_went():
+    """A load held up by a lagging HW, then by a controller that does not answer, says so
+    while it waits (``load_progress``) and afterwards (``load_info["phases_ms"]``), its
+    phases adding up to its duration."""
+    clock = ManualClock(1_000_000)
+    leader = Leader(clock)
+    leader.handle(InternalProduceRequest(OFFSETS_TOPIC, 0, commit_batch("g", 10), acks=1))
+    leader.handle(LeaderAndIsrRequest(1, OFFSETS_TOPIC, 0, 0, 1, 2, [0, 1], [0, 1]))
+    leader.handle(InternalProduceRequest(OFFSETS_TOPIC, 0, commit_batch("g", 20), acks=1))
+    link = Link(leader)
+    link.cut_from_controller = True
+    d = driver_on(leader, clock, link)
+    clock.run_until(clock.now + 20_000)
+    stuck = d.load_progress()
+    assert stuck["phase"] == "settle" and stuck["phases_ms"]["settle"] >= 19_000 and stuck["ms"] >= 20_000
+    leader.follower_fetch()  # the HW reaches the log end: now the epoch is what it waits for
+    clock.run_until(clock.now + 10_000)
+    assert not d.loaded and d.load_progress()["phase"] == "epoch"
+    link.cut_from_controller = False
+    for _ in range(50):
+        clock.run_until(clock.now + 100)
+        leader.follower_fetch()
+    assert d.loaded and d.load_progress() == {}
+    phases = d.load_info["phases_ms"]
+    assert phases["settle"] >= 19_000 and phases["epoch"] >= 9_000 and phases["fence"] > 0, phases
+    assert sum(phases.values()) == d.load_info["load_ms"]
+
+
 def test_a_new_incarnation_fences_the_old_one():
     clock = ManualClock(1_000_000)
     leader = Leader(clock)
