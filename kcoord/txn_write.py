@@ -49,13 +49,14 @@ from .client.producer import Producer
 from .client.producer.partitioner import partition_for_key
 from .client.producer.transaction_manager import PreparedTxnState
 from .client.types import TopicPartition
+from .protocol import names
 from .protocol.errors import ErrorCode, KafkaError
 from .protocol.txn import DescribeTransactionsRequest, DescribeTransactionsResponse, ListTransactionsRequest, ListTransactionsResponse
 
 T = TypeVar("T")
 
 #: Where drivers record their decisions: compacted, one key per write prefix.
-DECISIONS_TOPIC = "_kcoord-txn-writes"
+DECISIONS_TOPIC = names.TXN_WRITE_DECISIONS_TOPIC  # its partition count cannot change (names.FIXED_PARTITION_TOPICS)
 #: Its partitions when a driver creates it (a key's records are read from its partition's
 #: start: compaction keeps that to about one record per prefix).
 DECISION_PARTITIONS = 1

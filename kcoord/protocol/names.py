@@ -17,6 +17,14 @@ TRANSACTION_STATE_TOPIC = "__transaction_state"
 INTERNAL_TOPICS = frozenset({OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC})
 
 
+# Where transactional writes' drivers record their decisions (kcoord.txn_write).
+TXN_WRITE_DECISIONS_TOPIC = "_kcoord-txn-writes"
+# Topics whose records are found by hashing a key over the partition count (a group, a
+# transactional id, a write's prefix): more partitions would hide what they hold, so they
+# cannot grow.
+FIXED_PARTITION_TOPICS = INTERNAL_TOPICS | {TXN_WRITE_DECISIONS_TOPIC}
+
+
 def is_internal_topic(topic: str) -> bool:
     return topic in INTERNAL_TOPICS
 

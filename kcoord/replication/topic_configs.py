@@ -24,6 +24,7 @@ from dataclasses import fields
 from enum import IntEnum
 from typing import Iterable, Mapping
 
+from ..protocol import names
 from ..protocol.controller import AlterConfigOp, ConfigEntry
 from ..protocol.errors import ErrorCode, KafkaError
 from .config import ReplicationConfig
@@ -129,12 +130,18 @@ def plan_new_partitions(
     """The partitions ``topic.num_partitions .. count-1``, each led by its first replica at
     epoch 0 with every replica in the ISR (as at creation). Raises INVALID_PARTITIONS unless
     ``count`` grows the topic (within the limit), INVALID_REPLICA_ASSIGNMENT for a bad
-    explicit assignment, POLICY_VIOLATION for the internal offsets topic."""
+    explicit assignment, POLICY_VIOLATION for an internal topic and the other topics whose
+    records are found by their key's partition (``names.FIXED_PARTITION_TOPICS``)."""
     old = topic.num_partitions
     if topic.internal:
         raise KafkaError(
             ErrorCode.POLICY_VIOLATION,
-            f"internal topic {topic.name!r} cannot get partitions: its partition count is the number of group coordinators",
+            f"internal topic {topic.name!r} cannot get partitions: its partition count is the number of its coordinators",
+        )
+    if topic.name in names.FIXED_PARTITION_TOPICS:
+        raise KafkaError(
+            ErrorCode.POLICY_VIOLATION,
+            f"topic {topic.name!r} cannot get partitions: its records are found by their key's partition, and more partitions would hide them",
         )
     if not isinstance(count, int) or isinstance(count, bool):
         raise KafkaError(ErrorCode.INVALID_PARTITIONS, f"partition count must be an integer, got {count!r}")

@@ -184,6 +184,20 @@ def test_internal_topic_refuses_changes_that_would_lose_group_state():
 # -- create_partitions ----------------------------------------------------------------------
 
 
+def test_the_decisions_topic_of_transactional_writes_cannot_grow():
+    """A driver finds a write's decision in the partition its prefix hashes to over the
+    topic's partition count: growing the topic would hide every earlier decision, and a
+    driver recovering a decided batch would abort what it had to commit."""
+    from kcoord.txn_write import DECISIONS_TOPIC
+
+    h = Harness()
+    h.apply(h.core.create_topic(CreateTopicsRequest(name=DECISIONS_TOPIC, partitions=1, replication_factor=3, config={"cleanup.policy": "compact"}), 0)[1])
+    writes = h.store.writes
+    resp, actions = h.core.create_partitions(CreatePartitionsRequest(topic=DECISIONS_TOPIC, count=4), h.now)
+    assert resp.error_code == ErrorCode.POLICY_VIOLATION and DECISIONS_TOPIC in resp.error_message, resp
+    assert actions == [] and h.store.writes == writes and h.core.topics[DECISIONS_TOPIC].num_partitions == 1
+
+
 def test_new_partitions_continue_the_creation_placement():
     h = Harness()
     resp, actions = h.core.create_topic(CreateTopicsRequest(name="grow", partitions=2, replication_factor=2), 0)
