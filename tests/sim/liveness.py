@@ -8,9 +8,11 @@ the follower's previous fetch makes it caught up at that previous fetch. The acc
 per follower *process* (the ``replica_incarnation`` its fetches carry): another process's
 fetch starts it over, since that process may hold less. When a replica starts leading an
 epoch, every ISR member counts as caught up then (the leader's grace period), credited to
-the process the harness knows it had at that moment -- not to whatever the leader knew
-(nothing yet). A LeaderAndIsr that changes the ISR during the leadership gives the new
-members without an account the same grace, as the leader does.
+the process the harness knows it had at that moment; if the leader never hears that
+process, the first process it hears takes the grace over, as the leader's own account does
+(it is the replica's until a process is heard: Kafka's lastCaughtUpTime is per replica). A
+LeaderAndIsr that changes the ISR during the leadership gives the new members without an
+account the same grace, as the leader does.
 
 A proposal (AlterPartition) that leaves out a member of the leader's confirmed ISR whose
 current process was caught up less than ``replica.lag.time.max.ms`` before is a violation.
@@ -91,8 +93,10 @@ def on_fetch(part: "PartitionHistory", proc: "ReplicaProcess", req, now: int) ->
     if watch is None:
         return
     a = watch.accounts.get(req.replica_id)
-    if a is not None and a.process is None:
-        a.process = req.replica_incarnation  # no process then: the first heard keeps the grace, as at the leader
+    if a is not None and (a.process is None or a.last_fetch_ms < 0):
+        # a grace given to no process, or to one never heard, goes to the first process
+        # heard, as at the leader (whose account is the replica's until a process is heard)
+        a.process = req.replica_incarnation
     elif a is None or a.process != req.replica_incarnation:
         a = watch.accounts[req.replica_id] = Account(req.replica_incarnation)
     if req.fetch_offset >= leo:

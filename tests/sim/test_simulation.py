@@ -82,6 +82,16 @@ def test_transactions_hold_their_invariants_through_faults() -> None:
     assert not failed, f"{len(failed)} of {len(TXN_SEEDS)} seeds failed:\n\n" + "\n\n".join(failed[:5])
 
 
+# Transactional seeds outside the default range whose failures were fixed (docs/simulation.md).
+FOUND_TXN_SEEDS = (1891,)
+
+
+def test_the_transactional_seeds_that_found_bugs_still_pass() -> None:
+    results = run_many(list(FOUND_TXN_SEEDS), jobs=1, transactions=True)
+    failed = [report for _, ok, report, _ in results if not ok]
+    assert not failed, f"{len(failed)} found seeds fail again:\n\n" + "\n\n".join(failed[:3])
+
+
 # Seeds 4 and 332 with transactions (329 and 367 until implicit adds became the sweep's
 # default): an operator turned unclean.leader.election.enable on and a stale replica was
 # elected (4: four times), truncating committed transactions (allowed, as Kafka does); in 332
