@@ -16,6 +16,7 @@ from kcoord.client.admin import Admin
 from kcoord.client.consumer import Consumer
 from kcoord.client.producer import Producer
 from kcoord.txn_write import COMMIT, Decision, TransactionalWrite, prepare_task, task_transactional_id
+from waiting import wait_until
 
 pytestmark = [pytest.mark.spark, pytest.mark.ray]
 
@@ -75,9 +76,12 @@ def test_read_committed_drops_an_aborted_transaction_and_stops_at_the_lso_of_an_
                     break
         assert sorted(got) == committed
 
-        # Once the open transaction commits, "latest" moves past it.
+        # Once the open transaction commits, "latest" moves past it: when its marker is
+        # written, which (as in Kafka) follows commit_transaction()'s answer.
         open_txn.commit_transaction()
-        assert committed_values(spark, kcluster, topic) == sorted(committed + [b"open-0", b"open-1", b"after-open"])
+        everything_committed = sorted(committed + [b"open-0", b"open-1", b"after-open"])
+        wait_until(lambda: committed_values(spark, kcluster, topic) == everything_committed, timeout=60, interval=0.2,
+                   what="the committed transaction to be read read_committed")
     finally:
         open_txn.close()
 
