@@ -56,14 +56,17 @@ class Twins:
 
     def cut_off_machine(self, machine: Machine, duration: int) -> bool:
         """Bound brokers: ``machine`` loses the head; Ray takes it (and its actors) for dead,
-        while every replica process on it runs on as a ghost."""
-        procs = [
-            p for p in self.sim.replica_list if p.machine is machine and p.up and not p.paused and p.ghost is None and p.replica is not None and p.replica.role != OFFLINE
-        ]
+        while every replica process on it runs on as a ghost. A paused one is replaced too
+        and stays paused until Ray stops it: never the current process again (seed 200061)."""
+        procs = [p for p in self.sim.replica_list if p.machine is machine and p.up and p.ghost is None and p.replica is not None and p.replica.role != OFFLINE]
         machine.cut_off = True
         self.sim.trace(f"NODE CUT OFF: {machine.id} loses the head for {duration} ms ({len(procs)} replica processes run on)")
         for p in procs:
+            paused = p.paused
             self.twin(p, duration)
+            if paused:
+                p.paused, p.deferred = False, []
+                p.ghost.paused = True
         self.sim.kernel.after(duration, self.machine_back, machine)
         return True
 
