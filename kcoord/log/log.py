@@ -354,14 +354,17 @@ class Log(BaseLog):
         return new_leo
 
     @storage_operation
-    def truncate_fully_and_start_at(self, offset: int) -> None:
+    def truncate_fully_and_start_at(self, offset: int, producers: dict | None = None) -> None:
         """Drop all data; the log restarts empty at ``offset`` (a follower that fell
-        behind the leader's retention).
+        behind the leader's retention). ``producers``: the producer state below ``offset``
+        (the leader's :meth:`ProducerStateManager.snapshot_below`) to start with, kept in a
+        snapshot at ``offset``.
 
         Ordered so that a crash at any point reopens as either a prefix of the old log or
         the new empty one: the epoch checkpoint is cleared and the producer snapshots go
-        first (recovery rebuilds both from whatever batches survive), then the new segment
-        is created, and only then are the old segments deleted, newest first.
+        first (recovery rebuilds both from whatever batches survive; the new one, at
+        ``offset``, lies past the old log's end and is dropped with it), then the new
+        segment is created, and only then are the old segments deleted, newest first.
         """
         self._check_open()
         if offset < 0:
@@ -373,6 +376,10 @@ class Log(BaseLog):
         self._snapshots.delete_all()
         self._txn_files.delete_all()
         self.txn_index.clear()
+        self.producer_state.clear()
+        if producers:
+            self.producer_state.load(producers)
+            self._snapshots.write(offset, self.producer_state, sync_dir=False)
         fs.fsync_dir(self.directory)
         old = self._segments
         old.close()
@@ -385,7 +392,6 @@ class Log(BaseLog):
         fs.fsync_dir(self.directory)
         self._set_recovery_point(offset)
         self._set_log_start(offset)
-        self.producer_state.clear()
         # Written, not assumed: with no checkpoint a reopen takes the log start for the HW, and
         # a start moved down would otherwise make a later checkpoint look written already.
         write_offset(self._fs, self.directory / HW_CHECKPOINT, offset)

@@ -215,7 +215,8 @@ class MemoryLog(BaseLog):
 
     # -- the rest of the Log interface ----------------------------------------------------
 
-    def truncate_fully_and_start_at(self, offset: int) -> None:
+    def truncate_fully_and_start_at(self, offset: int, producers: dict | None = None) -> None:
+        """As :meth:`Log.truncate_fully_and_start_at`."""
         self._check_open()
         if offset < 0:
             raise ValueError(f"offset must be >= 0, got {offset}")
@@ -228,6 +229,8 @@ class MemoryLog(BaseLog):
         self._flushed = 0
         self.epoch_cache.clear()
         self.producer_state.clear()
+        if producers:
+            self.producer_state.load(producers)
         self.txn_index.clear()
         # The HW checkpoint moves with the restart, as the file log writes it (a crash then
         # reopens at this offset, not at a checkpoint of the log that was dropped).

@@ -406,6 +406,22 @@ class ProducerStateManager:
             out[pid] = d
         return out
 
+    def snapshot_below(self, offset: int) -> dict[int, dict[str, Any]]:
+        """:meth:`snapshot` of the state as of ``offset``: each producer's batches below it
+        (and its transaction if one began below it). Loaded, then replaying the log from
+        ``offset`` on, gives this state back: what a follower starting over at the leader's
+        log start needs of it (KIP-405's followers take the same from remote storage)."""
+        out: dict[int, dict[str, Any]] = {}
+        for pid, d in self.snapshot().items():
+            batches = [b for b in d["batches"] if b[3] < offset]
+            if not batches and d.get("txn_first_offset", offset) >= offset:
+                continue  # everything of it is at or past ``offset``: the replay brings it
+            d["batches"] = batches
+            if d.get("txn_first_offset", -1) >= offset:
+                del d["txn_first_offset"]
+            out[pid] = d
+        return out
+
     def load(self, snapshot: dict[int, dict[str, Any]]) -> None:
         """Replace the state with one produced by :meth:`snapshot`; a snapshot written before
         transactions loads as "none ongoing". Completed transactions not yet below the HW are

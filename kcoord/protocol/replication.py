@@ -9,7 +9,7 @@ record batches (see :mod:`kcoord.records`) as opaque bytes.
 from __future__ import annotations
 
 from dataclasses import field
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from .codec import Message, register
 
@@ -124,6 +124,9 @@ class FetchResponse(Message):
     # transactions that may have batches in what was returned: [(producer_id, first_offset)].
     last_stable_offset: int = -1
     aborted_transactions: list[tuple[int, int]] | None = None
+    # To a follower whose fetch offset is below the log start (OFFSET_OUT_OF_RANGE): the
+    # producer state below it (ProducerStateManager.snapshot_below), which it starts over with.
+    producer_state: dict[int, dict[str, Any]] | None = None
 
 
 @register

@@ -159,7 +159,7 @@ class Follower:
         if response.error_code == ErrorCode.OFFSET_OUT_OF_RANGE:
             if 0 <= request.fetch_offset < response.log_start_offset:
                 # We fell behind the leader's retention: start over at its log start.
-                log.truncate_fully_and_start_at(response.log_start_offset)
+                log.truncate_fully_and_start_at(response.log_start_offset, producers=response.producer_state)
                 st.hw = log.log_end_offset
                 self.phase = FETCHING
             else:

@@ -155,3 +155,21 @@ def test_rebuild_snapshot_and_load_agree():
     assert rebuilt.get(1).last_seq == 5 and 2 not in rebuilt
     rebuilt.clear()
     assert len(rebuilt) == 0
+
+
+def test_the_state_below_an_offset_plus_the_replay_from_it_is_the_whole_state():
+    """What a follower starting over at the leader's log start takes (sim seed 9377)."""
+    s = ProducerStateManager()
+    gone, straddling, later = Producer(s, pid=1), Producer(s, pid=2), Producer(s, pid=3)
+    hs = []
+    for p, offset in ((gone, 0), (straddling, 10), (later, 30)):
+        p.offset = offset
+        hs += [p.append(2) for _ in range(4)]  # pid 1: 0-7, pid 2: 10-17, pid 3: 30-37
+    below = s.snapshot_below(14)
+    assert sorted(below) == [1, 2], "a producer whose batches all lie at or past the offset comes with the replay"
+    assert [b[2] for b in below[2]["batches"]] == [10, 12]
+    restored = ProducerStateManager()
+    restored.load(below)
+    restored.replay([h for h in hs if h.base_offset >= 14])
+    assert restored == s
+    assert restored.check(header(1, 0, 6, 2)).duplicate, "a retry of the gone producer's last batch is still a duplicate"

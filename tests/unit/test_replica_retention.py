@@ -186,3 +186,37 @@ def test_update_config_brings_the_next_check_forward():
     assert r.next_deadline(0) <= EXPIRED + 50
     r.tick(EXPIRED + 50)
     assert r.log.log_start_offset == 2
+
+
+def test_a_follower_that_starts_over_at_the_leaders_log_start_keeps_the_producers_below_it():
+    """Sim seed 9377: retention took every batch of an idempotent producer; a follower that
+    fell below the leader's log start started over there empty, forgot the producer, and,
+    elected, appended a retried batch (its answer lost) a second time. Like Kafka's
+    tiered-storage followers, it takes the leader's producer state below the log start with
+    the answer that sends it there, and keeps it across a restart."""
+    disk = SimDisk(random.Random(7))
+    leader = replica(0)
+    leader_and_isr(leader, lai(0, 1, (0, 1), replicas=(0, 1, 2)))
+    idem = [batch(2, tag=b"i%d-" % s, producer_id=7, producer_epoch=0, base_sequence=2 * s) for s in range(3)]
+    for s, data in enumerate(idem):
+        produce(leader, data, f"i{s}", 10, acks=1)
+    produce(leader, batch(2, tag=b"plain-"), "plain", 10, acks=1)  # offsets 6-7, no producer
+    replies(leader.fetch(FetchRequest(TOPIC, 0, 8, replica_id=1, current_leader_epoch=1), "f", 50))
+    leader.tick(EXPIRED)
+    assert leader.log.log_start_offset == 6 and leader.log.producer_state.get(7) is not None  # KIP-360
+    late = replica(2, disk=disk, now=EXPIRED)
+    leader_and_isr(late, lai(0, 1, (0, 1), replicas=(0, 1, 2)))
+    for now in range(EXPIRED, EXPIRED + 10):
+        if late.follower_state.in_flight is not None:
+            serve_pending(late, leader, now)
+    assert late.log.log_start_offset == 6 and late.log.log_end_offset == 8
+    entry = late.log.producer_state.get(7)
+    assert entry is not None and entry.last_seq == 5, "the producer whose batches retention took is still known"
+    leader_and_isr(late, lai(2, 2, (2,), replicas=(0, 1, 2)), EXPIRED + 20)
+    answer = replies(produce(late, idem[2], "retry", EXPIRED + 30, acks=1))["retry"]
+    assert answer.error_code == ErrorCode.NONE and answer.duplicate and answer.base_offset == 4
+    assert late.log.log_end_offset == 8, "the retried batch is not appended again"
+    late.log.close()
+    reopened = replica(2, disk=disk, now=EXPIRED + 40)
+    kept = reopened.log.producer_state.get(7)
+    assert kept is not None and kept.last_seq == 5, "kept in a producer snapshot at the new log start"

@@ -84,6 +84,9 @@ class FetchServing:
         leo = log.log_end_offset
         if log.log_start_offset <= req.fetch_offset <= leo:
             return None
+        # A follower below the log start starts over there: with the producers whose batches
+        # retention or DeleteRecords took, or a retried batch of theirs is appended twice.
+        below = 0 <= req.fetch_offset < log.log_start_offset and req.replica_id >= 0
         return FetchResponse(
             ErrorCode.OFFSET_OUT_OF_RANGE,
             f"offset {req.fetch_offset} is outside the log [{log.log_start_offset}, {leo}] of {st.name}",
@@ -91,6 +94,7 @@ class FetchServing:
             log_start_offset=log.log_start_offset,
             log_end_offset=leo,
             leader_epoch=st.leader_epoch,
+            producer_state=log.producer_state.snapshot_below(log.log_start_offset) if below else None,
         )
 
     def _read_for(self, waiter: FetchWaiter, force: bool) -> FetchResponse | None:
