@@ -130,10 +130,11 @@ class TxnCoordinatorProcess(Process):
         # txn-hold-deadline: a request held while its id is busy never outlives its hold
         # (answered CONCURRENT_TRANSACTIONS at its deadline at the latest). A pause that
         # outlived a hold leaves its expiry among the events handled on resuming: not yet due.
+        # At the deadline's own ms another timer of the process may fire first (seed 2740).
         if self.driver is not None and not self.driver.closed:
             core, now = self.driver.core, self.sim.kernel.now
             for tid in core.held_ids():
-                late = [d for _, d in core.held_requests(tid) if d <= now]
+                late = [d for _, d in core.held_requests(tid) if d < now]
                 if late and self.catching_up:
                     self.holds_due_on_resume += 1
                 elif late:
