@@ -396,9 +396,10 @@ class BaseLog(ABC):
             first = read_header(data)
             if first.base_offset < leo <= first.last_offset:
                 # An empty follower whose leader's log starts inside a batch (DeleteRecords
-                # at an offset within one): take the whole batch, keep the log start offset.
+                # at an offset within one): take the whole batch, keep the log start offset,
+                # and the producer state it started over with (below that batch).
                 keep_start = leo
-                self.truncate_fully_and_start_at(first.base_offset)
+                self.truncate_fully_and_start_at(first.base_offset, producers=self.producer_state.snapshot())
         found = validate_follower_batches(data, self.log_end_offset, check_crc=verify_crc)
         headers = found.headers
         nbytes = len(data)

@@ -220,3 +220,16 @@ def test_a_follower_that_starts_over_at_the_leaders_log_start_keeps_the_producer
     reopened = replica(2, disk=disk, now=EXPIRED + 40)
     kept = reopened.log.producer_state.get(7)
     assert kept is not None and kept.last_seq == 5, "kept in a producer snapshot at the new log start"
+
+
+def test_a_follower_started_over_inside_a_batch_keeps_the_producers_it_was_given():
+    """The same, where the leader's log start lies inside a batch (a DeleteRecords): the
+    empty follower takes that whole batch, restarting at its base, and must not drop the
+    producer state it started over with."""
+    for log in (Log("/m/broker-2/t-0", LogConfig(), now_ms=0, fs=SimDisk(random.Random(3))), MemoryLog(LogConfig())):
+        log.truncate_fully_and_start_at(5, producers={7: {"epoch": 0, "batches": [[0, 1, 0, 1]]}})
+        straddling = records.stamp(batch(3, producer_id=8, producer_epoch=0, base_sequence=0), 4, 1)  # offsets 4-6
+        log.append_as_follower(straddling, now_ms=10)
+        assert log.log_start_offset == 5 and log.log_end_offset == 7
+        assert log.producer_state.get(7) is not None and log.producer_state.get(7).last_seq == 1, type(log).__name__
+        assert log.producer_state.get(8).last_seq == 2
