@@ -51,7 +51,9 @@ second replica of a partition. Wipes hit only such topics with ``min.insync.repl
 losing a disk is losing a copy, which fsync does not protect against (RF 1 topics are always
 fsync), and with 1 the ISR may shrink to the wiped replica alone -- the partition then
 waits for an operator's unclean election, as in Kafka, which the simulation does not play
-(so topics whose min.insync.replicas operators change are never wiped either).
+(so topics whose min.insync.replicas or flush.messages operators change are never wiped
+either: either change clears the ELR that may be all that is left beside a wiped replica,
+seed 11536).
 A wiped replica stays damaged until it is back in the ISR, not only caught up: the
 controller trusts a replica on another directory again only then.
 """
@@ -264,6 +266,7 @@ class Nemesis:
             and p.spec.lossy
             and p.spec.min_insync >= 2
             and not p.spec.min_isr_alterable
+            and not p.spec.flush_toggles
             and not p.paused
             and p.ghost is None
             and sim.damage.may_damage(p)
