@@ -48,6 +48,9 @@ RETRIABLE_METADATA = (
     E.LEADER_NOT_AVAILABLE,
     E.KAFKA_STORAGE_ERROR,
 )
+# What an idempotent or transactional write retries (as a Kafka producer does): a metadata
+# refresh's codes, too few replicas before or after the append, a timeout.
+RETRIABLE_WRITE = (*RETRIABLE_METADATA, E.NOT_ENOUGH_REPLICAS, E.NOT_ENOUGH_REPLICAS_AFTER_APPEND, E.REQUEST_TIMED_OUT)
 
 
 class Client:

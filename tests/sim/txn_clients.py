@@ -60,7 +60,7 @@ from kcoord.protocol.txn import (
 )
 from kcoord.txn.placement import coordinator_for
 
-from .clients import METHOD, RETRIABLE_METADATA, Client
+from .clients import METHOD, RETRIABLE_METADATA, RETRIABLE_WRITE, Client
 from .kernel import OK
 from .processes import CLUSTER
 
@@ -89,7 +89,7 @@ WIRE_V0_3_EVERY = 0
 # seeds; id 1 on even seeds adds explicitly (wire clients' path). False: every id adds
 # explicitly (a test of the explicit path turns it off).
 IMPLICIT_ADDS = True
-RETRY_PRODUCE = (*RETRIABLE_METADATA, E.NOT_ENOUGH_REPLICAS, E.NOT_ENOUGH_REPLICAS_AFTER_APPEND, E.REQUEST_TIMED_OUT, E.CONCURRENT_TRANSACTIONS)
+RETRY_PRODUCE = (*RETRIABLE_WRITE, E.CONCURRENT_TRANSACTIONS)
 
 
 def record_value(tid: str, instance: int, txn: int, n: int) -> bytes:

@@ -47,7 +47,7 @@ from kcoord.protocol.errors import ErrorCode as E
 from kcoord.protocol.replication import ProduceRequest, ProduceResponse
 from kcoord.protocol.txn import AddPartitionsToTxnRequest, AddPartitionsToTxnResponse
 
-from .clients import RETRIABLE_METADATA, Client
+from .clients import RETRIABLE_METADATA, RETRIABLE_WRITE, Client
 from .kernel import OK, Call
 from .log_reading import record_value
 
@@ -144,7 +144,7 @@ class LateWriter(Client):
         # out of order: ahead of the producer's own last batches, until they land (after that it
         # is final: e.g. retention removed every batch of the producer, so any sequence is a gap)
         ahead = code == E.OUT_OF_ORDER_SEQUENCE_NUMBER and self.producer.unacked() > 0 and self.producer.fatal is None
-        if kind != OK or code in RETRIABLE_METADATA or code in (E.NOT_ENOUGH_REPLICAS, E.NOT_ENOUGH_REPLICAS_AFTER_APPEND, E.REQUEST_TIMED_OUT) or ahead:
+        if kind != OK or code in RETRIABLE_WRITE or ahead:
             if kind != OK or code in RETRIABLE_METADATA:
                 self.producer.refresh_metadata()
             self.later(self.sim.config.client_backoff_ms, self._send)
