@@ -290,10 +290,10 @@ class MemoryLog(BaseLog):
         log.epoch_cache = LeaderEpochCache(self._persisted_epochs, on_change=log._persist_epochs)
         log._persisted_epochs = list(self._persisted_epochs)
         log.epoch_cache.truncate_from_end(log._leo + 1)  # as Log's recovery: keep an epoch starting at the LEO
-        log.epoch_cache.truncate_from_start(log.log_start_offset)
         for h in log._headers:  # recovery re-learns epochs from the batches it keeps
             if h.leader_epoch > log.epoch_cache.latest_epoch:
                 log.epoch_cache.assign(h.leader_epoch, h.base_offset)
+        log.epoch_cache.truncate_from_start(log.log_start_offset)  # after: as Log's recovery
         log.producer_state.rebuild(log._headers, log._read_control, log._transaction_completed)
         log._checkpointed_hw = self._checkpointed_hw
         log._high_watermark = log._clamp_high_watermark(self._checkpointed_hw)

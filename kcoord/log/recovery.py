@@ -228,7 +228,9 @@ def load_epoch_cache(
     # Entries past the LEO describe records a crash took. One starting exactly at the
     # LEO stays: a new leader records its epoch there before its first append.
     cache.truncate_from_end(log_end + 1)
-    cache.truncate_from_start(log_start)
     for epoch, start in transitions:
         cache.assign(epoch, start)
+    # Recovery scans whole segments, below a log start inside one too: cut what it
+    # learned there, or an epoch would claim offsets the log no longer has.
+    cache.truncate_from_start(log_start)
     return cache
