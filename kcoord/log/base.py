@@ -499,13 +499,21 @@ class BaseLog(ABC):
 
         Used by a follower to drop records that diverge from the new leader's log. Below
         the log start (an unclean leader's log ends there) nothing can be kept: the log
-        restarts empty at ``offset``, as Kafka's truncateTo does.
+        restarts empty at ``offset``, as Kafka's truncateTo does. Below the
+        :attr:`cleaner_offset` (only an unclean election cuts below a former HW) the cleaner
+        may have removed records for later ones of their key that now go, so what is left
+        is no prefix of the leader's log: the log restarts empty at its log start, with its
+        producers below it, and is fetched again.
         """
         self._check_open()
         if offset < self.log_start_offset:
             went = self.log_end_offset > self.log_start_offset
             self.truncate_fully_and_start_at(offset)
             return went
+        if offset < self.cleaner_offset:
+            start = self.log_start_offset
+            self.truncate_fully_and_start_at(start, producers=self.producer_state.snapshot_below(start))
+            return True
         if offset >= self.log_end_offset:
             self.epoch_cache.truncate_from_end(self.log_end_offset)
             return False
@@ -549,6 +557,12 @@ class BaseLog(ABC):
     @abstractmethod
     def advance_log_start_offset(self, offset: int) -> bool:
         """Move the log start offset up to ``offset`` (clamped to the LEO); see Log."""
+
+    @property
+    def cleaner_offset(self) -> int:
+        """Where the part of the log the cleaner has not compacted starts (the log start
+        for a log that never compacts)."""
+        return self.log_start_offset
 
     supports_compaction = False
     """Whether :meth:`clean` can compact this log (the file log can; the in-memory log keeps

@@ -351,6 +351,8 @@ class Log(BaseLog):
         segs.cut(i, position, new_leo)
         if deleted:
             self._fs.fsync_dir(self.directory)
+        if self._cleaner_offset > new_leo:  # records appended from here on are dirty
+            self.checkpoint_cleaner_offset(new_leo)
         return new_leo
 
     @storage_operation
@@ -392,6 +394,9 @@ class Log(BaseLog):
         fs.fsync_dir(self.directory)
         self._set_recovery_point(offset)
         self._set_log_start(offset)
+        # Last: a crash before it reopens the old log's prefix with its cleaner offset, and
+        # a truncation below that offset starts the log over again (truncate_to).
+        self.checkpoint_cleaner_offset(offset)
         # Written, not assumed: with no checkpoint a reopen takes the log start for the HW, and
         # a start moved down would otherwise make a later checkpoint look written already.
         write_offset(self._fs, self.directory / HW_CHECKPOINT, offset)

@@ -409,17 +409,42 @@ def test_a_retry_of_any_of_a_producers_last_five_batches_stays_a_duplicate_on_a_
     assert follower.log_end_offset == log.log_end_offset
 
 
-def test_a_read_below_the_log_end_that_finds_no_batch_returns_nothing(tmp_path):
-    """Sim seed 0 (``--kind replication``, on the merged fault model): the cleaner emptied
-    every sealed segment (all superseded), then a truncation cut the later records away.
-    Every segment was empty below a log end of 80, and the read loop ran past the last
-    segment (IndexError). A read that finds no batch up to the log end returns nothing."""
+def test_a_truncation_below_emptied_segments_leaves_no_log_without_batches(tmp_path):
+    """The cleaner emptied every sealed segment (all superseded); a truncation that cut the
+    later records away used to leave every segment empty below the log end, a log no
+    read could find a batch in. Below the cleaner offset the log now starts over."""
     log = compact_log(tmp_path / "l")
     write(log, 40, keys=3)
     log.checkpoint_high_watermark(log.log_end_offset)
     assert log.clean(T0 + 1000).segments_cleaned
     first_kept = R.read_header(log.read(0, 0)).base_offset
+    assert first_kept > 1 and log.cleaner_offset > first_kept - 1
     log.truncate_to(first_kept - 1)
-    assert log.log_end_offset == first_kept - 1 and all(s.size_bytes == 0 for s in log.segments)
+    assert (log.log_start_offset, log.log_end_offset) == (0, 0)
     assert log.read(0, 1 << 20) == b""
-    assert log.locate(0, 1 << 20, None) in ([], None)
+
+
+def test_a_truncation_below_the_cleaned_part_starts_the_log_over(tmp_path):
+    """The cleaner removes a record for a later one of its key, below the HW. An unclean
+    election can still take that later record (the new leader never had it): a follower
+    truncating to below it would keep a log with neither value of the key, which is no
+    log the leader holds. Below the cleaner offset the log starts over empty at its log
+    start and fetches again; a truncation above it keeps the log."""
+    log = compact_log(tmp_path, delete_retention_ms=10**9)
+    write(log, 80)  # keys k0..k6 over and over: every early record is superseded
+    result = log.clean(T0 + 1000)
+    assert result.records_removed > 0
+    cleaned_to = log.cleaner_offset
+    assert 0 < cleaned_to < 80
+    assert not any(r.offset == 0 for r in records(log))  # k0's first value went
+    assert log.truncate_to(cleaned_to + 1)  # above it: an ordinary truncation
+    assert (log.log_start_offset, log.log_end_offset) == (0, cleaned_to + 1)
+    assert log.truncate_to(cleaned_to - 1)
+    assert (log.log_start_offset, log.log_end_offset) == (0, 0)
+    assert log.cleaner_offset == 0 and log.epoch_cache.entries == []
+    write(log, 10)  # fetched again: compacts from scratch
+    assert [r.offset for r in records(log)] == list(range(10))
+    log.close()
+    again = compact_log(tmp_path)
+    assert (again.log_start_offset, again.log_end_offset, again.cleaner_offset) == (0, 10, 0)
+    again.close()
