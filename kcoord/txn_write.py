@@ -34,6 +34,7 @@ Engine-neutral (no Spark or Ray Data import): :mod:`kcoord.spark` and
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import re
 import time
@@ -168,14 +169,18 @@ def stable_ends(cluster: ClusterClient, partitions: list[TopicPartition], timeou
 
 
 def _polls(timeout_s: float) -> Iterator[None]:
-    """Yield at once, then after each pause (5 ms, doubling to 200 ms) while the next pause
-    ends within ``timeout_s``: a poll of what the transaction coordinator is completing."""
-    deadline = time.monotonic() + timeout_s
+    """Yield at once, then after each pause while the next pause ends within ``timeout_s``:
+    a poll of what the transaction coordinator is completing. Every 5 ms for the first
+    150 ms (markers take tens of ms, and a poll costs far less than an overshoot would),
+    then doubling to 200 ms."""
+    start = time.monotonic()
+    deadline = start + timeout_s
     pause = 0.005
     yield
     while time.monotonic() + pause <= deadline:
         time.sleep(pause)
-        pause = min(pause * 2, 0.2)
+        if time.monotonic() - start > 0.15:
+            pause = min(pause * 2, 0.2)
         yield
 
 
@@ -272,6 +277,8 @@ class TransactionalWrite:
         record: Callable[[TopicPartition, bytes, bytes], None] | None = None,
         isolation_level: str = "read_uncommitted",
         strays: "tuple[re.Pattern[str], Callable[[str], bool]] | None" = None,
+        coordinators: TransactionCoordinators | None = None,
+        decision_partitions: int | None = None,
     ) -> None:
         self.cluster = cluster
         self.prefix = check_prefix(prefix, batch=batch)
@@ -279,12 +286,21 @@ class TransactionalWrite:
         self.isolation_level = isolation_level
         self.topic = topic
         self.timeout_s = timeout_s
-        self._coordinators = TransactionCoordinators(cluster)
+        # Both never change in a cluster's life: a caller making one write after another
+        # (a streaming query, per batch) passes them on instead of asking the controller.
+        self._coordinators = coordinators or TransactionCoordinators(cluster)
+        self.decision_partitions = decision_partitions
         self._ids = re.compile(re.escape(self.prefix) + r"/\d+/[^/]+")
         self._strays = strays
 
     # -- the decision topic ---------------------------------------------------------------
     def _decisions_partition(self) -> TopicPartition:
+        if self.decision_partitions is None:
+            self.decision_partitions = self._find_decisions_topic()
+        return TopicPartition(DECISIONS_TOPIC, partition_for_key(self.prefix.encode(), self.decision_partitions))
+
+    def _find_decisions_topic(self) -> int:
+        """The partition count of :data:`DECISIONS_TOPIC`, created if it does not exist."""
         from .client.admin import Admin
 
         try:
@@ -307,7 +323,7 @@ class TransactionalWrite:
                     raise
                 admin.wait_for_leaders(DECISIONS_TOPIC, timeout_ms=int(self.timeout_s * 1000))
             md = self.cluster.topic(DECISIONS_TOPIC, refresh=True)
-        return TopicPartition(DECISIONS_TOPIC, partition_for_key(self.prefix.encode(), len(md.partitions)))
+        return len(md.partitions)
 
     def last_decision(self) -> Decision | None:
         """The newest record of this prefix in :data:`DECISIONS_TOPIC`, or None."""
@@ -350,10 +366,14 @@ class TransactionalWrite:
         transaction coordinator."""
         match = ids or self._ids
         out: list[str] = []
-        for i in range(self._coordinators.count()):
-            response = self.cluster.calls.run(
-                self._coordinators.acall(i, "list_transactions", ListTransactionsRequest(states_filter=["Ongoing"]), ListTransactionsResponse, self.timeout_s)
-            )
+        coordinators = self._coordinators
+
+        async def ask_all() -> list:
+            request = ListTransactionsRequest(states_filter=["Ongoing"])
+            calls = [coordinators.acall(i, "list_transactions", request, ListTransactionsResponse, self.timeout_s) for i in range(await coordinators.acount())]
+            return list(await asyncio.gather(*calls))
+
+        for i, response in enumerate(self.cluster.calls.run(ask_all())):
             if response.error_code:
                 raise KafkaError(response.error_code, response.error_message or f"ListTransactions on transaction coordinator {i} failed")
             out.extend(t.transactional_id for t in response.transactions if match.fullmatch(t.transactional_id))
