@@ -17,14 +17,6 @@ actions against a kcoord cluster, for an engine (Spark, Ray Data) that runs a ba
 * decisions and commits: :class:`kcoord.txn_write.TransactionalWrite` under the batch's
   prefix ``{name}/{batch}``.
 
-Two steps run beside others, off the batch's critical path (the core's order is unchanged):
-once the membership is ready, a batch's offsets transaction is prepared on a thread while
-its tasks run (the offsets are known from the plan; ``prepareOffsets`` then times only the
-wait for it), and a finished batch's DONE record is appended on a thread while the next
-batch is planned and run. Any other action waits for the offsets thread first, so that an
-abort finds its transaction; the next decision (or any other action) waits for the DONE
-thread and raises its error (a lost DONE only makes a restart finish that batch again).
-
 Engine-neutral: no Spark or Ray Data import.
 """
 
@@ -33,7 +25,6 @@ from __future__ import annotations
 import re
 import threading
 import time
-from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Protocol
 
@@ -42,7 +33,6 @@ import msgpack
 from ..client.admin import Admin
 from ..client.cluster import ClusterClient
 from ..client.consumer import Consumer
-from ..client.coordinator.txn_coordinators import TransactionCoordinators
 from ..client.producer import Producer
 from ..client.types import OffsetAndMetadata, TopicPartition
 from ..protocol.errors import ErrorCode, KafkaError
@@ -88,10 +78,6 @@ class Batch:
 #: Each batch action's phase in ``lastProgress["durationMs"]``: PySpark's keys where one
 #: means the same step (the offsets of the source, the batch's tasks, the write-ahead
 #: decision, the commit), ``prepareOffsets`` for the offsets transaction Spark has not.
-#: The actions that may run while the last batch's DONE record is still being appended
-#: (the next batch's planning and tasks); any other waits for it.
-BESIDE_DONE = (P.WaitUntil, P.ReadOffsets, P.RunTasks, P.PrepareOffsets, P.BatchDone, P.CaughtUp)
-
 PHASES = {P.ReadOffsets: "latestOffset", P.RunTasks: "addBatch", P.PrepareOffsets: "prepareOffsets", P.RecordDecision: "walCommit", P.Commit: "commitOffsets"}
 
 
@@ -150,12 +136,6 @@ class StreamDriver:
         self._durations: dict[str, int] = {}  # the running batch's phases, ms
         self.epoch = -1
         self.error: BaseException | None = None
-        self._txn_coordinators = TransactionCoordinators(cluster)  # their count is asked once
-        self._side = ThreadPoolExecutor(max_workers=2, thread_name_prefix=f"kcoord-stream-{self.name}")
-        self._offsets: "tuple[P.BatchPlan, Future[PreparedTask]] | None" = None  # being prepared beside the tasks
-        self._done: "Future[Any] | None" = None  # the last batch's DONE record, being appended
-        self._fence_lock = threading.Lock()
-        self._decision_partitions: int | None = None
         self._query_ids = re.compile(re.escape(self.name) + r"/\d+/\d+/[^/]+")  # every batch's transactions
 
     # -- the loop ---------------------------------------------------------------------------
@@ -198,12 +178,6 @@ class StreamDriver:
         newer copy of the query took over is refused (FENCED_INSTANCE_ID) and removes
         nothing. A killed driver cannot leave: its seat expires after the session timeout."""
         self._closing.set()
-        self._settle_offsets()
-        try:
-            self._settle_done()
-        except Exception:  # noqa: BLE001 - a restart finishes a batch whose DONE is missing
-            pass
-        self._side.shutdown(wait=True)
         if self._joiner is not None:
             self._joiner.join(self.timeout_s)  # the member is the joiner's until it returns
         if self._member is not None:
@@ -222,21 +196,7 @@ class StreamDriver:
         return TransactionalWrite(
             self.cluster, prefix, topic=self.sink, timeout_s=self.timeout_s, batch=True, record=self._append,
             isolation_level="read_committed", strays=(self._query_ids, self._is_stray),
-            coordinators=self._txn_coordinators, decision_partitions=self._decision_partitions,
         )
-
-    def _settle_offsets(self) -> None:
-        """Wait for the offsets transaction prepared beside the tasks and drop it: an action
-        other than its PrepareOffsets came (a failure, a stop), and an abort must find it."""
-        pending, self._offsets = self._offsets, None
-        if pending is not None:
-            wait([pending[1]])
-
-    def _settle_done(self) -> None:
-        """Wait for the last batch's DONE record; its error, if any, is raised once."""
-        done, self._done = self._done, None
-        if done is not None:
-            done.result()
 
     def _is_stray(self, transactional_id: str) -> bool:
         """A transaction of an earlier batch than the one being finished, by this driver or
@@ -250,32 +210,26 @@ class StreamDriver:
         """Append a record to the decision topic in a transaction of the fencing producer:
         refused (PRODUCER_FENCED) once a newer driver of the query started."""
         assert self._fence is not None
-        with self._fence_lock:  # the DONE thread appends too
-            self._fence.begin_transaction()
+        self._fence.begin_transaction()
+        try:
+            self._fence.send(tp.topic, key=key, value=value, partition=tp.partition).get(timeout=self.timeout_s)
+        except BaseException:
             try:
-                self._fence.send(tp.topic, key=key, value=value, partition=tp.partition).get(timeout=self.timeout_s)
-            except BaseException:
-                try:
-                    self._fence.abort_transaction()
-                except Exception:  # noqa: BLE001 - fenced: the transaction is aborted by the newer driver
-                    pass
-                raise
-            self._fence.commit_transaction()
+                self._fence.abort_transaction()
+            except Exception:  # noqa: BLE001 - fenced: the transaction is aborted by the newer driver
+                pass
+            raise
+        self._fence.commit_transaction()
 
     # -- actions ----------------------------------------------------------------------------
     def execute(self, action: Any) -> Any:
         core = self.core
-        if self._offsets is not None and not isinstance(action, P.PrepareOffsets):
-            self._settle_offsets()
-        if self._done is not None and not isinstance(action, BESIDE_DONE):
-            self._settle_done()
         if isinstance(action, P.FenceOlder):
             self._start_join()
             self._fence = Producer(self.cluster, transactional_id=f"kcoord-stream.{self.name}", acks="all", linger_ms=0)
             self._fence.init_transactions()
             tw = self._write(P.batch_prefix(self.name, 0))
             tp = tw._decisions_partition()
-            self._decision_partitions = tw.decision_partitions  # fixed: every later batch reuses it
             self._fence.begin_transaction()
             meta = self._fence.send(tp.topic, key=f"query:{self.name}".encode(), value=msgpack.packb({"fence": self.name}), partition=tp.partition).get(timeout=self.timeout_s)
             self._fence.commit_transaction()
@@ -319,17 +273,10 @@ class StreamDriver:
             self._latest = {(tp.topic, tp.partition): o for tp, o in latest.items()}
             return P.OffsetsRead({(tp.topic, tp.partition): o for tp, o in earliest.items()}, dict(self._latest), now)
         if isinstance(action, P.RunTasks):
-            if self._membership(wait=False):  # a group in use stops the query before its tasks run, if known by now
-                self._offsets = (action.plan, self._side.submit(self._prepare_offsets, action.plan))
+            self._membership(wait=False)  # a group in use stops the query before its tasks run, if known by now
             tasks, self._output_rows, self._state = self.engine.run_tasks(action.plan, P.attempt_tag(self.epoch, ""))
             return P.TasksPrepared(action.plan.batch, tuple(tasks))
         if isinstance(action, P.PrepareOffsets):
-            pending, self._offsets = self._offsets, None
-            if pending is not None and pending[0] == action.plan:
-                return P.OffsetsPrepared(action.plan.batch, pending[1].result())
-            if pending is not None:
-                self._offsets = pending
-                self._settle_offsets()
             self._membership(wait=True)  # the offsets carry the membership (KIP-447)
             return P.OffsetsPrepared(action.plan.batch, self._prepare_offsets(action.plan))
         if isinstance(action, P.RecordDecision):
@@ -339,7 +286,7 @@ class StreamDriver:
             decision = Decision(action.plan.prefix, self.sink, COMMIT, tuple(sorted(action.tasks, key=lambda t: t.task)))
             tw = self._write(action.plan.prefix)
             tw.complete(decision, prepared_here=True)  # this driver prepared them: no look-up
-            self._done = self._side.submit(tw.record_done, decision)
+            tw.record_done(decision)
             return P.Finished(action.plan.batch)
         if isinstance(action, P.AbortOwn):
             # Its own: those it knows of, and any other of the batch tagged with its epoch
