@@ -33,6 +33,7 @@ import msgpack
 from ..client.admin import Admin
 from ..client.cluster import ClusterClient
 from ..client.consumer import Consumer
+from ..client.coordinator.txn_coordinators import TransactionCoordinators
 from ..client.producer import Producer
 from ..client.types import OffsetAndMetadata, TopicPartition
 from ..protocol.errors import ErrorCode, KafkaError
@@ -136,6 +137,8 @@ class StreamDriver:
         self._durations: dict[str, int] = {}  # the running batch's phases, ms
         self.epoch = -1
         self.error: BaseException | None = None
+        self._txn_coordinators = TransactionCoordinators(cluster)  # their count is asked once
+        self._decision_partitions: int | None = None
         self._query_ids = re.compile(re.escape(self.name) + r"/\d+/\d+/[^/]+")  # every batch's transactions
 
     # -- the loop ---------------------------------------------------------------------------
@@ -196,6 +199,7 @@ class StreamDriver:
         return TransactionalWrite(
             self.cluster, prefix, topic=self.sink, timeout_s=self.timeout_s, batch=True, record=self._append,
             isolation_level="read_committed", strays=(self._query_ids, self._is_stray),
+            coordinators=self._txn_coordinators, decision_partitions=self._decision_partitions,
         )
 
     def _is_stray(self, transactional_id: str) -> bool:
@@ -230,6 +234,7 @@ class StreamDriver:
             self._fence.init_transactions()
             tw = self._write(P.batch_prefix(self.name, 0))
             tp = tw._decisions_partition()
+            self._decision_partitions = tw.decision_partitions  # fixed: every later batch reuses it
             self._fence.begin_transaction()
             meta = self._fence.send(tp.topic, key=f"query:{self.name}".encode(), value=msgpack.packb({"fence": self.name}), partition=tp.partition).get(timeout=self.timeout_s)
             self._fence.commit_transaction()
