@@ -13,7 +13,9 @@ One pass of :func:`clean` over a :class:`~kcoord.log.Log`, Kafka's LogCleaner ru
   cleanable end. A tombstone (null value) that is the last of its key is kept until its
   timestamp is older than ``delete.retention.ms``, so consumers that are reading see it;
   then it goes too -- except the log's last record, so that every offset below the log end
-  still reads a batch at or after it (an idle roll can leave the active segment empty).
+  still reads a batch at or after it (an idle roll can leave the active segment empty), and
+  a tombstone after a value of its key that a batch kept whole (below) still holds: without
+  it, that superseded value would be the key's last again.
   Records without a key are kept (a compacted topic refuses new ones).
 - Offsets never change. A batch that loses records is rebuilt as one batch per run of kept
   records, each with its first record's base offset (so every batch stays contiguous inside,
@@ -205,6 +207,10 @@ def compact(log: CompactableLog, now_ms: int, high_watermark: int | None = None,
     last_record = log.log_end_offset - 1
     retained = log.producer_state.retained_batches()
     aborted = AbortedFilter((e.producer_id, e.first_offset) for e in log.txn_index.collect(segs[0].base_offset, end))
+    # Keys whose latest record kept so far in this pass holds a value: batches kept whole
+    # (the dedup window, committed transactions) keep superseded values, and the tombstone
+    # that superseded one must stay, expired or not, or that value would be the key's last.
+    live: set = set()
     for seg in segs:
         parts: list[bytes] = []
         headers = []
@@ -223,15 +229,19 @@ def compact(log: CompactableLog, now_ms: int, high_watermark: int | None = None,
                     headers.append(h)
                     parts.append(raw)
                     size += len(raw)
+                    if not h.attributes & CONTROL_BIT:
+                        _note_kept(live, d, range(n))
                     continue
                 keep = []  # an aborted transaction's data
                 result.records_removed += n
                 result.aborted_removed += n
             else:
-                keep = _survivors(d, last, horizon, result, last_record)
+                keep = _survivors(d, last, horizon, result, last_record, live)
             if n and len(keep) == n or kept_for_dedup and (keep or not n):
                 pieces = [raw]  # a batch of the dedup window stays whole while any record does
+                _note_kept(live, d, range(n))
             else:
+                _note_kept(live, d, keep)
                 changed = True
                 pieces = [rebuild_batch(d, run) for run in _runs(keep)]
                 if kept_for_dedup:  # every record went: the header stays, emptied
@@ -253,8 +263,26 @@ def compact(log: CompactableLog, now_ms: int, high_watermark: int | None = None,
     return result
 
 
-def _survivors(d: DecodedBatch, last: dict, horizon: int, result: CleanResult, last_record: int) -> list[int]:
-    """Positions of the records of ``d`` that stay (the log's ``last_record`` always does)."""
+def _note_kept(live: set, d: DecodedBatch, kept: "Sequence[int] | range") -> None:
+    """Record in ``live`` what the kept records of ``d`` (positions ``kept``) leave as their
+    keys' latest kept record: a value adds the key, a tombstone removes it."""
+    keys = d.keys
+    if keys is None:
+        return
+    values = d.values
+    for i in kept:
+        k = keys[i]
+        if k is None:
+            continue
+        if values[i] is None:
+            live.discard(k)
+        else:
+            live.add(k)
+
+
+def _survivors(d: DecodedBatch, last: dict, horizon: int, result: CleanResult, last_record: int, live: set) -> list[int]:
+    """Positions of the records of ``d`` that stay (the log's ``last_record`` always does;
+    so does an expired tombstone of a key in ``live``: a value before it is still kept)."""
     h = d.header
     base = h.base_offset
     n = len(d.values)
@@ -275,7 +303,7 @@ def _survivors(d: DecodedBatch, last: dict, horizon: int, result: CleanResult, l
         if newest > off:
             result.records_removed += 1
             continue
-        if values[i] is None and off != last_record:
+        if values[i] is None and off != last_record and k not in live:
             ts = stamps[i] if stamps is not None else h.first_timestamp
             if ts < horizon:
                 result.records_removed += 1

@@ -448,3 +448,18 @@ def test_a_truncation_below_the_cleaned_part_starts_the_log_over(tmp_path):
     again = compact_log(tmp_path)
     assert (again.log_start_offset, again.log_end_offset, again.cleaner_offset) == (0, 10, 0)
     again.close()
+
+
+def test_an_expired_tombstone_stays_while_a_record_it_superseded_does(tmp_path):
+    """A batch of a producer's dedup window stays whole while any of its records survives,
+    superseded ones too. The tombstone that superseded such a record must then stay past
+    delete.retention.ms: removing it would bring the deleted value back as the key's last."""
+    log = compact_log(tmp_path, delete_retention_ms=100)
+    # offsets 0-1: the idempotent producer's last batch (its dedup window keeps it whole)
+    log.append_as_leader(R.build_batch_columns([b"old-a", b"b"], [b"a", b"b"], timestamp_ms=T0, producer_id=7, producer_epoch=0, base_sequence=0), leader_epoch=0, now_ms=T0)
+    log.append_as_leader(R.build_batch([(b"a", None)], timestamp_ms=T0), leader_epoch=0, now_ms=T0)  # 2: delete a
+    write(log, 40, keys=5, start_ts=T0)  # others' keys: seal the segments below
+    assert log.clean(T0 + 10_000).segments_cleaned
+    after = state(records(log))
+    assert after.get(b"a", (None, None))[1] is None, after.get(b"a")  # a stays deleted
+    assert after[b"b"] == (1, b"b")
