@@ -11,7 +11,9 @@
   back.
 
 Records below the log start (retention, DeleteRecords) and, on compacted topics, records a
-later record of the same key supersedes may be gone: the checks are exact about both.
+later record of the same key supersedes, and tombstones (with what they superseded) once
+``delete.retention.ms`` let the cleaner remove them, may be gone: the checks are exact
+about the first two and allow the third for any tombstone.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from kcoord import records
 
-from .log_reading import first_difference, read_log, record_value, records_of
+from .log_reading import first_difference, read_log, records_of
 
 if TYPE_CHECKING:
     from .checks import History
@@ -42,7 +44,7 @@ def check_partition_logs(history: "History", tp: tuple[str, int], leader: int, l
             values[rec.offset] = rec.value
             if rec.key is not None:
                 last_of_key[rec.key] = rec.offset
-    view = FinalLog(final.log_start_offset, batches, values, last_of_key, part.compacted)
+    view = FinalLog(final.log_start_offset, batches, values, last_of_key, part.compacted, part.tombstone_offsets() if part.compacted else {})
     _check_acked(history, part, leader, view, now)
     _check_replicas_agree(history, part, leader, logs, hw, now)
     _check_committed(history, part, leader, view, now)
@@ -66,12 +68,12 @@ def _check_acked(history: "History", part: PartitionHistory, leader: int, view: 
             if want is None and (a.producer_id, seq) in part.first_commit:
                 want = part.first_commit[(a.producer_id, seq)][0]
             if where is None:
-                if want is not None and view.gone(want, part.keys.get((a.producer_id, seq))):
-                    continue  # deleted (below the log start) or superseded (compaction)
+                if want is not None and view.gone(want, part.keys.get((a.producer_id, seq)), part.is_tombstone(a.producer_id, seq)):
+                    continue  # deleted (below the log start), superseded or an expired tombstone (compaction)
                 part.fail("1", now, f"record {a.producer_id}:{seq} acked at offset {want} ({a.acked_ms} ms) is missing from leader {leader}'s final log")
             elif want is not None and where != want:
                 part.fail("1", now, f"record {a.producer_id}:{seq} acked at offset {want} is at offset {where} in the final log")
-            elif view.values.get(where) != record_value(a.producer_id, seq):
+            elif view.values.get(where) != part.value_of(a.producer_id, seq):
                 part.fail("1", now, f"offset {where} holds {view.values.get(where)!r}, not record {a.producer_id}:{seq}")
 
 
@@ -90,13 +92,13 @@ def _check_replicas_agree(history: "History", part: PartitionHistory, leader: in
         if not part.compacted:
             part.fail("2", now, f"replica {broker} and leader {leader} differ below HW {hw}: {first_difference(mine, theirs)}")
             continue
-        # Replicas clean on their own: they may differ in which superseded records are
-        # still there, never in a record both hold, nor in a key's last record.
+        # Replicas clean on their own: they may differ in which superseded records and
+        # expired tombstones are still there, never in a record both hold, nor in a key's
+        # last value (a key whose last record is a tombstone reads as one with none).
         a = {o: r for o, r in records_of(mine).items() if start <= o < end}
         b = {o: r for o, r in records_of(theirs).items() if start <= o < end}
         differ = sorted(o for o in a.keys() & b.keys() if a[o] != b[o])
-        last_a = {r[0]: o for o, r in sorted(a.items()) if r[0] is not None}
-        last_b = {r[0]: o for o, r in sorted(b.items()) if r[0] is not None}
+        last_a, last_b = _live_keys(a), _live_keys(b)
         if differ or last_a != last_b:
             keys = sorted(k for k in last_a.keys() | last_b.keys() if last_a.get(k) != last_b.get(k))[:5]
             part.fail(
@@ -105,6 +107,12 @@ def _check_replicas_agree(history: "History", part: PartitionHistory, leader: in
                 f"replica {broker} and leader {leader} differ below HW {hw} (compacted): records at {differ[:5]} differ; "
                 f"last offsets of keys {[(k, last_a.get(k), last_b.get(k)) for k in keys]}",
             )
+
+
+def _live_keys(records: dict[int, tuple]) -> dict:
+    """key -> offset of its last record, for the keys whose last record is not a tombstone."""
+    last = {k: o for o, (k, _) in sorted(records.items()) if k is not None}
+    return {k: o for k, o in last.items() if records[o][1] is not None}
 
 
 def _check_committed(history: "History", part: PartitionHistory, leader: int, view: "FinalLog", now: int) -> None:
@@ -160,7 +168,7 @@ def _check_producers(history: "History", part: PartitionHistory, view: "FinalLog
         state[h.producer_id] = (epoch, max(nxt, h.base_sequence + h.record_count))
         if h.producer_id in ours:
             for i in range(h.record_count):
-                if view.values.get(base + i) != record_value(h.producer_id, h.base_sequence + i):
+                if view.values.get(base + i) != part.value_of(h.producer_id, h.base_sequence + i):
                     part.fail("5", now, f"offset {base + i}: value {view.values.get(base + i)!r} is not producer {h.producer_id} sequence {h.base_sequence + i}")
     if not lossy_ok:  # an unclean election may lose acknowledged batches: sequences then break
         for pid, anomaly in part.producer_anomalies:
@@ -175,7 +183,7 @@ def _gap_explained(history: "History", part: PartitionHistory, view: "FinalLog",
         return at_start or part.compacted
     for seq in range(lo, hi):
         commit = part.first_commit.get((pid, seq))
-        if commit is None or not view.gone(commit[0], part.keys.get((pid, seq))):
+        if commit is None or not view.gone(commit[0], part.keys.get((pid, seq)), part.is_tombstone(pid, seq)):
             return False
     return True
 
@@ -189,13 +197,18 @@ class FinalLog:
     values: dict[int, bytes | None]
     last_of_key: dict[bytes, int]
     compacted: bool
+    tombstones: dict[bytes, int]  # key -> the highest offset a tombstone of it was committed at
 
-    def gone(self, offset: int, key: bytes | None) -> bool:
+    def gone(self, offset: int, key: bytes | None, tombstone: bool = False) -> bool:
         """Whether a record that was at ``offset`` may rightly be gone: below the log start,
-        or (compacted topics) a later record of its key is in the log."""
+        or (compacted topics) a later record of its key is in the log, or a later tombstone
+        of its key was (the cleaner removes a tombstone after delete.retention.ms, and it
+        superseded what came before), or it is a tombstone itself."""
         if offset < self.log_start:
             return True
-        return self.compacted and key is not None and self.last_of_key.get(key, -1) > offset
+        if not self.compacted or key is None:
+            return False
+        return tombstone or self.last_of_key.get(key, -1) > offset or self.tombstones.get(key, -1) > offset
 
     def rightly_changed(self, batch: bytes) -> bool:
         """Whether a batch that is not in the log as it was (``batch``) may rightly have
@@ -215,7 +228,7 @@ class FinalLog:
             keys = d.keys if d.keys is not None else [None] * len(d.values)
             for i, (k, v) in enumerate(zip(keys, d.values)):
                 o = h.base_offset + i
-                if self.gone(o, k):
+                if self.gone(o, k, v is None):
                     continue
                 if o not in self.values or self.values[o] != v:
                     return False

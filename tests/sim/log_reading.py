@@ -19,6 +19,12 @@ def record_value(producer_id: int, seq: int) -> bytes:
     return b"%d:%d" % (producer_id, seq)
 
 
+def is_tombstone(seq: int) -> bool:
+    """A keyed producer (compacted topics) deletes its key with every fifth record: a
+    tombstone (null value), which the cleaner removes once ``delete.retention.ms`` passed."""
+    return seq % 5 == 4
+
+
 def read_log(history: "History", tp: tuple[str, int], broker: int, log: Any, start: int, end: int | None = None) -> bytes:
     """``log.read`` for the checks: a log that cannot serve a read of what it holds is a
     violation (**log**), not a crash of the harness."""

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from kcoord import records
 from kcoord.replication.metadata import PartitionState
 
-from .log_reading import consistent, read_log
+from .log_reading import consistent, is_tombstone, read_log, record_value
 
 if TYPE_CHECKING:
     from .checks import History
@@ -105,6 +105,24 @@ class PartitionHistory:
     def on_keys(self, producer_id: int, seq: int, keys: list[bytes]) -> None:
         for i, k in enumerate(keys):
             self.keys[(producer_id, seq + i)] = k
+
+    def is_tombstone(self, producer_id: int, seq: int) -> bool:
+        """Whether this record of a simulated producer is a tombstone (a keyed producer's)."""
+        return (producer_id, seq) in self.keys and is_tombstone(seq)
+
+    def value_of(self, producer_id: int, seq: int) -> bytes | None:
+        """The value a simulated producer's record carries."""
+        return None if self.is_tombstone(producer_id, seq) else record_value(producer_id, seq)
+
+    def tombstone_offsets(self) -> dict[bytes, int]:
+        """key -> the highest offset a tombstone of it was committed at: every record of
+        the key below it may be gone even once the tombstone itself is (expired)."""
+        out: dict[bytes, int] = {}
+        for (pid, seq), key in self.keys.items():
+            commit = self.first_commit.get((pid, seq))
+            if commit is not None and is_tombstone(seq) and commit[0] > out.get(key, -1):
+                out[key] = commit[0]
+        return out
 
     def on_records_deleted(self, offset: int, low_watermark: int, broker: int, epoch: int, sent: int, now: int) -> None:
         """An acknowledged DeleteRecords: nothing below max(offset, low watermark) is

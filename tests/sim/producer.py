@@ -19,7 +19,7 @@ from kcoord.protocol.replication import ProduceRequest, ProduceResponse
 
 from .clients import CONTROLLER, RETRIABLE_METADATA, Client, LeaderDiscovery
 from .kernel import OK
-from .log_reading import record_value
+from .log_reading import is_tombstone, record_value
 from .partition_history import AckedBatch
 
 if TYPE_CHECKING:
@@ -105,11 +105,13 @@ class Producer(Client, LeaderDiscovery):
         seq = self.next_seq
         self.next_seq += n
         keys = None
+        values: list[bytes | None] = [record_value(self.producer_id, seq + i) for i in range(n)]
         if self.keys:
             keys = [b"k%d" % rng.randrange(self.keys) for _ in range(n)]
+            values = [None if is_tombstone(seq + i) else v for i, v in enumerate(values)]
             self.sim.history.partition(self.tp).on_keys(self.producer_id, seq, keys)
         data = records.build_batch_columns(
-            [record_value(self.producer_id, seq + i) for i in range(n)],
+            values,
             keys,
             timestamp_ms=self.sim.kernel.now,
             producer_id=self.producer_id if self.idempotent else -1,
