@@ -15,6 +15,7 @@ Layout of a log directory::
     log-start-offset-checkpoint           the log start offset, when above the first segment's base
                                           (DeleteRecords, a follower that learnt it from its leader)
     cleaner-offset-checkpoint             compacted topics: where the cleaner's dirty section starts
+    tombstone-horizon-checkpoint          compacted topics: one past the last tombstone the cleaner removed
     00000000000000001234.producer-snapshot  producer state as of offset 1234 (msgpack)
     00000000000000001234.txnindex         aborted transactions whose ABORT marker is in that
                                           segment (Kafka's 34-byte entries, txn_index.py)

@@ -559,6 +559,12 @@ class BaseLog(ABC):
         """Move the log start offset up to ``offset`` (clamped to the LEO); see Log."""
 
     @property
+    def tombstone_horizon(self) -> int:
+        """One past the newest tombstone the cleaner removed (0: none; a log that never
+        compacts removes none)."""
+        return 0
+
+    @property
     def cleaner_offset(self) -> int:
         """Where the part of the log the cleaner has not compacted starts (the log start
         for a log that never compacts)."""

@@ -15,7 +15,12 @@ One pass of :func:`clean` over a :class:`~kcoord.log.Log`, Kafka's LogCleaner ru
   then it goes too -- except the log's last record, so that every offset below the log end
   still reads a batch at or after it (an idle roll can leave the active segment empty), and
   a tombstone after a value of its key that a batch kept whole (below) still holds: without
-  it, that superseded value would be the key's last again.
+  it, that superseded value would be the key's last again. Before a segment losing
+  tombstones is replaced, the log persists its *tombstone horizon* (one past the newest
+  removed): a follower that fetches from below it while holding older records could hold a
+  value such a tombstone deleted, so the leader has it start over (Redpanda instead
+  delays the removal until every replica has the tombstone; both bound the divergence
+  delete.retention.ms otherwise allows a lagging replica).
   Records without a key are kept (a compacted topic refuses new ones).
 - Offsets never change. A batch that loses records is rebuilt as one batch per run of kept
   records, each with its first record's base offset (so every batch stays contiguous inside,
@@ -79,6 +84,7 @@ class CleanResult:
     records_read: int = 0
     records_removed: int = 0
     tombstones_removed: int = 0
+    tombstone_end: int = 0  # one past the newest tombstone removed
     aborted_removed: int = 0  # records of aborted transactions
     keys: int = 0
     dirty_ratio: float = 0.0
@@ -116,6 +122,12 @@ class CompactableLog(Protocol):
 
     def checkpoint_cleaner_offset(self, offset: int) -> None:
         """Persist where the next pass's dirty section starts."""
+
+    @property
+    def tombstone_horizon(self) -> int: ...
+
+    def note_tombstones_removed(self, end: int) -> None:
+        """Persist that tombstones below ``end`` are being removed."""
 
 
 def _batches(seg: Segment):
@@ -253,6 +265,8 @@ def compact(log: CompactableLog, now_ms: int, high_watermark: int | None = None,
                 size += len(p)
         if changed:
             data = b"".join(parts)
+            if result.tombstone_end > log.tombstone_horizon:
+                log.note_tombstones_removed(result.tombstone_end)  # first: see the module doc
             log.replace_segment(seg, data, headers, positions)
             result.segments_cleaned += 1
             result.segments.append(seg.base_offset)
@@ -308,6 +322,7 @@ def _survivors(d: DecodedBatch, last: dict, horizon: int, result: CleanResult, l
             if ts < horizon:
                 result.records_removed += 1
                 result.tombstones_removed += 1
+                result.tombstone_end = max(result.tombstone_end, off + 1)
                 continue
         keep.append(i)
     return keep

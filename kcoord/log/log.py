@@ -37,6 +37,7 @@ from .checkpoint import (
     HW_CHECKPOINT,
     LOG_START_CHECKPOINT,
     RECOVERY_POINT,
+    TOMBSTONE_HORIZON,
     read_lost_pages,
     read_offset_or,
     write_atomic,
@@ -128,6 +129,7 @@ class Log(BaseLog):
         stored_start = read_offset_or(fs, self.directory / LOG_START_CHECKPOINT, "log start offset", 0, report.notes)
         self._log_start = max(self._log_start, min(stored_start, self._segments[-1].next_offset))
         self._cleaner_offset = read_offset_or(fs, self.directory / CLEANER_CHECKPOINT, "cleaner offset", 0, report.notes)
+        self._tombstone_horizon = read_offset_or(fs, self.directory / TOMBSTONE_HORIZON, "tombstone horizon", 0, report.notes)
         for seg in self._segments[:-1]:
             self._segments.remember_reader(seg)  # bounds the handles recovery opened
         self.epoch_cache = load_epoch_cache(
@@ -395,8 +397,10 @@ class Log(BaseLog):
         self._set_recovery_point(offset)
         self._set_log_start(offset)
         # Last: a crash before it reopens the old log's prefix with its cleaner offset, and
-        # a truncation below that offset starts the log over again (truncate_to).
+        # a truncation below that offset starts the log over again (truncate_to); and with
+        # its tombstone horizon, which still holds for it.
         self.checkpoint_cleaner_offset(offset)
+        self.note_tombstones_removed(0, reset=True)
         # Written, not assumed: with no checkpoint a reopen takes the log start for the HW, and
         # a start moved down would otherwise make a later checkpoint look written already.
         write_offset(self._fs, self.directory / HW_CHECKPOINT, offset)
@@ -494,6 +498,19 @@ class Log(BaseLog):
     def cleaner_offset(self) -> int:
         """Where the dirty (not yet compacted) part of the log starts."""
         return max(self._cleaner_offset, self._log_start)
+
+    @property
+    def tombstone_horizon(self) -> int:
+        """One past the newest tombstone the cleaner removed (0: none)."""
+        return self._tombstone_horizon
+
+    def note_tombstones_removed(self, end: int, *, reset: bool = False) -> None:
+        """Persist that the cleaner removes tombstones below ``end`` (before it does: a
+        replica that lacks one of them must not miss it unnoticed). ``reset``: the log
+        started over, nothing of it was removed."""
+        if end > self._tombstone_horizon or (reset and end != self._tombstone_horizon):
+            write_offset(self._fs, self.directory / TOMBSTONE_HORIZON, end)
+            self._tombstone_horizon = end
 
     def checkpoint_cleaner_offset(self, offset: int) -> None:
         """Persist where the cleaner's next dirty section starts (inside :meth:`clean`)."""

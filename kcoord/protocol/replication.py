@@ -127,6 +127,10 @@ class FetchResponse(Message):
     # To a follower whose fetch offset is below the log start (OFFSET_OUT_OF_RANGE): the
     # producer state below it (ProducerStateManager.snapshot_below), which it starts over with.
     producer_state: dict[int, dict[str, Any]] | None = None
+    # OFFSET_OUT_OF_RANGE to a follower holding records below a tombstone this leader's
+    # cleaner removed (its fetch offset below the tombstone horizon): it starts over at
+    # log_start_offset (with producer_state), or it could keep a value the tombstone deleted.
+    start_over: bool = False
 
 
 @register

@@ -157,8 +157,9 @@ class Follower:
             self.back_off(now_ms)
             return False
         if response.error_code == ErrorCode.OFFSET_OUT_OF_RANGE:
-            if 0 <= request.fetch_offset < response.log_start_offset:
-                # We fell behind the leader's retention: start over at its log start.
+            if 0 <= request.fetch_offset < response.log_start_offset or response.start_over:
+                # We fell behind the leader's retention (or a tombstone it removed): start
+                # over at its log start.
                 log.truncate_fully_and_start_at(response.log_start_offset, producers=response.producer_state)
                 st.hw = log.log_end_offset
                 self.phase = FETCHING

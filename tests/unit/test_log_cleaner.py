@@ -329,6 +329,7 @@ def test_a_pass_uses_nothing_of_the_log_but_the_compaction_interface(tmp_path):
     assert _INTERFACE == {
         "config", "producer_state", "txn_index", "high_watermark", "log_end_offset", "cleaner_offset",
         "log_segments", "sync_sealed_segments", "replace_segment", "checkpoint_cleaner_offset",
+        "tombstone_horizon", "note_tombstones_removed",
     }
     through, direct = compact_log(tmp_path / "a"), compact_log(tmp_path / "b")
     write(through, 80, tombstone_every=5)
@@ -463,3 +464,24 @@ def test_an_expired_tombstone_stays_while_a_record_it_superseded_does(tmp_path):
     after = state(records(log))
     assert after.get(b"a", (None, None))[1] is None, after.get(b"a")  # a stays deleted
     assert after[b"b"] == (1, b"b")
+
+
+def test_removing_tombstones_persists_the_tombstone_horizon_first(tmp_path):
+    """A replica that lacks a removed tombstone must be able to tell: the log keeps one past
+    the newest tombstone its cleaner removed, across a reopen; a log that starts over has
+    removed none."""
+    log = compact_log(tmp_path, delete_retention_ms=100)
+    assert log.tombstone_horizon == 0
+    log.append_as_leader(R.build_batch([(b"a", b"1")], timestamp_ms=T0), leader_epoch=0, now_ms=T0)  # 0
+    log.append_as_leader(R.build_batch([(b"a", None)], timestamp_ms=T0), leader_epoch=0, now_ms=T0)  # 1: delete a
+    write(log, 40, keys=5, start_ts=T0)
+    result = log.clean(T0 + 10_000)
+    assert result.tombstones_removed >= 1 and b"a" not in state(records(log))
+    assert log.tombstone_horizon == result.tombstone_end >= 2
+    log.close()
+    again = compact_log(tmp_path, delete_retention_ms=100)
+    assert again.tombstone_horizon == result.tombstone_end
+    again.truncate_fully_and_start_at(0)
+    assert again.tombstone_horizon == 0
+    again.close()
+    assert compact_log(tmp_path).tombstone_horizon == 0

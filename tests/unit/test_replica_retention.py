@@ -233,3 +233,34 @@ def test_a_follower_started_over_inside_a_batch_keeps_the_producers_it_was_given
         assert log.log_start_offset == 5 and log.log_end_offset == 7
         assert log.producer_state.get(7) is not None and log.producer_state.get(7).last_seq == 1, type(log).__name__
         assert log.producer_state.get(8).last_seq == 2
+
+
+def test_a_follower_below_a_removed_tombstone_starts_over_instead_of_keeping_the_deleted_value():
+    """A follower holding a key's old value fetches again only after the leader's cleaner
+    removed the tombstone that deleted it (and the value): fetching on, it would keep the
+    value for good, a log the leader does not hold. The leader sends it back to its log
+    start to fetch everything again."""
+    cfg = {"cleanup_policy": "compact", "segment_bytes": 200, "delete_retention_ms": 100, "retention_ms": -1}
+    keyed = lambda k, v: records.build_batch_columns([v], keys=[k], timestamp_ms=1000)  # noqa: E731
+    leader, earlier = replica(0, **cfg), replica(0, disk=SimDisk(random.Random(9)), **cfg)
+    for r in (leader, earlier):  # the same log; the follower heard only the earlier copy
+        leader_and_isr(r, lai(0, 1, (0,), replicas=(0, 2)))
+        produce(r, keyed(b"a", b"old"), "a", 10, acks=1)  # offset 0
+    late = replica(2, **cfg)
+    leader_and_isr(late, lai(0, 1, (0,), replicas=(0, 2)), 10)
+    for now in range(10, 20):
+        if late.follower_state.in_flight is not None:
+            serve_pending(late, earlier, now)
+    assert late.log.log_end_offset == 1  # it holds a = old
+    produce(leader, keyed(b"a", None), "delete", 20, acks=1)  # offset 1
+    for i in range(6):
+        produce(leader, keyed(b"k%d" % i, b"v"), f"k{i}", 20, acks=1)
+    leader.tick(5 * CHECK)  # the cleaner: a's value and, expired, its tombstone go
+    assert leader.last_clean is not None and leader.last_clean.tombstones_removed == 1
+    assert leader.log.tombstone_horizon == 2
+    for now in range(5 * CHECK, 5 * CHECK + 20):
+        if late.follower_state.in_flight is not None:
+            serve_pending(late, leader, now)
+    kept = {r.key: r.value for r in records.iter_records(late.log.read(late.log.log_start_offset, 1 << 20))}
+    assert b"a" not in kept, "the deleted value stayed on the follower"
+    assert late.log.log_end_offset == leader.log.log_end_offset

@@ -82,19 +82,28 @@ class FetchServing:
         st = self.state
         log = st.log
         leo = log.log_end_offset
-        if log.log_start_offset <= req.fetch_offset <= leo:
+        # A follower holding records below a tombstone the cleaner removed (it fetches from
+        # below the horizon, past its own log start) may hold a value that tombstone deleted.
+        start_over = req.replica_id >= 0 and 0 <= req.replica_log_start_offset < req.fetch_offset < log.tombstone_horizon
+        if log.log_start_offset <= req.fetch_offset <= leo and not start_over:
             return None
         # A follower below the log start starts over there: with the producers whose batches
         # retention or DeleteRecords took, or a retried batch of theirs is appended twice.
-        below = 0 <= req.fetch_offset < log.log_start_offset and req.replica_id >= 0
+        below = start_over or (0 <= req.fetch_offset < log.log_start_offset and req.replica_id >= 0)
+        why = (
+            f"offset {req.fetch_offset} is below the last tombstone the cleaner removed ({log.tombstone_horizon - 1}) of {st.name}: start over"
+            if start_over
+            else f"offset {req.fetch_offset} is outside the log [{log.log_start_offset}, {leo}] of {st.name}"
+        )
         return FetchResponse(
             ErrorCode.OFFSET_OUT_OF_RANGE,
-            f"offset {req.fetch_offset} is outside the log [{log.log_start_offset}, {leo}] of {st.name}",
+            why,
             high_watermark=st.hw,
             log_start_offset=log.log_start_offset,
             log_end_offset=leo,
             leader_epoch=st.leader_epoch,
             producer_state=log.producer_state.snapshot_below(log.log_start_offset) if below else None,
+            start_over=start_over,
         )
 
     def _read_for(self, waiter: FetchWaiter, force: bool) -> FetchResponse | None:
