@@ -77,6 +77,7 @@ class TopicSpec:
     retention_ms: int | None = None
     retention_bytes: int | None = None
     segment_ms: int | None = None
+    delete_retention_ms: int | None = None  # how long the cleaner keeps a tombstone (default 24 h)
     flush_toggles: bool = False  # operators turn flush.messages=1 on and off
     min_isr_alterable: bool = False  # operators move min.insync.replicas between 1 and 2
     alterable: bool = False  # operators change its configs at all
@@ -92,6 +93,8 @@ class TopicSpec:
             extra.append(f"retention.bytes={self.retention_bytes}")
         if self.segment_ms is not None:
             extra.append(f"segment.ms={self.segment_ms}")
+        if self.delete_retention_ms is not None:
+            extra.append(f"delete.retention.ms={self.delete_retention_ms}")
         if self.flush_toggles:
             extra.append("flush-toggled")
         if self.min_isr_alterable:
@@ -131,6 +134,8 @@ class TopicSpec:
             cfg["retention.bytes"] = str(self.retention_bytes)
         if self.segment_ms is not None:
             cfg["segment.ms"] = str(self.segment_ms)
+        if self.delete_retention_ms is not None:
+            cfg["delete.retention.ms"] = str(self.delete_retention_ms)
         return cfg
 
 
@@ -291,6 +296,9 @@ def _draw_operations(side: random.Random, kind: str, brokers: int, topics: list[
         weights["stray_write"] = side.choice([0, 1])
     if side.random() < 0.2:  # drawn last, so that the draws above stay as they were
         extra["ensure_delay_ms"] = side.choice([30, 300, 1200])
+    for t in topics:  # after those: tombstones that expire while the run goes on
+        if t.compact:
+            t.delete_retention_ms = side.choice([None, 200, 1000])
     return extra
 
 
