@@ -43,9 +43,11 @@ One pass of :func:`clean` over a :class:`~kcoord.log.Log`, Kafka's LogCleaner ru
   outcome durable in the log. The data batches of aborted transactions (per the
   aborted-transaction index, walked as a read_committed consumer does:
   :class:`~kcoord.record.control.AbortedFilter`) are removed, but a batch of a producer's
-  dedup window stays as an empty batch (above). Other transactional batches and every
-  marker are kept whole, and records of transactional batches never count as a key's
-  newest value (so an aborted write supersedes nothing). The aborted-transaction index is
+  dedup window stays as an empty batch (above). Markers are kept whole. Committed
+  transactional data is compacted like any other (Kafka's too: a compacted topic written
+  only in transactions, such as a stateful query's changelog, must compact): its records
+  supersede and are superseded, while aborted data supersedes nothing (the key map skips
+  it, walking the index from the dirty section). The aborted-transaction index is
   left as it is: its entries stay true ranges, whatever of their data is gone. Kafka also
   removes markers once their transaction's data is gone and delete.retention.ms has
   passed; kcoord keeps them.
@@ -198,14 +200,17 @@ def compact(log: CompactableLog, now_ms: int, high_watermark: int | None = None,
         result.skipped = f"dirty ratio {result.dirty_ratio:.2f} below min.cleanable.dirty.ratio {cfg.min_cleanable_dirty_ratio}"
         return result
 
-    # 1. the last offset of each key in the dirty section
+    # 1. the last offset of each key in the dirty section (aborted data and markers not)
     last: dict = {}
-    for seg in segs:
-        if seg.next_offset <= first_dirty:
-            continue
-        for _, _, d in _batches(seg):
+    dirty_segs = [seg for seg in segs if seg.next_offset > first_dirty]
+    skip = AbortedFilter((e.producer_id, e.first_offset) for e in log.txn_index.collect(dirty_segs[0].base_offset, end)) if dirty_segs else None
+    for seg in dirty_segs:
+        for _, raw, d in _batches(seg):
+            assert skip is not None
+            if skip.drops(raw, 0, d.header):
+                continue
             keys = d.keys
-            if keys is None or d.header.attributes & TRANSACTIONAL_BIT:
+            if keys is None:
                 continue
             base = d.header.base_offset
             last.update(zip(keys, range(base, base + len(keys))))
@@ -235,15 +240,14 @@ def compact(log: CompactableLog, now_ms: int, high_watermark: int | None = None,
             result.records_read += n
             h = d.header
             kept_for_dedup = h.producer_id >= 0 and (h.producer_id, h.last_offset) in retained
-            if h.attributes & TRANSACTIONAL_BIT:
-                if not aborted.drops(raw, 0, h) or h.attributes & CONTROL_BIT or not n:
-                    positions.append(size)  # markers, committed data: whole
-                    headers.append(h)
-                    parts.append(raw)
-                    size += len(raw)
-                    if not h.attributes & CONTROL_BIT:
-                        _note_kept(live, d, range(n))
-                    continue
+            dropped = aborted.drops(raw, 0, h)  # called for every batch, in order
+            if h.attributes & CONTROL_BIT or (h.attributes & TRANSACTIONAL_BIT and not n):
+                positions.append(size)  # markers: whole
+                headers.append(h)
+                parts.append(raw)
+                size += len(raw)
+                continue
+            if h.attributes & TRANSACTIONAL_BIT and dropped:
                 keep = []  # an aborted transaction's data
                 result.records_removed += n
                 result.aborted_removed += n

@@ -206,7 +206,7 @@ def compacted(seed: int):
     return disk, open_log(disk, cleanup_policy="compact", segment_bytes=300, min_cleanable_dirty_ratio=0.0, delete_retention_ms=0)
 
 
-def test_the_cleaner_removes_aborted_data_keeps_committed_data_and_markers_and_lets_no_transaction_supersede():
+def test_the_cleaner_removes_aborted_data_compacts_committed_data_keeps_markers_and_lets_no_aborted_write_supersede():
     disk, log = compacted(6)
     w = Writer(log)
     w.plain(1, key=b"a")  # 0: a's value before the transactions
@@ -223,7 +223,7 @@ def test_the_cleaner_removes_aborted_data_keeps_committed_data_and_markers_and_l
     records = [(r.offset, r.key) for r in R.iter_records(data)]
     assert (0, b"a") in records  # the aborted write superseded nothing...
     assert (1, b"a") not in records and result.aborted_removed == 1  # ...and is gone
-    assert (2, b"c") in records and (3, b"c") in records  # committed transactional data stays whole
+    assert (2, b"c") not in records and (3, b"c") in records  # committed transactional data compacts
     kept = {h.base_offset: h for _, h in R.iter_headers(data)}
     assert kept[m1].attributes & R.CONTROL_BIT and kept[m2].attributes & R.CONTROL_BIT  # markers stay
     assert kept[1].record_count == 0 and kept[1].producer_id == 1  # producer 1's last batch, emptied
@@ -269,3 +269,20 @@ def test_a_crash_after_the_log_start_passed_the_recovery_point_keeps_the_produce
     assert entry is not None and entry.last_seq == last_seq
     retry = R.build_batch([(b"k", b"v0"), (b"k", b"v1")], producer_id=7, producer_epoch=0, base_sequence=last_seq - 1, timestamp_ms=T)
     assert again.append_as_leader(retry, 0, T).duplicate
+
+
+def test_a_topic_written_only_in_transactions_compacts():
+    """A stateful query's changelog is written only in committed transactions: it must
+    compact like any other topic, to the last value of each key."""
+    disk, log = compacted(9)
+    w = Writer(log)
+    for i in range(60):  # 60 transactions of producers 1-3 over keys x, y
+        pid = 1 + i % 3
+        w.data(pid, 1, key=b"xy"[i % 2 : i % 2 + 1])
+        w.end(pid, commit=True)
+    w.plain(1, key=b"z")  # the active segment's
+    before = [r.offset for r in R.iter_records(log.read(0, 1 << 20)) if r.key in (b"x", b"y")]
+    result = log.clean(T + 10, log.log_end_offset, force=True)
+    after = [(r.offset, r.key) for r in R.iter_records(log.read(0, 1 << 20)) if r.key in (b"x", b"y")]
+    assert result.records_removed > 0 and len(after) < len(before) // 2
+    assert after[-2:] == [(before[-2], b"x"), (before[-1], b"y")]  # the last value of each key stays
