@@ -300,7 +300,8 @@ def _note_kept(live: set, d: DecodedBatch, kept: "Sequence[int] | range") -> Non
 
 def _survivors(d: DecodedBatch, last: dict, horizon: int, result: CleanResult, last_record: int, live: set) -> list[int]:
     """Positions of the records of ``d`` that stay (the log's ``last_record`` always does;
-    so does an expired tombstone of a key in ``live``: a value before it is still kept)."""
+    so does an expired tombstone of a key in ``live``: a value before it is still kept --
+    ``live`` follows the records kept, in this batch too)."""
     h = d.header
     base = h.base_offset
     n = len(d.values)
@@ -329,6 +330,10 @@ def _survivors(d: DecodedBatch, last: dict, horizon: int, result: CleanResult, l
                 result.tombstone_end = max(result.tombstone_end, off + 1)
                 continue
         keep.append(i)
+        if values[i] is None:
+            live.discard(k)
+        else:
+            live.add(k)
     return keep
 
 

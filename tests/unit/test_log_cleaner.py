@@ -485,3 +485,20 @@ def test_removing_tombstones_persists_the_tombstone_horizon_first(tmp_path):
     assert again.tombstone_horizon == 0
     again.close()
     assert compact_log(tmp_path).tombstone_horizon == 0
+
+
+def test_an_expired_tombstone_stays_after_a_value_before_it_in_its_own_batch(tmp_path):
+    """Sim seed 7161: a batch of a producer's dedup window held a key's value and then its
+    tombstone; kept whole while in the window, it later left it, when the key was no longer
+    in any dirty section: the value looked like the key's newest and stayed, and the expired
+    tombstone after it in the same batch went. The value must not be the key's last again."""
+    log = compact_log(tmp_path, delete_retention_ms=100)
+    log.append_as_leader(R.build_batch_columns([b"old-a", b"x", None], [b"a", b"x", b"a"], timestamp_ms=T0, producer_id=7, producer_epoch=0, base_sequence=0), leader_epoch=0, now_ms=T0)
+    write(log, 30, keys=5, start_ts=T0)
+    log.clean(T0 + 50)  # the batch is the producer's last: kept whole
+    for s in range(3, 8):  # five later batches: it leaves the dedup window
+        log.append_as_leader(R.build_batch_columns([b"w"], [b"w"], timestamp_ms=T0, producer_id=7, producer_epoch=0, base_sequence=s), leader_epoch=0, now_ms=T0)
+    write(log, 30, keys=5, start_ts=T0)
+    log.clean(T0 + 10_000)
+    after = state(records(log))
+    assert after.get(b"a", (None, None))[1] is None, after.get(b"a")  # a stays deleted
