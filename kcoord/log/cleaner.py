@@ -18,9 +18,7 @@ One pass of :func:`clean` over a :class:`~kcoord.log.Log`, Kafka's LogCleaner ru
   it, that superseded value would be the key's last again. Before a segment losing
   tombstones is replaced, the log persists its *tombstone horizon* (one past the newest
   removed): a follower that fetches from below it while holding older records could hold a
-  value such a tombstone deleted, so the leader has it start over (Redpanda instead
-  delays the removal until every replica has the tombstone; both bound the divergence
-  delete.retention.ms otherwise allows a lagging replica).
+  value such a tombstone deleted, so the leader has it start over.
   Records without a key are kept (a compacted topic refuses new ones).
 - Offsets never change. A batch that loses records is rebuilt as one batch per run of kept
   records, each with its first record's base offset (so every batch stays contiguous inside,
@@ -203,10 +201,10 @@ def compact(log: CompactableLog, now_ms: int, high_watermark: int | None = None,
     # 1. the last offset of each key in the dirty section (aborted data and markers not)
     last: dict = {}
     dirty_segs = [seg for seg in segs if seg.next_offset > first_dirty]
-    skip = AbortedFilter((e.producer_id, e.first_offset) for e in log.txn_index.collect(dirty_segs[0].base_offset, end)) if dirty_segs else None
+    dirty_base = dirty_segs[0].base_offset if dirty_segs else end
+    skip = AbortedFilter((e.producer_id, e.first_offset) for e in log.txn_index.collect(dirty_base, end))
     for seg in dirty_segs:
         for _, raw, d in _batches(seg):
-            assert skip is not None
             if skip.drops(raw, 0, d.header):
                 continue
             keys = d.keys
@@ -224,9 +222,9 @@ def compact(log: CompactableLog, now_ms: int, high_watermark: int | None = None,
     last_record = log.log_end_offset - 1
     retained = log.producer_state.retained_batches()
     aborted = AbortedFilter((e.producer_id, e.first_offset) for e in log.txn_index.collect(segs[0].base_offset, end))
-    # Keys whose latest record kept so far in this pass holds a value: batches kept whole
-    # (the dedup window, committed transactions) keep superseded values, and the tombstone
-    # that superseded one must stay, expired or not, or that value would be the key's last.
+    # Keys whose latest record kept so far in this pass holds a value: a batch of the dedup
+    # window kept whole keeps superseded values, and the tombstone that superseded one must
+    # stay, expired or not, or that value would be the key's last.
     live: set = set()
     for seg in segs:
         parts: list[bytes] = []
@@ -255,9 +253,8 @@ def compact(log: CompactableLog, now_ms: int, high_watermark: int | None = None,
                 keep = _survivors(d, last, horizon, result, last_record, live)
             if n and len(keep) == n or kept_for_dedup and (keep or not n):
                 pieces = [raw]  # a batch of the dedup window stays whole while any record does
-                _note_kept(live, d, range(n))
+                _note_whole(live, d)  # _survivors noted only the records it kept
             else:
-                _note_kept(live, d, keep)
                 changed = True
                 pieces = [rebuild_batch(d, run) for run in _runs(keep)]
                 if kept_for_dedup:  # every record went: the header stays, emptied
@@ -281,14 +278,14 @@ def compact(log: CompactableLog, now_ms: int, high_watermark: int | None = None,
     return result
 
 
-def _note_kept(live: set, d: DecodedBatch, kept: "Sequence[int] | range") -> None:
-    """Record in ``live`` what the kept records of ``d`` (positions ``kept``) leave as their
-    keys' latest kept record: a value adds the key, a tombstone removes it."""
+def _note_whole(live: set, d: DecodedBatch) -> None:
+    """Record in ``live`` what ``d``, kept whole, leaves as its keys' latest kept records: a
+    value adds the key, a tombstone removes it."""
     keys = d.keys
     if keys is None:
         return
     values = d.values
-    for i in kept:
+    for i in range(len(values)):
         k = keys[i]
         if k is None:
             continue
