@@ -29,7 +29,9 @@ Rules (Kafka's, with time-based lag as in modern Kafka):
 * An ISR member's LEO counts only from its *admitted* process: the one the accepted
   expansion named, else the first heard in this leadership. Another process's fetches (an
   old one still running beside its successor) hold the HW until the controller changes the
-  ISR (Kafka fences fetches with a stale broker epoch).
+  ISR (Kafka fences fetches with a stale broker epoch). Nor do they keep the member in the
+  ISR: a member heard from another process than its admitted one is proposed out, and only
+  an expansion the controller accepts names another process.
 """
 
 from __future__ import annotations
@@ -54,6 +56,9 @@ class FollowerProgress:
     partition_epoch: int = UNKNOWN
     directory_id: str = ""
     log_start_offset: int = UNKNOWN  # as its latest fetch reported it
+    # Each process's log start and latest fetch: another process of the broker (an old one
+    # still running beside its successor) may report a log start the one that counts lacks.
+    log_starts: dict[str, tuple[int, int]] = field(default_factory=dict)
     # The confirmed ISR changed since this follower last fetched: its LEO counts neither
     # for the HW nor for rejoining the ISR until it fetches again (see the module's rules).
     reconfirm: bool = False
@@ -61,7 +66,35 @@ class FollowerProgress:
     # one the controller admitted (named in the accepted AlterPartition), else the first
     # heard in this leadership. An older process still running (a twin) must not count.
     admitted: str = ""
-    admitted_heard_ms: int = UNKNOWN  # the admitted process's latest fetch
+    admitted_caught_up_ms: int = UNKNOWN  # the admitted process's last caught-up time
+
+    @property
+    def caught_up_ms(self) -> int:
+        """The last caught-up time the ISR lag rule judges: the admitted process's."""
+        return self.admitted_caught_up_ms if self.admitted else self.last_caught_up_ms
+
+    def lowest_log_start(self, now_ms: int, lag_max_ms: int, member: bool) -> int:
+        """The smallest log start over the processes that may be this follower: the latest
+        heard, any fetching lately and, for an ISR ``member``, the admitted one whatever the
+        others report (outside the ISR none is known to be the one the controller would
+        elect). UNKNOWN if one of them has not reported it."""
+        starts = [
+            start
+            for inc, (start, heard_ms) in self.log_starts.items()
+            if inc == self.incarnation or (member and inc == self.admitted) or now_ms - heard_ms <= lag_max_ms
+        ]
+        if not starts:
+            return self.log_start_offset
+        return UNKNOWN if min(starts) < 0 else min(starts)
+
+    def next_process_expiry(self, now_ms: int, lag_max_ms: int) -> int | None:
+        """When the next process counted only for fetching lately stops counting."""
+        ends = [
+            heard_ms + lag_max_ms + 1
+            for inc, (_, heard_ms) in self.log_starts.items()
+            if inc != self.incarnation and now_ms - heard_ms <= lag_max_ms
+        ]
+        return min(ends) if ends else None
 
     def on_fetch(
         self,
@@ -73,9 +106,14 @@ class FollowerProgress:
         partition_epoch: int = UNKNOWN,
         directory_id: str = "",
         log_start_offset: int = UNKNOWN,
+        lag_max_ms: int | None = None,
     ) -> None:
         self.reconfirm = False
         self.log_start_offset = log_start_offset
+        self.log_starts[incarnation] = (log_start_offset, now_ms)
+        for inc, (_, heard_ms) in list(self.log_starts.items()):
+            if lag_max_ms is not None and inc not in (incarnation, self.admitted) and now_ms - heard_ms > lag_max_ms:
+                del self.log_starts[inc]
         self.storage = storage
         self.directory_id = directory_id
         self.partition_epoch = partition_epoch
@@ -93,6 +131,13 @@ class FollowerProgress:
         self.log_end_offset = fetch_offset
         self.last_fetch_ms = now_ms
         self.leader_leo_at_last_fetch = leader_leo
+        if self.admitted and incarnation == self.admitted:
+            self.admitted_caught_up_ms = max(self.admitted_caught_up_ms, self.last_caught_up_ms)
+        elif self.admitted:
+            # Another process of an ISR member: the admitted one restarted (its progress is
+            # gone, KIP-903) or an old one runs beside it; either way the member is out of
+            # step until the controller names a process again.
+            self.admitted_caught_up_ms = UNKNOWN
 
 
 @dataclass
@@ -170,6 +215,7 @@ class IsrState:
                     p.reconfirm = True
                     if b not in isr:
                         p.admitted = ""  # back in only by an expansion naming its process
+                        p.admitted_caught_up_ms = UNKNOWN
         self.isr = list(isr)
         return changed
 
@@ -180,20 +226,20 @@ class IsrState:
             p = self.followers.get(b)
             if p is not None and b in request.new_isr and b not in self.isr:
                 p.admitted = incarnation
-                p.admitted_heard_ms = p.last_fetch_ms
+                p.admitted_caught_up_ms = p.last_caught_up_ms if p.incarnation == incarnation else UNKNOWN
 
-    def heard(self, broker: int, now_ms: int, lag_max_ms: int) -> None:
+    def heard(self, broker: int) -> None:
         """A fetch of ``broker`` was taken: an ISR member with no admitted process yet is
-        pinned to the one heard first; one whose admitted process has been silent for
-        replica.lag.time.max.ms while another fetches is pinned to that one (it restarted
-        while no controller watched, which leaves the judgement to the leader)."""
+        pinned to the one heard first. Never another one after: a process that fetches
+        while the admitted one is silent may be an old one cut off from the controller,
+        holding more than the process the controller would elect (sim seed 21425). The
+        member is proposed out instead (:meth:`FollowerProgress.on_fetch`), and back in by
+        an expansion naming the process that fetches, which the controller judges."""
         p = self.followers.get(broker)
-        if p is None or broker not in self.isr or not p.incarnation:
-            return
-        if p.admitted and p.incarnation != p.admitted and now_ms - p.admitted_heard_ms <= lag_max_ms:
+        if p is None or broker not in self.isr or not p.incarnation or p.admitted:
             return
         p.admitted = p.incarnation
-        p.admitted_heard_ms = now_ms
+        p.admitted_caught_up_ms = p.last_caught_up_ms
 
     def update_from_controller(self, isr: list[int], replicas: list[int], partition_epoch: int, now_ms: int) -> bool:
         """A LeaderAndIsr at our epoch with a newer partition epoch (e.g. the controller
@@ -214,6 +260,8 @@ class IsrState:
             p = self.followers.get(b)
             if p is not None and p.last_caught_up_ms < 0:
                 p.last_caught_up_ms = now_ms  # grace period, as at become-leader
+            if p is not None and p.admitted and p.admitted_caught_up_ms < 0:
+                p.admitted_caught_up_ms = now_ms
         for b in list(self.followers):
             if b not in replicas:
                 del self.followers[b]
@@ -246,7 +294,7 @@ class IsrState:
             if p is None:
                 continue
             if b in current:
-                lagging = p.last_caught_up_ms < 0 or now_ms - p.last_caught_up_ms > lag_max_ms
+                lagging = p.caught_up_ms < 0 or now_ms - p.caught_up_ms > lag_max_ms
                 if not lagging:
                     wanted.append(b)
             elif (
@@ -287,14 +335,16 @@ class IsrState:
                     return UNKNOWN
                 continue
             if every or b in isr or self._live(p, now_ms, lag_max_ms):
-                if p.log_start_offset < 0:
+                start = p.lowest_log_start(now_ms, lag_max_ms, b in isr)
+                if start < 0:
                     return UNKNOWN
-                low = min(low, p.log_start_offset)
+                low = min(low, start)
         return low
 
     def next_liveness_change(self, now_ms: int, lag_max_ms: int) -> int | None:
-        """When the next follower fetching lately stops counting as live."""
+        """When the next follower (or process of one) fetching lately stops counting as live."""
         ends = [p.last_fetch_ms + lag_max_ms + 1 for p in self.followers.values() if self._live(p, now_ms, lag_max_ms)]
+        ends += [e for p in self.followers.values() if (e := p.next_process_expiry(now_ms, lag_max_ms)) is not None]
         return min(ends) if ends else None
 
     def next_lag_deadline(self, lag_max_ms: int) -> int | None:
@@ -303,8 +353,8 @@ class IsrState:
             if b == self.broker:
                 continue
             p = self.followers.get(b)
-            if p is None or p.last_caught_up_ms < 0:
+            if p is None or p.caught_up_ms < 0:
                 continue
-            at = p.last_caught_up_ms + lag_max_ms + 1
+            at = p.caught_up_ms + lag_max_ms + 1
             deadline = at if deadline is None else min(deadline, at)
         return deadline

@@ -14,6 +14,11 @@ process, the first process it hears takes the grace over, as the leader's own ac
 LeaderAndIsr that changes the ISR during the leadership gives the new members without an
 account the same grace, as the leader does.
 
+An ISR member's account stays with its *pinned* process (the leader's admitted one: the
+first heard, or the one an expansion named): a fetch of another process of that broker
+(restarted, or an old one still running) puts the member out of step, and the leader may
+propose it out at once (sim seed 21425: an old process must not keep a member in the ISR).
+
 A proposal (AlterPartition) that leaves out a member of the leader's confirmed ISR whose
 current process was caught up less than ``replica.lag.time.max.ms`` before is a violation.
 """
@@ -34,6 +39,7 @@ class Account:
     caught_up_ms: int = -1
     last_fetch_ms: int = -1
     leader_leo_at_last_fetch: int = -1
+    heard: bool = False  # the process was heard by this leadership (it is pinned, if a member)
 
 
 @dataclass
@@ -93,12 +99,22 @@ def on_fetch(part: "PartitionHistory", proc: "ReplicaProcess", req, now: int) ->
     if watch is None:
         return
     a = watch.accounts.get(req.replica_id)
-    if a is not None and (a.process is None or a.last_fetch_ms < 0):
+    # a member, or proposed as one: the leader pins a process from the proposal on
+    member = req.replica_id in r.leader_state.maximal_isr()
+    if a is not None and not a.heard:
         # a grace given to no process, or to one never heard, goes to the first process
         # heard, as at the leader (whose account is the replica's until a process is heard)
+        if a.process is not None and a.process != req.replica_incarnation and a.last_fetch_ms >= 0:
+            a.caught_up_ms = a.last_fetch_ms = a.leader_leo_at_last_fetch = -1
         a.process = req.replica_incarnation
+    elif a is not None and member and a.process != req.replica_incarnation:
+        # another process of a pinned member: out of step, and the pinned process's next
+        # fetch starts its figures over (the leader keeps one process's figures)
+        a.caught_up_ms = a.last_fetch_ms = a.leader_leo_at_last_fetch = -1
+        return
     elif a is None or a.process != req.replica_incarnation:
         a = watch.accounts[req.replica_id] = Account(req.replica_incarnation)
+    a.heard = True
     if req.fetch_offset >= leo:
         a.caught_up_ms = now
     elif a.last_fetch_ms >= 0 and req.fetch_offset >= a.leader_leo_at_last_fetch:
@@ -116,6 +132,12 @@ def on_proposal(part: "PartitionHistory", proc: "ReplicaProcess", req, now: int)
     if watch is None:
         return
     lag = r.config.replica_lag_time_max_ms
+    for b, inc in req.incarnations.items():
+        # an expansion pins the new member to the process it names
+        if b in req.new_isr and b not in r.leader_state.isr:
+            a = watch.accounts.get(b)
+            if a is None or a.process != inc:
+                watch.accounts[b] = Account(inc, heard=True)
     for b in r.leader_state.isr:
         if b == proc.broker or b in req.new_isr:
             continue

@@ -13,11 +13,13 @@ from kcoord.replication.replica import Replica
 TOPIC = "t"
 
 
-def make_replica(broker: int, config: ReplicationConfig | None = None, log=None, now: int = 0, config_version: int = 0) -> Replica:
+def make_replica(
+    broker: int, config: ReplicationConfig | None = None, log=None, now: int = 0, config_version: int = 0, incarnation: str = ""
+) -> Replica:
     """A replica whose config is known current (``config_version`` 0) unless told otherwise
     (-1: a process Ray restarted on its creation-time config)."""
     log = log if log is not None else MemoryLog(LogConfig(flush_messages=1))
-    return Replica(TOPIC, 0, broker, log, config or ReplicationConfig(), now, config_version=config_version)
+    return Replica(TOPIC, 0, broker, log, config or ReplicationConfig(), now, config_version=config_version, incarnation=incarnation)
 
 
 def lai(leader: int, epoch: int, isr, replicas=(0, 1, 2), partition_epoch: int | None = None, controller_epoch: int = 1) -> LeaderAndIsrRequest:

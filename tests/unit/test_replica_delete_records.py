@@ -12,7 +12,7 @@ lose acknowledged ones.)"""
 
 from __future__ import annotations
 
-from replication_helpers import TOPIC, batch, consumer_fetch, lai, leader_and_isr, make_replica, of_type, produce, pump, replies
+from replication_helpers import TOPIC, batch, consumer_fetch, follower_fetch, lai, leader_and_isr, make_replica, of_type, produce, pump, replies
 
 from kcoord.log import LogConfig, MemoryLog
 from kcoord.protocol.controller import AlterPartitionResponse
@@ -24,10 +24,14 @@ from kcoord.replication.config import ReplicationConfig
 LAG = 10_000  # replica.lag.time.max.ms (the default)
 
 
-def cluster(isr=(0, 1, 2), **cfg):
-    """Leader 0 and followers 1, 2 holding six records, all with HW 6."""
+def cluster(isr=(0, 1, 2), processes: bool = False, **cfg):
+    """Leader 0 and followers 1, 2 holding six records, all with HW 6 (``processes``: broker
+    b's process is ``pb``)."""
     log = dict(flush_messages=None) if cfg.pop("lossy", False) else dict(flush_messages=1)
-    reps = [make_replica(b, ReplicationConfig(**cfg), log=MemoryLog(LogConfig(**log))) for b in (0, 1, 2)]
+    reps = [
+        make_replica(b, ReplicationConfig(**cfg), log=MemoryLog(LogConfig(**log)), incarnation=f"p{b}" if processes else "")
+        for b in (0, 1, 2)
+    ]
     for r in reps:
         leader_and_isr(r, lai(0, 1, isr))
     leader, f1, f2 = reps
@@ -162,3 +166,40 @@ def test_a_parked_fetch_whose_offset_was_deleted_is_answered_out_of_range():
     assert woken["p3"].error_code == ErrorCode.NONE
     answer = woken.get("c") or replies(leader.tick(5_010))["c"]
     assert answer.error_code == ErrorCode.OFFSET_OUT_OF_RANGE and answer.log_start_offset == 4
+
+
+def test_an_older_process_of_an_isr_member_does_not_stand_in_for_the_admitted_one():
+    """Sim seed 21425: broker 2's old process, cut off from the controller but running
+    (a twin), learned the new log start and reported it; the leader took that for broker 2
+    and acknowledged the deletion while broker 2's current process, the ISR member, still
+    held [0, 4). Elected next, it served them. Only the admitted process's log start counts
+    for an ISR member (as only its log end counts for the HW)."""
+    leader, f1, f2 = cluster(processes=True)  # p2 is broker 2's admitted process (the first heard)
+    assert delete(leader, 4, 10) is None
+    follower_fetch(leader, 1, 6, "f1", 11, epoch=1, incarnation="p1", log_start=4)
+    acts = follower_fetch(leader, 2, 6, "ghost", 12, epoch=1, incarnation="p2-old", log_start=4)
+    acts += follower_fetch(leader, 2, 6, "ghost", 13, epoch=1, incarnation="p2-old", log_start=4)
+    assert "del" not in replies(acts), "broker 2's admitted process still holds [0, 4)"
+    done = replies(follower_fetch(leader, 2, 6, "f2", 14, epoch=1, incarnation="p2", log_start=4))["del"]
+    assert done.error_code == 0 and done.low_watermark == 4
+
+
+def test_every_process_of_a_live_follower_outside_the_isr_counts():
+    """Outside the ISR no process is admitted: any process fetching lately may be the one
+    the controller elects later (as an eligible leader replica), so the smallest log start
+    among them counts; a process silent for replica.lag.time.max.ms counts no more."""
+    leader, f1, f2 = cluster(processes=True, min_insync_replicas=2)
+    leader_and_isr(leader, lai(0, 1, (0, 1), partition_epoch=2), 100)
+    follower_fetch(leader, 1, 6, "f1", 101, epoch=1, incarnation="p1")
+    (alter,) = of_type(follower_fetch(leader, 2, 6, "f2", 101, epoch=1, incarnation="p2"), SendAlterPartition)  # log start 0
+    leader.on_alter_partition_response(alter.request, AlterPartitionResponse(ErrorCode.INELIGIBLE_REPLICA, "not now"), 105)
+    assert delete(leader, 4, 110, timeout_ms=60_000) is None
+    follower_fetch(leader, 1, 6, "f1", 111, epoch=1, incarnation="p1", log_start=4)
+    acts = follower_fetch(leader, 2, 6, "g", 112, epoch=1, incarnation="p2-new", log_start=4)
+    acts += follower_fetch(leader, 2, 6, "g", 113, epoch=1, incarnation="p2-new", log_start=4)
+    assert "del" not in replies(acts), "process p2 fetched lately and reported log start 0"
+    assert 101 + LAG + 1 in leader.leading.deletion.next_deadlines(), "when p2 stops counting"
+    acts = follower_fetch(leader, 2, 6, "g", 101 + LAG, epoch=1, incarnation="p2-new", log_start=4)
+    assert "del" not in replies(acts)
+    done = replies(leader.tick(101 + LAG + 1))["del"]
+    assert done.error_code == 0 and done.low_watermark == 4

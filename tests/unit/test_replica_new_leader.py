@@ -146,19 +146,31 @@ def test_an_isr_member_pinned_at_its_first_fetch_of_the_leadership():
     assert r.hw == 3
 
 
-def test_an_isr_member_restarted_unseen_is_pinned_to_its_new_process_once_the_old_one_is_silent():
-    """Sim seed 69: follower 1 restarted while no controller watched (the next controller
-    first heard the new process, so nothing dropped it from the ISR: the leader judges). Its
-    old process, pinned, never fetches again; after replica.lag.time.max.ms of silence the
-    process that does fetch counts, and the HW moves again."""
+def test_an_isr_member_whose_admitted_process_is_silent_is_proposed_out_not_re_pinned():
+    """Sim seed 21425: broker 2's admitted process lost a fetch and stopped fetching; its
+    old process (a twin, cut off from the controller) fetched on, caught up. Once the
+    admitted one had been silent for replica.lag.time.max.ms the leader took the other for
+    broker 2 and its HW counted the old process's log end; the admitted process (the one the
+    controller elects for broker 2) held less, was elected, and acknowledged records were
+    gone. Only the controller may name another process: a member heard from another process
+    is proposed out, and back in by an expansion naming the process that fetches (KIP-903)."""
+    from kcoord.protocol.controller import AlterPartitionResponse
+
     r = _new_leader()
     produce(r, batch(3), "p", 10, acks=1)
-    follower_fetch(r, 1, 1, "a", 20, epoch=3, incarnation="proc-1")
-    follower_fetch(r, 2, 3, "b", 20, epoch=3, incarnation="proc-2")
+    follower_fetch(r, 1, 3, "a", 20, epoch=3, incarnation="proc-1")
+    follower_fetch(r, 2, 1, "b", 20, epoch=3, incarnation="proc-2")
     assert r.hw == 1
-    follower_fetch(r, 2, 3, "b2", 900, epoch=3, incarnation="proc-2")
-    follower_fetch(r, 1, 3, "c", 900, epoch=3, incarnation="proc-1-next")
-    assert r.hw == 1, "proc-1 fetched 880 ms ago"
-    follower_fetch(r, 2, 3, "d", 1021, epoch=3, incarnation="proc-2")
-    follower_fetch(r, 1, 3, "e", 1021, epoch=3, incarnation="proc-1-next")
+    acts = follower_fetch(r, 1, 3, "a2", 900, epoch=3, incarnation="proc-1")
+    acts += follower_fetch(r, 2, 3, "g1", 900, epoch=3, incarnation="proc-2-old")
+    acts += follower_fetch(r, 1, 3, "a3", 1021, epoch=3, incarnation="proc-1")
+    acts += follower_fetch(r, 2, 3, "g2", 1021, epoch=3, incarnation="proc-2-old")
+    assert r.hw == 1, "the admitted process of ISR member 2 holds 1 record"
+    (alter,) = of_type(acts, SendAlterPartition)
+    assert alter.request.new_isr == [0, 1], "another process than the admitted one: out"
+    r.on_alter_partition_response(alter.request, AlterPartitionResponse(leader=0, leader_epoch=3, partition_epoch=4, isr=[0, 1]), 1030)
+    follower_fetch(r, 1, 3, "a4", 1040, epoch=3, incarnation="proc-1")
     assert r.hw == 3
+    # whichever process fetches next is proposed back by name; the controller judges it
+    (alter,) = of_type(follower_fetch(r, 2, 3, "n", 1050, epoch=3, incarnation="proc-2-next"), SendAlterPartition)
+    assert alter.request.new_isr == [0, 1, 2] and alter.request.incarnations[2] == "proc-2-next"

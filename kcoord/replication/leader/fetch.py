@@ -66,8 +66,9 @@ class FetchServing:
                     req.replica_partition_epoch,
                     req.replica_directory_id,
                     req.replica_log_start_offset,
+                    st.config.replica_lag_time_max_ms,
                 )
-                self.isr.heard(req.replica_id, now_ms, st.config.replica_lag_time_max_ms)
+                self.isr.heard(req.replica_id)
             self.follower_fetched(now_ms)
         waiter = FetchWaiter(token, req, now_ms + max(0, req.max_wait_ms), from_follower)
         response = self._read_for(waiter, force=req.max_wait_ms <= 0)
