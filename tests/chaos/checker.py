@@ -37,9 +37,11 @@ Waits: a producer's wait for a record is send -> acknowledgement; a consumer's w
 offset is the producer's acknowledgement of it -> the first poll that returned it. A wait
 counts only the time something could have served it: from a producer's wait the time the
 partition had no live leader (the observer found no replica answering as the leader the
-controller named, or did not sample for over ``GAP_S``) or fewer live replicas than its
-``min.insync.replicas`` (an acks=all write cannot be acknowledged then; ``final.json``'s
-``min_insync_replicas``) is subtracted; from a consumer's, the time without a live leader,
+controller named, or did not sample for over ``GAP_S``) or fewer live replicas, or fewer
+ISR members, than its ``min.insync.replicas`` (an acks=all write cannot be acknowledged
+then; ``final.json``'s ``min_insync_replicas``) is subtracted; from a consumer's, the same
+time (with the ISR below min.insync.replicas the HW cannot advance, KIP-966, so what was
+acknowledged last before a failover stays unreadable),
 the time the group had no live coordinator (the group's coordinator did not answer
 the observer within a second or had not loaded its partition) and the time that
 coordinator's ``__consumer_offsets`` partition had no live leader or fewer live replicas
@@ -434,13 +436,16 @@ class Leaderless:
 
 
 def leaderless_by_partition(run: Run, topic: str | None = None, min_live: int = 0) -> dict[int, Leaderless]:
-    """{partition: Leaderless} of the data topic, or of ``topic``; with ``min_live``, a
-    partition with fewer replicas answering the observer counts as leaderless too."""
+    """{partition: Leaderless} of the data topic, or of ``topic``; with ``min_live`` (the
+    min.insync.replicas), a partition with fewer replicas answering the observer, or fewer
+    in its ISR, counts as leaderless too: no acks=all write can be acknowledged then, and
+    the HW cannot advance (KIP-966), so no consumer can read what was acknowledged last."""
     want = (None, run.final.get("topic")) if topic is None else (topic,)
     samples: dict[int, list[tuple[float, bool]]] = defaultdict(list)
     for e in run.observer:
         if e["type"] == "replicas" and e.get("topic") in want:
-            samples[e["partition"]].append((e["t"], bool(e.get("live_leader")) and len(e.get("replicas", [])) >= min_live))
+            ok = bool(e.get("live_leader")) and len(e.get("replicas", [])) >= min_live and len(e.get("isr", ())) >= min_live
+            samples[e["partition"]].append((e["t"], ok))
     return {p: Leaderless(s) for p, s in samples.items()}
 
 
@@ -465,8 +470,8 @@ def check_waits(run: Run, rep: Report, first_seen: dict[int, dict[int, float]], 
     unwritable = leaderless_by_partition(run, min_live=int(run.final.get("min_insync_replicas", 0)))
     none = Leaderless([])
     unserved = group_unserved(run)
-    # a consumer waits out its partition's leader and its group's coordinator
-    consumer_lz = {p: (lz.union(unserved) if unserved is not None else lz) for p, lz in leaderless.items()}
+    # a consumer waits out its partition's leader (and a frozen HW) and its group's coordinator
+    consumer_lz = {p: (lz.union(unserved) if unserved is not None else lz) for p, lz in unwritable.items()}
     worst_p = (0.0, None)
     raw_p = raw_c = live_p = 0.0
     acked_at: dict[tuple[int, int], float] = {}

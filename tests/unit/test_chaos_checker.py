@@ -445,6 +445,44 @@ def test_a_producer_wait_leaves_out_time_below_min_insync_replicas_alive(hist):
     assert rep.figures["producer_max_wait_raw_s"] == pytest.approx(30.0, abs=0.1)
 
 
+def test_a_producer_wait_leaves_out_time_the_isr_was_below_min_insync_replicas(hist):
+    """The chaos run of 2026-11-29 (seed 933430): partition 1's leader was alone in its ISR
+    for 8 s while its recreated followers answered the observer with no role yet (the
+    controller that would make them followers was being restarted); an acks=all write
+    cannot be acknowledged with the ISR below min.insync.replicas, live replicas or not."""
+    hist.acks[5] = [5, 1, 2, T + 31.5]
+    sample = hist.replicas[-1]
+    hist.replicas = [{**sample, "partition": p, "t": T + i * 0.5} for i in range(80) for p in (0, 1)]
+    for r in hist.replicas:
+        if r["partition"] == 1 and T + 5 <= r["t"] <= T + 25:
+            r["isr"] = [0]
+    hist.final["min_insync_replicas"] = 2
+    rep = run_check(hist, stall_threshold=20)
+    only(rep)
+    assert rep.figures["producer_max_wait_s"] == pytest.approx(9.0, abs=1.1)
+    assert rep.figures["producer_max_wait_live_leader_s"] == pytest.approx(30.0, abs=0.1)
+
+
+def test_a_consumer_wait_leaves_out_time_the_isr_was_below_min_insync_replicas(hist):
+    """The same run: offset 15843 of partition 0 was acknowledged by leader 2 just before it
+    was killed; the new leader, alone in the ISR for 12 s, could not move its HW past it
+    (KIP-966: the HW advances only with min.insync.replicas in the ISR), so no consumer could
+    read it."""
+    hist.member[2] = {**hist.member[2], "t": T + 40}
+    hist.member[3] = {**hist.member[3], "t": T + 40.1}
+    sample = hist.replicas[-1]
+    hist.replicas = [{**sample, "partition": p, "t": T + i * 0.5} for i in range(120) for p in (0, 1)]
+    for r in hist.replicas:
+        if r["partition"] == 0 and T + 10 < r["t"] <= T + 30:
+            r["isr"] = [0]
+    rep = run_check(hist, stall_threshold=60)
+    assert rep.figures["consumer_max_wait_s"] == pytest.approx(39.0, abs=0.6), "no min ISR known: nothing left out"
+    hist.final["min_insync_replicas"] = 2
+    rep = run_check(hist, stall_threshold=60)
+    only(rep)
+    assert rep.figures["consumer_max_wait_s"] == pytest.approx(19.0, abs=1.1)
+
+
 def test_the_drain_waits_while_commits_move_and_gives_up_when_they_stop():
     from chaos.run import wait_while_progressing
 
