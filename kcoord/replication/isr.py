@@ -55,7 +55,6 @@ class FollowerProgress:
     storage: str = ""
     partition_epoch: int = UNKNOWN
     directory_id: str = ""
-    log_start_offset: int = UNKNOWN  # as its latest fetch reported it
     # Each process's log start and latest fetch: another process of the broker (an old one
     # still running beside its successor) may report a log start the one that counts lacks.
     log_starts: dict[str, tuple[int, int]] = field(default_factory=dict)
@@ -67,6 +66,11 @@ class FollowerProgress:
     # heard in this leadership. An older process still running (a twin) must not count.
     admitted: str = ""
     admitted_caught_up_ms: int = UNKNOWN  # the admitted process's last caught-up time
+
+    @property
+    def log_start_offset(self) -> int:
+        """The log start the latest process heard reported."""
+        return self.log_starts.get(self.incarnation, (UNKNOWN, 0))[0]
 
     @property
     def caught_up_ms(self) -> int:
@@ -84,7 +88,7 @@ class FollowerProgress:
             if inc == self.incarnation or (member and inc == self.admitted) or now_ms - heard_ms <= lag_max_ms
         ]
         if not starts:
-            return self.log_start_offset
+            return UNKNOWN
         return UNKNOWN if min(starts) < 0 else min(starts)
 
     def next_process_expiry(self, now_ms: int, lag_max_ms: int) -> int | None:
@@ -109,11 +113,11 @@ class FollowerProgress:
         lag_max_ms: int | None = None,
     ) -> None:
         self.reconfirm = False
-        self.log_start_offset = log_start_offset
         self.log_starts[incarnation] = (log_start_offset, now_ms)
-        for inc, (_, heard_ms) in list(self.log_starts.items()):
-            if lag_max_ms is not None and inc not in (incarnation, self.admitted) and now_ms - heard_ms > lag_max_ms:
-                del self.log_starts[inc]
+        if len(self.log_starts) > 1 and lag_max_ms is not None:  # another process was heard
+            for inc, (_, heard_ms) in list(self.log_starts.items()):
+                if inc not in (incarnation, self.admitted) and now_ms - heard_ms > lag_max_ms:
+                    del self.log_starts[inc]
         self.storage = storage
         self.directory_id = directory_id
         self.partition_epoch = partition_epoch
