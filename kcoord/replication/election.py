@@ -45,6 +45,7 @@ def elect_leader(
     log_end_offsets: Mapping[int, int] | None = None,
     trusted: Callable[[int], bool] | None = None,
     holds_data: Callable[[int], bool] | None = None,
+    heard: Callable[[int], bool] | None = None,
 ) -> Election:
     """``trusted`` is given for topics whose appends are not fsynced, where a restarted
     replica may have lost its unflushed tail: it says which ISR and ELR members are known
@@ -52,7 +53,11 @@ def elect_leader(
     while any is alive; if every ISR and ELR member is back but none is trusted, the longest
     log leads (under at most one damaged replica it holds what the others hold).
     ``holds_data(b)`` is false for a replica whose directory was replaced since it joined
-    the ISR or ELR (None: all hold theirs)."""
+    the ISR or ELR (None: all hold theirs). ``heard(b)`` is false for a replica the
+    controller has not heard since it started watching it (a restarted controller's grace):
+    it may lead if it must, but leaves the new ISR -- maybe nothing runs there yet, and the
+    new leader's HW would wait for it for replica.lag.time.max.ms; it comes back by the
+    leader's expansion once it fetches (None: all heard)."""
     if holds_data is None:
         holds_data = lambda b: True  # noqa: E731
     isr = [b for b in p.isr if holds_data(b)]
@@ -66,7 +71,7 @@ def elect_leader(
     if leaders:
         # Trust decides who may lead; every live ISR member stays in sync (the leader's HW
         # follows each one's real fetch offset, so an untrusted one cannot inflate it).
-        live_isr = [b for b in p.replicas if b in isr and alive(b)]
+        live_isr = [b for b in p.replicas if b in isr and alive(b) and (b == leaders[0] or heard is None or heard(b))]
         return Election(leaders[0], live_isr)
     if lossy:
         live_elr = [b for b in p.replicas if b in elr and alive(b) and trusted(b)]

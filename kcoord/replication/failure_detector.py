@@ -105,6 +105,12 @@ class FailureDetector:
     def members(self) -> list[Hashable]:
         return list(self._health)
 
+    def has_answered(self, member: Hashable) -> bool:
+        """Whether ``member`` has answered a heartbeat itself since it is watched (alive
+        before that only by its start-up grace)."""
+        h = self._health.get(member)
+        return h is not None and h.answered
+
     def is_alive(self, member: Hashable) -> bool:
         h = self._health.get(member)
         return h is not None and not h.failed

@@ -230,6 +230,28 @@ def test_restarted_controller_elects_an_isr_member_that_came_back_while_it_was_d
     assert isinstance(actions[0], Persist) and lai_targets(actions)[0] == 0
 
 
+def test_a_restarted_controller_leaves_out_of_the_new_isr_a_member_it_has_not_heard():
+    """The 30-minute chaos run of 2026-11-29 (seed 934377): leader 2 of `chaos-0` and the
+    controller were killed within 0.2 s. The restarted controller, watching every replica
+    with a start-up grace, elected 1 with ISR [1, 2, 0]: broker 2, dead (its replacement
+    still starting), stayed an ISR member, and the new leader's HW waited for it for the
+    whole replica.lag.time.max.ms (a producer waited 10.2 s). A member the controller has
+    not heard since it started watching it leaves the ISR at an election (it comes back by
+    the leader's expansion once it fetches); the members it has heard stay."""
+    h = Harness()
+    h.create()
+    beat_all(h)
+    h2 = h.restart()
+    h2.now += 100
+    h2.beat(1, incarnation="a1")
+    actions = h2.dead(0)
+    p = h2.stored()
+    assert (p.leader, p.isr) == (1, [1]), "2 is alive only by the start-up grace"
+    assert persists(actions)
+    h2.beat(2, incarnation="a2")
+    assert 2 not in h2.stored().isr, "back by the leader's expansion, not by a heartbeat"
+
+
 # -- topics without per-append fsync: ELR and restarted (suspect) replicas -------------------
 #
 # Found by the simulation in page-cache / flush.ms mode (seeds 38, 60, 158, 7): a crash can

@@ -24,6 +24,19 @@ def test_clean_election_picks_first_live_isr_member_in_assignment_order():
     assert (e.leader, e.isr) == (1, [1])
 
 
+def test_a_live_isr_member_not_heard_yet_leads_if_it_must_but_leaves_the_new_isr():
+    """``heard`` (the controller has heard the replica since it started watching it): a
+    member alive only by a grace period may hold nothing running; kept in the ISR, the new
+    leader's HW would wait for it for replica.lag.time.max.ms."""
+    p = part(replicas=(0, 1, 2), leader=0, isr=(0, 1, 2))
+    e = elect_leader(p, alive(1, 2), heard=alive(1))
+    assert (e.leader, e.isr) == (1, [1])
+    e = elect_leader(p, alive(1, 2), heard=alive())
+    assert (e.leader, e.isr) == (1, [1]), "the leader itself stays, heard or not"
+    e = elect_leader(p, alive(1, 2), heard=alive(1, 2))
+    assert (e.leader, e.isr) == (1, [1, 2])
+
+
 def test_clean_election_never_picks_a_live_replica_outside_the_isr():
     p = part(isr=(0, 1))
     e = elect_leader(p, alive(1, 2))

@@ -85,6 +85,9 @@ class ControllerContext:
     def alive(self, p: PartitionState):
         return lambda b: self.detector.is_alive(ReplicaId(p.topic, p.partition, b))
 
+    def heard(self, p: PartitionState):
+        return lambda b: self.detector.has_answered(ReplicaId(p.topic, p.partition, b))
+
     def holds_data(self, p: PartitionState):
         return lambda b: self.trust.holds_data(ReplicaId(p.topic, p.partition, b))
 

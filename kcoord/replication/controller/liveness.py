@@ -278,7 +278,7 @@ class Liveness:
         }
         was_online = p.leader != NO_LEADER
         trusted = self.ctx.trust.trusted(p, self.ctx.last_status) if self.isr.lossy(p) else None
-        result = elect_leader(p, self.ctx.alive(p), rcfg.unclean_leader_election, leos, trusted, self.ctx.holds_data(p))
+        result = elect_leader(p, self.ctx.alive(p), rcfg.unclean_leader_election, leos, trusted, self.ctx.holds_data(p), self.ctx.heard(p))
         if result.offline and not was_online:
             return []  # still nobody to elect; nothing changes
         p.leader = result.leader
