@@ -445,12 +445,13 @@ def test_planted_wiped_disk_leader_is_caught(monkeypatch: pytest.MonkeyPatch) ->
     is trusted on its ISR or ELR membership and leads with an empty log; the simulation's
     ``wipe`` fault exposes it as acknowledged records lost (seeds found with the hole
     planted: 4 of 2,000 when ``wipe`` came; re-found when heartbeat timing changed the
-    schedules: 714, 729, 967, 1153 and 2803 of seeds 0-2999, none with the fix; and when
-    issue 32 changed them again (its fixes and its draws): 714 and 1722)."""
+    schedules: 714, 729, 967, 1153 and 2803 of seeds 0-2999, none with the fix; when
+    issue 32 changed them again (its fixes and its draws): 714 and 1722; and when the
+    controller's election left unheard members out: 61, 714, 763 and 3990 of 0-3999)."""
     from kcoord.replication.trust import TrustLedger
 
     monkeypatch.setattr(TrustLedger, "holds_data", lambda self, rid: True)
-    results = [run_seed(s) for s in (714, 1722)]
+    results = [run_seed(s) for s in (61, 714)]
     assert all(any(v.invariant == "1" for v in r.violations) for r in results)
 
 
@@ -464,8 +465,9 @@ def test_planted_coordinator_load_bug_is_caught(monkeypatch: pytest.MonkeyPatch)
     commit; with it the planted bug is harmless (no seed of 0-1999 catches it once
     coordinators take their epochs from the controller, issue 32). So that defense is
     removed too, and the coordinator's own rule is what stands: seeds 561, 809 and 966
-    of 0-999 (groups kind, on trust-fixes' schedules) catch the pair, none the leader's
-    hole alone (seed 7 did too until it drew slow replica creations)."""
+    of 0-999 (groups kind, on trust-fixes' schedules) caught the pair, none the leader's
+    hole alone (seed 7 did too until it drew slow replica creations); since the controller's
+    election leaves unheard members out of the new ISR, 636, 725, 760, 966 and 974 do."""
     from kcoord.group import driver
     from kcoord.replication.leader.watermark import HighWatermark
 
@@ -479,7 +481,7 @@ def test_planted_coordinator_load_bug_is_caught(monkeypatch: pytest.MonkeyPatch)
 
     monkeypatch.setattr(HighWatermark, "stale", lambda self: False)
     monkeypatch.setattr(driver.GroupCoordinatorDriver, "_on_load_fetch", finish_at_hw)
-    results = [run_seed(s, kind="groups") for s in (561, 809, 966)]
+    results = [run_seed(s, kind="groups") for s in (636, 725, 966)]
     assert all(any(v.invariant == "6" for v in r.violations) for r in results)
 
 
@@ -497,7 +499,9 @@ def test_planted_coordinator_own_epoch_is_caught(monkeypatch: pytest.MonkeyPatch
     append timed out (its partition's replicas cut off) lands on its successor's epoch, and
     restarts that load a lagging log do the same (check **6**: two incarnations on one
     epoch). Seeds found with the defect planted (groups kind, seeds 0-79): 48, 61, 74; 61
-    only since the old process may lose its partition's replicas."""
+    only since the old process may lose its partition's replicas; since the controller's
+    election leaves unheard members out of the new ISR, none of 0-79, and 20 of 0-999 (the
+    first: 99, 112, 124)."""
     from kcoord.group import driver
 
     def own_epoch(self, then):
@@ -509,5 +513,5 @@ def test_planted_coordinator_own_epoch_is_caught(monkeypatch: pytest.MonkeyPatch
         then()
 
     monkeypatch.setattr(driver.GroupCoordinatorDriver, "_renew_epoch", own_epoch)
-    results = [run_seed(s, kind="groups") for s in (48, 61, 74)]
+    results = [run_seed(s, kind="groups") for s in (99, 112, 124)]
     assert all(any(v.invariant == "6" for v in r.violations) for r in results)
