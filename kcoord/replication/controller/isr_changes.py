@@ -70,7 +70,7 @@ class IsrChanges:
         process a predecessor recorded, which may have died since (with its disk, if its
         broker moved to another node; sim seed 43725) -- and the leader judged it from
         that same process."""
-        return self.ctx.detector.is_alive(replica) and replica in self.ctx.last_status and not self.ctx.trust.stale_process(replica, req.incarnations.get(replica.broker))
+        return self.ctx.detector.is_alive(replica) and self.ctx.detector.has_answered(replica) and not self.ctx.trust.stale_process(replica, req.incarnations.get(replica.broker))
 
     def drop_from_isr(self, p: PartitionState, broker: int) -> list[ControllerAction]:
         """Take follower ``broker`` out of ``p``'s ISR and tell the live replicas; nothing
