@@ -499,7 +499,10 @@ class BaseLog(ABC):
 
         Used by a follower to drop records that diverge from the new leader's log. Below
         the log start (an unclean leader's log ends there) nothing can be kept: the log
-        restarts empty at ``offset``, as Kafka's truncateTo does. Below the
+        restarts empty at ``offset``, as Kafka's truncateTo does. A cut inside the batch
+        holding the log start (DeleteRecords inside a batch) keeps no record at or past the
+        start either, and a log must not end below its start: it restarts empty at its log
+        start, with its producers below it, and fetches that batch again. Below the
         :attr:`cleaner_offset` (only an unclean election cuts below a former HW) the cleaner
         may have removed records for later ones of their key that now go, so what is left
         is no prefix of the leader's log: the log restarts empty at its log start, with its
@@ -517,6 +520,11 @@ class BaseLog(ABC):
         if offset >= self.log_end_offset:
             self.epoch_cache.truncate_from_end(self.log_end_offset)
             return False
+        start = self.log_start_offset
+        held = self.read(offset, 1)  # the batch holding ``offset`` goes whole
+        if held and read_header(held).base_offset < start:
+            self.truncate_fully_and_start_at(start, producers=self.producer_state.snapshot_below(start))
+            return True
         new_leo = self._truncate_storage(offset)
         self.epoch_cache.truncate_from_end(new_leo)
         if self.txn_index.truncate_from(new_leo):

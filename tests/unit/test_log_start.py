@@ -130,6 +130,46 @@ def test_truncating_below_the_log_start_restarts_the_log_empty_there(where):
     again.close()
 
 
+@pytest.mark.parametrize("cut", [7, 8])
+def test_a_cut_inside_the_batch_holding_the_log_start_restarts_the_log_empty_at_its_start(where, cut):
+    """Sim seed 19208: DeleteRecords left replica 2's log start (7) inside a batch (6-7);
+    after an unclean election it truncated to 7, where its oldest epoch starts once clipped
+    to the log start. The batch holding 7 went whole, so the log ended at 6, below its
+    start, and took the leader's batch at 6 with its start still 7: unreadable from its
+    first batch, its epoch below its start. No record at or past the log start survives
+    a cut inside that batch, so the log restarts empty at its start and fetches the batch
+    again whole."""
+    from kcoord.log.epochs import EpochEntry
+
+    log = where.open("l")
+    fill(log, 4, epoch=1)  # batches of 3: 0-2, 3-5, 6-8, 9-11
+    log.checkpoint_high_watermark(12)
+    assert log.advance_log_start_offset(7)  # inside 6-8
+    assert log.truncate_to(cut) is True
+    assert log.log_start_offset == log.log_end_offset == 7
+    assert log.epoch_cache.entries == []
+    leader = where.open("leader")
+    fill(leader, 4, epoch=1)
+    leader.checkpoint_high_watermark(12)
+    log.append_as_follower(leader.read(7, 1 << 20), now_ms=NOW)
+    assert log.log_start_offset == 7 and log.log_end_offset == 12
+    assert [r.offset for r in iter_records(log.read(7, 1 << 20), from_offset=7)] == list(range(7, 12))
+    assert log.epoch_cache.entries == [EpochEntry(1, 7)]
+    log.close()
+    again = where.open("l")
+    assert (again.log_start_offset, again.log_end_offset) == (7, 12)
+    again.close()
+
+
+def test_the_memory_log_restarts_empty_at_its_start_after_a_cut_inside_its_first_batch():
+    log = MemoryLog(LogConfig(), now_ms=NOW)
+    fill(log, 4)
+    log.checkpoint_high_watermark(12)
+    assert log.advance_log_start_offset(7)
+    assert log.truncate_to(7) is True
+    assert log.log_start_offset == log.log_end_offset == 7
+
+
 def test_a_high_watermark_checkpointed_after_restarting_below_the_log_start_survives_reopen(where):
     """Found by the log's state machine: a log opened with no HW checkpoint took its log start
     (33) for the checkpointed HW; restarted empty below it (32), it took a later checkpoint of
