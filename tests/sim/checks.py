@@ -214,7 +214,8 @@ class History:
             if role != LEADER:
                 self.parts[proc.tp].fail("3", now, f"broker {proc.broker} appended a produce request as {role}")
             data = read_log(self, proc.tp, proc.broker, log, leo_before)
-            self.parts[proc.tp].on_leader_append(proc.broker, epoch, [h.leader_epoch for _, h in records.iter_headers(data)], now)
+            stamped = [h.leader_epoch for _, h in records.iter_headers(data)]
+            self.parts[proc.tp].on_leader_append(proc.broker, epoch, stamped, now, ghost=proc.name if proc.is_ghost else None)
 
     def observe_replica(self, proc: "ReplicaProcess") -> None:
         r = proc.replica

@@ -57,7 +57,7 @@ class PartitionHistory:
         self.tp = tp
         self.spec = spec
         self.writer_of_epoch: dict[int, int] = {}
-        self.last_append_epoch: dict[int, int] = {}
+        self.last_append_epoch: dict[int | tuple[int, str], int] = {}
         self.leader_appends = 0
         self.committed: dict[int, Committed] = {}
         self.strong_hw = 0
@@ -185,17 +185,22 @@ class PartitionHistory:
                 first[key] = (offset, prev[1], prev[2], True)
 
     # -- invariant 3 ------------------------------------------------------------------------
-    def on_leader_append(self, broker: int, epoch: int, stamped: list[int], now: int) -> None:
+    def on_leader_append(self, broker: int, epoch: int, stamped: list[int], now: int, ghost: str | None = None) -> None:
+        """``ghost``: the name of an older process of ``broker`` still running (twin). It
+        keeps leading the epoch it had, cut off from the controller, while the broker's
+        next process may lead a newer one: its epochs go forward on their own."""
         self.leader_appends += 1
         if any(e != epoch for e in stamped):
             self.fail("3", now, f"broker {broker} appended as leader at epoch {epoch} but stamped {stamped}")
         writer = self.writer_of_epoch.setdefault(epoch, broker)
         if writer != broker:
             self.fail("3", now, f"two leaders accepted writes at epoch {epoch}: brokers {writer} and {broker}")
-        last = self.last_append_epoch.get(broker, -1)
+        lineage = broker if ghost is None else (broker, ghost)
+        last = self.last_append_epoch.get(lineage, -1)
         if epoch < last:
-            self.fail("3", now, f"broker {broker} appended as leader at epoch {epoch} after epoch {last}")
-        self.last_append_epoch[broker] = max(last, epoch)
+            who = f"broker {broker}" if ghost is None else f"broker {broker}'s older process {ghost}"
+            self.fail("3", now, f"{who} appended as leader at epoch {epoch} after epoch {last}")
+        self.last_append_epoch[lineage] = max(last, epoch)
 
     # -- invariant 4 and the committed prefix -----------------------------------------------
     def on_leader_hw(self, broker: int, epoch: int, old_hw: int, new_hw: int, log: Any, strong: bool, now: int) -> None:
