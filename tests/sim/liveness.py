@@ -12,7 +12,9 @@ the process the harness knows it had at that moment; if the leader never hears t
 process, the first process it hears takes the grace over, as the leader's own account does
 (it is the replica's until a process is heard: Kafka's lastCaughtUpTime is per replica). A
 LeaderAndIsr that changes the ISR during the leadership gives the new members without an
-account the same grace, as the leader does.
+account the same grace, as the leader does -- except a process an expansion named whose
+fetches the harness set aside: the leader judges it by them, so the harness, which has no
+figures for it, judges it from its next fetch.
 
 An ISR member's account stays with its *pinned* process (the leader's admitted one: the
 first heard, or the one an expansion named): a fetch of another process of that broker
@@ -40,6 +42,9 @@ class Account:
     last_fetch_ms: int = -1
     leader_leo_at_last_fetch: int = -1
     heard: bool = False  # the process was heard by this leadership (it is pinned, if a member)
+    # An expansion named the process before the harness counted any fetch of it for this
+    # account: the leader judges it by fetches the harness set aside (sim seed 50353)
+    named: bool = False
 
 
 @dataclass
@@ -78,7 +83,9 @@ def on_controller_isr(part: "PartitionHistory", proc: "ReplicaProcess", now: int
         a = watch.accounts.get(b)
         if a is None:
             watch.accounts[b] = Account(_process_of(part, b), caught_up_ms=now)
-        elif a.caught_up_ms < 0:
+        elif a.caught_up_ms < 0 and not a.named:
+            # a process an expansion named keeps the leader's figures from its fetches, not
+            # a grace; the harness has none for it, so it judges it only from its next fetch
             a.caught_up_ms = now
 
 
@@ -115,6 +122,7 @@ def on_fetch(part: "PartitionHistory", proc: "ReplicaProcess", req, now: int) ->
     elif a is None or a.process != req.replica_incarnation:
         a = watch.accounts[req.replica_id] = Account(req.replica_incarnation)
     a.heard = True
+    a.named = False
     if req.fetch_offset >= leo:
         a.caught_up_ms = now
     elif a.last_fetch_ms >= 0 and req.fetch_offset >= a.leader_leo_at_last_fetch:
@@ -137,7 +145,7 @@ def on_proposal(part: "PartitionHistory", proc: "ReplicaProcess", req, now: int)
         if b in req.new_isr and b not in r.leader_state.isr:
             a = watch.accounts.get(b)
             if a is None or a.process != inc:
-                watch.accounts[b] = Account(inc, heard=True)
+                watch.accounts[b] = Account(inc, heard=True, named=True)
     for b in r.leader_state.isr:
         if b == proc.broker or b in req.new_isr:
             continue
