@@ -86,6 +86,17 @@ class AppendInfo(NamedTuple):
 _AT_START = (0,)  # positions of a single batch
 
 
+def _shows_compaction(headers: Sequence[BatchHeader], log_end_offset: int) -> bool:
+    """Whether fetched batches appended at ``log_end_offset`` show a cleaner's work: a gap
+    before a batch, or a batch holding fewer records than offsets."""
+    expected = log_end_offset
+    for h in headers:
+        if h.base_offset > expected or h.record_count < h.last_offset - h.base_offset + 1:
+            return True
+        expected = h.last_offset + 1
+    return False
+
+
 class BaseLog(ABC):
     """The storage-independent half of a partition log.
 
@@ -116,6 +127,8 @@ class BaseLog(ABC):
         self.producer_state = ProducerStateManager()
         # the aborted transactions whose markers are in the log (txn_index.py)
         self.txn_index = TxnIndex()
+        # the HW of a leader whose compacted log this one fetched (see compacted_below)
+        self._fetched_compacted_below = 0
 
     # -- storage hooks ------------------------------------------------------------------
 
@@ -381,11 +394,15 @@ class BaseLog(ABC):
             self.flush()
         return AppendInfo(base, base, 1, h.max_timestamp, len(data), False, now, h)
 
-    def append_as_follower(self, data: _BufferLike, now_ms: int | None = None, *, verify_crc: bool = True) -> AppendInfo:
+    def append_as_follower(
+        self, data: _BufferLike, now_ms: int | None = None, *, verify_crc: bool = True, leader_high_watermark: int | None = None
+    ) -> AppendInfo:
         """Append batches fetched from the leader, which assigned their offsets and stamped
         them: they must be whole and valid and start at or after our LEO, offsets
         increasing (a compacted leader's log has gaps). Written unchanged; nothing is
-        written unless everything checks."""
+        written unless everything checks. Batches that show compaction (a gap before one,
+        or fewer records than offsets in one) raise :attr:`compacted_below` to
+        ``leader_high_watermark``, the leader's HW when it sent them, first."""
         if self._halted:
             self._check_open()
         now = wall_clock_ms() if now_ms is None else now_ms
@@ -402,6 +419,9 @@ class BaseLog(ABC):
                 self.truncate_fully_and_start_at(first.base_offset, producers=self.producer_state.snapshot())
         found = validate_follower_batches(data, self.log_end_offset, check_crc=verify_crc)
         headers = found.headers
+        if leader_high_watermark is not None and leader_high_watermark > self._fetched_compacted_below and _shows_compaction(headers, self.log_end_offset):
+            # Persisted before the batches: a log holding them must never forget the bound.
+            self._set_fetched_compacted_below(leader_high_watermark)
         nbytes = len(data)
         try:
             self._write((data,), nbytes, headers, found.positions, now)
@@ -502,18 +522,19 @@ class BaseLog(ABC):
         restarts empty at ``offset``, as Kafka's truncateTo does. A cut inside the batch
         holding the log start (DeleteRecords inside a batch) keeps no record at or past the
         start either, and a log must not end below its start: it restarts empty at its log
-        start, with its producers below it, and fetches that batch again. Below the
-        :attr:`cleaner_offset` (only an unclean election cuts below a former HW) the cleaner
-        may have removed records for later ones of their key that now go, so what is left
-        is no prefix of the leader's log: the log restarts empty at its log start, with its
-        producers below it, and is fetched again.
+        start, with its producers below it, and fetches that batch again. Below
+        :attr:`compacted_below` (only an unclean election cuts below a former HW) a cleaner,
+        this log's or the leader's it fetched from, may have removed records for later ones
+        of their key that now go, so what is left is no prefix of the leader's log: the log
+        restarts empty at its log start, with its producers below it, and is fetched again
+        -- also when ``offset`` is at or past the log end.
         """
         self._check_open()
         if offset < self.log_start_offset:
             went = self.log_end_offset > self.log_start_offset
             self.truncate_fully_and_start_at(offset)
             return went
-        if offset < self.cleaner_offset:
+        if offset < self.compacted_below:
             start = self.log_start_offset
             self.truncate_fully_and_start_at(start, producers=self.producer_state.snapshot_below(start))
             return True
@@ -577,6 +598,18 @@ class BaseLog(ABC):
         """Where the part of the log the cleaner has not compacted starts (the log start
         for a log that never compacts)."""
         return self.log_start_offset
+
+    @property
+    def compacted_below(self) -> int:
+        """Below this offset the log may lack records a cleaner removed for later records of
+        their key, which may lie anywhere below it: the :attr:`cleaner_offset` of its own
+        cleaner, or the HW of a leader whose compacted log it fetched (that leader's cleaner
+        cleans below its HW). :meth:`truncate_to` below it starts the log over."""
+        return max(self.cleaner_offset, self._fetched_compacted_below)
+
+    def _set_fetched_compacted_below(self, offset: int) -> None:
+        """Set (and, for a file log, persist) the fetched part of :attr:`compacted_below`."""
+        self._fetched_compacted_below = offset
 
     supports_compaction = False
     """Whether :meth:`clean` can compact this log (the file log can; the in-memory log keeps

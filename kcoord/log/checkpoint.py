@@ -24,6 +24,7 @@ RECOVERY_POINT = "recovery-point-checkpoint"
 LOG_START_CHECKPOINT = "log-start-offset-checkpoint"
 CLEANER_CHECKPOINT = "cleaner-offset-checkpoint"
 TOMBSTONE_HORIZON = "tombstone-horizon-checkpoint"
+FETCHED_COMPACTED = "fetched-compacted-checkpoint"
 CLEAN_SHUTDOWN = ".kcoord-clean-shutdown"
 # How many times an I/O error took this log offline (see FileLog.storage_generation).
 LOST_PAGES = ".kcoord-lost-pages"

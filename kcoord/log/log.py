@@ -34,6 +34,7 @@ from .checkpoint import (
     CLEAN_SHUTDOWN,
     CLEANER_CHECKPOINT,
     EPOCH_CHECKPOINT,
+    FETCHED_COMPACTED,
     HW_CHECKPOINT,
     LOG_START_CHECKPOINT,
     RECOVERY_POINT,
@@ -130,6 +131,7 @@ class Log(BaseLog):
         self._log_start = max(self._log_start, min(stored_start, self._segments[-1].next_offset))
         self._cleaner_offset = read_offset_or(fs, self.directory / CLEANER_CHECKPOINT, "cleaner offset", 0, report.notes)
         self._tombstone_horizon = read_offset_or(fs, self.directory / TOMBSTONE_HORIZON, "tombstone horizon", 0, report.notes)
+        self._fetched_compacted_below = read_offset_or(fs, self.directory / FETCHED_COMPACTED, "fetched compaction bound", 0, report.notes)
         for seg in self._segments[:-1]:
             self._segments.remember_reader(seg)  # bounds the handles recovery opened
         self.epoch_cache = load_epoch_cache(
@@ -401,6 +403,8 @@ class Log(BaseLog):
         # its tombstone horizon, which still holds for it.
         self.checkpoint_cleaner_offset(offset)
         self.note_tombstones_removed(0, reset=True)
+        if self._fetched_compacted_below != offset:
+            self._set_fetched_compacted_below(offset)
         # Written, not assumed: with no checkpoint a reopen takes the log start for the HW, and
         # a start moved down would otherwise make a later checkpoint look written already.
         write_offset(self._fs, self.directory / HW_CHECKPOINT, offset)
@@ -511,6 +515,10 @@ class Log(BaseLog):
         if end > self._tombstone_horizon or (reset and end != self._tombstone_horizon):
             write_offset(self._fs, self.directory / TOMBSTONE_HORIZON, end)
             self._tombstone_horizon = end
+
+    def _set_fetched_compacted_below(self, offset: int) -> None:
+        write_offset(self._fs, self.directory / FETCHED_COMPACTED, offset)
+        self._fetched_compacted_below = offset
 
     def checkpoint_cleaner_offset(self, offset: int) -> None:
         """Persist where the cleaner's next dirty section starts (inside :meth:`clean`)."""

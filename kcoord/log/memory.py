@@ -236,6 +236,7 @@ class MemoryLog(BaseLog):
         # reopens at this offset, not at a checkpoint of the log that was dropped).
         self._checkpointed_hw = self._high_watermark = offset
         self._start_floor = offset
+        self._fetched_compacted_below = offset
         self._flush_policy.flushed(self._now)
 
     def apply_retention(self, now_ms: int, high_watermark: int | None = None) -> int:

@@ -185,7 +185,8 @@ class Follower:
                 self.step(now_ms)  # our log changed under the fetch: ask again from where it ends
                 return False
             try:
-                log.append_as_follower(response.records, now_ms=now_ms)
+                # the leader's HW bounds what its cleaner removed (see Log.compacted_below)
+                log.append_as_follower(response.records, now_ms=now_ms, leader_high_watermark=response.high_watermark)
             except KafkaError as exc:
                 if exc.code == ErrorCode.KAFKA_STORAGE_ERROR:
                     raise

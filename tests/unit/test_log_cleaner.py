@@ -451,6 +451,51 @@ def test_a_truncation_below_the_cleaned_part_starts_the_log_over(tmp_path):
     again.close()
 
 
+def test_a_follower_that_fetched_a_compacted_log_starts_over_when_cut_below_the_leaders_hw(tmp_path):
+    """A follower fetching a leader's compacted log holds what the leader's cleaner kept:
+    records superseded by later ones of their key below the leader's HW are gone, wherever
+    those later records lie. If an unclean election takes them (the new leader's log ends
+    below that HW) the follower's prefix has neither value of the key, like a log cut below
+    its own cleaner offset (sim seed 54968: a follower that had fetched the whole compacted
+    log kept no record at all below the cut, joined the ISR and led a clean election). Cut
+    below the HW of a leader whose compacted log it fetched, the log starts over; so it
+    does when it fetched only part of it and the cut is past its end, and after a reopen."""
+    leader = compact_log(tmp_path / "leader", delete_retention_ms=10**9)
+    write(leader, 80)  # keys k0..k6 over and over: every early record is superseded
+    assert leader.clean(T0 + 1000).records_removed > 0
+    hw = leader.log_end_offset
+    whole = leader.read(0, 1 << 30)
+
+    f = compact_log(tmp_path / "f1")
+    f.append_as_follower(whole, now_ms=T0, leader_high_watermark=hw)
+    assert not any(r.offset == 0 for r in records(f))  # k0's first value came compacted away
+    assert f.truncate_to(40)  # the new leader's log ends at 40: below the HW the data came under
+    assert (f.log_start_offset, f.log_end_offset) == (0, 0)
+    f.close()
+    again = compact_log(tmp_path / "f1")
+    assert (again.log_start_offset, again.log_end_offset) == (0, 0)
+    write(again, 10)  # fetched again from the new leader: kept as it comes
+    assert again.truncate_to(5) and again.log_end_offset == 5, "an uncompacted fetch: an ordinary cut"
+    again.close()
+
+    part = leader.read(0, 1 << 30, max_offset=hw - 10)  # the first batches only: their log ends below the HW
+    f2 = compact_log(tmp_path / "f2")
+    f2.append_as_follower(part, now_ms=T0, leader_high_watermark=hw)
+    assert f2.log_end_offset == hw - 10
+    f2.close()
+    f2 = compact_log(tmp_path / "f2")  # the bound survives a reopen
+    assert f2.truncate_to(hw - 5)  # past its end, below the HW: later records its prefix lacks are gone too
+    assert (f2.log_start_offset, f2.log_end_offset) == (0, 0)
+    f2.close()
+
+    f3 = compact_log(tmp_path / "f3")
+    f3.append_as_follower(whole, now_ms=T0, leader_high_watermark=hw)
+    assert not f3.truncate_to(hw), "a cut at the HW keeps the log: every later record is there"
+    assert f3.log_end_offset == hw
+    f3.close()
+    leader.close()
+
+
 def test_an_expired_tombstone_stays_while_a_record_it_superseded_does(tmp_path):
     """A batch of a producer's dedup window stays whole while any of its records survives,
     superseded ones too. The tombstone that superseded such a record must then stay past
