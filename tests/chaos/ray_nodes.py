@@ -8,22 +8,7 @@ import os
 import sys
 
 from tests.chaos.settings import NAMESPACE, RAY_ENV, log
-
-#: The exit status of a run whose Ray nodes did not start (the test retries it once).
-EXIT_RAY_STARTUP = 75
-HEAD_ARGS = {
-    "num_cpus": 1,
-    "include_dashboard": False,
-    # Notice a removed node within ~10 s, yet not declare a merely slow raylet on a
-    # saturated 2-core machine dead (as tests/integration/multinode_scenario.py).
-    "_system_config": {
-        "health_check_period_ms": 1000,
-        "health_check_timeout_ms": 2000,
-        "health_check_failure_threshold": 8,
-        "health_check_initial_delay_ms": 0,
-    },
-}
-WORKER_ARGS = {"num_cpus": 1}
+from tests.local_nodes import EXIT_RAY_STARTUP, WORKER_ARGS, add_nodes
 
 
 def start_ray():
@@ -35,15 +20,14 @@ def start_ray():
     os.environ.update(RAY_ENV)
     rc = Cluster(initialize_head=False, shutdown_at_exit=True)
     try:
-        rc.add_node(**HEAD_ARGS)
-        for _ in range(2):
-            rc.add_node(**WORKER_ARGS)
-    except Exception as exc:
+        nodes = add_nodes(rc, workers=2)
+    except BaseException:
         rc.shutdown()
-        if "timed out during startup" in str(exc):
-            log(f"Ray node startup timed out: {exc}")
-            sys.exit(EXIT_RAY_STARTUP)
         raise
+    if nodes is None:
+        rc.shutdown()
+        log("Ray node startup timed out")
+        sys.exit(EXIT_RAY_STARTUP)
     ray.init(address=rc.address, namespace=NAMESPACE, log_to_driver=False, logging_level="ERROR")
     _quiet_raylet_messages()
     rc.wait_for_nodes()
@@ -67,3 +51,6 @@ def _quiet_raylet_messages() -> None:
         ray_worker.print_to_stdstream = print_to_stdstream
     except Exception:  # noqa: BLE001 - another Ray version: noisier output, nothing else
         pass
+
+
+__all__ = ["EXIT_RAY_STARTUP", "WORKER_ARGS", "start_ray"]
