@@ -25,20 +25,20 @@ clients in their own processes, a nemesis from one seed, then the checker.
    nemesis managed ``--min-kills`` kills.
 
 Every fault is printed with its time relative to the nemesis' start and kept in
-``nemesis.jsonl``; client logs are in ``logs/``.
+``nemesis.jsonl``; client logs are in ``logs/``. The run's parts: :mod:`tests.chaos.ray_nodes`
+(the Ray cluster), :mod:`tests.chaos.processes` (client processes),
+:mod:`tests.chaos.observer`, :mod:`tests.chaos.waits` (healing and draining, with
+deadlines), :mod:`tests.chaos.final_state` (the final logs and the catch-up rates) and
+:mod:`tests.chaos.txn_run` (the transactional workload).
 """
 
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import os
-import signal
-import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 
@@ -46,27 +46,20 @@ REPO = Path(__file__).resolve().parents[2]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from kcoord.cluster.local import LOCAL_RAY_ENV  # noqa: E402
 from tests.chaos import checker  # noqa: E402
+from tests.chaos.final_state import catch_up, write_final_log  # noqa: E402
 from tests.chaos.history import History  # noqa: E402
 from tests.chaos.nemesis import TXN_WEIGHTS, WEIGHTS, Nemesis, schedule  # noqa: E402
+from tests.chaos.observer import Observer  # noqa: E402
+from tests.chaos.processes import Clients  # noqa: E402
+from tests.chaos.ray_nodes import EXIT_RAY_STARTUP, WORKER_ARGS, start_ray  # noqa: E402
+from tests.chaos.settings import GROUP, MIN_ISR, NAMESPACE, PARTITIONS, T0, TOPIC, log  # noqa: E402
 from tests.chaos.txn_run import OUT_TOPIC, TxnWorkload  # noqa: E402
+from tests.chaos.waits import healed, wait_for, wait_while_progressing  # noqa: E402
 
-NAMESPACE = "kcoord"
-TOPIC = "chaos"
-CALM = "calm"
-GROUP = "chaos-group"
-OFFSETS = "__consumer_offsets"
-PARTITIONS = 3
-MIN_ISR = 2
-EXIT_RAY_STARTUP = 75
 # faults drawn past --seconds, injected only while fewer than --min-kills kills have landed
 # (a slower machine skips more kills whose targets are still restarting)
 OVERTIME = 0.3
-READS = 3  # catch-up reads of each topic; the median counts
-
-# kcoord's own Ray settings for many small actors on a small machine, without usage stats.
-RAY_ENV = {**LOCAL_RAY_ENV, "RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": os.environ.get("RAY_AUTH_MODE", "disabled")}
 CONTROLLER_CONFIG = {
     "heartbeat_interval_ms": 100,
     "follower_heartbeat_interval_ms": 300,
@@ -76,424 +69,9 @@ CONTROLLER_CONFIG = {
     "restart_stuck_ms": 8000,
 }
 GROUP_CONFIG = {"group.min.session.timeout.ms": 500, "group.initial.rebalance.delay.ms": 0}
-HEAD_ARGS = {
-    "num_cpus": 1,
-    "include_dashboard": False,
-    # Notice a removed node within ~10 s, yet not declare a merely slow raylet on a
-    # saturated 2-core machine dead (as tests/integration/multinode_scenario.py).
-    "_system_config": {
-        "health_check_period_ms": 1000,
-        "health_check_timeout_ms": 2000,
-        "health_check_failure_threshold": 8,
-        "health_check_initial_delay_ms": 0,
-    },
-}
-WORKER_ARGS = {"num_cpus": 1}
-
-T0 = time.monotonic()
 
 
-def log(msg: str) -> None:
-    print(f"[chaos {time.monotonic() - T0:7.1f}s] {msg}", file=sys.stderr, flush=True)
-
-
-# ----------------------------------------------------------------------------------------
-# client processes
-# ----------------------------------------------------------------------------------------
-class Clients:
-    """Producer and member processes; members can be killed and replaced."""
-
-    def __init__(self, args, address: str, cluster_name: str, out: Path) -> None:
-        self.args = args
-        self.address = address
-        self.cluster_name = cluster_name
-        self.out = out
-        (out / "logs").mkdir(parents=True, exist_ok=True)
-        self.env = dict(os.environ)
-        self.env["PYTHONPATH"] = os.pathsep.join([str(REPO)] + [p for p in self.env.get("PYTHONPATH", "").split(os.pathsep) if p])
-        self.env.update(RAY_ENV)
-        self.producers: dict[str, subprocess.Popen] = {}
-        self.members: dict[int, tuple[int, subprocess.Popen]] = {}
-        self.exits: dict[str, int] = {}
-        self._lock = threading.Lock()
-
-    def _spawn(self, role: str, name: str, extra: list[str]) -> subprocess.Popen:
-        cmd = [sys.executable, "-m", "tests.chaos.clients", role, "--cluster", self.cluster_name, "--address", self.address,
-               "--namespace", NAMESPACE, "--topic", TOPIC, "--out", str(self.out), *extra]
-        logf = open(self.out / "logs" / f"{role}-{name}.log", "ab")
-        return subprocess.Popen(cmd, cwd=str(REPO), env=self.env, stdout=logf, stderr=subprocess.STDOUT)
-
-    def start_members(self) -> None:
-        for i in range(self.args.members):
-            self._spawn_member(i, 0)
-
-    def _spawn_member(self, i: int, inc: int) -> None:
-        proc = self._spawn("member", f"c{i}-{inc}", ["--id", f"c{i}-{inc}", "--group", GROUP,
-                                                     "--session-timeout-ms", str(self.args.member_session_ms)])
-        self.members[i] = (inc, proc)
-
-    def start_producers(self) -> None:
-        for i in range(self.args.producers):
-            name = f"p{i}"
-            self.producers[name] = self._spawn("producer", name, ["--id", name, "--rate", str(self.args.rate / self.args.producers)])
-
-    def kill_member(self, pick: float) -> str | None:
-        with self._lock:
-            if not self.members:
-                return None
-            i = sorted(self.members)[min(len(self.members) - 1, int(pick * len(self.members)))]
-            inc, proc = self.members[i]
-            proc.kill()
-            proc.wait(timeout=30)
-            self.exits[f"member c{i}-{inc}"] = -9  # killed by the nemesis: not a client failure
-            self._spawn_member(i, inc + 1)
-            return f"c{i}-{inc}"
-
-    @staticmethod
-    def _terminate(procs: dict[str, subprocess.Popen], timeout: float) -> dict[str, int]:
-        for p in procs.values():
-            if p.poll() is None:
-                p.send_signal(signal.SIGTERM)
-        out = {}
-        deadline = time.monotonic() + timeout
-        for name, p in procs.items():
-            try:
-                out[name] = p.wait(timeout=max(1.0, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                p.kill()
-                out[name] = p.wait()
-                out[name] = -999  # did not stop when asked
-        return out
-
-    def stop_producers(self, timeout: float) -> None:
-        self.exits.update({f"producer {k}": v for k, v in self._terminate(self.producers, timeout).items()})
-
-    def stop_members(self, timeout: float) -> None:
-        with self._lock:
-            procs = {f"member c{i}-{inc}": p for i, (inc, p) in self.members.items()}
-            self.members = {}
-        self.exits.update(self._terminate(procs, timeout))
-
-    def kill_all(self) -> None:
-        for p in list(self.producers.values()) + [p for _, p in self.members.values()]:
-            if p.poll() is None:
-                p.kill()
-
-    def crashed(self) -> dict[str, int]:
-        return {k: v for k, v in self.exits.items() if v not in (0, -9)}
-
-
-def run_reader(clients: Clients, topic: str, out_file: str, timeout: float, repeat: int = 1) -> dict:
-    cmd = [sys.executable, "-m", "tests.chaos.clients", "reader", "--cluster", clients.cluster_name, "--address", clients.address,
-           "--namespace", NAMESPACE, "--topic", topic, "--out", out_file, "--timeout", str(timeout), "--repeat", str(repeat)]
-    proc = subprocess.run(cmd, cwd=str(REPO), env=clients.env, capture_output=True, text=True, timeout=timeout * repeat + 120)
-    lines = [line for line in proc.stdout.strip().splitlines() if line.startswith("{")]
-    if not lines:
-        return {"ok": False, "error": proc.stderr[-2000:]}
-    result = json.loads(lines[-1])
-    result["ok"] = proc.returncode == 0
-    return result
-
-
-# ----------------------------------------------------------------------------------------
-# the observer
-# ----------------------------------------------------------------------------------------
-class Observer(threading.Thread):
-    """Samples every replica of the data topic and __consumer_offsets (as each describes
-    itself) twice a second and the group once a second; the checker uses the samples for
-    invariants 3, 4 and 6 and to know when a partition had a live leader."""
-
-    def __init__(self, cluster, admin, history: History, coordinators: int = 2) -> None:
-        super().__init__(daemon=True)
-        self.cluster = cluster
-        self.admin = admin
-        self.history = history
-        self.stop_event = threading.Event()
-        self.samples = 0
-        from kcoord.group.placement import coordinator_for
-
-        self.coordinator = coordinator_for(GROUP, coordinators)  # the group's coordinator
-        self._coordinator_handle = None
-
-    def _ask_coordinator(self):
-        """describe() of the group's coordinator (None if its actor cannot be found)."""
-        import ray
-
-        from kcoord.protocol import names
-
-        try:
-            if self._coordinator_handle is None:
-                self._coordinator_handle = ray.get_actor(names.group_coordinator(self.cluster.name, self.coordinator), namespace=NAMESPACE)
-            return self._coordinator_handle.describe.remote()
-        except Exception:  # noqa: BLE001 - restarting, or its node is gone
-            self._coordinator_handle = None
-            return None
-
-    def run(self) -> None:
-        import ray
-
-        group_thread = threading.Thread(target=self._watch_group, daemon=True)
-        group_thread.start()
-        while not self.stop_event.wait(0.3):
-            # both topics at once; a replica that does not answer within a second is not
-            # serving (paused, dead, restarting) and is left out of the sample
-            t = time.time()
-            sent = []
-            for topic in (TOPIC, OFFSETS):
-                try:
-                    md = self.cluster.topic(topic, refresh=True)
-                except Exception:  # noqa: BLE001 - controller down or paused: the cached view
-                    md = self.cluster.cached_topic(topic)
-                    if md is None:
-                        continue
-                refs = {}
-                for pm in md.partitions:
-                    for b in pm.replicas:
-                        try:
-                            refs[(pm.partition, b)] = self.cluster.replica(topic, pm.partition, b, fresh=True).describe.remote()
-                        except Exception:  # noqa: BLE001
-                            pass
-                sent.append((topic, md, refs))
-            coordinator_ref = self._ask_coordinator()
-            all_refs = [r for _, _, refs in sent for r in refs.values()] + ([coordinator_ref] if coordinator_ref is not None else [])
-            ready, _ = ray.wait(all_refs, num_returns=len(all_refs), timeout=1.0)
-            ready = set(ready)
-            self._coordinator_sample(t, coordinator_ref if coordinator_ref in ready else None)
-            for topic, md, refs in sent:
-                for pm in md.partitions:
-                    reps, live = [], False
-                    for b in pm.replicas:
-                        ref = refs.get((pm.partition, b))
-                        if ref is None or ref not in ready:
-                            continue
-                        try:
-                            info = ray.get(ref, timeout=0)
-                        except Exception:  # noqa: BLE001
-                            continue
-                        reps.append([b, info["incarnation"], info["role"], info["leader_epoch"], info["high_watermark"], info["log_end_offset"]])
-                        live = live or (info["role"] == "leader" and b == pm.leader and info["leader_epoch"] == pm.leader_epoch)
-                    self.history.write("replicas", t=t, topic=topic, partition=pm.partition, leader=pm.leader, epoch=pm.leader_epoch,
-                                       isr=list(pm.isr), replicas=reps, live_leader=live)
-            self.samples += 1
-
-    def _coordinator_sample(self, t: float, ref) -> None:
-        """The group's coordinator: live if it answered within the second and has loaded
-        its partition (it serves the group only then); with its group's state."""
-        import ray
-
-        info = None
-        if ref is not None:
-            try:
-                info = ray.get(ref, timeout=0)
-            except Exception:  # noqa: BLE001
-                info = None
-        if info is None:
-            self.history.write("coordinator", t=t, index=self.coordinator, live=False)
-            return
-        g = info.get("groups", {}).get(GROUP) or {}
-        self.history.write("coordinator", t=t, index=self.coordinator, live=bool(info.get("loaded")), incarnation=info.get("incarnation"),
-                           pid=info.get("pid"), load=info.get("load"), loading=info.get("loading") or None, state=g.get("state"), gen=g.get("generation"),
-                           members=len(g.get("members", [])))
-
-    def _watch_group(self) -> None:
-        """The group once a second, in its own thread: describe_group asks every leader for
-        its log end and may wait out a dead one, which must not hold up the replica samples."""
-        while not self.stop_event.wait(1.0):
-            t = time.time()
-            try:
-                g = self.admin.describe_group(GROUP)
-            except Exception:  # noqa: BLE001
-                continue
-            self.history.write(
-                "group", t=t, state=g["state"], gen=g["generation"],
-                members={m["member_id"]: m["assignment"].get(TOPIC, []) for m in g["members"]},
-                committed={str(r["partition"]): r["committed_offset"] for r in g["offsets"] if r["topic"] == TOPIC},
-            )
-
-
-# ----------------------------------------------------------------------------------------
-# healing and the final state
-# ----------------------------------------------------------------------------------------
-def healed(cluster, extra_topics: tuple[str, ...] = ()) -> bool:
-    import ray
-
-    for topic in (TOPIC, OFFSETS, *extra_topics):
-        for pm in cluster.topic(topic, refresh=True).partitions:
-            if pm.leader < 0 or sorted(pm.isr) != sorted(pm.replicas):
-                return False
-            infos = ray.get([cluster.replica(topic, pm.partition, b, fresh=True).describe.remote() for b in pm.replicas], timeout=10)
-            leaders = [i for i in infos if i["role"] == "leader"]
-            if len(leaders) != 1 or leaders[0]["broker"] != pm.leader:
-                return False
-            if any(i["log_end_offset"] != leaders[0]["high_watermark"] for i in infos):
-                return False
-    return not ray.get(cluster.controller.placement.remote(), timeout=10).get("waiting")
-
-
-def wait_for(what: str, predicate, timeout: float, interval: float = 1.0) -> tuple[bool, str | None]:
-    deadline = time.monotonic() + timeout
-    last = None
-    while time.monotonic() < deadline:
-        try:
-            if predicate():
-                return True, None
-        except Exception as exc:  # noqa: BLE001
-            last = repr(exc)[:300]
-        time.sleep(interval)
-    log(f"timed out after {timeout:.0f} s waiting for {what} (last error {last})")
-    return False, f"timed out waiting for {what} (last error {last})"
-
-
-def wait_while_progressing(what: str, predicate, progress, stall_timeout: float, cap: float,
-                           interval: float = 1.0) -> tuple[bool, str | None]:
-    """:func:`wait_for` ``predicate`` for as long as ``progress()`` (a figure that changes while
-    work gets done, such as the sum of committed offsets) keeps changing: give up when it has
-    not changed for ``stall_timeout`` s, or after ``cap`` s in all. A backlog the nemesis left
-    takes its time to drain; a stuck workload does not get longer than a stalled one."""
-    start = time.monotonic()
-    last_change, seen, last_err = start, None, None
-    while True:
-        now = time.monotonic()
-        try:
-            if predicate():
-                return True, None
-            p = progress()
-            if p != seen:
-                seen, last_change = p, now
-        except Exception as exc:  # noqa: BLE001
-            last_err = repr(exc)[:300]
-        if now - last_change >= stall_timeout or now - start >= cap:
-            why = f"no progress for {now - last_change:.0f} s" if now - last_change >= stall_timeout else f"still going after {cap:.0f} s"
-            log(f"gave up waiting for {what}: {why} (progress {seen}, last error {last_err})")
-            return False, f"gave up waiting for {what}: {why} (progress {seen}, last error {last_err})"
-        time.sleep(interval)
-
-
-def read_replica(cluster, topic: str, partition: int, broker: int):
-    """(sha256 of the raw log, [(offset, value)], [batch leader epochs]) of one replica."""
-    import ray
-
-    from kcoord import records
-
-    handle = cluster.replica(topic, partition, broker, fresh=True)
-    digest = hashlib.sha256()
-    out: list[tuple[int, bytes]] = []
-    epochs: list[int] = []
-    offset = 0
-    while True:
-        raw = ray.get(handle.read_log.remote(offset, 8 << 20), timeout=120)
-        if not raw:
-            break
-        digest.update(raw)
-        epochs += [h.leader_epoch for _, h in records.iter_headers(raw)]
-        recs = list(records.iter_records(raw, from_offset=offset))
-        if not recs:
-            break
-        out += [(r.offset, r.value) for r in recs]
-        offset = recs[-1].offset + 1
-    return digest.hexdigest(), out, epochs
-
-
-def batch_shape(cluster, topic: str) -> dict:
-    """Records, batches, mean records and bytes per batch in the leaders' logs of ``topic``."""
-    import ray
-
-    from kcoord import records
-
-    n_records = n_batches = n_bytes = 0
-    for pm in cluster.topic(topic, refresh=True).partitions:
-        if pm.leader < 0:
-            continue  # offline (a run that did not heal, which the checker reports)
-        handle = cluster.replica(topic, pm.partition, pm.leader, fresh=True)
-        offset = 0
-        while True:
-            raw = ray.get(handle.read_log.remote(offset, 8 << 20), timeout=120)
-            headers = [h for _, h in records.iter_headers(raw)] if raw else []
-            if not headers:
-                break
-            n_batches += len(headers)
-            n_bytes += len(raw)
-            n_records += headers[-1].next_offset - max(offset, headers[0].base_offset)
-            offset = headers[-1].next_offset
-    return {
-        "log_records": n_records,
-        "batches": n_batches,
-        "records_per_batch": round(n_records / n_batches, 2) if n_batches else 0.0,
-        "bytes_per_batch": round(n_bytes / n_batches) if n_batches else 0,
-    }
-
-
-def undisturbed_rate(cluster, admin, clients: Clients, shape: dict) -> dict:
-    """The catch-up rate of topic ``calm``, created on the healed cluster and written with
-    as many records as the chaos topic holds, with the same keys and value sizes, in batches
-    of the chaos topic's mean size; nothing is injected meanwhile."""
-    import kcoord
-    from tests.chaos.clients import PAD
-
-    admin.create_topic(CALM, partitions=PARTITIONS, replication_factor=3, config={"min.insync.replicas": MIN_ISR})
-    admin.wait_for_leaders(CALM)
-    from kcoord.client.producer.batch import BATCH_OVERHEAD, record_size
-
-    n = max(1, shape["log_records"])
-    # the bulk writer cuts batches by its own estimate of a record's size: aim at the chaos
-    # topic's mean records per batch through it
-    typical = record_size(b"p9:%d" % (n // 2) + PAD, b"k%d" % 48)
-    batch_size = BATCH_OVERHEAD + typical * max(1, round(shape["records_per_batch"]))
-    with kcoord.Producer(cluster, acks="all", linger_ms=5) as p:
-        step = 50_000
-        for lo in range(0, n, step):
-            idx = range(lo, min(n, lo + step))
-            p.send_batch(CALM, values=[b"p9:%d" % i + PAD for i in idx], keys=[b"k%d" % (i % 97) for i in idx],
-                         batch_size=batch_size, timeout=300)
-    result = run_reader(clients, CALM, "", timeout=600, repeat=READS)
-    result.update(batch_shape(cluster, CALM))
-    admin.delete_topic(CALM)
-    return result
-
-
-# ----------------------------------------------------------------------------------------
-def start_ray():
-    import ray
-    from ray.cluster_utils import Cluster
-
-    os.environ.update(RAY_ENV)
-    rc = Cluster(initialize_head=False, shutdown_at_exit=True)
-    try:
-        rc.add_node(**HEAD_ARGS)
-        for _ in range(2):
-            rc.add_node(**WORKER_ARGS)
-    except Exception as exc:
-        rc.shutdown()
-        if "timed out during startup" in str(exc):
-            log(f"Ray node startup timed out: {exc}")
-            sys.exit(EXIT_RAY_STARTUP)
-        raise
-    ray.init(address=rc.address, namespace=NAMESPACE, log_to_driver=False, logging_level="ERROR")
-    _quiet_raylet_messages()
-    rc.wait_for_nodes()
-    return rc
-
-
-def _quiet_raylet_messages() -> None:
-    """A Ray driver prints every worker death and node loss the raylets report (to stdout,
-    ~1 KB each): hundreds in a chaos run, which kills on purpose and logs each fault
-    itself. Drop those; anything else Ray prints still goes through."""
-    try:
-        import ray._private.worker as ray_worker
-
-        original = ray_worker.print_to_stdstream
-
-        def print_to_stdstream(data, ignore_prefix: bool, *args, **kwargs):
-            if data.get("pid") == "raylet":
-                return None
-            return original(data, ignore_prefix, *args, **kwargs)
-
-        ray_worker.print_to_stdstream = print_to_stdstream
-    except Exception:  # noqa: BLE001 - another Ray version: noisier output, nothing else
-        pass
-
-
-def main(argv: list[str] | None = None) -> int:
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(prog="python -m tests.chaos.run", description=__doc__.split("\n\n")[0])
     ap.add_argument("--seconds", type=float, default=float(os.environ.get("KCOORD_CHAOS_SECONDS", "110")))
     ap.add_argument("--seed", type=int, default=int(os.environ.get("KCOORD_CHAOS_SEED", str(int(time.time()) % 1_000_000))))
@@ -511,7 +89,90 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--heal-timeout", type=float, default=180.0)
     ap.add_argument("--txn-workers", type=int, default=2,
                     help="consume-transform-produce workers of the transactional workload (0: none; tests.chaos.txn_clients)")
-    args = ap.parse_args(argv)
+    return ap.parse_args(argv)
+
+
+def heal_and_drain(args, cluster, admin, clients: Clients, txn: TxnWorkload | None, txn_topics: tuple[str, ...],
+                   final: dict, timings: dict[str, float]) -> None:
+    """After the faults: stop the producers, wait for the cluster to heal and for the group
+    (and the transactional workers) to commit the whole input for as long as they make
+    progress; records the outcomes and the group's committed offsets in ``final``."""
+    t_heal = time.monotonic()
+    time.sleep(3)  # producers keep writing into the healing cluster for a moment
+    clients.stop_producers(timeout=200)
+    final["healed"], final["heal_error"] = wait_for("the cluster to heal", lambda: healed(cluster, txn_topics), timeout=args.heal_timeout)
+    timings["heal_s"] = time.monotonic() - t_heal
+    try:
+        ends = admin.list_offsets(TOPIC, "latest")
+    except Exception as exc:  # noqa: BLE001 - a partition left offline: checked as not healed
+        log(f"end offsets unavailable ({exc!r:.200}); the final log is read from every live replica")
+        ends = {}
+    final["end_offsets"] = {str(p): o for p, o in ends.items()}
+
+    def group_committed() -> tuple[str, dict]:
+        g = admin.describe_group(GROUP)
+        return g["state"], {r["partition"]: r["committed_offset"] for r in g["offsets"] if r["topic"] == TOPIC}
+
+    def drained() -> bool:
+        state, got = group_committed()
+        return state == "Stable" and all(got.get(p) == ends[p] for p in ends)
+
+    # the group catches up on the backlog the faults left for as long as it gets on with it
+    stall_s = args.heal_timeout if final["healed"] else 60
+    final["drained"], final["drain_error"] = wait_while_progressing(
+        "the group to commit everything", drained, lambda: sum(o or 0 for o in group_committed()[1].values()),
+        stall_timeout=stall_s, cap=stall_s + args.seconds)
+    timings["drain_s"] = time.monotonic() - t_heal - timings["heal_s"]
+    clients.stop_members(timeout=60)
+    if txn is not None:
+        input_ends = ends or {p: o for p, o in admin.list_offsets(TOPIC, "latest").items()}
+        final["txn"] = txn.finish(admin, cluster, input_ends, stall_timeout=stall_s, cap=stall_s + args.seconds)
+        log(f"transactional workload: {final['txn']}")
+    try:
+        g = admin.describe_group(GROUP)
+        final["committed"] = {str(r["partition"]): r["committed_offset"] for r in g["offsets"] if r["topic"] == TOPIC}
+    except Exception as exc:  # noqa: BLE001 - a coordinator left down: checked as not drained
+        log(f"committed offsets unavailable ({exc!r:.200})")
+        final["committed"] = {}
+
+
+def summarize(args, code: int, report: dict, final: dict, timings: dict[str, float], out: Path, min_kills: int) -> dict:
+    """The run's one-line JSON summary from the checker's report."""
+    fig = report["figures"]
+    return {
+        "ok": code == 0 and fig["kills"] >= min_kills,
+        "seed": args.seed,
+        "seconds": args.seconds,
+        "wall_s": round(time.monotonic() - T0, 1),
+        "kills": fig["kills"],
+        "min_kills": min_kills,
+        "pauses": fig["pauses"],
+        "node_losses": fig["node_losses"],
+        "faults": fig["faults"],
+        "acked": fig["acked"],
+        "violations": {k: v for k, v in report["counts"].items() if v},
+        "lost": report["counts"]["lost"],
+        "duplicated": report["counts"]["duplicated"],
+        "reordered": report["counts"]["reordered"],
+        "stale_reads": report["counts"]["stale_reads"],
+        "txn": {**fig.get("txn", {}), **{k: v for k, v in report["counts"].items() if k.startswith("txn_")}},
+        "producer_max_wait_s": fig["producer_max_wait_s"],
+        "consumer_max_wait_s": fig["consumer_max_wait_s"],
+        "producer_max_wait_raw_s": fig.get("producer_max_wait_raw_s"),
+        "consumer_max_wait_raw_s": fig.get("consumer_max_wait_raw_s"),
+        "group_unserved_s": fig.get("group_unserved_s"),
+        "catchup_rate": round(final.get("catchup", {}).get("rate", 0.0)),
+        "baseline_rate": round(final.get("baseline", {}).get("rate", 0.0)),
+        "catchup_ratio": final.get("catchup_ratio"),
+        "catchup_ratio_batches": final.get("catchup_ratio_batches"),
+        "timings": {k: round(v, 1) for k, v in timings.items()},
+        "history": str(out),
+    }
+
+
+# ----------------------------------------------------------------------------------------
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
     min_kills = args.min_kills if args.min_kills >= 0 else 0 if args.no_faults else int(args.seconds * 0.625)
     out = Path(args.out or tempfile.mkdtemp(prefix="kcoord-chaos-"))
     out.mkdir(parents=True, exist_ok=True)
@@ -564,7 +225,7 @@ def main(argv: list[str] | None = None) -> int:
                          and len(admin.describe_group(GROUP)["members"]) == args.members, timeout=120)
         clients.start_producers()
         if args.txn_workers:
-            txn = TxnWorkload(args.txn_workers, clients.env, REPO, name, rc.address, NAMESPACE, TOPIC, out, args.member_session_ms)
+            txn = TxnWorkload(args.txn_workers, clients.env, name, rc.address, NAMESPACE, TOPIC, out, args.member_session_ms)
             txn.start()
         ok, _ = wait_for("the first acknowledged writes", lambda: sum(admin.list_offsets(TOPIC, "latest").values()) > 200, timeout=120)
         obs_client = kcoord.ClusterClient(name, namespace=NAMESPACE, address=None, request_timeout_ms=3000)
@@ -582,87 +243,14 @@ def main(argv: list[str] | None = None) -> int:
         nemesis.stop()
         timings["chaos_s"] = time.monotonic() - t_chaos
 
-        # -- heal, stop the producers, drain the group --------------------------------------
-        t_heal = time.monotonic()
-        time.sleep(3)  # producers keep writing into the healing cluster for a moment
-        clients.stop_producers(timeout=200)
-        final["healed"], final["heal_error"] = wait_for("the cluster to heal", lambda: healed(cluster, txn_topics), timeout=args.heal_timeout)
-        timings["heal_s"] = time.monotonic() - t_heal
-        try:
-            ends = admin.list_offsets(TOPIC, "latest")
-        except Exception as exc:  # noqa: BLE001 - a partition left offline: checked as not healed
-            log(f"end offsets unavailable ({exc!r:.200}); the final log is read from every live replica")
-            ends = {}
-        final["end_offsets"] = {str(p): o for p, o in ends.items()}
-
-        def group_committed() -> tuple[str, dict]:
-            g = admin.describe_group(GROUP)
-            return g["state"], {r["partition"]: r["committed_offset"] for r in g["offsets"] if r["topic"] == TOPIC}
-
-        def drained() -> bool:
-            state, got = group_committed()
-            return state == "Stable" and all(got.get(p) == ends[p] for p in ends)
-
-        # the group catches up on the backlog the faults left for as long as it gets on with it
-        stall_s = args.heal_timeout if final["healed"] else 60
-        final["drained"], final["drain_error"] = wait_while_progressing(
-            "the group to commit everything", drained, lambda: sum(o or 0 for o in group_committed()[1].values()),
-            stall_timeout=stall_s, cap=stall_s + args.seconds)
-        timings["drain_s"] = time.monotonic() - t_heal - timings["heal_s"]
-        clients.stop_members(timeout=60)
-        if txn is not None:
-            input_ends = ends or {p: o for p, o in admin.list_offsets(TOPIC, "latest").items()}
-            final["txn"] = txn.finish(admin, cluster, input_ends, wait_for, wait_while_progressing,
-                                      stall_timeout=stall_s, cap=stall_s + args.seconds)
-            log(f"transactional workload: {final['txn']}")
+        heal_and_drain(args, cluster, admin, clients, txn, txn_topics, final, timings)
         observer.stop_event.set()
         observer.join(timeout=30)
-        try:
-            g = admin.describe_group(GROUP)
-            final["committed"] = {str(r["partition"]): r["committed_offset"] for r in g["offsets"] if r["topic"] == TOPIC}
-        except Exception as exc:  # noqa: BLE001 - a coordinator left down: checked as not drained
-            log(f"committed offsets unavailable ({exc!r:.200})")
-            final["committed"] = {}
-
-        # -- the final log: every replica of every partition --------------------------------
-        final["divergent"], final["epochs_decrease"] = [], []
-        with open(out / "final-log.jsonl", "w") as f:
-            for pm in cluster.topic(TOPIC, refresh=True).partitions:
-                copies = {}
-                for b in pm.replicas:
-                    try:
-                        copies[b] = read_replica(cluster, TOPIC, pm.partition, b)
-                    except Exception as exc:  # noqa: BLE001 - a replica lost with its node
-                        log(f"replica {TOPIC}-{pm.partition} of broker {b} unreadable: {exc!r:.200}")
-                if not copies:
-                    continue
-                if final["healed"] and len({c[0] for c in copies.values()}) != 1:
-                    final["divergent"].append(pm.partition)
-                # the leader's log, or (offline partition) the longest one left
-                _, recs, epochs = copies.get(pm.leader) or max(copies.values(), key=lambda c: len(c[1]))
-                if epochs != sorted(epochs):
-                    final["epochs_decrease"].append(pm.partition)
-                for o, v in recs:
-                    f.write(json.dumps([pm.partition, o, v.split(b"|", 1)[0].decode()]) + "\n")
-        shape = batch_shape(cluster, TOPIC)
-        if not args.no_baseline:
-            t_base = time.monotonic()
-            try:
-                final["baseline"] = undisturbed_rate(cluster, admin, clients, shape)
-            except Exception as exc:  # noqa: BLE001 - a run that did not heal: no ratio, the rest is checked
-                log(f"the undisturbed rate could not be measured: {exc!r:.300}")
-                final["baseline"] = {"error": repr(exc)[:300]}
-            timings["baseline_s"] = time.monotonic() - t_base
-            log(f"undisturbed catch-up: {final['baseline']}")
-        final["catchup"] = run_reader(clients, TOPIC, str(out / "reader-final.jsonl"), timeout=900, repeat=READS)
-        final["catchup"].update(shape)
-        base, after = final["baseline"].get("rate", 0.0), final["catchup"].get("rate", 0.0)
-        final["catchup_ratio"] = round(after / base, 3) if base else None
-        # the same ratio in batches/s (equal when the batch shapes match, as they should)
-        rpb_base, rpb_after = final["baseline"].get("records_per_batch"), final["catchup"].get("records_per_batch")
-        final["catchup_ratio_batches"] = round((after / rpb_after) / (base / rpb_base), 3) if base and rpb_base and rpb_after else None
-        log(f"catch-up after the run: {final['catchup']} ({final['catchup_ratio']}x the undisturbed rate in records/s, "
-            f"{final['catchup_ratio_batches']}x in batches/s)")
+        final["divergent"], final["epochs_decrease"] = write_final_log(cluster, out, final["healed"])
+        caught_up = catch_up(cluster, admin, clients, out, baseline=not args.no_baseline)
+        if "baseline_s" in caught_up:
+            timings["baseline_s"] = caught_up.pop("baseline_s")
+        final.update(caught_up)
         final["client_crashes"] = {**clients.crashed(), **(txn.crashed() if txn else {})}
         final["timings"] = timings
         (out / "final.json").write_text(json.dumps(final, indent=1))
@@ -686,41 +274,14 @@ def main(argv: list[str] | None = None) -> int:
 
     code = checker.main([str(out), "--stall-threshold", str(args.stall_threshold)])
     report = json.loads((out / "check.json").read_text())
-    fig = report["figures"]
-    summary = {
-        "ok": code == 0 and fig["kills"] >= min_kills,
-        "seed": args.seed,
-        "seconds": args.seconds,
-        "wall_s": round(time.monotonic() - T0, 1),
-        "kills": fig["kills"],
-        "min_kills": min_kills,
-        "pauses": fig["pauses"],
-        "node_losses": fig["node_losses"],
-        "faults": fig["faults"],
-        "acked": fig["acked"],
-        "violations": {k: v for k, v in report["counts"].items() if v},
-        "lost": report["counts"]["lost"],
-        "duplicated": report["counts"]["duplicated"],
-        "reordered": report["counts"]["reordered"],
-        "stale_reads": report["counts"]["stale_reads"],
-        "txn": {**fig.get("txn", {}), **{k: v for k, v in report["counts"].items() if k.startswith("txn_")}},
-        "producer_max_wait_s": fig["producer_max_wait_s"],
-        "consumer_max_wait_s": fig["consumer_max_wait_s"],
-        "producer_max_wait_raw_s": fig.get("producer_max_wait_raw_s"),
-        "consumer_max_wait_raw_s": fig.get("consumer_max_wait_raw_s"),
-        "group_unserved_s": fig.get("group_unserved_s"),
-        "catchup_rate": round(final.get("catchup", {}).get("rate", 0.0)),
-        "baseline_rate": round(final.get("baseline", {}).get("rate", 0.0)),
-        "catchup_ratio": final.get("catchup_ratio"),
-        "catchup_ratio_batches": final.get("catchup_ratio_batches"),
-        "timings": {k: round(v, 1) for k, v in timings.items()},
-        "history": str(out),
-    }
-    if fig["kills"] < min_kills:
-        log(f"only {fig['kills']} kills, fewer than the {min_kills} required")
+    summary = summarize(args, code, report, final, timings, out, min_kills)
+    if summary["kills"] < min_kills:
+        log(f"only {summary['kills']} kills, fewer than the {min_kills} required")
     print(json.dumps(summary), flush=True)
     return 0 if summary["ok"] else 1
 
+
+__all__ = ["EXIT_RAY_STARTUP", "main"]
 
 if __name__ == "__main__":
     sys.exit(main())

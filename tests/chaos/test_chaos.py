@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from chaos.run import EXIT_RAY_STARTUP
+from chaos.ray_nodes import EXIT_RAY_STARTUP
 
 pytestmark = [pytest.mark.chaos, pytest.mark.ray, pytest.mark.slow]
 

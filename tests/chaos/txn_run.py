@@ -9,31 +9,33 @@ then read the output to its end read_committed and read_uncommitted into
 from __future__ import annotations
 
 import json
-import signal
 import subprocess
-import sys
-import threading
 import time
 from pathlib import Path
+
+from tests.chaos.processes import Incarnations, failures, spawn, terminate
+from tests.chaos.waits import wait_for, wait_while_progressing
 
 OUT_TOPIC = "chaos-txn-out"
 TXN_GROUP = "chaos-txn-group"
 
 
 class TxnWorkload:
-    def __init__(self, workers: int, spawn_env: dict, repo: Path, cluster_name: str, address: str, namespace: str,
+    """The consume-transform-produce workers (killed and replaced by the nemesis, one
+    transactional id per slot) and a read_committed reader, each in its own process."""
+
+    def __init__(self, workers: int, spawn_env: dict, cluster_name: str, address: str, namespace: str,
                  in_topic: str, out: Path, session_timeout_ms: int) -> None:
         self.n = workers
         self.env = spawn_env
-        self.repo = repo
         self.base = ["--cluster", cluster_name, "--address", address, "--namespace", namespace, "--topic", in_topic,
                      "--out-topic", OUT_TOPIC, "--group", TXN_GROUP, "--out", str(out), "--session-timeout-ms", str(session_timeout_ms)]
         self.out = out
         self.in_topic = in_topic
-        self.workers: dict[int, tuple[int, subprocess.Popen]] = {}
+        # one transactional id per worker slot: an incarnation fences the one it replaces
+        self.workers = Incarnations("txn worker", "w", lambda i, name: self._spawn("ctp", name, ["--id", name, "--txn-id", f"chaos-ctp-{i}"]))
         self.reader: subprocess.Popen | None = None
         self.exits: dict[str, int] = {}
-        self._lock = threading.Lock()
 
     @staticmethod
     def create_topic(admin) -> None:
@@ -41,65 +43,32 @@ class TxnWorkload:
         admin.wait_for_leaders(OUT_TOPIC)
 
     def _spawn(self, role: str, name: str, extra: list[str]) -> subprocess.Popen:
-        logf = open(self.out / "logs" / f"txn-{role}-{name}.log", "ab")
-        return subprocess.Popen([sys.executable, "-m", "tests.chaos.txn_clients", role, *self.base, *extra],
-                                cwd=str(self.repo), env=self.env, stdout=logf, stderr=subprocess.STDOUT)
-
-    def _spawn_worker(self, i: int, inc: int) -> None:
-        # one transactional id per worker slot: an incarnation fences the one it replaces
-        self.workers[i] = (inc, self._spawn("ctp", f"w{i}-{inc}", ["--id", f"w{i}-{inc}", "--txn-id", f"chaos-ctp-{i}"]))
+        return spawn("tests.chaos.txn_clients", [role, *self.base, *extra], self.env, self.out / "logs" / f"txn-{role}-{name}.log")
 
     def start(self) -> None:
-        with self._lock:
-            for i in range(self.n):
-                self._spawn_worker(i, 0)
+        self.workers.start(self.n)
         self.reader = self._spawn("reader", "r0", ["--id", "r0"])
 
     def kill_worker(self, pick: float) -> str | None:
-        with self._lock:
-            if not self.workers:
-                return None
-            i = sorted(self.workers)[min(len(self.workers) - 1, int(pick * len(self.workers)))]
-            inc, proc = self.workers[i]
-            proc.kill()
-            proc.wait(timeout=30)
-            self.exits[f"txn worker w{i}-{inc}"] = -9  # the nemesis' kill
-            self._spawn_worker(i, inc + 1)
-            return f"w{i}-{inc}"
-
-    def _terminate(self, procs: dict[str, subprocess.Popen], timeout: float) -> None:
-        for p in procs.values():
-            if p.poll() is None:
-                p.send_signal(signal.SIGTERM)
-        deadline = time.monotonic() + timeout
-        for name, p in procs.items():
-            try:
-                self.exits[name] = p.wait(timeout=max(1.0, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait()
-                self.exits[name] = -999  # did not stop when asked
+        return self.workers.kill(pick)
 
     def stop(self, timeout: float = 60) -> None:
-        with self._lock:
-            procs = {f"txn worker w{i}-{inc}": p for i, (inc, p) in self.workers.items()}
-            self.workers = {}
+        procs = self.workers.take()
         if self.reader is not None:
             procs["txn reader"] = self.reader
             self.reader = None
-        self._terminate(procs, timeout)
+        self.exits.update(terminate(procs, timeout))
 
     def kill_all(self) -> None:
-        for p in [p for _, p in self.workers.values()] + ([self.reader] if self.reader else []):
+        for p in self.workers.processes() + ([self.reader] if self.reader else []):
             if p.poll() is None:
                 p.kill()
 
     def crashed(self) -> dict[str, int]:
-        return {k: v for k, v in self.exits.items() if v not in (0, -9)}
+        return failures({**self.exits, **self.workers.exits})
 
     # -- the end of the run -----------------------------------------------------------------
-    def finish(self, admin, cluster, input_ends: dict[int, int], wait_for, wait_while_progressing,
-               stall_timeout: float, cap: float) -> dict:
+    def finish(self, admin, cluster, input_ends: dict[int, int], stall_timeout: float, cap: float) -> dict:
         """Drain (for as long as the workers' commits move, up to ``cap`` s), stop, read the
         output both ways; writes ``final-txn.json``, returns its summary (without the records)."""
         from tests.chaos.txn_clients import read_all

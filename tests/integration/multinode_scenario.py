@@ -34,6 +34,7 @@ HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE.parents[1]), str(HERE.parent)]
 
 from cli_support import RAY_ENV  # noqa: E402
+from local_nodes import EXIT_RAY_STARTUP, add_nodes  # noqa: E402
 
 os.environ.update(RAY_ENV)
 
@@ -51,20 +52,6 @@ CONTROLLER_CONFIG = {
     "ensure_replica_interval_ms": 500,
     "leader_rebalance_interval_ms": 2000,
 }
-HEAD_ARGS = {
-    "num_cpus": 1,
-    "include_dashboard": False,
-    # Notice a removed node within ~10 s instead of Ray's default ~30 s, yet not declare a
-    # merely slow raylet on a saturated 2-core machine dead.
-    "_system_config": {
-        "health_check_period_ms": 1000,
-        "health_check_timeout_ms": 2000,
-        "health_check_failure_threshold": 8,
-        "health_check_initial_delay_ms": 0,
-    },
-}
-
-
 def log(msg: str) -> None:
     print(f"[multinode {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
 
@@ -307,22 +294,13 @@ def scenario(rc: Cluster, workers: list) -> dict:
         teardown("mn", delete_data=True, address=None, data_dir=data_dir)
 
 
-# Exit code for "Ray's nodes did not start in time" (Ray waits a fixed 30 s for a raylet to
-# register, which a saturated 2-core machine can miss): the test may run the scenario again.
-EXIT_RAY_STARTUP = 75
-
-
 def main() -> int:
     t0 = time.monotonic()
     rc = Cluster(initialize_head=False, shutdown_at_exit=True)
     try:
-        try:
-            rc.add_node(**HEAD_ARGS)
-            workers = [rc.add_node(num_cpus=1) for _ in range(2)]
-        except Exception as exc:
-            if "timed out during startup" not in str(exc):
-                raise
-            log(f"Ray node startup timed out: {exc}")
+        workers = add_nodes(rc, workers=2)
+        if workers is None:
+            log("Ray node startup timed out")
             return EXIT_RAY_STARTUP
         ray.init(address=rc.address, namespace="kcoord", log_to_driver=False, logging_level="ERROR")
         rc.wait_for_nodes()

@@ -484,7 +484,7 @@ def test_a_consumer_wait_leaves_out_time_the_isr_was_below_min_insync_replicas(h
 
 
 def test_the_drain_waits_while_commits_move_and_gives_up_when_they_stop():
-    from chaos.run import wait_while_progressing
+    from chaos.waits import wait_while_progressing
 
     figures = iter(range(5))  # moves five times, then stands still
     last = [0]
