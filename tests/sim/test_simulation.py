@@ -292,8 +292,8 @@ def test_planted_index_divergence_is_caught(monkeypatch: pytest.MonkeyPatch) -> 
 
     original = BaseLog.append_as_follower
 
-    def forgetful(self, data, now_ms=None, *, verify_crc=True):
-        info = original(self, data, now_ms, verify_crc=verify_crc)
+    def forgetful(self, data, now_ms=None, **options):
+        info = original(self, data, now_ms, **options)
         self.txn_index.clear()
         return info
 
