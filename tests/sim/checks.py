@@ -168,6 +168,12 @@ class History:
             if epoch < self.controller_epoch:
                 self.fail("3", now, f"controller epoch went back from {self.controller_epoch} to {epoch}")
             self.controller_epoch = max(self.controller_epoch, epoch)
+        elif key.startswith("topic/"):
+            from kcoord.replication.metadata import TopicState
+
+            t = TopicState.decode(value)
+            cc = self.sim.controller_config
+            self.configs.on_stored(t.name, t.config_version, {**cc.broker_config, **cc.default_topic_config, **t.config}, now)
 
     # -- replicas ---------------------------------------------------------------------------
     def on_replica_start(self, proc: "ReplicaProcess") -> None:

@@ -1,13 +1,15 @@
 """Topic config versions: what operators asked for, in order, and what each replica runs.
 
-Invariant **config**: an acknowledged topic config is never replaced by an older one on
-any replica. Operators' alters of one topic go one at a time, each retried until it is
-acknowledged (:class:`~tests.sim.admin.Admin`), so the i-th alter leads to exactly one
-config, *version* i (version 0 is the creation config). A replica runs version i when its
-log and replication settings are those of version i. Versions repeat (flush.messages on,
-off, on again), so a replica's version is followed step by step: when its settings change,
-it moves to the earliest later version with those settings; settings that only an earlier
-version had mean it went back.
+Invariant **config**: a topic config the controller stored is never replaced by an older one
+on any replica. The versions are the configs the controller stores, in its order (version 0
+is the creation config): operators' alters of one topic go one at a time, each retried
+until it is acknowledged (:class:`~tests.sim.admin.Admin`), but a copy of an earlier alter
+the network delivers late is applied after later ones (the controller's alters are
+last-writer-wins, as Kafka's are: sim seed 57242), and everything after it builds on it. A
+replica runs version i when its log and replication settings are those of version i.
+Versions repeat (flush.messages on, off, on again), so a replica's version is followed step
+by step: when its settings change, it moves to the earliest later version with those
+settings; settings that only an earlier version had mean it went back.
 
 The number is kept per replica, not per process, and checked while the replica takes part
 (leads or follows). A process Ray restarts runs on its creation arguments, an older config,
@@ -43,7 +45,11 @@ class ConfigHistory:
         self._settings: dict[str, list[tuple]] = {}
         self.acked_at: dict[str, list[int]] = {}  # -1: not acknowledged (yet)
         self.proposed_at: dict[str, list[int]] = {}
-        self.running: dict[tuple[str, int, int], int] = {}  # replica -> version it runs
+        self.running: dict[tuple[str, int, int], int] = {}  # replica -> version (of _stored) it runs
+        # the settings of each config the controller stored, in its order, and when
+        self._stored: dict[str, list[tuple]] = {}
+        self._stored_at: dict[str, list[int]] = {}
+        self._stored_version: dict[str, int] = {}
         self._seen: dict[str, tuple] = {}  # process -> (log config, replication config) objects checked
         self._stale: dict[str, tuple] = {}  # process running an older version, not taking part -> its log then
         self.checks = 0
@@ -54,6 +60,9 @@ class ConfigHistory:
         self._settings[spec.name] = [settings(base)]
         self.acked_at[spec.name] = [0]
         self.proposed_at[spec.name] = [0]
+        self._stored[spec.name] = [settings(base)]
+        self._stored_at[spec.name] = [0]
+        self._stored_version[spec.name] = 0
 
     def latest(self, topic: str) -> dict[str, str]:
         return self.versions[topic][-1]
@@ -78,6 +87,14 @@ class ConfigHistory:
     def acked(self, topic: str, index: int, now: int) -> None:
         self.acked_at[topic][index] = now
 
+    def on_stored(self, topic: str, config_version: int, config: dict[str, str], now: int) -> None:
+        """The controller stored ``topic``'s record: a new config version if its version grew."""
+        if topic not in self._stored or config_version <= self._stored_version[topic]:
+            return
+        self._stored_version[topic] = config_version
+        self._stored[topic].append(settings(config))
+        self._stored_at[topic].append(now)
+
     def check(self, proc: "ReplicaProcess", now: int) -> None:
         r = proc.replica
         if r is None or proc.is_ghost:
@@ -94,7 +111,7 @@ class ConfigHistory:
         self._seen[proc.incarnation_id] = ident
         self.checks += 1
         topic = proc.topic
-        versions = self._settings.get(topic)
+        versions = self._stored.get(topic)
         if versions is None:
             return
         key = (topic, proc.partition, proc.broker)
@@ -132,7 +149,7 @@ class ConfigHistory:
         r = proc.replica
         key = (proc.topic, proc.partition, proc.broker)
         current = self.running.get(key)
-        versions = self._settings.get(proc.topic)
+        versions = self._stored.get(proc.topic)
         if current is None or versions is None or r.role.value == "offline":
             return
         log = r.log
@@ -167,13 +184,11 @@ class ConfigHistory:
             )
 
     def _describe(self, topic: str, index: int) -> str:
-        acked = self.acked_at[topic][index]
-        state = f"acknowledged at {acked} ms" if acked >= 0 else "not acknowledged"
+        """Version ``index`` of the controller's order: what changed, and when it was stored."""
         if index == 0:
             return "the creation config"
-        prev, cur = self.versions[topic][index - 1], self.versions[topic][index]
-        change = {k: cur.get(k) for k in sorted(set(prev) | set(cur)) if prev.get(k) != cur.get(k)}
-        return f"{change}, proposed at {self.proposed_at[topic][index]} ms, {state}"
+        prev, cur = self._stored[topic][index - 1], self._stored[topic][index]
+        return f"{_diff(prev, cur)}, stored at {self._stored_at[topic][index]} ms"
 
 
 def _diff(want: tuple, got: tuple) -> str:
