@@ -79,6 +79,8 @@ class PartitionHistory:
         self.first_commit: dict[tuple[int, int], tuple[int, int, int, bool]] = {}  # -> (offset, ms, epoch, strong)
         self.producer_last: dict[int, int] = {}  # producer id -> the highest offset a record of it committed at
         self.forgotten_recommits = 0  # records committed again by a leader that could not know them (invariant 5)
+        # producer id -> (broker, epoch) of a leader that recommitted a record of it it could not know
+        self.forgetting: dict[int, tuple[int, int]] = {}
         self.deleted_floor = 0  # below an acknowledged DeleteRecords
         self.deleted_at = -1
         self.log_starts: dict[int, int] = {}  # broker -> its log start, as last seen
@@ -157,11 +159,18 @@ class PartitionHistory:
         replica that began at its leader's log start (retention, DeleteRecords) never saw
         them, and one restarted with no producer snapshot past the log start forgets them;
         elected, it takes a retry of the producer's first batch (sequence 0, unknown
-        producer) as new (KIP-360 keeps the producer only where its state survives)."""
+        producer) as new (KIP-360 keeps the producer only where its state survives), and the
+        retries that follow it in sequence too (sim seed 60942: two answers lost, both
+        batches below the log start): at that leader epoch, a record whose earlier copy is
+        below the leader's log start is recommitted on the same path."""
         pid = h.producer_id
         if pid not in ours or h.base_sequence < 0:
             return
-        forgotten = self.producer_last.get(pid, -1) < self.log_starts.get(broker, 0)
+        log_start = self.log_starts.get(broker, 0)
+        forgotten = self.producer_last.get(pid, -1) < log_start
+        if forgotten:
+            self.forgetting[pid] = (broker, epoch)
+        in_run = self.forgetting.get(pid) == (broker, epoch)
         self.producer_last[pid] = max(self.producer_last.get(pid, -1), h.base_offset + h.record_count - 1)
         first = self.first_commit
         for i in range(h.record_count):
@@ -171,14 +180,15 @@ class PartitionHistory:
             if prev is None:
                 first[key] = (offset, now, epoch, strong)
             elif prev[0] != offset:
-                if prev[3] and not self.voided(prev[1], prev[2]) and epoch >= self.unclean_epoch and not forgotten:
+                forgotten_here = forgotten or (in_run and prev[0] < log_start)
+                if prev[3] and not self.voided(prev[1], prev[2]) and epoch >= self.unclean_epoch and not forgotten_here:
                     self.fail(
                         "5",
                         now,
                         f"record {pid}:{key[1]} was committed at offset {prev[0]} (epoch {prev[2]}, {prev[1]} ms) and again at offset "
                         f"{offset} by leader {broker} (epoch {epoch}): a duplicate{' (compacted topic)' if self.compacted else ''}",
                     )
-                elif forgotten:
+                elif forgotten_here:
                     self.forgotten_recommits += 1
                 first[key] = (offset, now, epoch, strong)
             elif strong and not prev[3]:

@@ -189,6 +189,18 @@ class Producer(Client, LeaderDiscovery):
             self.sim.history.deleted_retry_stops += 1
             self.sim.trace(self.fatal)
             return
+        if (
+            self.idempotent
+            and code == E.OUT_OF_ORDER_SEQUENCE_NUMBER
+            and predecessors_acked
+            and self.sim.history.partition(self.tp).forgetting.get(self.producer_id, (None,))[0] == broker
+        ):
+            # The leader had forgotten us (every batch of ours below its log start) and took
+            # retries of our first batches as new, so it expects the sequence after them, not
+            # after our last (sim seed 60942; Kafka's the same, KIP-360).
+            self.fatal = f"{self.name}: leader {broker} answered OUT_OF_ORDER_SEQUENCE_NUMBER for seq {b.seq} after taking retries of deleted batches as new; it stops"
+            self.sim.trace(self.fatal)
+            return
         if self.idempotent and code == E.OUT_OF_ORDER_SEQUENCE_NUMBER and predecessors_acked:
             # Every earlier batch had been acknowledged when this one was sent, so the
             # leader must know our last sequence: it lost an acknowledged batch.
