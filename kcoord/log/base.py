@@ -86,17 +86,6 @@ class AppendInfo(NamedTuple):
 _AT_START = (0,)  # positions of a single batch
 
 
-def _shows_compaction(headers: Sequence[BatchHeader], log_end_offset: int) -> bool:
-    """Whether fetched batches appended at ``log_end_offset`` show a cleaner's work: a gap
-    before a batch, or a batch holding fewer records than offsets."""
-    expected = log_end_offset
-    for h in headers:
-        if h.base_offset > expected or h.record_count < h.last_offset - h.base_offset + 1:
-            return True
-        expected = h.last_offset + 1
-    return False
-
-
 class BaseLog(ABC):
     """The storage-independent half of a partition log.
 
@@ -419,7 +408,11 @@ class BaseLog(ABC):
                 self.truncate_fully_and_start_at(first.base_offset, producers=self.producer_state.snapshot())
         found = validate_follower_batches(data, self.log_end_offset, check_crc=verify_crc)
         headers = found.headers
-        if leader_high_watermark is not None and leader_high_watermark > self._fetched_compacted_below and _shows_compaction(headers, self.log_end_offset):
+        if (
+            leader_high_watermark is not None
+            and leader_high_watermark > self._fetched_compacted_below
+            and found.record_count < found.next_offset - self.log_end_offset  # a cleaner's gaps
+        ):
             # Persisted before the batches: a log holding them must never forget the bound.
             self._set_fetched_compacted_below(leader_high_watermark)
         nbytes = len(data)
