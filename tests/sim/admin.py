@@ -110,9 +110,7 @@ class Admin(Client):
             return
         queue = self._alters[topic]
         queue.pop(0)
-        if code == E.NONE:
-            self.sim.history.configs.acked(topic, index, self.sim.kernel.now)
-        else:
+        if code != E.NONE:
             self.sim.history.fail("harness", self.sim.kernel.now, f"alter_configs of {topic} (version {index}) refused: {E(code).name} {response.error_message}")
         if queue:
             self._send_alter(topic)

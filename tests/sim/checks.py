@@ -172,8 +172,7 @@ class History:
             from kcoord.replication.metadata import TopicState
 
             t = TopicState.decode(value)
-            cc = self.sim.controller_config
-            self.configs.on_stored(t.name, t.config_version, {**cc.broker_config, **cc.default_topic_config, **t.config}, now)
+            self.configs.on_stored(t.name, t.config_version, self.sim.replica_config(t.name), now)
 
     # -- replicas ---------------------------------------------------------------------------
     def on_replica_start(self, proc: "ReplicaProcess") -> None:

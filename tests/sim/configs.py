@@ -42,9 +42,6 @@ class ConfigHistory:
         self.history = history
         self.broker_config = dict(broker_config)
         self.versions: dict[str, list[dict[str, str]]] = {}
-        self._settings: dict[str, list[tuple]] = {}
-        self.acked_at: dict[str, list[int]] = {}  # -1: not acknowledged (yet)
-        self.proposed_at: dict[str, list[int]] = {}
         self.running: dict[tuple[str, int, int], int] = {}  # replica -> version (of _stored) it runs
         # the settings of each config the controller stored, in its order, and when
         self._stored: dict[str, list[tuple]] = {}
@@ -57,9 +54,6 @@ class ConfigHistory:
     def add_topic(self, spec: "TopicSpec") -> None:
         base = {**self.broker_config, **spec.config()}
         self.versions[spec.name] = [base]
-        self._settings[spec.name] = [settings(base)]
-        self.acked_at[spec.name] = [0]
-        self.proposed_at[spec.name] = [0]
         self._stored[spec.name] = [settings(base)]
         self._stored_at[spec.name] = [0]
         self._stored_version[spec.name] = 0
@@ -75,17 +69,11 @@ class ConfigHistory:
             else:
                 cfg[k] = v
         self.versions[topic].append(cfg)
-        self._settings[topic].append(settings(cfg))
-        if self._settings[topic][-1][1].min_insync_replicas < 2:
+        if ReplicationConfig.from_topic_config(cfg).min_insync_replicas < 2:
             for part in self.history.parts.values():
                 if part.tp[0] == topic and part.spec.lossy:
                     part.weakened_at.append(now)  # from now the controller may apply it
-        self.acked_at[topic].append(-1)
-        self.proposed_at[topic].append(now)
         return len(self.versions[topic]) - 1
-
-    def acked(self, topic: str, index: int, now: int) -> None:
-        self.acked_at[topic][index] = now
 
     def on_stored(self, topic: str, config_version: int, config: dict[str, str], now: int) -> None:
         """The controller stored ``topic``'s record: a new config version if its version grew."""
