@@ -580,6 +580,13 @@ class BaseLog(ABC):
     def advance_log_start_offset(self, offset: int) -> bool:
         """Move the log start offset up to ``offset`` (clamped to the LEO); see Log."""
 
+    def log_start_batch_offset(self) -> int:
+        """The base offset of the batch holding the log start offset: below it when a
+        DeleteRecords cut inside that batch (the log start itself for an empty log)."""
+        start = self.log_start_offset
+        data = self.read(start, 1)  # always the whole first batch
+        return read_header(data).base_offset if data else start
+
     @property
     def tombstone_horizon(self) -> int:
         """One past the newest tombstone the cleaner removed (0: none; a log that never

@@ -12,14 +12,18 @@ lose acknowledged ones.)"""
 
 from __future__ import annotations
 
-from replication_helpers import TOPIC, batch, consumer_fetch, follower_fetch, lai, leader_and_isr, make_replica, of_type, produce, pump, replies
+import random
 
-from kcoord.log import LogConfig, MemoryLog
+from replication_helpers import TOPIC, batch, consumer_fetch, follower_fetch, lai, leader_and_isr, make_replica, of_type, produce, pump, replies, serve_pending
+
+from kcoord import records
+from kcoord.log import Log, LogConfig, MemoryLog
 from kcoord.protocol.controller import AlterPartitionResponse
 from kcoord.protocol.errors import ErrorCode
 from kcoord.protocol.replication import DeleteRecordsRequest
 from kcoord.replication.actions import SendAlterPartition
 from kcoord.replication.config import ReplicationConfig
+from sim.disk import SimDisk
 
 LAG = 10_000  # replica.lag.time.max.ms (the default)
 
@@ -203,3 +207,34 @@ def test_every_process_of_a_live_follower_outside_the_isr_counts():
     assert "del" not in replies(acts)
     done = replies(leader.tick(101 + LAG + 1))["del"]
     assert done.error_code == 0 and done.low_watermark == 4
+
+
+def test_a_follower_whose_log_ends_inside_the_batch_at_the_leaders_log_start_starts_over():
+    """Sim seed 90283: a follower holding records of an epoch the leader's lineage dropped
+    asked where that epoch ends; the leader, its epochs clipped at a DeleteRecords' log start
+    inside a batch, answered with that log start. The follower cut there and fetched the batch
+    holding it, which starts below the follower's log end: the append failed, it reconciled
+    again, got the same answer, and never rejoined. Its log cannot match the leader's below
+    that batch, so the leader sends it to start over at its log start (with the producers
+    below it) and the follower takes the batch whole, as an empty one does."""
+    on_disk = lambda b: Log(f"/m/broker-{b}/t-0", LogConfig(flush_messages=1), now_ms=0, fs=SimDisk(random.Random(b)))  # noqa: E731
+    for make_log in (lambda b: MemoryLog(LogConfig(flush_messages=1)), on_disk):
+        leader = make_replica(0, log=make_log(0))
+        leader_and_isr(leader, lai(0, 2, (0,), replicas=(0, 1)))
+        produce(leader, batch(3, tag=b"a"), "a", 1, acks=1)  # offsets 0-2, epoch 2
+        idem = batch(3, tag=b"b", producer_id=8, producer_epoch=0, base_sequence=0)
+        produce(leader, idem, "b", 1, acks=1)  # offsets 3-5
+        delete(leader, 4, 2)  # answered later or not: the leader's log start moves now
+        assert leader.log.log_start_offset == 4
+        stale = make_replica(1, log=make_log(1))  # what an older leader of epoch 1 wrote it
+        stale.log.append_as_follower(records.stamp(batch(4, tag=b"x"), 0, 1), now_ms=1)  # 0-3
+        stale.log.append_as_follower(records.stamp(batch(2, tag=b"y"), 4, 1), now_ms=1)  # 4-5
+        leader_and_isr(stale, lai(0, 2, (0,), replicas=(0, 1)), 3)
+        for now in range(3, 13):
+            if stale.follower_state.in_flight is not None:
+                serve_pending(stale, leader, now)
+        assert stale.log.log_end_offset == 6, "it fetched the leader's batch"
+        assert stale.log.log_start_offset == 4
+        assert stale.log.read(4, 1 << 20) == leader.log.read(4, 1 << 20)
+        entry = stale.log.producer_state.get(8)
+        assert entry is not None and entry.last_seq == 2

@@ -83,19 +83,25 @@ class FetchServing:
         st = self.state
         log = st.log
         leo = log.log_end_offset
-        # A follower holding records below a tombstone the cleaner removed (it fetches from
-        # below the horizon, past its own log start) may hold a value that tombstone deleted.
-        start_over = req.replica_id >= 0 and 0 <= req.replica_log_start_offset < req.fetch_offset < log.tombstone_horizon
+        holds_below = req.replica_id >= 0 and 0 <= req.replica_log_start_offset < req.fetch_offset
+        why = None
+        if holds_below and req.fetch_offset < log.tombstone_horizon:
+            # It may hold a value a tombstone deleted that the cleaner has removed since.
+            why = f"offset {req.fetch_offset} is below the last tombstone the cleaner removed ({log.tombstone_horizon - 1}) of {st.name}: start over"
+        elif holds_below and req.fetch_offset == log.log_start_offset < leo and log.log_start_batch_offset() < req.fetch_offset:
+            # Its log ends inside the batch holding our log start (a DeleteRecords cut there),
+            # where no log of ours ever ended: what it holds below diverges from ours (an epoch
+            # of ours clipped at the log start told it to cut there), and the batch cannot be
+            # appended on top of it.
+            why = f"offset {req.fetch_offset} is inside the batch holding the log start of {st.name}: the log below it diverges; start over"
+        start_over = why is not None
         if log.log_start_offset <= req.fetch_offset <= leo and not start_over:
             return None
         # A follower below the log start starts over there: with the producers whose batches
         # retention or DeleteRecords took, or a retried batch of theirs is appended twice.
         below = start_over or (0 <= req.fetch_offset < log.log_start_offset and req.replica_id >= 0)
-        why = (
-            f"offset {req.fetch_offset} is below the last tombstone the cleaner removed ({log.tombstone_horizon - 1}) of {st.name}: start over"
-            if start_over
-            else f"offset {req.fetch_offset} is outside the log [{log.log_start_offset}, {leo}] of {st.name}"
-        )
+        if why is None:
+            why = f"offset {req.fetch_offset} is outside the log [{log.log_start_offset}, {leo}] of {st.name}"
         return FetchResponse(
             ErrorCode.OFFSET_OUT_OF_RANGE,
             why,
