@@ -61,6 +61,9 @@ class PartitionHistory:
         self.leader_appends = 0
         self.committed: dict[int, Committed] = {}
         self.strong_hw = 0
+        # a page-cache topic's HW moved under no promise (min.insync.replicas 1, or an ISR
+        # below it): what it committed may go with one machine's page cache (see strong)
+        self.weak_commits = False
         self.consumed: dict[int, tuple[bytes, bool]] = {}
         self.consumer_batches = 0
         self.acked: list[AckedBatch] = []
@@ -219,6 +222,8 @@ class PartitionHistory:
             self.strong_hw = max(self.strong_hw, new_hw)
         if start >= new_hw:
             return
+        if not strong and self.spec.lossy:
+            self.weak_commits = True
         data = read_log(self.history, self.tp, broker, log, start, new_hw)
         ours = self.history.sim_producer_ids
         for pos, h in records.iter_headers(data):

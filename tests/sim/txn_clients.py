@@ -456,9 +456,12 @@ class TxnApp(Client):
             # N+1 holds a partition already (with implicit adds: a batch of it was acknowledged)
             started = self.txn == txn and (self.tm.started or any(b.acked for b in self.batches))
 
+            # what the original EndTxn left: the identity this transaction runs at
+            current = (self.tm.producer_id, self.tm.epoch) if self.txn == txn else None
+
             def answered(response: Message | None, kind: str) -> None:
                 if isinstance(response, EndTxnResponse):
-                    self.ledger.on_stale_end(self, txn, req, response, started)
+                    self.ledger.on_stale_end(self, txn, req, response, started, current)
 
             self.call(self.coordinator, req, EndTxnResponse, answered)
 

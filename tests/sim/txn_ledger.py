@@ -32,7 +32,8 @@ first marker of its producer after it tells how it ended in that partition):
 txn-monotonic, txn-unsent, txn-lost and txn-hanging do not hold for a partition that had an
 unclean election (an operator's ``unclean.leader.election.enable``): Kafka lets that lose what
 was acknowledged, markers included, and reuse its offsets, as the replication invariants
-allow (``voided``).
+allow (``voided``); nor for a page-cache partition that committed without a promise
+(min.insync.replicas 1: the replication invariants' ``strong``).
 * **txn-zombie** no record sent by a fenced instance after its fence committed;
 * **txn-g1a** every transaction a reader read committed;
 * **txn-offsets** a group's offsets are those of its id's last committed transaction that
@@ -132,11 +133,19 @@ class AppLedger:
     def on_fatal(self, app: "TxnApp", err: BaseException) -> None:
         self.stats["app_fenced"] += 1
 
-    def on_stale_end(self, app: "TxnApp", txn: int, req: EndTxnRequest, response: EndTxnResponse, started: bool) -> None:
+    def on_stale_end(
+        self, app: "TxnApp", txn: int, req: EndTxnRequest, response: EndTxnResponse, started: bool, current: tuple[int, int] | None = None
+    ) -> None:
         """A delayed EndTxn of the transaction before ``txn`` was answered. With the epoch
         bump (kcoord's client) it must not succeed once ``txn`` held a partition when it
-        was sent (KAFKA-17754: it would end ``txn``)."""
+        was sent (KAFKA-17754: it would end ``txn``) -- unless it was answered as a retry of
+        the original, naming the identity ``current`` that ``txn`` runs at: an older process
+        of the coordinator (a twin cut off from the controller) that never saw ``txn`` does
+        that, and a retry ends nothing (sim seed 3128)."""
         self.stats["stale_end_ok" if response.error_code == 0 else "stale_end_refused"] += 1
+        if response.error_code == 0 and req.bump_epoch and current is not None and (response.producer_id, response.producer_epoch) == current:
+            self.stats["stale_end_retry_answer"] += 1
+            return
         if response.error_code == 0 and req.bump_epoch and started:
             self.sim.history.fail("txn-17754", self.sim.kernel.now, f"{app.name}: a delayed EndTxn of the transaction before {txn} was answered NONE while {txn} was ongoing")
         if response.error_code == 0 and not req.bump_epoch and app.txn == txn:
@@ -172,11 +181,14 @@ class AppLedger:
         self.read.setdefault(key, (reader.name, now))
         self.returned.append(key)
 
-    def _lossy(self, tp: tuple[str, int]) -> bool:
+    def _lossy(self, tp: tuple[str, int], written: bool = True) -> bool:
         """Whether an unclean election (or an operator's weakening) may have lost what was
-        acknowledged in ``tp``."""
+        acknowledged in ``tp``, or -- for what was ``written`` -- a page-cache topic committed
+        it without a promise (the replication invariants' ``strong``: sim seed 3486,
+        min.insync.replicas 1, the ISR shrank to a replica that had lost power, and it led
+        with the tail gone)."""
         part = self.sim.history.parts.get(tp)
-        return part is not None and part.lost_any
+        return part is not None and (part.lost_any or (written and part.weak_commits))
 
     # -- once quiet -------------------------------------------------------------------------
     def final_checks(self, slots: list["TxnSlot"], outputs: list[tuple[str, int]]) -> None:
@@ -230,7 +242,8 @@ class AppLedger:
                 fail("txn-lost" if self.client_outcome.get(key) else "txn-torn", now, f"{v.decode()} of committed transaction {key}, acknowledged at {tp[0]}-{tp[1]}@{offset}, is not in the final log")
         for key, committed in sorted(self.client_outcome.items()):
             for tp, v in self.handed.get(key, ()) if committed else ():
-                if not outcome.get(v) and not (v not in outcome and starts.get(tp, 0) > 0) and not self._lossy(tp):
+                # a record never acknowledged was never written: no replication loss explains it
+                if not outcome.get(v) and not (v not in outcome and starts.get(tp, 0) > 0) and not self._lossy(tp, written=v in self.acked):
                     fail("txn-unsent", now, f"{v.decode()} of transaction {key}, whose commit its client saw answered, is not committed at {tp[0]}-{tp[1]}"
                          f" ({'acknowledged' if v in self.acked else 'never acknowledged'})")
                     break
