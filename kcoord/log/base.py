@@ -484,6 +484,13 @@ class BaseLog(ABC):
     def _locate(self, from_offset: int, max_bytes: int, max_offset: int | None) -> list[tuple[str, int, int]]:
         raise NotImplementedError  # only a log with _file_hints keeps files
 
+    def batch_base_offset(self, offset: int) -> int:
+        """The base offset of the batch holding ``offset`` (in the log): below it when the
+        offset lies inside a batch, as a log start a DeleteRecords cut inside one does;
+        ``offset`` itself at the log end."""
+        held = self.read(offset, 1)  # whole batches, the first holding ``offset``
+        return read_header(held).base_offset if held else offset
+
     @storage_operation
     def offset_for_timestamp(self, timestamp_ms: int) -> tuple[int, int] | None:
         """(offset, timestamp) of the first record with a timestamp >= ``timestamp_ms``.
@@ -535,8 +542,7 @@ class BaseLog(ABC):
             self.epoch_cache.truncate_from_end(self.log_end_offset)
             return False
         start = self.log_start_offset
-        held = self.read(offset, 1)  # the batch holding ``offset`` goes whole
-        if held and read_header(held).base_offset < start:
+        if self.batch_base_offset(offset) < start:  # the batch holding ``offset`` goes whole
             self.truncate_fully_and_start_at(start, producers=self.producer_state.snapshot_below(start))
             return True
         new_leo = self._truncate_storage(offset)
@@ -579,13 +585,6 @@ class BaseLog(ABC):
     @abstractmethod
     def advance_log_start_offset(self, offset: int) -> bool:
         """Move the log start offset up to ``offset`` (clamped to the LEO); see Log."""
-
-    def log_start_batch_offset(self) -> int:
-        """The base offset of the batch holding the log start offset: below it when a
-        DeleteRecords cut inside that batch (the log start itself for an empty log)."""
-        start = self.log_start_offset
-        data = self.read(start, 1)  # always the whole first batch
-        return read_header(data).base_offset if data else start
 
     @property
     def tombstone_horizon(self) -> int:

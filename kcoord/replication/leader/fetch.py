@@ -88,7 +88,7 @@ class FetchServing:
         if holds_below and req.fetch_offset < log.tombstone_horizon:
             # It may hold a value a tombstone deleted that the cleaner has removed since.
             why = f"offset {req.fetch_offset} is below the last tombstone the cleaner removed ({log.tombstone_horizon - 1}) of {st.name}: start over"
-        elif holds_below and req.fetch_offset == log.log_start_offset < leo and log.log_start_batch_offset() < req.fetch_offset:
+        elif holds_below and req.fetch_offset == log.log_start_offset < leo and log.batch_base_offset(req.fetch_offset) < req.fetch_offset:
             # Its log ends inside the batch holding our log start (a DeleteRecords cut there),
             # where no log of ours ever ended: what it holds below diverges from ours (an epoch
             # of ours clipped at the log start told it to cut there), and the batch cannot be
