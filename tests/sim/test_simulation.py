@@ -83,7 +83,7 @@ def test_transactions_hold_their_invariants_through_faults() -> None:
 
 
 # Transactional seeds outside the default range whose failures were fixed (docs/simulation.md).
-FOUND_TXN_SEEDS = (1891, 2139, 2740, 3128, 3486)
+FOUND_TXN_SEEDS = (1891, 2139, 2740, 3128, 3486, 9103, 9397)
 
 
 def test_the_transactional_seeds_that_found_bugs_still_pass() -> None:

@@ -119,6 +119,11 @@ class LateWriter(Client):
         if p.fatal is not None:
             self.outcome = -1  # the producer stopped: nothing to be late for
             return
+        if p.txn == 0 and not p.txn_batches and p.ending is None:
+            # no transaction began before healing, and none begins after it (seed 9397: the
+            # controller answered its InitProducerId only after the heal): nothing to be late for
+            self.outcome = -1
+            return
         if not (p.ending is not None or (p.idle and p.txn > 0)) or p.leader < 0:
             self.later(20, self._wait)
             return
