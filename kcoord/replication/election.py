@@ -1,7 +1,7 @@
 """Who leads a partition next. Pure rules, so they are tested exhaustively without Ray.
 
 * Clean election: the first live ISR member in replica-assignment order (the preferred
-  leader first). Every ISR member holds every record below the HW, so nothing acked is lost.
+  leader first), members the controller has heard before those alive only by its grace. Every ISR member holds every record below the HW, so nothing acked is lost.
 * No live ISR member: the partition goes offline (no leader) and keeps its ISR, so the
   first ISR member to come back is elected -- unless the topic allows unclean election,
   which then picks the live replica with the longest log and may lose acked records.
@@ -55,7 +55,7 @@ def elect_leader(
     ``holds_data(b)`` is false for a replica whose directory was replaced since it joined
     the ISR or ELR (None: all hold theirs). ``heard(b)`` is false for a replica the
     controller has not heard since it started watching it (a restarted controller's grace):
-    it may lead if it must, but leaves the new ISR -- maybe nothing runs there yet, and the
+    it leads only if no heard member can, and leaves the new ISR -- maybe nothing runs there yet, and the
     new leader's HW would wait for it for replica.lag.time.max.ms; it comes back by the
     leader's expansion once it fetches (None: all heard)."""
     if holds_data is None:
@@ -67,14 +67,19 @@ def elect_leader(
         lossy = False
     else:
         lossy = True
-    leaders = [b for b in p.replicas if b in isr and alive(b) and trusted(b)]
+    if heard is None:
+        heard = lambda b: True  # noqa: E731
+    # Heard members lead first (a stable sort keeps assignment order within each kind): one
+    # alive only by a restarted controller's grace may run nothing, and would hold the
+    # partition leaderless until the grace runs out.
+    leaders = sorted((b for b in p.replicas if b in isr and alive(b) and trusted(b)), key=lambda b: not heard(b))
     if leaders:
         # Trust decides who may lead; every live ISR member stays in sync (the leader's HW
         # follows each one's real fetch offset, so an untrusted one cannot inflate it).
-        live_isr = [b for b in p.replicas if b in isr and alive(b) and (b == leaders[0] or heard is None or heard(b))]
+        live_isr = [b for b in p.replicas if b in isr and alive(b) and (b == leaders[0] or heard(b))]
         return Election(leaders[0], live_isr)
     if lossy:
-        live_elr = [b for b in p.replicas if b in elr and alive(b) and trusted(b)]
+        live_elr = sorted((b for b in p.replicas if b in elr and alive(b) and trusted(b)), key=lambda b: not heard(b))
         if live_elr:
             return Election(live_elr[0], [live_elr[0]])
         candidates = [b for b in p.replicas if b in isr or b in elr]

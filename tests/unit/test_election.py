@@ -37,6 +37,21 @@ def test_a_live_isr_member_not_heard_yet_leads_if_it_must_but_leaves_the_new_isr
     assert (e.leader, e.isr) == (1, [1, 2])
 
 
+def test_a_heard_isr_member_leads_before_one_alive_only_by_its_grace():
+    """A member the controller has not heard since it started watching may run nothing
+    (a restarted controller's grace): electing it when a heard member can lead leaves the
+    partition without a serving leader until its grace runs out. Heard members lead first,
+    in assignment order; an unheard one leads only when no heard member can."""
+    p = part(replicas=(0, 1, 2), leader=0, isr=(0, 1, 2))
+    e = elect_leader(p, alive(1, 2), heard=alive(2))
+    assert (e.leader, e.isr) == (2, [2])
+    e = elect_leader(p, alive(0, 1, 2), heard=alive(1, 2))
+    assert (e.leader, e.isr) == (1, [1, 2]), "among heard members, assignment order"
+    lossy = lossy_part(isr=(0,), elr=(1, 2))
+    e = elect_leader(lossy, alive(1, 2), trusted=lambda b: True, heard=alive(2))
+    assert (e.leader, e.isr) == (2, [2]), "the same order among ELR members"
+
+
 def test_clean_election_never_picks_a_live_replica_outside_the_isr():
     p = part(isr=(0, 1))
     e = elect_leader(p, alive(1, 2))
