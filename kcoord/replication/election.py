@@ -101,10 +101,15 @@ def elect_leader(
     return Election(NO_LEADER, list(p.isr))
 
 
-def preferred_leader_move(p: PartitionState, alive: Callable[[int], bool]) -> int | None:
-    """The preferred replica, if leadership should move back to it now."""
+def preferred_leader_move(p: PartitionState, alive: Callable[[int], bool], settled: Callable[[int], bool] | None = None) -> int | None:
+    """The preferred replica, if leadership should move back to it now. ``settled``, if
+    given, must hold for every ISR member: a new leader gives each a fresh
+    ``replica.lag.time.max.ms``, so moving while a member may be dead holds the HW back
+    for that long again."""
     preferred = p.preferred_leader
     if p.leader == preferred or p.leader == NO_LEADER:
+        return None
+    if settled is not None and not all(settled(b) for b in p.isr):
         return None
     if preferred in p.isr and alive(preferred):
         return preferred

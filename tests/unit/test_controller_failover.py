@@ -610,3 +610,41 @@ def test_sole_isr_member_back_on_its_machine_with_an_emptied_disk_does_not_lead(
     h2.beat(1, incarnation="b1", storage="n1b/boot1", log_end_offset=0)
     p = h2.stored()
     assert p.leader == 0 and p.isr == [0], (p.leader, p.isr)
+
+
+def test_the_periodic_rebalance_waits_until_every_isr_member_answered_the_controller():
+    """Chaos seed 983771: a follower of `chaos-2` was killed, then the controller; the new
+    controller watched it alive only by its start-up grace (it never answered), and its
+    periodic check moved leadership to the preferred replica. The new leader gave the dead
+    member a fresh `replica.lag.time.max.ms` (as Kafka's does), so the HW stayed frozen for
+    about 25 s with a live leader. A move waits until every ISR member answered this
+    controller itself; the operator's rebalance does not wait."""
+    cfg = config(auto_leader_rebalance=True, leader_rebalance_interval_ms=1000, replica_startup_grace_ms=30_000)
+    h = Harness(cfg)
+    h.create()
+    h.dead(0)
+    h.beat(0, incarnation="new")
+    h.alter([0, 1, 2])
+    assert h.partition().leader == 1
+    h = h.restart()  # a new controller: every replica alive by its start-up grace only
+    h.beat(0, incarnation="new")
+    h.beat(1, incarnation="i1")
+    h.now = 1000
+    h.apply(h.core.tick(h.now))
+    assert h.partition().leader == 1, "follower 2 never answered this controller: no move"
+    h.beat(2, incarnation="i2")
+    h.now = 2000
+    h.apply(h.core.tick(h.now))
+    assert h.partition().leader == 0, "every ISR member answered: leadership goes back"
+
+
+def test_the_operators_rebalance_does_not_wait_for_unheard_isr_members():
+    h = Harness(config(replica_startup_grace_ms=30_000))
+    h.create()
+    h.dead(0)
+    h.beat(0, incarnation="new")
+    h.alter([0, 1, 2])
+    h = h.restart()
+    h.beat(0, incarnation="new")
+    h.apply(h.core.rebalance_leaders(h.now))
+    assert h.partition().leader == 0

@@ -96,6 +96,13 @@ def test_preferred_leader_move_only_when_preferred_is_alive_and_in_isr():
     assert preferred_leader_move(part(leader=NO_LEADER, isr=(0,)), alive(0)) is None, "offline: election's job"
 
 
+def test_preferred_leader_move_waits_for_every_settled_isr_member():
+    p = part(leader=1, isr=(0, 1, 2))
+    assert preferred_leader_move(p, alive(0, 1, 2), settled=alive(0, 1)) is None, "member 2 may be dead"
+    assert preferred_leader_move(p, alive(0, 1, 2), settled=alive(0, 1, 2)) == 0
+    assert preferred_leader_move(part(leader=1, isr=(0, 1)), alive(0, 1, 2), settled=alive(0, 1)) == 0, "only ISR members count"
+
+
 def test_isr_shrinks_without_a_failed_follower():
     assert shrink_isr_without(part(isr=(0, 1, 2)), 1) == [0, 2]
     assert shrink_isr_without(part(isr=(0, 2)), 1) is None, "not a member"

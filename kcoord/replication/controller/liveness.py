@@ -334,7 +334,10 @@ class Liveness:
             if brokers is not None and p.preferred_leader not in brokers:
                 continue
             alive, holds_data = self.ctx.alive(p), self.ctx.holds_data(p)
-            target = preferred_leader_move(p, lambda b: alive(b) and holds_data(b))
+            # The periodic check waits until every ISR member answered this controller
+            # itself (not alive only by its start-up grace); the operator's does not.
+            heard = self.ctx.heard(p) if imbalanced_only else None
+            target = preferred_leader_move(p, lambda b: alive(b) and holds_data(b), heard)
             if target is None:
                 continue
             self.ctx.metrics.preferred_leader_elections += 1
