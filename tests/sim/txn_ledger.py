@@ -196,7 +196,7 @@ class AppLedger:
         now = sim.kernel.now
         fail = sim.history.fail
         outcome: dict[bytes, bool] = {}
-        unsure: set[bytes] = set()  # ended by a marker in a partition that may have lost one
+        unsure: set[bytes] = set()  # ended by another transaction's marker where one may have been lost
         starts: dict[tuple[str, int], int] = {}
         for tp in outputs:
             p = sim.stored_partition(*tp)
@@ -213,10 +213,12 @@ class AppLedger:
             for pos, h in records.iter_headers(data):
                 if h.attributes & records.CONTROL_BIT:
                     commit = read_control(data, pos, h).commit
-                    for _, v in open_.pop(h.producer_id, []):
+                    ended = open_.pop(h.producer_id, [])
+                    last = parse_value(ended[-1][1]) if ended else None
+                    for _, v in ended:
                         outcome[v] = commit
-                        if lossy:
-                            unsure.add(v)
+                        if lossy and parse_value(v) != last:
+                            unsure.add(v)  # its own marker is gone: this one is the next transaction's
                         if commit:
                             if v in seen:
                                 fail("txn-dup", now, f"{tp[0]}-{tp[1]}: committed record {v.decode()} is in the log twice")
@@ -231,7 +233,8 @@ class AppLedger:
                 fail("txn-hanging", now, f"{tp[0]}-{tp[1]}: records {[v.decode() for _, v in vs[:3]]} of producer {pid} (from offset {vs[0][0]}) have no marker once quiet")
         # A lost marker lets the producer's next marker end a transaction its own way (seed
         # 9103: an unclean election lost a COMMIT; the next transaction's ABORT ended it), so
-        # how a transaction ended is read only where no marker can have been lost.
+        # where a marker may have been lost, one that ends records of several transactions
+        # tells only how the last of them ended.
         by_txn: dict[Key, set[bool]] = defaultdict(set)
         for v, c in outcome.items():
             if v not in unsure:
