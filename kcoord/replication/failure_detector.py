@@ -230,6 +230,16 @@ class FailureDetector:
         self._lower(member)
         return event
 
+    def end_grace(self, member: Hashable, now_ms: int) -> None:
+        """Another member says ``member`` has stopped (a leader it no longer fetches from):
+        if it is alive only by its start-up grace (it has not answered itself), it gets one
+        session timeout from now to answer instead of the rest of the grace."""
+        h = self._health.get(member)
+        if h is None or h.answered or h.failed or h.last_ok_ms <= now_ms:
+            return
+        h.last_ok_ms = now_ms
+        self._lower(member)
+
     def on_no_answer(self, member: Hashable, now_ms: int) -> None:
         """A heartbeat timed out: not a failure by itself (only the session timeout is)."""
         h = self._health.get(member)

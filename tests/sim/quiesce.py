@@ -2,8 +2,10 @@
 machine is back, producers stop sending new records (but retry what is unacknowledged), and
 the run goes on until the cluster is quiet -- every partition led, its ISR full, every
 replica at the leader's log end and HW, readers caught up, groups Stable with every member
-in the same generation -- twice in a row 200 ms apart. Part of
-:class:`~tests.sim.simulation.Simulation`."""
+in the same generation, and nothing left for the controller's periodic preferred-leader
+check to move (its moves wait until every ISR member answered the controller itself, so a
+replica never heard would leave leadership where it is for good) -- twice in a row 200 ms
+apart. Part of :class:`~tests.sim.simulation.Simulation`."""
 
 from __future__ import annotations
 
@@ -89,6 +91,9 @@ class Quiesce:
                 if f is None or f.role == OFFLINE or f.leader_epoch != p.leader_epoch or f.log.log_end_offset != leo or f.hw != leo:
                     state = None if f is None else (f.role, f.leader_epoch, f.log.log_end_offset if f.role != OFFLINE else -1, f.hw)
                     return f"{topic}-{partition}: replica {b} not caught up ({state}, leader LEO {leo})"
+        moves = self.controller.driver.core.pending_preferred_moves()
+        if moves:
+            return f"the preferred-leader check would still move {moves[:3]}"
         for prod in self.producers:
             if not prod.idle:
                 return f"{prod.name} has {prod.unacked()} unacknowledged batches"

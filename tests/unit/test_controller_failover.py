@@ -648,3 +648,37 @@ def test_the_operators_rebalance_does_not_wait_for_unheard_isr_members():
     h.beat(0, incarnation="new")
     h.apply(h.core.rebalance_leaders(h.now))
     assert h.partition().leader == 0
+
+
+def test_a_leaders_word_that_a_follower_stopped_fetching_ends_its_start_up_grace():
+    """Chaos seed 983771 (`chaos-2`): follower 1 was killed, then the controller, and its
+    actor took ~17 s to answer again. The new controller watched it alive only by its
+    start-up grace (30 s), so it stayed in the ISR and the leader's HW froze. The grace is
+    for an actor that may still be starting; once the leader says the follower has not
+    fetched for longer than a vouch is good for, it gets one session timeout to answer."""
+    h = Harness(config(replica_startup_grace_ms=30_000, session_timeout_ms=3000))
+    h.create()
+    beat_all(h)
+    h = h.restart()
+    h.beat(2, incarnation="a2")
+    pe = h.partition().partition_epoch
+    h.now += 100
+    h.beat(0, incarnation="a0", followers_heard={1: (5000, 10, "a1", "", pe, ""), 2: (0, 10, "a2", "", pe, "")})
+    for h.now in range(h.now + 500, h.now + 5000, 500):
+        h.apply(h.core.tick(h.now))
+        h.beat(0, incarnation="a0", followers_heard={1: (5000 + h.now, 10, "a1", "", pe, ""), 2: (0, 10, "a2", "", pe, "")})
+    assert h.stored().isr == [0, 2], "follower 1 stopped fetching and never answered: out of the ISR"
+    h.beat(1, incarnation="b1")
+    assert 1 not in h.stored().isr, "back by the leader's expansion once it fetches"
+
+
+def test_a_follower_in_its_start_up_grace_that_the_leader_heard_lately_keeps_it():
+    h = Harness(config(replica_startup_grace_ms=30_000, session_timeout_ms=3000))
+    h.create()
+    beat_all(h)
+    h = h.restart()
+    pe = h.partition().partition_epoch
+    for h.now in range(100, 10_000, 500):
+        h.apply(h.core.tick(h.now))
+        h.beat(0, incarnation="a0", followers_heard={b: (0, 10, f"a{b}", "", pe, "") for b in (1, 2)})
+    assert h.stored().isr == [0, 1, 2], "fetching followers stay, answered or not"

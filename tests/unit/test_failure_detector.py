@@ -339,3 +339,18 @@ def test_an_answer_costs_the_detector_one_member_not_all():
         fd.on_ok(i, 5)
         assert fd.next_deadline(5) == 1000
     assert len(looked) == 100, "one member per answer, not a scan of 2,000"
+
+
+def test_end_grace_gives_a_member_alive_only_by_its_grace_one_session_from_now():
+    fd = FailureDetector(heartbeat_interval_ms=100, session_timeout_ms=1000)
+    fd.add("m", 0, grace_ms=30_000)
+    fd.add("heard", 0, grace_ms=30_000)
+    fd.on_sent("heard", 0)
+    fd.on_ok("heard", 1000)
+    fd.end_grace("m", 500)
+    fd.end_grace("heard", 500)
+    assert fd.check(1500) == []
+    assert fd.check(1501) == ["m"], "one session timeout after the grace ended"
+    assert fd.is_alive("heard"), "a member that answered itself keeps its own session"
+    fd.end_grace("m", 2000)
+    assert fd.failed_since("m") == 1501, "a failed member stays failed from when it failed"

@@ -207,6 +207,13 @@ class ControllerState:
         return self._liveness.rebalance_leaders(now_ms, imbalanced_only)
 
     # -- views -----------------------------------------------------------------------------
+    def pending_preferred_moves(self) -> list[tuple[str, int, int]]:
+        """(topic, partition, preferred replica) for each move the periodic preferred-leader
+        check would make now (none when auto.leader.rebalance.enable is off)."""
+        if not self.ctx.config.auto_leader_rebalance:
+            return []
+        return [(p.topic, p.partition, target) for p, target in self._liveness.preferred_moves(imbalanced_only=True)]
+
     def partition_counts(self) -> dict[str, int]:
         partitions, ctx = self.ctx.partitions.values(), self.ctx
         under = sum(1 for p in partitions if p.leader != NO_LEADER and len(p.isr) < len(p.replicas))

@@ -77,6 +77,10 @@ class Liveness:
             if b == p.leader or b not in p.replicas or rid not in self.ctx.detector:
                 continue
             if ago > self.ctx.config.vouch_max_age_ms:
+                # Not fetching: beat it now, and a replica alive only by a restarted
+                # controller's start-up grace must answer within a session (chaos seed
+                # 983771: a killed follower held the HW ~25 s by the grace).
+                self.ctx.detector.end_grace(rid, now_ms)
                 self.ctx.detector.expedite(rid)
                 continue
             event = self.ctx.detector.vouch(rid, now_ms - ago, now_ms, incarnation or None)
@@ -325,21 +329,28 @@ class Liveness:
         self.ctx.next_rebalance_ms = now_ms + self.ctx.config.leader_rebalance_interval_ms
         return self.rebalance_leaders(now_ms, imbalanced_only=True)
 
-    def rebalance_leaders(self, now_ms: int, imbalanced_only: bool = False) -> list[ControllerAction]:
-        """Move leadership back to preferred replicas that are healthy and in sync (for the
-        periodic check, only on brokers over the imbalance threshold)."""
-        actions: list[ControllerAction] = []
+    def preferred_moves(self, imbalanced_only: bool = False) -> list[tuple[PartitionState, int]]:
+        """The partitions whose leadership a rebalance would move now, with the preferred
+        replica each would move to (for the periodic check, only on brokers over the
+        imbalance threshold, and only once every ISR member answered this controller
+        itself, not alive only by its start-up grace; the operator's does not wait)."""
         brokers = imbalanced_brokers(self.ctx.partitions.values(), self.ctx.config.leader_imbalance_per_broker_percentage) if imbalanced_only else None
+        moves = []
         for p in self.ctx.sorted_partitions():
             if brokers is not None and p.preferred_leader not in brokers:
                 continue
             alive, holds_data = self.ctx.alive(p), self.ctx.holds_data(p)
-            # The periodic check waits until every ISR member answered this controller
-            # itself (not alive only by its start-up grace); the operator's does not.
             heard = self.ctx.heard(p) if imbalanced_only else None
             target = preferred_leader_move(p, lambda b: alive(b) and holds_data(b), heard)
-            if target is None:
-                continue
+            if target is not None:
+                moves.append((p, target))
+        return moves
+
+    def rebalance_leaders(self, now_ms: int, imbalanced_only: bool = False) -> list[ControllerAction]:
+        """Move leadership back to preferred replicas that are healthy and in sync
+        (:meth:`preferred_moves`)."""
+        actions: list[ControllerAction] = []
+        for p, target in self.preferred_moves(imbalanced_only):
             self.ctx.metrics.preferred_leader_elections += 1
             p.leader = target
             self.ctx.detector.invalidate()
