@@ -515,3 +515,16 @@ def test_planted_coordinator_own_epoch_is_caught(monkeypatch: pytest.MonkeyPatch
     monkeypatch.setattr(driver.GroupCoordinatorDriver, "_renew_epoch", own_epoch)
     results = [run_seed(s, kind="groups") for s in (99, 112, 124)]
     assert all(any(v.invariant == "6" for v in r.violations) for r in results)
+
+
+def test_planted_preferred_leader_check_that_never_runs_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The controller's periodic preferred-leader check, switched off: leadership that moved
+    away during the faults stays away, and the quiet state's preferred-liveness condition
+    (the check's own rule says it would still move) fails the run on liveness (22 of seeds
+    0-29 with the check planted off; none without)."""
+    from kcoord.replication.controller.liveness import Liveness
+
+    monkeypatch.setattr(Liveness, "rebalance_due", lambda self, now_ms: [])
+    for s in (1, 2):
+        r = run_seed(s)
+        assert any(v.invariant == "liveness" and "preferred-leader check" in str(v) for v in r.violations), r.report()
