@@ -10,6 +10,7 @@ actor calls, replica actors created and deleted by name, the list of alive Ray n
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import os
 import time
@@ -31,12 +32,20 @@ from kcoord.replication.metadata import PartitionState
 from kcoord.replication.metastore import FileStore, MemoryStore
 
 from .metrics import ControllerMetricsExporter
-from .replica import ReplicaActor
 from .runtime import AsyncioClock, RayTransport, ray_nodes, rpc_methods, serve_encoded
 
 logger = logging.getLogger("kcoord.controller")
 
-RemoteReplica = ray.remote(ReplicaActor)
+
+@functools.cache
+def _remote_replica() -> Any:
+    """The replica actor class, imported when a replica is first created rather than when
+    this module loads: its import tree (the log, the replica driver, the codecs) is two
+    thirds of the controller's, and a restarted controller must answer as soon as it can
+    (under CPU contention an import costs ~10x its idle time)."""
+    from .replica import ReplicaActor
+
+    return ray.remote(ReplicaActor)
 
 _NODES_TTL_S = 0.5
 _METRICS_EVERY_S = 1.0
@@ -154,7 +163,7 @@ class RayReplicaHost:
             options["scheduling_strategy"] = NodeAffinitySchedulingStrategy(node_id=node, soft=False)
             options["max_restarts"] = 0
         try:
-            RemoteReplica.options(**options).remote(self.cluster, rid.topic, rid.partition, rid.broker, self.data_dir, config, self.namespace)
+            _remote_replica().options(**options).remote(self.cluster, rid.topic, rid.partition, rid.broker, self.data_dir, config, self.namespace)
         except ValueError:
             return EXISTS  # created concurrently (name taken): fine
         except Exception:
