@@ -36,28 +36,21 @@ class Bare:
         return os.getpid()
 
 
-def restart_seconds(handle, restarts: int, deadline_s: float = 120.0) -> list[float]:
-    """SIGKILL the actor's process ``restarts`` times; each time, the seconds until a new
-    process answers ``pid()``."""
+def restart_once(handle, deadline_s: float = 120.0) -> float:
+    """SIGKILL the actor's process; the seconds until a new process answers ``pid()``."""
     import ray
 
-    out = []
-    for _ in range(restarts):
-        old = ray.get(handle.pid.remote(), timeout=deadline_s)
-        start = time.monotonic()
-        os.kill(old, signal.SIGKILL)
-        while True:
-            if time.monotonic() - start > deadline_s:
-                raise TimeoutError(f"no new process answered within {deadline_s:.0f} s")
-            try:
-                if ray.get(handle.pid.remote(), timeout=0.1) != old:
-                    break
-            except Exception:  # noqa: BLE001 - dead, restarting or slow: ask again
-                pass
-        out.append(round(time.monotonic() - start, 3))
-        # let the node settle (Ray's worker pool refills) before the next kill
-        time.sleep(1.0)
-    return out
+    old = ray.get(handle.pid.remote(), timeout=deadline_s)
+    start = time.monotonic()
+    os.kill(old, signal.SIGKILL)
+    while True:
+        if time.monotonic() - start > deadline_s:
+            raise TimeoutError(f"no new process answered within {deadline_s:.0f} s")
+        try:
+            if ray.get(handle.pid.remote(), timeout=0.1) != old:
+                return round(time.monotonic() - start, 3)
+        except Exception:  # noqa: BLE001 - dead, restarting or slow: ask again
+            pass
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -79,13 +72,15 @@ def main(argv: list[str] | None = None) -> int:
         ray.get(bare.pid.remote())
         busy = [subprocess.Popen([sys.executable, "-c", "while 1: pass"]) for _ in range(args.load)]
         try:
-            time.sleep(1.0 if busy else 0.0)
-            # alternate, so that both see the same machine
             controller_s: list[float] = []
             bare_s: list[float] = []
+            # alternate, so that both see the same machine; between kills Ray's worker pool
+            # refills (a restart into an empty pool would also time a process start)
             for _ in range(args.restarts):
-                bare_s += restart_seconds(bare, 1)
-                controller_s += restart_seconds(cluster.controller, 1)
+                time.sleep(1.0)
+                bare_s.append(restart_once(bare))
+                time.sleep(1.0)
+                controller_s.append(restart_once(cluster.controller))
         finally:
             for p in busy:
                 p.kill()
