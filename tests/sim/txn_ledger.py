@@ -207,17 +207,17 @@ class AppLedger:
             lossy = self._lossy(tp)
             if lso < hw and not lossy:  # an unclean election may lose a marker
                 fail("txn-hanging", now, f"{tp[0]}-{tp[1]}: LSO {lso} below HW {hw} once quiet (a transaction never ended)")
-            open_: dict[int, list[tuple[int, bytes]]] = defaultdict(list)
+            open_: dict[int, list[tuple[int, bytes, Key]]] = defaultdict(list)  # pid -> (offset, value, its transaction)
             seen: set[bytes] = set()
             data = log.read(log.log_start_offset, 1 << 40, hw)
             for pos, h in records.iter_headers(data):
                 if h.attributes & records.CONTROL_BIT:
                     commit = read_control(data, pos, h).commit
                     ended = open_.pop(h.producer_id, [])
-                    last = parse_value(ended[-1][1]) if ended else None
-                    for _, v in ended:
+                    last = ended[-1][2] if ended else None
+                    for _, v, key in ended:
                         outcome[v] = commit
-                        if lossy and parse_value(v) != last:
+                        if lossy and key != last:
                             unsure.add(v)  # its own marker is gone: this one is the next transaction's
                         if commit:
                             if v in seen:
@@ -227,10 +227,11 @@ class AppLedger:
                 if not h.attributes & records.TRANSACTIONAL_BIT:
                     continue
                 for i, v in enumerate(records.decode_batch(data, pos).values):
-                    if parse_value(v) is not None:
-                        open_[h.producer_id].append((h.base_offset + i, v))
+                    key = parse_value(v)
+                    if key is not None:
+                        open_[h.producer_id].append((h.base_offset + i, v, key))
             for pid, vs in sorted(open_.items()) if not lossy else ():
-                fail("txn-hanging", now, f"{tp[0]}-{tp[1]}: records {[v.decode() for _, v in vs[:3]]} of producer {pid} (from offset {vs[0][0]}) have no marker once quiet")
+                fail("txn-hanging", now, f"{tp[0]}-{tp[1]}: records {[v.decode() for _, v, _ in vs[:3]]} of producer {pid} (from offset {vs[0][0]}) have no marker once quiet")
         # A lost marker lets the producer's next marker end a transaction its own way (seed
         # 9103: an unclean election lost a COMMIT; the next transaction's ABORT ended it), so
         # where a marker may have been lost, one that ends records of several transactions
