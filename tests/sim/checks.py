@@ -74,7 +74,7 @@ from .configs import ConfigHistory
 from .group_history import GroupHistory
 from .log_reading import read_log
 from .partition_history import PartitionHistory
-from .replica_checks import ReplicaView, check_deleted, check_epoch_cache, check_isr_subset, check_members_hold, check_transactions
+from .replica_checks import ReplicaView, check_deleted, check_epoch_cache, check_isr_subset, check_members_hold, check_tombstone_age, check_transactions
 
 if TYPE_CHECKING:
     from .processes import CoordinatorProcess, ReplicaProcess
@@ -253,6 +253,8 @@ class History:
             part.on_log_start(proc.broker, log.log_start_offset, self.sim.assignments[proc.tp], now)
             if r.role == LEADER:
                 check_deleted(self, part, proc, now)
+        if part.compacted or r.log.config.compact:
+            check_tombstone_age(proc, view, part, now)
         if self.sim.scenario.txn_producers:
             check_transactions(self, proc, part, now)
         self.sim.damage.on_replica_progress(proc)

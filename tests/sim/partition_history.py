@@ -15,6 +15,7 @@ records are written, committed and read (``checks.py`` lists them all).
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -91,6 +92,8 @@ class PartitionHistory:
         self.retention_at = -1
         self.deletions = 0
         self.isr_watch: dict[tuple[str, int], "IsrWatch"] = {}
+        # (the highest HW any leader has shown, since when): when an offset first committed
+        self.hw_timeline: list[tuple[int, int]] = []
 
     def fail(self, invariant: str, now: int, message: str) -> None:
         self.history.fail(invariant, now, f"{self.tp[0]}-{self.tp[1]}: {message}")
@@ -128,6 +131,12 @@ class PartitionHistory:
             if commit is not None and is_tombstone(seq) and commit[0] > out.get(key, -1):
                 out[key] = commit[0]
         return out
+
+    def committed_at(self, offset: int) -> int | None:
+        """When a leader's HW first passed ``offset`` (the earliest, if an unclean election
+        reused it), or None if none has."""
+        i = bisect_right(self.hw_timeline, (offset, 1 << 62))
+        return self.hw_timeline[i][1] if i < len(self.hw_timeline) else None
 
     def on_records_deleted(self, offset: int, low_watermark: int, broker: int, epoch: int, sent: int, now: int) -> None:
         """An acknowledged DeleteRecords: nothing below max(offset, low watermark) is
@@ -217,6 +226,8 @@ class PartitionHistory:
 
     # -- invariant 4 and the committed prefix -----------------------------------------------
     def on_leader_hw(self, broker: int, epoch: int, old_hw: int, new_hw: int, log: Any, strong: bool, now: int) -> None:
+        if not self.hw_timeline or new_hw > self.hw_timeline[-1][0]:
+            self.hw_timeline.append((new_hw, now))
         start = max(old_hw, log.log_start_offset)
         if strong:
             self.strong_hw = max(self.strong_hw, new_hw)

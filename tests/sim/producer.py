@@ -113,7 +113,7 @@ class Producer(Client, LeaderDiscovery):
         data = records.build_batch_columns(
             values,
             keys,
-            timestamp_ms=self.sim.kernel.now,
+            timestamp_ms=max(0, self.sim.kernel.now - self.spec.clock_skew_ms) if self.keys else self.sim.kernel.now,
             producer_id=self.producer_id if self.idempotent else -1,
             producer_epoch=0 if self.idempotent else -1,
             base_sequence=seq if self.idempotent else -1,

@@ -37,6 +37,7 @@ class ReplicaView:
     prev_hw: int = 0
     cache_checked: tuple = ()
     derived: list = field(default_factory=list)  # (epoch, start) from the batches checked
+    tombstone_horizon: int = 0
 
 
 def check_transactions(history: "History", proc: "ReplicaProcess", part: PartitionHistory, now: int) -> None:
@@ -57,6 +58,28 @@ def check_transactions(history: "History", proc: "ReplicaProcess", part: Partiti
         if m.replica.log.log_end_offset >= hw:
             members.append(m)
     check_txn_indexes(history, part, leader, members, now)
+
+
+def check_tombstone_age(proc: "ReplicaProcess", view: ReplicaView, part: PartitionHistory, now: int) -> None:
+    """A cleaner removes a tombstone only once delete.retention.ms has passed since it first
+    saw it, which is after the tombstone committed (it cleans below the HW): a consumer
+    that reaches the log end within that time sees every deletion, however the producer
+    stamped the record (KIP-534). The newest tombstone a pass removes committed last."""
+    log = proc.replica.log
+    horizon = log.tombstone_horizon
+    if horizon <= view.tombstone_horizon:
+        view.tombstone_horizon = horizon  # (a log started over: nothing removed)
+        return
+    view.tombstone_horizon = horizon
+    committed = part.committed_at(horizon - 1)
+    retention = log.config.delete_retention_ms
+    if committed is not None and now - committed < retention:
+        part.fail(
+            "tombstone-early",
+            now,
+            f"replica {proc.broker} removed the tombstone at {horizon - 1} at {now} ms, {now - committed} ms after it "
+            f"committed ({committed} ms): delete.retention.ms is {retention}",
+        )
 
 
 def check_deleted(history: "History", part: PartitionHistory, proc: "ReplicaProcess", now: int) -> None:

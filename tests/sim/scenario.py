@@ -78,6 +78,7 @@ class TopicSpec:
     retention_bytes: int | None = None
     segment_ms: int | None = None
     delete_retention_ms: int | None = None  # how long the cleaner keeps a tombstone (default 24 h)
+    clock_skew_ms: int = 0  # its keyed producers' clocks run this far behind (stamps never below 0)
     flush_toggles: bool = False  # operators turn flush.messages=1 on and off
     min_isr_alterable: bool = False  # operators move min.insync.replicas between 1 and 2
     alterable: bool = False  # operators change its configs at all
@@ -95,6 +96,8 @@ class TopicSpec:
             extra.append(f"segment.ms={self.segment_ms}")
         if self.delete_retention_ms is not None:
             extra.append(f"delete.retention.ms={self.delete_retention_ms}")
+        if self.clock_skew_ms:
+            extra.append(f"clock-skew={self.clock_skew_ms}")
         if self.flush_toggles:
             extra.append("flush-toggled")
         if self.min_isr_alterable:
@@ -299,6 +302,9 @@ def _draw_operations(side: random.Random, kind: str, brokers: int, topics: list[
     for t in topics:  # after those: tombstones that expire while the run goes on
         if t.compact:
             t.delete_retention_ms = side.choice([None, 200, 1000])
+    for t in topics:  # after those: producers whose records carry old timestamps (KIP-534)
+        if t.compact:
+            t.clock_skew_ms = side.choice([0, 0, 1000, 5000])
     return extra
 
 
