@@ -16,6 +16,8 @@ Layout of a log directory::
                                           (DeleteRecords, a follower that learnt it from its leader)
     cleaner-offset-checkpoint             compacted topics: where the cleaner's dirty section starts
     tombstone-horizon-checkpoint          compacted topics: one past the last tombstone the cleaner removed
+    tombstone-clock-checkpoint            compacted topics: (end, ms) of the cleaner's passes, when each
+                                          part of the log was first passed (tombstone_clock.py)
     fetched-compacted-checkpoint          a follower's: the HW of the leader whose compacted batches it
                                           fetched (its log may lack superseded records below it)
     00000000000000001234.producer-snapshot  producer state as of offset 1234 (msgpack)

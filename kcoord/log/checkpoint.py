@@ -24,6 +24,7 @@ RECOVERY_POINT = "recovery-point-checkpoint"
 LOG_START_CHECKPOINT = "log-start-offset-checkpoint"
 CLEANER_CHECKPOINT = "cleaner-offset-checkpoint"
 TOMBSTONE_HORIZON = "tombstone-horizon-checkpoint"
+TOMBSTONE_CLOCK = "tombstone-clock-checkpoint"
 FETCHED_COMPACTED = "fetched-compacted-checkpoint"
 CLEAN_SHUTDOWN = ".kcoord-clean-shutdown"
 # How many times an I/O error took this log offline (see FileLog.storage_generation).
@@ -81,14 +82,15 @@ def _read_lines(fs: FileSystem, path: Path) -> list[str] | None:
     return lines[1:]
 
 
-def write_epochs(fs: FileSystem, path: Path, entries: list[tuple[int, int]]) -> None:
-    """Format: version line, entry count, then one ``epoch start_offset`` line per entry."""
-    body = "".join(f"{epoch} {start}\n" for epoch, start in entries)
+def write_pairs(fs: FileSystem, path: Path, entries: list[tuple[int, int]]) -> None:
+    """Format: version line, entry count, then one ``a b`` line per entry (the leader epoch
+    checkpoint: ``epoch start_offset``; the tombstone clock: ``end ms``)."""
+    body = "".join(f"{a} {b}\n" for a, b in entries)
     write_atomic(fs, path, f"{_VERSION}\n{len(entries)}\n{body}".encode("ascii"))
 
 
-def read_epochs(fs: FileSystem, path: Path) -> list[tuple[int, int]] | None:
-    """Entries, or None when the file does not exist."""
+def read_pairs(fs: FileSystem, path: Path) -> list[tuple[int, int]] | None:
+    """Entries of :func:`write_pairs`, or None when the file does not exist."""
     lines = _read_lines(fs, path)
     if lines is None:
         return None
@@ -98,10 +100,21 @@ def read_epochs(fs: FileSystem, path: Path) -> list[tuple[int, int]] | None:
             raise ValueError(f"says {count} entries, has {len(lines) - 1}")
         entries = []
         for line in lines[1:]:
-            epoch, start = line.split()
-            entries.append((int(epoch), int(start)))
+            a, b = line.split()
+            entries.append((int(a), int(b)))
     except (ValueError, IndexError) as exc:
         raise CheckpointError(f"{path.name}: malformed ({exc})") from None
+    return entries
+
+
+write_epochs = write_pairs
+
+
+def read_epochs(fs: FileSystem, path: Path) -> list[tuple[int, int]] | None:
+    """Entries, or None when the file does not exist."""
+    entries = read_pairs(fs, path)
+    if entries is None:
+        return None
     for (e1, s1), (e2, s2) in zip(entries, entries[1:]):
         if not (e1 < e2 and s1 < s2):
             raise CheckpointError(f"{path.name}: entries not ascending at ({e1}, {s1}), ({e2}, {s2})")

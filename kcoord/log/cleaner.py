@@ -10,9 +10,10 @@ One pass of :func:`clean` over a :class:`~kcoord.log.Log`, Kafka's LogCleaner ru
   ``min.cleanable.dirty.ratio``.
 - The pass maps each key of the dirty section to its last offset, then rewrites every
   cleanable segment keeping a record when no later record of its key exists below the
-  cleanable end. A tombstone (null value) that is the last of its key is kept until its
-  timestamp is older than ``delete.retention.ms``, so consumers that are reading see it;
-  then it goes too -- except the log's last record, so that every offset below the log end
+  cleanable end. A tombstone (null value) that is the last of its key is kept until
+  ``delete.retention.ms`` after the first pass that covered it (KIP-534; the log's
+  :class:`~kcoord.log.tombstone_clock.TombstoneClock`, not the record's timestamp, which
+  its producer's clock wrote), so consumers that are reading see it; then it goes too -- except the log's last record, so that every offset below the log end
   still reads a batch at or after it (an idle roll can leave the active segment empty), and
   a tombstone after a value of its key that a batch kept whole (below) still holds: without
   it, that superseded value would be the key's last again. Before a segment losing
@@ -69,6 +70,7 @@ from .config import LogConfig
 from ..record.control import AbortedFilter
 from .producer_state import ProducerStateManager
 from .segment import Segment
+from .tombstone_clock import TombstoneClock
 from .txn_index import TxnIndex
 
 _READ_CHUNK = 4 * 2**20
@@ -125,6 +127,12 @@ class CompactableLog(Protocol):
 
     @property
     def tombstone_horizon(self) -> int: ...
+
+    @property
+    def tombstone_clock(self) -> TombstoneClock: ...
+
+    def note_cleaner_pass(self, end: int, now_ms: int) -> None:
+        """Persist that a pass at ``now_ms`` covered everything below ``end``."""
 
     def note_tombstones_removed(self, end: int) -> None:
         """Persist that tombstones below ``end`` are being removed."""
@@ -194,7 +202,9 @@ def compact(log: CompactableLog, now_ms: int, high_watermark: int | None = None,
         if s.base_offset < first_dirty < s.next_offset:
             dirty += s.size
     result.dirty_ratio = dirty / total if total else 0.0
-    if not force and (dirty == 0 or result.dirty_ratio < cfg.min_cleanable_dirty_ratio):
+    horizon = now_ms - cfg.delete_retention_ms
+    clock = log.tombstone_clock
+    if not force and (dirty == 0 or result.dirty_ratio < cfg.min_cleanable_dirty_ratio) and not clock.due(horizon):
         result.skipped = f"dirty ratio {result.dirty_ratio:.2f} below min.cleanable.dirty.ratio {cfg.min_cleanable_dirty_ratio}"
         return result
 
@@ -216,7 +226,7 @@ def compact(log: CompactableLog, now_ms: int, high_watermark: int | None = None,
     result.keys = len(last)
 
     # 2. rewrite each cleanable segment with what survives
-    horizon = now_ms - cfg.delete_retention_ms
+    clock.waiting_since = None  # the pass sees every tombstone of the cleanable segments
     # The log's last record stays even as an expired tombstone: a read below the log end
     # must find a batch, and a segment rolled while idle leaves the active one empty.
     last_record = log.log_end_offset - 1
@@ -250,7 +260,7 @@ def compact(log: CompactableLog, now_ms: int, high_watermark: int | None = None,
                 result.records_removed += n
                 result.aborted_removed += n
             else:
-                keep = _survivors(d, last, horizon, result, last_record, live)
+                keep = _survivors(d, last, clock, horizon, now_ms, result, last_record, live)
             if n and len(keep) == n or kept_for_dedup and (keep or not n):
                 pieces = [raw]  # a batch of the dedup window stays whole while any record does
                 _note_whole(live, d)  # _survivors noted only the records it kept
@@ -274,6 +284,7 @@ def compact(log: CompactableLog, now_ms: int, high_watermark: int | None = None,
             result.bytes_written += len(data)
         else:
             result.bytes_written += size
+    log.note_cleaner_pass(end, now_ms)
     log.checkpoint_cleaner_offset(end)
     return result
 
@@ -295,10 +306,12 @@ def _note_whole(live: set, d: DecodedBatch) -> None:
             live.add(k)
 
 
-def _survivors(d: DecodedBatch, last: dict, horizon: int, result: CleanResult, last_record: int, live: set) -> list[int]:
+def _survivors(d: DecodedBatch, last: dict, clock: TombstoneClock, horizon: int, now_ms: int, result: CleanResult, last_record: int, live: set) -> list[int]:
     """Positions of the records of ``d`` that stay (the log's ``last_record`` always does;
     so does an expired tombstone of a key in ``live``: a value before it is still kept --
-    ``live`` follows the records kept, in this batch too)."""
+    ``live`` follows the records kept, in this batch too). A tombstone has expired when an
+    earlier pass first covered it at or before ``horizon``; the clock notes when the ones
+    kept for not having expired were first passed."""
     h = d.header
     base = h.base_offset
     n = len(d.values)
@@ -306,7 +319,6 @@ def _survivors(d: DecodedBatch, last: dict, horizon: int, result: CleanResult, l
     if keys is None:
         return list(range(n))  # no keys: nothing to compact
     values = d.values
-    stamps = d.timestamps
     keep = []
     get = last.get
     for i in range(n):
@@ -320,8 +332,12 @@ def _survivors(d: DecodedBatch, last: dict, horizon: int, result: CleanResult, l
             result.records_removed += 1
             continue
         if values[i] is None and off != last_record and k not in live:
-            ts = stamps[i] if stamps is not None else h.first_timestamp
-            if ts < horizon:
+            if not clock.expired(off, horizon):
+                first = clock.first_passed(off)
+                first = now_ms if first is None else first
+                if clock.waiting_since is None or first < clock.waiting_since:
+                    clock.waiting_since = first
+            else:
                 result.records_removed += 1
                 result.tombstones_removed += 1
                 result.tombstone_end = max(result.tombstone_end, off + 1)

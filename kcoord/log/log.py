@@ -38,12 +38,16 @@ from .checkpoint import (
     HW_CHECKPOINT,
     LOG_START_CHECKPOINT,
     RECOVERY_POINT,
+    TOMBSTONE_CLOCK,
     TOMBSTONE_HORIZON,
+    CheckpointError,
     read_lost_pages,
     read_offset_or,
+    read_pairs,
     write_atomic,
     write_epochs,
     write_offset,
+    write_pairs,
 )
 from .cleaner import CleanResult, compact
 from .config import LogConfig
@@ -57,6 +61,7 @@ from .recovery import RecoveryReport, load_epoch_cache, load_segments
 from .rolling import must_roll, past_retention, plan_runs
 from .segment import Segment, SegmentInfo
 from .segment_list import SegmentList
+from .tombstone_clock import TombstoneClock
 from .txn_index import AbortedTxn, TxnIndexFiles
 
 __all__ = ["Log", "SegmentInfo", "AppendInfo"]
@@ -131,6 +136,7 @@ class Log(BaseLog):
         self._log_start = max(self._log_start, min(stored_start, self._segments[-1].next_offset))
         self._cleaner_offset = read_offset_or(fs, self.directory / CLEANER_CHECKPOINT, "cleaner offset", 0, report.notes)
         self._tombstone_horizon = read_offset_or(fs, self.directory / TOMBSTONE_HORIZON, "tombstone horizon", 0, report.notes)
+        self._tombstone_clock = self._load_tombstone_clock(report.notes)
         self._fetched_compacted_below = read_offset_or(fs, self.directory / FETCHED_COMPACTED, "fetched compaction bound", 0, report.notes)
         for seg in self._segments[:-1]:
             self._segments.remember_reader(seg)  # bounds the handles recovery opened
@@ -516,6 +522,27 @@ class Log(BaseLog):
             write_offset(self._fs, self.directory / TOMBSTONE_HORIZON, end)
             self._tombstone_horizon = end
 
+    @property
+    def tombstone_clock(self) -> TombstoneClock:
+        """When the cleaner first passed each part of the log (KIP-534's delete horizon)."""
+        return self._tombstone_clock
+
+    def note_cleaner_pass(self, end: int, now_ms: int) -> None:
+        """Persist that a cleaner pass at ``now_ms`` covered everything below ``end``."""
+        if self._tombstone_clock.note_pass(end, now_ms, self.config.delete_retention_ms):
+            write_pairs(self._fs, self.directory / TOMBSTONE_CLOCK, self._tombstone_clock.entries)
+
+    def _load_tombstone_clock(self, notes: list[str]) -> TombstoneClock:
+        """The clock as persisted, cut at the cleaner offset (a crash may have come between
+        lowering one and the other); none, or a bad file, leaves every offset unpassed."""
+        try:
+            clock = TombstoneClock(read_pairs(self._fs, self.directory / TOMBSTONE_CLOCK))
+        except (CheckpointError, ValueError) as exc:
+            notes.append(f"tombstone clock checkpoint ignored: {exc}")
+            clock = TombstoneClock()
+        clock.clip(self._cleaner_offset)
+        return clock
+
     def _set_fetched_compacted_below(self, offset: int) -> None:
         write_offset(self._fs, self.directory / FETCHED_COMPACTED, offset)
         self._fetched_compacted_below = offset
@@ -523,6 +550,8 @@ class Log(BaseLog):
     def checkpoint_cleaner_offset(self, offset: int) -> None:
         """Persist where the cleaner's next dirty section starts (inside :meth:`clean`)."""
         if offset != self._cleaner_offset:
+            if offset < self._cleaner_offset and self._tombstone_clock.clip(offset):
+                write_pairs(self._fs, self.directory / TOMBSTONE_CLOCK, self._tombstone_clock.entries)
             write_offset(self._fs, self.directory / CLEANER_CHECKPOINT, offset)
             self._cleaner_offset = offset
 

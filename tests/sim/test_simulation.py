@@ -528,3 +528,13 @@ def test_planted_preferred_leader_check_that_never_runs_is_caught(monkeypatch: p
     for s in (1, 2):
         r = run_seed(s)
         assert any(v.invariant == "liveness" and "preferred-leader check" in str(v) for v in r.violations), r.report()
+
+
+def test_planted_tombstone_expiry_at_the_first_pass_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The cleaner before KIP-534, as a producer whose clock runs far behind makes it: every
+    tombstone counts as expired at the first pass over it, so it goes before a consumer
+    reading the log could see the deletion (tombstone-early)."""
+    from kcoord.log.tombstone_clock import TombstoneClock
+
+    monkeypatch.setattr(TombstoneClock, "expired", lambda self, offset, horizon_ms: True)
+    assert _catching(("tombstone-early",), 15, want=1)

@@ -225,7 +225,8 @@ def test_the_last_record_stays_when_the_active_segment_is_empty(tmp_path):
     log.append_as_leader(R.build_batch([(b"b", None), (b"c", None), (b"d", None)], timestamp_ms=T0), leader_epoch=0, now_ms=T0)
     log.checkpoint_high_watermark(log.log_end_offset)
     assert log.maybe_roll(T0 + 5_000) and log.segments[-1].size_bytes == 0
-    result = log.clean(T0 + 5_000)
+    assert log.clean(T0 + 5_000).tombstones_removed == 0  # first passed now: kept
+    result = log.clean(T0 + 5_010, force=True)
     assert result.tombstones_removed == 2  # b and c go, d is the log's last record
     assert [(r.offset, r.key, r.value) for r in records(log)] == [(0, b"a", b"1"), (3, b"d", None)]
     for offset in range(1, log.log_end_offset):
@@ -329,7 +330,7 @@ def test_a_pass_uses_nothing_of_the_log_but_the_compaction_interface(tmp_path):
     assert _INTERFACE == {
         "config", "producer_state", "txn_index", "high_watermark", "log_end_offset", "cleaner_offset",
         "log_segments", "sync_sealed_segments", "replace_segment", "checkpoint_cleaner_offset",
-        "tombstone_horizon", "note_tombstones_removed",
+        "tombstone_horizon", "note_tombstones_removed", "tombstone_clock", "note_cleaner_pass",
     }
     through, direct = compact_log(tmp_path / "a"), compact_log(tmp_path / "b")
     write(through, 80, tombstone_every=5)
@@ -337,6 +338,8 @@ def test_a_pass_uses_nothing_of_the_log_but_the_compaction_interface(tmp_path):
     result = compact(_OnlyTheInterface(through), T0 + 1000)
     assert result.segments_cleaned > 0
     assert result == direct.clean(T0 + 1000)
+    again = compact(_OnlyTheInterface(through), T0 + 10**9, force=True)  # the tombstones expired
+    assert again.tombstones_removed > 0 and again == direct.clean(T0 + 10**9, force=True)
     assert records(through) == records(direct)
 
 
@@ -506,6 +509,7 @@ def test_an_expired_tombstone_stays_while_a_record_it_superseded_does(tmp_path):
     log.append_as_leader(R.build_batch([(b"a", None)], timestamp_ms=T0), leader_epoch=0, now_ms=T0)  # 2: delete a
     write(log, 40, keys=5, start_ts=T0)  # others' keys: seal the segments below
     assert log.clean(T0 + 10_000).segments_cleaned
+    log.clean(T0 + 20_000, force=True)  # a's tombstone has expired by now
     after = state(records(log))
     assert after.get(b"a", (None, None))[1] is None, after.get(b"a")  # a stays deleted
     assert after[b"b"] == (1, b"b")
@@ -520,7 +524,8 @@ def test_removing_tombstones_persists_the_tombstone_horizon_first(tmp_path):
     log.append_as_leader(R.build_batch([(b"a", b"1")], timestamp_ms=T0), leader_epoch=0, now_ms=T0)  # 0
     log.append_as_leader(R.build_batch([(b"a", None)], timestamp_ms=T0), leader_epoch=0, now_ms=T0)  # 1: delete a
     write(log, 40, keys=5, start_ts=T0)
-    result = log.clean(T0 + 10_000)
+    assert log.clean(T0 + 10_000).tombstones_removed == 0 and log.tombstone_horizon == 0  # first passed
+    result = log.clean(T0 + 20_000, force=True)
     assert result.tombstones_removed >= 1 and b"a" not in state(records(log))
     assert log.tombstone_horizon == result.tombstone_end >= 2
     log.close()
@@ -547,3 +552,97 @@ def test_an_expired_tombstone_stays_after_a_value_before_it_in_its_own_batch(tmp
     log.clean(T0 + 10_000)
     after = state(records(log))
     assert after.get(b"a", (None, None))[1] is None, after.get(b"a")  # a stays deleted
+
+
+# -- KIP-534: a tombstone's retention counts from the first pass that covered it -------------
+
+
+def test_a_tombstone_stamped_in_the_past_stays_delete_retention_ms_after_its_first_pass(tmp_path):
+    """A producer whose clock runs behind stamps its tombstones in the past. Counted from the
+    timestamp they went at the first pass (sim: the tombstone-early invariant), before a
+    consumer reading the log could see the deletion; counted from the first pass that
+    covered them, they stay for delete.retention.ms whatever the stamp."""
+    log = compact_log(tmp_path, delete_retention_ms=1_000)
+    old = 1  # a clock far behind
+    write(log, 60, keys=5, tombstone_every=4, start_ts=old)
+    first = log.clean(T0)
+    assert first.segments_cleaned and first.tombstones_removed == 0 and log.tombstone_horizon == 0
+    assert log.tombstone_clock.first_passed(0) == T0
+    assert log.clean(T0 + 999, force=True).tombstones_removed == 0  # not yet 1,000 ms
+    assert log.clean(T0 + 1_000, force=True).tombstones_removed > 0
+
+
+def test_the_tombstone_clock_survives_a_reopen_and_is_cut_with_the_cleaner_offset(tmp_path):
+    log = compact_log(tmp_path, delete_retention_ms=1_000)
+    write(log, 60, keys=5, tombstone_every=4)
+    end = log.clean(T0).cleanable_end
+    assert log.tombstone_clock.entries == [(end, T0)]
+    log.close()
+    again = compact_log(tmp_path, delete_retention_ms=1_000)
+    assert again.tombstone_clock.entries == [(end, T0)]
+    # a truncation that lowers the cleaner offset forgets what lies past it
+    again.checkpoint_cleaner_offset(end - 3)
+    assert again.tombstone_clock.entries == [(end - 3, T0)]
+    again.close()
+    reopened = compact_log(tmp_path, delete_retention_ms=1_000)
+    assert reopened.tombstone_clock.entries == [(end - 3, T0)]
+    reopened.truncate_fully_and_start_at(0)  # started over: nothing passed
+    assert reopened.tombstone_clock.entries == []
+    reopened.close()
+
+
+def test_a_bad_tombstone_clock_checkpoint_counts_as_no_pass_yet(tmp_path):
+    log = compact_log(tmp_path, delete_retention_ms=1_000)
+    write(log, 60, keys=5, tombstone_every=4)
+    log.clean(T0)
+    log.close()
+    (tmp_path / "tombstone-clock-checkpoint").write_bytes(b"0\n2\n5 7\n")
+    again = compact_log(tmp_path, delete_retention_ms=1_000)
+    assert again.tombstone_clock.entries == []
+    assert any("tombstone clock" in n for n in again.recovery_report.notes)
+    # the next pass is the first: tombstones wait another delete.retention.ms from it
+    assert again.clean(T0 + 5_000, force=True).tombstones_removed == 0
+    assert again.clean(T0 + 6_000, force=True).tombstones_removed > 0
+    again.close()
+
+
+def test_tombstone_clock_pairs_merge_toward_later_times():
+    from kcoord.log.tombstone_clock import MAX_ENTRIES, TombstoneClock
+
+    c = TombstoneClock()
+    assert c.first_passed(0) is None and not c.expired(0, 10**12)
+    assert c.note_pass(10, 100, 1_000) and not c.note_pass(10, 200, 1_000)  # no progress: unchanged
+    c.note_pass(20, 300, 1_000)
+    assert (c.first_passed(9), c.first_passed(10), c.first_passed(19), c.first_passed(20)) == (100, 300, 300, None)
+    assert c.expired(5, 100) and not c.expired(5, 99) and not c.expired(15, 299)
+    c.note_pass(30, 5_000, 1_000)  # both earlier pairs expired: they collapse into the newer one
+    assert c.entries == [(20, 300), (30, 5_000)]
+    for i in range(4, 4 + 2 * MAX_ENTRIES):
+        c.note_pass(i * 10, 5_000 + i, 10**9)
+        assert len(c.entries) <= MAX_ENTRIES
+    # every offset's time is at least its true first pass (merging only delays removals)
+    assert c.first_passed(0) == 300 and all(c.first_passed(i * 10 - 1) >= 5_000 + i for i in range(4, 4 + 2 * MAX_ENTRIES))
+    t25 = c.first_passed(25)
+    assert c.clip(25) and c.entries == [(20, 300), (25, t25)] and c.first_passed(25) is None
+    assert not c.clip(25) and c.clip(0) and c.entries == []
+    with pytest.raises(ValueError):
+        TombstoneClock([(5, 1), (5, 2)])
+
+
+def test_an_expired_tombstone_makes_a_pass_due_however_clean_the_log_is(tmp_path):
+    """KIP-534: a log whose only change is that a kept tombstone has expired gets a pass,
+    below min.cleanable.dirty.ratio too (else an idle log would keep it for good); reopened,
+    its oldest pass stands in for when the waiting tombstones were first passed."""
+    log = compact_log(tmp_path, delete_retention_ms=1_000, min_cleanable_dirty_ratio=0.5)
+    write(log, 60, keys=5, tombstone_every=4)
+    assert log.clean(T0).segments_cleaned and log.tombstone_clock.waiting_since == T0
+    r = log.clean(T0 + 500)
+    assert not r.segments_cleaned and "dirty ratio" in r.skipped  # nothing has expired yet
+    log.close()
+    again = compact_log(tmp_path, delete_retention_ms=1_000, min_cleanable_dirty_ratio=0.5)
+    assert again.tombstone_clock.waiting_since == T0
+    assert again.clean(T0 + 1_000).tombstones_removed > 0
+    assert again.tombstone_clock.waiting_since is None  # none waits any more: no pass is due
+    r = again.clean(T0 + 5_000)
+    assert not r.segments_cleaned and "dirty ratio" in r.skipped
+    again.close()
