@@ -13,7 +13,9 @@ One pass of :func:`clean` over a :class:`~kcoord.log.Log`, Kafka's LogCleaner ru
   cleanable end. A tombstone (null value) that is the last of its key is kept until
   ``delete.retention.ms`` after the first pass that covered it (KIP-534; the log's
   :class:`~kcoord.log.tombstone_clock.TombstoneClock`, not the record's timestamp, which
-  its producer's clock wrote), so consumers that are reading see it; then it goes too -- except the log's last record, so that every offset below the log end
+  its producer's clock wrote), so consumers that are reading see it; a pass is due once one
+  has expired, however clean the log. Then it goes too -- except the log's last record, so
+  that every offset below the log end
   still reads a batch at or after it (an idle roll can leave the active segment empty), and
   a tombstone after a value of its key that a batch kept whole (below) still holds: without
   it, that superseded value would be the key's last again. Before a segment losing
