@@ -62,13 +62,11 @@ def main(argv: list[str] | None = None) -> int:
 
     import ray
 
+    from kcoord.cluster.deploy import controller_actor_options
     from kcoord.cluster.local import local_cluster
 
     with local_cluster(brokers=3, group_coordinators=1) as cluster:
-        bare = ray.remote(Bare).options(
-            name=f"{cluster.name}-bare", namespace=cluster.namespace, lifetime="detached",
-            max_restarts=-1, max_task_retries=0, max_concurrency=10_000, num_cpus=0,
-        ).remote()
+        bare = ray.remote(Bare).options(**controller_actor_options(f"{cluster.name}-bare", cluster.namespace)).remote()
         ray.get(bare.pid.remote())
         busy = [subprocess.Popen([sys.executable, "-c", "while 1: pass"]) for _ in range(args.load)]
         try:

@@ -79,6 +79,22 @@ def _exists_error(name: str, namespace: str) -> ClusterExistsError:
     )
 
 
+def controller_actor_options(actor_name: str, namespace: str) -> dict[str, Any]:
+    """The Ray options of a cluster's controller actor (``benchmarks/_controller_restart.py``
+    deploys a bare actor with them to time Ray's part of a restart)."""
+    return dict(
+        name=actor_name,
+        namespace=namespace,
+        num_cpus=0,
+        max_restarts=-1,
+        max_task_retries=0,
+        max_concurrency=10_000,
+        # Always detached: the cluster must outlive the script that deployed it, and a
+        # non-detached actor dies with its owner (taking the replicas it owns with it).
+        lifetime="detached",
+    )
+
+
 def deploy(
     name: str = "kcoord",
     brokers: int = 3,
@@ -161,17 +177,7 @@ def deploy(
     from kcoord.actors.controller import FailoverCoordinator
 
     binding = broker_placement(brokers)
-    options: dict[str, Any] = dict(
-        name=names.controller(name),
-        namespace=namespace,
-        num_cpus=0,
-        max_restarts=-1,
-        max_task_retries=0,
-        max_concurrency=10_000,
-        # Always detached: the cluster must outlive the script that deployed it, and a
-        # non-detached actor dies with its owner (taking the replicas it owns with it).
-        lifetime="detached",
-    )
+    options = controller_actor_options(names.controller(name), namespace)
     head = ray_head_node() if binding else None
     if head:
         # Soft: the head holds the GCS (whose loss ends the Ray cluster anyway), so the
