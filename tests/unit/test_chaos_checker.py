@@ -442,6 +442,7 @@ def test_a_producer_wait_leaves_out_time_below_min_insync_replicas_alive(hist):
     only(rep)
     assert rep.figures["producer_max_wait_s"] == pytest.approx(9.0, abs=1.1)
     assert rep.figures["producer_max_wait_live_leader_s"] == pytest.approx(30.0, abs=0.1)
+    assert rep.figures["producer_max_wait_live_replicas_s"] == pytest.approx(9.0, abs=1.1)  # dead: left out too
     assert rep.figures["producer_max_wait_raw_s"] == pytest.approx(30.0, abs=0.1)
 
 
@@ -461,6 +462,8 @@ def test_a_producer_wait_leaves_out_time_the_isr_was_below_min_insync_replicas(h
     only(rep)
     assert rep.figures["producer_max_wait_s"] == pytest.approx(9.0, abs=1.1)
     assert rep.figures["producer_max_wait_live_leader_s"] == pytest.approx(30.0, abs=0.1)
+    # the replicas were live all along: the stricter figure counts the ISR's 20 s too
+    assert rep.figures["producer_max_wait_live_replicas_s"] == pytest.approx(30.0, abs=0.1)
 
 
 def test_a_consumer_wait_leaves_out_time_the_isr_was_below_min_insync_replicas(hist):
@@ -481,6 +484,7 @@ def test_a_consumer_wait_leaves_out_time_the_isr_was_below_min_insync_replicas(h
     rep = run_check(hist, stall_threshold=60)
     only(rep)
     assert rep.figures["consumer_max_wait_s"] == pytest.approx(19.0, abs=1.1)
+    assert rep.figures["consumer_max_wait_live_replicas_s"] == pytest.approx(39.0, abs=0.6)
 
 
 def test_the_drain_waits_while_commits_move_and_gives_up_when_they_stop():
