@@ -13,7 +13,9 @@ import asyncio
 import functools
 import logging
 import os
+import socket
 import time
+import uuid
 import traceback
 from concurrent.futures import Executor, ThreadPoolExecutor
 from typing import Any, Callable
@@ -28,7 +30,8 @@ from kcoord.protocol.codec import Message
 from kcoord.protocol.services import CONTROLLER
 from kcoord.replication.controller import ControllerConfig, ReplicaId
 from kcoord.replication.controller_driver import CREATED, EXISTS, FAILED, REPLACED, ControllerDriver
-from kcoord.replication.metadata import PartitionState
+from kcoord.replication.fenced_store import FencedStore
+from kcoord.replication.metadata import PartitionState, is_controller_key
 from kcoord.replication.metastore import FileStore, MemoryStore
 
 from .metrics import ControllerMetricsExporter
@@ -51,15 +54,19 @@ _NODES_TTL_S = 0.5
 _METRICS_EVERY_S = 1.0
 
 
-def make_store(spec: str, cluster: str) -> Any:
-    """``"gcs"`` (Ray's GCS key/value store), ``"memory"`` or a directory path."""
+def make_store(spec: str, cluster: str) -> FencedStore:
+    """The metadata log on ``"gcs"`` (Ray's GCS key/value store), ``"memory"`` or a
+    directory path; this process writes it under an id of its own."""
+    raw: Any
     if spec == "gcs":
         from .gcs_store import GcsStore
 
-        return GcsStore.for_cluster(cluster)
-    if spec == "memory":
-        return MemoryStore()
-    return FileStore(spec)
+        raw = GcsStore.for_cluster(cluster)
+    elif spec == "memory":
+        raw = MemoryStore()
+    else:
+        raw = FileStore(spec)
+    return FencedStore(raw, f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}", legacy=is_controller_key)
 
 
 class RayNodes:

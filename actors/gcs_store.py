@@ -1,8 +1,8 @@
 """Metadata store on Ray's GCS key/value store (the one Ray Serve checkpoints into).
 
 ``ray.experimental.internal_kv`` is private Ray API, so it is used here and nowhere else.
-It has no compare-and-swap; kcoord does not need one because the FailoverCoordinator is the
-single writer and leader epochs fence stale actors.
+It has no compare-and-swap; its put-if-absent is enough for the controller's metadata log
+(``kcoord.replication.fenced_store``), which fences a deposed controller process.
 """
 
 from __future__ import annotations
@@ -28,6 +28,10 @@ class GcsStore:
     def put(self, key: str, value: bytes) -> None:
         _kv._internal_kv_put(key, value, overwrite=True, namespace=self.namespace)
 
+    def put_if_absent(self, key: str, value: bytes) -> bool:
+        """True if this call stored ``value`` (the GCS checks and writes in one step)."""
+        return not _kv._internal_kv_put(key, value, overwrite=False, namespace=self.namespace)
+
     def get_json_dict(self, key: str) -> dict[str, Any]:
         """A JSON object stored with :meth:`put_json`; {} when missing or not an object
         (a damaged record must not stop a deploy or a coordinator start)."""
@@ -45,6 +49,9 @@ class GcsStore:
 
     def delete(self, key: str) -> None:
         _kv._internal_kv_del(key, namespace=self.namespace)
+
+    def delete_prefix(self, prefix: str) -> None:
+        _kv._internal_kv_del(prefix, del_by_prefix=True, namespace=self.namespace)
 
     def keys(self, prefix: str = "") -> list[str]:
         found = _kv._internal_kv_list(prefix, namespace=self.namespace)

@@ -74,11 +74,6 @@ class ReplicaHost(Protocol):
         ...
 
 
-class StoreFailure(Exception):
-    """A metadata-store write failed; ``applied`` says whether it may have taken effect
-    (a timeout) -- the driver treats both alike and rereads the store."""
-
-
 # Topic changes are answered once every replica heard of them (a new config is in force, new
 # partitions have their leaders told) -- or failed to answer.
 ANSWERED_WHEN_TOLD = (CreateTopicsRequest, DeleteTopicsRequest, IncrementalAlterConfigsRequest, CreatePartitionsRequest)
@@ -166,9 +161,9 @@ class ControllerDriver(Serving):
         if self.closed:
             return
         try:
-            stored = {k: v for k in self._store.keys() if (v := self._store.get(k)) is not None}
+            stored = self._store.load()
         except Exception as exc:
-            logger.warning("controller for %r cannot read the metadata store (%s); retrying", self.cluster, exc)
+            logger.warning("controller for %r cannot load the metadata store (%s); retrying", self.cluster, exc)
             self._boot_timer = self._clock.call_at(self._clock.now_ms() + self.boot_retry_ms, self._boot)
             return
         self.generation += 1

@@ -164,6 +164,15 @@ def partition_key(topic: str, partition: int) -> str:
     return f"partition/{topic}/{partition}"
 
 
+# Every key the controller writes starts with one of these (the metadata of a store written
+# before the metadata log, kcoord.replication.fenced_store, is read from them).
+CONTROLLER_KEY_PREFIXES = ("cluster", "topic/", "partition/", "replica/", "placement/", "security/", "producer/")
+
+
+def is_controller_key(key: str) -> bool:
+    return key.startswith(CONTROLLER_KEY_PREFIXES)
+
+
 def replica_key(topic: str, partition: int, broker: int) -> str:
     """Where a replica's trust record was kept before the partition record carried it (read
     once, when a controller boots on such a store, and deleted)."""

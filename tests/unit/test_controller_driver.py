@@ -19,7 +19,8 @@ from kcoord.protocol.controller import (
 )
 from kcoord.protocol.errors import ErrorCode
 from kcoord.replication.controller import ControllerConfig
-from kcoord.replication.controller_driver import CREATED, ControllerDriver, StoreFailure
+from kcoord.replication.controller_driver import CREATED, ControllerDriver
+from kcoord.replication.metastore import StoreFailure
 from kcoord.replication.metadata import PartitionState, partition_key
 from kcoord.runtime import Outcome
 from manual_clock import ManualClock
@@ -39,6 +40,9 @@ class Store:
 
     def keys(self, prefix=""):
         return sorted(k for k in self.data if k.startswith(prefix))
+
+    def load(self):
+        return {k: self.data[k] for k in self.keys()}
 
     def _write(self, key, value):
         if self.fail_next:
