@@ -2,15 +2,19 @@
 
 Ray's GCS key/value store can refuse a write or time out on it; a timed-out write may or
 may not have been applied. :class:`FaultyStore` injects both while ``fail_rate`` is set:
-the write raises :class:`~kcoord.replication.controller_driver.StoreFailure`, and for a
+the write raises :class:`~kcoord.replication.metastore.StoreFailure`, and for a
 timeout the seed decides whether the value landed anyway.
+
+The controller writes it directly, not through the fenced metadata log production uses
+(``kcoord.replication.fenced_store``, tested on its own over interleaved writers): one
+controller process at a time writes here, and no write lands late.
 """
 
 from __future__ import annotations
 
 import random
 
-from kcoord.replication.controller_driver import StoreFailure
+from kcoord.replication.metastore import StoreFailure
 
 
 class FaultyStore:
@@ -21,6 +25,9 @@ class FaultyStore:
         self.failures = 0
         self.fail_rate = 0.0
         self.on_write = None  # called with (key, value-or-None) for every applied write
+
+    def load(self) -> dict[str, bytes]:
+        return dict(self.data)
 
     def get(self, key: str) -> bytes | None:
         return self.data.get(key)
