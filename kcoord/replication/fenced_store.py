@@ -16,7 +16,8 @@ Layout, under ``meta/``::
 
     term/<t>                 the claim of term t (the writer's id)
     <t>/snap/<p>             term t's state with its entries before position p
-    <t>/log/<chunk>/<p>      entry p: a list of (key, value-or-None), or the seal
+    <t>/log/<chunk>/<p>      entry p (in chunk p // 64): a list of (key, value-or-None), or
+                             the seal
 
 A writer starts its term with a snapshot at position 0 and a first entry, then snapshots
 every ``compact_every`` entries and deletes what the snapshot covers. Once its term has
@@ -45,6 +46,9 @@ logger = logging.getLogger("kcoord.metastore")
 PREFIX = "meta/"
 TERMS = PREFIX + "term/"
 _WIDTH = 12
+# Entries per chunk: fixed, not the writer's compaction interval, since every reader must
+# find every writer's entries (a prefix deletion removes a chunk below a snapshot).
+CHUNK = 64
 _SEAL = "seal"
 _OPS = "ops"
 _CLAIM_ATTEMPTS = 20
@@ -88,8 +92,8 @@ def _chunk_prefix(term: int, chunk: int) -> str:
     return f"{_term_prefix(term)}log/{chunk:0{_WIDTH}d}/"
 
 
-def entry_key(term: int, position: int, chunk_size: int) -> str:
-    return f"{_chunk_prefix(term, position // chunk_size)}{position:0{_WIDTH}d}"
+def entry_key(term: int, position: int) -> str:
+    return f"{_chunk_prefix(term, position // CHUNK)}{position:0{_WIDTH}d}"
 
 
 def _tail_int(key: str) -> int:
@@ -197,7 +201,7 @@ class FencedStore:
         state = self._recover(term - 1)
         if not self.raw.put_if_absent(snap_key(term, 0), _encode_state(state)):
             raise StoreFenced(f"term {term} of the metadata log already has a snapshot")
-        if not self.raw.put_if_absent(entry_key(term, 0, self.compact_every), encode_ops([])):
+        if not self.raw.put_if_absent(entry_key(term, 0), encode_ops([])):
             raise StoreFenced(f"term {term} of the metadata log was sealed before it began")
         self.term, self._position, self._state, self._deleted_chunks = term, 1, state, 0
         self._retire()
@@ -223,13 +227,13 @@ class FencedStore:
         """The snapshot (None if the term never began), the entries after it, and the
         position of the seal that now ends ``term`` (put by this call or found)."""
         for _ in range(_SEAL_ATTEMPTS):
-            read = read_term(self.raw, term, self.compact_every)
+            read = read_term(self.raw, term)
             if read is None:
                 continue  # the writer compacted under us: read again
             base, ops, end, already = read
             if already:
                 return base, ops, end
-            if not self.raw.put_if_absent(entry_key(term, end, self.compact_every), _SEAL_VALUE):
+            if not self.raw.put_if_absent(entry_key(term, end), _SEAL_VALUE):
                 continue  # the writer wrote there first
             snaps = [_tail_int(k) for k in self.raw.keys(_term_prefix(term) + "snap/")]
             if snaps and max(snaps) > end:
@@ -278,7 +282,7 @@ class FencedStore:
             raise StoreFenced("the metadata store is not open: load() it first")
         term, position = self.term, self._position
         self.term = 0
-        landed = self.raw.put_if_absent(entry_key(term, position, self.compact_every), encode_ops(ops))
+        landed = self.raw.put_if_absent(entry_key(term, position), encode_ops(ops))
         if not landed:
             raise StoreFenced(f"term {term} of the metadata log was sealed at position {position}: a later process holds it")
         self.term, self._position = term, position + 1
@@ -291,7 +295,7 @@ class FencedStore:
         try:
             if not self.raw.put_if_absent(snap_key(term, position), _encode_state(self._state)):
                 return
-            for chunk in range(self._deleted_chunks, position // self.compact_every):
+            for chunk in range(self._deleted_chunks, position // CHUNK):
                 self.raw.delete_prefix(_chunk_prefix(term, chunk))
                 self._deleted_chunks = chunk + 1
             for key in self.raw.keys(_term_prefix(term) + "snap/"):
@@ -301,7 +305,7 @@ class FencedStore:
             logger.warning("could not compact the metadata log at position %d: %s", position, exc)
 
 
-def read_term(raw: AtomicStore, term: int, chunk_size: int) -> tuple[dict[str, bytes] | None, list[tuple[str, bytes | None]], int, bool] | None:
+def read_term(raw: AtomicStore, term: int) -> tuple[dict[str, bytes] | None, list[tuple[str, bytes | None]], int, bool] | None:
     """Term ``term``'s latest snapshot (None if none), its entries after it, the first
     position after them and whether a seal is there; None if a concurrent compaction got in
     the way (read again)."""
@@ -316,7 +320,7 @@ def read_term(raw: AtomicStore, term: int, chunk_size: int) -> tuple[dict[str, b
         base = _decode_state(value)
     ops: list[tuple[str, bytes | None]] = []
     while True:
-        value = raw.get(entry_key(term, position, chunk_size))
+        value = raw.get(entry_key(term, position))
         entry = None if value is None else decode_entry(value)
         if value is None or entry is None:
             # The end, or a seal. Either is real only if no later snapshot came meanwhile:
@@ -332,13 +336,13 @@ def read_term(raw: AtomicStore, term: int, chunk_size: int) -> tuple[dict[str, b
         position += 1
 
 
-def read_state(raw: AtomicStore, chunk_size: int = 64, legacy: Callable[[str], bool] | None = None) -> dict[str, bytes]:
+def read_state(raw: AtomicStore, legacy: Callable[[str], bool] | None = None) -> dict[str, bytes]:
     """The metadata the log holds now, read without claiming or sealing anything (for
     observers; a writer may append meanwhile)."""
     for _ in range(_SEAL_ATTEMPTS):
         terms = sorted((_tail_int(k) for k in raw.keys(TERMS)), reverse=True)
         for term in terms:
-            read = read_term(raw, term, chunk_size)
+            read = read_term(raw, term)
             if read is None:
                 break
             base, ops, _, _ = read

@@ -11,7 +11,8 @@ import threading
 
 import pytest
 
-from kcoord.replication.fenced_store import TERMS, FencedStore, StoreFenced, read_state, term_key
+from kcoord.replication import fenced_store
+from kcoord.replication.fenced_store import CHUNK, TERMS, FencedStore, StoreFenced, read_state, term_key
 from kcoord.replication.metadata import is_controller_key
 from kcoord.replication.metastore import FileStore, MemoryStore, StoreFailure
 
@@ -40,14 +41,14 @@ def test_compaction_and_retirement_keep_the_store_small():
     raw = MemoryStore()
     s = FencedStore(raw, "a", compact_every=4)
     s.load()
-    for i in range(50):
+    for i in range(150):
         s.put(f"partition/t/{i % 5}", str(i).encode())
-    # a snapshot, at most one chunk of entries and the claim
-    assert len(raw.keys(f"meta/{s.term:012d}/")) <= 1 + 4
-    expected = {f"partition/t/{i}": str(45 + i).encode() for i in range(5)}
-    assert s.keys() == sorted(expected) and s.get("partition/t/0") == b"45"
+    # a snapshot and the entries of the chunk it falls in
+    assert len(raw.keys(f"meta/{s.term:012d}/")) <= 1 + CHUNK
+    expected = {f"partition/t/{i}": str(145 + i).encode() for i in range(5)}
+    assert s.keys() == sorted(expected) and s.get("partition/t/0") == b"145"
     for n in range(10):
-        t = FencedStore(raw, f"r{n}", compact_every=4)
+        t = FencedStore(raw, f"r{n}", compact_every=[4, 64, 1][n % 3])  # intervals may differ
         assert t.load() == expected
     # ten terms later: the live term, one claim, and a seal per retired term
     assert raw.keys(TERMS) == [term_key(t.term)]
@@ -339,15 +340,16 @@ def _seeds() -> range:
 
 
 @pytest.mark.parametrize("seed", _seeds())
-def test_interleaved_writers_lose_no_acknowledged_write_and_resurrect_none(seed):
+def test_interleaved_writers_lose_no_acknowledged_write_and_resurrect_none(seed, monkeypatch):
     world = World(seed)
+    monkeypatch.setattr(fenced_store, "CHUNK", world.rng.choice([1, 2, 4]))  # chunks deleted often
     world.run()
     world.raw.calm = True
     for key, value in world.raw.late:
         world.raw.landed_late += MemoryStore.put_if_absent(world.raw, key, value)
     for term, state in world.loads:
         world.check(state, term)
-    world.check(read_state(world.raw, world.every), float("inf"))
+    world.check(read_state(world.raw), float("inf"))
     final = FencedStore(world.raw, "last", compact_every=world.every)
     world.check(final.load(), float("inf"))
     assert len(world.loads) > 3 and len(world.acked) > 10
