@@ -100,6 +100,21 @@ def _tail_int(key: str) -> int:
     return int(key.rsplit("/", 1)[1])
 
 
+def _snapshots(raw: "AtomicStore", term: int) -> list[int]:
+    """The positions of ``term``'s snapshots."""
+    return [_tail_int(k) for k in raw.keys(_term_prefix(term) + "snap/")]
+
+
+def _legacy_state(raw: "AtomicStore", legacy: "Callable[[str], bool] | None") -> dict[str, bytes]:
+    """The plain keys of a store written before the log: the first term's start."""
+    state: dict[str, bytes] = {}
+    if legacy is not None:
+        for key in raw.keys():
+            if legacy(key) and (value := raw.get(key)) is not None:
+                state[key] = value
+    return state
+
+
 def encode_ops(ops: Iterable[tuple[str, bytes | None]]) -> bytes:
     return msgpack.packb({_OPS: [[k, v] for k, v in ops]}, use_bin_type=True)
 
@@ -216,12 +231,7 @@ class FencedStore:
                 _apply(base, ops)
                 return base
             term -= 1
-        state: dict[str, bytes] = {}
-        if self._legacy is not None:
-            for key in self.raw.keys():
-                if self._legacy(key) and (value := self.raw.get(key)) is not None:
-                    state[key] = value
-        return state
+        return _legacy_state(self.raw, self._legacy)
 
     def _seal(self, term: int) -> tuple[dict[str, bytes] | None, list[tuple[str, bytes | None]], int]:
         """The snapshot (None if the term never began), the entries after it, and the
@@ -235,8 +245,7 @@ class FencedStore:
                 return base, ops, end
             if not self.raw.put_if_absent(entry_key(term, end), _SEAL_VALUE):
                 continue  # the writer wrote there first
-            snaps = [_tail_int(k) for k in self.raw.keys(_term_prefix(term) + "snap/")]
-            if snaps and max(snaps) > end:
+            if max(_snapshots(self.raw, term), default=-1) > end:
                 continue  # the writer had written and compacted past it: the seal fences nothing
             return base, ops, end
         raise StoreFailure(f"could not seal term {term} of the metadata log: its writer keeps writing")
@@ -298,9 +307,9 @@ class FencedStore:
             for chunk in range(self._deleted_chunks, position // CHUNK):
                 self.raw.delete_prefix(_chunk_prefix(term, chunk))
                 self._deleted_chunks = chunk + 1
-            for key in self.raw.keys(_term_prefix(term) + "snap/"):
-                if _tail_int(key) < position:
-                    self.raw.delete(key)
+            for older in _snapshots(self.raw, term):
+                if older < position:
+                    self.raw.delete(snap_key(term, older))
         except Exception as exc:
             logger.warning("could not compact the metadata log at position %d: %s", position, exc)
 
@@ -309,7 +318,7 @@ def read_term(raw: AtomicStore, term: int) -> tuple[dict[str, bytes] | None, lis
     """Term ``term``'s latest snapshot (None if none), its entries after it, the first
     position after them and whether a seal is there; None if a concurrent compaction got in
     the way (read again)."""
-    snaps = [_tail_int(k) for k in raw.keys(_term_prefix(term) + "snap/")]
+    snaps = _snapshots(raw, term)
     base: dict[str, bytes] | None = None
     position = 0
     if snaps:
@@ -327,7 +336,7 @@ def read_term(raw: AtomicStore, term: int) -> tuple[dict[str, bytes] | None, lis
             # the writer may have written here, compacted past it and deleted it (so a
             # reader found it free, or put a seal there that fences nothing). A later term
             # retiring this one leaves no snapshot (and its reader's own term cannot begin).
-            if base is not None and max((_tail_int(k) for k in raw.keys(_term_prefix(term) + "snap/")), default=-1) != max(snaps):
+            if base is not None and max(_snapshots(raw, term), default=-1) != max(snaps):
                 return None
             return base, ops, position, value is not None
         if base is None:
@@ -350,10 +359,5 @@ def read_state(raw: AtomicStore, legacy: Callable[[str], bool] | None = None) ->
                 _apply(base, ops)
                 return base
         else:
-            state: dict[str, bytes] = {}
-            if legacy is not None:
-                for key in raw.keys():
-                    if legacy(key) and (value := raw.get(key)) is not None:
-                        state[key] = value
-            return state
+            return _legacy_state(raw, legacy)
     raise StoreFailure("could not read the metadata log: it keeps changing")
